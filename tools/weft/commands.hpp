@@ -1,0 +1,12 @@
+#pragma once
+// Each subcommand of `weft` lives in its own cmd_<name>.cpp and registers itself here.
+// A subcommand's callback does the work and stores the process exit code in `exit_code`;
+// errors are printed to stderr as "weft <command>: <message>" and give exit code 1.
+
+#include <CLI/CLI.hpp>
+
+namespace weft::cli {
+
+void add_version_command(CLI::App& app, int& exit_code);
+
+}  // namespace weft::cli
