@@ -1,0 +1,31 @@
+#pragma once
+// Dense products against weight matrices stored as Hugging Face Linear layers do: row-major
+// [out_features, in_features] in f32, f16 or bf16. Arithmetic is fp32 throughout; half-precision
+// weights are widened as they are read, never copied whole.
+
+#include <cstddef>
+
+#include "kernels/cpu/thread_pool.hpp"
+#include "kernels/cpu/vector_math.hpp"
+#include "weft/tensor.hpp"
+
+namespace weft::cpu {
+
+struct WeightMatrix {
+  DType dtype = DType::kF32;  // kF32, kF16 or kBF16
+  const void* data = nullptr;
+  std::size_t rows = 0;  // out_features
+  std::size_t cols = 0;  // in_features
+
+  const void* row(std::size_t r) const {
+    return static_cast<const std::byte*>(data) + r * cols * dtype_size(dtype);
+  }
+};
+
+// y[t, o] = sum_k x[t, k] * w[o, k] (+ bias[o]) for t < tokens. x is [tokens, w.cols], y is
+// [tokens, w.rows], bias is f32 or null. Work is split over output rows, so each weight row
+// is read once per call whatever the number of tokens.
+void matmul(const float* x, std::size_t tokens, const WeightMatrix& w, const float* bias, float* y,
+            ThreadPool* pool, KernelPath path = KernelPath::kAuto);
+
+}  // namespace weft::cpu

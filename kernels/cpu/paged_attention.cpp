@@ -1,0 +1,31 @@
+#include "kernels/cpu/paged_attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/softmax.hpp"
+
+namespace weft::cpu {
+
+void paged_attention(const float* q, std::size_t num_heads, const PagedKv& kv,
+                     std::size_t first_pos, std::size_t last_pos, float scale, float* out,
+                     float* scratch, KernelPath path) {
+  path = resolve(path);
+  const std::size_t group = num_heads / kv.num_kv_heads;
+  const std::size_t span = last_pos - first_pos + 1;
+  for (std::size_t h = 0; h < num_heads; ++h) {
+    const float* qh = q + h * kv.head_dim;
+    const std::size_t kv_head = h / group;
+    for (std::size_t j = 0; j < span; ++j) {
+      scratch[j] = dot(qh, DType::kF32, kv.key(first_pos + j, kv_head), kv.head_dim, path) * scale;
+    }
+    softmax_inplace(scratch, span);
+    float* oh = out + h * kv.head_dim;
+    std::fill(oh, oh + kv.head_dim, 0.0f);
+    for (std::size_t j = 0; j < span; ++j) {
+      axpy(scratch[j], kv.value(first_pos + j, kv_head), oh, kv.head_dim, path);
+    }
+  }
+}
+
+}  // namespace weft::cpu

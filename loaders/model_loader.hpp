@@ -1,0 +1,32 @@
+#pragma once
+// Loads a Hugging Face model folder: picks the spec from config.json's "architectures" (or
+// takes one given explicitly), maps the safetensors weights and binds them into a Model.
+
+#include <filesystem>
+#include <memory>
+
+#include "loaders/safetensors.hpp"
+#include "runtime/model/model.hpp"
+#include "weft/error.hpp"
+
+namespace weft {
+
+struct LoadOptions {
+  std::filesystem::path spec_file;  // empty: choose from spec_dir by architecture
+  std::filesystem::path spec_dir;   // empty: default_spec_dir()
+};
+
+struct LoadedModel {
+  std::filesystem::path spec_file;
+  model::GenerationDefaults generation;
+  std::shared_ptr<const WeightFiles> weights;  // the mapped files the model's views point into
+  model::Model model;
+};
+
+// Where spec files are looked for: $WEFT_SPEC_DIR if set, else config/models of the source
+// tree this library was built from.
+std::filesystem::path default_spec_dir();
+
+Result<LoadedModel> load_model(const std::filesystem::path& dir, const LoadOptions& options = {});
+
+}  // namespace weft

@@ -1,0 +1,255 @@
+// Model::forward: one step of a decoder-only transformer over a flat batch with paged KV.
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/norm.hpp"
+#include "kernels/cpu/paged_attention.hpp"
+#include "kernels/cpu/rope.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/model/rope_frequencies.hpp"
+
+namespace weft::model {
+namespace {
+
+cpu::ActivationKind to_kernel(Activation a) {
+  switch (a) {
+    case Activation::kSilu:
+      return cpu::ActivationKind::kSilu;
+    case Activation::kGelu:
+      return cpu::ActivationKind::kGelu;
+    case Activation::kGeluTanh:
+      return cpu::ActivationKind::kGeluTanh;
+    case Activation::kRelu:
+      return cpu::ActivationKind::kRelu;
+  }
+  return cpu::ActivationKind::kSilu;
+}
+
+const float* bias_or_null(const std::vector<float>& b) {
+  return b.empty() ? nullptr : b.data();
+}
+
+void normalize(const ModelSpec& spec, const float* x, std::size_t tokens,
+               const std::vector<float>& weight, const std::vector<float>& bias, float* out,
+               cpu::KernelPath path) {
+  const auto n = static_cast<std::size_t>(spec.hidden_size);
+  const auto eps = static_cast<float>(spec.norm_epsilon);
+  if (spec.norm == Norm::kRms) {
+    cpu::rms_norm(x, tokens, n, weight.data(), eps, out, path);
+  } else {
+    cpu::layer_norm(x, tokens, n, weight.data(), bias_or_null(bias), eps, out, path);
+  }
+}
+
+}  // namespace
+
+Result<void> Model::check_batch(const StepBatch& batch, const KvCache& kv) const {
+  auto bad = [](const std::string& what) { return Error(ErrorCode::kInvalidArgument, what); };
+  const KvLayout& have = kv.layout();
+  if (have.num_layers != spec_.num_layers || have.num_kv_heads != spec_.num_kv_heads ||
+      have.head_dim != spec_.head_dim) {
+    return bad("KV cache layout does not match the model (layers, kv heads, head_dim)");
+  }
+  if (batch.positions.size() != batch.tokens.size()) {
+    return bad("step batch has " + std::to_string(batch.tokens.size()) + " tokens but " +
+               std::to_string(batch.positions.size()) + " positions");
+  }
+  std::size_t covered = 0;
+  for (std::size_t s = 0; s < batch.sequences.size(); ++s) {
+    const auto& seq = batch.sequences[s];
+    const std::string where = "sequence " + std::to_string(s) + ": ";
+    if (seq.token_begin < 0 || seq.token_count < 0 ||
+        static_cast<std::size_t>(seq.token_begin) + seq.token_count > batch.tokens.size()) {
+      return bad(where + "token range outside the batch");
+    }
+    covered += static_cast<std::size_t>(seq.token_count);
+    for (const auto page : seq.page_table) {
+      if (page < 0 || page >= kv.num_pages()) {
+        return bad(where + "page id " + std::to_string(page) + " is not in [0, " +
+                   std::to_string(kv.num_pages()) + ")");
+      }
+    }
+    const auto capacity = static_cast<std::int64_t>(seq.page_table.size()) * have.page_size;
+    for (int i = seq.token_begin; i < seq.token_begin + seq.token_count; ++i) {
+      const auto token = batch.tokens[static_cast<std::size_t>(i)];
+      const auto pos = batch.positions[static_cast<std::size_t>(i)];
+      if (token < 0 || token >= spec_.vocab_size) {
+        return bad(where + "token id " + std::to_string(token) + " is outside the vocabulary [0, " +
+                   std::to_string(spec_.vocab_size) + ")");
+      }
+      if (pos < 0 || pos >= capacity) {
+        return bad(where + "position " + std::to_string(pos) + " is beyond its page table (" +
+                   std::to_string(capacity) + " slots)");
+      }
+    }
+  }
+  if (covered != batch.tokens.size()) {
+    return bad("step batch sequences cover " + std::to_string(covered) + " of " +
+               std::to_string(batch.tokens.size()) + " tokens");
+  }
+  return {};
+}
+
+Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<float>& logits,
+                            cpu::ThreadPool& pool, cpu::KernelPath path) const {
+  if (auto ok = check_batch(batch, kv); !ok) return ok;
+  path = cpu::resolve(path);
+  const std::size_t T = batch.tokens.size();
+  const auto H = static_cast<std::size_t>(spec_.hidden_size);
+  const auto I = static_cast<std::size_t>(spec_.intermediate_size);
+  const auto D = static_cast<std::size_t>(spec_.head_dim);
+  const auto NH = static_cast<std::size_t>(spec_.num_heads);
+  const auto NKV = static_cast<std::size_t>(spec_.num_kv_heads);
+  const std::size_t QD = NH * D, KVD = NKV * D;
+  const auto page_size = static_cast<std::size_t>(kv.layout().page_size);
+
+  // Which sequence each token belongs to, and the longest context any token sees.
+  std::vector<std::size_t> seq_of(T);
+  std::size_t max_context = 0;
+  for (std::size_t s = 0; s < batch.sequences.size(); ++s) {
+    const auto& seq = batch.sequences[s];
+    for (int i = seq.token_begin; i < seq.token_begin + seq.token_count; ++i) {
+      seq_of[static_cast<std::size_t>(i)] = s;
+      max_context =
+          std::max<std::size_t>(max_context, batch.positions[static_cast<std::size_t>(i)] + 1);
+    }
+  }
+
+  // Rotary cos/sin per token. Frequencies are per sequence: dynamic NTK scaling depends on
+  // the sequence's length after this step, as transformers' dynamic_rope_update does.
+  const std::size_t R =
+      spec_.position == PositionEmbedding::kRope ? static_cast<std::size_t>(spec_.rotary_dim()) : 0;
+  std::vector<float> cos_table(T * (R / 2)), sin_table(T * (R / 2));
+  if (R > 0) {
+    for (const auto& seq : batch.sequences) {
+      int longest = 0;
+      for (int i = seq.token_begin; i < seq.token_begin + seq.token_count; ++i) {
+        longest = std::max(longest, batch.positions[static_cast<std::size_t>(i)] + 1);
+      }
+      const auto freqs = rope_frequencies(spec_.rope, static_cast<int>(R), longest);
+      for (int i = seq.token_begin; i < seq.token_begin + seq.token_count; ++i) {
+        const auto t = static_cast<std::size_t>(i);
+        const auto pos = static_cast<float>(batch.positions[t]);
+        for (std::size_t j = 0; j < R / 2; ++j) {
+          const float angle = pos * freqs.inv_freq[j];  // fp32 product, as torch forms it
+          cos_table[t * (R / 2) + j] = static_cast<float>(std::cos(angle)) * freqs.attention_factor;
+          sin_table[t * (R / 2) + j] = static_cast<float>(std::sin(angle)) * freqs.attention_factor;
+        }
+      }
+    }
+  }
+  const auto pairing = spec_.rope.order == RopeOrder::kHalfSplit ? cpu::RopePairing::kHalfSplit
+                                                                 : cpu::RopePairing::kInterleaved;
+
+  std::vector<float> x(T * H), h(T * H), q(T * QD), k(T * KVD), v(T * KVD), attn(T * QD);
+  std::vector<float> gate(T * I), up(T * I), fused;
+  for (std::size_t t = 0; t < T; ++t) {
+    const auto token = static_cast<std::size_t>(batch.tokens[t]);
+    cpu::to_f32(embedding_.dtype, embedding_.data + token * H * dtype_size(embedding_.dtype),
+                x.data() + t * H, H, path);
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& L = layers_[l];
+    normalize(spec_, x.data(), T, L.attn_norm, L.attn_norm_bias, h.data(), path);
+    if (spec_.qkv_layout == QkvLayout::kSeparate) {
+      cpu::matmul(h.data(), T, L.q, bias_or_null(L.q_bias), q.data(), &pool, path);
+      cpu::matmul(h.data(), T, L.k, bias_or_null(L.k_bias), k.data(), &pool, path);
+      cpu::matmul(h.data(), T, L.v, bias_or_null(L.v_bias), v.data(), &pool, path);
+    } else {
+      fused.resize(T * (QD + 2 * KVD));
+      cpu::matmul(h.data(), T, L.qkv, bias_or_null(L.qkv_bias), fused.data(), &pool, path);
+      for (std::size_t t = 0; t < T; ++t) {
+        const float* row = fused.data() + t * (QD + 2 * KVD);
+        std::memcpy(q.data() + t * QD, row, QD * sizeof(float));
+        std::memcpy(k.data() + t * KVD, row + QD, KVD * sizeof(float));
+        std::memcpy(v.data() + t * KVD, row + QD + KVD, KVD * sizeof(float));
+      }
+    }
+    // Rotate, then store this step's keys and values before any token attends, so a
+    // prefill chunk sees its own earlier tokens through the same pages as a decode step.
+    for (std::size_t t = 0; t < T; ++t) {
+      if (R > 0) {
+        cpu::apply_rope(q.data() + t * QD, NH, D, R, cos_table.data() + t * (R / 2),
+                        sin_table.data() + t * (R / 2), pairing);
+        cpu::apply_rope(k.data() + t * KVD, NKV, D, R, cos_table.data() + t * (R / 2),
+                        sin_table.data() + t * (R / 2), pairing);
+      }
+      const auto& seq = batch.sequences[seq_of[t]];
+      const auto pos = static_cast<std::size_t>(batch.positions[t]);
+      float* block = kv.layer_block(seq.page_table[pos / page_size], static_cast<int>(l));
+      const std::size_t slot = pos % page_size;
+      for (std::size_t kh = 0; kh < NKV; ++kh) {
+        std::memcpy(block + (kh * page_size + slot) * D, k.data() + t * KVD + kh * D,
+                    D * sizeof(float));
+        std::memcpy(block + ((NKV + kh) * page_size + slot) * D, v.data() + t * KVD + kh * D,
+                    D * sizeof(float));
+      }
+    }
+    const bool windowed = spec_.layer_uses_window(static_cast<int>(l));
+    pool.parallel_for(T, [&](std::size_t begin, std::size_t end) {
+      std::vector<float> scratch(max_context);
+      std::vector<const float*> pages;
+      for (std::size_t t = begin; t < end; ++t) {
+        const auto& seq = batch.sequences[seq_of[t]];
+        pages.clear();
+        for (auto page : seq.page_table)
+          pages.push_back(kv.layer_block(page, static_cast<int>(l)));
+        const cpu::PagedKv view{pages.data(), page_size, NKV, D};
+        const auto pos = static_cast<std::size_t>(batch.positions[t]);
+        const std::size_t window = static_cast<std::size_t>(spec_.sliding_window);
+        const std::size_t first = windowed && pos + 1 > window ? pos + 1 - window : 0;
+        cpu::paged_attention(q.data() + t * QD, NH, view, first, pos, scale, attn.data() + t * QD,
+                             scratch.data(), path);
+      }
+    });
+    cpu::matmul(attn.data(), T, L.o, bias_or_null(L.o_bias), h.data(), &pool, path);
+    for (std::size_t i = 0; i < T * H; ++i)
+      x[i] += h[i];
+
+    normalize(spec_, x.data(), T, L.mlp_norm, L.mlp_norm_bias, h.data(), path);
+    const auto act = to_kernel(spec_.activation);
+    if (spec_.gated_mlp && L.gate_up.data != nullptr) {
+      fused.resize(T * 2 * I);
+      cpu::matmul(h.data(), T, L.gate_up, bias_or_null(L.gate_up_bias), fused.data(), &pool, path);
+      for (std::size_t t = 0; t < T; ++t) {
+        std::memcpy(gate.data() + t * I, fused.data() + t * 2 * I, I * sizeof(float));
+        std::memcpy(up.data() + t * I, fused.data() + t * 2 * I + I, I * sizeof(float));
+      }
+      cpu::gated_activation(act, gate.data(), up.data(), T * I);
+    } else if (spec_.gated_mlp) {
+      cpu::matmul(h.data(), T, L.gate, bias_or_null(L.gate_bias), gate.data(), &pool, path);
+      cpu::matmul(h.data(), T, L.up, bias_or_null(L.up_bias), up.data(), &pool, path);
+      cpu::gated_activation(act, gate.data(), up.data(), T * I);
+    } else {
+      cpu::matmul(h.data(), T, L.up, bias_or_null(L.up_bias), gate.data(), &pool, path);
+      cpu::activate_inplace(act, gate.data(), T * I);
+    }
+    cpu::matmul(gate.data(), T, L.down, bias_or_null(L.down_bias), h.data(), &pool, path);
+    for (std::size_t i = 0; i < T * H; ++i)
+      x[i] += h[i];
+  }
+
+  // Only the rows that need logits go through the final norm and the (large) lm head.
+  std::vector<float> selected;
+  for (const auto& seq : batch.sequences) {
+    if (seq.token_count == 0) continue;
+    const int first = seq.all_logits ? seq.token_begin : seq.token_begin + seq.token_count - 1;
+    for (int i = first; i < seq.token_begin + seq.token_count; ++i) {
+      const float* row = x.data() + static_cast<std::size_t>(i) * H;
+      selected.insert(selected.end(), row, row + H);
+    }
+  }
+  const std::size_t rows = selected.size() / H;
+  h.resize(selected.size());
+  normalize(spec_, selected.data(), rows, final_norm_, final_norm_bias_, h.data(), path);
+  logits.resize(rows * static_cast<std::size_t>(spec_.vocab_size));
+  cpu::matmul(h.data(), rows, lm_head_, nullptr, logits.data(), &pool, path);
+  return {};
+}
+
+}  // namespace weft::model

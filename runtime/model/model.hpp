@@ -1,0 +1,62 @@
+#pragma once
+// A decoder-only transformer assembled from a ModelSpec and a set of weights, with a CPU
+// forward pass over a StepBatch. Weight matrices stay where the loader mapped them (f32, f16
+// or bf16); norms and biases are widened to f32 once at creation.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/thread_pool.hpp"
+#include "runtime/model/kv_cache.hpp"
+#include "runtime/model/model_spec.hpp"
+#include "runtime/model/step_batch.hpp"
+#include "weft/error.hpp"
+#include "weft/tensor.hpp"
+
+namespace weft::model {
+
+// Where weights come from. `find` returns nullptr for an absent tensor; `origin` names the
+// file holding a tensor and `where` the checkpoint as a whole, for error messages.
+struct WeightLookup {
+  std::function<const TensorView*(const std::string&)> find;
+  std::function<std::string(const std::string&)> origin;
+  std::string where;
+};
+
+class Model {
+ public:
+  // Binds and checks every tensor the spec needs: present, a float dtype, the shape the
+  // spec's numbers imply. The error names the file, the tensor and the expected shape.
+  static Result<Model> create(const ModelSpec& spec, const WeightLookup& weights);
+
+  const ModelSpec& spec() const noexcept { return spec_; }
+  KvLayout kv_layout(int page_size) const;
+
+  // Runs one step: writes the new tokens' keys and values into their pages, and fills
+  // `logits` with batch.logit_rows() rows of vocab_size floats. Invalid input (a token
+  // outside the vocabulary, a position beyond the page table, a bad page id) is an error.
+  Result<void> forward(const StepBatch& batch, KvCache& kv, std::vector<float>& logits,
+                       cpu::ThreadPool& pool, cpu::KernelPath path = cpu::KernelPath::kAuto) const;
+
+  struct Layer {
+    std::vector<float> attn_norm, attn_norm_bias, mlp_norm, mlp_norm_bias;
+    cpu::WeightMatrix q, k, v, qkv, o, gate, up, gate_up, down;
+    std::vector<float> q_bias, k_bias, v_bias, qkv_bias, o_bias;
+    std::vector<float> gate_bias, up_bias, gate_up_bias, down_bias;
+  };
+
+ private:
+  Result<void> check_batch(const StepBatch& batch, const KvCache& kv) const;
+
+  ModelSpec spec_;
+  TensorView embedding_;
+  cpu::WeightMatrix lm_head_;
+  std::vector<float> final_norm_, final_norm_bias_;
+  std::vector<Layer> layers_;
+  std::vector<std::shared_ptr<const void>> owners_;  // keep mapped weights alive
+};
+
+}  // namespace weft::model
