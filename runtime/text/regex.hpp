@@ -1,0 +1,34 @@
+#pragma once
+// A compiled PCRE2 pattern (UTF + UCP, JIT when available) used by the Split pre-tokenizer and
+// the Replace normalizer. `tokenizers` runs these patterns with Oniguruma; PCRE2 agrees with it
+// on the syntax the Hugging Face tokenizers use (\p{L}, \p{N}, lookahead, (?i:...)).
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "weft/error.hpp"
+
+namespace weft::text {
+
+class Regex {
+ public:
+  // Compiles `pattern`; the error names the pattern, the offset and PCRE2's reason.
+  static Result<Regex> compile(std::string_view pattern);
+
+  // Non-overlapping matches in `text` (valid UTF-8), left to right, as (begin, end) byte
+  // offsets; an empty match advances by one character, as Oniguruma's find_iter does.
+  std::vector<std::pair<std::size_t, std::size_t>> find_all(std::string_view text) const;
+
+  const std::string& pattern() const { return pattern_; }
+
+ private:
+  struct Code;
+  std::shared_ptr<const Code> code_;  // immutable after compile: safe to share across threads
+  std::string pattern_;
+};
+
+}  // namespace weft::text
