@@ -3,8 +3,11 @@
 // and the npm tokenizers that scripts/fetch-test-data puts in the build folder.
 
 #include <gtest/gtest.h>
+#include <simdjson.h>
 
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -44,6 +47,17 @@ inline const loaders::LoadedTokenizer* load(const std::string& name) {
     return nullptr;
   }
   return &cache.emplace(name, std::move(*loaded)).first->second;
+}
+
+// The parity corpus, one string per line of corpus.jsonl.
+inline std::vector<std::string> corpus() {
+  std::vector<std::string> lines;
+  std::ifstream in(fixtures_dir() / "corpus.jsonl");
+  simdjson::dom::parser parser;
+  for (std::string line; std::getline(in, line);) {
+    lines.emplace_back(parser.parse(simdjson::padded_string(line)).get_string().value());
+  }
+  return lines;
 }
 
 }  // namespace weft::text::testing
