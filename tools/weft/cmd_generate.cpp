@@ -1,0 +1,227 @@
+// `weft generate`: load a model folder and continue a prompt on the CPU, streaming tokens as
+// they are made (text) or one JSON object per token (json).
+
+#include <boost/json.hpp>
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "loaders/model_loader.hpp"
+#include "loaders/tokenizer_json.hpp"
+#include "runtime/model/sampling.hpp"
+#include "tools/weft/commands.hpp"
+
+namespace weft::cli {
+namespace {
+
+struct GenerateOptions {
+  std::string model_dir;
+  std::string spec_file;
+  std::optional<std::string> prompt;
+  std::vector<int> prompt_ids;
+  int max_tokens = 64;
+  float temperature = 0.0f;
+  std::uint64_t seed = 0;
+  int top_logprobs = 0;
+  std::string device = "cpu";
+  std::string format = "text";
+  bool ignore_eos = false;
+  unsigned threads = 0;
+  int page_size = 16;
+};
+
+// Turns generated ids into text a piece at a time without splitting a UTF-8 character: the
+// whole continuation is decoded each time and only a stable suffix is released (a trailing
+// U+FFFD may be half a character still to come).
+class TextStream {
+ public:
+  explicit TextStream(const text::Tokenizer* tokenizer) : tokenizer_(tokenizer) {}
+  bool active() const { return tokenizer_ != nullptr; }
+
+  std::string push(int id, bool last) {
+    ids_.push_back(static_cast<std::uint32_t>(id));
+    auto decoded = tokenizer_->decode(ids_, /*skip_special_tokens=*/true);
+    if (!decoded) return {};
+    const std::string& full = decoded.value();
+    const std::string_view replacement = "\xEF\xBF\xBD";
+    if (!last && full.size() >= 3 &&
+        std::string_view(full).substr(full.size() - 3) == replacement) {
+      return {};
+    }
+    if (full.size() < emitted_ || full.compare(0, emitted_, text_, 0, emitted_) != 0) {
+      // Decoding is not prefix-stable here (a decoder rewrote earlier text); emit nothing
+      // rather than repeat it.
+      text_ = full;
+      emitted_ = full.size();
+      return {};
+    }
+    std::string piece = full.substr(emitted_);
+    text_ = full;
+    emitted_ = full.size();
+    return piece;
+  }
+
+ private:
+  const text::Tokenizer* tokenizer_;
+  std::vector<std::uint32_t> ids_;
+  std::string text_;
+  std::size_t emitted_ = 0;
+};
+
+int run_generate(const GenerateOptions& o) {
+  auto fail = [](const std::string& message) {
+    std::cerr << "weft generate: " << message << '\n';
+    return 1;
+  };
+  if (o.device != "cpu") return fail("--device " + o.device + " is not available; only cpu is");
+  LoadOptions load_options;
+  load_options.spec_file = o.spec_file;
+  auto loaded = load_model(o.model_dir, load_options);
+  if (!loaded) return fail(loaded.error().what());
+  const auto& model = loaded->model;
+  const int vocab = model.spec().vocab_size;
+
+  std::shared_ptr<const text::Tokenizer> tokenizer;
+  const auto tokenizer_json = std::filesystem::path(o.model_dir) / "tokenizer.json";
+  std::error_code ec;
+  if (std::filesystem::exists(tokenizer_json, ec)) {
+    auto t = loaders::load_tokenizer(tokenizer_json);
+    if (!t) return fail(t.error().what());
+    tokenizer = t->tokenizer;
+  }
+  std::vector<int> prompt = o.prompt_ids;
+  if (o.prompt) {
+    if (!tokenizer) return fail(o.model_dir + " has no tokenizer.json; use --prompt-ids");
+    auto ids = tokenizer->encode(*o.prompt, /*add_special_tokens=*/true);
+    if (!ids) return fail(ids.error().what());
+    prompt.assign(ids->begin(), ids->end());
+  }
+  if (prompt.empty()) return fail("the prompt is empty; give --prompt or --prompt-ids");
+  for (int id : prompt) {
+    if (id < 0 || id >= vocab) {
+      return fail("prompt token id " + std::to_string(id) +
+                  " is outside the model's vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+  }
+
+  cpu::ThreadPool pool(o.threads);
+  const int capacity = static_cast<int>(prompt.size()) + std::max(o.max_tokens, 0);
+  model::KvCache kv(model.kv_layout(o.page_size),
+                    std::max(1, (capacity + o.page_size - 1) / o.page_size));
+  model::SequenceSlice seq{0, static_cast<int>(prompt.size()), {}, false};
+  while (static_cast<int>(seq.page_table.size()) < kv.pages_for(capacity)) {
+    seq.page_table.push_back(*kv.allocate_page());
+  }
+  model::StepBatch step;
+  step.tokens.assign(prompt.begin(), prompt.end());
+  for (std::size_t i = 0; i < prompt.size(); ++i)
+    step.positions.push_back(static_cast<int>(i));
+  step.sequences.push_back(seq);
+
+  std::mt19937_64 rng(o.seed);
+  TextStream stream(tokenizer.get());
+  const bool json = o.format == "json";
+  const auto& eos = loaded->generation.eos_token_ids;
+  std::vector<float> logits;
+  std::string finish = "length";
+  int generated = 0;
+  using clock = std::chrono::steady_clock;
+  double prefill_s = 0, decode_s = 0;
+  while (generated < o.max_tokens) {
+    const auto start = clock::now();
+    auto ok = model.forward(step, kv, logits, pool);
+    if (!ok) return fail(ok.error().what());
+    (generated == 0 ? prefill_s : decode_s) +=
+        std::chrono::duration<double>(clock::now() - start).count();
+    const auto choice =
+        model::choose_token(logits.data(), vocab, o.temperature, o.top_logprobs, rng);
+    ++generated;
+    const bool stop = !o.ignore_eos && std::find(eos.begin(), eos.end(), choice.id) != eos.end();
+    const bool last = stop || generated == o.max_tokens;
+    const std::string piece = stream.active() ? stream.push(choice.id, last) : std::string();
+    if (json) {
+      boost::json::object event{{"id", choice.id}};
+      if (stream.active()) event["text"] = piece;
+      event["logprob"] = choice.logprob;
+      if (o.top_logprobs > 0) {
+        boost::json::array top;
+        for (const auto& t : choice.top)
+          top.push_back({{"id", t.id}, {"logprob", t.logprob}});
+        event["top_logprobs"] = std::move(top);
+      }
+      std::cout << boost::json::serialize(event) << '\n' << std::flush;
+    } else if (stream.active()) {
+      std::cout << piece << std::flush;
+    } else {
+      std::cout << (generated > 1 ? " " : "") << choice.id << std::flush;
+    }
+    if (stop) {
+      finish = "stop";
+      break;
+    }
+    const int pos = static_cast<int>(prompt.size()) + generated - 1;
+    step.tokens = {choice.id};
+    step.positions = {pos};
+    step.sequences[0].token_count = 1;
+  }
+  if (json) {
+    boost::json::object done{{"finish_reason", finish},
+                             {"prompt_tokens", prompt.size()},
+                             {"completion_tokens", generated},
+                             {"prefill_seconds", prefill_s},
+                             {"decode_seconds", decode_s}};
+    std::cout << boost::json::serialize(done) << '\n';
+  } else {
+    std::cout << '\n';
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand(
+      "generate", "Continue a prompt with a model folder (safetensors + config.json) on the CPU.");
+  auto opts = std::make_shared<GenerateOptions>();
+  cmd->add_option("--model", opts->model_dir, "Hugging Face model folder")->required();
+  cmd->add_option("--spec", opts->spec_file,
+                  "model specification file (default: chosen by config.json's architectures "
+                  "from config/models/)");
+  auto* text = cmd->add_option("--prompt", opts->prompt,
+                               "prompt text, encoded with the folder's tokenizer.json");
+  auto* ids = cmd->add_option("--prompt-ids", opts->prompt_ids, "prompt token ids, e.g. 1,2,3")
+                  ->delimiter(',');
+  text->excludes(ids);
+  cmd->add_option("--max-tokens", opts->max_tokens, "tokens to generate at most")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--temperature", opts->temperature, "0 picks the most likely token (greedy)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--seed", opts->seed, "random seed for sampling")->capture_default_str();
+  cmd->add_option("--top-logprobs", opts->top_logprobs,
+                  "report this many most likely tokens per step (json format)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
+  cmd->add_option("--device", opts->device, "where to run")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu"}));
+  cmd->add_option("--format", opts->format,
+                  "text: stream the continuation; json: one object per token, then a summary")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "json"}));
+  cmd->add_flag("--ignore-eos", opts->ignore_eos,
+                "keep going past the eos token of generation_config.json");
+  cmd->add_option("--threads", opts->threads, "CPU threads (0: one per core)")
+      ->capture_default_str();
+  cmd->add_option("--page-size", opts->page_size, "KV cache page size in tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  cmd->callback([opts, &exit_code] { exit_code = run_generate(*opts); });
+}
+
+}  // namespace weft::cli
