@@ -88,10 +88,12 @@ int main(int argc, char** argv) {
       }
       tokens += ids->size();
       for (std::uint32_t id : *ids) {
-        for (int k = 0; k < 4; ++k) hash = (hash ^ ((id >> (8 * k)) & 0xFF)) * 1099511628211ULL;
+        for (int k = 0; k < 4; ++k)
+          hash = (hash ^ ((id >> (8 * k)) & 0xFF)) * 1099511628211ULL;
       }
     }
-    best_s = std::min(best_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    best_s = std::min(
+        best_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   std::printf(
       "weft: %zu bytes, %zu chunks, %llu tokens, best of %d: %.3f s, %.2f MB/s, ids fnv1a %016llx, "

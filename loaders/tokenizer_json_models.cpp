@@ -22,7 +22,10 @@ text::Vocabulary read_vocab_object(const JsonNode& node) {
 
 template <class T>
 T take(Result<T> result, const JsonNode& node) {
-  if (!result) node.fail(std::string("a consistent model (") + result.error().what() + ")");
+  if (!result) {
+    throw Error(ErrorCode::kParse,
+                node.source + ": field " + node.field + ": " + result.error().what());
+  }
   return std::move(*result);
 }
 

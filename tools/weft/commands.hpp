@@ -8,6 +8,8 @@
 namespace weft::cli {
 
 void add_version_command(CLI::App& app, int& exit_code);
+void add_tokenize_command(CLI::App& app, int& exit_code);
+void add_detokenize_command(CLI::App& app, int& exit_code);
 void add_chat_template_command(CLI::App& app, int& exit_code);
 void add_generate_command(CLI::App& app, int& exit_code);
 

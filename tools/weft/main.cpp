@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
 
   int exit_code = 0;
   weft::cli::add_version_command(app, exit_code);
+  weft::cli::add_tokenize_command(app, exit_code);
+  weft::cli::add_detokenize_command(app, exit_code);
   weft::cli::add_chat_template_command(app, exit_code);
   weft::cli::add_generate_command(app, exit_code);
 
