@@ -8,6 +8,8 @@
 
 #include <filesystem>
 #include <iostream>
+#include <iterator>
+#include <random>
 
 #include "loaders/chat_template_file.hpp"
 #include "runtime/text/chat_template.hpp"
@@ -130,6 +132,66 @@ TEST(JinjaEvalTest, VariablesComeFromRender) {
   Dict vars;
   vars.set("items", Value(List{Value(1), Value(2.5), Value("x")}));
   EXPECT_EQ(render("{{ items | tojson }} {{ items }}", vars), "[1, 2.5, \"x\"] [1, 2.5, 'x']");
+}
+
+// Random edits of the real templates (deleted and duplicated ranges, stray tag and bracket
+// markers) must parse or fail with a located error, and render or fail cleanly: never crash,
+// never throw.
+TEST(JinjaEvalTest, MutatedTemplatesNeverCrash) {
+  auto cases = read_json_value_file(kFixtures / "conversations.json");
+  ASSERT_TRUE(cases.ok());
+  const Value* tool_case = nullptr;
+  for (const Value& c : cases->as_list()) {
+    if (field(c, "name").as_string() == "tools_call_and_result") tool_case = &c;
+  }
+  ASSERT_NE(tool_case, nullptr);
+  static const char* kPieces[] = {"{%",      "%}",       "{{",     "}}",    "{#",     "#}", "(",
+                                  ")",       "[",        "]",      "'",     "\"",     "-",  "|",
+                                  " endif ", " endfor ", " else ", "\n",    ".",      ":",  "{",
+                                  "}",       " is ",     " not ",  "loop.", "[::-1]", " ~ "};
+  std::mt19937 rng(1234);
+  int rendered = 0, failed = 0;
+  for (const char* family : {"qwen3", "gemma3", "llama3", "llama2_chat_format"}) {
+    auto file = read_chat_template_file(kFixtures / family);
+    ASSERT_TRUE(file.ok());
+    const std::string original = file->templates[0].second;
+    for (int round = 0; round < 400; ++round) {
+      std::string text = original;
+      int edits = 1 + static_cast<int>(rng() % 4);
+      for (int e = 0; e < edits && !text.empty(); ++e) {
+        std::size_t at = rng() % text.size();
+        std::size_t len = 1 + rng() % 12;
+        switch (rng() % 3) {
+          case 0:
+            text.erase(at, len);
+            break;
+          case 1:
+            text.insert(at, text.substr(at, len));
+            break;
+          default:
+            text.insert(at, kPieces[rng() % std::size(kPieces)]);
+        }
+      }
+      ChatTemplateOptions options;
+      options.tools = field(*tool_case, "tools");
+      auto t = ChatTemplate::parse(text, "mutant", file->special_tokens);
+      if (!t) {
+        EXPECT_EQ(std::string(t.error().what()).rfind("mutant:", 0), 0u) << t.error().what();
+        ++failed;
+        continue;
+      }
+      auto r = t->render(field(*tool_case, "messages"), options);
+      if (r.ok()) {
+        ++rendered;
+      } else {
+        EXPECT_EQ(std::string(r.error().what()).rfind("mutant", 0), 0u) << r.error().what();
+        ++failed;
+      }
+    }
+  }
+  std::cout << "mutated templates: " << rendered << " rendered, " << failed << " failed cleanly\n";
+  EXPECT_GT(rendered, 0);
+  EXPECT_GT(failed, 0);
 }
 
 }  // namespace
