@@ -1,15 +1,33 @@
 #include "kernels/cpu/thread_pool.hpp"
 
+#include <immintrin.h>
+
 #include <algorithm>
 
 #include "kernels/cpu/cpu_features.hpp"
 
 namespace weft::cpu {
+namespace {
+
+// About 20-50 microseconds of pause instructions: long enough to catch the next barrier of a
+// decode step, short enough not to hold a shared core for long.
+constexpr int kSpinIterations = 4000;
+
+template <class Done>
+bool spin_until(Done done) {
+  for (int i = 0; i < kSpinIterations; ++i) {
+    if (done()) return true;
+    _mm_pause();
+  }
+  return done();
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(unsigned threads) {
   if (threads == 0) threads = std::max(1u, cpu_features().logical_cores);
   for (unsigned i = 1; i < threads; ++i)
-    workers_.emplace_back([this, i] { work(i); });
+    workers_.emplace_back([this] { work(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -22,46 +40,58 @@ ThreadPool::~ThreadPool() {
     t.join();
 }
 
+void ThreadPool::run_chunks(Job& job) {
+  for (;;) {
+    const std::size_t c = job.next.fetch_add(1, std::memory_order_relaxed);
+    if (c >= job.chunks) return;
+    const std::size_t begin = c * job.chunk;
+    (*job.fn)(begin, std::min(job.n, begin + job.chunk));
+    job.done.fetch_add(1, std::memory_order_acq_rel);
+  }
+}
+
 void ThreadPool::parallel_for(std::size_t n,
                               const std::function<void(std::size_t, std::size_t)>& fn,
                               std::size_t grain) {
   if (n == 0) return;
   grain = std::max<std::size_t>(grain, 1);
-  const auto parts = static_cast<unsigned>(std::min<std::size_t>(size(), (n + grain - 1) / grain));
+  const std::size_t parts = std::min<std::size_t>(size(), (n + grain - 1) / grain);
   if (parts <= 1) {
     fn(0, n);
     return;
   }
+  // A few chunks per thread, so a late thread's share is picked up by the others.
+  auto job = std::make_shared<Job>();
+  job->fn = &fn;
+  job->n = n;
+  job->chunk = std::max(grain, (n + 4 * parts - 1) / (4 * parts));
+  job->chunks = (n + job->chunk - 1) / job->chunk;
   {
     std::lock_guard lock(mutex_);
-    job_ = &fn;
-    job_n_ = n;
-    job_parts_ = parts;
-    pending_ = parts - 1;
-    ++generation_;
+    job_ = job;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
-  fn(0, n / parts);
-  std::unique_lock lock(mutex_);
-  done_.wait(lock, [this] { return pending_ == 0; });
-  job_ = nullptr;
+  run_chunks(*job);
+  // Chunks still running belong to workers that claimed them; wait for those only.
+  while (!spin_until([&] { return job->done.load(std::memory_order_acquire) == job->chunks; })) {
+    std::this_thread::yield();
+  }
 }
 
-void ThreadPool::work(unsigned index) {
+void ThreadPool::work() {
   std::size_t seen = 0;
   for (;;) {
-    std::unique_lock lock(mutex_);
-    wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-    if (stop_) return;
-    seen = generation_;
-    if (index >= job_parts_) continue;  // this job has fewer parts than threads
-    const auto* fn = job_;
-    const std::size_t n = job_n_;
-    const unsigned parts = job_parts_;
-    lock.unlock();
-    (*fn)(n * index / parts, n * (index + 1) / parts);
-    lock.lock();
-    if (--pending_ == 0) done_.notify_one();
+    spin_until([&] { return generation_.load(std::memory_order_acquire) != seen || stop_.load(); });
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
+      if (stop_) return;
+      seen = generation_.load();
+      job = job_;
+    }
+    if (job) run_chunks(*job);
   }
 }
 

@@ -1,11 +1,14 @@
 #pragma once
-// A fixed set of worker threads for data-parallel kernels. parallel_for splits [0, n) into one
-// contiguous range per thread (the caller's thread takes the first), runs them and waits:
-// a forward pass is a sequence of such barriers, so nothing fancier pays on the CPU path.
+// A fixed set of worker threads for data-parallel kernels. parallel_for cuts [0, n) into
+// chunks that the caller and the workers claim from a shared counter, so a worker the OS has
+// not scheduled yet costs nothing: the caller simply takes its chunks. (On a busy machine a
+// static split makes every barrier wait for the slowest thread to be woken.)
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -28,18 +31,25 @@ class ThreadPool {
                     std::size_t grain = 1);
 
  private:
-  void work(unsigned index);
+  // One parallel_for call. Workers hold it by shared_ptr, so one that wakes after the call
+  // has returned finds no chunk left and never touches the caller's (gone) function.
+  struct Job {
+    const std::function<void(std::size_t, std::size_t)>* fn = nullptr;
+    std::size_t n = 0;
+    std::size_t chunk = 1;
+    std::size_t chunks = 0;
+    std::atomic<std::size_t> next{0};
+    std::atomic<std::size_t> done{0};
+  };
+  static void run_chunks(Job& job);
+  void work();
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::condition_variable done_;
-  const std::function<void(std::size_t, std::size_t)>* job_ = nullptr;
-  std::size_t job_n_ = 0;
-  unsigned job_parts_ = 0;
-  unsigned pending_ = 0;
-  std::size_t generation_ = 0;
-  bool stop_ = false;
+  std::shared_ptr<Job> job_;
+  std::atomic<std::size_t> generation_{0};
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace weft::cpu
