@@ -6,10 +6,12 @@ namespace {
 
 namespace dom = simdjson::dom;
 
-[[noreturn]] void unsupported(const JsonNode& node, std::string_view kind, std::string_view type) {
+[[noreturn]] void unsupported(const JsonNode& node, std::string_view kind, std::string_view type,
+                              std::string_view supported) {
   throw Error(ErrorCode::kUnsupported, node.source + ": field " + node.field + ": " +
                                            std::string(kind) + " type \"" + std::string(type) +
-                                           "\" is not supported by Weft");
+                                           "\" is not supported by Weft (expected one of " +
+                                           std::string(supported) + ")");
 }
 
 std::string_view type_of(const JsonNode& node) {
@@ -109,7 +111,9 @@ std::unique_ptr<text::Normalizer> build_normalizer(const JsonNode& node) {
                   [&](const JsonNode& n) { steps.push_back(build_normalizer(n)); });
     return std::make_unique<text::SequenceNormalizer>(std::move(steps));
   }
-  unsupported(node, "normalizer", type);
+  unsupported(node, "normalizer", type,
+              "NFC, NFD, NFKC, NFKD, Lowercase, StripAccents, Strip, Prepend, Replace, "
+              "BertNormalizer, Sequence");
 }
 
 std::unique_ptr<text::PreTokenizer> build_pre_tokenizer(const JsonNode& node) {
@@ -161,7 +165,9 @@ std::unique_ptr<text::PreTokenizer> build_pre_tokenizer(const JsonNode& node) {
                   [&](const JsonNode& n) { steps.push_back(build_pre_tokenizer(n)); });
     return std::make_unique<text::SequencePreTokenizer>(std::move(steps));
   }
-  unsupported(node, "pre_tokenizer", type);
+  unsupported(node, "pre_tokenizer", type,
+              "Split, ByteLevel, Metaspace, Whitespace, WhitespaceSplit, BertPreTokenizer, "
+              "Punctuation, Digits, Sequence");
 }
 
 std::unique_ptr<text::Decoder> build_decoder(const JsonNode& node) {
@@ -196,7 +202,9 @@ std::unique_ptr<text::Decoder> build_decoder(const JsonNode& node) {
                   [&](const JsonNode& n) { steps.push_back(build_decoder(n)); });
     return std::make_unique<text::SequenceDecoder>(std::move(steps));
   }
-  unsupported(node, "decoder", type);
+  unsupported(node, "decoder", type,
+              "ByteLevel, ByteFallback, Fuse, Replace, Strip, Metaspace, WordPiece, BPEDecoder, "
+              "Sequence");
 }
 
 std::unique_ptr<text::PostProcessor> build_post_processor(const JsonNode& node,
@@ -243,7 +251,8 @@ std::unique_ptr<text::PostProcessor> build_post_processor(const JsonNode& node,
                   [&](const JsonNode& n) { steps.push_back(build_post_processor(n, parts)); });
     return std::make_unique<text::SequencePostProcessor>(std::move(steps));
   }
-  unsupported(node, "post_processor", type);
+  unsupported(node, "post_processor", type,
+              "TemplateProcessing, ByteLevel, BertProcessing, RobertaProcessing, Sequence");
 }
 
 }  // namespace weft::loaders
