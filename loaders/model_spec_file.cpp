@@ -349,7 +349,9 @@ Result<model::ModelSpec> read_model_spec(const std::filesystem::path& spec_file,
   if (spec_doc.root["architectures"].get(archs) || archs.size() == 0) {
     return r.spec_error("architectures", "must be a non-empty list of names");
   }
-  s.architecture = std::string(archs.at(0).get_string().value_unsafe());
+  std::string_view first_arch;
+  if (archs.at(0).get(first_arch)) return r.spec_error("architectures", "must hold strings");
+  s.architecture = std::string(first_arch);
 
   WEFT_TRY(network, r.resolve_key(spec_doc.root, "network", "network"));
   if (network) {

@@ -109,11 +109,27 @@ int run_generate(const GenerateOptions& o) {
   }
 
   cpu::ThreadPool pool(o.threads);
-  const int capacity = static_cast<int>(prompt.size()) + std::max(o.max_tokens, 0);
-  model::KvCache kv(model.kv_layout(o.page_size),
-                    std::max(1, (capacity + o.page_size - 1) / o.page_size));
+  const std::int64_t capacity =
+      static_cast<std::int64_t>(prompt.size()) + std::max(o.max_tokens, 0);
+  const auto layout = model.kv_layout(o.page_size);
+  const std::int64_t pages = std::max<std::int64_t>(1, (capacity + o.page_size - 1) / o.page_size);
+  // The whole KV cache is allocated up front; refuse a size that cannot be, instead of
+  // failing inside the allocator.
+  const double kv_bytes = static_cast<double>(pages) * layout.floats_per_page() * sizeof(float);
+  if (kv_bytes > 64.0 * (1ull << 30)) {
+    return fail("--max-tokens " + std::to_string(o.max_tokens) + " needs a " +
+                std::to_string(static_cast<long long>(kv_bytes / (1 << 20))) +
+                " MiB KV cache; the CPU path allows at most 64 GiB");
+  }
+  std::optional<model::KvCache> kv_storage;
+  try {
+    kv_storage.emplace(layout, static_cast<int>(pages));
+  } catch (const std::bad_alloc&) {
+    return fail("not enough memory for a KV cache of " + std::to_string(capacity) + " tokens");
+  }
+  model::KvCache& kv = *kv_storage;
   model::SequenceSlice seq{0, static_cast<int>(prompt.size()), {}, false};
-  while (static_cast<int>(seq.page_table.size()) < kv.pages_for(capacity)) {
+  while (static_cast<int>(seq.page_table.size()) < pages) {
     seq.page_table.push_back(*kv.allocate_page());
   }
   model::StepBatch step;
