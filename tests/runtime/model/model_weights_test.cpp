@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -144,6 +145,61 @@ TEST(ModelWeights, FusedQkvAndGateUpGiveTheSameLogits) {
   ASSERT_EQ(a.size(), b.size());
   for (std::size_t i = 0; i < a.size(); ++i)
     EXPECT_NEAR(a[i], b[i], 1e-5) << i;
+}
+
+// Rope with interleaved pairs on q/k rows permuted from half-split order (row i -> 2i,
+// row i + d/2 -> 2i + 1 within each head) is the same computation: Meta's and Hugging Face's
+// Llama checkpoints differ exactly by this permutation. Checks the interleaved path end to end.
+TEST(ModelWeights, InterleavedRopeOnPermutedRowsGivesTheSameLogits) {
+  auto f = open_fixture("llama_gqa_f32");
+  auto inter = f;
+  inter.spec.rope.order = model::RopeOrder::kInterleaved;
+  const std::int64_t d = f.spec.head_dim;
+  auto permute = [&](const std::string& name) {
+    const TensorView* t = f.weights.files->find(name);
+    const std::int64_t rows = t->shape[0], cols = t->shape[1];
+    std::vector<float> out(static_cast<std::size_t>(rows * cols));
+    for (std::int64_t head = 0; head < rows / d; ++head) {
+      for (std::int64_t i = 0; i < d; ++i) {
+        const std::int64_t to = i < d / 2 ? 2 * i : 2 * (i - d / 2) + 1;
+        std::memcpy(out.data() + (head * d + to) * cols, t->as<float>() + (head * d + i) * cols,
+                    static_cast<std::size_t>(cols) * sizeof(float));
+      }
+    }
+    inter.weights.replaced[name] = make_f32_tensor({rows, cols}, std::move(out));
+  };
+  for (int l = 0; l < f.spec.num_layers; ++l) {
+    permute("model.layers." + std::to_string(l) + ".self_attn.q_proj.weight");
+    permute("model.layers." + std::to_string(l) + ".self_attn.k_proj.weight");
+  }
+  auto half_model = model::Model::create(f.spec, f.weights.lookup());
+  auto inter_model = model::Model::create(inter.spec, inter.weights.lookup());
+  ASSERT_TRUE(half_model.ok()) << half_model.error().what();
+  ASSERT_TRUE(inter_model.ok()) << inter_model.error().what();
+  cpu::ThreadPool pool(2);
+  std::vector<float> a, b;
+  for (auto* m : {&half_model.value(), &inter_model.value()}) {
+    model::KvCache kv(m->kv_layout(4), 8);
+    model::StepBatch step{{5, 17, 200, 3, 9, 44}, {0, 1, 2, 3, 4, 5}, {{0, 6, {0, 1}, true}}};
+    auto ok = m->forward(step, kv, m == &half_model.value() ? a : b, pool);
+    ASSERT_TRUE(ok) << ok.error().what();
+  }
+  ASSERT_EQ(a.size(), b.size());
+  float max_diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    max_diff = std::max(max_diff, std::fabs(a[i] - b[i]));
+  EXPECT_LT(max_diff, 1e-4f);
+  // And the two orders really differ on unpermuted weights (the test is not vacuous).
+  auto wrong = model::Model::create(inter.spec, f.weights.lookup());
+  ASSERT_TRUE(wrong.ok());
+  model::KvCache kv(wrong->kv_layout(4), 8);
+  std::vector<float> c;
+  ASSERT_TRUE(wrong->forward({{5, 17, 200, 3, 9, 44}, {0, 1, 2, 3, 4, 5}, {{0, 6, {0, 1}, true}}},
+                             kv, c, pool));
+  float wrong_diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    wrong_diff = std::max(wrong_diff, std::fabs(a[i] - c[i]));
+  EXPECT_GT(wrong_diff, 1e-2f);
 }
 
 TEST(ModelForward, RejectsBadStepBatches) {
