@@ -12,5 +12,6 @@ void add_tokenize_command(CLI::App& app, int& exit_code);
 void add_detokenize_command(CLI::App& app, int& exit_code);
 void add_chat_template_command(CLI::App& app, int& exit_code);
 void add_generate_command(CLI::App& app, int& exit_code);
+void add_perplexity_command(CLI::App& app, int& exit_code);
 
 }  // namespace weft::cli

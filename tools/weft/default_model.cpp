@@ -1,0 +1,23 @@
+#include "tools/weft/default_model.hpp"
+
+#include <cstdlib>
+
+namespace weft::cli {
+
+std::filesystem::path default_model_dir() {
+  if (const char* env = std::getenv("WEFT_MODEL"); env != nullptr && *env != '\0') return env;
+  // __FILE__ is tools/weft/default_model.cpp in the source tree the binary was built from.
+  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "models" /
+         "weft-tiny";
+}
+
+CLI::Option* add_model_option(CLI::App* cmd, std::string& dir) {
+  dir = default_model_dir().string();
+  return cmd
+      ->add_option("--model", dir,
+                   "Hugging Face model folder (config.json, *.safetensors, tokenizer.json); "
+                   "default: $WEFT_MODEL, else the bundled weft-tiny")
+      ->default_str(dir);
+}
+
+}  // namespace weft::cli
