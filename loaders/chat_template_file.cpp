@@ -13,7 +13,7 @@ namespace {
 namespace od = simdjson::ondemand;
 
 // Nesting deeper than this is refused (the recursion below follows the document's depth).
-constexpr int kMaxJsonDepth = 256;
+constexpr int kMaxJsonDepth = 100;
 
 Error json_error(std::string_view source, simdjson::error_code err) {
   return Error(ErrorCode::kParse,
@@ -39,7 +39,7 @@ jinja::Value number_value(std::string_view raw) {
 
 Result<jinja::Value> to_value(od::value v, std::string_view source, int depth) {
   if (depth > kMaxJsonDepth) {
-    return Error(ErrorCode::kParse, std::string(source) + ": JSON nests deeper than 256 levels");
+    return Error(ErrorCode::kParse, std::string(source) + ": JSON nests deeper than 100 levels");
   }
   od::json_type type;
   if (auto err = v.type().get(type)) return json_error(source, err);

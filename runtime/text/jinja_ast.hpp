@@ -33,7 +33,7 @@ struct Expr {
     kDict,       // {args[0]: args[1], args[2]: args[3], ...}
   };
 
-  Kind kind;
+  Kind kind = Kind::kConst;
   int line = 0;
   int column = 0;
   std::string name;
@@ -62,7 +62,7 @@ struct Stmt {
     kGeneration,  // transformers' {% generation %} marker: renders its body unchanged
   };
 
-  Kind kind;
+  Kind kind = Kind::kText;
   int line = 0;
   int column = 0;
   std::string text;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <new>
+#include <stdexcept>
 #include <unordered_map>
 
 #include "runtime/text/jinja_builtins.hpp"
@@ -14,6 +16,31 @@ namespace {
 // Bounds that keep a hostile template from exhausting the stack or memory.
 constexpr int kMaxCallDepth = 100;
 constexpr std::size_t kMaxOutputBytes = std::size_t{256} << 20;
+constexpr std::size_t kMaxListItems = std::size_t{16} << 20;
+constexpr std::uint32_t kMaxValueDepth = 128;
+
+// Whether `v` holds a namespace anywhere: a namespace stored into a namespace could make a
+// cycle, which printing would follow forever.
+bool holds_namespace(const Value& v) {
+  if (v.is_namespace()) return true;
+  if (v.is_list()) {
+    for (const Value& item : v.as_list()) {
+      if (holds_namespace(item)) return true;
+    }
+  } else if (v.is_dict()) {
+    for (const auto& item : v.as_dict().items) {
+      if (holds_namespace(item.second)) return true;
+    }
+  }
+  return false;
+}
+
+// Strings built by `+` and `~` are bounded like the output, so that a loop that doubles a
+// string cannot exhaust memory.
+std::string bounded(std::string s) {
+  if (s.size() > kMaxOutputBytes) fail("a string would grow beyond 256 MiB");
+  return s;
+}
 
 struct LocatedFailure {
   int line;
@@ -112,6 +139,9 @@ class Evaluator {
                 "cannot assign attribute '" + s.targets[1] + "' on '" + s.targets[0] +
                     "', which is not a namespace()");
       }
+      if (holds_namespace(v)) {
+        fail_at(s.line, s.column, "a namespace() cannot hold a namespace()");
+      }
       ns->namespace_dict().set(s.targets[1], std::move(v));
       return;
     }
@@ -181,7 +211,9 @@ class Evaluator {
 
   Value eval(const Expr& e) {
     try {
-      return eval_inner(e);
+      Value v = eval_inner(e);
+      if (v.depth() > kMaxValueDepth) fail("values nest deeper than 128 levels");
+      return v;
     } catch (const RuntimeFailure& f) {
       throw LocatedFailure{e.line, e.column, f.message, f.raised};
     }
@@ -330,7 +362,7 @@ class Evaluator {
     }
     Value l = eval(*e.args[0]);
     Value r = eval(*e.args[1]);
-    if (op == "~") return Value(to_str(l) + to_str(r));
+    if (op == "~") return Value(bounded(to_str(l) + to_str(r)));
     if (l.is_undefined()) fail(l.undefined_hint());
     if (r.is_undefined()) fail(r.undefined_hint());
     auto unsupported = [&]() -> Value {
@@ -338,8 +370,11 @@ class Evaluator {
            r.type_name() + "'");
     };
     if (op == "+") {
-      if (l.is_string() && r.is_string()) return Value(l.as_string() + r.as_string());
+      if (l.is_string() && r.is_string()) return Value(bounded(l.as_string() + r.as_string()));
       if (l.is_list() && r.is_list()) {
+        if (l.as_list().size() + r.as_list().size() > kMaxListItems) {
+          fail("a list would grow beyond 16M items");
+        }
         List out = l.as_list();
         out.insert(out.end(), r.as_list().begin(), r.as_list().end());
         return Value(std::move(out));
@@ -465,6 +500,12 @@ Result<std::string> Template::render(const Dict& variables) const {
     return Error(ErrorCode::kInvalidArgument, where + ": " + f.message);
   } catch (const RuntimeFailure& f) {
     return Error(ErrorCode::kInvalidArgument, source_name_ + ": " + f.message);
+  } catch (const std::bad_alloc&) {
+    return Error(ErrorCode::kResourceExhausted, source_name_ + ": out of memory while rendering");
+  } catch (const std::exception& e) {
+    // A bug, not bad input; reported rather than let through so a request never crashes.
+    return Error(ErrorCode::kInternal,
+                 source_name_ + ": internal error while rendering: " + e.what());
   }
 }
 

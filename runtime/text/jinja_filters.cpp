@@ -123,10 +123,11 @@ std::string html_escape(const std::string& s) {
 Value indent(const std::string& s, const CallArgs& a) {
   a.check("indent", 3, {"width", "first", "blank"});
   Value width = a.get(0, "width", Value(4));
-  std::string pad = width.is_string() ? width.as_string()
-                                      : std::string(static_cast<std::size_t>(std::max<std::int64_t>(
-                                                        0, to_index(width, "indent width"))),
-                                                    ' ');
+  std::int64_t n = width.is_string() ? 0 : to_index(width, "indent width");
+  if (n > 1024) fail("indent width is larger than 1024");
+  std::string pad = width.is_string()
+                        ? width.as_string()
+                        : std::string(static_cast<std::size_t>(std::max<std::int64_t>(0, n)), ' ');
   bool first = a.get(1, "first", Value(false)).truthy();
   bool blank = a.get(2, "blank", Value(false)).truthy();
   std::vector<std::string> lines;
@@ -186,7 +187,12 @@ Value apply_filter(std::string_view name, const Value& v, const CallArgs& a) {
     a.check(name, 1, {"indent", "sort_keys", "ensure_ascii"});
     JsonOptions options;
     Value indent_v = a.get(0, "indent", kNone);
-    if (!indent_v.is_none()) options.indent = static_cast<int>(to_index(indent_v, "indent"));
+    if (!indent_v.is_none()) {
+      std::int64_t indent_width = to_index(indent_v, "indent");
+      // A bound, so that a hostile indent cannot exhaust memory.
+      if (indent_width > 1024) fail("tojson indent is larger than 1024");
+      options.indent = static_cast<int>(std::max<std::int64_t>(indent_width, -1));
+    }
     options.sort_keys = a.get(99, "sort_keys", Value(false)).truthy();
     if (a.get(99, "ensure_ascii", Value(false)).truthy())
       fail("tojson(ensure_ascii=true) is not supported");

@@ -322,7 +322,7 @@ class Lexer {
         }
         default:
           if (e >= '0' && e <= '7') {
-            char32_t cp = static_cast<char32_t>(e - '0');
+            auto cp = static_cast<char32_t>(e - '0');
             for (int k = 0; k < 2 && q < src_.size() && src_[q] >= '0' && src_[q] <= '7'; ++k) {
               cp = cp * 8 + static_cast<char32_t>(src_[q++] - '0');
             }

@@ -32,9 +32,26 @@ void Dict::set(std::string key, Value value) {
   }
 }
 
+Value::Value(List list) {
+  std::uint32_t deepest = 0;
+  for (const Value& item : list)
+    deepest = std::max(deepest, item.depth_);
+  depth_ = deepest + 1;
+  data_ = std::make_shared<List>(std::move(list));
+}
+
+Value::Value(Dict dict) {
+  std::uint32_t deepest = 0;
+  for (const auto& item : dict.items)
+    deepest = std::max(deepest, item.second.depth_);
+  depth_ = deepest + 1;
+  data_ = std::make_shared<Dict>(std::move(dict));
+}
+
 Value Value::make_namespace(Dict dict) {
-  Value v;
-  v.data_ = NamespacePtr{std::make_shared<Dict>(std::move(dict))};
+  Value v(std::move(dict));
+  v.data_ =
+      NamespacePtr{std::make_shared<Dict>(std::move(*std::get<std::shared_ptr<Dict>>(v.data_)))};
   return v;
 }
 
@@ -230,7 +247,9 @@ bool json_value(const Value& v, const JsonOptions& opt, int level, std::string& 
                 std::string& error) {
   auto newline = [&](int lvl) {
     out += '\n';
-    out.append(static_cast<std::size_t>(*opt.indent * lvl), ' ');
+    // Python indents by ' ' * indent, which is empty for a negative indent.
+    out.append(static_cast<std::size_t>(std::max(0, *opt.indent)) * static_cast<std::size_t>(lvl),
+               ' ');
   };
   switch (v.kind()) {
     case Value::Kind::kNone:

@@ -53,14 +53,14 @@ class Value {
   Value() : data_(Undefined{}) {}
   static Value undefined(std::string hint) { return Value(Undefined{std::move(hint)}); }
   static Value none() { return Value(nullptr); }
-  Value(bool b) : data_(b) {}                                           // NOLINT
-  Value(std::int64_t i) : data_(i) {}                                   // NOLINT
-  Value(int i) : data_(static_cast<std::int64_t>(i)) {}                 // NOLINT
-  Value(double d) : data_(d) {}                                         // NOLINT
-  Value(std::string s) : data_(std::move(s)) {}                         // NOLINT
-  Value(const char* s) : data_(std::string(s)) {}                       // NOLINT
-  Value(List list) : data_(std::make_shared<List>(std::move(list))) {}  // NOLINT
-  Value(Dict dict) : data_(std::make_shared<Dict>(std::move(dict))) {}  // NOLINT
+  Value(bool b) : data_(b) {}                            // NOLINT
+  Value(std::int64_t i) : data_(i) {}                    // NOLINT
+  Value(int i) : data_(static_cast<std::int64_t>(i)) {}  // NOLINT
+  Value(double d) : data_(d) {}                          // NOLINT
+  Value(std::string s) : data_(std::move(s)) {}          // NOLINT
+  Value(const char* s) : data_(std::string(s)) {}        // NOLINT
+  Value(List list);                                      // NOLINT: implicit
+  Value(Dict dict);                                      // NOLINT: implicit
   explicit Value(std::shared_ptr<const Macro> macro) : data_(std::move(macro)) {}
   // A Python tuple: a list that prints as "(a, b)"; tuples come from literals and items().
   static Value tuple(List items) {
@@ -81,6 +81,9 @@ class Value {
   bool is_string() const { return kind() == Kind::kString; }
   bool is_list() const { return kind() == Kind::kList; }
   bool is_tuple() const { return tuple_; }
+  // How deeply lists and dicts nest inside this value (0 for a scalar). The evaluator bounds
+  // it, so that printing, comparing and destroying values cannot exhaust the stack.
+  std::uint32_t depth() const { return depth_; }
   bool is_dict() const { return kind() == Kind::kDict; }
   bool is_namespace() const { return kind() == Kind::kNamespace; }
   bool is_macro() const { return kind() == Kind::kMacro; }
@@ -115,6 +118,7 @@ class Value {
                std::shared_ptr<const Macro>>
       data_;
   bool tuple_ = false;
+  std::uint32_t depth_ = 0;
 };
 
 // Python's str(value): what `{{ value }}` prints ("" for undefined, "None", "True", "1.5",

@@ -115,6 +115,19 @@ TEST(JinjaEvalTest, HostileInputFailsCleanly) {
             std::string::npos);
   EXPECT_NE(render("{{ range(1000000) | length }}").find("range too big"), std::string::npos);
   EXPECT_NE(render("{{ 'x' * 1000000000000 }}").find("256 MiB"), std::string::npos);
+  EXPECT_NE(render("{% set ns = namespace(l=[]) %}{% for i in range(1000) %}{% set ns.l = [ns.l] "
+                   "%}{% endfor %}{{ ns.l }}")
+                .find("nest deeper than 128"),
+            std::string::npos);
+  EXPECT_NE(render("{% set ns = namespace(s='ab') %}{% for i in range(100) %}{% set ns.s = ns.s ~ "
+                   "ns.s %}{% endfor %}")
+                .find("beyond 256 MiB"),
+            std::string::npos);
+  EXPECT_NE(render("{% set ns = namespace() %}{% set ns.me = [ns] %}{{ ns }}").find("cannot hold"),
+            std::string::npos);
+  EXPECT_NE(render("{{ [1] | tojson(indent=100000) }}").find("larger than 1024"),
+            std::string::npos);
+  EXPECT_EQ(render("{{ [1] | tojson(indent=-3) }}"), "[\n1\n]");
   EXPECT_EQ(render("\xff\xfe{{ '\xc3' }}"), "\xff\xfe\xc3");
   EXPECT_EQ(render("{{ '\xe6\x97' | length }}"), "2");
 }
