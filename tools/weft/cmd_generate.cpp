@@ -13,7 +13,9 @@
 #include "loaders/model_loader.hpp"
 #include "loaders/tokenizer_json.hpp"
 #include "runtime/model/sampling.hpp"
+#include "runtime/text/detokenizer.hpp"
 #include "tools/weft/commands.hpp"
+#include "tools/weft/default_model.hpp"
 
 namespace weft::cli {
 namespace {
@@ -32,44 +34,6 @@ struct GenerateOptions {
   bool ignore_eos = false;
   unsigned threads = 0;
   int page_size = 16;
-};
-
-// Turns generated ids into text a piece at a time without splitting a UTF-8 character: the
-// whole continuation is decoded each time and only a stable suffix is released (a trailing
-// U+FFFD may be half a character still to come).
-class TextStream {
- public:
-  explicit TextStream(const text::Tokenizer* tokenizer) : tokenizer_(tokenizer) {}
-  bool active() const { return tokenizer_ != nullptr; }
-
-  std::string push(int id, bool last) {
-    ids_.push_back(static_cast<std::uint32_t>(id));
-    auto decoded = tokenizer_->decode(ids_, /*skip_special_tokens=*/true);
-    if (!decoded) return {};
-    const std::string& full = decoded.value();
-    const std::string_view replacement = "\xEF\xBF\xBD";
-    if (!last && full.size() >= 3 &&
-        std::string_view(full).substr(full.size() - 3) == replacement) {
-      return {};
-    }
-    if (full.size() < emitted_ || full.compare(0, emitted_, text_, 0, emitted_) != 0) {
-      // Decoding is not prefix-stable here (a decoder rewrote earlier text); emit nothing
-      // rather than repeat it.
-      text_ = full;
-      emitted_ = full.size();
-      return {};
-    }
-    std::string piece = full.substr(emitted_);
-    text_ = full;
-    emitted_ = full.size();
-    return piece;
-  }
-
- private:
-  const text::Tokenizer* tokenizer_;
-  std::vector<std::uint32_t> ids_;
-  std::string text_;
-  std::size_t emitted_ = 0;
 };
 
 int run_generate(const GenerateOptions& o) {
@@ -139,7 +103,9 @@ int run_generate(const GenerateOptions& o) {
   step.sequences.push_back(seq);
 
   std::mt19937_64 rng(o.seed);
-  TextStream stream(tokenizer.get());
+  // Text leaves in valid UTF-8 pieces that add up to the full decode.
+  std::optional<text::IncrementalDetokenizer> detokenizer;
+  if (tokenizer) detokenizer.emplace(tokenizer, /*skip_special_tokens=*/true);
   const bool json = o.format == "json";
   const auto& eos = loaded->generation.eos_token_ids;
   std::vector<float> logits;
@@ -158,10 +124,20 @@ int run_generate(const GenerateOptions& o) {
     ++generated;
     const bool stop = !o.ignore_eos && std::find(eos.begin(), eos.end(), choice.id) != eos.end();
     const bool last = stop || generated == o.max_tokens;
-    const std::string piece = stream.active() ? stream.push(choice.id, last) : std::string();
+    std::string piece;
+    if (detokenizer) {
+      auto delta = detokenizer->push(static_cast<std::uint32_t>(choice.id));
+      if (!delta) return fail(delta.error().what());
+      piece = std::move(delta.value());
+      if (last) {
+        auto rest = detokenizer->finish();
+        if (!rest) return fail(rest.error().what());
+        piece += rest.value();
+      }
+    }
     if (json) {
       boost::json::object event{{"id", choice.id}};
-      if (stream.active()) event["text"] = piece;
+      if (detokenizer) event["text"] = piece;
       event["logprob"] = choice.logprob;
       if (o.top_logprobs > 0) {
         boost::json::array top;
@@ -170,7 +146,7 @@ int run_generate(const GenerateOptions& o) {
         event["top_logprobs"] = std::move(top);
       }
       std::cout << boost::json::serialize(event) << '\n' << std::flush;
-    } else if (stream.active()) {
+    } else if (detokenizer) {
       std::cout << piece << std::flush;
     } else {
       std::cout << (generated > 1 ? " " : "") << choice.id << std::flush;
@@ -203,7 +179,7 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "generate", "Continue a prompt with a model folder (safetensors + config.json) on the CPU.");
   auto opts = std::make_shared<GenerateOptions>();
-  cmd->add_option("--model", opts->model_dir, "Hugging Face model folder")->required();
+  add_model_option(cmd, opts->model_dir);
   cmd->add_option("--spec", opts->spec_file,
                   "model specification file (default: chosen by config.json's architectures "
                   "from config/models/)");
