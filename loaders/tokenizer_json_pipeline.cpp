@@ -1,5 +1,6 @@
 // normalizer, pre_tokenizer, decoder and post_processor of tokenizer.json.
 #include "loaders/tokenizer_json_components.hpp"
+#include "runtime/text/precompiled_normalizer.hpp"
 
 namespace weft::loaders {
 namespace {
@@ -105,6 +106,15 @@ std::unique_ptr<text::Normalizer> build_normalizer(const JsonNode& node) {
         node.boolean_or("clean_text", true), node.boolean_or("handle_chinese_chars", true),
         strip_accents, node.boolean_or("lowercase", true));
   }
+  if (type == "Precompiled") {
+    const JsonNode field = node.at("precompiled_charsmap");
+    auto bytes = text::decode_base64(field.string());
+    if (!bytes) field.fail("base64 text");
+    auto normalizer = text::PrecompiledNormalizer::create(*bytes);
+    if (!normalizer)
+      field.fail(std::string("a valid SentencePiece charsmap (") + normalizer.error().what() + ")");
+    return std::make_unique<text::PrecompiledNormalizer>(std::move(*normalizer));
+  }
   if (type == "Sequence") {
     std::vector<std::unique_ptr<text::Normalizer>> steps;
     for_each_item(node.at("normalizers"),
@@ -113,7 +123,7 @@ std::unique_ptr<text::Normalizer> build_normalizer(const JsonNode& node) {
   }
   unsupported(node, "normalizer", type,
               "NFC, NFD, NFKC, NFKD, Lowercase, StripAccents, Strip, Prepend, Replace, "
-              "BertNormalizer, Sequence");
+              "BertNormalizer, Precompiled, Sequence");
 }
 
 std::unique_ptr<text::PreTokenizer> build_pre_tokenizer(const JsonNode& node) {

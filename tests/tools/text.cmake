@@ -39,7 +39,7 @@ weft_text_test(weft_tokenize_invalid_utf8 "a\\0377b" "not valid UTF-8: ill-forme
   ARGS tokenize --tokenizer ${tok_fixtures}/unigram.json)
 weft_text_test(weft_tokenize_truncated_json "\"x\"\\n" "truncated.json: malformed JSON[^\n]*\nexit=1\n$"
   ARGS tokenize --tokenizer ${tok_fixtures}/bad/truncated.json --jsonl)
-weft_text_test(weft_tokenize_unknown_component "\"x\"\\n" "unknown_normalizer.json: field normalizer: normalizer type \"Precompiled\" is not supported[^\n]*\nexit=1\n$"
+weft_text_test(weft_tokenize_unknown_component "\"x\"\\n" "unknown_normalizer.json: field normalizer: normalizer type \"Nmt\" is not supported[^\n]*\nexit=1\n$"
   ARGS tokenize --tokenizer ${tok_fixtures}/bad/unknown_normalizer.json --jsonl)
 weft_text_test(weft_tokenize_missing_file "" "/nonexistent/tokenizer.json: cannot open the file[^\n]*\nexit=1\n$"
   ARGS tokenize --tokenizer /nonexistent/tokenizer.json --jsonl)

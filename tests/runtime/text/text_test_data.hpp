@@ -19,15 +19,17 @@ inline std::filesystem::path fixtures_dir() {
   return std::filesystem::path(WEFT_SOURCE_DIR) / "tests/fixtures/tokenizers";
 }
 
-// The tokenizers checked for parity: the four npm ones and the two trained fixtures.
+// The tokenizers checked for parity: the four npm ones and the three trained fixtures.
 inline const std::vector<std::string>& tokenizer_names() {
-  static const std::vector<std::string> names = {"llama3", "qwen3",     "llama2",
-                                                 "gemma3", "wordpiece", "unigram"};
+  static const std::vector<std::string> names = {"llama3",    "qwen3",   "llama2", "gemma3",
+                                                 "wordpiece", "unigram", "t5_spm"};
   return names;
 }
 
 inline std::filesystem::path tokenizer_path(const std::string& name) {
-  if (name == "wordpiece" || name == "unigram") return fixtures_dir() / (name + ".json");
+  if (name == "wordpiece" || name == "unigram" || name == "t5_spm") {
+    return fixtures_dir() / (name + ".json");
+  }
   return std::filesystem::path(WEFT_BINARY_DIR) / "test-data/tokenizers" / name / "tokenizer.json";
 }
 

@@ -31,7 +31,7 @@ void expect_error(const std::string& path, ErrorCode code, const std::vector<std
 TEST(TokenizerJsonErrors, NameThePathTheFieldAndWhatWasExpected) {
   expect_error(bad("truncated.json"), ErrorCode::kParse, {"malformed JSON"});
   expect_error(bad("unknown_normalizer.json"), ErrorCode::kUnsupported,
-               {"field normalizer", "normalizer type \"Precompiled\""});
+               {"field normalizer", "normalizer type \"Nmt\""});
   expect_error(bad("unknown_model.json"), ErrorCode::kUnsupported,
                {"field model", "model type \"CharLevel\"", "expected BPE, WordPiece or Unigram"});
   expect_error(bad("merge_not_in_vocab.json"), ErrorCode::kParse,
