@@ -22,7 +22,7 @@ Error header_error(const std::filesystem::path& path, const std::string& what) {
 }
 
 // The format caps the header at 100 MB; a larger length means a corrupt or hostile file.
-constexpr std::uint64_t kMaxHeaderBytes = 100u * 1024 * 1024;
+constexpr std::uint64_t kMaxHeaderBytes = std::uint64_t{100} * 1024 * 1024;
 
 }  // namespace
 

@@ -10,7 +10,7 @@ namespace {
 
 // Multiply-adds a thread should get before another one is worth waking: below this a
 // barrier costs more than the work it splits (small decode matmuls run on one thread).
-constexpr std::size_t kMinWorkPerThread = 256 * 1024;
+constexpr std::size_t kMinWorkPerThread = std::size_t{256} * 1024;
 
 // y[t][o + r] for 2 weight rows (r) x 4 tokens (t): 8 accumulators share each load, which is
 // what makes prefill compute-bound instead of load-bound. w0/w1 are widened f32 rows.
@@ -117,6 +117,28 @@ void matmul(const float* x, std::size_t tokens, const WeightMatrix& w, const flo
         matmul_rows(x, tokens, w, bias, y, begin, end, path);
       },
       std::max<std::size_t>(16, kMinWorkPerThread / std::max<std::size_t>(1, w.cols * tokens)));
+}
+
+void matmul_group(const float* x, std::size_t tokens, std::span<const MatmulOutput> outputs,
+                  ThreadPool* pool, KernelPath path) {
+  path = resolve(path);
+  std::size_t total = 0, cols = 1;
+  for (const auto& out : outputs) {
+    total += out.w->rows;
+    cols = out.w->cols;
+  }
+  auto run = [&](std::size_t begin, std::size_t end) {
+    std::size_t offset = 0;
+    for (const auto& out : outputs) {
+      const std::size_t lo = std::max(begin, offset), hi = std::min(end, offset + out.w->rows);
+      if (lo < hi) matmul_rows(x, tokens, *out.w, out.bias, out.y, lo - offset, hi - offset, path);
+      offset += out.w->rows;
+    }
+  };
+  if (pool == nullptr) return run(0, total);
+  pool->parallel_for(
+      total, run,
+      std::max<std::size_t>(16, kMinWorkPerThread / std::max<std::size_t>(1, cols * tokens)));
 }
 
 }  // namespace weft::cpu

@@ -4,6 +4,7 @@
 // weights are widened as they are read, never copied whole.
 
 #include <cstddef>
+#include <span>
 
 #include "kernels/cpu/thread_pool.hpp"
 #include "kernels/cpu/vector_math.hpp"
@@ -27,5 +28,15 @@ struct WeightMatrix {
 // is read once per call whatever the number of tokens.
 void matmul(const float* x, std::size_t tokens, const WeightMatrix& w, const float* bias, float* y,
             ThreadPool* pool, KernelPath path = KernelPath::kAuto);
+
+// Several products of the same activations (q, k and v; gate and up) as one parallel job,
+// so they cost one barrier instead of one each.
+struct MatmulOutput {
+  const WeightMatrix* w = nullptr;
+  const float* bias = nullptr;  // may be null
+  float* y = nullptr;           // [tokens, w->rows]
+};
+void matmul_group(const float* x, std::size_t tokens, std::span<const MatmulOutput> outputs,
+                  ThreadPool* pool, KernelPath path = KernelPath::kAuto);
 
 }  // namespace weft::cpu

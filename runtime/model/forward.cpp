@@ -157,9 +157,10 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
     const Layer& L = layers_[l];
     normalize(spec_, x.data(), T, L.attn_norm, L.attn_norm_bias, h.data(), path);
     if (spec_.qkv_layout == QkvLayout::kSeparate) {
-      cpu::matmul(h.data(), T, L.q, bias_or_null(L.q_bias), q.data(), &pool, path);
-      cpu::matmul(h.data(), T, L.k, bias_or_null(L.k_bias), k.data(), &pool, path);
-      cpu::matmul(h.data(), T, L.v, bias_or_null(L.v_bias), v.data(), &pool, path);
+      const cpu::MatmulOutput qkv[] = {{&L.q, bias_or_null(L.q_bias), q.data()},
+                                       {&L.k, bias_or_null(L.k_bias), k.data()},
+                                       {&L.v, bias_or_null(L.v_bias), v.data()}};
+      cpu::matmul_group(h.data(), T, qkv, &pool, path);
     } else {
       fused.resize(T * (QD + 2 * KVD));
       cpu::matmul(h.data(), T, L.qkv, bias_or_null(L.qkv_bias), fused.data(), &pool, path);
@@ -222,8 +223,9 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
       }
       cpu::gated_activation(act, gate.data(), up.data(), T * I);
     } else if (spec_.gated_mlp) {
-      cpu::matmul(h.data(), T, L.gate, bias_or_null(L.gate_bias), gate.data(), &pool, path);
-      cpu::matmul(h.data(), T, L.up, bias_or_null(L.up_bias), up.data(), &pool, path);
+      const cpu::MatmulOutput gate_up[] = {{&L.gate, bias_or_null(L.gate_bias), gate.data()},
+                                           {&L.up, bias_or_null(L.up_bias), up.data()}};
+      cpu::matmul_group(h.data(), T, gate_up, &pool, path);
       cpu::gated_activation(act, gate.data(), up.data(), T * I);
     } else {
       cpu::matmul(h.data(), T, L.up, bias_or_null(L.up_bias), gate.data(), &pool, path);

@@ -78,6 +78,36 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
                        ::testing::Values(KernelPath::kScalar, KernelPath::kAvx2)));
 
+TEST(MatmulGroup, EqualsSeparateProductsAcrossSegmentBoundaries) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  ThreadPool pool(3);
+  // 6 tokens x 2048 columns is enough work to split the 90 rows into chunks that straddle
+  // the segment boundaries at 33 and 40.
+  for (auto [tokens, cols] : {std::pair<std::size_t, std::size_t>{1, 40}, {6, 2048}}) {
+    const Weights a = make_weights(DType::kBF16, 33 * cols, rng);
+    const Weights b = make_weights(DType::kBF16, 7 * cols, rng);
+    const Weights c = make_weights(DType::kBF16, 50 * cols, rng);
+    const WeightMatrix wa{DType::kBF16, a.data(), 33, cols}, wb{DType::kBF16, b.data(), 7, cols},
+        wc{DType::kBF16, c.data(), 50, cols};
+    std::vector<float> x(tokens * cols), bias(7);
+    for (auto& v : x)
+      v = dist(rng);
+    for (auto& v : bias)
+      v = dist(rng);
+    std::vector<float> ya(tokens * 33), yb(tokens * 7), yc(tokens * 50);
+    const MatmulOutput outs[] = {
+        {&wa, nullptr, ya.data()}, {&wb, bias.data(), yb.data()}, {&wc, nullptr, yc.data()}};
+    matmul_group(x.data(), tokens, outs, &pool);
+    for (const auto& out : outs) {
+      std::vector<float> want(tokens * out.w->rows);
+      matmul(x.data(), tokens, *out.w, out.bias, want.data(), nullptr);
+      for (std::size_t i = 0; i < want.size(); ++i)
+        EXPECT_NEAR(out.y[i], want[i], 1e-4) << i;
+    }
+  }
+}
+
 TEST(HalfConversion, RoundTripsAndRoundsToNearestEven) {
   EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
   EXPECT_EQ(bf16_to_f32(0x3f80), 1.0f);
