@@ -211,7 +211,7 @@ Value apply_filter(std::string_view name, const Value& v, const CallArgs& a) {
   if (name == "string") return Value(to_str(v));
   if (name == "upper") return Value(py_upper(to_str(v)));
   if (name == "lower") return Value(py_lower(to_str(v)));
-  if (name == "title") return Value(py_title(to_str(v)));
+  if (name == "title") return Value(jinja_title(to_str(v)));
   if (name == "capitalize") return Value(py_capitalize(to_str(v)));
   if (name == "safe") return v;
   if (name == "e" || name == "escape") return Value(html_escape(to_str(v)));

@@ -201,4 +201,23 @@ std::string py_capitalize(std::string_view text) {
   return out;
 }
 
+std::string jinja_title(std::string_view text) {
+  std::string out;
+  bool word_start = true;
+  for (char32_t cp : decode_utf8(text)) {
+    bool separator =
+        cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || is_python_space(cp);
+    if (separator) {
+      word_start = true;
+    } else if (word_start) {
+      if (cp >= 'a' && cp <= 'z') cp -= 'a' - 'A';
+      word_start = false;
+    } else if (cp >= 'A' && cp <= 'Z') {
+      cp += 'a' - 'A';
+    }
+    append_utf8(cp, out);
+  }
+  return out;
+}
+
 }  // namespace weft::jinja

@@ -34,5 +34,8 @@ std::string py_upper(std::string_view text);
 std::string py_lower(std::string_view text);
 std::string py_title(std::string_view text);
 std::string py_capitalize(std::string_view text);
+// Jinja's `title` filter, which is not str.title(): words start after '-', '(', '{', '[', '<'
+// or whitespace; each word's first character is upper-cased and the rest lower-cased.
+std::string jinja_title(std::string_view text);
 
 }  // namespace weft::jinja
