@@ -61,14 +61,17 @@ TEST(Runtime, ShutdownCancelsWorkLeftPastTheDeadline) {
   auto counter = std::make_unique<Counter>(runtime->executor());
   std::promise<void> release;
   auto released = release.get_future().share();
+  std::promise<void> started;
   // The first request holds the only thread until the test releases it; the second waits
   // behind it on the same strand.
   auto in_flight = counter->call(
-      [released] {
+      [released, &started] {
+        started.set_value();
         return released.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
       },
       asio::use_future);
   auto queued = counter->total(asio::use_future);
+  started.get_future().wait();  // shut down only once the first request is really in flight
 
   std::thread releaser([&release] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
