@@ -1,0 +1,39 @@
+#pragma once
+// The KV pages of one device, counted exactly. A page holds `page_size` tokens of K and V for
+// every layer and KV head (the storage lives with the executor; this class only hands out
+// page ids). Pages are reference-counted so sequences can share a prompt's pages.
+
+#include <cstdint>
+#include <vector>
+
+namespace weft::kv {
+
+class PagePool {
+ public:
+  explicit PagePool(int num_pages);
+
+  int num_pages() const noexcept { return static_cast<int>(ref_counts_.size()); }
+  int free_pages() const noexcept { return static_cast<int>(free_.size()); }
+  int used_pages() const noexcept { return num_pages() - free_pages(); }
+  int peak_used_pages() const noexcept { return peak_used_; }
+
+  // Appends `count` fresh pages (reference count 1) to `out`, or none when fewer than `count`
+  // are free: all or nothing, so a failed request leaves the pool as it was.
+  bool allocate(int count, std::vector<std::int32_t>& out);
+
+  // Another holder of `page` (a sequence sharing it).
+  void retain(std::int32_t page);
+  // Drops one reference; the page is free again when none is left. Releasing a free page is a
+  // bug and throws weft::Error (kInternal).
+  void release(std::int32_t page);
+  void release_all(const std::vector<std::int32_t>& pages);
+
+  int ref_count(std::int32_t page) const { return ref_counts_.at(static_cast<std::size_t>(page)); }
+
+ private:
+  std::vector<int> ref_counts_;
+  std::vector<std::int32_t> free_;  // a stack: recently freed (cache-warm) pages go first
+  int peak_used_ = 0;
+};
+
+}  // namespace weft::kv

@@ -1,0 +1,189 @@
+#include "runtime/scheduler/scheduler.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "runtime/scheduler/admission.hpp"
+
+namespace weft::sched {
+
+int StepPlan::sampling_slices() const {
+  return static_cast<int>(
+      std::count_if(slices.begin(), slices.end(), [](const auto& s) { return s.samples; }));
+}
+
+Scheduler::Scheduler(SchedulerConfig config) : config_(config), pool_(config.num_pages) {
+  if (config_.page_size < 1 || config_.max_tokens_per_step < 1 || config_.max_running < 1) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "scheduler: page_size, max_tokens_per_step and max_running must be >= 1");
+  }
+}
+
+Result<void> Scheduler::add(std::uint64_t id, std::vector<std::int32_t> prompt,
+                            int max_new_tokens) {
+  if (prompt.empty()) return Error(ErrorCode::kInvalidArgument, "scheduler: empty prompt");
+  if (max_new_tokens < 1) {
+    return Error(ErrorCode::kInvalidArgument, "scheduler: max_new_tokens must be >= 1");
+  }
+  if (sequences_.count(id) != 0) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "scheduler: request id " + std::to_string(id) + " is already live");
+  }
+  const std::int64_t alone =
+      peak_pages({KvDemand{static_cast<int>(prompt.size()), max_new_tokens}}, config_.page_size);
+  if (alone > config_.num_pages) {
+    return Error(ErrorCode::kResourceExhausted,
+                 "request needs up to " + std::to_string(alone) + " KV pages (" +
+                     std::to_string(prompt.size()) + " prompt + " + std::to_string(max_new_tokens) +
+                     " new tokens) but the pool has " + std::to_string(config_.num_pages));
+  }
+  Sequence seq;
+  seq.id = id;
+  seq.prompt_len = static_cast<int>(prompt.size());
+  seq.tokens = std::move(prompt);
+  seq.max_new_tokens = max_new_tokens;
+  sequences_.emplace(id, std::move(seq));
+  waiting_.push_back(id);
+  return {};
+}
+
+bool Scheduler::remove(std::uint64_t id) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return false;
+  pool_.release_all(it->second.pages);
+  sequences_.erase(it);
+  if (auto r = std::find(running_.begin(), running_.end(), id); r != running_.end()) {
+    running_.erase(r);
+  } else if (auto w = std::find(waiting_.begin(), waiting_.end(), id); w != waiting_.end()) {
+    waiting_.erase(w);
+  }
+  return true;
+}
+
+const Sequence* Scheduler::find(std::uint64_t id) const {
+  auto it = sequences_.find(id);
+  return it == sequences_.end() ? nullptr : &it->second;
+}
+
+bool Scheduler::grow_pages(Sequence& seq, int positions) {
+  const int missing = pages_for(positions) - static_cast<int>(seq.pages.size());
+  return missing <= 0 || pool_.allocate(missing, seq.pages);
+}
+
+bool Scheduler::admission_allows(const Sequence& candidate) const {
+  if (config_.admission == AdmissionPolicy::kOptimistic) return true;
+  std::vector<KvDemand> demands;
+  demands.reserve(running_.size() + 1);
+  for (std::uint64_t id : running_) {
+    const Sequence& s = sequences_.at(id);
+    demands.push_back({static_cast<int>(s.tokens.size()), s.max_new_tokens - s.generated()});
+  }
+  demands.push_back({static_cast<int>(candidate.tokens.size()),
+                     candidate.max_new_tokens - candidate.generated()});
+  return peak_pages(std::move(demands), config_.page_size) <= config_.num_pages;
+}
+
+void Scheduler::preempt(std::uint64_t id, StepPlan& plan) {
+  Sequence& seq = sequences_.at(id);
+  pool_.release_all(seq.pages);
+  seq.pages.clear();
+  seq.computed = 0;  // recompute: prompt and output so far are prefilled again
+  ++seq.preemptions;
+  ++preemptions_;
+  running_.erase(std::find(running_.begin(), running_.end(), id));
+  waiting_.push_front(id);
+  plan.preempted.push_back(id);
+}
+
+StepPlan Scheduler::plan_step() {
+  StepPlan plan;
+  plan.step = next_step_++;
+  int budget = config_.max_tokens_per_step;
+  struct Choice {
+    std::uint64_t id;
+    int count;
+  };
+  std::vector<Choice> chosen;
+
+  // Decodes first: each running sequence with one token to feed. If their new pages do not
+  // fit (only possible in optimistic mode), preempt the most recently admitted sequences.
+  for (;;) {
+    int needed = 0;
+    int decodes = 0;
+    for (std::uint64_t id : running_) {
+      const Sequence& s = sequences_.at(id);
+      if (static_cast<int>(s.tokens.size()) - s.computed != 1) continue;
+      if (++decodes > budget) break;
+      needed += std::max(0, pages_for(s.computed + 1) - static_cast<int>(s.pages.size()));
+    }
+    if (needed <= pool_.free_pages() || running_.empty()) break;
+    preempt(running_.back(), plan);
+  }
+  for (std::uint64_t id : running_) {
+    Sequence& s = sequences_.at(id);
+    if (static_cast<int>(s.tokens.size()) - s.computed != 1 || budget == 0) continue;
+    if (!grow_pages(s, s.computed + 1)) continue;  // cannot happen after the loop above
+    chosen.push_back({id, 1});
+    --budget;
+  }
+
+  // Then prefill chunks of running sequences, then newly admitted ones, under the budget.
+  auto prefill_chunk = [&](Sequence& s) {
+    int chunk = std::min(static_cast<int>(s.tokens.size()) - s.computed, budget);
+    // Optimistic mode may find fewer free pages than the chunk wants: take what fits.
+    const int fits =
+        (static_cast<int>(s.pages.size()) + pool_.free_pages()) * config_.page_size - s.computed;
+    chunk = std::min(chunk, fits);
+    if (chunk <= 0 || !grow_pages(s, s.computed + chunk)) return 0;
+    chosen.push_back({s.id, chunk});
+    budget -= chunk;
+    return chunk;
+  };
+  for (std::uint64_t id : running_) {
+    Sequence& s = sequences_.at(id);
+    if (budget == 0) break;
+    if (static_cast<int>(s.tokens.size()) - s.computed > 1) prefill_chunk(s);
+  }
+  while (!waiting_.empty() && budget > 0 &&
+         static_cast<int>(running_.size()) < config_.max_running) {
+    Sequence& s = sequences_.at(waiting_.front());
+    if (!admission_allows(s)) break;  // first come, first served: nobody skips ahead
+    if (prefill_chunk(s) == 0) break;
+    waiting_.pop_front();
+    running_.push_back(s.id);
+  }
+
+  for (const Choice& c : chosen) {
+    const Sequence& s = sequences_.at(c.id);
+    ScheduledSlice slice;
+    slice.id = c.id;
+    slice.token_begin = static_cast<int>(plan.tokens.size());
+    slice.token_count = c.count;
+    slice.first_position = s.computed;
+    slice.samples = s.computed + c.count == static_cast<int>(s.tokens.size());
+    slice.page_table = s.pages;
+    for (int i = 0; i < c.count; ++i) {
+      plan.tokens.push_back(s.tokens[static_cast<std::size_t>(s.computed + i)]);
+      plan.positions.push_back(s.computed + i);
+    }
+    plan.slices.push_back(std::move(slice));
+  }
+  return plan;
+}
+
+void Scheduler::complete_step(const StepPlan& plan, std::span<const std::int32_t> sampled) {
+  std::size_t next = 0;
+  for (const ScheduledSlice& slice : plan.slices) {
+    const bool samples = slice.samples;
+    const std::int32_t token = samples && next < sampled.size() ? sampled[next] : -1;
+    if (samples) ++next;
+    auto it = sequences_.find(slice.id);
+    if (it == sequences_.end()) continue;  // removed while the step ran
+    Sequence& s = it->second;
+    if (s.computed != slice.first_position) continue;  // preempted and replanned since
+    s.computed += slice.token_count;
+    if (samples && token >= 0) s.tokens.push_back(token);
+  }
+}
+
+}  // namespace weft::sched

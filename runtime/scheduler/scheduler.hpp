@@ -1,0 +1,109 @@
+#pragma once
+// Continuous batching at iteration level (vLLM v1's scheduler shape: policy here, mechanism in
+// the executor). Each step the scheduler emits one StepPlan: a flat batch of tokens from
+// every running sequence (decode tokens first, then prefill chunks under a per-step token
+// budget so long prompts never stall running decodes), with positions and page tables.
+//
+// Admission: in kReserve mode a waiting request joins only if LightLLM's estimate of the
+// batch's peak future KV (admission.hpp) fits the pool, so the pool is never over-committed
+// and no sequence is ever preempted. kOptimistic admits whenever the first chunk fits now;
+// when the pool runs dry it preempts the most recently admitted sequence by recompute (its
+// pages are freed and its prompt plus output so far is prefilled again later).
+
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/kv/page_pool.hpp"
+#include "weft/error.hpp"
+
+namespace weft::sched {
+
+enum class AdmissionPolicy { kReserve, kOptimistic };
+
+struct SchedulerConfig {
+  int page_size = 16;
+  int num_pages = 0;
+  int max_tokens_per_step = 512;  // the step's token budget (decode + prefill chunks)
+  int max_running = 256;          // sequences in one batch at most
+  AdmissionPolicy admission = AdmissionPolicy::kReserve;
+};
+
+// One sequence's share of a step: tokens [token_begin, token_begin + token_count) of the
+// plan's flat arrays, at positions first_position onward.
+struct ScheduledSlice {
+  std::uint64_t id = 0;
+  int token_begin = 0;
+  int token_count = 0;
+  int first_position = 0;
+  bool samples = false;  // this slice ends at the sequence's last token: sample the next one
+  std::vector<std::int32_t> page_table;
+};
+
+struct StepPlan {
+  std::uint64_t step = 0;
+  std::vector<std::int32_t> tokens;
+  std::vector<std::int32_t> positions;
+  std::vector<ScheduledSlice> slices;
+  std::vector<std::uint64_t> preempted;  // sequences sent back to waiting by this plan
+
+  bool empty() const { return slices.empty(); }
+  int sampling_slices() const;
+};
+
+struct Sequence {
+  std::uint64_t id = 0;
+  std::vector<std::int32_t> tokens;  // prompt, then output
+  int prompt_len = 0;
+  int max_new_tokens = 0;
+  int computed = 0;  // tokens whose KV is written
+  std::vector<std::int32_t> pages;
+  int preemptions = 0;
+
+  int generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(SchedulerConfig config);
+
+  const SchedulerConfig& config() const noexcept { return config_; }
+
+  // Queues a request. Fails (kResourceExhausted) if the request alone could never fit in the
+  // pool, and (kInvalidArgument) on an empty prompt, max_new_tokens < 1 or a duplicate id.
+  Result<void> add(std::uint64_t id, std::vector<std::int32_t> prompt, int max_new_tokens);
+
+  // Ends a sequence (finished, cancelled, stopped) and frees its pages at once. Unknown ids
+  // are a no-op that returns false.
+  bool remove(std::uint64_t id);
+
+  StepPlan plan_step();
+
+  // Records a step's results: `sampled` holds one token per slice with samples == true, in
+  // slice order. Slices of sequences removed since the plan was made are skipped.
+  void complete_step(const StepPlan& plan, std::span<const std::int32_t> sampled);
+
+  const Sequence* find(std::uint64_t id) const;
+  int running() const noexcept { return static_cast<int>(running_.size()); }
+  int waiting() const noexcept { return static_cast<int>(waiting_.size()); }
+  const kv::PagePool& pool() const noexcept { return pool_; }
+  std::uint64_t preemptions() const noexcept { return preemptions_; }
+
+ private:
+  int pages_for(int tokens) const { return (tokens + config_.page_size - 1) / config_.page_size; }
+  bool grow_pages(Sequence& seq, int positions);
+  bool admission_allows(const Sequence& candidate) const;
+  void preempt(std::uint64_t id, StepPlan& plan);
+
+  SchedulerConfig config_;
+  kv::PagePool pool_;
+  std::unordered_map<std::uint64_t, Sequence> sequences_;
+  std::vector<std::uint64_t> running_;  // in admission order
+  std::deque<std::uint64_t> waiting_;
+  std::uint64_t next_step_ = 0;
+  std::uint64_t preemptions_ = 0;
+};
+
+}  // namespace weft::sched
