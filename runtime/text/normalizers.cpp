@@ -52,7 +52,9 @@ void StripAccentsNormalizer::normalize(std::string& text) const {
   out.reserve(text.size());
   for (std::size_t pos = 0; pos < text.size();) {
     const std::size_t begin = pos;
-    if (!is_nonspacing_mark(next_code_point(text, pos))) out.append(text, begin, pos - begin);
+    const char32_t c = next_code_point(text, pos);
+    if (!(nonspacing_only_ ? is_nonspacing_mark(c) : is_mark(c)))
+      out.append(text, begin, pos - begin);
   }
   text = std::move(out);
 }
@@ -125,7 +127,7 @@ void BertNormalizer::normalize(std::string& text) const {
   }
   if (strip_accents_) {
     out = normalize_unicode(out, NormalForm::kNfd);
-    StripAccentsNormalizer().normalize(out);
+    StripAccentsNormalizer(/*nonspacing_only=*/true).normalize(out);
   }
   if (lowercase_) LowercaseNormalizer().normalize(out);
   text = std::move(out);

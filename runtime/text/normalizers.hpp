@@ -34,10 +34,16 @@ class LowercaseNormalizer final : public Normalizer {
   void normalize(std::string& text) const override;
 };
 
-// Removes Mn marks; `tokenizers` expects it after an NFD/NFKD normalizer.
+// Removes marks; `tokenizers` expects it after an NFD/NFKD normalizer. The StripAccents
+// normalizer removes every mark (M*), BERT's accent stripping only nonspacing ones (Mn).
 class StripAccentsNormalizer final : public Normalizer {
  public:
+  explicit StripAccentsNormalizer(bool nonspacing_only = false)
+      : nonspacing_only_(nonspacing_only) {}
   void normalize(std::string& text) const override;
+
+ private:
+  bool nonspacing_only_;
 };
 
 class StripNormalizer final : public Normalizer {

@@ -133,6 +133,11 @@ bool is_nonspacing_mark(char32_t c) noexcept {
   return category(c) == UTF8PROC_CATEGORY_MN;
 }
 
+bool is_mark(char32_t c) noexcept {
+  const auto cat = category(c);
+  return cat == UTF8PROC_CATEGORY_MN || cat == UTF8PROC_CATEGORY_MC || cat == UTF8PROC_CATEGORY_ME;
+}
+
 void append_lowercase(std::string& out, char32_t c) {
   if (c < 0x80) {
     out.push_back(static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c));

@@ -22,8 +22,11 @@ bool is_word_char(char32_t c) noexcept;
 bool is_punctuation(char32_t c) noexcept;
 // Categories Cc, Cf, Cn, Co, Cs (unicode_categories' is_other): BERT drops these.
 bool is_other(char32_t c) noexcept;
-// Mark, nonspacing (Mn): what StripAccents removes after NFD.
+// Mark, nonspacing (Mn): what BERT's accent stripping removes after NFD.
 bool is_nonspacing_mark(char32_t c) noexcept;
+// Any mark (Mn, Mc, Me): what the StripAccents normalizer removes (unicode-normalization's
+// is_combining_mark).
+bool is_mark(char32_t c) noexcept;
 // Rust char::to_lowercase, appended to `out` (one code point maps to two: U+0130).
 void append_lowercase(std::string& out, char32_t c);
 

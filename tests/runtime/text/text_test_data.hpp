@@ -19,15 +19,16 @@ inline std::filesystem::path fixtures_dir() {
   return std::filesystem::path(WEFT_SOURCE_DIR) / "tests/fixtures/tokenizers";
 }
 
-// The tokenizers checked for parity: the four npm ones and the three trained fixtures.
+// The tokenizers checked for parity: the four npm ones and the five trained fixtures.
 inline const std::vector<std::string>& tokenizer_names() {
-  static const std::vector<std::string> names = {"llama3",    "qwen3",   "llama2", "gemma3",
-                                                 "wordpiece", "unigram", "t5_spm"};
+  static const std::vector<std::string> names = {"llama3", "qwen3",      "llama2",
+                                                 "gemma3", "wordpiece",  "unigram",
+                                                 "t5_spm", "gpt2_style", "classic_bpe"};
   return names;
 }
 
 inline std::filesystem::path tokenizer_path(const std::string& name) {
-  if (name == "wordpiece" || name == "unigram" || name == "t5_spm") {
+  if (name != "llama3" && name != "qwen3" && name != "llama2" && name != "gemma3") {
     return fixtures_dir() / (name + ".json");
   }
   return std::filesystem::path(WEFT_BINARY_DIR) / "test-data/tokenizers" / name / "tokenizer.json";
