@@ -1,0 +1,280 @@
+#include "runtime/sampling/logit_row.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <functional>
+#include <limits>
+
+// The vector helpers are always inlined into their AVX2 or SSE caller, so the ABI note GCC
+// gives for 32-byte vectors passed by value does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace weft::sampling {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+// Passes read blocks of 16 entries: 2 AVX2 vectors or 4 SSE vectors, each lane accumulating
+// the same entries in the same order on either, so a seed gives the same tokens on both.
+constexpr std::size_t kBlock = 16;
+
+// GCC vector types: the same source becomes SSE or AVX2 code without relying on the
+// auto-vectoriser (which gives up on the selects below without -ffast-math).
+using F4 = float __attribute__((vector_size(16)));
+using I4 = std::int32_t __attribute__((vector_size(16)));
+using F8 = float __attribute__((vector_size(32)));
+using I8 = std::int32_t __attribute__((vector_size(32)));
+template <class F>
+struct IntOf;
+template <>
+struct IntOf<F4> {
+  using type = I4;
+};
+template <>
+struct IntOf<F8> {
+  using type = I8;
+};
+
+#define WEFT_INLINE inline __attribute__((always_inline))
+
+template <class F>
+WEFT_INLINE F load(const float* p) {
+  F v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class F>
+WEFT_INLINE F splat(float v) {
+  return F{} + v;
+}
+template <class F>
+constexpr std::size_t lanes = sizeof(F) / sizeof(float);
+
+// exp(t) to about 2 ulp (Cephes expf): t = n ln2 + r with |r| <= ln2/2, a degree-6 polynomial
+// for exp(r), 2^n built in the exponent bits. Below -87 the result is exactly 0, so masked
+// (-inf) tokens get no mass at all.
+template <class F>
+WEFT_INLINE F exp_lanes(F t) {
+  using I = typename IntOf<F>::type;
+  const I underflow = t < splat<F>(-87.0f);
+  t = underflow ? splat<F>(-87.0f) : t;
+  t = t > splat<F>(88.0f) ? splat<F>(88.0f) : t;
+  F n = t * 1.44269504088896341f;
+  n = (n + 12582912.0f) - 12582912.0f;  // round to nearest: 1.5 * 2^23 leaves no fraction bits
+  F r = t - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  F p = splat<F>(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const I bits = (__builtin_convertvector(n, I) + 127) << 23;
+  const F result = p * std::bit_cast<F>(bits);
+  return underflow ? F{} : result;
+}
+
+template <class F, bool kWrite>
+WEFT_INLINE double sum_exp_impl(const float* x, std::size_t n, float shift, float scale,
+                                float* out) {
+  constexpr std::size_t kW = lanes<F>, kVecs = kBlock / kW;
+  F acc[kVecs] = {};
+  const F vshift = splat<F>(shift), vscale = splat<F>(scale);
+  std::size_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    for (std::size_t v = 0; v < kVecs; ++v) {
+      const F e = exp_lanes<F>((load<F>(x + i + v * kW) - vshift) * vscale);
+      if constexpr (kWrite) std::memcpy(out + i + v * kW, &e, sizeof e);
+      acc[v] += e;
+    }
+  }
+  double total = 0.0;
+  for (std::size_t q = 0; q < kBlock / 2; ++q) {
+    const std::size_t hi = q + kBlock / 2;
+    total += static_cast<double>(acc[q / kW][q % kW]) + acc[hi / kW][hi % kW];
+  }
+  for (; i < n; ++i) {
+    const float e = exp_lanes<F4>(splat<F4>((x[i] - shift) * scale))[0];
+    if constexpr (kWrite) out[i] = e;
+    total += e;
+  }
+  return total;
+}
+
+template <class F>
+WEFT_INLINE RowMax row_max_impl(const float* x, std::size_t n) {
+  using I = typename IntOf<F>::type;
+  constexpr std::size_t kW = lanes<F>;
+  F m = splat<F>(-kInf);
+  I bad{};
+  std::size_t i = 0;
+  for (; i + kW <= n; i += kW) {
+    const F v = load<F>(x + i);
+    m = v > m ? v : m;
+    bad |= ~(v < splat<F>(kInf));  // NaN or +inf
+  }
+  RowMax out{-kInf, false};
+  for (std::size_t j = 0; j < kW; ++j) {
+    out.max = m[j] > out.max ? m[j] : out.max;
+    out.non_finite |= bad[j] != 0;
+  }
+  for (; i < n; ++i) {
+    out.max = x[i] > out.max ? x[i] : out.max;
+    out.non_finite |= !(x[i] < kInf);
+  }
+  return out;
+}
+
+__attribute__((target("avx2"))) double sum_exp_avx2(const float* x, std::size_t n, float shift,
+                                                    float scale, float* out) {
+  return out ? sum_exp_impl<F8, true>(x, n, shift, scale, out)
+             : sum_exp_impl<F8, false>(x, n, shift, scale, nullptr);
+}
+double sum_exp_sse(const float* x, std::size_t n, float shift, float scale, float* out) {
+  return out ? sum_exp_impl<F4, true>(x, n, shift, scale, out)
+             : sum_exp_impl<F4, false>(x, n, shift, scale, nullptr);
+}
+__attribute__((target("avx2"))) RowMax row_max_avx2(const float* x, std::size_t n) {
+  return row_max_impl<F8>(x, n);
+}
+RowMax row_max_sse(const float* x, std::size_t n) {
+  return row_max_impl<F4>(x, n);
+}
+
+bool has_avx2() {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+#else
+  return false;
+#endif
+}
+
+// The largest of x[0, 16), for the scans that skip whole blocks.
+WEFT_INLINE float block_max(const float* x) {
+  F4 m = load<F4>(x);
+  for (std::size_t v = 1; v < kBlock / 4; ++v) {
+    const F4 b = load<F4>(x + 4 * v);
+    m = b > m ? b : m;
+  }
+  float best = m[0];
+  for (std::size_t j = 1; j < 4; ++j)
+    best = m[j] > best ? m[j] : best;
+  return best;
+}
+
+}  // namespace
+
+RowMax row_max(const float* x, std::size_t n) noexcept {
+  return has_avx2() ? row_max_avx2(x, n) : row_max_sse(x, n);
+}
+
+std::size_t find_non_finite(const float* x, std::size_t n) noexcept {
+  return static_cast<std::size_t>(std::find_if(x, x + n, [](float v) { return !(v < kInf); }) - x);
+}
+
+double sum_exp(const float* x, std::size_t n, float shift, float scale, float* out) noexcept {
+  return has_avx2() ? sum_exp_avx2(x, n, shift, scale, out) : sum_exp_sse(x, n, shift, scale, out);
+}
+
+std::int32_t argmax(const float* x, std::size_t n, float max) noexcept {
+  const float m = max == max ? max : row_max(x, n).max;
+  return static_cast<std::int32_t>(std::find(x, x + n, m) - x);
+}
+
+float kth_largest(const float* x, std::size_t n, int k) {
+  if (k <= 0) return kInf;
+  const auto kk = static_cast<std::size_t>(k);
+  if (kk > n) return -kInf;
+  if (kk > n / 8) {
+    // A large k keeps a heap too big to skip blocks; selection over a copy is linear.
+    std::vector<float> copy(x, x + n);
+    std::nth_element(copy.begin(), copy.begin() + static_cast<std::ptrdiff_t>(kk - 1), copy.end(),
+                     std::greater<>());
+    return copy[kk - 1];
+  }
+  // Min-heap of the k largest so far, primed with -inf so entries beyond the finite ones
+  // leave -inf on top.
+  std::vector<float> heap(kk, -kInf);
+  const auto offer = [&](float v) {
+    if (v > heap.front()) {
+      std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+      heap.back() = v;
+      std::push_heap(heap.begin(), heap.end(), std::greater<>());
+    }
+  };
+  std::size_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    if (block_max(x + i) <= heap.front()) continue;
+    for (std::size_t j = 0; j < kBlock; ++j)
+      offer(x[i + j]);
+  }
+  for (; i < n; ++i)
+    offer(x[i]);
+  return heap.front();
+}
+
+std::vector<TokenLogprob> top_entries(const float* x, std::size_t n, int k) {
+  std::vector<TokenLogprob> heap;  // worst on top: smallest value, then largest id
+  if (k <= 0) return heap;
+  const auto kk = static_cast<std::size_t>(k);
+  heap.reserve(kk);
+  const auto worse = [](const TokenLogprob& a, const TokenLogprob& b) {
+    return a.logprob > b.logprob || (a.logprob == b.logprob && a.id < b.id);
+  };
+  // Ids arrive in increasing order, so an equal value never displaces an earlier id.
+  const auto offer = [&](std::size_t i) {
+    const float v = x[i];
+    if (heap.size() < kk) {
+      if (v == -kInf) return;
+      heap.push_back({static_cast<std::int32_t>(i), v});
+      std::push_heap(heap.begin(), heap.end(), worse);
+    } else if (v > heap.front().logprob) {
+      std::pop_heap(heap.begin(), heap.end(), worse);
+      heap.back() = {static_cast<std::int32_t>(i), v};
+      std::push_heap(heap.begin(), heap.end(), worse);
+    }
+  };
+  std::size_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    if (heap.size() == kk && block_max(x + i) <= heap.front().logprob) continue;
+    for (std::size_t j = 0; j < kBlock; ++j)
+      offer(i + j);
+  }
+  for (; i < n; ++i)
+    offer(i);
+  std::sort_heap(heap.begin(), heap.end(), worse);
+  return heap;
+}
+
+void collect_at_least(const float* x, std::size_t n, float threshold,
+                      std::vector<std::int32_t>& ids) {
+  std::size_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    if (block_max(x + i) < threshold) continue;
+    for (std::size_t j = 0; j < kBlock; ++j) {
+      if (x[i + j] >= threshold) ids.push_back(static_cast<std::int32_t>(i + j));
+    }
+  }
+  for (; i < n; ++i) {
+    if (x[i] >= threshold) ids.push_back(static_cast<std::int32_t>(i));
+  }
+}
+
+std::size_t apply_token_bitmask(float* x, std::size_t n, const std::uint32_t* allowed) noexcept {
+  std::size_t count = 0;
+  for (std::size_t word = 0; word * 32 < n; ++word) {
+    const std::size_t base = word * 32;
+    const std::size_t width = std::min<std::size_t>(32, n - base);
+    const std::uint32_t valid = width == 32 ? ~0u : (1u << width) - 1u;
+    const std::uint32_t bits = allowed[word] & valid;
+    count += static_cast<std::size_t>(std::popcount(bits));
+    for (std::uint32_t blocked = ~bits & valid; blocked != 0; blocked &= blocked - 1) {
+      x[base + static_cast<std::size_t>(std::countr_zero(blocked))] = -kInf;
+    }
+  }
+  return count;
+}
+
+}  // namespace weft::sampling

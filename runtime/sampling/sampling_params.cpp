@@ -1,0 +1,112 @@
+#include "runtime/sampling/sampling_params.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+namespace weft::sampling {
+namespace {
+
+// Floats print in their shortest readable form ("1.5", "nan", "-inf") so the message shows
+// what the caller sent.
+std::string show(float value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+Error outside(std::string_view field, const std::string& value, std::string_view range) {
+  std::string message(field);
+  message += ": ";
+  message += value;
+  message += " is outside ";
+  message += range;
+  return Error(ErrorCode::kInvalidArgument, std::move(message));
+}
+
+Error outside(std::string_view field, float value, std::string_view range) {
+  return outside(field, show(value), range);
+}
+
+// NaN fails every comparison, so each check is written as "inside" and negated.
+bool in_closed(float v, float lo, float hi) {
+  return v >= lo && v <= hi;
+}
+bool in_left_open(float v, float lo, float hi) {
+  return v > lo && v <= hi;
+}
+
+}  // namespace
+
+bool truncates(const SamplingParams& params) {
+  return params.top_k > 0 || params.top_p < 1.0f || params.min_p > 0.0f || params.typical_p < 1.0f;
+}
+
+Result<void> validate(const SamplingParams& p, int vocab_size) {
+  if (vocab_size <= 0) {
+    return outside("vocab_size", std::to_string(vocab_size), "[1, inf)");
+  }
+  const std::string id_range = "[0, " + std::to_string(vocab_size) + ")";
+  if (!(p.temperature >= 0.0f && std::isfinite(p.temperature))) {
+    return outside("temperature", p.temperature, "[0, inf) (0 is greedy)");
+  }
+  if (p.top_k < -1) {
+    return outside("top_k", std::to_string(p.top_k), "[-1, inf) (-1 and 0 turn it off)");
+  }
+  if (!in_left_open(p.top_p, 0.0f, 1.0f)) return outside("top_p", p.top_p, "(0, 1]");
+  if (!in_closed(p.min_p, 0.0f, 1.0f)) return outside("min_p", p.min_p, "[0, 1]");
+  if (!in_left_open(p.typical_p, 0.0f, 1.0f)) return outside("typical_p", p.typical_p, "(0, 1]");
+  if (!(p.repetition_penalty > 0.0f && std::isfinite(p.repetition_penalty))) {
+    return outside("repetition_penalty", p.repetition_penalty, "(0, inf) (1 is off)");
+  }
+  constexpr float kPenalty = SamplingParams::kMaxAbsPresenceOrFrequency;
+  if (!in_closed(p.presence_penalty, -kPenalty, kPenalty)) {
+    return outside("presence_penalty", p.presence_penalty, "[-2, 2]");
+  }
+  if (!in_closed(p.frequency_penalty, -kPenalty, kPenalty)) {
+    return outside("frequency_penalty", p.frequency_penalty, "[-2, 2]");
+  }
+  std::vector<std::int32_t> biased;
+  biased.reserve(p.logit_bias.size());
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0 || id >= vocab_size) {
+      return outside("logit_bias: token id", std::to_string(id), id_range);
+    }
+    constexpr float kBias = SamplingParams::kMaxAbsLogitBias;
+    if (!in_closed(bias, -kBias, kBias)) {
+      return outside("logit_bias: bias of token " + std::to_string(id), bias, "[-100, 100]");
+    }
+    biased.push_back(id);
+  }
+  // A JSON object cannot repeat a key; a repeated id here would silently add its biases.
+  std::sort(biased.begin(), biased.end());
+  if (auto dup = std::adjacent_find(biased.begin(), biased.end()); dup != biased.end()) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "logit_bias: token id " + std::to_string(*dup) + " appears more than once");
+  }
+  if (p.n < 1 || p.n > SamplingParams::kMaxN) {
+    return outside("n", std::to_string(p.n), "[1, 128]");
+  }
+  if (p.max_tokens < 1) return outside("max_tokens", std::to_string(p.max_tokens), "[1, inf)");
+  for (const auto id : p.stop_token_ids) {
+    if (id < 0 || id >= vocab_size) {
+      return outside("stop_token_ids: token id", std::to_string(id), id_range);
+    }
+  }
+  if (p.stop.size() > SamplingParams::kMaxStopStrings) {
+    return outside("stop: count", std::to_string(p.stop.size()), "[0, 16]");
+  }
+  for (std::size_t i = 0; i < p.stop.size(); ++i) {
+    if (p.stop[i].empty()) {
+      return Error(ErrorCode::kInvalidArgument, "stop[" + std::to_string(i) +
+                                                    "]: an empty stop string is not allowed "
+                                                    "(each must have length in [1, inf))");
+    }
+  }
+  if (p.logprobs < 0 || p.logprobs > SamplingParams::kMaxLogprobs) {
+    return outside("logprobs", std::to_string(p.logprobs), "[0, 20]");
+  }
+  return {};
+}
+
+}  // namespace weft::sampling

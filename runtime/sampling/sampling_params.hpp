@@ -1,0 +1,50 @@
+#pragma once
+// What a request asks of the sampler, with the names and ranges of the OpenAI API and vLLM's
+// SamplingParams, and the check that runs before a request is admitted. docs/sampling.md
+// describes each field and the order in which SequenceSampler applies them.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "weft/error.hpp"
+
+namespace weft::sampling {
+
+struct SamplingParams {
+  float temperature = 1.0f;         // [0, inf); 0: greedy (argmax, lowest id on ties)
+  int top_k = 0;                    // 0 or -1: off; otherwise keep the k most likely (ties kept)
+  float top_p = 1.0f;               // (0, 1]; 1: off
+  float min_p = 0.0f;               // [0, 1]; 0: off
+  float typical_p = 1.0f;           // (0, 1]; 1: off
+  float repetition_penalty = 1.0f;  // (0, inf); HF/vLLM semantics over prompt + output tokens
+  float presence_penalty = 0.0f;    // [-2, 2], OpenAI semantics over output tokens
+  float frequency_penalty = 0.0f;   // [-2, 2]
+  std::vector<std::pair<std::int32_t, float>> logit_bias;  // id -> bias in [-100, 100]
+  std::optional<std::uint64_t> seed;                       // none: the engine picks one per request
+  int n = 1;                                               // samples sharing the prompt, [1, 128]
+  int max_tokens = 16;  // >= 1 (the engine also bounds it by the context)
+  std::vector<std::int32_t> stop_token_ids;
+  // Matched by the detokenizer (runtime/text/stop_strings.hpp); only validated here.
+  std::vector<std::string> stop;  // at most 16, none empty
+  bool ignore_eos = false;
+  int logprobs = 0;  // top-k logprobs per token, [0, 20]; the chosen token's is always reported
+
+  static constexpr int kMaxN = 128;
+  static constexpr int kMaxLogprobs = 20;
+  static constexpr std::size_t kMaxStopStrings = 16;
+  static constexpr float kMaxAbsLogitBias = 100.0f;
+  static constexpr float kMaxAbsPresenceOrFrequency = 2.0f;
+};
+
+// True when top-k, top-p, min-p or typical-p would remove tokens.
+bool truncates(const SamplingParams& params);
+
+// Checks every field; the first invalid one gives an kInvalidArgument error that names the
+// field, the value and the allowed range, e.g. "top_p: 1.5 is outside (0, 1]". `vocab_size`
+// bounds the ids of logit_bias and stop_token_ids.
+Result<void> validate(const SamplingParams& params, int vocab_size);
+
+}  // namespace weft::sampling

@@ -1,0 +1,244 @@
+#include "runtime/sampling/sequence_sampler.hpp"
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "runtime/sampling/logit_row.hpp"
+#include "runtime/sampling/philox.hpp"
+#include "runtime/sampling/truncation.hpp"
+
+namespace weft::sampling {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Vocabulary-sized buffers live per thread, not per sequence: 256 running sequences with a
+// 128K vocabulary would otherwise hold 256 x 1.5 MB of scratch between steps.
+struct Scratch {
+  std::vector<float> weights;
+  std::vector<std::int32_t> ids;
+  std::vector<Candidate> candidates;
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+Error row_error(ErrorCode code, std::string message) {
+  return Error(code, "sample: " + std::move(message));
+}
+
+// Restores the entries the bias and penalties changed, newest first, so a token changed
+// twice gets back its first value: the row is then the raw (masked) row again.
+class UndoOnExit {
+ public:
+  UndoOnExit(std::span<float> row, LogitUndoLog& log) : row_(row), log_(log) {}
+  ~UndoOnExit() {
+    for (auto it = log_.rbegin(); it != log_.rend(); ++it)
+      row_[static_cast<std::size_t>(it->first)] = it->second;
+    log_.clear();
+  }
+  UndoOnExit(const UndoOnExit&) = delete;
+  UndoOnExit& operator=(const UndoOnExit&) = delete;
+
+ private:
+  std::span<float> row_;
+  LogitUndoLog& log_;
+};
+
+// Inverse CDF: the first candidate whose cumulative weight exceeds u * total. Summed in
+// double; the last candidate with weight absorbs rounding so a draw never falls off the end.
+std::int32_t draw(std::span<const Candidate> c, double u) {
+  double total = 0.0;
+  for (const auto& e : c)
+    total += e.weight;
+  const double target = u * total;
+  double cumulative = 0.0;
+  std::int32_t last = c.front().id;
+  for (const auto& e : c) {
+    if (e.weight <= 0.0f) continue;
+    cumulative += e.weight;
+    last = e.id;
+    if (cumulative > target) return e.id;
+  }
+  return last;
+}
+
+std::int32_t draw_row(const float* weights, std::size_t n, double total, double u) {
+  const double target = u * total;
+  double cumulative = 0.0;
+  std::int32_t last = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (weights[i] <= 0.0f) continue;
+    cumulative += weights[i];
+    last = static_cast<std::int32_t>(i);
+    if (cumulative > target) return last;
+  }
+  return last;
+}
+
+}  // namespace
+
+struct SequenceSampler::Choice {
+  std::int32_t id = 0;
+  float raw_max = 0.0f;
+  double raw_sum = -1.0;  // sum exp(raw - raw_max) when the draw already computed it
+};
+
+SequenceSampler::SequenceSampler(const SamplingParams& params, std::span<const std::int32_t> prompt,
+                                 std::uint64_t seed, int sample_index)
+    : params_(params),
+      seed_(seed),
+      sample_index_(static_cast<std::uint32_t>(sample_index)),
+      history_(params, prompt) {}
+
+void SequenceSampler::accept(std::int32_t token) {
+  history_.record_output(token);
+  ++generated_;
+}
+
+SampledToken SequenceSampler::sample(std::span<float> logits, const std::uint32_t* allowed) {
+  return try_sample(logits, allowed).value();
+}
+
+Result<SampledToken> SequenceSampler::try_sample(std::span<float> logits,
+                                                 const std::uint32_t* allowed) {
+  auto choice = choose(logits, allowed, nullptr);
+  if (!choice) return choice.error();
+  const float* x = logits.data();
+  const std::size_t vocab = logits.size();
+  if (choice->raw_sum < 0.0) choice->raw_sum = sum_exp(x, vocab, choice->raw_max, 1.0f, nullptr);
+  const double log_z = choice->raw_max + std::log(choice->raw_sum);
+  SampledToken out{
+      choice->id, static_cast<float>(x[static_cast<std::size_t>(choice->id)] - log_z), {}};
+  if (params_.logprobs > 0) {
+    out.top = top_entries(x, vocab, params_.logprobs);
+    for (auto& t : out.top)
+      t.logprob = static_cast<float>(t.logprob - log_z);
+  }
+  history_.record_output(out.id);
+  ++generated_;
+  return out;
+}
+
+Result<std::vector<TokenLogprob>> SequenceSampler::distribution(std::span<float> logits,
+                                                                const std::uint32_t* allowed) {
+  std::vector<TokenLogprob> out;
+  auto choice = choose(logits, allowed, &out);
+  if (!choice) return choice.error();
+  return out;
+}
+
+Result<SequenceSampler::Choice> SequenceSampler::choose(std::span<float> logits,
+                                                        const std::uint32_t* allowed,
+                                                        std::vector<TokenLogprob>* dist_out) {
+  const std::size_t vocab = logits.size();
+  float* x = logits.data();
+  if (vocab == 0) return row_error(ErrorCode::kInvalidArgument, "the logits row is empty");
+  if (allowed && apply_token_bitmask(x, vocab, allowed) == 0) {
+    return row_error(ErrorCode::kInvalidArgument, "the allowed-token bitmask allows none of the " +
+                                                      std::to_string(vocab) +
+                                                      " tokens (at least one must be allowed)");
+  }
+  const RowMax raw = row_max(x, vocab);
+  if (raw.non_finite) {
+    const std::size_t i = find_non_finite(x, vocab);
+    return row_error(ErrorCode::kInternal, "logit of token " + std::to_string(i) + " is " +
+                                               (std::isnan(x[i]) ? "nan" : "+inf") +
+                                               "; logits must be finite or -inf");
+  }
+  if (raw.max == -kInf) {
+    return row_error(ErrorCode::kInvalidArgument,
+                     "every allowed token has logit -inf (at least one must be finite)");
+  }
+
+  UndoOnExit undo(logits, undo_);
+  for (const auto& [id, bias] : params_.logit_bias) {
+    if (id < 0 || static_cast<std::size_t>(id) >= vocab) {
+      return row_error(ErrorCode::kInvalidArgument, "logit_bias token " + std::to_string(id) +
+                                                        " is outside the vocabulary [0, " +
+                                                        std::to_string(vocab) + ")");
+    }
+    float& v = x[static_cast<std::size_t>(id)];
+    undo_.emplace_back(id, v);
+    v += bias;
+  }
+  if (auto penalised = history_.apply_penalties(logits, undo_); !penalised) {
+    return row_error(penalised.error().code(), penalised.error().what());
+  }
+
+  Choice out;
+  out.raw_max = raw.max;
+  if (params_.temperature == 0.0f) {
+    // An unchanged row keeps the raw maximum.
+    out.id = undo_.empty() ? argmax(x, vocab, raw.max) : argmax(x, vocab);
+    if (dist_out) dist_out->push_back({out.id, 1.0f});
+    return out;
+  }
+
+  const RowMax shifted = row_max(x, vocab);
+  if (shifted.non_finite) {
+    return row_error(ErrorCode::kInvalidArgument,
+                     "logit_bias or a penalty made a logit +inf (logits must stay finite)");
+  }
+  const float inv_t = 1.0f / params_.temperature;
+  const double u = philox_uniform(seed_, sample_index_, static_cast<std::uint64_t>(generated_));
+  Scratch& s = scratch();
+  s.ids.clear();
+  s.candidates.clear();
+  double total = 0.0;
+  if (params_.top_k > 0 && static_cast<std::size_t>(params_.top_k) < vocab) {
+    // Top-k as a threshold: only the survivors' weights are ever computed.
+    const float kth = kth_largest(x, vocab, params_.top_k);
+    collect_at_least(x, vocab, kth == -kInf ? std::numeric_limits<float>::lowest() : kth, s.ids);
+    for (const auto id : s.ids) {
+      const float w = std::exp((x[static_cast<std::size_t>(id)] - shifted.max) * inv_t);
+      s.candidates.push_back({0.0f, w, id});
+      total += w;
+    }
+  } else {
+    s.weights.resize(vocab);
+    total = sum_exp(x, vocab, shifted.max, inv_t, s.weights.data());
+    // Unchanged row at temperature 1: the raw normaliser is this one.
+    if (undo_.empty() && params_.temperature == 1.0f) out.raw_sum = total;
+    if (!truncates(params_)) {
+      if (dist_out) {
+        for (std::size_t i = 0; i < vocab; ++i) {
+          if (s.weights[i] > 0.0f) {
+            dist_out->push_back(
+                {static_cast<std::int32_t>(i), static_cast<float>(s.weights[i] / total)});
+          }
+        }
+      } else {
+        out.id = draw_row(s.weights.data(), vocab, total, u);
+      }
+      return out;
+    }
+    // Every token below `floor` is removed by min-p, or lies in the tail that top-p drops:
+    // the tokens under (1 - top_p) * total / vocab cannot together hold more than 1 - top_p
+    // of the mass. Only the tokens above it become candidates.
+    float floor = params_.min_p;
+    if (params_.top_p < 1.0f) {
+      floor = std::max(
+          floor, static_cast<float>((1.0 - params_.top_p) * total / static_cast<double>(vocab)));
+    }
+    floor = std::max(floor, std::numeric_limits<float>::denorm_min());
+    collect_at_least(s.weights.data(), vocab, floor, s.ids);
+    for (const auto id : s.ids)
+      s.candidates.push_back({0.0f, s.weights[static_cast<std::size_t>(id)], id});
+  }
+  truncate(s.candidates, total, params_);
+  if (dist_out) {
+    double mass = 0.0;
+    for (const auto& c : s.candidates)
+      mass += c.weight;
+    for (const auto& c : s.candidates)
+      dist_out->push_back({c.id, static_cast<float>(c.weight / mass)});
+    return out;
+  }
+  out.id = draw(s.candidates, u);
+  return out;
+}
+
+}  // namespace weft::sampling
