@@ -97,7 +97,7 @@ std::unique_ptr<text::Tokenizer> build_tokenizer(const JsonNode& root) {
       text::AddedToken token;
       token.content = std::string(t.at("content").string());
       const std::uint64_t id = t.at("id").unsigned_integer();
-      if (id > 0xFFFFFFFFull) t.at("id").fail("an id below 2^32");
+      if (id >= kMaxTokenId) t.at("id").fail(kMaxTokenIdText);
       token.id = static_cast<std::uint32_t>(id);
       token.single_word = t.boolean_or("single_word", false);
       token.lstrip = t.boolean_or("lstrip", false);

@@ -14,6 +14,11 @@
 
 namespace weft::loaders {
 
+// Ids index dense tables, so a hostile file must not make one of 2^32 entries: 2^24 is 64 times
+// the largest vocabulary in use (Gemma's 262,144).
+inline constexpr std::uint64_t kMaxTokenId = std::uint64_t{1} << 24;
+inline constexpr const char* kMaxTokenIdText = "a token id below 16777216";
+
 // A JSON value with the file it came from and its field path, so that every error can say
 // "<file>: field <path>: expected <what>". Accessors throw weft::Error (kParse).
 struct JsonNode {

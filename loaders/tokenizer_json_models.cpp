@@ -14,7 +14,7 @@ text::Vocabulary read_vocab_object(const JsonNode& node) {
   for (auto [key, value] : node.object()) {
     JsonNode v{value, node.source, node.field + "[\"" + std::string(key) + "\"]"};
     const std::uint64_t id = v.unsigned_integer();
-    if (id > 0xFFFFFFFFull) v.fail("an id below 2^32");
+    if (id >= kMaxTokenId) v.fail(kMaxTokenIdText);
     entries.emplace_back(std::string(key), static_cast<std::uint32_t>(id));
   }
   return text::Vocabulary(std::move(entries));

@@ -9,8 +9,17 @@ namespace weft::text {
 Tokenizer::Tokenizer(TokenizerParts parts)
     : parts_(std::move(parts)), added_(parts_.added_tokens, parts_.normalizer.get()) {
   id_bound_ = parts_.model->vocabulary().id_bound();
-  for (const auto& t : parts_.added_tokens)
+  for (const auto& t : parts_.added_tokens) {
     id_bound_ = std::max<std::size_t>(id_bound_, t.id + 1);
+  }
+  skipped_as_special_.assign(id_bound_, false);
+  bool any_special = false;
+  for (const auto& t : added_.tokens())
+    any_special = any_special || t.special;
+  for (std::size_t id = 0; any_special && id < id_bound_; ++id) {
+    const std::string* token = id_to_token(static_cast<std::uint32_t>(id));
+    skipped_as_special_[id] = token != nullptr && added_.is_special_content(*token);
+  }
 }
 
 void Tokenizer::encode_segment(std::string_view text, bool at_start,
@@ -74,7 +83,7 @@ Result<std::string> Tokenizer::decode(std::span<const std::uint32_t> ids,
                        ": the tokenizer has no token with that id (ids are below " +
                        std::to_string(id_bound_) + ")");
     }
-    if (skip_special_tokens && added_.is_special_content(*token)) continue;
+    if (skip_special_tokens && skipped_as_special_[ids[i]]) continue;
     tokens.push_back(*token);
   }
   if (!parts_.decoder) {

@@ -57,6 +57,9 @@ class Tokenizer {
   TokenizerParts parts_;
   AddedVocabulary added_;
   std::size_t id_bound_ = 0;
+  // Per id: skip_special_tokens drops it. tokenizers decides by the token's text, so a model
+  // token spelled like a special added token is dropped too.
+  std::vector<bool> skipped_as_special_;
 };
 
 }  // namespace weft::text

@@ -8,8 +8,15 @@ set(tok_npm ${CMAKE_BINARY_DIR}/test-data/tokenizers)
 function(weft_text_test name input regex)
   cmake_parse_arguments(ARG "" "" "ARGS" ${ARGN})
   string(JOIN " " args ${ARG_ARGS})
+  # A test on an npm tokenizer says how to get it when it is missing (and then fails).
+  set(check "")
+  foreach(arg ${ARG_ARGS})
+    if(arg MATCHES "^${tok_npm}")
+      set(check "[ -e '${arg}' ] || echo 'missing ${arg}: run scripts/fetch-test-data ${CMAKE_BINARY_DIR}'; ")
+    endif()
+  endforeach()
   # stderr joins stdout and the exit status is printed last, so one regex checks both.
-  add_test(NAME ${name} COMMAND sh -c "printf '%b' '${input}' | \"$<TARGET_FILE:weft>\" ${args} 2>&1; echo exit=$?")
+  add_test(NAME ${name} COMMAND sh -c "${check}printf '%b' '${input}' | \"$<TARGET_FILE:weft>\" ${args} 2>&1; echo exit=$?")
   set_tests_properties(${name} PROPERTIES PASS_REGULAR_EXPRESSION "${regex}")
 endfunction()
 

@@ -40,6 +40,8 @@ TEST(TokenizerJsonErrors, NameThePathTheFieldAndWhatWasExpected) {
                {"field model.vocab[\"b\"]", "expected a non-negative integer"});
   expect_error(bad("bad_regex.json"), ErrorCode::kParse,
                {"field pre_tokenizer.pattern.Regex", "missing closing parenthesis"});
+  expect_error(bad("huge_id.json"), ErrorCode::kParse,
+               {"field model.vocab[\"ab\"]", "expected a token id below 16777216"});
   expect_error(bad("no_such_file.json"), ErrorCode::kNotFound, {"no such file"});
 }
 
