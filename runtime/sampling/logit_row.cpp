@@ -1,5 +1,7 @@
 #include "runtime/sampling/logit_row.hpp"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -250,12 +252,18 @@ std::vector<TokenLogprob> top_entries(const float* x, std::size_t n, int k) {
 
 void collect_at_least(const float* x, std::size_t n, float threshold,
                       std::vector<std::int32_t>& ids) {
+  const F4 t = splat<F4>(threshold);
   std::size_t i = 0;
   for (; i + kBlock <= n; i += kBlock) {
-    if (block_max(x + i) < threshold) continue;
-    for (std::size_t j = 0; j < kBlock; ++j) {
-      if (x[i + j] >= threshold) ids.push_back(static_cast<std::int32_t>(i + j));
+    // One bit per entry of the block that passes, then only those entries are visited.
+    unsigned bits = 0;
+    for (std::size_t v = 0; v < kBlock / 4; ++v) {
+      const F4 pass = std::bit_cast<F4>(load<F4>(x + i + 4 * v) >= t);
+      bits |= static_cast<unsigned>(_mm_movemask_ps(std::bit_cast<__m128>(pass))) << (4 * v);
     }
+    for (; bits != 0; bits &= bits - 1)
+      ids.push_back(
+          static_cast<std::int32_t>(i + static_cast<std::size_t>(std::countr_zero(bits))));
   }
   for (; i < n; ++i) {
     if (x[i] >= threshold) ids.push_back(static_cast<std::int32_t>(i));

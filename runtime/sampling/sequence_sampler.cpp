@@ -12,6 +12,9 @@ namespace weft::sampling {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
+// top-p's first guess at its floor assumes the tail it drops spreads over at most this many
+// tokens; when wrong it costs one more compare pass, never a wrong answer.
+constexpr double kTightTail = 256.0;
 
 // Vocabulary-sized buffers live per thread, not per sequence: 256 running sequences with a
 // 128K vocabulary would otherwise hold 256 x 1.5 MB of scratch between steps.
@@ -215,16 +218,29 @@ Result<SequenceSampler::Choice> SequenceSampler::choose(std::span<float> logits,
       }
       return out;
     }
-    // Every token below `floor` is removed by min-p, or lies in the tail that top-p drops:
-    // the tokens under (1 - top_p) * total / vocab cannot together hold more than 1 - top_p
-    // of the mass. Only the tokens above it become candidates.
-    float floor = params_.min_p;
+    // Every token below `safe` is removed by min-p, or lies in the tail that top-p drops: the
+    // tokens under (1 - top_p) * total / vocab cannot together hold more than 1 - top_p of
+    // the mass. Only the tokens above it become candidates. A real model's top-p set is far
+    // smaller, so a tighter floor is tried first; it is exact whenever its candidates already
+    // hold top_p of the mass (they are then a prefix that contains top-p's).
+    const float denorm = std::numeric_limits<float>::denorm_min();
+    float safe = std::max(params_.min_p, denorm);
+    float tight = safe;
     if (params_.top_p < 1.0f) {
-      floor = std::max(
-          floor, static_cast<float>((1.0 - params_.top_p) * total / static_cast<double>(vocab)));
+      const double tail = (1.0 - params_.top_p) * total;
+      safe = std::max(safe, static_cast<float>(tail / static_cast<double>(vocab)));
+      tight = std::max(safe, static_cast<float>(tail / kTightTail));
     }
-    floor = std::max(floor, std::numeric_limits<float>::denorm_min());
-    collect_at_least(s.weights.data(), vocab, floor, s.ids);
+    collect_at_least(s.weights.data(), vocab, tight, s.ids);
+    if (tight > safe) {
+      double mass = 0.0;
+      for (const auto id : s.ids)
+        mass += s.weights[static_cast<std::size_t>(id)];
+      if (mass < params_.top_p * total) {
+        s.ids.clear();
+        collect_at_least(s.weights.data(), vocab, safe, s.ids);
+      }
+    }
     for (const auto id : s.ids)
       s.candidates.push_back({0.0f, s.weights[static_cast<std::size_t>(id)], id});
   }

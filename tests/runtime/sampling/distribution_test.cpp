@@ -106,6 +106,18 @@ TEST(SamplingDistribution, EachMethodMatchesBruteForce) {
   }
 }
 
+TEST(SamplingDistribution, TopPOverAFlatDistribution) {
+  // The tail top-p drops spreads over most of the vocabulary: the sampler's first, tight
+  // candidate floor falls short and it must fall back to the safe one.
+  SamplingParams p;
+  p.top_p = 0.9f;
+  for (std::uint32_t seed = 1; seed <= 3; ++seed) {
+    expect_matches_reference(random_logits(5000, seed, 0.05f), p);
+  }
+  p.min_p = 0.97f;
+  expect_matches_reference(random_logits(5000, 4, 0.05f), p);
+}
+
 TEST(SamplingDistribution, TopPKeepsSmallestSetReachingP) {
   // Probabilities 0.4, 0.3, 0.2, 0.1 (as logits): p = 0.7 needs exactly the first two,
   // p = 0.71 the first three.
