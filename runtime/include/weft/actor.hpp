@@ -34,8 +34,12 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/execution/blocking.hpp>
 #include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/is_executor.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/require.hpp>
 #include <boost/asio/strand.hpp>
 #include <cstddef>
 #include <exception>
@@ -63,11 +67,26 @@ struct ReplySignature<void> {
   using type = void(std::exception_ptr);
 };
 
-// Runs `fn` (on the actor's strand) and delivers its result or exception to `handler` by
-// posting to the handler's executor, so the caller's code never runs on the actor's strand
-// unless it asked to.
+// Runs `f` on `target`, never inline on the calling thread. Executors that can be required
+// not to block get a plain post; a type-erased completion executor (what a stored
+// any_completion_handler carries) cannot, so the call first hops to `hop` (an ordinary
+// executor) and dispatches from there.
+template <class Target, class Fn>
+void deliver(const Target& target, const asio::any_io_executor& hop, Fn&& f) {
+  if constexpr (asio::is_executor<Target>::value ||
+                asio::can_require<Target, asio::execution::blocking_t::never_t>::value) {
+    asio::post(target, std::forward<Fn>(f));
+  } else {
+    asio::post(
+        hop, [target, f = std::forward<Fn>(f)]() mutable { asio::dispatch(target, std::move(f)); });
+  }
+}
+
+// Runs `fn` (on the actor's strand) and delivers its result or exception to `handler` through
+// the handler's executor, so the caller's code never runs on the actor's strand unless it
+// asked to.
 template <class R, class Fn, class Handler, class Work>
-void run_and_reply(Fn& fn, Handler& handler, Work& work) {
+void run_and_reply(Fn& fn, Handler& handler, Work& work, const asio::any_io_executor& hop) {
   auto executor = work.get_executor();
   std::exception_ptr error;
   if constexpr (std::is_void_v<R>) {
@@ -76,8 +95,8 @@ void run_and_reply(Fn& fn, Handler& handler, Work& work) {
     } catch (...) {
       error = std::current_exception();
     }
-    asio::post(executor,
-               [handler = std::move(handler), error]() mutable { std::move(handler)(error); });
+    deliver(executor, hop,
+            [handler = std::move(handler), error]() mutable { std::move(handler)(error); });
   } else {
     static_assert(std::is_default_constructible_v<R>,
                   "an actor's reply type must be default-constructible: it is what the caller "
@@ -88,10 +107,10 @@ void run_and_reply(Fn& fn, Handler& handler, Work& work) {
     } catch (...) {
       error = std::current_exception();
     }
-    asio::post(executor,
-               [handler = std::move(handler), error, result = std::move(result)]() mutable {
-                 std::move(handler)(error, std::move(result));
-               });
+    deliver(executor, hop,
+            [handler = std::move(handler), error, result = std::move(result)]() mutable {
+              std::move(handler)(error, std::move(result));
+            });
   }
   work.reset();
 }
@@ -134,8 +153,8 @@ class Actor {
           auto work = asio::make_work_guard(
               asio::get_associated_executor(handler, strand.get_inner_executor()));
           asio::post(strand, [work_fn = std::move(work_fn), handler = std::move(handler),
-                              work = std::move(work)]() mutable {
-            detail::run_and_reply<R>(work_fn, handler, work);
+                              work = std::move(work), hop = strand.get_inner_executor()]() mutable {
+            detail::run_and_reply<R>(work_fn, handler, work, hop);
           });
         },
         token, std::forward<Fn>(fn));

@@ -1,0 +1,224 @@
+// The Engine facade: loads the model, wires the actors, and turns the public API's calls into
+// messages. docs/engine.md describes the flow.
+
+#include "weft/engine.hpp"
+
+#include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+#include <random>
+#include <thread>
+
+#include "actors/completion.hpp"
+#include "actors/detokenizer_actor.hpp"
+#include "actors/executor_actor.hpp"
+#include "actors/sampler_actor.hpp"
+#include "actors/scheduler_actor.hpp"
+#include "actors/tokenizer_actor.hpp"
+#include "loaders/chat_template_file.hpp"
+#include "loaders/model_loader.hpp"
+#include "loaders/tokenizer_json.hpp"
+#include "weft/log.hpp"
+
+namespace weft {
+
+namespace asio = boost::asio;
+
+struct Engine::Impl {
+  EngineConfig config;
+  asio::any_io_executor executor;
+  LoadedModel loaded;
+  int context_length = 0;
+  int vocab_size = 0;
+
+  // The executor actor's own thread: a forward step blocks it, and nothing else.
+  asio::io_context device_context{1};
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> device_work;
+  std::thread device_thread;
+
+  std::unique_ptr<actors::ExecutorActor> executor_actor;
+  std::unique_ptr<actors::TokenizerActor> tokenizer;
+  std::unique_ptr<actors::SamplerActor> sampler;
+  std::unique_ptr<actors::DetokenizerActor> detokenizer;
+  std::unique_ptr<actors::SchedulerActor> scheduler;
+
+  std::atomic<bool> stopping{false};
+  std::atomic<bool> stopped{false};
+  std::atomic<std::uint64_t> next_id{1};
+  std::mutex seed_mutex;
+  std::mt19937_64 seed_source{std::random_device{}()};
+
+  std::uint64_t draw_seed() {
+    std::lock_guard lock(seed_mutex);
+    return seed_source();
+  }
+};
+
+Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  if (auto ok = config.validate(); !ok) throw ok.error();
+  s.config = std::move(config);
+  s.executor = executor;
+
+  LoadOptions load_options;
+  load_options.spec_file = s.config.spec_file;
+  log_info("engine: loading " + s.config.model_dir);
+  auto loaded = load_model(s.config.model_dir, load_options);
+  if (!loaded) throw loaded.error();
+  s.loaded = std::move(loaded.value());
+  const model::Model& model = s.loaded.model;
+  s.vocab_size = model.spec().vocab_size;
+  s.context_length = model.spec().rope.max_position_embeddings;
+
+  auto tokenizer = loaders::load_tokenizer(s.config.model_dir);
+  if (!tokenizer) throw tokenizer.error();
+  std::optional<ChatTemplate> chat_template;
+  std::string chat_template_error;
+  if (auto t = load_chat_template(s.config.model_dir, /*with_tools=*/false); t) {
+    chat_template = std::move(t.value());
+  } else {
+    chat_template_error = t.error().what();
+  }
+
+  const model::KvLayout layout = model.kv_layout(s.config.page_size);
+  const auto page_bytes = static_cast<std::int64_t>(layout.floats_per_page() * sizeof(float));
+  const std::int64_t num_pages = s.config.kv_budget_bytes / page_bytes;
+  if (num_pages < 1 || num_pages > (1 << 30)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "kv_budget_bytes: " + std::to_string(s.config.kv_budget_bytes) + " holds " +
+                    std::to_string(num_pages) + " pages of " + std::to_string(page_bytes) +
+                    " bytes; need at least one");
+  }
+  log_info("engine: KV pool of " + std::to_string(num_pages) + " pages of " +
+           std::to_string(s.config.page_size) + " tokens");
+
+  s.device_work.emplace(asio::make_work_guard(s.device_context));
+  s.device_thread = std::thread([&s] { s.device_context.run(); });
+  s.executor_actor =
+      std::make_unique<actors::ExecutorActor>(s.device_context.get_executor(), model, layout,
+                                              static_cast<int>(num_pages), s.config.cpu_threads);
+  s.tokenizer = std::make_unique<actors::TokenizerActor>(
+      executor, tokenizer->tokenizer, std::move(chat_template), std::move(chat_template_error),
+      s.vocab_size);
+  s.sampler = std::make_unique<actors::SamplerActor>(executor);
+  s.detokenizer = std::make_unique<actors::DetokenizerActor>(executor, tokenizer->tokenizer);
+
+  sched::SchedulerConfig sc;
+  sc.page_size = s.config.page_size;
+  sc.num_pages = static_cast<int>(num_pages);
+  sc.max_tokens_per_step = s.config.max_tokens_per_step;
+  sc.max_running = s.config.max_running;
+  sc.admission = s.config.admission == "optimistic" ? sched::AdmissionPolicy::kOptimistic
+                                                    : sched::AdmissionPolicy::kReserve;
+  std::vector<std::int32_t> eos(s.loaded.generation.eos_token_ids.begin(),
+                                s.loaded.generation.eos_token_ids.end());
+  s.scheduler = std::make_unique<actors::SchedulerActor>(executor, sc, *s.executor_actor,
+                                                         *s.sampler, *s.detokenizer, eos);
+  s.scheduler->start();
+}
+
+Engine::~Engine() {
+  Impl& s = *impl_;
+  if (!s.stopped.load()) {
+    auto done = shutdown(asio::use_future);
+    if (done.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+      log_error("engine: shutdown did not finish in 30 s (is the executor still running?)");
+    }
+  }
+  // Messages the scheduler posted while finishing requests must run before the actors go:
+  // a reply from each strand proves every earlier message on it has run.
+  auto flush = [](auto& actor) {
+    auto f = actor->flush(asio::use_future);
+    f.wait_for(std::chrono::seconds(5));
+  };
+  flush(s.sampler);
+  flush(s.detokenizer);
+  s.device_work.reset();
+  if (s.device_thread.joinable()) s.device_thread.join();
+}
+
+int Engine::vocab_size() const {
+  return impl_->vocab_size;
+}
+int Engine::context_length() const {
+  return impl_->context_length;
+}
+
+void Engine::cancel(std::uint64_t request_id) {
+  impl_->scheduler->cancel(request_id);
+}
+
+void Engine::metrics_impl(asio::any_completion_handler<MetricsSignature> handler) {
+  impl_->scheduler->metrics(std::move(handler));
+}
+
+void Engine::shutdown_impl(asio::any_completion_handler<DoneSignature> handler) {
+  Impl& s = *impl_;
+  s.stopping.store(true);
+  s.scheduler->shutdown([&s, handler = std::move(handler)](std::exception_ptr error) mutable {
+    s.stopped.store(true);
+    actors::complete(std::move(handler), s.executor, error);
+  });
+}
+
+void Engine::submit_impl(GenerateRequest request,
+                         asio::any_completion_handler<SubmitSignature> handler) {
+  Impl& s = *impl_;
+  auto fail = [&s](asio::any_completion_handler<SubmitSignature> h, Error error) {
+    actors::complete(std::move(h), s.executor, std::make_exception_ptr(std::move(error)),
+                     std::shared_ptr<RequestStream>());
+  };
+  if (s.stopping.load()) {
+    return fail(std::move(handler), Error(ErrorCode::kShutdown, "the engine is shutting down"));
+  }
+  if (auto ok = sampling::validate(request.sampling, s.vocab_size); !ok) {
+    return fail(std::move(handler), ok.error());
+  }
+  SamplingParams params = request.sampling;
+  s.tokenizer->encode(
+      std::move(request), [&s, fail, params = std::move(params), handler = std::move(handler)](
+                              std::exception_ptr error, std::vector<std::int32_t> ids) mutable {
+        if (error) {
+          actors::complete(std::move(handler), s.executor, error, std::shared_ptr<RequestStream>());
+          return;
+        }
+        const auto n = static_cast<std::int64_t>(ids.size());
+        if (n == 0) {
+          return fail(std::move(handler),
+                      Error(ErrorCode::kInvalidArgument, "prompt: empty after tokenization"));
+        }
+        if (s.context_length > 0 && n >= s.context_length) {
+          return fail(std::move(handler),
+                      Error(ErrorCode::kInvalidArgument,
+                            "prompt: " + std::to_string(n) + " tokens do not fit the context of " +
+                                std::to_string(s.context_length) + " (and leave room for output)"));
+        }
+        if (s.context_length > 0 && n + params.max_tokens > s.context_length) {
+          return fail(std::move(handler),
+                      Error(ErrorCode::kInvalidArgument,
+                            "max_tokens: " + std::to_string(params.max_tokens) + " after a " +
+                                std::to_string(n) + "-token prompt exceeds the context of " +
+                                std::to_string(s.context_length) + "; at most " +
+                                std::to_string(s.context_length - n)));
+        }
+        const std::uint64_t id = s.next_id.fetch_add(1);
+        auto stream = std::make_shared<RequestStream>(id);
+        const std::uint64_t seed = params.seed ? *params.seed : s.draw_seed();
+        s.sampler->add(id, params, ids, seed);
+        s.detokenizer->add(id, stream, params.stop);
+        s.scheduler->add(
+            id, std::move(ids), std::move(params), stream,
+            [&s, id, stream, handler = std::move(handler)](std::exception_ptr e) mutable {
+              if (e) {
+                s.sampler->remove(id);
+                s.detokenizer->remove(id);
+                stream.reset();
+              }
+              actors::complete(std::move(handler), s.executor, e, std::move(stream));
+            });
+      });
+}
+
+}  // namespace weft

@@ -1,0 +1,97 @@
+#include <simdjson.h>
+
+#include <string>
+
+#include "weft/engine.hpp"
+
+namespace weft {
+namespace {
+
+Error field_error(const std::filesystem::path& path, std::string_view field, const char* expected) {
+  return Error(ErrorCode::kParse,
+               path.string() + ": field \"" + std::string(field) + "\" must be " + expected);
+}
+
+}  // namespace
+
+Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  if (auto error = parser.load(path.string()).get(root); error) {
+    return Error(error == simdjson::IO_ERROR ? ErrorCode::kNotFound : ErrorCode::kParse,
+                 path.string() + ": " + simdjson::error_message(error));
+  }
+  simdjson::dom::object object;
+  if (root.get(object) != simdjson::SUCCESS) {
+    return Error(ErrorCode::kParse, path.string() + ": expected a JSON object");
+  }
+  EngineConfig c;
+  for (auto [key, value] : object) {
+    auto as_string = [&](std::string& out) -> Result<void> {
+      std::string_view v;
+      if (value.get(v) != simdjson::SUCCESS) return field_error(path, key, "a string");
+      out = std::string(v);
+      return {};
+    };
+    auto as_int = [&](auto& out) -> Result<void> {
+      std::int64_t v = 0;
+      if (value.get(v) != simdjson::SUCCESS) return field_error(path, key, "an integer");
+      out = static_cast<std::remove_reference_t<decltype(out)>>(v);
+      return {};
+    };
+    Result<void> ok;
+    if (key == "model_dir") {
+      ok = as_string(c.model_dir);
+    } else if (key == "spec_file") {
+      ok = as_string(c.spec_file);
+    } else if (key == "device") {
+      ok = as_string(c.device);
+    } else if (key == "admission") {
+      ok = as_string(c.admission);
+    } else if (key == "page_size") {
+      ok = as_int(c.page_size);
+    } else if (key == "kv_budget_bytes") {
+      ok = as_int(c.kv_budget_bytes);
+    } else if (key == "max_tokens_per_step") {
+      ok = as_int(c.max_tokens_per_step);
+    } else if (key == "max_running") {
+      ok = as_int(c.max_running);
+    } else if (key == "cpu_threads") {
+      ok = as_int(c.cpu_threads);
+    } else {
+      return Error(ErrorCode::kParse, path.string() + ": unknown field \"" + std::string(key) +
+                                          "\" (known: model_dir, spec_file, device, page_size, "
+                                          "kv_budget_bytes, max_tokens_per_step, max_running, "
+                                          "admission, cpu_threads)");
+    }
+    if (!ok) return ok.error();
+  }
+  if (auto ok = c.validate(); !ok)
+    return Error(ok.error().code(), path.string() + ": " + ok.error().what());
+  return c;
+}
+
+Result<void> EngineConfig::validate() const {
+  auto bad = [](const std::string& message) { return Error(ErrorCode::kInvalidArgument, message); };
+  if (model_dir.empty()) return bad("model_dir: empty; give a Hugging Face model folder");
+  if (device != "cpu") return bad("device: \"" + device + "\" is not available; only \"cpu\" is");
+  if (page_size < 1 || page_size > 4096) {
+    return bad("page_size: " + std::to_string(page_size) + " is outside [1, 4096]");
+  }
+  if (kv_budget_bytes < 1) {
+    return bad("kv_budget_bytes: " + std::to_string(kv_budget_bytes) + " must be > 0");
+  }
+  if (max_tokens_per_step < 1 || max_tokens_per_step > (1 << 20)) {
+    return bad("max_tokens_per_step: " + std::to_string(max_tokens_per_step) +
+               " is outside [1, 1048576]");
+  }
+  if (max_running < 1 || max_running > 65536) {
+    return bad("max_running: " + std::to_string(max_running) + " is outside [1, 65536]");
+  }
+  if (admission != "reserve" && admission != "optimistic") {
+    return bad("admission: \"" + admission + "\" must be \"reserve\" or \"optimistic\"");
+  }
+  return {};
+}
+
+}  // namespace weft

@@ -1,0 +1,56 @@
+#pragma once
+// The sampler: one SequenceSampler per live sequence (its seeded RNG and penalty counts), fed
+// the rows of logits the executor returns.
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "actors/executor_actor.hpp"
+#include "runtime/sampling/sequence_sampler.hpp"
+#include "weft/actor.hpp"
+
+namespace weft::actors {
+
+struct SampleRow {
+  std::uint64_t id = 0;
+  int row = 0;  // row of StepLogits
+};
+
+struct SampleOutcome {
+  std::uint64_t id = 0;
+  std::optional<sampling::SampledToken> token;
+  std::string error;  // why the row could not be sampled (the request then ends in error)
+};
+
+class SamplerActor : public Actor {
+ public:
+  using Actor::Actor;
+
+  void add(std::uint64_t id, sampling::SamplingParams params, std::vector<std::int32_t> prompt,
+           std::uint64_t seed);
+  void remove(std::uint64_t id);
+
+  // Replies once every message posted before it has run.
+  template <class Token>
+  auto flush(Token&& token) {
+    return ask([] {}, std::forward<Token>(token));
+  }
+
+  template <class Token>
+  auto sample(StepLogits logits, std::vector<SampleRow> rows, Token&& token) {
+    return ask([this, logits = std::move(logits),
+                rows = std::move(rows)]() mutable { return sample_rows(logits, rows); },
+               std::forward<Token>(token));
+  }
+
+ private:
+  std::vector<SampleOutcome> sample_rows(StepLogits& logits, const std::vector<SampleRow>& rows);
+
+  std::unordered_map<std::uint64_t, sampling::SequenceSampler> samplers_;
+};
+
+}  // namespace weft::actors

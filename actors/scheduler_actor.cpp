@@ -1,0 +1,210 @@
+#include "actors/scheduler_actor.hpp"
+
+#include <algorithm>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "actors/completion.hpp"
+#include "weft/log.hpp"
+
+namespace weft::actors {
+
+SchedulerActor::SchedulerActor(const asio::any_io_executor& executor, sched::SchedulerConfig config,
+                               ExecutorActor& executor_actor, SamplerActor& sampler,
+                               DetokenizerActor& detokenizer, std::vector<std::int32_t> eos_ids)
+    : Actor(executor),
+      scheduler_(config),
+      executor_(executor_actor),
+      sampler_(sampler),
+      detokenizer_(detokenizer),
+      eos_ids_(std::move(eos_ids)),
+      wake_(strand()) {
+  metrics_.kv_pages_total = config.num_pages;
+}
+
+void SchedulerActor::start() {
+  post([this] {
+    if (started_) return;
+    started_ = true;
+    asio::co_spawn(strand(), loop(), [](std::exception_ptr error) {
+      if (error) detail::report_unhandled_exception(error, "scheduler loop");
+    });
+  });
+}
+
+void SchedulerActor::add_request(std::uint64_t id, std::vector<std::int32_t> prompt,
+                                 SamplingParams params, std::shared_ptr<RequestStream> stream) {
+  if (stopping_) throw Error(ErrorCode::kShutdown, "the engine is shutting down");
+  const int prompt_len = static_cast<int>(prompt.size());
+  auto added = scheduler_.add(id, std::move(prompt), params.max_tokens);
+  if (!added) throw added.error();
+  live_.emplace(id, LiveRequest{std::move(stream), std::move(params), prompt_len});
+  metrics_.prompt_tokens += static_cast<std::uint64_t>(prompt_len);
+  wake_.cancel();  // the loop may be idle
+}
+
+void SchedulerActor::cancel(std::uint64_t id) {
+  post([this, id] {
+    if (live_.count(id) != 0) finish(id, FinishReason::kCancelled);
+  });
+}
+
+void SchedulerActor::shutdown(asio::any_completion_handler<void(std::exception_ptr)> handler) {
+  post([this, handler = std::move(handler)]() mutable {
+    if (stopped_ || !started_) {
+      stopping_ = true;
+      stopped_ = true;
+      while (!live_.empty())
+        finish(live_.begin()->first, FinishReason::kShutdown);
+      complete(std::move(handler), strand().get_inner_executor(), std::exception_ptr());
+      return;
+    }
+    stopping_ = true;
+    shutdown_waiters_.push_back(std::move(handler));
+    wake_.cancel();
+  });
+}
+
+bool SchedulerActor::is_stop_token(const LiveRequest& request, std::int32_t token) const {
+  const auto& stops = request.params.stop_token_ids;
+  if (std::find(stops.begin(), stops.end(), token) != stops.end()) return true;
+  return !request.params.ignore_eos &&
+         std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
+}
+
+void SchedulerActor::finish(std::uint64_t id, FinishReason reason, std::string error) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  const sched::Sequence* seq = scheduler_.find(id);
+  Event event;
+  event.kind = Event::Kind::kFinal;
+  event.finish_reason = reason;
+  event.usage.prompt_tokens = it->second.prompt_len;
+  event.usage.completion_tokens = seq != nullptr ? seq->generated() : 0;
+  event.error = std::move(error);
+  scheduler_.remove(id);  // frees the KV pages now
+  sampler_.remove(id);
+  detokenizer_.remove(id);
+  // The final event follows the detokenizer's last delta: both come from this strand's
+  // sequence of steps, and the detokenizer pushed its deltas before replying.
+  it->second.stream->push(std::move(event));
+  live_.erase(it);
+  switch (reason) {
+    case FinishReason::kStop:
+      ++metrics_.finished_stop;
+      break;
+    case FinishReason::kLength:
+      ++metrics_.finished_length;
+      break;
+    case FinishReason::kCancelled:
+      ++metrics_.finished_cancelled;
+      break;
+    case FinishReason::kShutdown:
+      ++metrics_.finished_shutdown;
+      break;
+    case FinishReason::kError:
+      ++metrics_.finished_error;
+      break;
+  }
+}
+
+EngineMetrics SchedulerActor::snapshot() const {
+  EngineMetrics m = metrics_;
+  m.running = scheduler_.running();
+  m.waiting = scheduler_.waiting();
+  m.kv_pages_used = scheduler_.pool().used_pages();
+  m.kv_pages_peak = scheduler_.pool().peak_used_pages();
+  m.preemptions = scheduler_.preemptions();
+  return m;
+}
+
+asio::awaitable<void> SchedulerActor::loop() {
+  for (;;) {
+    if (stopping_) break;
+    sched::StepPlan plan = scheduler_.plan_step();
+    if (plan.empty()) {
+      boost::system::error_code ec;
+      wake_.expires_at(asio::steady_timer::time_point::max());
+      co_await wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      continue;
+    }
+    model::StepBatch batch;
+    batch.tokens = plan.tokens;
+    batch.positions = plan.positions;
+    std::vector<SampleRow> rows;
+    for (std::size_t i = 0; i < plan.slices.size(); ++i) {
+      const auto& s = plan.slices[i];
+      batch.sequences.push_back({s.token_begin, s.token_count, s.page_table, false});
+      if (s.samples) rows.push_back({s.id, static_cast<int>(i)});
+    }
+    ++metrics_.steps;
+
+    std::vector<SampleOutcome> outcomes;
+    std::exception_ptr step_error;
+    try {
+      StepLogits logits = co_await executor_.run(std::move(batch), asio::use_awaitable);
+      outcomes = co_await sampler_.sample(std::move(logits), rows, asio::use_awaitable);
+    } catch (...) {
+      step_error = std::current_exception();
+    }
+    if (step_error) {
+      std::string message = "forward step failed";
+      try {
+        std::rethrow_exception(step_error);
+      } catch (const std::exception& e) {
+        message = e.what();
+      }
+      log_error("step " + std::to_string(plan.step) + ": " + message);
+      for (const auto& s : plan.slices)
+        finish(s.id, FinishReason::kError, message);
+      continue;
+    }
+
+    std::vector<std::int32_t> sampled;
+    sampled.reserve(outcomes.size());
+    for (const auto& o : outcomes)
+      sampled.push_back(o.token ? o.token->id : -1);
+    scheduler_.complete_step(plan, sampled);
+
+    std::vector<NewToken> new_tokens;
+    std::vector<std::pair<std::uint64_t, FinishReason>> finishing;
+    for (const auto& o : outcomes) {
+      auto it = live_.find(o.id);
+      if (it == live_.end()) continue;  // cancelled while the step ran
+      if (!o.token) {
+        finish(o.id, FinishReason::kError, o.error);
+        continue;
+      }
+      const sched::Sequence* seq = scheduler_.find(o.id);
+      const bool stop = is_stop_token(it->second, o.token->id);
+      const bool length = seq->generated() >= it->second.params.max_tokens;
+      NewToken t;
+      t.id = o.id;
+      t.token.id = o.token->id;
+      t.token.logprob = o.token->logprob;
+      t.token.top = o.token->top;
+      t.last = stop || length;
+      new_tokens.push_back(std::move(t));
+      ++metrics_.generated_tokens;
+      if (stop || length)
+        finishing.emplace_back(o.id, stop ? FinishReason::kStop : FinishReason::kLength);
+    }
+    if (!new_tokens.empty()) {
+      auto stopped = co_await detokenizer_.process(std::move(new_tokens), asio::use_awaitable);
+      for (std::uint64_t id : stopped)
+        finish(id, FinishReason::kStop);
+    }
+    for (const auto& [id, reason] : finishing)
+      finish(id, reason);
+  }
+  while (!live_.empty())
+    finish(live_.begin()->first, FinishReason::kShutdown);
+  stopped_ = true;
+  for (auto& waiter : shutdown_waiters_) {
+    complete(std::move(waiter), strand().get_inner_executor(), std::exception_ptr());
+  }
+  shutdown_waiters_.clear();
+}
+
+}  // namespace weft::actors

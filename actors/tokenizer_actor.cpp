@@ -1,0 +1,59 @@
+#include "actors/tokenizer_actor.hpp"
+
+#include <string>
+
+namespace weft::actors {
+
+TokenizerActor::TokenizerActor(const asio::any_io_executor& executor,
+                               std::shared_ptr<const text::Tokenizer> tokenizer,
+                               std::optional<ChatTemplate> chat_template,
+                               std::string chat_template_error, int vocab_size)
+    : Actor(executor),
+      tokenizer_(std::move(tokenizer)),
+      chat_template_(std::move(chat_template)),
+      chat_template_error_(std::move(chat_template_error)),
+      vocab_size_(vocab_size) {}
+
+std::vector<std::int32_t> TokenizerActor::encode_request(const GenerateRequest& r) const {
+  const int given = !r.prompt.empty() + !r.messages.empty() + !r.prompt_ids.empty();
+  if (given != 1) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "prompt: give exactly one of prompt, messages or prompt_ids (got " +
+                    std::to_string(given) + ")");
+  }
+  if (!r.prompt_ids.empty()) {
+    for (std::int32_t id : r.prompt_ids) {
+      if (id < 0 || id >= vocab_size_) {
+        throw Error(ErrorCode::kInvalidArgument, "prompt_ids: " + std::to_string(id) +
+                                                     " is outside the vocabulary [0, " +
+                                                     std::to_string(vocab_size_) + ")");
+      }
+    }
+    return r.prompt_ids;
+  }
+  std::string text = r.prompt;
+  bool add_special = r.add_special_tokens;
+  if (!r.messages.empty()) {
+    if (!chat_template_) {
+      throw Error(ErrorCode::kUnsupported, "messages: " + chat_template_error_);
+    }
+    jinja::List list;
+    for (const ChatMessage& m : r.messages) {
+      jinja::Dict d;
+      d.set("role", m.role);
+      d.set("content", m.content);
+      list.emplace_back(std::move(d));
+    }
+    ChatTemplateOptions options;
+    options.add_generation_prompt = true;
+    auto rendered = chat_template_->render(jinja::Value(std::move(list)), options);
+    if (!rendered) throw rendered.error();
+    text = std::move(rendered.value());
+    add_special = false;  // the template writes its own special tokens, as transformers does
+  }
+  auto ids = tokenizer_->encode(text, add_special);
+  if (!ids) throw ids.error();
+  return {ids->begin(), ids->end()};
+}
+
+}  // namespace weft::actors

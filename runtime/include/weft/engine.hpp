@@ -1,0 +1,213 @@
+#pragma once
+// The embedding API: an Engine runs one model for many concurrent requests on a user's Asio
+// executor. Every asynchronous call takes an Asio completion token (a callback, use_future,
+// use_awaitable), with the completion signatures given at each call; errors arrive as the
+// std::exception_ptr (a weft::Error) — a future's get() and co_await rethrow it.
+//
+//   weft::Engine engine(io.get_executor(), weft::EngineConfig{.model_dir = "models/weft-tiny"});
+//   weft::GenerateRequest request;
+//   request.prompt = "Call me Ishmael.";
+//   request.sampling.max_tokens = 32;
+//   auto stream = co_await engine.submit(std::move(request), asio::use_awaitable);
+//   for (;;) {
+//     weft::Event event = co_await stream->next(asio::use_awaitable);
+//     if (event.kind == weft::Event::Kind::kFinal) break;
+//     std::cout << event.text;
+//   }
+//
+// Inside, each stage is an actor (docs/engine.md): the tokenizer, the scheduler (continuous
+// batching over a paged KV pool), the executor on a thread of its own, the sampler and the
+// detokenizer.
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/sampling/sampling_params.hpp"
+#include "runtime/sampling/sampling_types.hpp"
+#include "weft/error.hpp"
+
+namespace weft {
+
+using sampling::SamplingParams;
+
+struct EngineConfig {
+  std::string model_dir;  // a Hugging Face folder: config.json, *.safetensors, tokenizer.json
+  std::string spec_file;  // empty: chosen by config.json's architectures
+  std::string device = "cpu";
+  int page_size = 16;                          // tokens per KV page; 1 is token-level
+  std::int64_t kv_budget_bytes = 256ll << 20;  // the KV pool, allocated once at start
+  int max_tokens_per_step = 512;               // prefill chunks + decodes per step
+  int max_running = 256;                       // sequences in one batch at most
+  std::string admission = "reserve";           // "reserve" (never over-commit) or "optimistic"
+  unsigned cpu_threads = 0;                    // 0: one per core
+
+  // Reads a JSON object with the fields above (unknown fields are an error naming them).
+  static Result<EngineConfig> from_file(const std::filesystem::path& path);
+  // Every field checked; the error names the field and its allowed range.
+  Result<void> validate() const;
+};
+
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+struct GenerateRequest {
+  // Exactly one of these is the prompt.
+  std::string prompt;                    // text, encoded with the model's tokenizer
+  std::vector<ChatMessage> messages;     // rendered with the model's chat template
+  std::vector<std::int32_t> prompt_ids;  // token ids as they are
+  bool add_special_tokens = true;        // for `prompt`: BOS etc. as the tokenizer adds them
+  SamplingParams sampling;
+};
+
+enum class FinishReason { kStop, kLength, kCancelled, kShutdown, kError };
+std::string_view to_string(FinishReason reason) noexcept;
+
+struct TokenLogprobs {
+  std::int32_t id = 0;
+  float logprob = 0;
+  std::vector<sampling::TokenLogprob> top;  // when SamplingParams::logprobs > 0
+};
+
+struct Usage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+};
+
+struct Event {
+  enum class Kind { kDelta, kFinal };
+  Kind kind = Kind::kDelta;
+  std::string text;                                  // kDelta: valid UTF-8, stop strings withheld
+  std::vector<std::int32_t> token_ids;               // kDelta: the tokens this text came from
+  std::vector<TokenLogprobs> logprobs;               // kDelta: one per token
+  FinishReason finish_reason = FinishReason::kStop;  // kFinal
+  Usage usage;                                       // kFinal
+  std::string error;                                 // kFinal with kError
+};
+
+// The events of one request, in order: deltas, then exactly one final event.
+class RequestStream : public std::enable_shared_from_this<RequestStream> {
+ public:
+  using Signature = void(std::exception_ptr, Event);
+
+  explicit RequestStream(std::uint64_t id) : id_(id) {}
+  std::uint64_t id() const noexcept { return id_; }
+
+  // The next event. After the final event has been taken, fails with kOutOfRange. One call
+  // at a time.
+  template <class Token>
+  auto next(Token&& token) {
+    return boost::asio::async_initiate<Token, Signature>(
+        [self = shared_from_this()](auto handler) {
+          self->next_impl(boost::asio::any_completion_handler<Signature>(std::move(handler)));
+        },
+        token);
+  }
+
+  // For the engine's actors: queue an event for the reader.
+  void push(Event event);
+
+ private:
+  void next_impl(boost::asio::any_completion_handler<Signature> handler);
+
+  std::uint64_t id_;
+  std::mutex mutex_;
+  std::deque<Event> events_;
+  std::optional<boost::asio::any_completion_handler<Signature>> waiting_;
+  bool final_taken_ = false;
+};
+
+struct EngineMetrics {
+  int running = 0;
+  int waiting = 0;
+  int kv_pages_total = 0;
+  int kv_pages_used = 0;
+  int kv_pages_peak = 0;
+  std::uint64_t steps = 0;
+  std::uint64_t preemptions = 0;
+  std::uint64_t prompt_tokens = 0;
+  std::uint64_t generated_tokens = 0;
+  std::uint64_t finished_stop = 0;
+  std::uint64_t finished_length = 0;
+  std::uint64_t finished_cancelled = 0;
+  std::uint64_t finished_shutdown = 0;
+  std::uint64_t finished_error = 0;
+};
+
+class Engine {
+ public:
+  // Loads the model (blocking, with progress on stderr at WEFT_LOG=info) and starts the
+  // actors. `executor` runs the light actors; the forward pass runs on a thread of its own.
+  // Throws weft::Error when the config or the model folder is bad.
+  Engine(const boost::asio::any_io_executor& executor, EngineConfig config);
+  ~Engine();  // shuts down if not done yet, and waits for it
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  using SubmitSignature = void(std::exception_ptr, std::shared_ptr<RequestStream>);
+  using DoneSignature = void(std::exception_ptr);
+  using MetricsSignature = void(std::exception_ptr, EngineMetrics);
+
+  // Validates and tokenizes the request and queues it. Errors: an invalid sampling parameter
+  // (naming it and its range), an empty or over-long prompt, max_tokens beyond the context,
+  // a request that could never fit the KV pool, or an engine shutting down (kShutdown).
+  template <class Token>
+  auto submit(GenerateRequest request, Token&& token) {
+    return boost::asio::async_initiate<Token, SubmitSignature>(
+        [this](auto handler, GenerateRequest r) {
+          submit_impl(std::move(r),
+                      boost::asio::any_completion_handler<SubmitSignature>(std::move(handler)));
+        },
+        token, std::move(request));
+  }
+
+  // Ends a live request with finish reason kCancelled and frees its KV pages at once. An
+  // unknown or finished id is a no-op.
+  void cancel(std::uint64_t request_id);
+
+  // Graceful shutdown: no new requests; live ones end with finish reason kShutdown; the
+  // actors stop. Completes when everything has stopped.
+  template <class Token>
+  auto shutdown(Token&& token) {
+    return boost::asio::async_initiate<Token, DoneSignature>(
+        [this](auto handler) {
+          shutdown_impl(boost::asio::any_completion_handler<DoneSignature>(std::move(handler)));
+        },
+        token);
+  }
+
+  template <class Token>
+  auto metrics(Token&& token) {
+    return boost::asio::async_initiate<Token, MetricsSignature>(
+        [this](auto handler) {
+          metrics_impl(boost::asio::any_completion_handler<MetricsSignature>(std::move(handler)));
+        },
+        token);
+  }
+
+  // What the engine runs: useful for clients that size requests.
+  int vocab_size() const;
+  int context_length() const;
+
+ private:
+  void submit_impl(GenerateRequest request,
+                   boost::asio::any_completion_handler<SubmitSignature> handler);
+  void shutdown_impl(boost::asio::any_completion_handler<DoneSignature> handler);
+  void metrics_impl(boost::asio::any_completion_handler<MetricsSignature> handler);
+
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace weft

@@ -1,0 +1,249 @@
+// The Engine end to end on weft-tiny (models/weft-tiny), on the CPU, through its public API.
+
+#include "weft/engine.hpp"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
+#include <future>
+
+#include "weft/runtime.hpp"
+
+namespace weft {
+namespace {
+
+namespace asio = boost::asio;
+
+EngineConfig tiny_config() {
+  EngineConfig c;
+  c.model_dir = std::string(WEFT_SOURCE_DIR) + "/models/weft-tiny";
+  c.kv_budget_bytes = 64ll << 20;
+  c.cpu_threads = 2;
+  return c;
+}
+
+struct Collected {
+  std::string text;
+  std::vector<std::int32_t> ids;
+  FinishReason reason = FinishReason::kError;
+  Usage usage;
+  int deltas = 0;
+};
+
+Collected collect(std::shared_ptr<RequestStream> stream) {
+  Collected c;
+  for (;;) {
+    Event e = stream->next(asio::use_future).get();
+    if (e.kind == Event::Kind::kFinal) {
+      c.reason = e.finish_reason;
+      c.usage = e.usage;
+      return c;
+    }
+    ++c.deltas;
+    c.text += e.text;
+    c.ids.insert(c.ids.end(), e.token_ids.begin(), e.token_ids.end());
+  }
+}
+
+GenerateRequest greedy(std::string prompt, int max_tokens) {
+  GenerateRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling.temperature = 0;
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.ignore_eos = true;
+  return r;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  Runtime runtime{RuntimeOptions{.worker_threads = 2}};
+};
+
+TEST_F(EngineTest, GreedyRequestIsBatchInvariant) {
+  Engine engine(runtime.executor(), tiny_config());
+  const std::string prompt = "Fellow-Citizens of the Senate and House of Representatives:";
+  Collected alone = collect(engine.submit(greedy(prompt, 24), asio::use_future).get());
+  ASSERT_EQ(alone.reason, FinishReason::kLength);
+  ASSERT_EQ(alone.ids.size(), 24u);
+  EXPECT_EQ(alone.usage.completion_tokens, 24);
+
+  // The same request inside a batch of 64 mixed requests: other prompts, lengths, sampling.
+  std::vector<std::shared_ptr<RequestStream>> others;
+  const char* prompts[] = {"Call me Ishmael.", "The whale", "In the year", "Our relations with"};
+  std::shared_ptr<RequestStream> ours;
+  for (int i = 0; i < 64; ++i) {
+    if (i == 37) {
+      ours = engine.submit(greedy(prompt, 24), asio::use_future).get();
+      continue;
+    }
+    GenerateRequest r = greedy(std::string(prompts[i % 4]) + std::string(i % 7, '!'), 4 + i % 29);
+    if (i % 3 == 0) {
+      r.sampling.temperature = 0.9f;
+      r.sampling.seed = static_cast<std::uint64_t>(i);
+    }
+    others.push_back(engine.submit(std::move(r), asio::use_future).get());
+  }
+  Collected batched = collect(ours);
+  for (auto& s : others)
+    EXPECT_NE(collect(s).reason, FinishReason::kError);
+  EXPECT_EQ(batched.ids, alone.ids) << "greedy output changed inside a batch";
+  EXPECT_EQ(batched.text, alone.text);
+  auto m = engine.metrics(asio::use_future).get();
+  EXPECT_EQ(m.kv_pages_used, 0) << "pages not freed";
+  EXPECT_EQ(m.finished_length, 65u);
+  engine.shutdown(asio::use_future).get();
+}
+
+TEST_F(EngineTest, SeededSamplingIsReproducibleWhateverTheBatch) {
+  Engine engine(runtime.executor(), tiny_config());
+  GenerateRequest r;
+  r.prompt = "Call me Ishmael.";
+  r.sampling.temperature = 1.0f;
+  r.sampling.top_p = 0.9f;
+  r.sampling.seed = 1234;
+  r.sampling.max_tokens = 20;
+  r.sampling.ignore_eos = true;
+  Collected first = collect(engine.submit(r, asio::use_future).get());
+  std::vector<std::shared_ptr<RequestStream>> noise;
+  for (int i = 0; i < 8; ++i)
+    noise.push_back(engine.submit(greedy("The whale", 10), asio::use_future).get());
+  Collected second = collect(engine.submit(r, asio::use_future).get());
+  for (auto& s : noise)
+    collect(s);
+  EXPECT_EQ(first.ids, second.ids);
+}
+
+TEST_F(EngineTest, CallbackFutureAndCoroutineAllWork) {
+  Engine engine(runtime.executor(), tiny_config());
+  std::promise<std::shared_ptr<RequestStream>> via_callback;
+  engine.submit(greedy("The whale", 3),
+                [&](std::exception_ptr e, std::shared_ptr<RequestStream> s) {
+                  if (e)
+                    via_callback.set_exception(e);
+                  else
+                    via_callback.set_value(std::move(s));
+                });
+  EXPECT_EQ(collect(via_callback.get_future().get()).ids.size(), 3u);
+
+  auto via_coroutine = asio::co_spawn(
+      runtime.executor(),
+      [&engine]() -> asio::awaitable<std::string> {
+        auto stream = co_await engine.submit(greedy("The whale", 5), asio::use_awaitable);
+        std::string text;
+        for (;;) {
+          Event e = co_await stream->next(asio::use_awaitable);
+          if (e.kind == Event::Kind::kFinal) break;
+          text += e.text;
+        }
+        co_return text;
+      },
+      asio::use_future);
+  std::string text = via_coroutine.get();
+  EXPECT_EQ(text, collect(engine.submit(greedy("The whale", 5), asio::use_future).get()).text);
+  EXPECT_FALSE(text.empty());
+}
+
+TEST_F(EngineTest, CancelEndsTheStreamAndFreesPages) {
+  Engine engine(runtime.executor(), tiny_config());
+  auto stream = engine.submit(greedy("The whale", 500), asio::use_future).get();
+  Event first = stream->next(asio::use_future).get();
+  ASSERT_EQ(first.kind, Event::Kind::kDelta);
+  engine.cancel(stream->id());
+  engine.cancel(987654321);  // unknown id: a no-op
+  Collected rest = collect(stream);
+  EXPECT_EQ(rest.reason, FinishReason::kCancelled);
+  EXPECT_LT(rest.usage.completion_tokens, 500);
+  auto m = engine.metrics(asio::use_future).get();
+  EXPECT_EQ(m.kv_pages_used, 0);
+  EXPECT_EQ(m.finished_cancelled, 1u);
+  EXPECT_THROW(stream->next(asio::use_future).get(), Error) << "nothing after the final event";
+}
+
+TEST_F(EngineTest, StopStringIsWithheldAndEndsTheRequest) {
+  Engine engine(runtime.executor(), tiny_config());
+  Collected free_run =
+      collect(engine.submit(greedy("Call me Ishmael.", 40), asio::use_future).get());
+  ASSERT_GT(free_run.text.size(), 12u);
+  // Stop at a piece of text the free run is known to produce.
+  const std::string stop = free_run.text.substr(8, 4);
+  GenerateRequest r = greedy("Call me Ishmael.", 40);
+  r.sampling.stop = {stop};
+  Collected stopped = collect(engine.submit(r, asio::use_future).get());
+  EXPECT_EQ(stopped.reason, FinishReason::kStop);
+  EXPECT_EQ(stopped.text, free_run.text.substr(0, free_run.text.find(stop)));
+}
+
+TEST_F(EngineTest, ShutdownEndsLiveRequestsAndRefusesNewOnes) {
+  Engine engine(runtime.executor(), tiny_config());
+  auto stream = engine.submit(greedy("The whale", 800), asio::use_future).get();
+  stream->next(asio::use_future).get();
+  engine.shutdown(asio::use_future).get();
+  Collected rest = collect(stream);
+  EXPECT_EQ(rest.reason, FinishReason::kShutdown);
+  try {
+    engine.submit(greedy("The whale", 3), asio::use_future).get();
+    FAIL() << "submit after shutdown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kShutdown);
+  }
+}
+
+TEST_F(EngineTest, BadRequestsAreRefusedWithTheFieldNamed) {
+  Engine engine(runtime.executor(), tiny_config());
+  auto error_of = [&](GenerateRequest r) -> std::string {
+    try {
+      engine.submit(std::move(r), asio::use_future).get();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  GenerateRequest r = greedy("The whale", 5);
+  r.sampling.top_p = 1.5f;
+  EXPECT_NE(error_of(r).find("top_p"), std::string::npos);
+  r = greedy("The whale", 5);
+  r.sampling.temperature = -1;
+  EXPECT_NE(error_of(r).find("temperature"), std::string::npos);
+  r = greedy("The whale", 2000);
+  EXPECT_NE(error_of(r).find("max_tokens"), std::string::npos);
+  r = greedy(std::string(6000, 'x') + " whale whale", 5);
+  EXPECT_NE(error_of(r).find("prompt"), std::string::npos);
+  r = greedy("", 5);
+  EXPECT_NE(error_of(r).find("prompt"), std::string::npos);
+  r = GenerateRequest{};
+  r.prompt_ids = {1, 99999};
+  EXPECT_NE(error_of(r).find("prompt_ids: 99999"), std::string::npos);
+  engine.shutdown(asio::use_future).get();
+}
+
+TEST(EngineConfigTest, ValidatesEachField) {
+  EngineConfig c = tiny_config();
+  EXPECT_TRUE(c.validate().ok());
+  c.page_size = 0;
+  EXPECT_NE(std::string(c.validate().error().what()).find("page_size"), std::string::npos);
+  c = tiny_config();
+  c.admission = "greedy";
+  EXPECT_NE(std::string(c.validate().error().what()).find("admission"), std::string::npos);
+  c = tiny_config();
+  c.device = "cuda:7";
+  EXPECT_FALSE(c.validate().ok());
+  auto missing = EngineConfig::from_file("/nonexistent/engine.json");
+  EXPECT_FALSE(missing.ok());
+}
+
+TEST(EngineConfigTest, BadModelFolderThrowsWithThePath) {
+  Runtime runtime(RuntimeOptions{.worker_threads = 1});
+  EngineConfig c = tiny_config();
+  c.model_dir = "/nonexistent/model";
+  try {
+    Engine engine(runtime.executor(), c);
+    FAIL() << "an engine over a missing folder";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/model"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace weft
