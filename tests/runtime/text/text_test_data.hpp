@@ -19,11 +19,11 @@ inline std::filesystem::path fixtures_dir() {
   return std::filesystem::path(WEFT_SOURCE_DIR) / "tests/fixtures/tokenizers";
 }
 
-// The tokenizers checked for parity: the four npm ones and the five trained fixtures.
+// The tokenizers checked for parity: the four npm ones and the six trained fixtures.
 inline const std::vector<std::string>& tokenizer_names() {
-  static const std::vector<std::string> names = {"llama3", "qwen3",      "llama2",
-                                                 "gemma3", "wordpiece",  "unigram",
-                                                 "t5_spm", "gpt2_style", "classic_bpe"};
+  static const std::vector<std::string> names = {
+      "llama3",  "qwen3",  "llama2",     "gemma3",      "wordpiece",
+      "unigram", "t5_spm", "gpt2_style", "classic_bpe", "mistral_style"};
   return names;
 }
 
