@@ -270,6 +270,33 @@ void collect_at_least(const float* x, std::size_t n, float threshold,
   }
 }
 
+std::int32_t inverse_cdf(const float* w, std::size_t n, double target) noexcept {
+  double cumulative = 0.0;
+  std::size_t i = 0;
+  // Whole blocks first: most of the row lies before the drawn token.
+  for (; i + kBlock <= n; i += kBlock) {
+    F4 sum = load<F4>(w + i);
+    for (std::size_t v = 1; v < kBlock / 4; ++v)
+      sum += load<F4>(w + i + 4 * v);
+    const double block = static_cast<double>(sum[0]) + sum[1] + sum[2] + sum[3];
+    if (cumulative + block > target) break;
+    cumulative += block;
+  }
+  std::int32_t last = -1;
+  for (; i < n; ++i) {
+    if (w[i] <= 0.0f) continue;
+    cumulative += w[i];
+    last = static_cast<std::int32_t>(i);
+    if (cumulative > target) return last;
+  }
+  if (last >= 0) return last;
+  // Rounding left the target beyond the end: the last token with weight absorbs it.
+  for (std::size_t j = n; j-- > 0;) {
+    if (w[j] > 0.0f) return static_cast<std::int32_t>(j);
+  }
+  return 0;
+}
+
 std::size_t apply_token_bitmask(float* x, std::size_t n, const std::uint32_t* allowed) noexcept {
   std::size_t count = 0;
   for (std::size_t word = 0; word * 32 < n; ++word) {

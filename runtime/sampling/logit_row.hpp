@@ -44,6 +44,11 @@ std::vector<TokenLogprob> top_entries(const float* x, std::size_t n, int k);
 void collect_at_least(const float* x, std::size_t n, float threshold,
                       std::vector<std::int32_t>& ids);
 
+// The first i whose cumulative weight w[0] + ... + w[i] exceeds `target` (weights >= 0),
+// summing 16-entry blocks before entering one; the last positive weight when rounding leaves
+// `target` beyond the total.
+std::int32_t inverse_cdf(const float* w, std::size_t n, double target) noexcept;
+
 // Sets x[i] = -inf where bit i of `allowed` (32-bit words, little-endian bit order) is clear;
 // returns how many of the n tokens are allowed.
 std::size_t apply_token_bitmask(float* x, std::size_t n, const std::uint32_t* allowed) noexcept;

@@ -68,19 +68,6 @@ std::int32_t draw(std::span<const Candidate> c, double u) {
   return last;
 }
 
-std::int32_t draw_row(const float* weights, std::size_t n, double total, double u) {
-  const double target = u * total;
-  double cumulative = 0.0;
-  std::int32_t last = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (weights[i] <= 0.0f) continue;
-    cumulative += weights[i];
-    last = static_cast<std::int32_t>(i);
-    if (cumulative > target) return last;
-  }
-  return last;
-}
-
 }  // namespace
 
 struct SequenceSampler::Choice {
@@ -173,7 +160,8 @@ Result<SequenceSampler::Choice> SequenceSampler::choose(std::span<float> logits,
 
   Choice out;
   out.raw_max = raw.max;
-  if (params_.temperature == 0.0f) {
+  // A temperature so small that 1 / T overflows leaves only the maximum: greedy.
+  if (params_.temperature == 0.0f || !std::isfinite(1.0f / params_.temperature)) {
     // An unchanged row keeps the raw maximum.
     out.id = undo_.empty() ? argmax(x, vocab, raw.max) : argmax(x, vocab);
     if (dist_out) dist_out->push_back({out.id, 1.0f});
@@ -214,7 +202,7 @@ Result<SequenceSampler::Choice> SequenceSampler::choose(std::span<float> logits,
           }
         }
       } else {
-        out.id = draw_row(s.weights.data(), vocab, total, u);
+        out.id = inverse_cdf(s.weights.data(), vocab, u * total);
       }
       return out;
     }

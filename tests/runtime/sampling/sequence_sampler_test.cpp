@@ -111,6 +111,17 @@ TEST(SequenceSampler, GreedyIgnoresSeedAndTakesLowestIdOnTies) {
   EXPECT_EQ(s.sample(row).id, best);
 }
 
+TEST(SequenceSampler, TinyTemperatureApproachesGreedy) {
+  for (float temperature : {1e-3f, 1e-20f, 1e-45f}) {  // the last is denormal: 1 / T is inf
+    SamplingParams p;
+    p.temperature = temperature;
+    ASSERT_TRUE(validate(p, 5).ok());
+    SequenceSampler s(p, {}, 3);
+    std::vector<float> row = {0.5f, 2.0f, -1.0f, 1.99f, 1.9f};
+    EXPECT_EQ(s.sample(row).id, 1) << temperature;
+  }
+}
+
 // Pearson's chi-square over `draws` seeded draws against the reference distribution; tokens
 // the reference excludes must never be drawn.
 void expect_draws_match(const std::vector<float>& logits, const SamplingParams& p,
