@@ -1,10 +1,11 @@
 // Time per sampled token for one sequence: greedy, top-k 50, top-p 0.9, and all penalties
-// with a 2K-token prompt and 256 output tokens, at vocabularies of 32K and 128K tokens.
+// with a 2K-token prompt and 256-512 output tokens, at vocabularies of 32K and 128K tokens.
 // Logits are N(0, 1) * 4, which gives a next-token entropy of a few nats like a real model's.
 // The row is restored by sample() itself (it holds the raw row on return), so it is reused.
 
 #include <benchmark/benchmark.h>
 
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -34,13 +35,24 @@ void run(benchmark::State& state, const SamplingParams& params, bool with_histor
     for (int i = 0; i < 2048; ++i)
       prompt.push_back(id(rng));
   }
-  SequenceSampler sampler(params, prompt, 42);
-  if (with_history) {
-    for (std::int32_t i = 0; i < 256; ++i)
-      sampler.accept(i * 97 % static_cast<std::int32_t>(vocab));
-  }
+  // Output history between 256 and 512 tokens: the sampler is rebuilt (untimed) when it has
+  // grown past that, so every iteration sees the same amount of penalty work.
+  std::optional<SequenceSampler> sampler;
+  const auto rebuild = [&] {
+    sampler.emplace(params, prompt, 42);
+    if (with_history) {
+      for (std::int32_t i = 0; i < 256; ++i)
+        sampler->accept(i * 97 % static_cast<std::int32_t>(vocab));
+    }
+  };
+  rebuild();
   for (auto _ : state) {
-    auto token = sampler.sample(logits);
+    if (sampler->generated() >= 512) {
+      state.PauseTiming();
+      rebuild();
+      state.ResumeTiming();
+    }
+    auto token = sampler->sample(logits);
     benchmark::DoNotOptimize(token);
   }
   state.counters["vocab"] = static_cast<double>(vocab);
