@@ -1,5 +1,8 @@
 // Model::create: finds, checks and binds the tensors a ModelSpec names.
 
+#include <cstdint>
+#include <cstring>
+#include <deque>
 #include <string>
 
 #include "kernels/cpu/vector_math.hpp"
@@ -55,6 +58,18 @@ class Binder {
                        shape_string(t->shape) + ", but the " + spec_.architecture +
                        " spec with this config.json expects " + shape_string(shape));
     }
+    const auto address = reinterpret_cast<std::uintptr_t>(t->data);
+    if (address % dtype_size(t->dtype) != 0) {
+      // safetensors writers pad the header so data is aligned, but the format does not
+      // require it; kernels read f32/f16/bf16 through typed pointers, so copy such a tensor
+      // once into aligned memory instead of reading it misaligned.
+      auto copy = std::make_shared<std::vector<std::uint64_t>>((t->nbytes() + 7) / 8);
+      std::memcpy(copy->data(), t->data, t->nbytes());
+      TensorView& aligned = copies_.emplace_back(*t);
+      aligned.data = reinterpret_cast<const std::byte*>(copy->data());
+      aligned.owner = copy;
+      t = &aligned;
+    }
     owners_.push_back(t->owner);
     return t;
   }
@@ -79,6 +94,7 @@ class Binder {
   const ModelSpec& spec_;
   const WeightLookup& weights_;
   std::vector<std::shared_ptr<const void>>& owners_;
+  std::deque<TensorView> copies_;  // aligned copies; a deque keeps pointers to them stable
 };
 
 #define WEFT_TRY_ASSIGN(target, expr)   \

@@ -86,6 +86,32 @@ TEST(ModelWeights, DtypeThatIsNotAFloat) {
   expect_mentions(m.error().what(), {"edited.safetensors", kQ, "I32", "F32, F16 or BF16"});
 }
 
+// A tensor whose data is not aligned to its element size (legal in safetensors when the
+// header is not padded) is copied, not read misaligned, and computes the same logits.
+TEST(ModelWeights, MisalignedTensorGivesTheSameLogits) {
+  auto f = open_fixture("llama_gqa_f32");
+  auto shifted = f;
+  const TensorView* q = f.weights.files->find(kQ);
+  auto buffer = std::make_shared<std::vector<std::byte>>(q->nbytes() + 1);
+  std::memcpy(buffer->data() + 1, q->data, q->nbytes());
+  TensorView odd = *q;
+  odd.data = buffer->data() + 1;
+  odd.owner = buffer;
+  shifted.weights.replaced[kQ] = odd;
+  auto a_model = model::Model::create(f.spec, f.weights.lookup());
+  auto b_model = model::Model::create(shifted.spec, shifted.weights.lookup());
+  ASSERT_TRUE(a_model.ok() && b_model.ok());
+  cpu::ThreadPool pool(1);
+  std::vector<float> a, b;
+  for (auto* m : {&a_model.value(), &b_model.value()}) {
+    model::KvCache kv(m->kv_layout(4), 2);
+    auto ok = m->forward({{5, 17, 200}, {0, 1, 2}, {{0, 3, {0}, true}}}, kv,
+                         m == &a_model.value() ? a : b, pool);
+    ASSERT_TRUE(ok) << ok.error().what();
+  }
+  EXPECT_EQ(a, b);
+}
+
 TEST(ModelWeights, TruncatedShardInAModelFolder) {
   const auto src = testing::fixture_dir("llama_gqa_f32");
   const auto dir = fs::temp_directory_path() / "weft_model_truncated";
