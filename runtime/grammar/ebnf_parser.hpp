@@ -1,0 +1,15 @@
+#pragma once
+// Parses the EBNF grammar text of docs/grammars.md (GBNF-like: `name ::= expr`, with string
+// literals, character classes, grouping, alternation and * + ? {m,n}) into a Grammar whose
+// root is the rule named `root`. Errors carry the line and column.
+
+#include <string_view>
+
+#include "runtime/grammar/grammar.hpp"
+#include "weft/error.hpp"
+
+namespace weft::grammar {
+
+Result<Grammar> parse_ebnf(std::string_view text);
+
+}  // namespace weft::grammar

@@ -1,0 +1,253 @@
+#include "runtime/grammar/grammar_compiler.hpp"
+
+#include <map>
+
+namespace weft::grammar {
+namespace {
+
+using Seq = std::vector<Element>;
+
+class Flattener {
+ public:
+  Flattener(const Grammar& g, const CompileLimits& limits) : g_(g), limits_(limits) {}
+
+  Result<FlatGrammar> run() {
+    out_.rules.resize(g_.rule_count());
+    for (RuleId r = 0; r < g_.rule_count(); ++r)
+      out_.rules[r].name = g_.rule(r).name;
+    for (RuleId r = 0; r < g_.rule_count(); ++r) {
+      if (!g_.rule(r).body)
+        return Error(ErrorCode::kInvalidArgument,
+                     "grammar rule '" + g_.rule(r).name + "' is referenced but never defined");
+      current_ = g_.rule(r).name;
+      auto alts = lower(*g_.rule(r).body);
+      if (!alts) return alts.error();
+      out_.rules[r].alts = std::move(*alts);
+    }
+    out_.root = g_.root();
+    return std::move(out_);
+  }
+
+ private:
+  Result<std::vector<Seq>> lower(ExprId id) {
+    if (out_.rules.size() > limits_.max_rules)
+      return Error(ErrorCode::kResourceExhausted, "grammar too large: more than " +
+                                                      std::to_string(limits_.max_rules) +
+                                                      " rules after expanding repetitions");
+    const Expr& e = g_.expr(id);
+    switch (e.kind) {
+      case Expr::Kind::kBytes:
+        return std::vector<Seq>{{Element{false, set_index(e.bytes)}}};
+      case Expr::Kind::kRule:
+        return std::vector<Seq>{{Element{true, e.rule}}};
+      case Expr::Kind::kSequence: {
+        Seq seq;
+        for (ExprId c : e.children) {
+          auto part = lower(c);
+          if (!part) return part.error();
+          if (part->size() == 1) {
+            seq.insert(seq.end(), (*part)[0].begin(), (*part)[0].end());
+          } else {
+            seq.push_back(Element{true, helper(std::move(*part))});
+          }
+        }
+        return std::vector<Seq>{std::move(seq)};
+      }
+      case Expr::Kind::kChoice: {
+        std::vector<Seq> alts;
+        for (ExprId c : e.children) {
+          auto part = lower(c);
+          if (!part) return part.error();
+          for (auto& s : *part)
+            alts.push_back(std::move(s));
+        }
+        return alts;
+      }
+      case Expr::Kind::kRepeat:
+        return lower_repeat(e);
+    }
+    return Error(ErrorCode::kInternal, "unknown grammar expression kind");
+  }
+
+  Result<std::vector<Seq>> lower_repeat(const Expr& e) {
+    if (e.max != kUnbounded && e.min > e.max)
+      return Error(ErrorCode::kInvalidArgument,
+                   "repetition {" + std::to_string(e.min) + "," + std::to_string(e.max) +
+                       "} in rule '" + current_ + "' has its minimum above its maximum");
+    std::uint64_t copies = e.max == kUnbounded ? e.min + 1ull : e.max;
+    if (copies > limits_.max_repeat_expansion)
+      return Error(ErrorCode::kResourceExhausted,
+                   "repetition bound " + std::to_string(copies) + " in rule '" + current_ +
+                       "' exceeds the limit of " + std::to_string(limits_.max_repeat_expansion));
+    auto item = lower(e.children[0]);
+    if (!item) return item.error();
+    Element x = item->size() == 1 && (*item)[0].size() == 1
+                    ? (*item)[0][0]
+                    : Element{true, helper(std::move(*item))};
+    Seq seq(e.min, x);
+    if (e.max == kUnbounded) {
+      // H ::= x H | ""
+      std::uint32_t h = new_rule();
+      out_.rules[h].alts = {Seq{x, Element{true, h}}, Seq{}};
+      seq.push_back(Element{true, h});
+    } else if (e.max > e.min) {
+      // O_k ::= x O_{k-1} | "" nests the optional tail, so the stack stays flat (tail calls)
+      // and the grammar stays linear in the bound.
+      std::uint32_t prev = new_rule();
+      out_.rules[prev].alts = {Seq{x}, Seq{}};
+      for (std::uint32_t k = 1; k < e.max - e.min; ++k) {
+        std::uint32_t r = new_rule();
+        out_.rules[r].alts = {Seq{x, Element{true, prev}}, Seq{}};
+        prev = r;
+      }
+      seq.push_back(Element{true, prev});
+    }
+    return std::vector<Seq>{std::move(seq)};
+  }
+
+  std::uint32_t new_rule() {
+    out_.rules.push_back(FlatRule{current_ + "#" + std::to_string(out_.rules.size()), {}});
+    return static_cast<std::uint32_t>(out_.rules.size() - 1);
+  }
+  std::uint32_t helper(std::vector<Seq> alts) {
+    std::uint32_t r = new_rule();
+    out_.rules[r].alts = std::move(alts);
+    return r;
+  }
+  std::uint32_t set_index(const ByteSet& s) {
+    auto key = s.words;
+    auto it = sets_.find(key);
+    if (it != sets_.end()) return it->second;
+    out_.byte_sets.push_back(s);
+    auto idx = static_cast<std::uint32_t>(out_.byte_sets.size() - 1);
+    sets_.emplace(key, idx);
+    return idx;
+  }
+
+  const Grammar& g_;
+  CompileLimits limits_;
+  FlatGrammar out_;
+  std::string current_;
+  std::map<std::array<std::uint64_t, 4>, std::uint32_t> sets_;
+};
+
+Result<void> analyse(FlatGrammar& g) {
+  const std::size_t n = g.rules.size();
+  g.nullable.assign(n, false);
+  std::vector<bool> productive(n, false);
+  auto element_productive = [&](const Element& e) {
+    return e.is_rule ? productive[e.index] : !g.byte_sets[e.index].empty();
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::size_t r = 0; r < n; ++r) {
+      for (const auto& seq : g.rules[r].alts) {
+        bool all_nullable = true;
+        bool all_productive = true;
+        for (const auto& e : seq) {
+          if (!e.is_rule || !g.nullable[e.index]) all_nullable = false;
+          if (!element_productive(e)) all_productive = false;
+        }
+        if (all_nullable && !g.nullable[r]) g.nullable[r] = changed = true;
+        if (all_productive && !productive[r]) productive[r] = changed = true;
+      }
+    }
+  }
+  for (std::size_t r = 0; r < n; ++r)
+    if (!productive[r])
+      return Error(ErrorCode::kInvalidArgument,
+                   "grammar rule '" + g.rules[r].name +
+                       "' can never finish (it matches no string), so no output could satisfy it");
+
+  // Left recursion: an edge A -> B when B can start A's match. A cycle would make the
+  // matcher's closure loop, so it is refused here.
+  std::vector<std::vector<std::uint32_t>> left(n);
+  for (std::size_t r = 0; r < n; ++r)
+    for (const auto& seq : g.rules[r].alts)
+      for (const auto& e : seq) {
+        if (!e.is_rule) break;
+        left[r].push_back(e.index);
+        if (!g.nullable[e.index]) break;
+      }
+  std::vector<int> color(n, 0);  // 0 new, 1 on the path, 2 done
+  for (std::size_t start = 0; start < n; ++start) {
+    if (color[start]) continue;
+    std::vector<std::pair<std::uint32_t, std::size_t>> stack{
+        {static_cast<std::uint32_t>(start), 0}};
+    color[start] = 1;
+    while (!stack.empty()) {
+      auto& [r, i] = stack.back();
+      if (i == left[r].size()) {
+        color[r] = 2;
+        stack.pop_back();
+        continue;
+      }
+      std::uint32_t next = left[r][i++];
+      if (color[next] == 1)
+        return Error(ErrorCode::kInvalidArgument,
+                     "grammar rule '" + g.rules[next].name +
+                         "' is left-recursive (it can begin with itself); rewrite it with "
+                         "repetition, e.g. list ::= item (\",\" item)*");
+      if (color[next] == 0) {
+        color[next] = 1;
+        stack.push_back({next, 0});
+      }
+    }
+  }
+
+  // FIRST and FOLLOW sets (the textbook fixpoints), used by the mask precomputation to reject
+  // tokens that leave a rule with a byte nothing can follow it with.
+  g.first.assign(n, ByteSet{});
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::size_t r = 0; r < n; ++r)
+      for (const auto& seq : g.rules[r].alts)
+        for (const auto& e : seq) {
+          ByteSet before = g.first[r];
+          g.first[r] |= e.is_rule ? g.first[e.index] : g.byte_sets[e.index];
+          if (!(before == g.first[r])) changed = true;
+          if (!e.is_rule || !g.nullable[e.index]) break;
+        }
+  }
+  g.follow.assign(n, ByteSet{});
+  g.follow_end.assign(n, false);
+  g.follow_end[g.root] = true;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::size_t r = 0; r < n; ++r)
+      for (const auto& seq : g.rules[r].alts)
+        for (std::size_t i = 0; i < seq.size(); ++i) {
+          if (!seq[i].is_rule) continue;
+          std::uint32_t b = seq[i].index;
+          ByteSet add;
+          bool rest_nullable = true;
+          for (std::size_t j = i + 1; j < seq.size() && rest_nullable; ++j) {
+            add |= seq[j].is_rule ? g.first[seq[j].index] : g.byte_sets[seq[j].index];
+            rest_nullable = seq[j].is_rule && g.nullable[seq[j].index];
+          }
+          bool end = false;
+          if (rest_nullable) {
+            add |= g.follow[r];
+            end = g.follow_end[r];
+          }
+          ByteSet before = g.follow[b];
+          g.follow[b] |= add;
+          if (!(before == g.follow[b])) changed = true;
+          if (end && !g.follow_end[b]) g.follow_end[b] = changed = true;
+        }
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<FlatGrammar> flatten_grammar(const Grammar& grammar, const CompileLimits& limits) {
+  if (grammar.rule_count() == 0) return Error(ErrorCode::kInvalidArgument, "grammar has no rules");
+  auto flat = Flattener(grammar, limits).run();
+  if (!flat) return flat.error();
+  auto ok = analyse(*flat);
+  if (!ok) return ok.error();
+  return flat;
+}
+
+}  // namespace weft::grammar

@@ -1,0 +1,116 @@
+#pragma once
+// Matches generated tokens against a grammar and says which tokens may come next.
+//
+// CompiledGrammar is a grammar bound to one vocabulary, shareable between requests: the flat
+// grammar, and for every position of every rule (a byte-set element inside an alternative)
+// the split of the vocabulary that XGrammar introduced: tokens accepted there whatever the
+// stack below (a precomputed bitmask), tokens rejected whatever the stack, and the few whose
+// fate depends on the stack because they run past the end of the rule ("uncertain": checked
+// at run time against the real stack). FOLLOW sets cut the uncertain list down: a token that
+// leaves the rule with a byte nothing can follow the rule with is rejected up front.
+//
+// GrammarMatcher is one sequence's state: a set of stacks, the history for rollback, and the
+// next-token bitmask (32-bit words, bit i%32 of word i/32 = token i allowed).
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/grammar/grammar.hpp"
+#include "runtime/grammar/grammar_compiler.hpp"
+#include "runtime/grammar/pushdown.hpp"
+#include "runtime/grammar/token_trie.hpp"
+#include "weft/error.hpp"
+
+namespace weft::grammar {
+
+class CompiledGrammar {
+ public:
+  static Result<std::shared_ptr<const CompiledGrammar>> compile(
+      const Grammar& grammar, std::shared_ptr<const TokenTrie> trie,
+      const CompileLimits& limits = {});
+
+  const FlatGrammar& flat() const { return g_; }
+  const TokenTrie& trie() const { return *trie_; }
+  std::size_t position_count() const { return masks_.size(); }
+  // Total uncertain (stack-dependent) entries over all positions: what a step may check.
+  std::size_t uncertain_count() const;
+
+ private:
+  friend class GrammarMatcher;
+  struct PositionMask {
+    std::vector<std::uint32_t> accepted_bits;  // full bitmask, or empty when ids are used
+    std::vector<std::int32_t> accepted_ids;    // when few tokens are accepted
+    std::vector<std::int32_t> uncertain;
+  };
+  std::uint32_t slot(const Frame& f) const { return alt_base_[rule_base_[f.rule] + f.alt] + f.pos; }
+  void precompute(std::uint32_t rule, std::uint32_t alt, std::uint32_t pos, PositionMask& out,
+                  Pushdown& pda, std::vector<StackSet>& levels,
+                  std::vector<std::uint8_t>& kind) const;
+
+  FlatGrammar g_;
+  std::shared_ptr<const TokenTrie> trie_;
+  std::vector<std::uint32_t> rule_base_;  // rule -> index of its first alternative
+  std::vector<std::uint32_t> alt_base_;   // alternative -> first slot
+  std::vector<std::int32_t> slot_mask_;   // slot -> index into masks_, -1 for rule elements
+  std::vector<PositionMask> masks_;
+  StackArena sentinels_;  // only kRootNode and kContextNode, for precomputation
+};
+
+class GrammarMatcher {
+ public:
+  // max_rollback_tokens: how many accepted tokens rollback() can undo.
+  explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar,
+                          std::size_t max_rollback_tokens = 16);
+
+  std::size_t bitmask_words() const { return (grammar_->trie().vocab_size() + 31) / 32; }
+  // Writes the allowed next tokens; `words` must hold bitmask_words(). After termination only
+  // nothing is allowed.
+  void fill_next_token_bitmask(std::span<std::uint32_t> words);
+  // Advances by one token; false (state unchanged) when the grammar does not allow it. An
+  // end-of-sequence token is allowed only where the grammar matches, and terminates.
+  bool accept_token(std::int32_t token);
+  // Advances by raw bytes (e.g. a jump-forward string); false and unchanged when not allowed.
+  // Counts as one step for rollback.
+  bool accept_bytes(std::string_view bytes);
+  // Undoes the last k accepted steps (tokens or byte strings, termination included).
+  Result<void> rollback(std::size_t k);
+  // The bytes every continuation must start with: empty unless exactly one byte is possible
+  // at each step (and the grammar cannot end there). Does not change the state.
+  std::string find_jump_forward_string(std::size_t max_bytes = 4096);
+
+  bool can_terminate() const { return !terminated_ && state().accepted; }
+  bool is_terminated() const { return terminated_; }
+  std::size_t rollback_depth() const { return history_.size() - 1; }
+  std::size_t stack_count() const { return state().tops.size(); }
+
+ private:
+  struct State {
+    std::vector<NodeId> tops;
+    bool accepted = false;
+    bool terminated = false;
+  };
+  const State& state() const { return history_.back(); }
+  void load(const State& s, StackSet& out) const;
+  State commit(const StackSet& set);
+  bool run_bytes(StackSet& set, std::string_view bytes);
+  void push_state(State s);
+
+  std::shared_ptr<const CompiledGrammar> grammar_;
+  std::size_t max_rollback_;
+  StackArena arena_;
+  Pushdown pda_;
+  std::deque<State> history_;
+  bool terminated_ = false;
+  // Scratch reused across calls so a step allocates nothing once warm.
+  StackSet a_, b_;
+  std::vector<std::uint32_t> seen_slots_;
+  std::vector<std::uint32_t> slot_epoch_;
+  std::uint32_t epoch_ = 0;
+};
+
+}  // namespace weft::grammar

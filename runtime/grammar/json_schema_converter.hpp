@@ -1,0 +1,72 @@
+#pragma once
+// The JSON Schema converter's shared state; its methods are split by keyword family across
+// json_schema_*.cpp (objects, arrays, strings, numbers, and the dispatcher with $ref and the
+// combinators), so no one file grows into XGrammar's json_schema_converter.cc.
+
+#include <simdjson.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/grammar/json_schema_to_grammar.hpp"
+
+namespace weft::grammar::detail {
+
+using Json = simdjson::dom::element;
+
+class JsonSchemaConverter {
+ public:
+  explicit JsonSchemaConverter(const JsonGrammarOptions& options);
+
+  Result<Grammar> convert(std::string_view schema_json);
+  Grammar any_object();
+
+  // Dispatch (json_schema_to_grammar.cpp).
+  Result<ExprId> schema(Json s, const std::string& path, int depth);
+  Result<RuleId> schema_rule(Json s, const std::string& path, int depth);
+  Result<Json> resolve_ref(std::string_view ref, const std::string& path);
+  Error error(const std::string& path, const std::string& what) const;
+  Error unsupported(const std::string& path, const std::string& keyword) const;
+
+  // Generic JSON values (json_schema_to_grammar.cpp).
+  RuleId any_value();
+  ExprId ws() { return ws_; }
+  ExprId token(std::string_view text) { return g_.literal(text); }
+  ExprId comma() { return g_.sequence({ws_, g_.byte(','), ws_}); }
+  ExprId colon() { return g_.sequence({ws_, g_.byte(':'), ws_}); }
+  ExprId json_literal(Json value);  // the compact serialisation
+
+  // Keyword families.
+  Result<ExprId> object_schema(Json s, const std::string& path, int depth);
+  Result<ExprId> array_schema(Json s, const std::string& path, int depth);
+  Result<ExprId> string_schema(Json s, const std::string& path);
+  Result<ExprId> number_schema(Json s, const std::string& path, bool integer);
+  Result<ExprId> all_of(Json s, const std::string& path, int depth);
+  RuleId any_string();
+  RuleId any_number();
+  // One character inside a JSON string (a shared rule, so its masks are computed once).
+  ExprId string_char();
+
+  Grammar g_;
+
+ private:
+  JsonGrammarOptions options_;
+  simdjson::dom::parser parser_;
+  Json root_;
+  ExprId ws_ = 0;
+  std::optional<RuleId> any_value_, any_string_, any_number_, string_char_;
+  std::map<std::string, RuleId> ref_rules_;  // $ref target -> its rule (recursion)
+  int rule_counter_ = 0;
+
+ public:
+  RuleId new_rule(const std::string& hint) {
+    return g_.add_rule(hint + "_" + std::to_string(rule_counter_++));
+  }
+};
+
+// Keyword sets, for refusing what is not implemented.
+bool is_annotation(std::string_view key);
+
+}  // namespace weft::grammar::detail

@@ -1,0 +1,102 @@
+// Strings: minLength/maxLength (in characters, an escape counting as one), pattern, and the
+// formats date, time, date-time, email, uuid, ipv4, uri, each as an exact grammar of what the
+// format's validator (ajv-formats, full mode) accepts, or a subset of it.
+
+#include <cmath>
+
+#include "runtime/grammar/json_schema_converter.hpp"
+#include "runtime/grammar/regex_to_grammar.hpp"
+
+namespace weft::grammar::detail {
+namespace {
+
+// Days per month are exact (29 February only in leap years) because validators check them.
+constexpr std::string_view kDate =
+    "(\\d{4}-(0[13578]|1[02])-(0[1-9]|[12]\\d|3[01])"
+    "|\\d{4}-(0[469]|11)-(0[1-9]|[12]\\d|30)"
+    "|\\d{4}-02-(0[1-9]|1\\d|2[0-8])"
+    "|(\\d\\d(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)-02-29)";
+constexpr std::string_view kTime =
+    "([01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(\\.\\d{1,9})?(Z|[+-]([01]\\d|2[0-3]):[0-5]\\d)";
+constexpr std::string_view kEmail =
+    "[a-zA-Z0-9_+-]+(\\.[a-zA-Z0-9_+-]+)*@([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?\\.)+[a-zA-Z]([a-"
+    "zA-Z0-9-]*[a-zA-Z0-9])?";
+constexpr std::string_view kUuid =
+    "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}";
+constexpr std::string_view kIpv4 =
+    "((25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)";
+// scheme ":" then unreserved, sub-delims, ':' '@' '/' '?' '#', and percent-escapes.
+constexpr std::string_view kUri =
+    "[a-zA-Z][a-zA-Z0-9+.-]*:([a-zA-Z0-9\\-._~!$&'()*+,;=:@/?#]|%[0-9a-fA-F]{2})+";
+
+std::optional<std::string> format_regex(std::string_view format) {
+  if (format == "date") return std::string(kDate);
+  if (format == "time") return std::string(kTime);
+  if (format == "date-time") return std::string(kDate) + "T" + std::string(kTime);
+  if (format == "email") return std::string(kEmail);
+  if (format == "uuid") return std::string(kUuid);
+  if (format == "ipv4") return std::string(kIpv4);
+  if (format == "uri") return std::string(kUri);
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<ExprId> JsonSchemaConverter::string_schema(Json s, const std::string& path) {
+  auto obj = s.get_object().value();
+  Json v;
+  auto length = [&](const char* key) -> Result<std::optional<std::uint32_t>> {
+    Json n;
+    if (obj[key].get(n)) return std::optional<std::uint32_t>();
+    double d = n.is_number() ? double(n) : -1;
+    if (d < 0 || d != std::floor(d))
+      return error(path + "/" + key, std::string(key) + " must be a non-negative integer");
+    if (d > 100000) return error(path + "/" + key, std::string(key) + " is too large");
+    return std::optional<std::uint32_t>(static_cast<std::uint32_t>(d));
+  };
+  auto min_len = length("minLength");
+  if (!min_len) return min_len.error();
+  auto max_len = length("maxLength");
+  if (!max_len) return max_len.error();
+  bool has_length = min_len->has_value() || max_len->has_value();
+  std::string_view pattern, format;
+  bool has_pattern = !obj["pattern"].get(pattern);
+  bool has_format = !obj["format"].get(format);
+  if (!obj["pattern"].get(v) && !v.is_string())
+    return error(path + "/pattern", "pattern must be a string");
+  if (!obj["format"].get(v) && !v.is_string())
+    return error(path + "/format", "format must be a string");
+  if ((has_pattern ? 1 : 0) + (has_format ? 1 : 0) + (has_length ? 1 : 0) > 1)
+    return error(
+        path,
+        "combining pattern, format and minLength/maxLength in one string schema is not supported");
+
+  RegexOptions ro;
+  ro.json_string = true;
+  if (has_pattern) {
+    ro.search = true;
+    auto e = regex_to_expr(g_, pattern, ro);
+    if (!e) return error(path + "/pattern", e.error().what());
+    return g_.sequence({g_.byte('"'), *e, g_.byte('"')});
+  }
+  if (has_format) {
+    auto re = format_regex(format);
+    if (!re)
+      return Error(ErrorCode::kUnsupported, "JSON Schema at '" + path + "': unsupported format '" +
+                                                std::string(format) + "'");
+    auto e = regex_to_expr(g_, *re, ro);
+    if (!e) return e.error();
+    return g_.sequence({g_.byte('"'), *e, g_.byte('"')});
+  }
+  if (has_length) {
+    std::uint32_t lo = min_len->value_or(0);
+    std::uint32_t hi = max_len->value_or(kUnbounded);
+    if (hi != kUnbounded && lo > hi)
+      return error(path, "minLength " + std::to_string(lo) + " exceeds maxLength " +
+                             std::to_string(hi) + ", so nothing matches");
+    return g_.sequence({g_.byte('"'), g_.repeat(string_char(), lo, hi), g_.byte('"')});
+  }
+  return g_.ref(any_string());
+}
+
+}  // namespace weft::grammar::detail

@@ -1,0 +1,411 @@
+// The dispatcher: boolean schemas, $ref (one rule per target, so recursion works), enum and
+// const, anyOf/oneOf, type unions and inference, and the generic JSON value grammar.
+// allOf lives in json_schema_objects.cpp, beside the object merge it needs.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <set>
+
+#include "runtime/grammar/grammar_compiler.hpp"
+#include "runtime/grammar/json_schema_converter.hpp"
+#include "runtime/grammar/regex_to_grammar.hpp"
+
+namespace weft::grammar {
+namespace detail {
+namespace {
+
+// Schema objects nested deeper than this (not counting $ref, which becomes a rule) are
+// refused, which bounds the converter's recursion on hostile input.
+constexpr int kMaxSchemaDepth = 64;
+
+const std::set<std::string_view> kAnnotations{
+    "title", "description", "default",    "examples",         "$schema",
+    "$id",   "$comment",    "deprecated", "readOnly",         "writeOnly",
+    "$defs", "definitions", "$anchor",    "contentMediaType", "contentEncoding"};
+const std::set<std::string_view> kSupported{"type",
+                                            "properties",
+                                            "required",
+                                            "additionalProperties",
+                                            "items",
+                                            "prefixItems",
+                                            "minItems",
+                                            "maxItems",
+                                            "enum",
+                                            "const",
+                                            "anyOf",
+                                            "oneOf",
+                                            "allOf",
+                                            "$ref",
+                                            "minLength",
+                                            "maxLength",
+                                            "pattern",
+                                            "format",
+                                            "minimum",
+                                            "maximum",
+                                            "exclusiveMinimum",
+                                            "exclusiveMaximum",
+                                            "uniqueItems"};
+
+std::string json_type_name(Json v) {
+  switch (v.type()) {
+    case simdjson::dom::element_type::OBJECT:
+      return "object";
+    case simdjson::dom::element_type::ARRAY:
+      return "array";
+    case simdjson::dom::element_type::STRING:
+      return "string";
+    case simdjson::dom::element_type::INT64:
+    case simdjson::dom::element_type::UINT64:
+      return "integer";
+    case simdjson::dom::element_type::DOUBLE: {
+      double d = double(v);
+      return d == static_cast<double>(static_cast<long long>(d)) && std::abs(d) < 9e15 ? "integer"
+                                                                                       : "number";
+    }
+    case simdjson::dom::element_type::BOOL:
+      return "boolean";
+    case simdjson::dom::element_type::NULL_VALUE:
+      return "null";
+    default:
+      return "unknown";
+  }
+}
+
+bool value_has_type(Json v, std::string_view type) {
+  std::string t = json_type_name(v);
+  return t == type || (type == "number" && t == "integer");
+}
+
+}  // namespace
+
+bool is_annotation(std::string_view key) {
+  return kAnnotations.count(key) > 0;
+}
+
+JsonSchemaConverter::JsonSchemaConverter(const JsonGrammarOptions& options) : options_(options) {
+  if (options_.flexible_whitespace) {
+    RuleId ws = g_.add_rule("ws");
+    ByteSet space;
+    space.set(' ');
+    space.set('\t');
+    space.set('\n');
+    g_.set_body(ws, g_.repeat(g_.bytes(space), 0, options_.max_whitespace));
+    ws_ = g_.ref(ws);
+  } else {
+    ws_ = g_.empty();
+  }
+}
+
+Error JsonSchemaConverter::error(const std::string& path, const std::string& what) const {
+  return Error(ErrorCode::kInvalidArgument,
+               "JSON Schema at '" + (path.empty() ? "#" : path) + "': " + what);
+}
+
+Error JsonSchemaConverter::unsupported(const std::string& path, const std::string& keyword) const {
+  return Error(ErrorCode::kUnsupported, "JSON Schema at '" + (path.empty() ? "#" : path) +
+                                            "': unsupported keyword '" + keyword + "'");
+}
+
+ExprId JsonSchemaConverter::json_literal(Json value) {
+  return g_.literal(simdjson::minify(value));
+}
+
+Result<Grammar> JsonSchemaConverter::convert(std::string_view schema_json) {
+  simdjson::padded_string text(schema_json);
+  auto err = parser_.parse(text).get(root_);
+  if (err)
+    return Error(ErrorCode::kParse,
+                 std::string("JSON Schema is not valid JSON: ") + simdjson::error_message(err));
+  RuleId root = g_.add_rule("root");
+  auto body = schema(root_, "#", 0);
+  if (!body) return body.error();
+  g_.set_body(root, *body);
+  g_.set_root(root);
+  // Checked here too (left recursion through $ref, schemas that can never finish), so every
+  // error surfaces when the schema is given, before generation.
+  auto flat = flatten_grammar(g_);
+  if (!flat) return Error(flat.error().code(), std::string("JSON Schema: ") + flat.error().what());
+  return std::move(g_);
+}
+
+Grammar JsonSchemaConverter::any_object() {
+  RuleId root = g_.add_rule("root");
+  any_value();
+  g_.set_body(root, g_.ref(*g_.find_rule("object")));
+  g_.set_root(root);
+  return std::move(g_);
+}
+
+Result<Json> JsonSchemaConverter::resolve_ref(std::string_view ref, const std::string& path) {
+  if (!ref.starts_with("#"))
+    return error(path, "$ref '" + std::string(ref) +
+                           "' is not local (only '#...' references are supported)");
+  Json target = root_;
+  std::string_view rest = ref.substr(1);
+  if (rest.empty()) return target;
+  if (!rest.starts_with("/"))
+    return error(path, "$ref '" + std::string(ref) + "' is not a JSON pointer");
+  rest.remove_prefix(1);
+  while (true) {
+    auto slash = rest.find('/');
+    std::string part(rest.substr(0, slash));
+    // JSON pointer escapes: ~1 is '/', ~0 is '~'.
+    for (std::size_t k; (k = part.find("~1")) != std::string::npos;)
+      part.replace(k, 2, "/");
+    for (std::size_t k; (k = part.find("~0")) != std::string::npos;)
+      part.replace(k, 2, "~");
+    Json next;
+    if (target.is_object()) {
+      if (target.get_object().at_key(part).get(next))
+        return error(path, "$ref '" + std::string(ref) + "' does not resolve: no '" + part + "'");
+    } else if (target.is_array()) {
+      char* end = nullptr;
+      unsigned long idx = std::strtoul(part.c_str(), &end, 10);
+      if (part.empty() || *end || target.get_array().at(idx).get(next))
+        return error(path, "$ref '" + std::string(ref) + "' does not resolve at '" + part + "'");
+    } else {
+      return error(path, "$ref '" + std::string(ref) + "' does not resolve");
+    }
+    target = next;
+    if (slash == std::string_view::npos) break;
+    rest.remove_prefix(slash + 1);
+  }
+  return target;
+}
+
+Result<RuleId> JsonSchemaConverter::schema_rule(Json s, const std::string& path, int depth) {
+  auto e = schema(s, path, depth);
+  if (!e) return e.error();
+  return g_.add_rule("schema_" + std::to_string(rule_counter_++), *e);
+}
+
+Result<ExprId> JsonSchemaConverter::schema(Json s, const std::string& path, int depth) {
+  if (depth > kMaxSchemaDepth)
+    return error(path,
+                 "schema nested more than " + std::to_string(kMaxSchemaDepth) + " levels deep");
+  if (s.is_bool()) {
+    if (bool(s)) return g_.ref(any_value());
+    return error(path, "schema 'false' matches nothing, so no output could satisfy it");
+  }
+  if (!s.is_object())
+    return error(path, "a schema must be an object or a boolean, not " + json_type_name(s));
+  auto obj = s.get_object().value();
+  std::vector<std::string> constraining;
+  for (auto [key, value] : obj) {
+    if (kAnnotations.count(key)) continue;
+    if (!kSupported.count(key)) return unsupported(path, std::string(key));
+    if (key == "uniqueItems") {
+      if (value.is_bool() && !bool(value)) continue;
+      return unsupported(path, "uniqueItems");
+    }
+    constraining.emplace_back(key);
+  }
+  auto has = [&](std::string_view k) {
+    return std::find(constraining.begin(), constraining.end(), k) != constraining.end();
+  };
+
+  if (has("$ref")) {
+    if (constraining.size() > 1)
+      return error(path, "$ref beside other constraints is not supported (found '" +
+                             (constraining[0] == "$ref" ? constraining[1] : constraining[0]) +
+                             "')");
+    std::string_view ref;
+    if (obj["$ref"].get(ref)) return error(path, "$ref must be a string");
+    std::string key(ref);
+    auto it = ref_rules_.find(key);
+    if (it != ref_rules_.end()) return g_.ref(it->second);
+    auto target = resolve_ref(ref, path);
+    if (!target) return target.error();
+    RuleId r = new_rule(key);
+    ref_rules_.emplace(key, r);
+    auto body = schema(*target, key, depth + 1);
+    if (!body) return body.error();
+    g_.set_body(r, *body);
+    return g_.ref(r);
+  }
+
+  Json type_value;
+  std::vector<std::string> types;
+  if (!obj["type"].get(type_value)) {
+    if (type_value.is_string()) {
+      types.emplace_back(std::string_view(type_value));
+    } else if (type_value.is_array()) {
+      for (Json t : type_value.get_array()) {
+        if (!t.is_string()) return error(path + "/type", "type names must be strings");
+        types.emplace_back(std::string_view(t));
+      }
+      if (types.empty()) return error(path + "/type", "an empty type list matches nothing");
+    } else {
+      return error(path + "/type", "type must be a string or an array of strings");
+    }
+    static const std::set<std::string_view> kTypes{"object",  "array",   "string", "number",
+                                                   "integer", "boolean", "null"};
+    for (const auto& t : types)
+      if (!kTypes.count(t)) return error(path + "/type", "unknown type '" + t + "'");
+  }
+
+  if (has("enum") || has("const")) {
+    std::vector<Json> values;
+    if (has("const")) {
+      values.push_back(obj["const"].value());
+    } else {
+      Json e = obj["enum"].value();
+      if (!e.is_array()) return error(path + "/enum", "enum must be an array");
+      for (Json v : e.get_array())
+        values.push_back(v);
+    }
+    std::vector<ExprId> alts;
+    for (Json v : values) {
+      bool ok = types.empty();
+      for (const auto& t : types)
+        ok = ok || value_has_type(v, t);
+      if (ok) alts.push_back(json_literal(v));
+    }
+    if (alts.empty())
+      return error(path, has("const")
+                             ? "const value does not have the schema's type, so nothing matches"
+                             : "enum has no value (of the schema's type), so nothing matches");
+    return g_.choice(std::move(alts));
+  }
+
+  if (has("anyOf") || has("oneOf")) {
+    const char* key = has("anyOf") ? "anyOf" : "oneOf";
+    for (const auto& c : constraining)
+      if (c != key)
+        return error(path, std::string(key) +
+                               " beside other constraints is not supported (found '" + c + "')");
+    Json list = obj[key].value();
+    if (!list.is_array()) return error(path + "/" + key, std::string(key) + " must be an array");
+    std::vector<ExprId> alts;
+    std::size_t i = 0;
+    for (Json sub : list.get_array()) {
+      auto e = schema(sub, path + "/" + key + "/" + std::to_string(i++), depth + 1);
+      if (!e) return e.error();
+      alts.push_back(*e);
+    }
+    if (alts.empty())
+      return error(path + "/" + key, std::string(key) + " is empty, so nothing matches");
+    return g_.choice(std::move(alts));
+  }
+
+  if (has("allOf")) return all_of(s, path, depth);
+
+  if (types.empty()) {
+    // No type: infer it from the keywords present; none at all means any value.
+    auto any_of = [&](std::initializer_list<std::string_view> keys) {
+      return std::any_of(keys.begin(), keys.end(), [&](std::string_view k) { return has(k); });
+    };
+    if (any_of({"properties", "required", "additionalProperties"})) types.emplace_back("object");
+    if (any_of({"items", "prefixItems", "minItems", "maxItems"})) types.emplace_back("array");
+    if (any_of({"minLength", "maxLength", "pattern", "format"})) types.emplace_back("string");
+    if (any_of({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}))
+      types.emplace_back("number");
+    if (types.empty()) return g_.ref(any_value());
+  }
+  std::vector<ExprId> alts;
+  for (const auto& t : types) {
+    Result<ExprId> e = Error(ErrorCode::kInternal, "");
+    if (t == "object")
+      e = object_schema(s, path, depth);
+    else if (t == "array")
+      e = array_schema(s, path, depth);
+    else if (t == "string")
+      e = string_schema(s, path);
+    else if (t == "number")
+      e = number_schema(s, path, false);
+    else if (t == "integer")
+      e = number_schema(s, path, true);
+    else if (t == "boolean")
+      e = g_.choice({token("true"), token("false")});
+    else
+      e = token("null");
+    if (!e) return e.error();
+    alts.push_back(*e);
+  }
+  return g_.choice(std::move(alts));
+}
+
+RuleId JsonSchemaConverter::any_string() {
+  if (any_string_) return *any_string_;
+  RuleId r = g_.add_rule("string");
+  any_string_ = r;
+  g_.set_body(r, g_.sequence({g_.byte('"'), g_.star(string_char()), g_.byte('"')}));
+  return r;
+}
+
+ExprId JsonSchemaConverter::string_char() {
+  if (!string_char_) {
+    // Any character JSON allows unescaped, or any escape JSON defines (\uXXXX included), so
+    // free-form strings accept everything a JSON parser does.
+    ByteSet simple;
+    for (char c : std::string_view("\"\\/bfnrt"))
+      simple.set(static_cast<std::uint8_t>(c));
+    ByteSet hex = ByteSet::range('0', '9');
+    hex.set_range('a', 'f');
+    hex.set_range('A', 'F');
+    auto escape = g_.sequence(
+        {g_.byte('\\'), g_.choice({g_.bytes(simple),
+                                   g_.sequence({g_.byte('u'), g_.repeat(g_.bytes(hex), 4, 4)})})});
+    string_char_ = g_.add_rule(
+        "char", g_.choice({g_.codepoints(complement_ranges({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}})),
+                           escape}));
+  }
+  return g_.ref(*string_char_);
+}
+
+RuleId JsonSchemaConverter::any_number() {
+  if (any_number_) return *any_number_;
+  RuleId r = g_.add_rule("number");
+  any_number_ = r;
+  auto digit = g_.bytes(ByteSet::range('0', '9'));
+  auto integer =
+      g_.choice({g_.byte('0'), g_.sequence({g_.bytes(ByteSet::range('1', '9')), g_.star(digit)})});
+  ByteSet e;
+  e.set('e');
+  e.set('E');
+  ByteSet sign;
+  sign.set('+');
+  sign.set('-');
+  g_.set_body(r, g_.sequence({g_.optional(g_.byte('-')), integer,
+                              g_.optional(g_.sequence({g_.byte('.'), g_.plus(digit)})),
+                              g_.optional(g_.sequence(
+                                  {g_.bytes(e), g_.optional(g_.bytes(sign)), g_.plus(digit)}))}));
+  return r;
+}
+
+RuleId JsonSchemaConverter::any_value() {
+  if (any_value_) return *any_value_;
+  RuleId value = g_.add_rule("value");
+  any_value_ = value;
+  RuleId object = g_.add_rule("object");
+  RuleId array = g_.add_rule("array");
+  auto member = g_.sequence({g_.ref(any_string()), colon(), g_.ref(value)});
+  g_.set_body(
+      object,
+      g_.sequence({g_.byte('{'), ws(),
+                   g_.optional(g_.sequence({member, g_.star(g_.sequence({comma(), member}))})),
+                   ws(), g_.byte('}')}));
+  g_.set_body(array,
+              g_.sequence({g_.byte('['), ws(),
+                           g_.optional(g_.sequence(
+                               {g_.ref(value), g_.star(g_.sequence({comma(), g_.ref(value)}))})),
+                           ws(), g_.byte(']')}));
+  g_.set_body(value,
+              g_.choice({g_.ref(object), g_.ref(array), g_.ref(any_string()), g_.ref(any_number()),
+                         token("true"), token("false"), token("null")}));
+  return value;
+}
+
+}  // namespace detail
+
+Result<Grammar> json_schema_to_grammar(std::string_view schema_json,
+                                       const JsonGrammarOptions& options) {
+  return detail::JsonSchemaConverter(options).convert(schema_json);
+}
+
+Grammar json_object_grammar(const JsonGrammarOptions& options) {
+  return detail::JsonSchemaConverter(options).any_object();
+}
+
+}  // namespace weft::grammar

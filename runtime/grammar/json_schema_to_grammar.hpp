@@ -1,0 +1,34 @@
+#pragma once
+// JSON Schema -> Grammar. Supported: type (incl. unions), properties, required,
+// additionalProperties, items, prefixItems, minItems/maxItems, enum, const, anyOf/oneOf,
+// allOf over object schemas, $ref/$defs/definitions (recursion included), strings with
+// minLength/maxLength/pattern/format (date, time, date-time, email, uuid, ipv4, uri), integers
+// with exact bounds, numbers with integer-valued bounds, null, boolean. Annotations (title,
+// description, default, examples, $schema, $id, $comment, ...) are ignored; any other keyword
+// is refused with its name and location, so no constraint is silently dropped.
+//
+// Like XGrammar's strict mode, a missing additionalProperties (or items after prefixItems)
+// means "none": outputs stay within what the schema describes and still validate.
+
+#include <cstdint>
+#include <string_view>
+
+#include "runtime/grammar/grammar.hpp"
+#include "weft/error.hpp"
+
+namespace weft::grammar {
+
+struct JsonGrammarOptions {
+  // Compact output (no whitespace between tokens) by default; flexible allows up to
+  // max_whitespace bytes of ' ', '\t', '\n' around every structural character. It is bounded
+  // so a model cannot stall forever in whitespace.
+  bool flexible_whitespace = false;
+  std::uint32_t max_whitespace = 16;
+};
+
+Result<Grammar> json_schema_to_grammar(std::string_view schema_json,
+                                       const JsonGrammarOptions& options = {});
+// JSON mode: any JSON object.
+Grammar json_object_grammar(const JsonGrammarOptions& options = {});
+
+}  // namespace weft::grammar

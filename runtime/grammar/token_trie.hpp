@@ -1,0 +1,59 @@
+#pragma once
+// The vocabulary as the matcher sees it: each token's byte string, which ids are special
+// (never produced by a grammar: they are excluded from the trie) and which ids end the
+// sequence. The trie lets one walk share the work of every token with a common prefix.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "weft/error.hpp"
+
+namespace weft::grammar {
+
+struct TokenizerVocab {
+  std::vector<std::string> tokens;  // token id -> bytes
+  std::vector<bool> special;        // same size as tokens (or empty: none special)
+  std::vector<std::int32_t> eos_ids;
+};
+
+class TokenTrie {
+ public:
+  struct Node {
+    std::int32_t token = -1;        // the token ending here, or -1
+    std::uint32_t first_child = 0;  // children are nodes [first_child, first_child+count)
+    std::uint32_t child_count = 0;
+    std::uint8_t byte = 0;            // the byte on the edge into this node
+    std::uint32_t subtree_begin = 0;  // tokens of this subtree: order_[begin, end)
+    std::uint32_t subtree_end = 0;
+  };
+
+  static Result<std::shared_ptr<const TokenTrie>> build(TokenizerVocab vocab);
+
+  const Node& node(std::uint32_t i) const { return nodes_[i]; }
+  std::uint32_t root() const { return 0; }
+  // Token ids in trie (depth-first) order, so a subtree is a contiguous slice.
+  const std::vector<std::int32_t>& order() const { return order_; }
+  const TokenizerVocab& vocab() const { return vocab_; }
+  std::size_t vocab_size() const { return vocab_.tokens.size(); }
+  std::size_t node_count() const { return nodes_.size(); }
+  std::size_t max_token_bytes() const { return max_token_bytes_; }
+  bool is_eos(std::int32_t id) const;
+  // The longest token that is a prefix of `text`: (id, length), or (-1, 0) when none. Greedy
+  // tokenization for tests and benchmarks, and for re-tokenizing a jump-forward string.
+  std::pair<std::int32_t, std::size_t> longest_prefix(std::string_view text) const;
+  // (token, owner): tokens whose bytes equal an earlier token's; they share its mask bit.
+  const std::vector<std::pair<std::int32_t, std::int32_t>>& aliases() const { return aliases_; }
+
+ private:
+  TokenizerVocab vocab_;
+  std::vector<Node> nodes_;
+  std::vector<std::int32_t> order_;
+  std::vector<std::pair<std::int32_t, std::int32_t>> aliases_;
+  std::size_t max_token_bytes_ = 0;
+};
+
+}  // namespace weft::grammar
