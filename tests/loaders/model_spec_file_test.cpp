@@ -85,6 +85,17 @@ TEST(ModelSpecFile, SlidingWindowOnlyWhereTheConfigEnablesIt) {
   EXPECT_EQ(spec_for("llama_dynamic_sharded_f32").rope.scaling, RopeScaling::kDynamic);
 }
 
+TEST(ModelSpecFile, Qwen2SlidingWindowFromMaxWindowLayers) {
+  const auto config = scratch_config("qwen_swa", R"({"architectures":["Qwen2ForCausalLM"],
+    "vocab_size":10,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":4,
+    "num_attention_heads":2,"use_sliding_window":true,"sliding_window":32,"max_window_layers":2})");
+  auto s = read_model_spec(kSpecs / "qwen2.json", config);
+  ASSERT_TRUE(s.ok()) << s.error().what();
+  EXPECT_EQ(s->sliding_window, 32);
+  EXPECT_FALSE(s->layer_uses_window(1));  // transformers: layers >= max_window_layers slide
+  EXPECT_TRUE(s->layer_uses_window(2));
+}
+
 TEST(ModelSpecFile, TransformersFourStyleRopeFields) {
   const auto config = scratch_config("v4", R"({"architectures":["LlamaForCausalLM"],
     "vocab_size":10,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,
