@@ -16,9 +16,9 @@ namespace weft::sampling {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
-// Passes read blocks of 16 entries: 2 AVX2 vectors or 4 SSE vectors, each lane accumulating
+// Passes read blocks of 32 entries: 4 AVX2 vectors or 8 SSE vectors, each lane accumulating
 // the same entries in the same order on either, so a seed gives the same tokens on both.
-constexpr std::size_t kBlock = 16;
+constexpr std::size_t kBlock = 32;
 
 // GCC vector types: the same source becomes SSE or AVX2 code without relying on the
 // auto-vectoriser (which gives up on the selects below without -ffast-math).
@@ -54,27 +54,37 @@ constexpr std::size_t lanes = sizeof(F) / sizeof(float);
 
 // exp(t) to about 2 ulp (Cephes expf): t = n ln2 + r with |r| <= ln2/2, a degree-6 polynomial
 // for exp(r), 2^n built in the exponent bits. Below -87 the result is exactly 0, so masked
-// (-inf) tokens get no mass at all.
-template <class F>
-WEFT_INLINE F exp_lanes(F t) {
+// (-inf) tokens get no mass at all. Each step runs over K independent vectors before the
+// next, so the CPU overlaps K dependency chains instead of waiting on one Horner chain.
+template <class F, std::size_t K>
+WEFT_INLINE void exp_pack(F (&t)[K]) {
   using I = typename IntOf<F>::type;
-  const I underflow = t < splat<F>(-87.0f);
-  t = underflow ? splat<F>(-87.0f) : t;
-  t = t > splat<F>(88.0f) ? splat<F>(88.0f) : t;
-  F n = t * 1.44269504088896341f;
-  n = (n + 12582912.0f) - 12582912.0f;  // round to nearest: 1.5 * 2^23 leaves no fraction bits
-  F r = t - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  F p = splat<F>(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const I bits = (__builtin_convertvector(n, I) + 127) << 23;
-  const F result = p * std::bit_cast<F>(bits);
-  return underflow ? F{} : result;
+  I underflow[K];
+  F n[K], r[K], p[K];
+  for (std::size_t k = 0; k < K; ++k) {
+    underflow[k] = t[k] < splat<F>(-87.0f);
+    t[k] = underflow[k] ? splat<F>(-87.0f) : t[k];
+    t[k] = t[k] > splat<F>(88.0f) ? splat<F>(88.0f) : t[k];
+    n[k] = t[k] * 1.44269504088896341f;
+  }
+  for (std::size_t k = 0; k < K; ++k)  // round to nearest: 1.5 * 2^23 leaves no fraction bits
+    n[k] = (n[k] + 12582912.0f) - 12582912.0f;
+  for (std::size_t k = 0; k < K; ++k)
+    r[k] = t[k] - n[k] * 0.693359375f;
+  for (std::size_t k = 0; k < K; ++k)
+    r[k] = r[k] - n[k] * -2.12194440e-4f;
+  for (std::size_t k = 0; k < K; ++k)
+    p[k] = r[k] * 1.9875691500e-4f + 1.3981999507e-3f;
+  for (const float c : {8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f}) {
+    for (std::size_t k = 0; k < K; ++k)
+      p[k] = p[k] * r[k] + c;
+  }
+  for (std::size_t k = 0; k < K; ++k) {
+    p[k] = p[k] * r[k] * r[k] + r[k] + 1.0f;
+    const I bits = (__builtin_convertvector(n[k], I) + 127) << 23;
+    const F result = p[k] * std::bit_cast<F>(bits);
+    t[k] = underflow[k] ? F{} : result;
+  }
 }
 
 template <class F, bool kWrite>
@@ -85,10 +95,13 @@ WEFT_INLINE double sum_exp_impl(const float* x, std::size_t n, float shift, floa
   const F vshift = splat<F>(shift), vscale = splat<F>(scale);
   std::size_t i = 0;
   for (; i + kBlock <= n; i += kBlock) {
+    F e[kVecs];
+    for (std::size_t v = 0; v < kVecs; ++v)
+      e[v] = (load<F>(x + i + v * kW) - vshift) * vscale;
+    exp_pack(e);
     for (std::size_t v = 0; v < kVecs; ++v) {
-      const F e = exp_lanes<F>((load<F>(x + i + v * kW) - vshift) * vscale);
-      if constexpr (kWrite) std::memcpy(out + i + v * kW, &e, sizeof e);
-      acc[v] += e;
+      if constexpr (kWrite) std::memcpy(out + i + v * kW, &e[v], sizeof e[v]);
+      acc[v] += e[v];
     }
   }
   double total = 0.0;
@@ -97,9 +110,10 @@ WEFT_INLINE double sum_exp_impl(const float* x, std::size_t n, float shift, floa
     total += static_cast<double>(acc[q / kW][q % kW]) + acc[hi / kW][hi % kW];
   }
   for (; i < n; ++i) {
-    const float e = exp_lanes<F4>(splat<F4>((x[i] - shift) * scale))[0];
-    if constexpr (kWrite) out[i] = e;
-    total += e;
+    F4 e[1] = {splat<F4>((x[i] - shift) * scale)};
+    exp_pack(e);
+    if constexpr (kWrite) out[i] = e[0][0];
+    total += e[0][0];
   }
   return total;
 }
@@ -107,19 +121,26 @@ WEFT_INLINE double sum_exp_impl(const float* x, std::size_t n, float shift, floa
 template <class F>
 WEFT_INLINE RowMax row_max_impl(const float* x, std::size_t n) {
   using I = typename IntOf<F>::type;
-  constexpr std::size_t kW = lanes<F>;
-  F m = splat<F>(-kInf);
-  I bad{};
+  constexpr std::size_t kW = lanes<F>, kVecs = kBlock / kW;
+  // Independent accumulators: one compare-and-select chain would bound the pass by latency.
+  F m[kVecs];
+  I bad[kVecs] = {};
+  for (auto& v : m)
+    v = splat<F>(-kInf);
   std::size_t i = 0;
-  for (; i + kW <= n; i += kW) {
-    const F v = load<F>(x + i);
-    m = v > m ? v : m;
-    bad |= ~(v < splat<F>(kInf));  // NaN or +inf
+  for (; i + kBlock <= n; i += kBlock) {
+    for (std::size_t v = 0; v < kVecs; ++v) {
+      const F e = load<F>(x + i + v * kW);
+      m[v] = e > m[v] ? e : m[v];
+      bad[v] |= ~(e < splat<F>(kInf));  // NaN or +inf
+    }
   }
   RowMax out{-kInf, false};
-  for (std::size_t j = 0; j < kW; ++j) {
-    out.max = m[j] > out.max ? m[j] : out.max;
-    out.non_finite |= bad[j] != 0;
+  for (std::size_t v = 0; v < kVecs; ++v) {
+    for (std::size_t j = 0; j < kW; ++j) {
+      out.max = m[v][j] > out.max ? m[v][j] : out.max;
+      out.non_finite |= bad[v][j] != 0;
+    }
   }
   for (; i < n; ++i) {
     out.max = x[i] > out.max ? x[i] : out.max;
@@ -153,7 +174,7 @@ bool has_avx2() {
 #endif
 }
 
-// The largest of x[0, 16), for the scans that skip whole blocks.
+// The largest of x[0, 32), for the scans that skip whole blocks.
 WEFT_INLINE float block_max(const float* x) {
   F4 m = load<F4>(x);
   for (std::size_t v = 1; v < kBlock / 4; ++v) {
