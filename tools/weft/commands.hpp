@@ -13,5 +13,6 @@ void add_detokenize_command(CLI::App& app, int& exit_code);
 void add_chat_template_command(CLI::App& app, int& exit_code);
 void add_generate_command(CLI::App& app, int& exit_code);
 void add_perplexity_command(CLI::App& app, int& exit_code);
+void add_bench_command(CLI::App& app, int& exit_code);
 
 }  // namespace weft::cli

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   weft::cli::add_chat_template_command(app, exit_code);
   weft::cli::add_generate_command(app, exit_code);
   weft::cli::add_perplexity_command(app, exit_code);
+  weft::cli::add_bench_command(app, exit_code);
 
   try {
     app.parse(argc, argv);

@@ -192,3 +192,37 @@ TEST(Scheduler, RefusesWhatCanNeverFitAndBadRequests) {
 
 }  // namespace
 }  // namespace weft::sched
+
+namespace weft::sched {
+namespace {
+
+// Small pools, small step budgets and prompts that each fit the pool alone, in random
+// mixes: optimistic admission must never leave every running sequence waiting for pages.
+TEST(Scheduler, OptimisticModeAlwaysMakesProgressOnTinyPools) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int page = 1 << (rng() % 3);
+    const int pages = 3 + static_cast<int>(rng() % 10);
+    const int budget = 1 + static_cast<int>(rng() % 12);
+    Scheduler scheduler({page, pages, budget, 8, AdmissionPolicy::kOptimistic});
+    std::vector<Request> requests;
+    const int n = 2 + static_cast<int>(rng() % 5);
+    for (int r = 0; r < n; ++r) {
+      const int capacity = pages * page;
+      const int prompt = 1 + static_cast<int>(rng() % static_cast<unsigned>(capacity - 1));
+      const int max_new = 1 + static_cast<int>(rng() % static_cast<unsigned>(capacity - prompt));
+      if (peak_pages({KvDemand{prompt, max_new}}, page) > pages) continue;
+      requests.push_back({static_cast<std::uint64_t>(r + 1), prompt, max_new});
+    }
+    RunStats stats = run(scheduler, requests, 1 + static_cast<int>(rng() % 3));
+    expect_full_outputs(stats, requests);
+    if (::testing::Test::HasFailure()) {
+      ADD_FAILURE() << "trial " << trial << ": page " << page << ", pages " << pages << ", budget "
+                    << budget;
+      return;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace weft::sched

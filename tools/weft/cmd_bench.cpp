@@ -1,0 +1,273 @@
+// `weft bench`: an offline serving benchmark in the manner of vLLM's throughput benchmark.
+// N requests of random token ids with fixed or sampled input/output lengths arrive all at once
+// or at a Poisson rate; each streams through the Engine's public API. The last stdout line is
+// one JSON object with the figures; a progress bar goes to stderr.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
+#include <boost/json.hpp>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "tools/weft/commands.hpp"
+#include "tools/weft/default_model.hpp"
+#include "weft/engine.hpp"
+#include "weft/runtime.hpp"
+
+namespace weft::cli {
+namespace {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+struct BenchOptions {
+  std::string model_dir;
+  int num_requests = 100;
+  int input_len = 128;
+  int output_len = 128;
+  double range_ratio = 0.0;
+  double request_rate = 0.0;  // requests per second; 0: all at once
+  std::uint64_t seed = 0;
+  std::string device = "cpu";
+  int page_size = 16;
+  std::int64_t kv_budget_mb = 256;
+  int max_tokens_per_step = 512;
+  int max_running = 256;
+  std::string admission = "reserve";
+  unsigned threads = 0;
+};
+
+struct RequestTimes {
+  double ttft_ms = 0;
+  std::vector<double> itl_ms;
+  int output_tokens = 0;
+  int input_tokens = 0;
+  bool failed = false;
+};
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double rank = p / 100.0 * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(rank);
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
+}
+
+class ProgressBar {
+ public:
+  explicit ProgressBar(int total) : total_(total), tty_(isatty(STDERR_FILENO) != 0) {}
+  void tick() {
+    const int done = ++done_;
+    std::lock_guard lock(mutex_);
+    const int percent = done * 100 / std::max(total_, 1);
+    if (tty_) {
+      const int width = 30;
+      const int filled = done * width / std::max(total_, 1);
+      std::fprintf(stderr, "\rbench [%s%s] %d/%d", std::string(filled, '#').c_str(),
+                   std::string(width - filled, '.').c_str(), done, total_);
+      if (done == total_) std::fputc('\n', stderr);
+    } else if (percent >= next_ || done == total_) {
+      std::fprintf(stderr, "bench: %d/%d requests done\n", done, total_);
+      next_ = percent / 10 * 10 + 10;
+    }
+  }
+
+ private:
+  int total_;
+  bool tty_;
+  std::atomic<int> done_{0};
+  std::mutex mutex_;
+  int next_ = 10;
+};
+
+asio::awaitable<void> run_request(Engine& engine, GenerateRequest request, Clock::time_point at,
+                                  RequestTimes& times, ProgressBar& progress) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  timer.expires_at(at);
+  co_await timer.async_wait(asio::use_awaitable);
+  times.input_tokens = static_cast<int>(request.prompt_ids.size());
+  const auto start = Clock::now();
+  auto last = start;
+  try {
+    auto stream = co_await engine.submit(std::move(request), asio::use_awaitable);
+    for (;;) {
+      Event e = co_await stream->next(asio::use_awaitable);
+      const auto now = Clock::now();
+      if (e.kind == Event::Kind::kFinal) {
+        times.failed = e.finish_reason != FinishReason::kLength;
+        break;
+      }
+      const double ms = std::chrono::duration<double, std::milli>(now - last).count();
+      if (times.output_tokens == 0) {
+        times.ttft_ms = ms;
+      } else {
+        times.itl_ms.push_back(ms);
+      }
+      times.output_tokens += static_cast<int>(e.token_ids.size());
+      last = now;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench: request failed: %s\n", e.what());
+    times.failed = true;
+  }
+  progress.tick();
+}
+
+int run_bench(const BenchOptions& o) {
+  EngineConfig config;
+  config.model_dir = o.model_dir;
+  config.device = o.device;
+  config.page_size = o.page_size;
+  config.kv_budget_bytes = o.kv_budget_mb << 20;
+  config.max_tokens_per_step = o.max_tokens_per_step;
+  config.max_running = o.max_running;
+  config.admission = o.admission;
+  config.cpu_threads = o.threads;
+  Runtime runtime(RuntimeOptions{.worker_threads = 2});
+  std::optional<Engine> engine;
+  try {
+    engine.emplace(runtime.executor(), config);
+  } catch (const Error& e) {
+    std::cerr << "weft bench: " << e.what() << '\n';
+    return 1;
+  }
+  // Requests: random ids (as vLLM's random dataset), lengths uniform in L*(1 +- ratio).
+  std::mt19937_64 rng(o.seed);
+  auto length = [&](int mean) {
+    const int lo = std::max(1, static_cast<int>(mean * (1.0 - o.range_ratio)));
+    const int hi = std::max(lo, static_cast<int>(mean * (1.0 + o.range_ratio)));
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  std::uniform_int_distribution<int> token(0, engine->vocab_size() - 1);
+  std::exponential_distribution<double> gap(o.request_rate > 0 ? o.request_rate : 1.0);
+  std::vector<RequestTimes> times(static_cast<std::size_t>(o.num_requests));
+  ProgressBar progress(o.num_requests);
+  const auto start = Clock::now() + std::chrono::milliseconds(20);
+  double offset_s = 0;
+  std::vector<std::future<void>> done;
+  for (int i = 0; i < o.num_requests; ++i) {
+    GenerateRequest r;
+    const int in = length(o.input_len);
+    for (int t = 0; t < in; ++t)
+      r.prompt_ids.push_back(token(rng));
+    r.sampling.max_tokens = length(o.output_len);
+    r.sampling.ignore_eos = true;
+    r.sampling.temperature = 0;
+    if (o.request_rate > 0) offset_s += gap(rng);
+    const auto at = start + std::chrono::duration_cast<Clock::duration>(
+                                std::chrono::duration<double>(offset_s));
+    done.push_back(asio::co_spawn(
+        runtime.executor(),
+        run_request(*engine, std::move(r), at, times[static_cast<std::size_t>(i)], progress),
+        asio::use_future));
+  }
+  for (auto& f : done)
+    f.get();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  EngineMetrics metrics = engine->metrics(asio::use_future).get();
+  engine->shutdown(asio::use_future).get();
+
+  std::vector<double> ttft, itl;
+  long output_tokens = 0, input_tokens = 0;
+  int failed = 0;
+  for (const auto& t : times) {
+    failed += t.failed;
+    ttft.push_back(t.ttft_ms);
+    itl.insert(itl.end(), t.itl_ms.begin(), t.itl_ms.end());
+    output_tokens += t.output_tokens;
+    input_tokens += t.input_tokens;
+  }
+  boost::json::object out{{"requests", o.num_requests},
+                          {"failed", failed},
+                          {"duration_s", seconds},
+                          {"requests_per_s", o.num_requests / seconds},
+                          {"input_tokens_per_s", static_cast<double>(input_tokens) / seconds},
+                          {"output_tokens_per_s", static_cast<double>(output_tokens) / seconds},
+                          {"ttft_ms_p50", percentile(ttft, 50)},
+                          {"ttft_ms_p99", percentile(ttft, 99)},
+                          {"itl_ms_p50", percentile(itl, 50)},
+                          {"itl_ms_p99", percentile(itl, 99)},
+                          {"peak_kv_pages", metrics.kv_pages_peak},
+                          {"kv_pages_total", metrics.kv_pages_total},
+                          {"preemptions", metrics.preemptions},
+                          {"steps", metrics.steps},
+                          {"input_len", o.input_len},
+                          {"output_len", o.output_len},
+                          {"range_ratio", o.range_ratio},
+                          {"request_rate", o.request_rate},
+                          {"device", o.device},
+                          {"model", o.model_dir}};
+  std::printf("requests %d (%d failed) in %.2f s: %.2f req/s, %.1f output tok/s\n", o.num_requests,
+              failed, seconds, o.num_requests / seconds,
+              static_cast<double>(output_tokens) / seconds);
+  std::printf("TTFT p50 %.1f ms, p99 %.1f ms; ITL p50 %.2f ms, p99 %.2f ms; peak KV %d/%d pages\n",
+              percentile(ttft, 50), percentile(ttft, 99), percentile(itl, 50), percentile(itl, 99),
+              metrics.kv_pages_peak, metrics.kv_pages_total);
+  std::cout << boost::json::serialize(out) << std::endl;
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand(
+      "bench",
+      "Offline serving benchmark: N requests of random tokens, all at once or at a Poisson "
+      "rate, through the engine. Prints a summary; the last line is one JSON object.");
+  auto opts = std::make_shared<BenchOptions>();
+  add_model_option(cmd, opts->model_dir);
+  cmd->add_option("--num-requests", opts->num_requests, "requests to run")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--input-len", opts->input_len, "prompt tokens per request (mean)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--output-len", opts->output_len, "output tokens per request (mean)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--range-ratio", opts->range_ratio,
+                  "sample lengths uniformly in L*(1-r)..L*(1+r); 0: fixed lengths")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.99));
+  cmd->add_option("--request-rate", opts->request_rate,
+                  "Poisson arrival rate in requests/s; 0: all requests at once")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--seed", opts->seed, "seed for lengths, tokens and arrivals")
+      ->capture_default_str();
+  cmd->add_option("--device", opts->device, "where to run")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu"}));
+  cmd->add_option("--page-size", opts->page_size, "KV page size in tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--kv-budget-mb", opts->kv_budget_mb, "KV pool size in MiB")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-tokens-per-step", opts->max_tokens_per_step, "step token budget")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-running", opts->max_running, "sequences per batch at most")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
+  cmd->add_option("--admission", opts->admission,
+                  "reserve: admit only what fits to completion; optimistic: preempt when full")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"reserve", "optimistic"}));
+  cmd->add_option("--threads", opts->threads, "CPU threads for the forward pass (0: all cores)")
+      ->capture_default_str();
+  cmd->callback([opts, &exit_code] { exit_code = run_bench(*opts); });
+}
+
+}  // namespace weft::cli
