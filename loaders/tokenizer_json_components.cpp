@@ -80,7 +80,7 @@ bool JsonNode::boolean_or(const char* key, bool fallback) const {
 
 std::string JsonNode::string_or(const char* key, std::string fallback) const {
   auto child = find(key);
-  return child ? std::string(child->string()) : fallback;
+  return child ? std::string(child->string()) : std::move(fallback);
 }
 
 std::unique_ptr<text::Tokenizer> build_tokenizer(const JsonNode& root) {

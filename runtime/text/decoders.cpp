@@ -55,7 +55,8 @@ void ByteLevelDecoder::decode_chain(std::vector<std::string>& tokens) const {
     }
     bytes += all_mapped ? mapped : token;
   }
-  tokens.assign(1, utf8_lossy(bytes));
+  tokens.clear();
+  tokens.push_back(utf8_lossy(bytes));
 }
 
 void ByteFallbackDecoder::decode_chain(std::vector<std::string>& tokens) const {
@@ -95,7 +96,8 @@ void FuseDecoder::decode_chain(std::vector<std::string>& tokens) const {
   std::string joined;
   for (const auto& token : tokens)
     joined += token;
-  tokens.assign(1, std::move(joined));
+  tokens.clear();
+  tokens.push_back(std::move(joined));
 }
 
 void ReplaceDecoder::decode_chain(std::vector<std::string>& tokens) const {

@@ -14,10 +14,10 @@ IncrementalDetokenizer::IncrementalDetokenizer(std::shared_ptr<const Tokenizer> 
     : tokenizer_(std::move(tokenizer)), skip_special_tokens_(skip_special_tokens) {}
 
 Result<std::string> IncrementalDetokenizer::push(std::span<const std::uint32_t> ids) {
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    if (tokenizer_->id_to_token(ids[i]) == nullptr) {
+  for (const std::uint32_t id : ids) {
+    if (tokenizer_->id_to_token(id) == nullptr) {
       return Error(ErrorCode::kOutOfRange,
-                   "cannot detokenize id " + std::to_string(ids[i]) +
+                   "cannot detokenize id " + std::to_string(id) +
                        ": the tokenizer has no token with that id (ids are below " +
                        std::to_string(tokenizer_->vocab_size()) + ")");
     }

@@ -11,7 +11,7 @@ Vocabulary::Vocabulary(std::vector<std::pair<std::string, std::uint32_t>> entrie
   tokens_.resize(bound);
   has_.assign(bound, false);
   for (auto& [token, id] : entries) {
-    tokens_[id] = token;
+    tokens_[id] = std::move(token);
     has_[id] = true;
   }
   rebuild_index();

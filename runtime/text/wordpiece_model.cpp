@@ -4,7 +4,7 @@
 
 namespace weft::text {
 
-Result<WordPieceModel> WordPieceModel::create(Vocabulary vocabulary, std::string unk_token,
+Result<WordPieceModel> WordPieceModel::create(Vocabulary vocabulary, const std::string& unk_token,
                                               std::string continuing_subword_prefix,
                                               std::size_t max_input_chars_per_word) {
   WordPieceModel model;

@@ -13,7 +13,7 @@ namespace weft::text {
 class WordPieceModel final : public Model {
  public:
   // Fails when the vocabulary lacks `unk_token`.
-  static Result<WordPieceModel> create(Vocabulary vocabulary, std::string unk_token,
+  static Result<WordPieceModel> create(Vocabulary vocabulary, const std::string& unk_token,
                                        std::string continuing_subword_prefix,
                                        std::size_t max_input_chars_per_word);
 
