@@ -172,7 +172,8 @@ int main(int argc, char** argv) {
   const model::Model& m = built.value();
   cpu::ThreadPool pool(threads);
   std::printf("model %s: %.1fM parameters; cpu %s, %u threads, kernels %s\n", name.c_str(),
-              parameters(m.spec()) / 1e6, cpu::describe(cpu::cpu_features()).c_str(), pool.size(),
+              static_cast<double>(parameters(m.spec())) / 1e6,
+              cpu::describe(cpu::cpu_features()).c_str(), pool.size(),
               cpu::resolve(path) == cpu::KernelPath::kAvx2 ? "avx2" : "scalar");
 
   const int page_size = 16;

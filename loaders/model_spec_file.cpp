@@ -199,6 +199,8 @@ Result<E> choose(const SpecReader& r, const std::string& key, const std::string&
   return r.spec_error(key, "is \"" + value + "\", expected one of: " + names);
 }
 
+// `var` names a new variable, so it cannot be parenthesised.
+// NOLINTNEXTLINE(bugprone-macro-parentheses)
 #define WEFT_TRY(var, expr)                       \
   auto var##_result = (expr);                     \
   if (!var##_result) return var##_result.error(); \

@@ -39,7 +39,7 @@ class Binder {
          std::vector<std::shared_ptr<const void>>& owners)
       : spec_(spec), weights_(weights), owners_(owners) {}
 
-  Result<const TensorView*> tensor(const std::string& name, std::vector<std::int64_t> shape,
+  Result<const TensorView*> tensor(const std::string& name, const std::vector<std::int64_t>& shape,
                                    const char* block) {
     const TensorView* t = weights_.find(name);
     if (t == nullptr) {
@@ -97,11 +97,11 @@ class Binder {
   std::deque<TensorView> copies_;  // aligned copies; a deque keeps pointers to them stable
 };
 
-#define WEFT_TRY_ASSIGN(target, expr)   \
-  do {                                  \
-    auto weft_r = (expr);               \
-    if (!weft_r) return weft_r.error(); \
-    target = std::move(weft_r.value()); \
+#define WEFT_TRY_ASSIGN(target, expr)     \
+  do {                                    \
+    auto weft_r = (expr);                 \
+    if (!weft_r) return weft_r.error();   \
+    (target) = std::move(weft_r.value()); \
   } while (0)
 
 }  // namespace

@@ -29,7 +29,8 @@ RopeFrequencies yarn(const RopeSpec& rope, int dim) {
   RopeFrequencies out;
   if (rope.attention_factor) {
     out.attention_factor = static_cast<float>(*rope.attention_factor);
-  } else if (rope.mscale && rope.mscale_all_dim && *rope.mscale && *rope.mscale_all_dim) {
+  } else if (rope.mscale && rope.mscale_all_dim && *rope.mscale != 0.0 &&
+             *rope.mscale_all_dim != 0.0) {
     out.attention_factor = static_cast<float>(yarn_mscale(factor, *rope.mscale) /
                                               yarn_mscale(factor, *rope.mscale_all_dim));
   } else {
