@@ -49,9 +49,12 @@ std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(std::string_vie
                                             PCRE2_NO_UTF_CHECK, data.get(), nullptr);
     if (rc < 0) {
       if (rc == PCRE2_ERROR_NOMATCH) break;
-      throw Error(ErrorCode::kInternal, "regular expression /" + pattern_ +
-                                            "/ failed while matching (PCRE2 error " +
-                                            std::to_string(rc) + ")");
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(rc, message, sizeof message);
+      throw Error(ErrorCode::kResourceExhausted,
+                  "regular expression /" + pattern_ + "/ failed on a text of " +
+                      std::to_string(text.size()) +
+                      " bytes: " + reinterpret_cast<const char*>(message));
     }
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data.get());
     const std::size_t begin = ovector[0], end = ovector[1];

@@ -41,6 +41,17 @@ Result<std::vector<std::uint32_t>> Tokenizer::encode(std::string_view text,
           return std::string{hex[b >> 4], hex[b & 15]};
         }() + " at offset " + std::to_string(bad));
   }
+  try {
+    return encode_valid(text, add_special_tokens);
+  } catch (const Error& e) {
+    // A regex from the file can exceed PCRE2's match limits on some input: report it, as
+    // every other failure of encode is reported.
+    return e;
+  }
+}
+
+std::vector<std::uint32_t> Tokenizer::encode_valid(std::string_view text,
+                                                   bool add_special_tokens) const {
   std::vector<std::uint32_t> ids;
   ids.reserve(text.size() / 3 + 4);
   // 1. Added tokens that match the raw text. 2. Normalize what is left, then look for the

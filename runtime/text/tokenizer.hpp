@@ -52,6 +52,7 @@ class Tokenizer {
   const AddedVocabulary& added_vocabulary() const { return added_; }
 
  private:
+  std::vector<std::uint32_t> encode_valid(std::string_view text, bool add_special_tokens) const;
   void encode_segment(std::string_view text, bool at_start, std::vector<std::uint32_t>& ids) const;
 
   TokenizerParts parts_;

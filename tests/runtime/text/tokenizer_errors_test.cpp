@@ -181,3 +181,25 @@ TEST(TokenizerFiles, AFolderAndItsConfigNameTheSpecialTokens) {
 
 }  // namespace
 }  // namespace weft::text::testing
+
+namespace weft::text::testing {
+namespace {
+
+TEST(TokenizerInputErrors, ARegexThatBlowsUpIsAnErrorNotACrash) {
+  // Nested quantifiers backtrack exponentially; PCRE2's match limit stops them and encode
+  // reports it instead of throwing or hanging.
+  std::ifstream in(fixtures_dir() / "bad/minimal_bpe.json");
+  std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string from = "\"pre_tokenizer\": null";
+  json.replace(json.find(from), from.size(),
+               R"("pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(a|aa)+$"}, "behavior": "Isolated", "invert": false})");
+  auto tok = loaders::parse_tokenizer_json(json, "blowup.json");
+  ASSERT_TRUE(tok.ok()) << tok.error().what();
+  auto ids = (*tok)->encode(std::string(5000, 'a') + "b", false);
+  if (ids.ok()) GTEST_SKIP() << "PCRE2 finished this pattern within its limits";
+  EXPECT_NE(std::string(ids.error().what()).find("failed on a text of"), std::string::npos)
+      << ids.error().what();
+}
+
+}  // namespace
+}  // namespace weft::text::testing
