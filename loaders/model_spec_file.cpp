@@ -530,13 +530,12 @@ Result<std::filesystem::path> find_spec_file(const std::filesystem::path& spec_d
           " (format: docs/model-spec.md) or pass --spec FILE");
 }
 
-Result<model::GenerationDefaults> read_generation_defaults(const std::filesystem::path& model_dir) {
-  auto path = model_dir / "generation_config.json";
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) path = model_dir / "config.json";
+namespace {
+
+// Reads eos/bos/pad from one file into the fields of `out` that are still unset.
+Result<void> read_token_ids(const std::filesystem::path& path, model::GenerationDefaults& out) {
   JsonDoc doc;
   if (auto ok = parse_json(path, doc); !ok) return ok.error();
-  model::GenerationDefaults out;
   auto id_of = [&](const char* key, dom::element e) -> Result<int> {
     std::int64_t id = 0;
     if (e.get(id) || id < 0 || id > (1 << 30)) {
@@ -547,7 +546,7 @@ Result<model::GenerationDefaults> read_generation_defaults(const std::filesystem
     return static_cast<int>(id);
   };
   dom::element eos;
-  if (!doc.root["eos_token_id"].get(eos) && !eos.is_null()) {
+  if (out.eos_token_ids.empty() && !doc.root["eos_token_id"].get(eos) && !eos.is_null()) {
     if (eos.is_array()) {
       dom::array ids = eos.get_array().value();
       for (auto e : ids) {
@@ -562,9 +561,24 @@ Result<model::GenerationDefaults> read_generation_defaults(const std::filesystem
   for (auto [key, target] : {std::pair{"bos_token_id", &out.bos_token_id},
                              std::pair{"pad_token_id", &out.pad_token_id}}) {
     dom::element e;
-    if (doc.root[key].get(e) || e.is_null()) continue;
+    if (target->has_value() || doc.root[key].get(e) || e.is_null()) continue;
     WEFT_TRY(id, id_of(key, e));
     *target = id;
+  }
+  return {};
+}
+
+}  // namespace
+
+// generation_config.json first; what it leaves unset comes from config.json, as transformers'
+// GenerationConfig.from_model_config does.
+Result<model::GenerationDefaults> read_generation_defaults(const std::filesystem::path& model_dir) {
+  model::GenerationDefaults out;
+  std::error_code ec;
+  for (const auto* name : {"generation_config.json", "config.json"}) {
+    const auto path = model_dir / name;
+    if (!std::filesystem::exists(path, ec)) continue;
+    if (auto ok = read_token_ids(path, out); !ok) return ok.error();
   }
   return out;
 }

@@ -170,6 +170,13 @@ TEST(ModelSpecFile, GenerationDefaults) {
   ASSERT_TRUE(gen.ok()) << gen.error().what();
   EXPECT_EQ(gen->eos_token_ids, (std::vector<int>{2, 3}));
   EXPECT_EQ(gen->bos_token_id, 1);
+  // generation_config.json without eos: config.json's is used.
+  auto fallback = scratch_config("gen_fallback", R"({"eos_token_id":7,"bos_token_id":5})");
+  std::ofstream(fallback.parent_path() / "generation_config.json") << R"({"bos_token_id":6})";
+  gen = read_generation_defaults(fallback.parent_path());
+  ASSERT_TRUE(gen.ok()) << gen.error().what();
+  EXPECT_EQ(gen->eos_token_ids, (std::vector<int>{7}));
+  EXPECT_EQ(gen->bos_token_id, 6);
   const auto config = scratch_config("gen", R"({"eos_token_id":"</s>"})");
   gen = read_generation_defaults(config.parent_path());
   ASSERT_FALSE(gen.ok());
