@@ -570,8 +570,9 @@ Result<void> read_token_ids(const std::filesystem::path& path, model::Generation
 
 }  // namespace
 
-// generation_config.json first; what it leaves unset comes from config.json, as transformers'
-// GenerationConfig.from_model_config does.
+// generation_config.json first; what it leaves unset comes from config.json. (transformers
+// only falls back to config.json when generation_config.json is absent; a file that exists
+// but names no eos would otherwise make generation run to --max-tokens.)
 Result<model::GenerationDefaults> read_generation_defaults(const std::filesystem::path& model_dir) {
   model::GenerationDefaults out;
   std::error_code ec;
