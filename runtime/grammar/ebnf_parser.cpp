@@ -139,7 +139,10 @@ class EbnfParser {
   }
 
   Result<ExprId> postfix(ExprId item) {
-    for (;;) {
+    // A handful of stacked operators (x*? and the like) is plenty; thousands would only nest
+    // the expression deep enough to threaten the compiler's recursion.
+    for (int stacked = 0;; ++stacked) {
+      if (stacked > 4) return fail(i_, "too many repetition operators in a row");
       if (i_ >= s_.size()) return item;
       char c = s_[i_];
       if (c == '*') {

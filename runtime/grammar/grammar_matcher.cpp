@@ -29,6 +29,7 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(
     }
   }
   cg->slot_mask_.assign(slots, -1);
+  cg->compute_contexts();
   Pushdown pda(g, cg->sentinels_);
   std::vector<StackSet> levels(cg->trie_->max_token_bytes() + 2);
   std::vector<std::uint8_t> kind(cg->trie_->vocab_size(), kReject);
@@ -41,6 +42,85 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(
         cg->precompute(r, a, p, cg->masks_.back(), pda, levels, kind);
       }
   return std::shared_ptr<const CompiledGrammar>(std::move(cg));
+}
+
+void CompiledGrammar::compute_contexts() {
+  const auto& g = g_;
+  const std::size_t n = g.rules.size();
+  constexpr std::uint32_t kRootSite = 0xffffffffu;
+  // Per rule: where it is referenced other than in tail position, and which rules call it in
+  // tail position (their frame is replaced, so their context becomes its context).
+  std::vector<std::vector<Frame>> sites(n);
+  std::vector<std::vector<std::uint32_t>> tail_callers(n);
+  for (std::uint32_t r = 0; r < n; ++r)
+    for (std::uint32_t a = 0; a < g.rules[r].alts.size(); ++a) {
+      const auto& seq = g.rules[r].alts[a];
+      for (std::uint32_t p = 0; p < seq.size(); ++p) {
+        if (!seq[p].is_rule) continue;
+        if (p + 1 == seq.size()) {
+          if (seq[p].index != r) tail_callers[seq[p].index].push_back(r);
+        } else {
+          sites[seq[p].index].push_back(Frame{r, a, p});
+        }
+      }
+    }
+  // The distinct frames that can sit below a frame of rule r (kRootSite: the stack's bottom),
+  // stopping at two since only a unique one is useful.
+  auto context_sites = [&](std::uint32_t r) {
+    std::vector<Frame> found;
+    std::vector<bool> seen(n, false);
+    std::vector<std::uint32_t> todo{r};
+    seen[r] = true;
+    while (!todo.empty() && found.size() < 2) {
+      std::uint32_t q = todo.back();
+      todo.pop_back();
+      if (q == g.root) found.push_back(Frame{kRootSite, 0, 0});
+      for (const Frame& f : sites[q])
+        if (std::find(found.begin(), found.end(), f) == found.end()) found.push_back(f);
+      for (std::uint32_t c : tail_callers[q])
+        if (!seen[c]) {
+          seen[c] = true;
+          todo.push_back(c);
+        }
+    }
+    return found;
+  };
+  contexts_.assign(n, StaticContext{});
+  // Depth-bounded; a rule already on the chain ends it (recursion).
+  constexpr std::size_t kMaxDepth = 8;
+  for (std::uint32_t r = 0; r < n; ++r) {
+    StaticContext ctx;
+    ctx.bottom_rule = r;
+    std::vector<std::uint32_t> chain{r};
+    std::uint32_t q = r;
+    while (ctx.frames.size() < kMaxDepth) {
+      auto found = context_sites(q);
+      if (found.size() != 1) break;
+      if (found[0].rule == kRootSite) {
+        ctx.bottom = kRootNode;
+        break;
+      }
+      if (std::find(chain.begin(), chain.end(), found[0].rule) != chain.end()) break;
+      ctx.frames.insert(ctx.frames.begin(), found[0]);
+      q = found[0].rule;
+      ctx.bottom_rule = q;
+      chain.push_back(q);
+    }
+    contexts_[r] = std::move(ctx);
+  }
+}
+
+std::pair<std::string, std::size_t> CompiledGrammar::largest_uncertain() const {
+  std::pair<std::string, std::size_t> best{"", 0};
+  for (std::uint32_t r = 0; r < g_.rules.size(); ++r)
+    for (std::uint32_t a = 0; a < g_.rules[r].alts.size(); ++a)
+      for (std::uint32_t p = 0; p < g_.rules[r].alts[a].size(); ++p) {
+        auto mi = slot_mask_[slot(Frame{r, a, p})];
+        if (mi >= 0 && masks_[mi].uncertain.size() > best.second)
+          best = {g_.rules[r].name + " alt " + std::to_string(a) + " pos " + std::to_string(p),
+                  masks_[mi].uncertain.size()};
+      }
+  return best;
 }
 
 std::size_t CompiledGrammar::uncertain_count() const {
@@ -59,11 +139,14 @@ void CompiledGrammar::precompute(std::uint32_t rule, std::uint32_t alt, std::uin
                                  PositionMask& out, Pushdown& pda, std::vector<StackSet>& levels,
                                  std::vector<std::uint8_t>& kind) const {
   const TokenTrie& trie = *trie_;
-  const ByteSet& follow = g_.follow[rule];
+  const StaticContext& ctx = contexts_[rule];
+  const ByteSet& follow = g_.follow[ctx.bottom_rule];
   std::vector<std::int32_t> touched;
   levels[0].clear();
+  levels[0].frames = ctx.frames;
   levels[0].frames.push_back(Frame{rule, alt, pos});
-  levels[0].cursors.push_back(Cursor{kContextNode, 0, 1});
+  levels[0].cursors.push_back(
+      Cursor{ctx.bottom, 0, static_cast<std::uint32_t>(levels[0].frames.size())});
 
   std::function<void(std::uint32_t, std::size_t, bool)> walk = [&](std::uint32_t v, std::size_t d,
                                                                    bool uncertain) {
@@ -79,7 +162,7 @@ void CompiledGrammar::precompute(std::uint32_t rule, std::uint32_t alt, std::uin
       } else {
         pda.step(cur, child.byte, next);
       }
-      bool alive = !next.empty() || next.left_context;
+      bool alive = !next.empty() || next.left_context || next.accepted;
       if (child.token >= 0) {
         std::uint8_t k = alive ? kAccept : (uncertain_here ? kUncertain : kReject);
         if (k != kReject) {
@@ -113,11 +196,10 @@ void CompiledGrammar::precompute(std::uint32_t rule, std::uint32_t alt, std::uin
       else
         out.accepted_ids.push_back(t);
     } else if (kind[t] == kUncertain) {
-      out.uncertain.push_back(t);
+      out.uncertain.push_back(static_cast<std::uint32_t>(trie.order_index(t)));
     }
     kind[t] = kReject;
   }
-  // Trie order keeps the runtime checks walking the vocabulary in a cache-friendly order.
   std::sort(out.accepted_ids.begin(), out.accepted_ids.end());
   std::sort(out.uncertain.begin(), out.uncertain.end());
 }
@@ -208,26 +290,42 @@ void GrammarMatcher::fill_next_token_bitmask(std::span<std::uint32_t> words) {
         words[t >> 5] |= 1u << (t & 31);
     }
   }
-  // The stack-dependent tokens: run each from the stacks at that position only.
-  StackSet start;
+  // The stack-dependent tokens: one walk over the trie from the stacks at that position,
+  // sharing the steps of common prefixes and skipping subtrees with none of them.
+  if (levels_.empty()) levels_.resize(trie.max_token_bytes() + 2);
   for (auto mi : seen_slots_) {
     const auto& m = cg.masks_[mi];
     if (m.uncertain.empty()) continue;
+    StackSet& start = levels_[0];
     start.clear();
     for (NodeId n : s.tops)
       if (static_cast<std::uint32_t>(cg.slot_mask_[cg.slot(arena_[n].frame)]) == mi)
         start.cursors.push_back(Cursor{n, 0, 0});
-    for (auto t : m.uncertain) {
-      if (words[t >> 5] >> (t & 31) & 1) continue;
-      a_ = start;
-      if (run_bytes(a_, trie.vocab().tokens[t])) words[t >> 5] |= 1u << (t & 31);
-    }
+    check_uncertain(trie.root(), 0, m.uncertain, words);
   }
   for (auto [tok, owner] : trie.aliases())
     if (words[owner >> 5] >> (owner & 31) & 1) words[tok >> 5] |= 1u << (tok & 31);
   if (s.accepted)
     for (auto id : trie.vocab().eos_ids)
       words[id >> 5] |= 1u << (id & 31);
+}
+
+void GrammarMatcher::check_uncertain(std::uint32_t v, std::size_t depth,
+                                     const std::vector<std::uint32_t>& ords,
+                                     std::span<std::uint32_t> words) {
+  const TokenTrie& trie = grammar_->trie();
+  const auto& node = trie.node(v);
+  for (std::uint32_t ci = 0; ci < node.child_count; ++ci) {
+    std::uint32_t c = node.first_child + ci;
+    const auto& child = trie.node(c);
+    auto it = std::lower_bound(ords.begin(), ords.end(), child.subtree_begin);
+    if (it == ords.end() || *it >= child.subtree_end) continue;
+    StackSet& next = levels_[depth + 1];
+    pda_.step(levels_[depth], child.byte, next);
+    if (child.token >= 0 && *it == child.subtree_begin && (!next.empty() || next.accepted))
+      words[child.token >> 5] |= 1u << (child.token & 31);
+    if (!next.empty()) check_uncertain(c, depth + 1, ords, words);
+  }
 }
 
 bool GrammarMatcher::accept_token(std::int32_t token) {

@@ -39,18 +39,33 @@ class CompiledGrammar {
   std::size_t position_count() const { return masks_.size(); }
   // Total uncertain (stack-dependent) entries over all positions: what a step may check.
   std::size_t uncertain_count() const;
+  // The rule name and uncertain-token count of the position with the most (diagnostics).
+  std::pair<std::string, std::size_t> largest_uncertain() const;
 
  private:
   friend class GrammarMatcher;
   struct PositionMask {
     std::vector<std::uint32_t> accepted_bits;  // full bitmask, or empty when ids are used
     std::vector<std::int32_t> accepted_ids;    // when few tokens are accepted
-    std::vector<std::int32_t> uncertain;
+    // Stack-dependent tokens as indices into the trie's order(), sorted, so the run-time
+    // check can walk the trie and skip subtrees holding none of them.
+    std::vector<std::uint32_t> uncertain;
   };
   std::uint32_t slot(const Frame& f) const { return alt_base_[rule_base_[f.rule] + f.alt] + f.pos; }
+  // The frames every stack has below a frame of a rule, when the grammar fixes them: a rule
+  // used from a single place always sits on that place's frame (tail calls see through their
+  // caller). Precomputing with this context, rather than an unknown stack right below, keeps
+  // tiny rules (one JSON string character, one digit) from making every token uncertain.
+  struct StaticContext {
+    NodeId bottom = kContextNode;   // kRootNode when the whole stack is known
+    std::vector<Frame> frames;      // bottom to top
+    std::uint32_t bottom_rule = 0;  // whose FOLLOW applies when the context is left
+  };
+  void compute_contexts();
   void precompute(std::uint32_t rule, std::uint32_t alt, std::uint32_t pos, PositionMask& out,
                   Pushdown& pda, std::vector<StackSet>& levels,
                   std::vector<std::uint8_t>& kind) const;
+  std::vector<StaticContext> contexts_;  // per rule
 
   FlatGrammar g_;
   std::shared_ptr<const TokenTrie> trie_;
@@ -99,6 +114,8 @@ class GrammarMatcher {
   State commit(const StackSet& set);
   bool run_bytes(StackSet& set, std::string_view bytes);
   void push_state(State s);
+  void check_uncertain(std::uint32_t node, std::size_t depth,
+                       const std::vector<std::uint32_t>& ords, std::span<std::uint32_t> words);
 
   std::shared_ptr<const CompiledGrammar> grammar_;
   std::size_t max_rollback_;
@@ -108,6 +125,7 @@ class GrammarMatcher {
   bool terminated_ = false;
   // Scratch reused across calls so a step allocates nothing once warm.
   StackSet a_, b_;
+  std::vector<StackSet> levels_;  // per byte depth, for check_uncertain
   std::vector<std::uint32_t> seen_slots_;
   std::vector<std::uint32_t> slot_epoch_;
   std::uint32_t epoch_ = 0;

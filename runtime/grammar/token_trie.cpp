@@ -14,6 +14,13 @@ Result<std::shared_ptr<const TokenTrie>> TokenTrie::build(TokenizerVocab vocab) 
                  "vocabulary has " + std::to_string(n) + " tokens but " +
                      std::to_string(vocab.special.size()) + " special flags");
   if (vocab.special.empty()) vocab.special.assign(n, false);
+  // The trie walks recurse once per byte of a token; real vocabularies stay far below this.
+  constexpr std::size_t kMaxTokenBytes = 2048;
+  for (std::size_t i = 0; i < n; ++i)
+    if (!vocab.special[i] && vocab.tokens[i].size() > kMaxTokenBytes)
+      return Error(ErrorCode::kInvalidArgument,
+                   "token " + std::to_string(i) + " is " + std::to_string(vocab.tokens[i].size()) +
+                       " bytes long; the limit is " + std::to_string(kMaxTokenBytes));
   for (auto id : vocab.eos_ids)
     if (id < 0 || static_cast<std::size_t>(id) >= n)
       return Error(ErrorCode::kOutOfRange, "end-of-sequence id " + std::to_string(id) +
@@ -80,8 +87,12 @@ Result<std::shared_ptr<const TokenTrie>> TokenTrie::build(TokenizerVocab vocab) 
     for (std::uint32_t c = nodes[v].child_count; c-- > 0;)
       stack.push_back({nodes[v].first_child + c, false});
   }
-  for (const auto& t : vocab.tokens)
-    trie->max_token_bytes_ = std::max(trie->max_token_bytes_, t.size());
+  for (std::size_t i = 0; i < n; ++i)
+    if (!vocab.special[i])
+      trie->max_token_bytes_ = std::max(trie->max_token_bytes_, vocab.tokens[i].size());
+  trie->order_index_.assign(n, -1);
+  for (std::size_t i = 0; i < order.size(); ++i)
+    trie->order_index_[order[i]] = static_cast<std::int32_t>(i);
   trie->vocab_ = std::move(vocab);
   return std::shared_ptr<const TokenTrie>(std::move(trie));
 }

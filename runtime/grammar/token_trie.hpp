@@ -37,6 +37,8 @@ class TokenTrie {
   std::uint32_t root() const { return 0; }
   // Token ids in trie (depth-first) order, so a subtree is a contiguous slice.
   const std::vector<std::int32_t>& order() const { return order_; }
+  // A token's index in order(), or -1 for tokens outside the trie (special, empty, aliases).
+  std::int32_t order_index(std::int32_t token) const { return order_index_[token]; }
   const TokenizerVocab& vocab() const { return vocab_; }
   std::size_t vocab_size() const { return vocab_.tokens.size(); }
   std::size_t node_count() const { return nodes_.size(); }
@@ -52,6 +54,7 @@ class TokenTrie {
   TokenizerVocab vocab_;
   std::vector<Node> nodes_;
   std::vector<std::int32_t> order_;
+  std::vector<std::int32_t> order_index_;
   std::vector<std::pair<std::int32_t, std::int32_t>> aliases_;
   std::size_t max_token_bytes_ = 0;
 };

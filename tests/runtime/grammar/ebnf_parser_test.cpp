@@ -97,6 +97,7 @@ TEST(EbnfParser, LeftRecursionIsAnErrorNotAStackOverflow) {
 TEST(EbnfParser, DeepNestingIsRefused) {
   std::string deep = "root ::= " + std::string(5000, '(') + "\"a\"" + std::string(5000, ')');
   expect_error(deep, "nested more than");
+  expect_error("root ::= \"a\"" + std::string(100000, '?'), "too many repetition operators");
   // Deep but allowed.
   std::string ok = "root ::= " + std::string(100, '(') + "\"a\"" + std::string(100, ')');
   EXPECT_TRUE(matches(parse(ok), "a"));

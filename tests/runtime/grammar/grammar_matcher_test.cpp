@@ -203,6 +203,8 @@ TEST(TokenTrie, RejectsBadVocabularies) {
   v = byte_vocab();
   v.special.pop_back();
   EXPECT_FALSE(TokenTrie::build(v).ok());
+  v = byte_vocab({std::string(5000, 'a')});
+  EXPECT_FALSE(TokenTrie::build(v).ok());
 }
 
 }  // namespace

@@ -1,0 +1,70 @@
+// The matcher on the real Llama-3 vocabulary (128,256 tokens, byte-level BPE): masks equal the
+// brute-force ones along valid documents. Needs scripts/fetch-test-data BUILD_DIR.
+
+#include "runtime/grammar/grammar_matcher.hpp"
+#include "runtime/grammar/json_schema_to_grammar.hpp"
+#include "tests/runtime/grammar/grammar_test_util.hpp"
+
+namespace weft::grammar {
+namespace {
+
+using namespace testing;
+
+TEST(Llama3Vocab, ReadsByteLevelTokens) {
+  auto vocab = llama3_vocab();
+  ASSERT_TRUE(vocab);
+  ASSERT_EQ(vocab->tokens.size(), 128256u);
+  EXPECT_EQ(vocab->tokens[0], "!");
+  EXPECT_EQ(vocab->eos_ids.size(), 2u);
+  std::size_t special = 0, with_space = 0;
+  for (std::size_t i = 0; i < vocab->tokens.size(); ++i) {
+    special += vocab->special[i];
+    with_space += !vocab->special[i] && vocab->tokens[i].starts_with(" ");
+  }
+  EXPECT_EQ(special, 256u);       // <|begin_of_text|> ... <|reserved_special_token_247|>
+  EXPECT_GT(with_space, 20000u);  // 'Ġ' mapped back to a space byte
+}
+
+TEST(Llama3Vocab, MasksEqualBruteForceAlongDocuments) {
+  auto vocab = llama3_vocab();
+  ASSERT_TRUE(vocab);
+  auto trie = TokenTrie::build(*vocab);
+  ASSERT_TRUE(trie.ok());
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer","minimum":0,"maximum":150},"tags":{"type":"array","items":{"type":"string"},"maxItems":3},"when":{"type":"string","format":"date"}},"required":["name","age"]})",
+       R"({"name":"Ada \"the first\" Lovelace","age":36,"tags":["math","poetry"],"when":"1843-07-10"})"},
+      {R"({"$defs":{"n":{"type":"object","properties":{"v":{"type":"number"},"kids":{"type":"array","items":{"$ref":"#/$defs/n"}}},"required":["v"]}},"$ref":"#/$defs/n"})",
+       R"({"v":1.25,"kids":[{"v":-2},{"v":3e5,"kids":[]}]})"},
+  };
+  for (const auto& [schema, doc] : cases) {
+    auto g = json_schema_to_grammar(schema);
+    ASSERT_TRUE(g.ok()) << g.error().what();
+    auto cg = CompiledGrammar::compile(*g, *trie);
+    ASSERT_TRUE(cg.ok()) << cg.error().what();
+    GrammarMatcher m(*cg);
+    std::size_t step = 0;
+    for (std::size_t i = 0; i < doc.size(); ++step) {
+      auto [id, len] = (*trie)->longest_prefix(std::string_view(doc).substr(i));
+      ASSERT_GE(id, 0);
+      auto fast = fast_mask(m);
+      if (step % 4 == 0) {
+        ASSERT_TRUE(same_mask(fast, brute_mask(m, vocab->tokens.size()), *vocab))
+            << schema << " step " << step;
+      }
+      ASSERT_TRUE(fast[id / 32] >> (id % 32) & 1)
+          << "document token '" << vocab->tokens[id] << "' not allowed at byte " << i;
+      for (auto eos : vocab->eos_ids)
+        EXPECT_FALSE(fast[eos / 32] >> (eos % 32) & 1);
+      ASSERT_TRUE(m.accept_token(id));
+      i += len;
+    }
+    auto fast = fast_mask(m);
+    ASSERT_TRUE(same_mask(fast, brute_mask(m, vocab->tokens.size()), *vocab));
+    for (auto eos : vocab->eos_ids)
+      EXPECT_TRUE(fast[eos / 32] >> (eos % 32) & 1);
+    EXPECT_TRUE(m.accept_token(vocab->eos_ids[0]));
+  }
+}
+
+}  // namespace
+}  // namespace weft::grammar
