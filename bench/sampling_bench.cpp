@@ -20,8 +20,9 @@ std::vector<float> random_logits(std::size_t vocab) {
   std::mt19937 rng(1234);
   std::normal_distribution<float> normal(0.0f, 4.0f);
   std::vector<float> logits(vocab);
-  for (auto& v : logits)
+  for (auto& v : logits) {
     v = normal(rng);
+  }
   return logits;
 }
 
@@ -32,8 +33,9 @@ void run(benchmark::State& state, const SamplingParams& params, bool with_histor
   if (with_history) {
     std::mt19937 rng(7);
     std::uniform_int_distribution<std::int32_t> id(0, static_cast<std::int32_t>(vocab) - 1);
-    for (int i = 0; i < 2048; ++i)
+    for (int i = 0; i < 2048; ++i) {
       prompt.push_back(id(rng));
+    }
   }
   // Output history between 256 and 512 tokens: the sampler is rebuilt (untimed) when it has
   // grown past that, so every iteration sees the same amount of penalty work.
@@ -41,8 +43,9 @@ void run(benchmark::State& state, const SamplingParams& params, bool with_histor
   const auto rebuild = [&] {
     sampler.emplace(params, prompt, 42);
     if (with_history) {
-      for (std::int32_t i = 0; i < 256; ++i)
+      for (std::int32_t i = 0; i < 256; ++i) {
         sampler->accept(i * 97 % static_cast<std::int32_t>(vocab));
+      }
     }
   };
   rebuild();

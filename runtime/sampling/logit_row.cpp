@@ -67,17 +67,22 @@ WEFT_INLINE void exp_pack(F (&t)[K]) {
     t[k] = t[k] > splat<F>(88.0f) ? splat<F>(88.0f) : t[k];
     n[k] = t[k] * 1.44269504088896341f;
   }
-  for (std::size_t k = 0; k < K; ++k)  // round to nearest: 1.5 * 2^23 leaves no fraction bits
+  for (std::size_t k = 0; k < K; ++k) {  // round to nearest: 1.5 * 2^23 leaves no fraction bits
     n[k] = (n[k] + 12582912.0f) - 12582912.0f;
-  for (std::size_t k = 0; k < K; ++k)
+  }
+  for (std::size_t k = 0; k < K; ++k) {
     r[k] = t[k] - n[k] * 0.693359375f;
-  for (std::size_t k = 0; k < K; ++k)
+  }
+  for (std::size_t k = 0; k < K; ++k) {
     r[k] = r[k] - n[k] * -2.12194440e-4f;
-  for (std::size_t k = 0; k < K; ++k)
+  }
+  for (std::size_t k = 0; k < K; ++k) {
     p[k] = r[k] * 1.9875691500e-4f + 1.3981999507e-3f;
+  }
   for (const float c : {8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f}) {
-    for (std::size_t k = 0; k < K; ++k)
+    for (std::size_t k = 0; k < K; ++k) {
       p[k] = p[k] * r[k] + c;
+    }
   }
   for (std::size_t k = 0; k < K; ++k) {
     p[k] = p[k] * r[k] * r[k] + r[k] + 1.0f;
@@ -96,11 +101,14 @@ WEFT_INLINE double sum_exp_impl(const float* x, std::size_t n, float shift, floa
   std::size_t i = 0;
   for (; i + kBlock <= n; i += kBlock) {
     F e[kVecs];
-    for (std::size_t v = 0; v < kVecs; ++v)
+    for (std::size_t v = 0; v < kVecs; ++v) {
       e[v] = (load<F>(x + i + v * kW) - vshift) * vscale;
+    }
     exp_pack(e);
     for (std::size_t v = 0; v < kVecs; ++v) {
-      if constexpr (kWrite) std::memcpy(out + i + v * kW, &e[v], sizeof e[v]);
+      if constexpr (kWrite) {
+        std::memcpy(out + i + v * kW, &e[v], sizeof e[v]);
+      }
       acc[v] += e[v];
     }
   }
@@ -112,7 +120,9 @@ WEFT_INLINE double sum_exp_impl(const float* x, std::size_t n, float shift, floa
   for (; i < n; ++i) {
     F4 e[1] = {splat<F4>((x[i] - shift) * scale)};
     exp_pack(e);
-    if constexpr (kWrite) out[i] = e[0][0];
+    if constexpr (kWrite) {
+      out[i] = e[0][0];
+    }
     total += e[0][0];
   }
   return total;
@@ -125,8 +135,9 @@ WEFT_INLINE RowMax row_max_impl(const float* x, std::size_t n) {
   // Independent accumulators: one compare-and-select chain would bound the pass by latency.
   F m[kVecs];
   I bad[kVecs] = {};
-  for (auto& v : m)
+  for (auto& v : m) {
     v = splat<F>(-kInf);
+  }
   std::size_t i = 0;
   for (; i + kBlock <= n; i += kBlock) {
     for (std::size_t v = 0; v < kVecs; ++v) {
@@ -182,8 +193,9 @@ WEFT_INLINE float block_max(const float* x) {
     m = b > m ? b : m;
   }
   float best = m[0];
-  for (std::size_t j = 1; j < 4; ++j)
+  for (std::size_t j = 1; j < 4; ++j) {
     best = m[j] > best ? m[j] : best;
+  }
   return best;
 }
 
@@ -207,9 +219,13 @@ std::int32_t argmax(const float* x, std::size_t n, float max) noexcept {
 }
 
 float kth_largest(const float* x, std::size_t n, int k) {
-  if (k <= 0) return kInf;
+  if (k <= 0) {
+    return kInf;
+  }
   const auto kk = static_cast<std::size_t>(k);
-  if (kk > n) return -kInf;
+  if (kk > n) {
+    return -kInf;
+  }
   if (kk > n / 8) {
     // A large k keeps a heap too big to skip blocks; selection over a copy is linear.
     std::vector<float> copy(x, x + n);
@@ -229,18 +245,24 @@ float kth_largest(const float* x, std::size_t n, int k) {
   };
   std::size_t i = 0;
   for (; i + kBlock <= n; i += kBlock) {
-    if (block_max(x + i) <= heap.front()) continue;
-    for (std::size_t j = 0; j < kBlock; ++j)
+    if (block_max(x + i) <= heap.front()) {
+      continue;
+    }
+    for (std::size_t j = 0; j < kBlock; ++j) {
       offer(x[i + j]);
+    }
   }
-  for (; i < n; ++i)
+  for (; i < n; ++i) {
     offer(x[i]);
+  }
   return heap.front();
 }
 
 std::vector<TokenLogprob> top_entries(const float* x, std::size_t n, int k) {
   std::vector<TokenLogprob> heap;  // worst on top: smallest value, then largest id
-  if (k <= 0) return heap;
+  if (k <= 0) {
+    return heap;
+  }
   const auto kk = static_cast<std::size_t>(k);
   heap.reserve(kk);
   const auto worse = [](const TokenLogprob& a, const TokenLogprob& b) {
@@ -250,7 +272,9 @@ std::vector<TokenLogprob> top_entries(const float* x, std::size_t n, int k) {
   const auto offer = [&](std::size_t i) {
     const float v = x[i];
     if (heap.size() < kk) {
-      if (v == -kInf) return;
+      if (v == -kInf) {
+        return;
+      }
       heap.push_back({static_cast<std::int32_t>(i), v});
       std::push_heap(heap.begin(), heap.end(), worse);
     } else if (v > heap.front().logprob) {
@@ -261,12 +285,16 @@ std::vector<TokenLogprob> top_entries(const float* x, std::size_t n, int k) {
   };
   std::size_t i = 0;
   for (; i + kBlock <= n; i += kBlock) {
-    if (heap.size() == kk && block_max(x + i) <= heap.front().logprob) continue;
-    for (std::size_t j = 0; j < kBlock; ++j)
+    if (heap.size() == kk && block_max(x + i) <= heap.front().logprob) {
+      continue;
+    }
+    for (std::size_t j = 0; j < kBlock; ++j) {
       offer(i + j);
+    }
   }
-  for (; i < n; ++i)
+  for (; i < n; ++i) {
     offer(i);
+  }
   std::sort_heap(heap.begin(), heap.end(), worse);
   return heap;
 }
@@ -282,12 +310,15 @@ void collect_at_least(const float* x, std::size_t n, float threshold,
       const F4 pass = std::bit_cast<F4>(load<F4>(x + i + 4 * v) >= t);
       bits |= static_cast<unsigned>(_mm_movemask_ps(std::bit_cast<__m128>(pass))) << (4 * v);
     }
-    for (; bits != 0; bits &= bits - 1)
+    for (; bits != 0; bits &= bits - 1) {
       ids.push_back(
           static_cast<std::int32_t>(i + static_cast<std::size_t>(std::countr_zero(bits))));
+    }
   }
   for (; i < n; ++i) {
-    if (x[i] >= threshold) ids.push_back(static_cast<std::int32_t>(i));
+    if (x[i] >= threshold) {
+      ids.push_back(static_cast<std::int32_t>(i));
+    }
   }
 }
 
@@ -297,23 +328,34 @@ std::int32_t inverse_cdf(const float* w, std::size_t n, double target) noexcept 
   // Whole blocks first: most of the row lies before the drawn token.
   for (; i + kBlock <= n; i += kBlock) {
     F4 sum = load<F4>(w + i);
-    for (std::size_t v = 1; v < kBlock / 4; ++v)
+    for (std::size_t v = 1; v < kBlock / 4; ++v) {
       sum += load<F4>(w + i + 4 * v);
+    }
     const double block = static_cast<double>(sum[0]) + sum[1] + sum[2] + sum[3];
-    if (cumulative + block > target) break;
+    if (cumulative + block > target) {
+      break;
+    }
     cumulative += block;
   }
   std::int32_t last = -1;
   for (; i < n; ++i) {
-    if (w[i] <= 0.0f) continue;
+    if (w[i] <= 0.0f) {
+      continue;
+    }
     cumulative += w[i];
     last = static_cast<std::int32_t>(i);
-    if (cumulative > target) return last;
+    if (cumulative > target) {
+      return last;
+    }
   }
-  if (last >= 0) return last;
+  if (last >= 0) {
+    return last;
+  }
   // Rounding left the target beyond the end: the last token with weight absorbs it.
   for (std::size_t j = n; j-- > 0;) {
-    if (w[j] > 0.0f) return static_cast<std::int32_t>(j);
+    if (w[j] > 0.0f) {
+      return static_cast<std::int32_t>(j);
+    }
   }
   return 0;
 }

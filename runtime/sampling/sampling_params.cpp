@@ -53,9 +53,15 @@ Result<void> validate(const SamplingParams& p, int vocab_size) {
   if (p.top_k < -1) {
     return outside("top_k", std::to_string(p.top_k), "[-1, inf) (-1 and 0 turn it off)");
   }
-  if (!in_left_open(p.top_p, 0.0f, 1.0f)) return outside("top_p", p.top_p, "(0, 1]");
-  if (!in_closed(p.min_p, 0.0f, 1.0f)) return outside("min_p", p.min_p, "[0, 1]");
-  if (!in_left_open(p.typical_p, 0.0f, 1.0f)) return outside("typical_p", p.typical_p, "(0, 1]");
+  if (!in_left_open(p.top_p, 0.0f, 1.0f)) {
+    return outside("top_p", p.top_p, "(0, 1]");
+  }
+  if (!in_closed(p.min_p, 0.0f, 1.0f)) {
+    return outside("min_p", p.min_p, "[0, 1]");
+  }
+  if (!in_left_open(p.typical_p, 0.0f, 1.0f)) {
+    return outside("typical_p", p.typical_p, "(0, 1]");
+  }
   if (!(p.repetition_penalty > 0.0f && std::isfinite(p.repetition_penalty))) {
     return outside("repetition_penalty", p.repetition_penalty, "(0, inf) (1 is off)");
   }
@@ -87,7 +93,9 @@ Result<void> validate(const SamplingParams& p, int vocab_size) {
   if (p.n < 1 || p.n > SamplingParams::kMaxN) {
     return outside("n", std::to_string(p.n), "[1, 128]");
   }
-  if (p.max_tokens < 1) return outside("max_tokens", std::to_string(p.max_tokens), "[1, inf)");
+  if (p.max_tokens < 1) {
+    return outside("max_tokens", std::to_string(p.max_tokens), "[1, inf)");
+  }
   for (const auto id : p.stop_token_ids) {
     if (id < 0 || id >= vocab_size) {
       return outside("stop_token_ids: token id", std::to_string(id), id_range);

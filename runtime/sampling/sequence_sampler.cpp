@@ -38,8 +38,9 @@ class UndoOnExit {
  public:
   UndoOnExit(std::span<float> row, LogitUndoLog& log) : row_(row), log_(log) {}
   ~UndoOnExit() {
-    for (auto it = log_.rbegin(); it != log_.rend(); ++it)
+    for (auto it = log_.rbegin(); it != log_.rend(); ++it) {
       row_[static_cast<std::size_t>(it->first)] = it->second;
+    }
     log_.clear();
   }
   UndoOnExit(const UndoOnExit&) = delete;
@@ -54,16 +55,21 @@ class UndoOnExit {
 // double; the last candidate with weight absorbs rounding so a draw never falls off the end.
 std::int32_t draw(std::span<const Candidate> c, double u) {
   double total = 0.0;
-  for (const auto& e : c)
+  for (const auto& e : c) {
     total += e.weight;
+  }
   const double target = u * total;
   double cumulative = 0.0;
   std::int32_t last = c.front().id;
   for (const auto& e : c) {
-    if (e.weight <= 0.0f) continue;
+    if (e.weight <= 0.0f) {
+      continue;
+    }
     cumulative += e.weight;
     last = e.id;
-    if (cumulative > target) return e.id;
+    if (cumulative > target) {
+      return e.id;
+    }
   }
   return last;
 }
@@ -95,17 +101,22 @@ SampledToken SequenceSampler::sample(std::span<float> logits, const std::uint32_
 Result<SampledToken> SequenceSampler::try_sample(std::span<float> logits,
                                                  const std::uint32_t* allowed) {
   auto choice = choose(logits, allowed, nullptr);
-  if (!choice) return choice.error();
+  if (!choice) {
+    return choice.error();
+  }
   const float* x = logits.data();
   const std::size_t vocab = logits.size();
-  if (choice->raw_sum < 0.0) choice->raw_sum = sum_exp(x, vocab, choice->raw_max, 1.0f, nullptr);
+  if (choice->raw_sum < 0.0) {
+    choice->raw_sum = sum_exp(x, vocab, choice->raw_max, 1.0f, nullptr);
+  }
   const double log_z = choice->raw_max + std::log(choice->raw_sum);
   SampledToken out{
       choice->id, static_cast<float>(x[static_cast<std::size_t>(choice->id)] - log_z), {}};
   if (params_.logprobs > 0) {
     out.top = top_entries(x, vocab, params_.logprobs);
-    for (auto& t : out.top)
+    for (auto& t : out.top) {
       t.logprob = static_cast<float>(t.logprob - log_z);
+    }
   }
   history_.record_output(out.id);
   ++generated_;
@@ -116,7 +127,9 @@ Result<std::vector<TokenLogprob>> SequenceSampler::distribution(std::span<float>
                                                                 const std::uint32_t* allowed) {
   std::vector<TokenLogprob> out;
   auto choice = choose(logits, allowed, &out);
-  if (!choice) return choice.error();
+  if (!choice) {
+    return choice.error();
+  }
   return out;
 }
 
@@ -125,7 +138,9 @@ Result<SequenceSampler::Choice> SequenceSampler::choose(std::span<float> logits,
                                                         std::vector<TokenLogprob>* dist_out) {
   const std::size_t vocab = logits.size();
   float* x = logits.data();
-  if (vocab == 0) return row_error(ErrorCode::kInvalidArgument, "the logits row is empty");
+  if (vocab == 0) {
+    return row_error(ErrorCode::kInvalidArgument, "the logits row is empty");
+  }
   if (allowed && apply_token_bitmask(x, vocab, allowed) == 0) {
     return row_error(ErrorCode::kInvalidArgument, "the allowed-token bitmask allows none of the " +
                                                       std::to_string(vocab) +
@@ -164,7 +179,9 @@ Result<SequenceSampler::Choice> SequenceSampler::choose(std::span<float> logits,
   if (params_.temperature == 0.0f || !std::isfinite(1.0f / params_.temperature)) {
     // An unchanged row keeps the raw maximum.
     out.id = undo_.empty() ? argmax(x, vocab, raw.max) : argmax(x, vocab);
-    if (dist_out) dist_out->push_back({out.id, 1.0f});
+    if (dist_out) {
+      dist_out->push_back({out.id, 1.0f});
+    }
     return out;
   }
 
@@ -192,7 +209,9 @@ Result<SequenceSampler::Choice> SequenceSampler::choose(std::span<float> logits,
     s.weights.resize(vocab);
     total = sum_exp(x, vocab, shifted.max, inv_t, s.weights.data());
     // Unchanged row at temperature 1: the raw normaliser is this one.
-    if (undo_.empty() && params_.temperature == 1.0f) out.raw_sum = total;
+    if (undo_.empty() && params_.temperature == 1.0f) {
+      out.raw_sum = total;
+    }
     if (!truncates(params_)) {
       if (dist_out) {
         for (std::size_t i = 0; i < vocab; ++i) {
@@ -222,23 +241,27 @@ Result<SequenceSampler::Choice> SequenceSampler::choose(std::span<float> logits,
     collect_at_least(s.weights.data(), vocab, tight, s.ids);
     if (tight > safe) {
       double mass = 0.0;
-      for (const auto id : s.ids)
+      for (const auto id : s.ids) {
         mass += s.weights[static_cast<std::size_t>(id)];
+      }
       if (mass < params_.top_p * total) {
         s.ids.clear();
         collect_at_least(s.weights.data(), vocab, safe, s.ids);
       }
     }
-    for (const auto id : s.ids)
+    for (const auto id : s.ids) {
       s.candidates.push_back({0.0f, s.weights[static_cast<std::size_t>(id)], id});
+    }
   }
   truncate(s.candidates, total, params_);
   if (dist_out) {
     double mass = 0.0;
-    for (const auto& c : s.candidates)
+    for (const auto& c : s.candidates) {
       mass += c.weight;
-    for (const auto& c : s.candidates)
+    }
+    for (const auto& c : s.candidates) {
       dist_out->push_back({c.id, static_cast<float>(c.weight / mass)});
+    }
     return out;
   }
   out.id = draw(s.candidates, u);

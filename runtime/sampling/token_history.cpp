@@ -29,7 +29,9 @@ TokenHistory::TokenHistory(const SamplingParams& params, std::span<const std::in
 }
 
 void TokenHistory::record_output(std::int32_t token) {
-  if (tracks_output_) ++output_counts_[token];
+  if (tracks_output_) {
+    ++output_counts_[token];
+  }
 }
 
 int TokenHistory::output_count(std::int32_t token) const {
@@ -38,7 +40,9 @@ int TokenHistory::output_count(std::int32_t token) const {
 }
 
 Result<void> TokenHistory::apply_penalties(std::span<float> logits, LogitUndoLog& undo) const {
-  if (!tracks_output_) return {};
+  if (!tracks_output_) {
+    return {};
+  }
   const std::size_t vocab = logits.size();
   const auto in_row = [&](std::int32_t id) {
     return id >= 0 && static_cast<std::size_t>(id) < vocab;
@@ -56,16 +60,23 @@ Result<void> TokenHistory::apply_penalties(std::span<float> logits, LogitUndoLog
       undo.emplace_back(id, v);
       v = v > 0.0f ? v / repetition_penalty_ : v * repetition_penalty_;
     };
-    for (const auto id : prompt_distinct_)
+    for (const auto id : prompt_distinct_) {
       penalise(id);
+    }
     for (const auto& [id, count] : output_counts_) {
-      if (!in_row(id)) return outside_row("output", id, vocab);
-      if (!std::binary_search(prompt_distinct_.begin(), prompt_distinct_.end(), id)) penalise(id);
+      if (!in_row(id)) {
+        return outside_row("output", id, vocab);
+      }
+      if (!std::binary_search(prompt_distinct_.begin(), prompt_distinct_.end(), id)) {
+        penalise(id);
+      }
     }
   }
   if (presence_penalty_ != 0.0f || frequency_penalty_ != 0.0f) {
     for (const auto& [id, count] : output_counts_) {
-      if (!in_row(id)) return outside_row("output", id, vocab);
+      if (!in_row(id)) {
+        return outside_row("output", id, vocab);
+      }
       float& v = logits[static_cast<std::size_t>(id)];
       undo.emplace_back(id, v);
       v -= static_cast<float>(count) * frequency_penalty_ + presence_penalty_;

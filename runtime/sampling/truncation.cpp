@@ -12,8 +12,9 @@ bool before(const Candidate& a, const Candidate& b) {
 
 double weight_sum(std::span<const Candidate> c) {
   double sum = 0.0;
-  for (const auto& e : c)
+  for (const auto& e : c) {
     sum += e.weight;
+  }
   return sum;
 }
 
@@ -26,9 +27,15 @@ std::size_t select_mass_prefix(std::span<Candidate> c, double target) {
   while (hi - lo > 16) {
     // Median of three for the pivot, moved to c[lo].
     const std::size_t mid = lo + (hi - lo) / 2;
-    if (before(c[mid], c[lo])) std::swap(c[mid], c[lo]);
-    if (before(c[hi - 1], c[mid])) std::swap(c[hi - 1], c[mid]);
-    if (before(c[mid], c[lo])) std::swap(c[mid], c[lo]);
+    if (before(c[mid], c[lo])) {
+      std::swap(c[mid], c[lo]);
+    }
+    if (before(c[hi - 1], c[mid])) {
+      std::swap(c[hi - 1], c[mid]);
+    }
+    if (before(c[mid], c[lo])) {
+      std::swap(c[mid], c[lo]);
+    }
     std::swap(c[lo], c[mid]);
     const Candidate pivot = c[lo];
     const auto split = std::partition(c.begin() + static_cast<std::ptrdiff_t>(lo) + 1,
@@ -50,27 +57,33 @@ std::size_t select_mass_prefix(std::span<Candidate> c, double target) {
             c.begin() + static_cast<std::ptrdiff_t>(hi), before);
   for (std::size_t i = lo; i < hi; ++i) {
     taken += c[i].weight;
-    if (taken >= target) return i + 1;
+    if (taken >= target) {
+      return i + 1;
+    }
   }
   return hi == c.size() ? c.size() : hi;
 }
 
 void truncate(std::vector<Candidate>& c, double total_weight, const SamplingParams& params) {
-  if (c.empty()) return;
+  if (c.empty()) {
+    return;
+  }
   // Top-p (Holtzman et al. 2020, "The curious case of neural text degeneration"): the shortest
   // most-likely-first prefix with probability >= top_p, as HF's TopPLogitsWarper and vLLM keep
   // (a token stays iff the mass strictly before it is < top_p).
   if (params.top_p < 1.0f) {
-    for (auto& e : c)
+    for (auto& e : c) {
       e.key = -e.weight;
+    }
     c.resize(std::max<std::size_t>(1, select_mass_prefix(c, params.top_p * total_weight)));
   }
   // Min-p (Nguyen et al. 2024): keep p >= min_p * p_max. A ratio of probabilities, so the
   // renormalisation after top-p does not change it.
   if (params.min_p > 0.0f) {
     float max_weight = 0.0f;
-    for (const auto& e : c)
+    for (const auto& e : c) {
       max_weight = std::max(max_weight, e.weight);
+    }
     const float threshold = params.min_p * max_weight;
     std::erase_if(c, [&](const Candidate& e) { return e.weight < threshold; });
   }

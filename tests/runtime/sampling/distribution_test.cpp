@@ -16,8 +16,9 @@ std::vector<float> random_logits(std::size_t n, std::uint32_t seed, float scale 
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, scale);
   std::vector<float> x(n);
-  for (auto& v : x)
+  for (auto& v : x) {
     v = normal(rng);
+  }
   return x;
 }
 
@@ -32,12 +33,15 @@ void expect_matches_reference(const std::vector<float>& logits, const SamplingPa
   if (allowed) {
     mask.assign((logits.size() + 31) / 32, 0u);
     for (std::size_t i = 0; i < logits.size(); ++i) {
-      if ((*allowed)[i]) mask[i / 32] |= 1u << (i % 32);
+      if ((*allowed)[i]) {
+        mask[i / 32] |= 1u << (i % 32);
+      }
     }
   }
   SequenceSampler sampler(p, h.prompt, 1);
-  for (const auto t : h.output)
+  for (const auto t : h.output) {
     sampler.accept(t);
+  }
   std::vector<float> row = logits;
   auto got = sampler.distribution(row, allowed ? mask.data() : nullptr);
   ASSERT_TRUE(got.ok()) << got.error().what();
@@ -201,8 +205,9 @@ TEST(SamplingDistribution, FrequencyPenaltyCountsOutputRepeats) {
 TEST(SamplingDistribution, BitmaskRestrictsEveryMethod) {
   const auto logits = random_logits(300, 5);
   std::vector<bool> allowed(300, false);
-  for (std::size_t i = 0; i < 300; i += 7)
+  for (std::size_t i = 0; i < 300; i += 7) {
     allowed[i] = true;
+  }
   for (const auto& c : cases()) {
     SCOPED_TRACE(c.name);
     expect_matches_reference(logits, c.params, {}, &allowed);

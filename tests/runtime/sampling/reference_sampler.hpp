@@ -25,10 +25,13 @@ inline std::vector<double> processed_logits(const std::vector<float>& raw, const
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<double> x(raw.begin(), raw.end());
   for (std::size_t i = 0; i < x.size(); ++i) {
-    if (allowed && !(*allowed)[i]) x[i] = -inf;
+    if (allowed && !(*allowed)[i]) {
+      x[i] = -inf;
+    }
   }
-  for (const auto& [id, bias] : p.logit_bias)
+  for (const auto& [id, bias] : p.logit_bias) {
     x[static_cast<std::size_t>(id)] += bias;
+  }
   std::set<std::int32_t> seen(h.prompt.begin(), h.prompt.end());
   seen.insert(h.output.begin(), h.output.end());
   for (const auto id : seen) {
@@ -36,8 +39,9 @@ inline std::vector<double> processed_logits(const std::vector<float>& raw, const
     v = v > 0 ? v / p.repetition_penalty : v * p.repetition_penalty;
   }
   std::map<std::int32_t, int> counts;
-  for (const auto id : h.output)
+  for (const auto id : h.output) {
     ++counts[id];
+  }
   for (const auto& [id, c] : counts) {
     x[static_cast<std::size_t>(id)] -=
         c * static_cast<double>(p.frequency_penalty) + static_cast<double>(p.presence_penalty);
@@ -55,7 +59,9 @@ inline std::map<std::int32_t, double> distribution(const std::vector<float>& raw
   if (p.temperature == 0.0f) {
     std::int32_t best = 0;
     for (std::int32_t i = 1; i < n; ++i) {
-      if (x[static_cast<std::size_t>(i)] > x[static_cast<std::size_t>(best)]) best = i;
+      if (x[static_cast<std::size_t>(i)] > x[static_cast<std::size_t>(best)]) {
+        best = i;
+      }
     }
     out[best] = 1.0;
     return out;
@@ -63,18 +69,23 @@ inline std::map<std::int32_t, double> distribution(const std::vector<float>& raw
   // Survivors as (id, probability), renormalised after each filter.
   std::vector<std::pair<std::int32_t, double>> s;
   double max = -std::numeric_limits<double>::infinity();
-  for (const double v : x)
+  for (const double v : x) {
     max = std::max(max, v);
+  }
   for (std::int32_t i = 0; i < n; ++i) {
     const double v = x[static_cast<std::size_t>(i)];
-    if (std::isfinite(v)) s.emplace_back(i, std::exp((v - max) / p.temperature));
+    if (std::isfinite(v)) {
+      s.emplace_back(i, std::exp((v - max) / p.temperature));
+    }
   }
   const auto normalise = [&] {
     double z = 0.0;
-    for (const auto& e : s)
+    for (const auto& e : s) {
       z += e.second;
-    for (auto& e : s)
+    }
+    for (auto& e : s) {
       e.second /= z;
+    }
   };
   const auto by_probability = [](const auto& a, const auto& b) {
     return a.second > b.second || (a.second == b.second && a.first < b.first);
@@ -90,22 +101,25 @@ inline std::map<std::int32_t, double> distribution(const std::vector<float>& raw
     std::sort(s.begin(), s.end(), by_probability);
     double before = 0.0;
     std::size_t keep = 0;
-    while (keep < s.size() && before < p.top_p)
+    while (keep < s.size() && before < p.top_p) {
       before += s[keep++].second;
+    }
     s.resize(keep);
     normalise();
   }
   if (p.min_p > 0.0f) {
     double top = 0.0;
-    for (const auto& e : s)
+    for (const auto& e : s) {
       top = std::max(top, e.second);
+    }
     std::erase_if(s, [&](const auto& e) { return e.second < p.min_p * top; });
     normalise();
   }
   if (p.typical_p < 1.0f) {
     double entropy = 0.0;
-    for (const auto& e : s)
+    for (const auto& e : s) {
       entropy -= e.second * std::log(e.second);
+    }
     std::sort(s.begin(), s.end(), [&](const auto& a, const auto& b) {
       const double da = std::abs(-std::log(a.second) - entropy);
       const double db = std::abs(-std::log(b.second) - entropy);
@@ -113,13 +127,15 @@ inline std::map<std::int32_t, double> distribution(const std::vector<float>& raw
     });
     double before = 0.0;
     std::size_t keep = 0;
-    while (keep < s.size() && before < p.typical_p)
+    while (keep < s.size() && before < p.typical_p) {
       before += s[keep++].second;
+    }
     s.resize(keep);
     normalise();
   }
-  for (const auto& e : s)
+  for (const auto& e : s) {
     out[e.first] = e.second;
+  }
   return out;
 }
 
@@ -127,15 +143,21 @@ inline std::vector<double> log_softmax(const std::vector<float>& raw,
                                        const std::vector<bool>* allowed = nullptr) {
   double max = -std::numeric_limits<double>::infinity();
   for (std::size_t i = 0; i < raw.size(); ++i) {
-    if (!allowed || (*allowed)[i]) max = std::max(max, static_cast<double>(raw[i]));
+    if (!allowed || (*allowed)[i]) {
+      max = std::max(max, static_cast<double>(raw[i]));
+    }
   }
   double z = 0.0;
   for (std::size_t i = 0; i < raw.size(); ++i) {
-    if (!allowed || (*allowed)[i]) z += std::exp(raw[i] - max);
+    if (!allowed || (*allowed)[i]) {
+      z += std::exp(raw[i] - max);
+    }
   }
   std::vector<double> out(raw.size(), -std::numeric_limits<double>::infinity());
   for (std::size_t i = 0; i < raw.size(); ++i) {
-    if (!allowed || (*allowed)[i]) out[i] = raw[i] - max - std::log(z);
+    if (!allowed || (*allowed)[i]) {
+      out[i] = raw[i] - max - std::log(z);
+    }
   }
   return out;
 }

@@ -15,7 +15,9 @@ constexpr int kVocab = 1000;
 
 std::string error_of(const SamplingParams& p, int vocab = kVocab) {
   const auto r = validate(p, vocab);
-  if (r.ok()) return "";
+  if (r.ok()) {
+    return "";
+  }
   EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument);
   return r.error().what();
 }

@@ -20,8 +20,9 @@ std::vector<float> random_logits(std::size_t n, std::uint32_t seed, float scale 
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, scale);
   std::vector<float> x(n);
-  for (auto& v : x)
+  for (auto& v : x) {
     v = normal(rng);
+  }
   return x;
 }
 
@@ -54,8 +55,9 @@ TEST(SequenceSampler, SampleIndexGivesIndependentStreams) {
   const auto ta = run(a, 64), tb = run(b, 64);
   EXPECT_NE(ta, tb);
   int same = 0;
-  for (std::size_t i = 0; i < ta.size(); ++i)
+  for (std::size_t i = 0; i < ta.size(); ++i) {
     same += ta[i] == tb[i];
+  }
   EXPECT_LT(same, 32);  // 500 tokens at temperature 1: collisions are rare
 }
 
@@ -78,7 +80,9 @@ TEST(SequenceSampler, IndependentOfInterleavingWithOtherSequences) {
     got.push_back(seq.sample(row).id);
     auto small = random_logits(17, 3);
     noisy2.sample(small);
-    if (i % 3 == 0) noisy2.accept(4);
+    if (i % 3 == 0) {
+      noisy2.accept(4);
+    }
   }
   EXPECT_EQ(got, expected);
 }
@@ -140,8 +144,9 @@ void expect_draws_match(const std::vector<float>& logits, const SamplingParams& 
     const double o = counts.count(id) ? counts[id] : 0;
     chi2 += (o - e) * (o - e) / e;
   }
-  for (const auto& [id, c] : counts)
+  for (const auto& [id, c] : counts) {
     EXPECT_TRUE(expected.count(id)) << "token " << id << " drawn " << c << " times";
+  }
   EXPECT_LT(chi2, critical) << "degrees of freedom " << expected.size() - 1;
 }
 
@@ -172,34 +177,39 @@ TEST(SequenceSampler, DrawsFromALargeVocabulary) {
   SequenceSampler s(p, {}, 3);
   std::vector<double> bin_expected(10), bin_observed(10);
   std::vector<int> bin_of(1000);
-  for (int i = 0; i < 1000; ++i)
+  for (int i = 0; i < 1000; ++i) {
     bin_of[static_cast<std::size_t>(i)] = i / 100;
-  for (const auto& [id, prob] : expected)
+  }
+  for (const auto& [id, prob] : expected) {
     bin_expected[static_cast<std::size_t>(bin_of[static_cast<std::size_t>(id)])] += prob * 20000;
+  }
   for (int i = 0; i < 20000; ++i) {
     auto row = logits;
     ++bin_observed[static_cast<std::size_t>(bin_of[static_cast<std::size_t>(s.sample(row).id)])];
   }
   double chi2 = 0.0;
-  for (std::size_t b = 0; b < 10; ++b)
+  for (std::size_t b = 0; b < 10; ++b) {
     chi2 +=
         (bin_observed[b] - bin_expected[b]) * (bin_observed[b] - bin_expected[b]) / bin_expected[b];
+  }
   EXPECT_LT(chi2, 27.88);  // df 9, p = 0.001
 }
 
 TEST(SequenceSampler, BitmaskExcludesTokens) {
   const auto logits = random_logits(100, 8, 4.0f);
   std::vector<std::uint32_t> mask(4, 0u);
-  for (const int id : {3, 40, 77, 99})
+  for (const int id : {3, 40, 77, 99}) {
     mask[static_cast<std::size_t>(id / 32)] |= 1u << (id % 32);
+  }
   SequenceSampler s(hot(), {}, 1);
   std::set<std::int32_t> drawn;
   for (int i = 0; i < 500; ++i) {
     auto row = logits;
     drawn.insert(s.sample(row, mask.data()).id);
   }
-  for (const auto id : drawn)
+  for (const auto id : drawn) {
     EXPECT_TRUE(id == 3 || id == 40 || id == 77 || id == 99) << id;
+  }
   SamplingParams greedy;
   greedy.temperature = 0.0f;
   greedy.logit_bias = {{5, 100.0f}};  // a bias cannot bring back a masked token
