@@ -215,7 +215,19 @@ double sum_exp(const float* x, std::size_t n, float shift, float scale, float* o
 
 std::int32_t argmax(const float* x, std::size_t n, float max) noexcept {
   const float m = max == max ? max : row_max(x, n).max;
-  return static_cast<std::int32_t>(std::find(x, x + n, m) - x);
+  // Whole blocks first: the first block holding the maximum is found with vector compares.
+  const F4 vm = splat<F4>(m);
+  std::size_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    I4 hit{};
+    for (std::size_t v = 0; v < kBlock / 4; ++v) {
+      hit |= load<F4>(x + i + 4 * v) == vm;
+    }
+    if ((hit[0] | hit[1] | hit[2] | hit[3]) != 0) {
+      break;
+    }
+  }
+  return static_cast<std::int32_t>(std::find(x + i, x + n, m) - x);
 }
 
 float kth_largest(const float* x, std::size_t n, int k) {
