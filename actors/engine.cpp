@@ -176,6 +176,13 @@ void Engine::submit_impl(GenerateRequest request,
   if (auto ok = sampling::validate(request.sampling, s.vocab_size); !ok) {
     return fail(std::move(handler), ok.error());
   }
+  if (request.sampling.n != 1) {
+    // Several samples sharing the prompt's pages need sequence forking in the scheduler.
+    return fail(std::move(handler),
+                Error(ErrorCode::kUnsupported, "n: " + std::to_string(request.sampling.n) +
+                                                   " samples per request are not supported yet; "
+                                                   "use n = 1 and submit the request n times"));
+  }
   SamplingParams params = request.sampling;
   s.tokenizer->encode(
       std::move(request), [&s, fail, params = std::move(params), handler = std::move(handler)](

@@ -212,6 +212,9 @@ TEST_F(EngineTest, BadRequestsAreRefusedWithTheFieldNamed) {
   EXPECT_NE(error_of(r).find("prompt"), std::string::npos);
   r = greedy("", 5);
   EXPECT_NE(error_of(r).find("prompt"), std::string::npos);
+  r = greedy("The whale", 5);
+  r.sampling.n = 3;
+  EXPECT_NE(error_of(r).find("n: 3 samples per request are not supported"), std::string::npos);
   r = GenerateRequest{};
   r.prompt_ids = {1, 99999};
   EXPECT_NE(error_of(r).find("prompt_ids: 99999"), std::string::npos);
