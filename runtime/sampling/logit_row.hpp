@@ -45,7 +45,7 @@ void collect_at_least(const float* x, std::size_t n, float threshold,
                       std::vector<std::int32_t>& ids);
 
 // The first i whose cumulative weight w[0] + ... + w[i] exceeds `target` (weights >= 0),
-// summing 16-entry blocks before entering one; the last positive weight when rounding leaves
+// summing 32-entry blocks before entering one; the last positive weight when rounding leaves
 // `target` beyond the total.
 std::int32_t inverse_cdf(const float* w, std::size_t n, double target) noexcept;
 

@@ -115,6 +115,22 @@ TEST(SequenceSampler, GreedyIgnoresSeedAndTakesLowestIdOnTies) {
   EXPECT_EQ(s.sample(row).id, best);
 }
 
+TEST(SequenceSampler, GreedyTiesInALongRowGoToTheLowestId) {
+  auto logits = random_logits(4000, 12);
+  logits[2900] = 50.0f;
+  logits[1234] = 50.0f;
+  logits[3999] = 50.0f;
+  SamplingParams p;
+  p.temperature = 0.0f;
+  SequenceSampler plain(p, {}, 1);
+  auto row = logits;
+  EXPECT_EQ(plain.sample(row).id, 1234);
+  p.logit_bias = {{7, -1.0f}};  // a changed row takes the other path to the maximum
+  SequenceSampler biased(p, {}, 1);
+  row = logits;
+  EXPECT_EQ(biased.sample(row).id, 1234);
+}
+
 TEST(SequenceSampler, TinyTemperatureApproachesGreedy) {
   for (float temperature : {1e-3f, 1e-20f, 1e-45f}) {  // the last is denormal: 1 / T is inf
     SamplingParams p;
