@@ -126,7 +126,9 @@ void BpeModel::encode(std::string_view word, std::vector<std::uint32_t>& ids) co
     const auto index = static_cast<std::int32_t>(symbols.size());
     symbols.push_back({id, index - 1, index + 1, len});
   };
-  std::optional<std::pair<std::uint32_t, std::uint32_t>> pending_unk;  // (id, bytes)
+  // An unknown run waiting to be added (fused with the next unknown character when fuse_unk).
+  bool pending_unk = false;
+  std::uint32_t pending_unk_bytes = 0;
   const bool affixes =
       !options_.continuing_subword_prefix.empty() || !options_.end_of_word_suffix.empty();
   std::string scratch;
@@ -144,8 +146,8 @@ void BpeModel::encode(std::string_view word, std::vector<std::uint32_t>& ids) co
     const auto len = static_cast<std::uint32_t>(pos - begin);
     if (auto id = vocabulary_.find(piece)) {
       if (pending_unk) {
-        add(pending_unk->first, pending_unk->second);
-        pending_unk.reset();
+        add(*unk_id_, pending_unk_bytes);
+        pending_unk = false;
       }
       add(*id, len);
       continue;
@@ -157,14 +159,15 @@ void BpeModel::encode(std::string_view word, std::vector<std::uint32_t>& ids) co
     }
     if (unk_id_) {
       if (pending_unk && options_.fuse_unk) {
-        pending_unk->second += len;
+        pending_unk_bytes += len;
       } else {
-        if (pending_unk) add(pending_unk->first, pending_unk->second);
-        pending_unk = std::make_pair(*unk_id_, len);
+        if (pending_unk) add(*unk_id_, pending_unk_bytes);
+        pending_unk = true;
+        pending_unk_bytes = len;
       }
     }
   }
-  if (pending_unk) add(pending_unk->first, pending_unk->second);
+  if (pending_unk) add(*unk_id_, pending_unk_bytes);
   if (symbols.empty()) return;
   symbols.back().next = -1;
 

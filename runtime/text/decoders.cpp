@@ -147,7 +147,7 @@ void WordPieceDecoder::decode_chain(std::vector<std::string>& tokens) const {
       if (token.compare(0, prefix_.size(), prefix_) == 0) {
         token.erase(0, prefix_.size());
       } else {
-        token.insert(0, " ");
+        token.insert(token.begin(), ' ');
       }
     }
     if (cleanup_) token = cleanup_tokenization_spaces(std::move(token));

@@ -139,7 +139,8 @@ void ByteLevelPreTokenizer::pre_tokenize(std::vector<TextPiece>& pieces) const {
   const auto& alphabet = byte_level_alphabet();
   for_each_piece(pieces, [&](const TextPiece& input, std::vector<TextPiece>& out) {
     TextPiece piece = input;
-    if (add_prefix_space_ && piece.text.rfind(' ', 0) != 0) piece.text.insert(0, " ");
+    if (add_prefix_space_ && piece.text.rfind(' ', 0) != 0)
+      piece.text.insert(piece.text.begin(), ' ');
     const std::size_t first = out.size();
     if (regex_) {
       split_by_behavior(piece, ranges_from_matches(piece.text.size(), regex_->find_all(piece.text)),

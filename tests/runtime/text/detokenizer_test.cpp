@@ -76,7 +76,7 @@ TEST_P(Detokenizer, RejectsUnknownIdsAndKeepsItsState) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTokenizers, Detokenizer, ::testing::ValuesIn(tokenizer_names()),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& test_info) { return test_info.param; });
 
 }  // namespace
 }  // namespace weft::text::testing

@@ -87,7 +87,7 @@ TEST_P(TokenizerParity, MatchesHuggingFaceTokenizers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTokenizers, TokenizerParity, ::testing::ValuesIn(tokenizer_names()),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& test_info) { return test_info.param; });
 
 }  // namespace
 }  // namespace weft::text::testing
