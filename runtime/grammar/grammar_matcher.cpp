@@ -39,8 +39,50 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(
         if (g.rules[r].alts[a][p].is_rule) continue;
         cg->slot_mask_[cg->slot(Frame{r, a, p})] = static_cast<std::int32_t>(cg->masks_.size());
         cg->masks_.emplace_back();
-        cg->precompute(r, a, p, cg->masks_.back(), pda, levels, kind);
+        cg->precompute(r, a, p, cg->contexts_[r], cg->masks_.back(), pda, levels, kind);
       }
+  // Rules used from a few places whose positions leave many tokens stack-dependent (a shared
+  // x inside x{0,n}, for one) get a mask per place instead, most stack-dependent first, within
+  // a budget of extra precomputations so compile time stays bounded.
+  constexpr std::size_t kMinUncertain = 256;
+  constexpr std::size_t kMaxExtraMasks = 2048;
+  std::vector<std::pair<std::size_t, std::uint32_t>> candidates;
+  for (std::uint32_t r = 0; r < g.rules.size(); ++r) {
+    if (cg->rule_sites_[r].empty()) continue;
+    std::size_t uncertain = 0;
+    for (std::uint32_t a = 0; a < g.rules[r].alts.size(); ++a)
+      for (std::uint32_t p = 0; p < g.rules[r].alts[a].size(); ++p)
+        if (!g.rules[r].alts[a][p].is_rule)
+          uncertain += cg->masks_[cg->slot_mask_[cg->slot(Frame{r, a, p})]].uncertain.size();
+    if (uncertain >= kMinUncertain) candidates.push_back({uncertain, r});
+  }
+  std::sort(candidates.rbegin(), candidates.rend());
+  std::size_t extra = 0;
+  std::vector<bool> per_site(g.rules.size(), false);
+  for (auto [uncertain, r] : candidates) {
+    std::size_t positions = 0;
+    for (const auto& seq : g.rules[r].alts)
+      for (const auto& e : seq)
+        positions += !e.is_rule;
+    if (extra + positions * cg->rule_sites_[r].size() > kMaxExtraMasks) continue;
+    extra += positions * cg->rule_sites_[r].size();
+    per_site[r] = true;
+    for (std::uint32_t a = 0; a < g.rules[r].alts.size(); ++a)
+      for (std::uint32_t p = 0; p < g.rules[r].alts[a].size(); ++p) {
+        if (g.rules[r].alts[a][p].is_rule) continue;
+        auto& slot_mask = cg->slot_mask_[cg->slot(Frame{r, a, p})];
+        cg->masks_[slot_mask] = PositionMask{};  // replaced by the per-place masks
+        slot_mask = static_cast<std::int32_t>(cg->masks_.size());
+        for (const Frame& site : cg->rule_sites_[r]) {
+          StaticContext ctx = cg->contexts_[site.rule];
+          ctx.frames.push_back(site);
+          cg->masks_.emplace_back();
+          cg->precompute(r, a, p, ctx, cg->masks_.back(), pda, levels, kind);
+        }
+      }
+  }
+  for (std::uint32_t r = 0; r < g.rules.size(); ++r)
+    if (!per_site[r]) cg->rule_sites_[r].clear();
   return std::shared_ptr<const CompiledGrammar>(std::move(cg));
 }
 
@@ -66,12 +108,12 @@ void CompiledGrammar::compute_contexts() {
     }
   // The distinct frames that can sit below a frame of rule r (kRootSite: the stack's bottom),
   // stopping at two since only a unique one is useful.
-  auto context_sites = [&](std::uint32_t r) {
+  auto context_sites = [&](std::uint32_t r, std::size_t limit) {
     std::vector<Frame> found;
     std::vector<bool> seen(n, false);
     std::vector<std::uint32_t> todo{r};
     seen[r] = true;
-    while (!todo.empty() && found.size() < 2) {
+    while (!todo.empty() && found.size() < limit) {
       std::uint32_t q = todo.back();
       todo.pop_back();
       if (q == g.root) found.push_back(Frame{kRootSite, 0, 0});
@@ -94,7 +136,7 @@ void CompiledGrammar::compute_contexts() {
     std::vector<std::uint32_t> chain{r};
     std::uint32_t q = r;
     while (ctx.frames.size() < kMaxDepth) {
-      auto found = context_sites(q);
+      auto found = context_sites(q, 2);
       if (found.size() != 1) break;
       if (found[0].rule == kRootSite) {
         ctx.bottom = kRootNode;
@@ -108,6 +150,28 @@ void CompiledGrammar::compute_contexts() {
     }
     contexts_[r] = std::move(ctx);
   }
+  // Candidates for a mask per place (see rule_sites_; compile() picks among them).
+  constexpr std::size_t kMaxSites = 64;
+  rule_sites_.assign(n, {});
+  for (std::uint32_t r = 0; r < n; ++r) {
+    auto found = context_sites(r, kMaxSites + 1);
+    if (found.size() < 2 || found.size() > kMaxSites) continue;
+    if (std::any_of(found.begin(), found.end(),
+                    [&](const Frame& f) { return f.rule == kRootSite; }))
+      continue;
+    rule_sites_[r] = std::move(found);
+  }
+}
+
+std::uint32_t CompiledGrammar::mask_index(const StackArena& arena, NodeId top) const {
+  const Frame& f = arena[top].frame;
+  auto base = static_cast<std::uint32_t>(slot_mask_[slot(f)]);
+  const auto& sites = rule_sites_[f.rule];
+  if (sites.empty()) return base;
+  const Frame& below = arena[arena[top].parent].frame;
+  for (std::uint32_t i = 0; i < sites.size(); ++i)
+    if (sites[i] == below) return base + i;
+  return base;  // unreachable when the sites are complete
 }
 
 std::pair<std::string, std::size_t> CompiledGrammar::largest_uncertain() const {
@@ -115,7 +179,7 @@ std::pair<std::string, std::size_t> CompiledGrammar::largest_uncertain() const {
   for (std::uint32_t r = 0; r < g_.rules.size(); ++r)
     for (std::uint32_t a = 0; a < g_.rules[r].alts.size(); ++a)
       for (std::uint32_t p = 0; p < g_.rules[r].alts[a].size(); ++p) {
-        auto mi = slot_mask_[slot(Frame{r, a, p})];
+        auto mi = rule_sites_[r].empty() ? slot_mask_[slot(Frame{r, a, p})] : -1;
         if (mi >= 0 && masks_[mi].uncertain.size() > best.second)
           best = {g_.rules[r].name + " alt " + std::to_string(a) + " pos " + std::to_string(p),
                   masks_[mi].uncertain.size()};
@@ -136,10 +200,10 @@ std::size_t CompiledGrammar::uncertain_count() const {
 // uncertain when a path leaves the rule with bytes to spare and the next byte can follow the
 // rule somewhere; otherwise it is rejected everywhere.
 void CompiledGrammar::precompute(std::uint32_t rule, std::uint32_t alt, std::uint32_t pos,
-                                 PositionMask& out, Pushdown& pda, std::vector<StackSet>& levels,
+                                 const StaticContext& ctx, PositionMask& out, Pushdown& pda,
+                                 std::vector<StackSet>& levels,
                                  std::vector<std::uint8_t>& kind) const {
   const TokenTrie& trie = *trie_;
-  const StaticContext& ctx = contexts_[rule];
   const ByteSet& follow = g_.follow[ctx.bottom_rule];
   std::vector<std::int32_t> touched;
   levels[0].clear();
@@ -271,7 +335,7 @@ void GrammarMatcher::fill_next_token_bitmask(std::span<std::uint32_t> words) {
   }
   seen_slots_.clear();
   for (NodeId n : s.tops) {
-    auto mi = static_cast<std::uint32_t>(cg.slot_mask_[cg.slot(arena_[n].frame)]);
+    auto mi = cg.mask_index(arena_, n);
     if (slot_epoch_[mi] != epoch_) {
       slot_epoch_[mi] = epoch_;
       seen_slots_.push_back(mi);
@@ -299,8 +363,7 @@ void GrammarMatcher::fill_next_token_bitmask(std::span<std::uint32_t> words) {
     StackSet& start = levels_[0];
     start.clear();
     for (NodeId n : s.tops)
-      if (static_cast<std::uint32_t>(cg.slot_mask_[cg.slot(arena_[n].frame)]) == mi)
-        start.cursors.push_back(Cursor{n, 0, 0});
+      if (cg.mask_index(arena_, n) == mi) start.cursors.push_back(Cursor{n, 0, 0});
     check_uncertain(trie.root(), 0, m.uncertain, words);
   }
   for (auto [tok, owner] : trie.aliases())

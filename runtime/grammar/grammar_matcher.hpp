@@ -62,10 +62,18 @@ class CompiledGrammar {
     std::uint32_t bottom_rule = 0;  // whose FOLLOW applies when the context is left
   };
   void compute_contexts();
-  void precompute(std::uint32_t rule, std::uint32_t alt, std::uint32_t pos, PositionMask& out,
-                  Pushdown& pda, std::vector<StackSet>& levels,
-                  std::vector<std::uint8_t>& kind) const;
+  void precompute(std::uint32_t rule, std::uint32_t alt, std::uint32_t pos,
+                  const StaticContext& ctx, PositionMask& out, Pushdown& pda,
+                  std::vector<StackSet>& levels, std::vector<std::uint8_t>& kind) const;
+  // The mask of a committed stack top: its position's, or for a rule used from a few places
+  // (rule_sites_), the one precomputed for the frame below it.
+  std::uint32_t mask_index(const StackArena& arena, NodeId top) const;
   std::vector<StaticContext> contexts_;  // per rule
+  // Per rule used from 2..kMaxSites places: those places' frames. Its positions then have one
+  // mask per place, each precomputed with that place as the stack below, because a bounded
+  // repetition (x{0,n} lowered as n rules using x) makes the shared x rule's masks depend on
+  // which copy it sits in.
+  std::vector<std::vector<Frame>> rule_sites_;
 
   FlatGrammar g_;
   std::shared_ptr<const TokenTrie> trie_;

@@ -1,0 +1,137 @@
+// Constraint engine speed: next-token bitmask time per token (p50/p99) for the Llama-3
+// vocabulary on one core, driving the matcher through a valid JSON document token by token
+// (tokenized with Weft's own Llama-3 tokenizer), and compile time per schema.
+// Usage: grammar_bench [TOKENIZER_JSON] [REPEATS]
+//   default TOKENIZER_JSON: BUILD_DIR/test-data/tokenizers/llama3/tokenizer.json
+//   (scripts/fetch-test-data BUILD_DIR puts it there)
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "loaders/tokenizer_json.hpp"
+#include "runtime/grammar/grammar_matcher.hpp"
+#include "runtime/grammar/json_schema_to_grammar.hpp"
+#include "runtime/grammar/tokenizer_vocab.hpp"
+
+using namespace weft;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Case {
+  const char* name;
+  const char* schema;
+  const char* document;
+};
+
+const Case kCases[] =
+    {
+        {"flat object",
+         R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer","minimum":0,"maximum":150},"email":{"type":"string","format":"email"},"active":{"type":"boolean"},"score":{"type":"number"},"nickname":{"type":"string"}},"required":["name","age","active"]})",
+         R"({"name":"Ada Lovelace","age":36,"email":"ada@analytical-engine.org","active":true,"score":98.25,"nickname":"The Enchantress of Numbers"})"},
+        {"nested object with arrays",
+         R"({"type":"object","properties":{"order_id":{"type":"integer"},"customer":{"type":"object","properties":{"id":{"type":"integer"},"name":{"type":"string"},"tags":{"type":"array","items":{"type":"string"}}},"required":["id","name"]},"items":{"type":"array","items":{"type":"object","properties":{"sku":{"type":"string"},"qty":{"type":"integer","minimum":1},"price":{"type":"number","minimum":0}},"required":["sku","qty","price"]},"minItems":1}},"required":["order_id","customer","items"]})",
+         R"({"order_id":90210,"customer":{"id":42,"name":"Grace Hopper","tags":["vip","navy","compilers"]},"items":[{"sku":"A-100","qty":2,"price":19.99},{"sku":"B-205","qty":1,"price":5},{"sku":"C-999","qty":12,"price":0.5}]})"},
+        {"enum-heavy",
+         R"({"type":"object","properties":{"country":{"enum":["Argentina","Australia","Austria","Belgium","Brazil","Canada","Chile","China","Colombia","Denmark","Egypt","Finland","France","Germany","Greece","India","Indonesia","Ireland","Israel","Italy","Japan","Kenya","Mexico","Netherlands","New Zealand","Nigeria","Norway","Peru","Poland","Portugal","Spain","Sweden","Switzerland","Thailand","Turkey","Ukraine","United Kingdom","United States","Vietnam"]},"status":{"enum":["pending","active","suspended","closed"]},"color":{"enum":["red","green","blue","cyan","magenta","yellow","black","white"]},"priority":{"enum":[1,2,3,4,5]},"plan":{"enum":["free","pro","enterprise",null]}},"required":["country","status","color","priority","plan"]})",
+         R"({"country":"United Kingdom","status":"active","color":"magenta","priority":3,"plan":"enterprise"})"},
+        {"string patterns and formats", R"({"type":"object","properties":{"id":{"type":"string","format":"uuid"},"created":{"type":"string","format":"date-time"},"birthday":{"type":"string","format":"date"},"ip":{"type":"string","format":"ipv4"},"code":{"type":"string","pattern":"^[A-Z]{3}-\\d{4}$"},"site":{"type":"string","format":"uri"},"title":{"type":"string","maxLength":40}},"required":["id","created","birthday","ip","code","site","title"]})", R"({"id":"123e4567-e89b-12d3-a456-426614174000","created":"2024-05-17T09:30:00Z","birthday":"1990-02-28","ip":"192.168.10.254","code":"ABC-1234","site":"https://example.com/docs?page=2","title":"Constrained decoding notes"})"},
+        {"recursive",
+         R"({"$defs":{"node":{"type":"object","properties":{"name":{"type":"string"},"value":{"type":"integer"},"children":{"type":"array","items":{"$ref":"#/$defs/node"}}},"required":["name"]}},"$ref":"#/$defs/node"})",
+         R"({"name":"root","value":1,"children":[{"name":"left","value":2,"children":[{"name":"leaf","value":4}]},{"name":"right","children":[{"name":"a","value":5},{"name":"b","value":6,"children":[]}]}]})"},
+};
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(p * (v.size() - 1))];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string path =
+      argc > 1 ? argv[1]
+               : std::string(WEFT_BINARY_DIR) + "/test-data/tokenizers/llama3/tokenizer.json";
+  int repeats = argc > 2 ? std::atoi(argv[2]) : 20;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "grammar_bench: %s is missing: run scripts/fetch-test-data %s\n",
+                 path.c_str(), WEFT_BINARY_DIR);
+    return 1;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto vocab = grammar::vocab_from_tokenizer_json(ss.str());
+  auto tok = loaders::load_tokenizer(path);
+  if (!vocab || !tok) {
+    std::fprintf(stderr, "grammar_bench: %s\n", !vocab ? vocab.error().what() : tok.error().what());
+    return 1;
+  }
+  for (std::size_t i = 0; i < vocab->tokens.size(); ++i)
+    if (vocab->tokens[i] == "<|end_of_text|>" || vocab->tokens[i] == "<|eot_id|>")
+      vocab->eos_ids.push_back(static_cast<std::int32_t>(i));
+  auto t0 = Clock::now();
+  auto trie = grammar::TokenTrie::build(*vocab);
+  double trie_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  if (!trie) {
+    std::fprintf(stderr, "grammar_bench: %s\n", trie.error().what());
+    return 1;
+  }
+  std::printf("vocabulary: %zu tokens, trie %zu nodes built in %.1f ms; %d passes per document\n",
+              vocab->tokens.size(), (*trie)->node_count(), trie_ms, repeats);
+  std::printf("%-28s %10s %8s %9s %9s %9s %9s %10s\n", "schema", "compile_ms", "tokens", "p50_us",
+              "p99_us", "max_us", "mean_us", "positions");
+  for (const auto& c : kCases) {
+    auto g = grammar::json_schema_to_grammar(c.schema);
+    if (!g) {
+      std::fprintf(stderr, "%s: %s\n", c.name, g.error().what());
+      return 1;
+    }
+    auto c0 = Clock::now();
+    auto cg = grammar::CompiledGrammar::compile(*g, *trie);
+    double compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - c0).count();
+    if (!cg) {
+      std::fprintf(stderr, "%s: %s\n", c.name, cg.error().what());
+      return 1;
+    }
+    auto ids = tok->tokenizer->encode(c.document, false);
+    if (!ids) {
+      std::fprintf(stderr, "%s: %s\n", c.name, ids.error().what());
+      return 1;
+    }
+    std::vector<double> times;
+    std::vector<std::uint32_t> mask;
+    for (int r = 0; r < repeats; ++r) {
+      grammar::GrammarMatcher m(*cg);
+      mask.assign(m.bitmask_words(), 0);
+      for (std::size_t i = 0; i <= ids->size(); ++i) {
+        auto s = Clock::now();
+        m.fill_next_token_bitmask(mask);
+        times.push_back(std::chrono::duration<double, std::micro>(Clock::now() - s).count());
+        std::int32_t next =
+            i < ids->size() ? static_cast<std::int32_t>((*ids)[i]) : vocab->eos_ids[0];
+        if (!(mask[next / 32] >> (next % 32) & 1) || !m.accept_token(next)) {
+          std::fprintf(stderr, "%s: token %zu (%d) of the document was not allowed\n", c.name, i,
+                       next);
+          return 1;
+        }
+      }
+    }
+    double mean = 0;
+    for (double t : times)
+      mean += t;
+    mean /= static_cast<double>(times.size());
+    std::printf("%-28s %10.1f %8zu %9.1f %9.1f %9.1f %9.1f %10zu\n", c.name, compile_ms,
+                ids->size() + 1, percentile(times, 0.5), percentile(times, 0.99),
+                percentile(times, 1.0), mean, (*cg)->position_count());
+    auto [where, most] = (*cg)->largest_uncertain();
+    std::printf("    stack-dependent tokens: %zu over all positions, at most %zu (%s)\n",
+                (*cg)->uncertain_count(), most, where.c_str());
+  }
+  return 0;
+}
