@@ -39,6 +39,13 @@ class CompiledGrammar {
   std::size_t position_count() const { return masks_.size(); }
   // Total uncertain (stack-dependent) entries over all positions: what a step may check.
   std::size_t uncertain_count() const;
+  // How many rules have a mask per place they are used from (see rule_sites_).
+  std::size_t per_place_rule_count() const {
+    std::size_t n = 0;
+    for (const auto& s : rule_sites_)
+      n += !s.empty();
+    return n;
+  }
   // The rule name and uncertain-token count of the position with the most (diagnostics).
   std::pair<std::string, std::size_t> largest_uncertain() const;
 

@@ -35,12 +35,16 @@ TEST(Llama3Vocab, MasksEqualBruteForceAlongDocuments) {
        R"({"name":"Ada \"the first\" Lovelace","age":36,"tags":["math","poetry"],"when":"1843-07-10"})"},
       {R"({"$defs":{"n":{"type":"object","properties":{"v":{"type":"number"},"kids":{"type":"array","items":{"$ref":"#/$defs/n"}}},"required":["v"]}},"$ref":"#/$defs/n"})",
        R"({"v":1.25,"kids":[{"v":-2},{"v":3e5,"kids":[]}]})"},
+      // A bounded string shares its character rule across the copies of x{0,n}: masks per place.
+      {R"({"type":"object","properties":{"t":{"type":"string","maxLength":7},"u":{"type":"string"}},"required":["t","u"]})",
+       R"({"t":"abc de\"","u":"free text"})"},
   };
   for (const auto& [schema, doc] : cases) {
     auto g = json_schema_to_grammar(schema);
     ASSERT_TRUE(g.ok()) << g.error().what();
     auto cg = CompiledGrammar::compile(*g, *trie);
     ASSERT_TRUE(cg.ok()) << cg.error().what();
+    if (schema.find("maxLength") != std::string::npos) EXPECT_GT((*cg)->per_place_rule_count(), 0u);
     GrammarMatcher m(*cg);
     std::size_t step = 0;
     for (std::size_t i = 0; i < doc.size(); ++step) {
