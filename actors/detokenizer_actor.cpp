@@ -7,10 +7,11 @@ DetokenizerActor::DetokenizerActor(const asio::any_io_executor& executor,
     : Actor(executor), tokenizer_(std::move(tokenizer)) {}
 
 void DetokenizerActor::add(std::uint64_t id, std::shared_ptr<RequestStream> stream,
-                           std::vector<std::string> stop_strings) {
-  post([this, id, stream = std::move(stream), stops = std::move(stop_strings)]() mutable {
+                           std::vector<std::string> stop_strings, int sample_index) {
+  post([this, id, stream = std::move(stream), stops = std::move(stop_strings),
+        sample_index]() mutable {
     states_.insert_or_assign(
-        id, State{std::move(stream),
+        id, State{std::move(stream), sample_index,
                   text::IncrementalDetokenizer(tokenizer_, /*skip_special_tokens=*/true),
                   text::StopStringMatcher(std::move(stops))});
   });
@@ -38,6 +39,7 @@ std::vector<std::uint64_t> DetokenizerActor::process_tokens(const std::vector<Ne
     if (t.last && !shown.stopped) out += s.stops.finish();
     Event event;
     event.kind = Event::Kind::kDelta;
+    event.index = s.index;
     event.text = std::move(out);
     event.token_ids.push_back(t.token.id);
     event.logprobs.push_back(t.token);

@@ -28,7 +28,7 @@ class DetokenizerActor : public Actor {
                    std::shared_ptr<const text::Tokenizer> tokenizer);
 
   void add(std::uint64_t id, std::shared_ptr<RequestStream> stream,
-           std::vector<std::string> stop_strings);
+           std::vector<std::string> stop_strings, int sample_index);
   void remove(std::uint64_t id);
 
   // Replies once every message posted before it has run.
@@ -47,6 +47,7 @@ class DetokenizerActor : public Actor {
  private:
   struct State {
     std::shared_ptr<RequestStream> stream;
+    int index;
     text::IncrementalDetokenizer detokenizer;
     text::StopStringMatcher stops;
   };

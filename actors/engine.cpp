@@ -176,13 +176,6 @@ void Engine::submit_impl(GenerateRequest request,
   if (auto ok = sampling::validate(request.sampling, s.vocab_size); !ok) {
     return fail(std::move(handler), ok.error());
   }
-  if (request.sampling.n != 1) {
-    // Several samples sharing the prompt's pages need sequence forking in the scheduler.
-    return fail(std::move(handler),
-                Error(ErrorCode::kUnsupported, "n: " + std::to_string(request.sampling.n) +
-                                                   " samples per request are not supported yet; "
-                                                   "use n = 1 and submit the request n times"));
-  }
   SamplingParams params = request.sampling;
   s.tokenizer->encode(
       std::move(request), [&s, fail, params = std::move(params), handler = std::move(handler)](
@@ -210,17 +203,23 @@ void Engine::submit_impl(GenerateRequest request,
                                 std::to_string(s.context_length) + "; at most " +
                                 std::to_string(s.context_length - n)));
         }
-        const std::uint64_t id = s.next_id.fetch_add(1);
-        auto stream = std::make_shared<RequestStream>(id);
+        // One sequence id per sample; the request (and its stream) takes the first.
+        const int samples = std::max(1, params.n);
+        const std::uint64_t id = s.next_id.fetch_add(static_cast<std::uint64_t>(samples));
+        auto stream = std::make_shared<RequestStream>(id, samples);
         const std::uint64_t seed = params.seed ? *params.seed : s.draw_seed();
-        s.sampler->add(id, params, ids, seed);
-        s.detokenizer->add(id, stream, params.stop);
+        for (int i = 0; i < samples; ++i) {
+          s.sampler->add(id + static_cast<std::uint64_t>(i), params, ids, seed, i);
+          s.detokenizer->add(id + static_cast<std::uint64_t>(i), stream, params.stop, i);
+        }
         s.scheduler->add(
             id, std::move(ids), std::move(params), stream,
-            [&s, id, stream, handler = std::move(handler)](std::exception_ptr e) mutable {
+            [&s, id, samples, stream, handler = std::move(handler)](std::exception_ptr e) mutable {
               if (e) {
-                s.sampler->remove(id);
-                s.detokenizer->remove(id);
+                for (int i = 0; i < samples; ++i) {
+                  s.sampler->remove(id + static_cast<std::uint64_t>(i));
+                  s.detokenizer->remove(id + static_cast<std::uint64_t>(i));
+                }
                 stream.reset();
               }
               actors::complete(std::move(handler), s.executor, e, std::move(stream));

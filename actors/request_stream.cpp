@@ -28,7 +28,7 @@ void RequestStream::push(Event event) {
     if (waiting_) {
       handler = std::move(waiting_);
       waiting_.reset();
-      final_taken_ = event.kind == Event::Kind::kFinal;
+      finals_taken_ += event.kind == Event::Kind::kFinal;
     } else {
       events_.push_back(std::move(event));
       return;
@@ -43,13 +43,13 @@ void RequestStream::next_impl(boost::asio::any_completion_handler<Signature> han
   if (!events_.empty()) {
     Event event = std::move(events_.front());
     events_.pop_front();
-    final_taken_ = event.kind == Event::Kind::kFinal;
+    finals_taken_ += event.kind == Event::Kind::kFinal;
     lock.unlock();
     actors::complete(std::move(handler), boost::asio::system_executor(), std::exception_ptr(),
                      std::move(event));
     return;
   }
-  if (final_taken_) {
+  if (finals_taken_ >= samples_) {
     lock.unlock();
     actors::complete(std::move(handler), boost::asio::system_executor(),
                      std::make_exception_ptr(Error(

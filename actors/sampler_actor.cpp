@@ -3,9 +3,9 @@
 namespace weft::actors {
 
 void SamplerActor::add(std::uint64_t id, sampling::SamplingParams params,
-                       std::vector<std::int32_t> prompt, std::uint64_t seed) {
-  post([this, id, params = std::move(params), prompt = std::move(prompt), seed] {
-    samplers_.insert_or_assign(id, sampling::SequenceSampler(params, prompt, seed));
+                       std::vector<std::int32_t> prompt, std::uint64_t seed, int sample_index) {
+  post([this, id, params = std::move(params), prompt = std::move(prompt), seed, sample_index] {
+    samplers_.insert_or_assign(id, sampling::SequenceSampler(params, prompt, seed, sample_index));
   });
 }
 

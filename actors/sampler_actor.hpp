@@ -31,7 +31,7 @@ class SamplerActor : public Actor {
   using Actor::Actor;
 
   void add(std::uint64_t id, sampling::SamplingParams params, std::vector<std::int32_t> prompt,
-           std::uint64_t seed);
+           std::uint64_t seed, int sample_index);
   void remove(std::uint64_t id);
 
   // Replies once every message posted before it has run.

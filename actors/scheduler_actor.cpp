@@ -37,16 +37,36 @@ void SchedulerActor::add_request(std::uint64_t id, std::vector<std::int32_t> pro
                                  SamplingParams params, std::shared_ptr<RequestStream> stream) {
   if (stopping_) throw Error(ErrorCode::kShutdown, "the engine is shutting down");
   const int prompt_len = static_cast<int>(prompt.size());
+  const int n = std::max(1, params.n);
   auto added = scheduler_.add(id, std::move(prompt), params.max_tokens);
   if (!added) throw added.error();
-  live_.emplace(id, LiveRequest{std::move(stream), std::move(params), prompt_len});
+  std::vector<std::uint64_t>& ids = samples_[id];
+  ids.push_back(id);
+  for (int i = 1; i < n; ++i) {
+    auto sibling = scheduler_.add_sibling(id + static_cast<std::uint64_t>(i), id);
+    if (!sibling) {
+      for (std::uint64_t added_id : ids)
+        scheduler_.remove(added_id);
+      samples_.erase(id);
+      throw sibling.error();
+    }
+    ids.push_back(id + static_cast<std::uint64_t>(i));
+  }
+  for (int i = 0; i < n; ++i) {
+    live_.emplace(id + static_cast<std::uint64_t>(i),
+                  LiveRequest{stream, params, prompt_len, i, id});
+  }
   metrics_.prompt_tokens += static_cast<std::uint64_t>(prompt_len);
   wake_.cancel();  // the loop may be idle
 }
 
 void SchedulerActor::cancel(std::uint64_t id) {
   post([this, id] {
-    if (live_.count(id) != 0) finish(id, FinishReason::kCancelled);
+    auto it = samples_.find(id);
+    if (it == samples_.end()) return;  // unknown or finished: a no-op
+    const std::vector<std::uint64_t> ids = it->second;
+    for (std::uint64_t seq : ids)
+      finish(seq, FinishReason::kCancelled);
   });
 }
 
@@ -79,6 +99,7 @@ void SchedulerActor::finish(std::uint64_t id, FinishReason reason, std::string e
   const sched::Sequence* seq = scheduler_.find(id);
   Event event;
   event.kind = Event::Kind::kFinal;
+  event.index = it->second.index;
   event.finish_reason = reason;
   event.usage.prompt_tokens = it->second.prompt_len;
   event.usage.completion_tokens = seq != nullptr ? seq->generated() : 0;
@@ -89,6 +110,10 @@ void SchedulerActor::finish(std::uint64_t id, FinishReason reason, std::string e
   // The final event follows the detokenizer's last delta: both come from this strand's
   // sequence of steps, and the detokenizer pushed its deltas before replying.
   it->second.stream->push(std::move(event));
+  if (auto r = samples_.find(it->second.request_id); r != samples_.end()) {
+    std::erase(r->second, id);
+    if (r->second.empty()) samples_.erase(r);
+  }
   live_.erase(it);
   switch (reason) {
     case FinishReason::kStop:

@@ -31,8 +31,9 @@ class SchedulerActor : public Actor {
   // Starts the step loop (once).
   void start();
 
-  // Queues a tokenized request; the reply fails if the scheduler refuses it (it could never
-  // fit the KV pool) or the engine is stopping.
+  // Queues a tokenized request as params.n sequences with ids id .. id + n - 1 (the samples
+  // after the first share its prompt pages); the reply fails if the scheduler refuses it (it
+  // could never fit the KV pool) or the engine is stopping.
   template <class Token>
   auto add(std::uint64_t id, std::vector<std::int32_t> prompt, SamplingParams params,
            std::shared_ptr<RequestStream> stream, Token&& token) {
@@ -44,6 +45,7 @@ class SchedulerActor : public Actor {
         std::forward<Token>(token));
   }
 
+  // Cancels every sample of the request `id` (the id its stream carries).
   void cancel(std::uint64_t id);
 
   template <class Token>
@@ -59,6 +61,8 @@ class SchedulerActor : public Actor {
     std::shared_ptr<RequestStream> stream;
     SamplingParams params;
     int prompt_len = 0;
+    int index = 0;                 // which sample of its request
+    std::uint64_t request_id = 0;  // the first sample's id
   };
 
   asio::awaitable<void> loop();
@@ -73,7 +77,8 @@ class SchedulerActor : public Actor {
   SamplerActor& sampler_;
   DetokenizerActor& detokenizer_;
   std::vector<std::int32_t> eos_ids_;
-  std::unordered_map<std::uint64_t, LiveRequest> live_;
+  std::unordered_map<std::uint64_t, LiveRequest> live_;                    // by sequence id
+  std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> samples_;  // request -> sequences
   asio::steady_timer wake_;
   bool started_ = false;
   bool stopping_ = false;

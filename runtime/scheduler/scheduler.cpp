@@ -47,6 +47,38 @@ Result<void> Scheduler::add(std::uint64_t id, std::vector<std::int32_t> prompt,
   return {};
 }
 
+Result<void> Scheduler::add_sibling(std::uint64_t id, std::uint64_t parent) {
+  const Sequence* p = find(parent);
+  if (p == nullptr) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "scheduler: sibling of unknown request " + std::to_string(parent));
+  }
+  std::vector<std::int32_t> prompt(p->tokens.begin(), p->tokens.begin() + p->prompt_len);
+  auto added = add(id, std::move(prompt), p->max_new_tokens);
+  if (!added) return added;
+  sequences_.at(id).share_prefix_of = parent;
+  return {};
+}
+
+// Before a sibling's first chunk: take the parent's pages that hold only prompt tokens already
+// computed, and start after them. The last prompt token is always recomputed (its logits give
+// the sibling's first token), so at most one page of prompt is computed twice.
+void Scheduler::share_prefix(Sequence& s) {
+  const std::uint64_t parent_id = s.share_prefix_of;
+  s.share_prefix_of = 0;  // once: after a preemption the sibling recomputes everything
+  auto it = sequences_.find(parent_id);
+  if (it == sequences_.end() || s.computed != 0 || !s.pages.empty()) return;
+  const Sequence& parent = it->second;
+  const int shareable = std::min(parent.computed, s.prompt_len - 1);
+  const int pages = shareable / config_.page_size;
+  if (pages <= 0 || static_cast<int>(parent.pages.size()) < pages) return;
+  for (int i = 0; i < pages; ++i) {
+    pool_.retain(parent.pages[static_cast<std::size_t>(i)]);
+    s.pages.push_back(parent.pages[static_cast<std::size_t>(i)]);
+  }
+  s.computed = pages * config_.page_size;
+}
+
 bool Scheduler::remove(std::uint64_t id) {
   auto it = sequences_.find(id);
   if (it == sequences_.end()) return false;
@@ -148,6 +180,14 @@ StepPlan Scheduler::plan_step() {
          static_cast<int>(running_.size()) < config_.max_running) {
     Sequence& s = sequences_.at(waiting_.front());
     if (!admission_allows(s)) break;  // first come, first served: nobody skips ahead
+    if (s.share_prefix_of != 0) {
+      // A sibling waits (first come, first served: so does everyone behind it) until its
+      // parent has computed the pages it can share; a parent that is gone shares nothing.
+      auto parent = sequences_.find(s.share_prefix_of);
+      const int shareable = (s.prompt_len - 1) / config_.page_size * config_.page_size;
+      if (parent != sequences_.end() && parent->second.computed < shareable) break;
+      share_prefix(s);
+    }
     if (prefill_chunk(s) == 0) break;
     waiting_.pop_front();
     running_.push_back(s.id);

@@ -61,6 +61,8 @@ struct Sequence {
   int computed = 0;  // tokens whose KV is written
   std::vector<std::int32_t> pages;
   int preemptions = 0;
+  // A sibling sample (n > 1): whose full prompt pages this sequence shares when admitted.
+  std::uint64_t share_prefix_of = 0;
 
   int generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
 };
@@ -74,6 +76,13 @@ class Scheduler {
   // Queues a request. Fails (kResourceExhausted) if the request alone could never fit in the
   // pool, and (kInvalidArgument) on an empty prompt, max_new_tokens < 1 or a duplicate id.
   Result<void> add(std::uint64_t id, std::vector<std::int32_t> prompt, int max_new_tokens);
+
+  // Queues another sample of the same prompt as `parent` (added before it). When it is
+  // admitted after the parent has prefilled, it shares the parent's full prompt pages
+  // (reference-counted, never written again) and recomputes only the prompt's last, partial
+  // page in a page of its own, so no KV is ever copied. If the parent is gone or was
+  // preempted by then, it simply prefills from scratch.
+  Result<void> add_sibling(std::uint64_t id, std::uint64_t parent);
 
   // Ends a sequence (finished, cancelled, stopped) and frees its pages at once. Unknown ids
   // are a no-op that returns false.
@@ -96,6 +105,7 @@ class Scheduler {
   bool grow_pages(Sequence& seq, int positions);
   bool admission_allows(const Sequence& candidate) const;
   void preempt(std::uint64_t id, StepPlan& plan);
+  void share_prefix(Sequence& s);
 
   SchedulerConfig config_;
   kv::PagePool pool_;

@@ -88,24 +88,26 @@ struct Usage {
 struct Event {
   enum class Kind { kDelta, kFinal };
   Kind kind = Kind::kDelta;
-  std::string text;                                  // kDelta: valid UTF-8, stop strings withheld
-  std::vector<std::int32_t> token_ids;               // kDelta: the tokens this text came from
-  std::vector<TokenLogprobs> logprobs;               // kDelta: one per token
+  int index = 0;                        // which of the request's n samples (0 when n = 1)
+  std::string text;                     // kDelta: valid UTF-8, stop strings withheld
+  std::vector<std::int32_t> token_ids;  // kDelta: the tokens this text came from
+  std::vector<TokenLogprobs> logprobs;  // kDelta: one per token
   FinishReason finish_reason = FinishReason::kStop;  // kFinal
   Usage usage;                                       // kFinal
   std::string error;                                 // kFinal with kError
 };
 
-// The events of one request, in order: deltas, then exactly one final event.
+// The events of one request: for each of its n samples (Event::index), deltas in order and
+// then exactly one final event; samples interleave. The stream ends after n final events.
 class RequestStream : public std::enable_shared_from_this<RequestStream> {
  public:
   using Signature = void(std::exception_ptr, Event);
 
-  explicit RequestStream(std::uint64_t id) : id_(id) {}
+  explicit RequestStream(std::uint64_t id, int samples = 1) : id_(id), samples_(samples) {}
   std::uint64_t id() const noexcept { return id_; }
 
-  // The next event. After the final event has been taken, fails with kOutOfRange. One call
-  // at a time.
+  // The next event. After the last final event has been taken, fails with kOutOfRange. One
+  // call at a time.
   template <class Token>
   auto next(Token&& token) {
     return boost::asio::async_initiate<Token, Signature>(
@@ -125,7 +127,8 @@ class RequestStream : public std::enable_shared_from_this<RequestStream> {
   std::mutex mutex_;
   std::deque<Event> events_;
   std::optional<boost::asio::any_completion_handler<Signature>> waiting_;
-  bool final_taken_ = false;
+  int samples_;
+  int finals_taken_ = 0;
 };
 
 struct EngineMetrics {
@@ -172,8 +175,8 @@ class Engine {
         token, std::move(request));
   }
 
-  // Ends a live request with finish reason kCancelled and frees its KV pages at once. An
-  // unknown or finished id is a no-op.
+  // Ends a live request (all its samples) with finish reason kCancelled and frees its KV
+  // pages at once. An unknown or finished id is a no-op.
   void cancel(std::uint64_t request_id);
 
   // Graceful shutdown: no new requests; live ones end with finish reason kShutdown; the

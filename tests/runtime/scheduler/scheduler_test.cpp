@@ -226,3 +226,52 @@ TEST(Scheduler, OptimisticModeAlwaysMakesProgressOnTinyPools) {
 
 }  // namespace
 }  // namespace weft::sched
+
+namespace weft::sched {
+namespace {
+
+// n samples of one prompt: siblings share the parent's full prompt pages (reference counts
+// above 1) and still produce their own full outputs; every page is free at the end.
+TEST(Scheduler, SiblingsShareThePromptsFullPages) {
+  Scheduler scheduler({4, 64, 64, 8, AdmissionPolicy::kReserve});
+  ASSERT_TRUE(scheduler.add(1, std::vector<std::int32_t>(30, 5), 6).ok());
+  ASSERT_TRUE(scheduler.add_sibling(2, 1).ok());
+  ASSERT_TRUE(scheduler.add_sibling(3, 1).ok());
+  EXPECT_FALSE(scheduler.add_sibling(4, 99).ok()) << "sibling of an unknown request";
+  std::map<std::uint64_t, int> outputs;
+  bool saw_sharing = false;
+  int prefilled_by_siblings = 0;
+  for (int step = 0; step < 100 && scheduler.running() + scheduler.waiting() > 0; ++step) {
+    StepPlan plan = scheduler.plan_step();
+    std::vector<std::int32_t> sampled;
+    for (const auto& slice : plan.slices) {
+      if (slice.id != 1 && slice.token_count > 1) prefilled_by_siblings += slice.token_count;
+      if (slice.samples)
+        sampled.push_back(fake_next_token(slice.id, slice.first_position + slice.token_count));
+    }
+    scheduler.complete_step(plan, sampled);
+    if (scheduler.find(2) != nullptr && !scheduler.find(2)->pages.empty()) {
+      saw_sharing |= scheduler.pool().ref_count(scheduler.find(2)->pages[0]) == 3;
+    }
+    for (std::uint64_t id : {1, 2, 3}) {
+      const Sequence* s = scheduler.find(id);
+      if (s != nullptr && s->generated() == 6) {
+        outputs[id] = s->generated();
+        // Each sample's output is its own: the fake model keys tokens by sequence id.
+        for (int i = 0; i < 6; ++i) {
+          EXPECT_EQ(s->tokens[static_cast<std::size_t>(30 + i)], fake_next_token(id, 30 + i));
+        }
+        scheduler.remove(id);
+      }
+    }
+  }
+  EXPECT_EQ(outputs.size(), 3u);
+  EXPECT_TRUE(saw_sharing) << "the parent's first page should be held by all three samples";
+  // 30 prompt tokens, pages of 4: 7 full pages (28 tokens) are shared, so each sibling
+  // prefills only the last 2 prompt tokens.
+  EXPECT_EQ(prefilled_by_siblings, 2 * 2);
+  EXPECT_EQ(scheduler.pool().used_pages(), 0);
+}
+
+}  // namespace
+}  // namespace weft::sched
