@@ -6,13 +6,12 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "loaders/model_loader.hpp"
 #include "loaders/tokenizer_json.hpp"
-#include "runtime/model/sampling.hpp"
+#include "runtime/sampling/sequence_sampler.hpp"
 #include "runtime/text/detokenizer.hpp"
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
@@ -29,6 +28,10 @@ struct GenerateOptions {
   float temperature = 0.0f;
   std::uint64_t seed = 0;
   int top_logprobs = 0;
+  int top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
   std::string device = "cpu";
   std::string format = "text";
   bool ignore_eos = false;
@@ -102,7 +105,20 @@ int run_generate(const GenerateOptions& o) {
     step.positions.push_back(static_cast<int>(i));
   step.sequences.push_back(seq);
 
-  std::mt19937_64 rng(o.seed);
+  // The engine's sampler (runtime/sampling): the same seed gives the same tokens here and
+  // through the engine.
+  sampling::SamplingParams params;
+  params.temperature = o.temperature;
+  params.top_k = o.top_k;
+  params.top_p = o.top_p;
+  params.min_p = o.min_p;
+  params.repetition_penalty = o.repetition_penalty;
+  params.logprobs = o.top_logprobs;
+  params.max_tokens = std::max(1, o.max_tokens);
+  params.seed = o.seed;
+  if (auto ok = sampling::validate(params, vocab); !ok) return fail(ok.error().what());
+  const std::vector<std::int32_t> prompt_ids(prompt.begin(), prompt.end());
+  sampling::SequenceSampler sampler(params, prompt_ids, o.seed);
   // Text leaves in valid UTF-8 pieces that add up to the full decode.
   std::optional<text::IncrementalDetokenizer> detokenizer;
   if (tokenizer) detokenizer.emplace(tokenizer, /*skip_special_tokens=*/true);
@@ -119,8 +135,10 @@ int run_generate(const GenerateOptions& o) {
     if (!ok) return fail(ok.error().what());
     (generated == 0 ? prefill_s : decode_s) +=
         std::chrono::duration<double>(clock::now() - start).count();
-    const auto choice =
-        model::choose_token(logits.data(), vocab, o.temperature, o.top_logprobs, rng);
+    auto sampled =
+        sampler.try_sample(std::span<float>(logits.data(), static_cast<std::size_t>(vocab)));
+    if (!sampled) return fail(sampled.error().what());
+    const sampling::SampledToken& choice = sampled.value();
     ++generated;
     const bool stop = !o.ignore_eos && std::find(eos.begin(), eos.end(), choice.id) != eos.end();
     const bool last = stop || generated == o.max_tokens;
@@ -198,7 +216,16 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--top-logprobs", opts->top_logprobs,
                   "report this many most likely tokens per step (json format)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1000));
+      ->check(CLI::Range(0, 20));
+  cmd->add_option("--top-k", opts->top_k, "sample among the k most likely tokens (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--top-p", opts->top_p, "nucleus sampling mass, in (0, 1]")
+      ->capture_default_str();
+  cmd->add_option("--min-p", opts->min_p, "drop tokens below min_p times the top probability")
+      ->capture_default_str();
+  cmd->add_option("--repetition-penalty", opts->repetition_penalty,
+                  "penalize tokens already in the prompt or output (> 0; 1: off)")
+      ->capture_default_str();
   cmd->add_option("--device", opts->device, "where to run")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu"}));
