@@ -191,14 +191,49 @@ TEST(TokenizerInputErrors, ARegexThatBlowsUpIsAnErrorNotACrash) {
   std::ifstream in(fixtures_dir() / "bad/minimal_bpe.json");
   std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::string from = "\"pre_tokenizer\": null";
-  json.replace(json.find(from), from.size(),
-               R"("pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(a|aa)+$"}, "behavior": "Isolated", "invert": false})");
+  json.replace(
+      json.find(from), from.size(),
+      R"("pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(a|aa)+$"}, "behavior": "Isolated", "invert": false})");
   auto tok = loaders::parse_tokenizer_json(json, "blowup.json");
   ASSERT_TRUE(tok.ok()) << tok.error().what();
   auto ids = (*tok)->encode(std::string(5000, 'a') + "b", false);
   if (ids.ok()) GTEST_SKIP() << "PCRE2 finished this pattern within its limits";
   EXPECT_NE(std::string(ids.error().what()).find("failed on a text of"), std::string::npos)
       << ids.error().what();
+}
+
+}  // namespace
+}  // namespace weft::text::testing
+
+namespace weft::text::testing {
+namespace {
+
+TEST(TokenizerJsonErrors, CorruptedFilesLoadOrFailButNeverCrash) {
+  // Each round overwrites a few bytes of a real tokenizer.json with random ones; whatever
+  // still parses must also encode and decode.
+  std::ifstream in(fixtures_dir() / "mistral_style.json");
+  const std::string original((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  ASSERT_GT(original.size(), 1000u);
+  std::mt19937 rng(11);
+  int loaded = 0;
+  for (int round = 0; round < 300; ++round) {
+    std::string json = original;
+    for (int k = 0; k < 3; ++k)
+      json[rng() % json.size()] = static_cast<char>(rng() % 128);
+    auto tok = loaders::parse_tokenizer_json(json, "corrupt.json");
+    if (!tok.ok()) {
+      EXPECT_EQ(std::string(tok.error().what()).rfind("corrupt.json: ", 0), 0u)
+          << tok.error().what();
+      continue;
+    }
+    ++loaded;
+    auto ids = (*tok)->encode("Hello wörld 日本 <s> 123", true);
+    if (ids.ok()) {
+      EXPECT_TRUE((*tok)->decode(*ids, false).ok());
+    }
+  }
+  EXPECT_GT(loaded, 0);  // some corruptions land in strings and leave a valid file
 }
 
 }  // namespace
