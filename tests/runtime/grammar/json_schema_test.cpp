@@ -244,3 +244,45 @@ TEST(JsonSchema, DeepSchemasAreRefusedNotOverflowed) {
 
 }  // namespace
 }  // namespace weft::grammar
+
+namespace weft::grammar {
+namespace {
+
+// Mutated schemas (bytes flipped, inserted, deleted) either convert or fail with an error;
+// whatever converts also compiles or fails cleanly.
+TEST(JsonSchema, MutatedSchemasNeverCrash) {
+  const std::vector<std::string> seeds = {
+      R"({"type":"object","properties":{"a":{"type":"integer","minimum":-5,"maximum":70},"b":{"type":"array","items":{"$ref":"#/$defs/s"},"maxItems":4}},"required":["a"],"$defs":{"s":{"type":"string","pattern":"^[a-z]{1,3}$"}}})",
+      R"({"anyOf":[{"type":"number","exclusiveMinimum":0},{"enum":["x",null,true]},{"type":"string","format":"date-time"}]})",
+      R"({"allOf":[{"properties":{"k":{"const":1}},"required":["k"]},{"type":"object","additionalProperties":false,"properties":{"k":{"const":1}}}]})",
+  };
+  std::mt19937 rng(3);
+  const std::string bytes = "{}[]\":,0123456789-.eabcdefghijklmnopqrstuvwxyz$#/^*+?()\\ ";
+  for (int i = 0; i < 3000; ++i) {
+    std::string s = seeds[i % seeds.size()];
+    for (int n = 1 + rng() % 3; n-- > 0;) {
+      std::size_t at = rng() % s.size();
+      switch (rng() % 3) {
+        case 0:
+          s[at] = bytes[rng() % bytes.size()];
+          break;
+        case 1:
+          s.insert(at, 1, bytes[rng() % bytes.size()]);
+          break;
+        default:
+          s.erase(at, 1);
+          break;
+      }
+    }
+    auto g = json_schema_to_grammar(s);
+    if (g.ok()) {
+      auto flat = flatten_grammar(*g);
+      EXPECT_TRUE(flat.ok()) << s << ": " << flat.error().what();
+    } else {
+      EXPECT_FALSE(std::string(g.error().what()).empty());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace weft::grammar
