@@ -1,0 +1,568 @@
+#include "actors/gateway_openai.hpp"
+
+#include <boost/json.hpp>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "runtime/sampling/sampling_params.hpp"
+
+namespace weft::gateway {
+namespace json = boost::json;
+
+namespace {
+
+Error bad(std::string_view param, const std::string& what) {
+  return Error(ErrorCode::kInvalidArgument, std::string(param) + ": " + what);
+}
+
+std::string kind_of(const json::value& v) {
+  switch (v.kind()) {
+    case json::kind::null:
+      return "null";
+    case json::kind::bool_:
+      return "a boolean";
+    case json::kind::int64:
+    case json::kind::uint64:
+    case json::kind::double_:
+      return "a number";
+    case json::kind::string:
+      return "a string";
+    case json::kind::array:
+      return "an array";
+    case json::kind::object:
+      return "an object";
+  }
+  return "a value";
+}
+
+Result<double> number(const json::value& v, std::string_view param) {
+  if (v.is_int64()) return static_cast<double>(v.get_int64());
+  if (v.is_uint64()) return static_cast<double>(v.get_uint64());
+  if (v.is_double() && std::isfinite(v.get_double())) return v.get_double();
+  return bad(param, "expected a number, got " + kind_of(v));
+}
+
+// An integer in [lo, hi]; a double with an integral value counts (JSON has one number type).
+Result<std::int64_t> integer(const json::value& v, std::string_view param, std::int64_t lo,
+                             std::int64_t hi) {
+  std::int64_t x = 0;
+  if (v.is_int64()) {
+    x = v.get_int64();
+  } else if (v.is_uint64()) {
+    if (v.get_uint64() > static_cast<std::uint64_t>(hi)) {
+      return bad(param, std::to_string(v.get_uint64()) + " is outside [" + std::to_string(lo) +
+                            ", " + std::to_string(hi) + "]");
+    }
+    x = static_cast<std::int64_t>(v.get_uint64());
+  } else if (v.is_double() && std::isfinite(v.get_double()) &&
+             std::floor(v.get_double()) == v.get_double() && std::fabs(v.get_double()) < 9e18) {
+    x = static_cast<std::int64_t>(v.get_double());
+  } else {
+    return bad(param, "expected an integer, got " + kind_of(v));
+  }
+  if (x < lo || x > hi) {
+    return bad(param, std::to_string(x) + " is outside [" + std::to_string(lo) + ", " +
+                          std::to_string(hi) + "]");
+  }
+  return x;
+}
+
+Result<bool> boolean(const json::value& v, std::string_view param) {
+  if (v.is_bool()) return v.get_bool();
+  return bad(param, "expected a boolean, got " + kind_of(v));
+}
+
+Result<std::string> string(const json::value& v, std::string_view param) {
+  if (v.is_string()) return std::string(v.get_string());
+  return bad(param, "expected a string, got " + kind_of(v));
+}
+
+constexpr std::int64_t kMaxInt = std::numeric_limits<int>::max();
+
+// The `stop` parameter: a string or an array of strings; null is none.
+Result<void> parse_stop(const json::value& v, std::vector<std::string>& stop) {
+  if (v.is_null()) return {};
+  if (v.is_string()) {
+    stop.emplace_back(v.get_string());
+    return {};
+  }
+  if (!v.is_array()) return bad("stop", "expected a string or an array of strings");
+  for (std::size_t i = 0; i < v.get_array().size(); ++i) {
+    auto s = string(v.get_array()[i], "stop[" + std::to_string(i) + "]");
+    if (!s) return s.error();
+    stop.push_back(std::move(*s));
+  }
+  return {};
+}
+
+Result<void> parse_messages(const json::value& v, std::vector<ChatMessage>& messages) {
+  if (!v.is_array() || v.get_array().empty()) {
+    return bad("messages", "expected a non-empty array of {role, content} objects");
+  }
+  const json::array& array = v.get_array();
+  for (std::size_t i = 0; i < array.size(); ++i) {
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    if (!array[i].is_object()) return bad(at, "expected an object, got " + kind_of(array[i]));
+    const json::object& m = array[i].get_object();
+    ChatMessage message;
+    const json::value* role = m.if_contains("role");
+    if (!role) return bad(at + ".role", "is required");
+    auto r = string(*role, at + ".role");
+    if (!r) return r.error();
+    if (*r != "system" && *r != "user" && *r != "assistant" && *r != "developer") {
+      return bad(at + ".role", "\"" + *r + "\" is not one of system, developer, user, assistant");
+    }
+    message.role = std::move(*r);
+    for (const auto& [key, value] : m) {
+      if (key != "role" && key != "content" && key != "name") {
+        return bad(at + "." + std::string(key), "is not supported");
+      }
+    }
+    const json::value* content = m.if_contains("content");
+    if (!content) return bad(at + ".content", "is required");
+    if (content->is_string()) {
+      message.content = std::string(content->get_string());
+    } else if (content->is_array()) {
+      // Content parts: only text parts, concatenated, since the model reads text alone.
+      const json::array& parts = content->get_array();
+      for (std::size_t j = 0; j < parts.size(); ++j) {
+        const std::string pat = at + ".content[" + std::to_string(j) + "]";
+        const json::object* part = parts[j].if_object();
+        const json::value* type = part ? part->if_contains("type") : nullptr;
+        if (!type || !type->is_string() || type->get_string() != "text") {
+          return bad(pat, "only {\"type\":\"text\",\"text\":...} parts are supported");
+        }
+        const json::value* text = part->if_contains("text");
+        if (!text) return bad(pat + ".text", "is required");
+        auto t = string(*text, pat + ".text");
+        if (!t) return t.error();
+        message.content += *t;
+      }
+    } else {
+      return bad(at + ".content",
+                 "expected a string or an array of text parts, got " + kind_of(*content));
+    }
+    messages.push_back(std::move(message));
+  }
+  return {};
+}
+
+Result<void> parse_prompt(const json::value& v, GenerateRequest& request, int vocab_size) {
+  if (v.is_string()) {
+    request.prompt = std::string(v.get_string());
+    if (request.prompt.empty()) return bad("prompt", "is empty");
+    return {};
+  }
+  if (v.is_array()) {
+    const json::array& a = v.get_array();
+    if (a.size() == 1 && a[0].is_string()) return parse_prompt(a[0], request, vocab_size);
+    if (!a.empty() && !a[0].is_string() && !a[0].is_array()) {
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        auto id = integer(a[i], "prompt[" + std::to_string(i) + "]", 0, vocab_size - 1);
+        if (!id) return id.error();
+        request.prompt_ids.push_back(static_cast<std::int32_t>(*id));
+      }
+      return {};
+    }
+    if (a.size() > 1) return bad("prompt", "several prompts in one request are not supported");
+  }
+  return bad("prompt", "expected a non-empty string or an array of token ids");
+}
+
+}  // namespace
+
+Result<ParsedRequest> parse_request(std::string_view body, Api api, const ServedModel& model) {
+  json::error_code ec;
+  json::value v = json::parse(body, ec);
+  if (ec) return Error(ErrorCode::kParse, "the body is not valid JSON: " + ec.message());
+  if (!v.is_object()) return Error(ErrorCode::kParse, "the body is not a JSON object");
+  return parse_request(v.get_object(), api, model);
+}
+
+Result<ParsedRequest> parse_request(const json::object& object, Api api, const ServedModel& model) {
+  ParsedRequest out;
+  GenerateRequest& request = out.generate;
+  sampling::SamplingParams& s = request.sampling;
+  // Chat answers run until the model stops unless bounded; a finite default keeps a request
+  // inside the context, where the engine would reject max_tokens beyond it.
+  s.max_tokens = api == Api::kCompletions ? 16 : 256;
+  bool have_prompt = false;
+  const json::value* stream_options = nullptr;
+  int top_logprobs = -1;
+  bool chat_logprobs = false;
+
+  for (const auto& [key_view, v] : object) {
+    const std::string key(key_view);
+    Result<void> r;
+    auto num = [&](float& field) -> Result<void> {
+      if (v.is_null()) return {};
+      auto x = number(v, key);
+      if (!x) return x.error();
+      field = static_cast<float>(*x);
+      return {};
+    };
+    auto intf = [&](int& field, std::int64_t lo, std::int64_t hi) -> Result<void> {
+      if (v.is_null()) return {};
+      auto x = integer(v, key, lo, hi);
+      if (!x) return x.error();
+      field = static_cast<int>(*x);
+      return {};
+    };
+    if (key == "model") {
+      auto name = string(v, key);
+      if (!name) return name.error();
+      if (*name != model.name) {
+        return Error(
+            ErrorCode::kNotFound,
+            "model: \"" + *name + "\" is not served here; this server has \"" + model.name + "\"");
+      }
+    } else if (key == "prompt" && api != Api::kChat) {
+      r = parse_prompt(v, request, model.vocab_size);
+      have_prompt = true;
+    } else if (key == "messages" && api != Api::kCompletions) {
+      r = parse_messages(v, request.messages);
+      have_prompt = true;
+    } else if (key == "max_tokens" ||
+               (key == "max_completion_tokens" && api != Api::kCompletions)) {
+      r = intf(s.max_tokens, 1, kMaxInt);
+    } else if (key == "temperature") {
+      r = num(s.temperature);
+    } else if (key == "top_p") {
+      r = num(s.top_p);
+    } else if (key == "min_p") {
+      r = num(s.min_p);
+    } else if (key == "top_k") {
+      r = intf(s.top_k, -1, kMaxInt);
+    } else if (key == "repetition_penalty") {
+      r = num(s.repetition_penalty);
+    } else if (key == "presence_penalty") {
+      r = num(s.presence_penalty);
+    } else if (key == "frequency_penalty") {
+      r = num(s.frequency_penalty);
+    } else if (key == "n") {
+      r = intf(s.n, 1, sampling::SamplingParams::kMaxN);
+    } else if (key == "seed") {
+      if (!v.is_null()) {
+        auto x = integer(v, key, 0, std::numeric_limits<std::int64_t>::max());
+        if (!x) return x.error();
+        s.seed = static_cast<std::uint64_t>(*x);
+      }
+    } else if (key == "stop") {
+      r = parse_stop(v, s.stop);
+    } else if (key == "stop_token_ids") {
+      if (!v.is_null()) {
+        if (!v.is_array()) return bad(key, "expected an array of token ids");
+        for (std::size_t i = 0; i < v.get_array().size(); ++i) {
+          auto id = integer(v.get_array()[i], key + "[" + std::to_string(i) + "]", 0,
+                            model.vocab_size - 1);
+          if (!id) return id.error();
+          s.stop_token_ids.push_back(static_cast<std::int32_t>(*id));
+        }
+      }
+    } else if (key == "ignore_eos") {
+      auto b = boolean(v, key);
+      if (!b) return b.error();
+      s.ignore_eos = *b;
+    } else if (key == "logit_bias") {
+      if (!v.is_null()) {
+        if (!v.is_object()) return bad(key, "expected an object of token id to bias");
+        for (const auto& [id_text, bias] : v.get_object()) {
+          const std::string at = key + "[\"" + std::string(id_text) + "\"]";
+          std::int64_t id = -1;
+          try {
+            std::size_t used = 0;
+            id = std::stoll(std::string(id_text), &used);
+            if (used != id_text.size()) id = -1;
+          } catch (const std::exception&) {
+            id = -1;
+          }
+          if (id < 0 || id >= model.vocab_size) {
+            return bad(
+                at, "the key must be a token id in [0, " + std::to_string(model.vocab_size) + ")");
+          }
+          auto b = number(bias, at);
+          if (!b) return b.error();
+          s.logit_bias.emplace_back(static_cast<std::int32_t>(id), static_cast<float>(*b));
+        }
+      }
+    } else if (key == "logprobs" && api == Api::kCompletions) {
+      // Completions: an integer, the number of top alternatives per token.
+      if (!v.is_null()) {
+        auto x = integer(v, key, 0, sampling::SamplingParams::kMaxLogprobs);
+        if (!x) return x.error();
+        s.logprobs = static_cast<int>(*x);
+        out.logprobs = true;
+      }
+    } else if (key == "logprobs") {
+      if (!v.is_null()) {
+        auto b = boolean(v, key);
+        if (!b) return b.error();
+        chat_logprobs = *b;
+      }
+    } else if (key == "top_logprobs" && api != Api::kCompletions) {
+      if (!v.is_null()) {
+        auto x = integer(v, key, 0, sampling::SamplingParams::kMaxLogprobs);
+        if (!x) return x.error();
+        top_logprobs = static_cast<int>(*x);
+      }
+    } else if (key == "stream" && api != Api::kWebSocket) {
+      if (!v.is_null()) {
+        auto b = boolean(v, key);
+        if (!b) return b.error();
+        out.stream = *b;
+      }
+    } else if (key == "stream_options" && api != Api::kWebSocket) {
+      if (!v.is_null()) stream_options = &v;
+    } else if (key == "user" && api != Api::kWebSocket) {
+      // An end-user id for abuse monitoring upstream; nothing here acts on it.
+      auto u = string(v, key);
+      if (!u) return u.error();
+    } else if ((key == "type" || key == "id") && api == Api::kWebSocket) {
+      // The frame's envelope, read by the WebSocket session.
+    } else {
+      return bad(key, "unknown or unsupported parameter");
+    }
+    if (!r) return r.error();
+  }
+
+  if (!have_prompt) {
+    return bad(api == Api::kChat          ? "messages"
+               : api == Api::kCompletions ? "prompt"
+                                          : "prompt",
+               api == Api::kWebSocket ? "one of prompt or messages is required" : "is required");
+  }
+  if (api == Api::kWebSocket && !request.messages.empty() &&
+      (!request.prompt.empty() || !request.prompt_ids.empty())) {
+    return bad("messages", "give prompt or messages, not both");
+  }
+  if (api != Api::kCompletions) {
+    if (top_logprobs >= 0 && !chat_logprobs) {
+      return bad("top_logprobs", "requires logprobs to be true");
+    }
+    out.logprobs = chat_logprobs;
+    if (chat_logprobs) s.logprobs = std::max(top_logprobs, 0);
+  }
+  if (stream_options) {
+    if (!out.stream) return bad("stream_options", "is only allowed when stream is true");
+    if (!stream_options->is_object()) return bad("stream_options", "expected an object");
+    for (const auto& [k, value] : stream_options->get_object()) {
+      if (k != "include_usage") {
+        return bad("stream_options." + std::string(k), "unknown or unsupported parameter");
+      }
+      auto b = boolean(value, "stream_options.include_usage");
+      if (!b) return b.error();
+      out.include_usage = *b;
+    }
+  }
+  if (auto valid = sampling::validate(s, model.vocab_size); !valid) {
+    // validate() names SamplingParams' fields; chat calls the logprobs count top_logprobs.
+    std::string message = valid.error().what();
+    if (api != Api::kCompletions && message.starts_with("logprobs:")) {
+      message = "top_logprobs" + message.substr(8);
+    }
+    return Error(ErrorCode::kInvalidArgument, message);
+  }
+  return out;
+}
+
+std::string error_param(const Error& error) {
+  const std::string_view message = error.what();
+  const std::size_t colon = message.find(": ");
+  if (colon == std::string_view::npos || colon == 0) return {};
+  const std::string_view head = message.substr(0, colon);
+  for (char c : head) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '[' ||
+          c == ']' || c == '"' || c == '-')) {
+      return {};
+    }
+  }
+  return std::string(head);
+}
+
+std::string error_json(std::string_view message, std::string_view type, std::string_view param,
+                       std::string_view code) {
+  json::object error;
+  error["message"] = message;
+  error["type"] = type;
+  error["param"] = param.empty() ? json::value(nullptr) : json::value(param);
+  error["code"] = code.empty() ? json::value(nullptr) : json::value(code);
+  return json::serialize(json::object{{"error", std::move(error)}});
+}
+
+std::string_view finish_reason_name(FinishReason reason) {
+  return to_string(reason);
+}
+
+json::value usage_json(const Usage& usage) {
+  return json::object{{"prompt_tokens", usage.prompt_tokens},
+                      {"completion_tokens", usage.completion_tokens},
+                      {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+}
+
+json::value completion_logprobs_json(const std::vector<TokenLogprobs>& logprobs,
+                                     const ServedModel& model, std::size_t offset) {
+  json::array tokens, token_logprobs, top_logprobs, text_offset;
+  for (const TokenLogprobs& t : logprobs) {
+    std::string text = model.token_text(t.id);
+    text_offset.emplace_back(offset);
+    offset += text.size();
+    tokens.emplace_back(std::move(text));
+    token_logprobs.emplace_back(t.logprob);
+    json::object top;
+    for (const auto& alt : t.top)
+      top[model.token_text(alt.id)] = alt.logprob;
+    top_logprobs.emplace_back(std::move(top));
+  }
+  return json::object{{"tokens", std::move(tokens)},
+                      {"token_logprobs", std::move(token_logprobs)},
+                      {"top_logprobs", std::move(top_logprobs)},
+                      {"text_offset", std::move(text_offset)}};
+}
+
+namespace {
+json::array bytes_of(const std::string& text) {
+  json::array bytes;
+  for (unsigned char c : text)
+    bytes.emplace_back(static_cast<int>(c));
+  return bytes;
+}
+}  // namespace
+
+json::value chat_logprobs_json(const std::vector<TokenLogprobs>& logprobs,
+                               const ServedModel& model) {
+  json::array content;
+  for (const TokenLogprobs& t : logprobs) {
+    const std::string text = model.token_text(t.id);
+    json::array top;
+    for (const auto& alt : t.top) {
+      const std::string alt_text = model.token_text(alt.id);
+      top.push_back(json::object{
+          {"token", alt_text}, {"logprob", alt.logprob}, {"bytes", bytes_of(alt_text)}});
+    }
+    content.push_back(json::object{{"token", text},
+                                   {"logprob", t.logprob},
+                                   {"bytes", bytes_of(text)},
+                                   {"top_logprobs", std::move(top)}});
+  }
+  return json::object{{"content", std::move(content)}};
+}
+
+CompletionBuilder::CompletionBuilder(Api api, const ServedModel& model, std::string id,
+                                     std::int64_t created, int samples, bool logprobs)
+    : api_(api),
+      model_(model),
+      id_(std::move(id)),
+      created_(created),
+      logprobs_(logprobs),
+      choices_(static_cast<std::size_t>(samples)) {}
+
+void CompletionBuilder::add(const Event& event) {
+  if (event.index < 0 || event.index >= static_cast<int>(choices_.size())) return;
+  Choice& choice = choices_[static_cast<std::size_t>(event.index)];
+  if (event.kind == Event::Kind::kDelta) {
+    choice.text += event.text;
+    choice.logprobs.insert(choice.logprobs.end(), event.logprobs.begin(), event.logprobs.end());
+    return;
+  }
+  choice.finish_reason = event.finish_reason;
+  // Samples share the prompt: it counts once; their outputs add up, as in OpenAI's usage.
+  usage_.prompt_tokens = event.usage.prompt_tokens;
+  usage_.completion_tokens += event.usage.completion_tokens;
+}
+
+std::string CompletionBuilder::json() const {
+  json::array choices;
+  for (std::size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& c = choices_[i];
+    json::value logprobs = nullptr;
+    json::object choice{{"index", i}};
+    if (api_ == Api::kChat) {
+      if (logprobs_) logprobs = chat_logprobs_json(c.logprobs, model_);
+      choice["message"] = json::object{{"role", "assistant"}, {"content", c.text}};
+    } else {
+      if (logprobs_) logprobs = completion_logprobs_json(c.logprobs, model_, 0);
+      choice["text"] = c.text;
+    }
+    choice["logprobs"] = std::move(logprobs);
+    choice["finish_reason"] = finish_reason_name(c.finish_reason);
+    choices.push_back(std::move(choice));
+  }
+  json::object out{{"id", id_},
+                   {"object", api_ == Api::kChat ? "chat.completion" : "text_completion"},
+                   {"created", created_},
+                   {"model", model_.name},
+                   {"choices", std::move(choices)},
+                   {"usage", usage_json(usage_)}};
+  return json::serialize(out);
+}
+
+ChunkWriter::ChunkWriter(Api api, const ServedModel& model, std::string id, std::int64_t created,
+                         bool include_usage, bool logprobs)
+    : api_(api),
+      model_(model),
+      id_(std::move(id)),
+      created_(created),
+      include_usage_(include_usage),
+      logprobs_(logprobs) {}
+
+std::string ChunkWriter::chunk(const json::value& choice, bool with_usage) const {
+  json::object out{{"id", id_},
+                   {"object", api_ == Api::kChat ? "chat.completion.chunk" : "text_completion"},
+                   {"created", created_},
+                   {"model", model_.name},
+                   {"choices", choice.is_null() ? json::array{} : json::array{choice}}};
+  // OpenAI sends "usage": null on every chunk when usage was asked for, and the totals last.
+  if (include_usage_) out["usage"] = with_usage ? usage_json(usage_) : json::value(nullptr);
+  return "data: " + json::serialize(out) + "\n\n";
+}
+
+std::string ChunkWriter::on_event(const Event& event) {
+  const auto index = static_cast<std::size_t>(std::max(event.index, 0));
+  if (role_sent_.size() <= index) role_sent_.resize(index + 1, false);
+  std::string lines;
+  if (api_ == Api::kChat && !role_sent_[index]) {
+    role_sent_[index] = true;
+    lines += chunk(json::object{{"index", index},
+                                {"delta", json::object{{"role", "assistant"}, {"content", ""}}},
+                                {"logprobs", nullptr},
+                                {"finish_reason", nullptr}},
+                   false);
+  }
+  if (event.kind == Event::Kind::kDelta) {
+    if (event.text.empty() && event.logprobs.empty()) return lines;
+    json::value logprobs = nullptr;
+    if (logprobs_) {
+      logprobs = api_ == Api::kChat ? chat_logprobs_json(event.logprobs, model_)
+                                    : completion_logprobs_json(event.logprobs, model_, 0);
+    }
+    json::object choice{{"index", index}};
+    if (api_ == Api::kChat) {
+      choice["delta"] = json::object{{"content", event.text}};
+    } else {
+      choice["text"] = event.text;
+    }
+    choice["logprobs"] = std::move(logprobs);
+    choice["finish_reason"] = nullptr;
+    return lines + chunk(choice, false);
+  }
+  usage_.prompt_tokens = event.usage.prompt_tokens;
+  usage_.completion_tokens += event.usage.completion_tokens;
+  json::object choice{{"index", index}};
+  if (api_ == Api::kChat) {
+    choice["delta"] = json::object{};
+  } else {
+    choice["text"] = "";
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish_reason_name(event.finish_reason);
+  return lines + chunk(choice, false);
+}
+
+std::string ChunkWriter::finish() const {
+  std::string lines;
+  if (include_usage_) lines += chunk(json::value(nullptr), true);
+  return lines + "data: [DONE]\n\n";
+}
+
+}  // namespace weft::gateway

@@ -1,0 +1,412 @@
+#include "actors/gateway_server.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <boost/json.hpp>
+#include <chrono>
+#include <sstream>
+
+#include "actors/gateway_websocket.hpp"
+
+namespace weft::gateway {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using Request = http::request<http::string_body>;
+constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+
+std::int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+struct Reply {
+  http::status status = http::status::ok;
+  std::string body;
+  std::string content_type = "application/json";
+  std::string allow;  // for 405
+};
+
+Reply error_reply(http::status status, std::string_view message, std::string_view type,
+                  std::string_view param = {}, std::string_view code = {}) {
+  return Reply{status, error_json(message, type, param, code) + "\n"};
+}
+
+// An engine or parse error as OpenAI's error JSON with the status that fits it.
+Reply reply_for(const Error& error) {
+  switch (error.code()) {
+    case ErrorCode::kInvalidArgument:
+    case ErrorCode::kParse:
+    case ErrorCode::kOutOfRange:
+    case ErrorCode::kUnsupported:
+      return error_reply(http::status::bad_request, error.what(), "invalid_request_error",
+                         error_param(error), "invalid_parameter");
+    case ErrorCode::kNotFound:
+      return error_reply(http::status::not_found, error.what(), "invalid_request_error",
+                         error_param(error), "model_not_found");
+    case ErrorCode::kResourceExhausted:
+    case ErrorCode::kShutdown:
+      return error_reply(http::status::service_unavailable, error.what(), "server_error", {},
+                         "overloaded");
+    default:
+      return error_reply(http::status::internal_server_error, error.what(), "server_error");
+  }
+}
+
+Error as_error(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& error) {
+    return error;
+  } catch (const std::exception& ex) {
+    return Error(ErrorCode::kInternal, ex.what());
+  }
+}
+
+// By reference: GCC 12 destroyed a by-value aggregate parameter of this coroutine twice
+// (free(): invalid pointer) when callers passed a temporary.
+asio::awaitable<bool> write_reply(beast::tcp_stream& stream, const Request& req, const Reply& reply,
+                                  bool keep_alive) {
+  http::response<http::string_body> res{reply.status, req.version()};
+  res.set(http::field::server, "weft");
+  res.set(http::field::content_type, reply.content_type);
+  if (!reply.allow.empty()) res.set(http::field::allow, reply.allow);
+  res.keep_alive(keep_alive);
+  res.body() = reply.body;
+  res.prepare_payload();
+  auto [ec, n] = co_await http::async_write(stream, res, kTuple);
+  co_return !ec && keep_alive;
+}
+
+std::string prometheus_text(const EngineMetrics& m) {
+  std::ostringstream out;
+  auto gauge = [&](const char* name, const char* help, double value) {
+    out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << " gauge\n"
+        << name << ' ' << value << '\n';
+  };
+  auto counter = [&](const char* name, const char* help, double value) {
+    out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << " counter\n"
+        << name << ' ' << value << '\n';
+  };
+  gauge("weft_requests_running", "Sequences in the running batch.", m.running);
+  gauge("weft_requests_waiting", "Requests queued for admission.", m.waiting);
+  gauge("weft_kv_pages_total", "KV cache pages in the pool.", m.kv_pages_total);
+  gauge("weft_kv_pages_used", "KV cache pages in use.", m.kv_pages_used);
+  gauge("weft_kv_pages_peak", "Most KV cache pages in use at once.", m.kv_pages_peak);
+  counter("weft_steps_total", "Engine steps run.", static_cast<double>(m.steps));
+  counter("weft_preemptions_total", "Sequences preempted.", static_cast<double>(m.preemptions));
+  counter("weft_prompt_tokens_total", "Prompt tokens processed.",
+          static_cast<double>(m.prompt_tokens));
+  counter("weft_generation_tokens_total", "Tokens generated.",
+          static_cast<double>(m.generated_tokens));
+  out << "# HELP weft_requests_finished_total Requests finished, by finish reason.\n"
+      << "# TYPE weft_requests_finished_total counter\n";
+  const std::pair<const char*, std::uint64_t> outcomes[] = {{"stop", m.finished_stop},
+                                                            {"length", m.finished_length},
+                                                            {"cancelled", m.finished_cancelled},
+                                                            {"shutdown", m.finished_shutdown},
+                                                            {"error", m.finished_error}};
+  for (const auto& [reason, count] : outcomes) {
+    out << "weft_requests_finished_total{finish_reason=\"" << reason << "\"} " << count << '\n';
+  }
+  return out.str();
+}
+
+std::string models_json(const ServedModel& model) {
+  namespace json = boost::json;
+  json::object entry{{"id", model.name},
+                     {"object", "model"},
+                     {"created", unix_seconds()},
+                     {"owned_by", "weft"},
+                     {"max_model_len", model.context_length}};
+  return json::serialize(json::object{{"object", "list"}, {"data", json::array{entry}}}) + "\n";
+}
+
+bool is_json_content_type(std::string_view type) {
+  const std::string_view media = type.substr(0, type.find(';'));
+  std::string lower;
+  for (char c : media) {
+    if (c != ' ' && c != '\t')
+      lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return lower == "application/json";
+}
+
+// Streams a request's events as server-sent events. A failed write means the client left:
+// its request is cancelled at once so that its KV pages go back to the pool.
+asio::awaitable<bool> stream_events(beast::tcp_stream& stream, const Request& req,
+                                    GatewayState& state, std::shared_ptr<RequestStream> events,
+                                    ChunkWriter& writer, int samples, bool keep_alive) {
+  http::response<http::empty_body> res{http::status::ok, req.version()};
+  res.set(http::field::server, "weft");
+  res.set(http::field::content_type, "text/event-stream");
+  res.set(http::field::cache_control, "no-cache");
+  res.keep_alive(keep_alive);
+  res.chunked(true);
+  http::response_serializer<http::empty_body> serializer{res};
+  auto [hec, hn] = co_await http::async_write_header(stream, serializer, kTuple);
+  if (hec) {
+    state.engine.cancel(events->id());
+    co_return false;
+  }
+  for (int finals = 0; finals < samples;) {
+    auto [e, event] = co_await events->next(kTuple);
+    std::string lines;
+    if (e) {
+      lines = "data: " + error_json(as_error(e).what(), "server_error", {}, {}) + "\n\n";
+      finals = samples;
+    } else {
+      if (event.kind == Event::Kind::kFinal) ++finals;
+      if (event.kind == Event::Kind::kFinal && event.finish_reason == FinishReason::kError) {
+        lines = "data: " + error_json(event.error, "server_error", {}, {}) + "\n\n";
+      } else {
+        lines = writer.on_event(event);
+      }
+    }
+    if (finals == samples) lines += writer.finish();
+    if (lines.empty()) continue;
+    auto [wec, wn] =
+        co_await asio::async_write(stream, http::make_chunk(asio::buffer(lines)), kTuple);
+    if (wec) {
+      state.engine.cancel(events->id());
+      co_return false;
+    }
+  }
+  auto [lec, ln] = co_await asio::async_write(stream, http::make_chunk_last(), kTuple);
+  co_return !lec && keep_alive;
+}
+
+asio::awaitable<bool> serve_generation(beast::tcp_stream& stream, const Request& req,
+                                       GatewayState& state, Api api, bool keep_alive) {
+  auto parsed = parse_request(req.body(), api, state.model);
+  if (!parsed) {
+    Reply reply = reply_for(parsed.error());
+    co_return co_await write_reply(stream, req, reply, keep_alive);
+  }
+  const int samples = parsed->generate.sampling.n;
+  const bool streaming = parsed->stream;
+  const bool include_usage = parsed->include_usage;
+  const bool logprobs = parsed->logprobs;
+  auto [e, events] = co_await state.engine.submit(std::move(parsed->generate), kTuple);
+  if (e) {
+    Reply reply = reply_for(as_error(e));
+    co_return co_await write_reply(stream, req, reply, keep_alive);
+  }
+  const std::string id = (api == Api::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(events->id());
+  const std::int64_t created = unix_seconds();
+  if (streaming) {
+    ChunkWriter writer(api, state.model, id, created, include_usage, logprobs);
+    co_return co_await stream_events(stream, req, state, events, writer, samples, keep_alive);
+  }
+  CompletionBuilder builder(api, state.model, id, created, samples, logprobs);
+  for (int finals = 0; finals < samples;) {
+    auto [ne, event] = co_await events->next(kTuple);
+    if (ne) {
+      Reply reply = reply_for(as_error(ne));
+      co_return co_await write_reply(stream, req, reply, keep_alive);
+    }
+    if (event.kind == Event::Kind::kFinal) {
+      ++finals;
+      if (event.finish_reason == FinishReason::kError) {
+        state.engine.cancel(events->id());
+        {
+          Reply reply =
+              error_reply(http::status::internal_server_error, event.error, "server_error");
+          co_return co_await write_reply(stream, req, reply, keep_alive);
+        }
+      }
+    }
+    builder.add(event);
+  }
+  {
+    Reply reply = Reply{http::status::ok, builder.json() + "\n"};
+    co_return co_await write_reply(stream, req, reply, keep_alive);
+  }
+}
+
+// One request: routes it and writes the answer; false when the connection should close.
+asio::awaitable<bool> serve(beast::tcp_stream& stream, const Request& req, GatewayState& state) {
+  const bool keep_alive = req.keep_alive();
+  const std::string_view target(req.target().data(), req.target().size());
+  const std::string_view path = target.substr(0, target.find('?'));
+  const bool get = req.method() == http::verb::get;
+  const bool post = req.method() == http::verb::post;
+  auto method_not_allowed = [&](const char* allow) {
+    Reply r = error_reply(http::status::method_not_allowed,
+                          std::string(req.method_string()) + " is not allowed on " +
+                              std::string(path) + "; use " + allow,
+                          "invalid_request_error", {}, "method_not_allowed");
+    r.allow = allow;
+    return r;
+  };
+  if (path == "/health") {
+    if (!get) {
+      Reply reply = method_not_allowed("GET");
+      co_return co_await write_reply(stream, req, reply, keep_alive);
+    }
+    {
+      Reply reply = Reply{http::status::ok, "{\"status\":\"ok\"}\n"};
+      co_return co_await write_reply(stream, req, reply, keep_alive);
+    }
+  }
+  if (path == "/v1/models") {
+    if (!get) {
+      Reply reply = method_not_allowed("GET");
+      co_return co_await write_reply(stream, req, reply, keep_alive);
+    }
+    {
+      Reply reply = Reply{http::status::ok, models_json(state.model)};
+      co_return co_await write_reply(stream, req, reply, keep_alive);
+    }
+  }
+  if (path == "/metrics") {
+    if (!get) {
+      Reply reply = method_not_allowed("GET");
+      co_return co_await write_reply(stream, req, reply, keep_alive);
+    }
+    auto [e, metrics] = co_await state.engine.metrics(kTuple);
+    if (e) {
+      Reply reply = reply_for(as_error(e));
+      co_return co_await write_reply(stream, req, reply, keep_alive);
+    }
+    {
+      Reply reply = Reply{http::status::ok, prometheus_text(metrics), "text/plain; version=0.0.4"};
+      co_return co_await write_reply(stream, req, reply, keep_alive);
+    }
+  }
+  if (path == "/v1/completions" || path == "/v1/chat/completions") {
+    if (!post) {
+      Reply reply = method_not_allowed("POST");
+      co_return co_await write_reply(stream, req, reply, keep_alive);
+    }
+    if (!is_json_content_type(req[http::field::content_type])) {
+      {
+        Reply reply = error_reply(http::status::unsupported_media_type,
+                                  "the body must be JSON with Content-Type: application/json",
+                                  "invalid_request_error", {}, "unsupported_media_type");
+        co_return co_await write_reply(stream, req, reply, keep_alive);
+      }
+    }
+    co_return co_await serve_generation(
+        stream, req, state, path == "/v1/completions" ? Api::kCompletions : Api::kChat, keep_alive);
+  }
+  {
+    Reply reply = error_reply(http::status::not_found, "no route for " + std::string(path),
+                              "invalid_request_error", {}, "not_found");
+    co_return co_await write_reply(stream, req, reply, keep_alive);
+  }
+}
+
+asio::awaitable<void> run_session(std::shared_ptr<GatewayState> state, tcp::socket socket) {
+  beast::tcp_stream stream(std::move(socket));
+  beast::flat_buffer buffer;
+  for (;;) {
+    http::request_parser<http::string_body> parser;
+    parser.body_limit(state->config.body_limit_bytes);
+    stream.expires_after(std::chrono::seconds(state->config.idle_timeout_s));
+    auto [ec, n] = co_await http::async_read(stream, buffer, parser, kTuple);
+    if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
+        ec == asio::error::connection_reset || ec == asio::error::eof) {
+      break;
+    }
+    if (ec) {
+      // The request could not be read whole: answer once and close, since the stream's
+      // framing can no longer be trusted.
+      Request bad_req;
+      bad_req.version(11);
+      const bool too_large = ec == http::error::body_limit;
+      Reply reply =
+          too_large
+              ? error_reply(http::status::payload_too_large,
+                            "the body is larger than the limit of " +
+                                std::to_string(state->config.body_limit_bytes) + " bytes",
+                            "invalid_request_error", {}, "body_too_large")
+              : error_reply(http::status::bad_request, "malformed HTTP request: " + ec.message(),
+                            "invalid_request_error", {}, "malformed_request");
+      stream.expires_after(std::chrono::seconds(5));
+      co_await write_reply(stream, bad_req, reply, false);
+      break;
+    }
+    Request req = parser.release();
+    stream.expires_never();  // a generation may take longer than the idle limit
+    if (beast::websocket::is_upgrade(req)) {
+      const std::string_view target(req.target().data(), req.target().size());
+      if (target.substr(0, target.find('?')) == "/ws") {
+        co_await run_websocket_session(state, std::move(stream), std::move(req));
+        co_return;
+      }
+      {
+        Reply reply =
+            error_reply(http::status::not_found, "WebSocket connections are served on /ws",
+                        "invalid_request_error", {}, "not_found");
+        co_await write_reply(stream, req, reply, false);
+      }
+      break;
+    }
+    if (!co_await serve(stream, req, *state)) break;
+  }
+  beast::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+}
+
+asio::awaitable<void> accept_loop(std::shared_ptr<GatewayState> state, tcp::acceptor& acceptor) {
+  for (;;) {
+    auto [ec, socket] = co_await acceptor.async_accept(kTuple);
+    if (ec == asio::error::operation_aborted || state->stopping) co_return;
+    if (ec) continue;  // e.g. too many open files: keep serving the connections already held
+    socket.set_option(tcp::no_delay(true));
+    asio::co_spawn(acceptor.get_executor(), run_session(state, std::move(socket)), asio::detached);
+  }
+}
+
+}  // namespace
+
+GatewayServer::GatewayServer(const asio::any_io_executor& executor, Engine& engine,
+                             ServedModel model, GatewayConfig config)
+    : executor_(executor),
+      state_(std::make_shared<GatewayState>(
+          GatewayState{engine, std::move(model), std::move(config)})) {}
+
+GatewayServer::~GatewayServer() = default;
+
+Result<tcp::endpoint> GatewayServer::listen() {
+  beast::error_code ec;
+  const auto address = asio::ip::make_address(state_->config.host, ec);
+  if (ec) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "host: \"" + state_->config.host + "\" is not an IP address");
+  }
+  const tcp::endpoint wanted(address, state_->config.port);
+  acceptor_ = std::make_unique<tcp::acceptor>(executor_);
+  if (acceptor_->open(wanted.protocol(), ec); !ec) {
+    acceptor_->set_option(asio::socket_base::reuse_address(true), ec);
+    acceptor_->bind(wanted, ec);
+  }
+  if (!ec) acceptor_->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return Error(ErrorCode::kIo, "cannot listen on " + state_->config.host + ":" +
+                                     std::to_string(state_->config.port) + ": " + ec.message());
+  }
+  const tcp::endpoint bound = acceptor_->local_endpoint(ec);
+  asio::co_spawn(executor_, accept_loop(state_, *acceptor_), asio::detached);
+  return bound;
+}
+
+void GatewayServer::stop() {
+  state_->stopping = true;
+  if (acceptor_) {
+    beast::error_code ignored;
+    acceptor_->close(ignored);
+  }
+}
+
+}  // namespace weft::gateway

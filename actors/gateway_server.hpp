@@ -1,0 +1,52 @@
+#pragma once
+// The gateway: one TCP port serving OpenAI's HTTP API (docs/http-api.md) and Weft's WebSocket
+// protocol on /ws (docs/websocket.md) in front of an Engine. One coroutine per connection on
+// the executor given; HTTP/1.1 keep-alive; a WebSocket upgrade hands the connection to a
+// WebSocket session. Beast stays inside the .cpp files.
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "actors/gateway_openai.hpp"
+#include "weft/engine.hpp"
+#include "weft/error.hpp"
+
+namespace weft::gateway {
+
+struct GatewayConfig {
+  std::string host = "127.0.0.1";
+  unsigned short port = 8000;              // 0: a free port, reported by listen()
+  std::size_t body_limit_bytes = 1 << 20;  // request bodies and WebSocket messages
+  int idle_timeout_s = 60;                 // an HTTP connection waiting for a request
+  int max_protocol_violations = 8;         // WebSocket frames in error before closing
+};
+
+// What the sessions share: the engine, the model and the limits. Lives as long as the server.
+struct GatewayState {
+  Engine& engine;
+  ServedModel model;
+  GatewayConfig config;
+  bool stopping = false;
+};
+
+class GatewayServer {
+ public:
+  GatewayServer(const boost::asio::any_io_executor& executor, Engine& engine, ServedModel model,
+                GatewayConfig config);
+  ~GatewayServer();
+
+  // Binds and starts accepting; the endpoint bound (with the real port when 0 was asked).
+  Result<boost::asio::ip::tcp::endpoint> listen();
+  // Stops accepting; live sessions end as their streams end.
+  void stop();
+
+ private:
+  boost::asio::any_io_executor executor_;
+  std::shared_ptr<GatewayState> state_;
+  std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
+};
+
+}  // namespace weft::gateway

@@ -1,0 +1,226 @@
+#include "actors/gateway_websocket.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/websocket.hpp>
+#include <boost/json.hpp>
+#include <deque>
+#include <map>
+#include <optional>
+
+namespace weft::gateway {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace websocket = beast::websocket;
+namespace json = boost::json;
+constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+
+json::object usage_object(const Usage& usage) {
+  return usage_json(usage).as_object();
+}
+
+// One connection. The reader parses frames and starts a pump per generate request; pumps and
+// the reader queue frames in `outbox_`, which the one writer drains, since a WebSocket stream
+// allows a single write in flight. Everything runs on the one executor of the connection.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(std::shared_ptr<GatewayState> state, beast::tcp_stream stream)
+      : state_(std::move(state)),
+        ws_(std::move(stream)),
+        wake_writer_(ws_.get_executor(), asio::steady_timer::time_point::max()) {}
+
+  asio::awaitable<void> run(beast::http::request<beast::http::string_body> request) {
+    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+    ws_.read_message_max(state_->config.body_limit_bytes);
+    ws_.set_option(websocket::stream_base::decorator(
+        [](websocket::response_type& res) { res.set(beast::http::field::server, "weft"); }));
+    auto [aec] = co_await ws_.async_accept(request, kTuple);
+    if (aec) co_return;
+    asio::co_spawn(ws_.get_executor(), writer(shared_from_this()), asio::detached);
+    beast::flat_buffer buffer;
+    for (;;) {
+      auto [ec, n] = co_await ws_.async_read(buffer, kTuple);
+      if (ec) break;  // closed, or a frame over the limit (Beast closes with 1009)
+      if (!ws_.got_text()) {
+        violation(json::value(nullptr), "binary_frame",
+                  "binary frames are not accepted; send JSON text frames");
+      } else {
+        on_frame(beast::buffers_to_string(buffer.data()));
+      }
+      buffer.consume(buffer.size());
+    }
+    closed_ = true;
+    for (auto& [key, live] : live_) {
+      if (live.request_id) state_->engine.cancel(*live.request_id);
+      live.cancel_requested = true;
+    }
+    wake_writer_.cancel();
+  }
+
+ private:
+  struct Live {
+    std::optional<std::uint64_t> request_id;  // none while the engine has not answered submit
+    bool cancel_requested = false;
+  };
+
+  void send(json::object frame) {
+    if (closed_) return;
+    outbox_.push_back(json::serialize(frame));
+    wake_writer_.cancel();
+  }
+
+  void send_error(const json::value& id, std::string_view code, std::string_view message) {
+    send(json::object{{"type", "error"}, {"id", id}, {"code", code}, {"message", message}});
+  }
+
+  // A frame the protocol does not allow: an error frame, and after too many, a close.
+  void violation(const json::value& id, std::string_view code, std::string_view message) {
+    send_error(id, code, message);
+    if (++violations_ >= state_->config.max_protocol_violations && !close_reason_) {
+      close_reason_ = websocket::close_reason(websocket::close_code::policy_error,
+                                              "too many protocol violations");
+      wake_writer_.cancel();
+    }
+  }
+
+  void on_frame(const std::string& text) {
+    json::error_code ec;
+    json::value frame = json::parse(text, ec);
+    if (ec) return violation(nullptr, "invalid_json", "the frame is not JSON: " + ec.message());
+    if (!frame.is_object())
+      return violation(nullptr, "invalid_frame", "the frame is not a JSON object");
+    const json::object& object = frame.get_object();
+    const json::value* id = object.if_contains("id");
+    const json::value* type = object.if_contains("type");
+    const json::value id_or_null = id ? *id : json::value(nullptr);
+    if (!type || !type->is_string()) {
+      return violation(id_or_null, "invalid_frame", "type: a string is required");
+    }
+    if (!id || !(id->is_string() || id->is_int64() || id->is_uint64())) {
+      return violation(id_or_null, "invalid_frame", "id: a string or an integer is required");
+    }
+    const std::string key = json::serialize(*id);
+    if (type->get_string() == "cancel") {
+      auto it = live_.find(key);
+      if (it == live_.end())
+        return send_error(*id, "unknown_id", "id: no live request has this id");
+      it->second.cancel_requested = true;
+      if (it->second.request_id) state_->engine.cancel(*it->second.request_id);
+      return;
+    }
+    if (type->get_string() != "generate") {
+      return violation(
+          *id, "invalid_frame",
+          "type: \"" + std::string(type->get_string()) + "\" is not one of generate, cancel");
+    }
+    if (live_.contains(key)) {
+      return violation(*id, "duplicate_id", "id: a request with this id is still live");
+    }
+    auto parsed = parse_request(object, Api::kWebSocket, state_->model);
+    if (!parsed) return send_error(*id, "invalid_parameter", parsed.error().what());
+    live_.emplace(key, Live{});
+    asio::co_spawn(
+        ws_.get_executor(),
+        pump(shared_from_this(), key, *id, std::move(parsed->generate), parsed->logprobs),
+        asio::detached);
+  }
+
+  // Streams one request's events to the client as token and done frames.
+  static asio::awaitable<void> pump(std::shared_ptr<Connection> self, std::string key,
+                                    json::value id, GenerateRequest request, bool logprobs) {
+    const int samples = request.sampling.n;
+    auto [e, events] = co_await self->state_->engine.submit(std::move(request), kTuple);
+    if (e) {
+      std::string message = "the engine refused the request";
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        message = ex.what();
+      }
+      self->live_.erase(key);
+      self->send_error(id, "invalid_request", message);
+      co_return;
+    }
+    Live& live = self->live_.at(key);
+    live.request_id = events->id();
+    if (live.cancel_requested) self->state_->engine.cancel(events->id());
+    for (int finals = 0; finals < samples;) {
+      auto [ne, event] = co_await events->next(kTuple);
+      if (ne) {
+        self->send_error(id, "engine_error", "the request's stream failed");
+        break;
+      }
+      json::object frame;
+      if (event.kind == Event::Kind::kDelta) {
+        if (event.text.empty() && event.token_ids.empty()) continue;
+        json::array ids;
+        for (auto t : event.token_ids)
+          ids.emplace_back(t);
+        frame = {{"type", "token"}, {"id", id}, {"text", event.text}, {"token_ids", ids}};
+        if (logprobs) frame["logprobs"] = chat_logprobs_json(event.logprobs, self->state_->model);
+      } else {
+        ++finals;
+        if (event.finish_reason == FinishReason::kError) {
+          frame = {
+              {"type", "error"}, {"id", id}, {"code", "engine_error"}, {"message", event.error}};
+        } else {
+          frame = {{"type", "done"},
+                   {"id", id},
+                   {"finish_reason", finish_reason_name(event.finish_reason)},
+                   {"usage", usage_object(event.usage)}};
+        }
+      }
+      if (samples > 1) frame["index"] = event.index;
+      self->send(std::move(frame));
+    }
+    self->live_.erase(key);
+  }
+
+  static asio::awaitable<void> writer(std::shared_ptr<Connection> self) {
+    for (;;) {
+      while (self->outbox_.empty() && !self->closed_ && !self->close_reason_) {
+        self->wake_writer_.expires_at(asio::steady_timer::time_point::max());
+        co_await self->wake_writer_.async_wait(kTuple);
+      }
+      if (!self->outbox_.empty()) {
+        const std::string frame = std::move(self->outbox_.front());
+        self->outbox_.pop_front();
+        self->ws_.text(true);
+        auto [ec, n] = co_await self->ws_.async_write(asio::buffer(frame), kTuple);
+        if (ec) break;
+        continue;
+      }
+      if (self->close_reason_ && !self->closed_) {
+        co_await self->ws_.async_close(*self->close_reason_, kTuple);
+      }
+      break;
+    }
+    self->closed_ = true;
+  }
+
+  std::shared_ptr<GatewayState> state_;
+  websocket::stream<beast::tcp_stream> ws_;
+  asio::steady_timer wake_writer_;
+  std::deque<std::string> outbox_;
+  std::map<std::string, Live> live_;  // by the client's id, serialized as JSON
+  std::optional<websocket::close_reason> close_reason_;
+  int violations_ = 0;
+  bool closed_ = false;
+};
+
+}  // namespace
+
+asio::awaitable<void> run_websocket_session(
+    std::shared_ptr<GatewayState> state, beast::tcp_stream stream,
+    beast::http::request<beast::http::string_body> request) {
+  auto connection = std::make_shared<Connection>(std::move(state), std::move(stream));
+  co_await connection->run(std::move(request));
+}
+
+}  // namespace weft::gateway

@@ -1,0 +1,108 @@
+// `weft serve`: the OpenAI-compatible HTTP API and the WebSocket protocol on one port, in
+// front of one Engine (docs/http-api.md, docs/websocket.md). Prints the address it listens on;
+// SIGINT or SIGTERM stops accepting and shuts the engine down gracefully (live requests end
+// with finish reason "shutdown").
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "actors/gateway_server.hpp"
+#include "loaders/tokenizer_json.hpp"
+#include "tools/weft/commands.hpp"
+#include "tools/weft/default_model.hpp"
+#include "weft/engine.hpp"
+
+namespace weft::cli {
+namespace {
+
+namespace asio = boost::asio;
+
+struct ServeOptions {
+  std::string model_dir;
+  gateway::GatewayConfig gateway;
+  std::int64_t kv_budget_mb = 256;
+  unsigned threads = 0;
+};
+
+int run_serve(const ServeOptions& opts) {
+  try {
+    asio::io_context io(1);
+    EngineConfig config;
+    config.model_dir = opts.model_dir;
+    config.kv_budget_bytes = opts.kv_budget_mb << 20;
+    config.cpu_threads = opts.threads;
+    Engine engine(io.get_executor(), config);
+
+    // The engine keeps its tokenizer inside; logprobs need each token's text here.
+    auto tokenizer = loaders::load_tokenizer(opts.model_dir).value().tokenizer;
+    gateway::ServedModel model;
+    model.name = std::filesystem::path(opts.model_dir).lexically_normal().filename().string();
+    if (model.name.empty()) {
+      model.name = std::filesystem::path(opts.model_dir)
+                       .lexically_normal()
+                       .parent_path()
+                       .filename()
+                       .string();
+    }
+    model.vocab_size = engine.vocab_size();
+    model.context_length = engine.context_length();
+    model.token_text = [tokenizer](std::int32_t id) {
+      const std::uint32_t ids[] = {static_cast<std::uint32_t>(id)};
+      auto text = tokenizer->decode(ids, false);
+      return text ? *text : std::string();
+    };
+
+    gateway::GatewayServer server(io.get_executor(), engine, model, opts.gateway);
+    const auto endpoint = server.listen().value();
+    std::cout << "weft serve: " << model.name << " on http://" << endpoint.address().to_string()
+              << ':' << endpoint.port() << " (WebSocket: ws://" << endpoint.address().to_string()
+              << ':' << endpoint.port() << "/ws)" << std::endl;
+
+    asio::signal_set signals(io, SIGINT, SIGTERM);
+    signals.async_wait([&](const boost::system::error_code& ec, int) {
+      if (ec) return;
+      std::cerr << "weft serve: shutting down" << std::endl;
+      server.stop();
+      engine.shutdown([&io](std::exception_ptr) { io.stop(); });
+    });
+    io.run();
+    return 0;
+  } catch (const Error& e) {
+    std::cerr << "weft serve: " << e.what() << '\n';
+    return 1;
+  }
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand(
+      "serve",
+      "Serve a model over HTTP (OpenAI-compatible /v1/completions, /v1/chat/completions, "
+      "/v1/models, /health, /metrics) and WebSocket (/ws) on one port.");
+  auto opts = std::make_shared<ServeOptions>();
+  add_model_option(cmd, opts->model_dir);
+  cmd->add_option("--host", opts->gateway.host, "IP address to listen on")->capture_default_str();
+  cmd->add_option("--port", opts->gateway.port, "TCP port; 0 picks a free one")
+      ->capture_default_str();
+  cmd->add_option("--max-body-bytes", opts->gateway.body_limit_bytes,
+                  "largest request body or WebSocket message")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 30));
+  cmd->add_option("--idle-timeout-s", opts->gateway.idle_timeout_s,
+                  "seconds an HTTP connection may wait for its next request")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
+  cmd->add_option("--kv-budget-mb", opts->kv_budget_mb, "KV pool size in MiB")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--threads", opts->threads, "CPU threads for the forward pass (0: all cores)")
+      ->capture_default_str();
+  cmd->callback([opts, &exit_code] { exit_code = run_serve(*opts); });
+}
+
+}  // namespace weft::cli
