@@ -1,0 +1,18 @@
+# weft serve, driven by real clients against a server on a free loopback port with weft-tiny:
+# curl (HTTP, SSE with -N, error JSON, raw malformed requests), the official `openai` npm
+# package and the `ws` npm package. Node packages go into the build folder's test-node by
+# setup_node.sh (a fixture; it needs npm and the registry the first time).
+set(gateway_tests ${CMAKE_CURRENT_SOURCE_DIR}/gateway)
+set(gateway_node ${CMAKE_BINARY_DIR}/test-node)
+set(gateway_run bash ${gateway_tests}/run_with_server.sh $<TARGET_FILE:weft> ${CMAKE_SOURCE_DIR}/models/weft-tiny)
+add_test(NAME weft_serve_node_setup COMMAND bash ${gateway_tests}/setup_node.sh ${gateway_node})
+set_tests_properties(weft_serve_node_setup PROPERTIES FIXTURES_SETUP gateway_node TIMEOUT 300)
+add_test(NAME weft_serve_curl COMMAND ${gateway_run} bash ${gateway_tests}/http_curl.sh)
+set_tests_properties(weft_serve_curl PROPERTIES TIMEOUT 180 PASS_REGULAR_EXPRESSION "\n0 failure\\(s\\)\n"
+  FAIL_REGULAR_EXPRESSION "FAIL")
+add_test(NAME weft_serve_openai_client COMMAND ${gateway_run} node ${gateway_tests}/openai_client.js)
+add_test(NAME weft_serve_websocket_client COMMAND ${gateway_run} node ${gateway_tests}/websocket_client.js)
+set_tests_properties(weft_serve_openai_client weft_serve_websocket_client PROPERTIES
+  FIXTURES_REQUIRED gateway_node TIMEOUT 180 ENVIRONMENT WEFT_TEST_NODE=${gateway_node})
+set_tests_properties(weft_serve_openai_client PROPERTIES PASS_REGULAR_EXPRESSION "all openai checks passed")
+set_tests_properties(weft_serve_websocket_client PROPERTIES PASS_REGULAR_EXPRESSION "all websocket checks passed")
