@@ -187,6 +187,11 @@ asio::awaitable<bool> stream_events(beast::tcp_stream& stream, const Request& re
 
 asio::awaitable<bool> serve_generation(beast::tcp_stream& stream, const Request& req,
                                        GatewayState& state, Api api, bool keep_alive) {
+  ++state.live_generations;
+  struct Done {
+    GatewayState& state;
+    ~Done() { --state.live_generations; }
+  } done{state};
   auto parsed = parse_request(req.body(), api, state.model);
   if (!parsed) {
     Reply reply = reply_for(parsed.error());

@@ -30,6 +30,7 @@ struct GatewayState {
   ServedModel model;
   GatewayConfig config;
   bool stopping = false;
+  int live_generations = 0;  // requests whose answer is still being sent, HTTP and WebSocket
 };
 
 class GatewayServer {
@@ -42,6 +43,9 @@ class GatewayServer {
   Result<boost::asio::ip::tcp::endpoint> listen();
   // Stops accepting; live sessions end as their streams end.
   void stop();
+  // Requests whose answer is still being sent: after Engine::shutdown, waiting for this to
+  // reach 0 lets clients receive their final `shutdown` events before the process exits.
+  int live_generations() const { return state_->live_generations; }
 
  private:
   boost::asio::any_io_executor executor_;

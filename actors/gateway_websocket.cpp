@@ -135,6 +135,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   static asio::awaitable<void> pump(std::shared_ptr<Connection> self, std::string key,
                                     json::value id, GenerateRequest request, bool logprobs) {
     const int samples = request.sampling.n;
+    ++self->state_->live_generations;
+    struct Done {
+      GatewayState& state;
+      ~Done() { --state.live_generations; }
+    } done{*self->state_};
     auto [e, events] = co_await self->state_->engine.submit(std::move(request), kTuple);
     if (e) {
       std::string message = "the engine refused the request";

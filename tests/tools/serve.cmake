@@ -16,3 +16,6 @@ set_tests_properties(weft_serve_openai_client weft_serve_websocket_client PROPER
   FIXTURES_REQUIRED gateway_node TIMEOUT 180 ENVIRONMENT WEFT_TEST_NODE=${gateway_node})
 set_tests_properties(weft_serve_openai_client PROPERTIES PASS_REGULAR_EXPRESSION "all openai checks passed")
 set_tests_properties(weft_serve_websocket_client PROPERTIES PASS_REGULAR_EXPRESSION "all websocket checks passed")
+add_test(NAME weft_serve_shutdown_mid_stream
+         COMMAND bash ${gateway_tests}/shutdown_mid_stream.sh $<TARGET_FILE:weft> ${CMAKE_SOURCE_DIR}/models/weft-tiny)
+set_tests_properties(weft_serve_shutdown_mid_stream PROPERTIES TIMEOUT 60 PASS_REGULAR_EXPRESSION "shutdown mid-stream ok")

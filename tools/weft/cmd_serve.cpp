@@ -3,12 +3,17 @@
 // SIGINT or SIGTERM stops accepting and shuts the engine down gracefully (live requests end
 // with finish reason "shutdown").
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
+#include <thread>
 
 #include "actors/gateway_server.hpp"
 #include "loaders/tokenizer_json.hpp"
@@ -35,7 +40,8 @@ int run_serve(const ServeOptions& opts) {
     config.model_dir = opts.model_dir;
     config.kv_budget_bytes = opts.kv_budget_mb << 20;
     config.cpu_threads = opts.threads;
-    Engine engine(io.get_executor(), config);
+    auto engine_owner = std::make_unique<Engine>(io.get_executor(), config);
+    Engine& engine = *engine_owner;
 
     // The engine keeps its tokenizer inside; logprobs need each token's text here.
     auto tokenizer = loaders::load_tokenizer(opts.model_dir).value().tokenizer;
@@ -62,14 +68,37 @@ int run_serve(const ServeOptions& opts) {
               << ':' << endpoint.port() << " (WebSocket: ws://" << endpoint.address().to_string()
               << ':' << endpoint.port() << "/ws)" << std::endl;
 
+    // After the engine has stopped, live answers still hold their final `shutdown` events:
+    // let the sessions send them (for at most 5 s) before the loop stops.
+    asio::steady_timer drain_timer(io);
+    const auto drain_deadline = std::make_shared<std::chrono::steady_clock::time_point>();
+    std::function<void()> drain = [&] {
+      if (*drain_deadline == std::chrono::steady_clock::time_point{}) {
+        *drain_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      }
+      if (server.live_generations() == 0 || std::chrono::steady_clock::now() > *drain_deadline) {
+        io.stop();
+        return;
+      }
+      drain_timer.expires_after(std::chrono::milliseconds(10));
+      drain_timer.async_wait([&](const boost::system::error_code&) { drain(); });
+    };
     asio::signal_set signals(io, SIGINT, SIGTERM);
     signals.async_wait([&](const boost::system::error_code& ec, int) {
       if (ec) return;
       std::cerr << "weft serve: shutting down" << std::endl;
       server.stop();
-      engine.shutdown([&io](std::exception_ptr) { io.stop(); });
+      engine.shutdown([&](std::exception_ptr) { drain(); });
     });
     io.run();
+    // ~Engine hands its actors' last work to the loop and waits for it: keep the loop running
+    // on a thread of its own meanwhile (idle keep-alive connections hold no work that runs).
+    io.restart();
+    auto work = asio::make_work_guard(io);
+    std::thread loop([&io] { io.run(); });
+    engine_owner.reset();
+    io.stop();
+    loop.join();
     return 0;
   } catch (const Error& e) {
     std::cerr << "weft serve: " << e.what() << '\n';
