@@ -87,8 +87,27 @@ asio::awaitable<bool> write_reply(beast::tcp_stream& stream, const Request& req,
   co_return !ec && keep_alive;
 }
 
-std::string prometheus_text(const EngineMetrics& m) {
+void write_histogram(std::ostringstream& out, const char* name, const char* help,
+                     const LatencyHistogram& h) {
+  out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << " histogram\n";
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < h.kBounds.size(); ++i) {
+    cumulative += h.counts[i];
+    out << name << "_bucket{le=\"" << h.kBounds[i] << "\"} " << cumulative << '\n';
+  }
+  out << name << "_bucket{le=\"+Inf\"} " << h.count << '\n'
+      << name << "_sum " << h.sum << '\n'
+      << name << "_count " << h.count << '\n';
+}
+
+std::string prometheus_text(const EngineMetrics& m, const GatewayState& state) {
   std::ostringstream out;
+  write_histogram(out, "weft_time_to_first_token_seconds",
+                  "Seconds from a request being accepted to its first token, at the gateway.",
+                  state.time_to_first_token);
+  write_histogram(out, "weft_inter_token_latency_seconds",
+                  "Seconds between a request's token deltas, at the gateway.",
+                  state.inter_token_latency);
   auto gauge = [&](const char* name, const char* help, double value) {
     out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << " gauge\n"
         << name << ' ' << value << '\n';
@@ -158,8 +177,10 @@ asio::awaitable<bool> stream_events(beast::tcp_stream& stream, const Request& re
     state.engine.cancel(events->id());
     co_return false;
   }
+  TokenTimer timer(state);
   for (int finals = 0; finals < samples;) {
     auto [e, event] = co_await events->next(kTuple);
+    if (!e) timer.on_event(event);
     std::string lines;
     if (e) {
       lines = "data: " + error_json(as_error(e).what(), "server_error", {}, {}) + "\n\n";
@@ -213,8 +234,10 @@ asio::awaitable<bool> serve_generation(beast::tcp_stream& stream, const Request&
     co_return co_await stream_events(stream, req, state, events, writer, samples, keep_alive);
   }
   CompletionBuilder builder(api, state.model, id, created, samples, logprobs);
+  TokenTimer timer(state);
   for (int finals = 0; finals < samples;) {
     auto [ne, event] = co_await events->next(kTuple);
+    if (!ne) timer.on_event(event);
     if (ne) {
       Reply reply = reply_for(as_error(ne));
       co_return co_await write_reply(stream, req, reply, keep_alive);
@@ -284,7 +307,8 @@ asio::awaitable<bool> serve(beast::tcp_stream& stream, const Request& req, Gatew
       co_return co_await write_reply(stream, req, reply, keep_alive);
     }
     {
-      Reply reply = Reply{http::status::ok, prometheus_text(metrics), "text/plain; version=0.0.4"};
+      Reply reply =
+          Reply{http::status::ok, prometheus_text(metrics, state), "text/plain; version=0.0.4"};
       co_return co_await write_reply(stream, req, reply, keep_alive);
     }
   }
@@ -374,6 +398,24 @@ asio::awaitable<void> accept_loop(std::shared_ptr<GatewayState> state, tcp::acce
 }
 
 }  // namespace
+
+void LatencyHistogram::record(double seconds) {
+  std::size_t i = 0;
+  while (i < kBounds.size() && seconds > kBounds[i])
+    ++i;
+  if (i < kBounds.size()) ++counts[i];
+  sum += seconds;
+  ++count;
+}
+
+void TokenTimer::on_event(const Event& event) {
+  if (event.kind != Event::Kind::kDelta || event.token_ids.empty()) return;
+  const auto now = std::chrono::steady_clock::now();
+  const double seconds = std::chrono::duration<double>(now - last_).count();
+  (first_seen_ ? state_.inter_token_latency : state_.time_to_first_token).record(seconds);
+  first_seen_ = true;
+  last_ = now;
+}
 
 GatewayServer::GatewayServer(const asio::any_io_executor& executor, Engine& engine,
                              ServedModel model, GatewayConfig config)

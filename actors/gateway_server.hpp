@@ -4,8 +4,10 @@
 // the executor given; HTTP/1.1 keep-alive; a WebSocket upgrade hands the connection to a
 // WebSocket session. Beast stays inside the .cpp files.
 
+#include <array>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -24,6 +26,16 @@ struct GatewayConfig {
   int max_protocol_violations = 8;         // WebSocket frames in error before closing
 };
 
+// A Prometheus histogram of seconds, with buckets from 1 ms to 10 s.
+struct LatencyHistogram {
+  static constexpr std::array<double, 12> kBounds = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                     0.25,  0.5,   1,    2.5,   5,    10};
+  std::array<std::uint64_t, kBounds.size()> counts{};  // per bucket, not cumulative
+  double sum = 0;
+  std::uint64_t count = 0;
+  void record(double seconds);
+};
+
 // What the sessions share: the engine, the model and the limits. Lives as long as the server.
 struct GatewayState {
   Engine& engine;
@@ -31,6 +43,23 @@ struct GatewayState {
   GatewayConfig config;
   bool stopping = false;
   int live_generations = 0;  // requests whose answer is still being sent, HTTP and WebSocket
+  // As the gateway sees them: from the engine accepting a request (after tokenization) to
+  // its first token, and between its token deltas.
+  LatencyHistogram time_to_first_token;
+  LatencyHistogram inter_token_latency;
+};
+
+// Times one request's deltas into the state's histograms; all on the sessions' one thread.
+class TokenTimer {
+ public:
+  explicit TokenTimer(GatewayState& state)
+      : state_(state), last_(std::chrono::steady_clock::now()) {}
+  void on_event(const Event& event);
+
+ private:
+  GatewayState& state_;
+  std::chrono::steady_clock::time_point last_;
+  bool first_seen_ = false;
 };
 
 class GatewayServer {

@@ -155,8 +155,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Live& live = self->live_.at(key);
     live.request_id = events->id();
     if (live.cancel_requested) self->state_->engine.cancel(events->id());
+    TokenTimer timer(*self->state_);
     for (int finals = 0; finals < samples;) {
       auto [ne, event] = co_await events->next(kTuple);
+      if (!ne) timer.on_event(event);
       if (ne) {
         self->send_error(id, "engine_error", "the request's stream failed");
         break;

@@ -126,7 +126,9 @@ for _ in $(seq 50); do
   sleep 0.1
 done
 if [[ $cancelled -gt $before ]]; then echo "ok   disconnect_cancels"; else echo "FAIL disconnect_cancels: cancelled count stayed $cancelled"; failures=$((failures + 1)); fi
-expect metrics_after '^# HELP weft_requests_running.*weft_kv_pages_used 0 .*weft_requests_finished_total\{finish_reason="length"\} [1-9]' \
+expect metrics_after '# HELP weft_requests_running.*weft_kv_pages_used 0 .*weft_requests_finished_total\{finish_reason="length"\} [1-9]' \
+  "$(curl -s "$url/metrics" | tr '\n' ' ')"
+expect metrics_latency_histograms 'weft_time_to_first_token_seconds_bucket\{le="0.001"\} [0-9]+ .*weft_time_to_first_token_seconds_count [1-9][0-9]* .*weft_inter_token_latency_seconds_bucket\{le="\+Inf"\} [1-9][0-9]* ' \
   "$(curl -s "$url/metrics" | tr '\n' ' ')"
 expect still_serving '"finish_reason":"length"' "$(post /v1/completions '{"prompt":"x","max_tokens":1}')"
 
