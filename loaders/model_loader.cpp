@@ -8,8 +8,8 @@ namespace weft {
 
 std::filesystem::path default_spec_dir() {
   if (const char* env = std::getenv("WEFT_SPEC_DIR"); env != nullptr && *env != '\0') return env;
-  // __FILE__ is loaders/model_loader.cpp in the source tree; its spec files sit beside it.
-  return std::filesystem::path(__FILE__).parent_path().parent_path() / "config" / "models";
+  // WEFT_SOURCE_DIR (set by loaders/CMakeLists.txt) is the source tree this was built from.
+  return std::filesystem::path(WEFT_SOURCE_DIR) / "config" / "models";
 }
 
 Result<LoadedModel> load_model(const std::filesystem::path& dir, const LoadOptions& options) {

@@ -6,9 +6,8 @@ namespace weft::cli {
 
 std::filesystem::path default_model_dir() {
   if (const char* env = std::getenv("WEFT_MODEL"); env != nullptr && *env != '\0') return env;
-  // __FILE__ is tools/weft/default_model.cpp in the source tree the binary was built from.
-  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "models" /
-         "weft-tiny";
+  // WEFT_SOURCE_DIR (set by tools/CMakeLists.txt) is the source tree the binary was built from.
+  return std::filesystem::path(WEFT_SOURCE_DIR) / "models" / "weft-tiny";
 }
 
 CLI::Option* add_model_option(CLI::App* cmd, std::string& dir) {
