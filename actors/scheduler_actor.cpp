@@ -216,7 +216,22 @@ asio::awaitable<void> SchedulerActor::loop() {
         finishing.emplace_back(o.id, stop ? FinishReason::kStop : FinishReason::kLength);
     }
     if (!new_tokens.empty()) {
-      auto stopped = co_await detokenizer_.process(std::move(new_tokens), asio::use_awaitable);
+      // A failure here must not end the loop: every live request would wait forever.
+      std::vector<std::uint64_t> ids;
+      for (const auto& t : new_tokens)
+        ids.push_back(t.id);
+      std::vector<std::uint64_t> stopped;
+      std::string detokenize_error;
+      try {
+        stopped = co_await detokenizer_.process(std::move(new_tokens), asio::use_awaitable);
+      } catch (const std::exception& e) {
+        detokenize_error = std::string("detokenizer: ") + e.what();
+      }
+      if (!detokenize_error.empty()) {
+        log_error(detokenize_error);
+        for (std::uint64_t id : ids)
+          finish(id, FinishReason::kError, detokenize_error);
+      }
       for (std::uint64_t id : stopped)
         finish(id, FinishReason::kStop);
     }

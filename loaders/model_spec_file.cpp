@@ -469,8 +469,13 @@ Result<model::ModelSpec> read_model_spec(const std::filesystem::path& spec_file,
   return s;
 }
 
-std::vector<std::string> known_architectures(const std::filesystem::path& spec_dir) {
-  std::vector<std::string> out;
+namespace {
+
+// (architecture, spec file) for every spec file in `spec_dir`, sorted by architecture. Files
+// that do not parse or name no architectures are skipped: they cannot match anything.
+std::vector<std::pair<std::string, std::filesystem::path>> spec_index(
+    const std::filesystem::path& spec_dir) {
+  std::vector<std::pair<std::string, std::filesystem::path>> out;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(spec_dir, ec)) {
     if (entry.path().extension() != ".json") continue;
@@ -480,10 +485,19 @@ std::vector<std::string> known_architectures(const std::filesystem::path& spec_d
     if (doc.root["architectures"].get(archs)) continue;
     for (auto a : archs) {
       std::string_view name;
-      if (!a.get(name)) out.emplace_back(name);
+      if (!a.get(name)) out.emplace_back(std::string(name), entry.path());
     }
   }
   std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> known_architectures(const std::filesystem::path& spec_dir) {
+  std::vector<std::string> out;
+  for (auto& [name, path] : spec_index(spec_dir))
+    out.push_back(name);
   return out;
 }
 
@@ -498,8 +512,8 @@ Result<std::filesystem::path> find_spec_file(const std::filesystem::path& spec_d
                      ": field \"architectures\" is missing or not a non-empty "
                      "list of names; pass --spec FILE to choose a spec");
   }
+  const auto index = spec_index(spec_dir);
   std::string names;
-  std::error_code ec;
   for (auto w : wanted) {
     std::string_view arch;
     if (w.get(arch)) {
@@ -507,21 +521,13 @@ Result<std::filesystem::path> find_spec_file(const std::filesystem::path& spec_d
                    config_json.string() + ": field \"architectures\" must hold strings");
     }
     names += (names.empty() ? "" : ", ") + std::string(arch);
-    for (const auto& entry : std::filesystem::directory_iterator(spec_dir, ec)) {
-      if (entry.path().extension() != ".json") continue;
-      JsonDoc doc;
-      if (!parse_json(entry.path(), doc)) continue;
-      dom::array archs;
-      if (doc.root["architectures"].get(archs)) continue;
-      for (auto a : archs) {
-        std::string_view name;
-        if (!a.get(name) && name == arch) return entry.path();
-      }
+    for (const auto& [name, path] : index) {
+      if (name == arch) return path;
     }
   }
   std::string known;
-  for (const auto& k : known_architectures(spec_dir))
-    known += (known.empty() ? "" : ", ") + k;
+  for (const auto& entry : index)
+    known += (known.empty() ? "" : ", ") + entry.first;
   return Error(
       ErrorCode::kUnsupported,
       config_json.string() + ": unknown architecture " + names + " (known: " +
