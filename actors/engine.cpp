@@ -6,11 +6,16 @@
 #include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_future.hpp>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "actors/completion.hpp"
+#include "actors/constraint_actor.hpp"
 #include "actors/detokenizer_actor.hpp"
 #include "actors/executor_actor.hpp"
 #include "actors/sampler_actor.hpp"
@@ -19,6 +24,8 @@
 #include "loaders/chat_template_file.hpp"
 #include "loaders/model_loader.hpp"
 #include "loaders/tokenizer_json.hpp"
+#include "runtime/grammar/constraint_compiler.hpp"
+#include "runtime/grammar/tokenizer_vocab.hpp"
 #include "weft/log.hpp"
 
 namespace weft {
@@ -41,7 +48,12 @@ struct Engine::Impl {
   std::unique_ptr<actors::TokenizerActor> tokenizer;
   std::unique_ptr<actors::SamplerActor> sampler;
   std::unique_ptr<actors::DetokenizerActor> detokenizer;
+  std::unique_ptr<actors::ConstraintActor> constraint;
   std::unique_ptr<actors::SchedulerActor> scheduler;
+  // Response formats compile here, off the actors' executor: a large schema takes
+  // milliseconds to seconds, and the step loop must not wait for it.
+  std::unique_ptr<grammar::ConstraintCompiler> constraint_compiler;
+  asio::thread_pool compile_pool{1};
 
   std::atomic<bool> stopping{false};
   std::atomic<bool> stopped{false};
@@ -104,6 +116,7 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
       s.vocab_size);
   s.sampler = std::make_unique<actors::SamplerActor>(executor);
   s.detokenizer = std::make_unique<actors::DetokenizerActor>(executor, tokenizer->tokenizer);
+  s.constraint = std::make_unique<actors::ConstraintActor>(executor, s.vocab_size);
 
   sched::SchedulerConfig sc;
   sc.page_size = s.config.page_size;
@@ -114,8 +127,20 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
                                                     : sched::AdmissionPolicy::kReserve;
   std::vector<std::int32_t> eos(s.loaded.generation.eos_token_ids.begin(),
                                 s.loaded.generation.eos_token_ids.end());
-  s.scheduler = std::make_unique<actors::SchedulerActor>(executor, sc, *s.executor_actor,
-                                                         *s.sampler, *s.detokenizer, eos);
+  // The matcher's vocabulary is read from tokenizer.json when the first constrained request
+  // arrives.
+  const auto tokenizer_path = std::filesystem::path(s.config.model_dir) / "tokenizer.json";
+  s.constraint_compiler = std::make_unique<grammar::ConstraintCompiler>(
+      [tokenizer_path]() -> Result<grammar::TokenizerVocab> {
+        std::ifstream in(tokenizer_path, std::ios::binary);
+        if (!in) return Error(ErrorCode::kIo, tokenizer_path.string() + ": cannot be read");
+        std::ostringstream text;
+        text << in.rdbuf();
+        return grammar::vocab_from_tokenizer_json(text.str());
+      },
+      eos);
+  s.scheduler = std::make_unique<actors::SchedulerActor>(
+      executor, sc, *s.executor_actor, *s.sampler, *s.detokenizer, *s.constraint, eos);
   s.scheduler->start();
 }
 
@@ -133,8 +158,12 @@ Engine::~Engine() {
     auto f = actor->flush(asio::use_future);
     f.wait_for(std::chrono::seconds(5));
   };
+  // A compile still running holds a request that must see the engine stopped, not the actors
+  // gone.
+  s.compile_pool.join();
   flush(s.sampler);
   flush(s.detokenizer);
+  flush(s.constraint);
   s.device_work.reset();
   if (s.device_thread.joinable()) s.device_thread.join();
 }
@@ -176,10 +205,40 @@ void Engine::submit_impl(GenerateRequest request,
   if (auto ok = sampling::validate(request.sampling, s.vocab_size); !ok) {
     return fail(std::move(handler), ok.error());
   }
+  if (!request.response_format.constrained()) {
+    return start(std::move(request), nullptr, std::move(handler));
+  }
+  // Compiled before anything else runs, so a bad format fails the submit.
+  asio::post(s.compile_pool, [this, &s, fail, request = std::move(request),
+                              handler = std::move(handler)]() mutable {
+    auto compiled = s.constraint_compiler->compile(request.response_format);
+    if (!compiled) {
+      const Error& e = compiled.error();
+      return fail(std::move(handler),
+                  Error(e.code() == ErrorCode::kIo || e.code() == ErrorCode::kInternal
+                            ? e.code()
+                            : ErrorCode::kInvalidArgument,
+                        "response_format: " + std::string(e.what())));
+    }
+    if (s.stopping.load()) {
+      return fail(std::move(handler), Error(ErrorCode::kShutdown, "the engine is shutting down"));
+    }
+    start(std::move(request), std::move(compiled.value()), std::move(handler));
+  });
+}
+
+void Engine::start(GenerateRequest request, std::shared_ptr<const grammar::CompiledGrammar> grammar,
+                   asio::any_completion_handler<SubmitSignature> handler) {
+  Impl& s = *impl_;
+  auto fail = [&s](asio::any_completion_handler<SubmitSignature> h, Error error) {
+    actors::complete(std::move(h), s.executor, std::make_exception_ptr(std::move(error)),
+                     std::shared_ptr<RequestStream>());
+  };
   SamplingParams params = request.sampling;
   s.tokenizer->encode(
-      std::move(request), [&s, fail, params = std::move(params), handler = std::move(handler)](
-                              std::exception_ptr error, std::vector<std::int32_t> ids) mutable {
+      std::move(request), [&s, fail, params = std::move(params), grammar = std::move(grammar),
+                           handler = std::move(handler)](std::exception_ptr error,
+                                                         std::vector<std::int32_t> ids) mutable {
         if (error) {
           actors::complete(std::move(handler), s.executor, error, std::shared_ptr<RequestStream>());
           return;
@@ -211,19 +270,23 @@ void Engine::submit_impl(GenerateRequest request,
         for (int i = 0; i < samples; ++i) {
           s.sampler->add(id + static_cast<std::uint64_t>(i), params, ids, seed, i);
           s.detokenizer->add(id + static_cast<std::uint64_t>(i), stream, params.stop, i);
+          if (grammar) s.constraint->add(id + static_cast<std::uint64_t>(i), grammar);
         }
-        s.scheduler->add(
-            id, std::move(ids), std::move(params), stream,
-            [&s, id, samples, stream, handler = std::move(handler)](std::exception_ptr e) mutable {
-              if (e) {
-                for (int i = 0; i < samples; ++i) {
-                  s.sampler->remove(id + static_cast<std::uint64_t>(i));
-                  s.detokenizer->remove(id + static_cast<std::uint64_t>(i));
-                }
-                stream.reset();
-              }
-              actors::complete(std::move(handler), s.executor, e, std::move(stream));
-            });
+        const bool constrained = grammar != nullptr;
+        s.scheduler->add(id, std::move(ids), std::move(params), stream, constrained,
+                         [&s, id, samples, stream, constrained,
+                          handler = std::move(handler)](std::exception_ptr e) mutable {
+                           if (e) {
+                             for (int i = 0; i < samples; ++i) {
+                               s.sampler->remove(id + static_cast<std::uint64_t>(i));
+                               s.detokenizer->remove(id + static_cast<std::uint64_t>(i));
+                               if (constrained)
+                                 s.constraint->remove(id + static_cast<std::uint64_t>(i));
+                             }
+                             stream.reset();
+                           }
+                           actors::complete(std::move(handler), s.executor, e, std::move(stream));
+                         });
       });
 }
 

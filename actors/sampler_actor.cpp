@@ -26,7 +26,14 @@ std::vector<SampleOutcome> SamplerActor::sample_rows(StepLogits& logits,
       outcome.error = "no sampler for request " + std::to_string(r.id);
     } else {
       std::span<float> row(logits.values.data() + static_cast<std::size_t>(r.row) * vocab, vocab);
-      auto token = it->second.try_sample(row);
+      if (!r.allowed.empty() && r.allowed.size() != (vocab + 31) / 32) {
+        outcome.error = "the bitmask of request " + std::to_string(r.id) + " has " +
+                        std::to_string(r.allowed.size()) + " words for a vocabulary of " +
+                        std::to_string(vocab);
+        out.push_back(std::move(outcome));
+        continue;
+      }
+      auto token = it->second.try_sample(row, r.allowed.empty() ? nullptr : r.allowed.data());
       if (token) {
         outcome.token = std::move(token.value());
       } else {

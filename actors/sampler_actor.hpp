@@ -1,6 +1,6 @@
 #pragma once
 // The sampler: one SequenceSampler per live sequence (its seeded RNG and penalty counts), fed
-// the rows of logits the executor returns.
+// the rows of logits the executor returns, each with its grammar's bitmask when constrained.
 
 #include <cstdint>
 #include <optional>
@@ -18,6 +18,9 @@ namespace weft::actors {
 struct SampleRow {
   std::uint64_t id = 0;
   int row = 0;  // row of StepLogits
+  // Constrained generation: the allowed tokens (ceil(vocab / 32) words from the constraint
+  // actor), applied to the row before anything else; empty: unconstrained.
+  std::vector<std::uint32_t> allowed;
 };
 
 struct SampleOutcome {

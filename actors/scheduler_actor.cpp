@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -12,14 +13,17 @@ namespace weft::actors {
 
 SchedulerActor::SchedulerActor(const asio::any_io_executor& executor, sched::SchedulerConfig config,
                                ExecutorActor& executor_actor, SamplerActor& sampler,
-                               DetokenizerActor& detokenizer, std::vector<std::int32_t> eos_ids)
+                               DetokenizerActor& detokenizer, ConstraintActor& constraint,
+                               std::vector<std::int32_t> eos_ids)
     : Actor(executor),
       scheduler_(config),
       executor_(executor_actor),
       sampler_(sampler),
       detokenizer_(detokenizer),
+      constraint_(constraint),
       eos_ids_(std::move(eos_ids)),
-      wake_(strand()) {
+      wake_(strand()),
+      masks_ready_(strand()) {
   metrics_.kv_pages_total = config.num_pages;
 }
 
@@ -34,7 +38,8 @@ void SchedulerActor::start() {
 }
 
 void SchedulerActor::add_request(std::uint64_t id, std::vector<std::int32_t> prompt,
-                                 SamplingParams params, std::shared_ptr<RequestStream> stream) {
+                                 SamplingParams params, std::shared_ptr<RequestStream> stream,
+                                 bool constrained) {
   if (stopping_) throw Error(ErrorCode::kShutdown, "the engine is shutting down");
   const int prompt_len = static_cast<int>(prompt.size());
   const int n = std::max(1, params.n);
@@ -54,7 +59,7 @@ void SchedulerActor::add_request(std::uint64_t id, std::vector<std::int32_t> pro
   }
   for (int i = 0; i < n; ++i) {
     live_.emplace(id + static_cast<std::uint64_t>(i),
-                  LiveRequest{stream, params, prompt_len, i, id});
+                  LiveRequest{stream, params, prompt_len, i, id, constrained});
   }
   metrics_.prompt_tokens += static_cast<std::uint64_t>(prompt_len);
   wake_.cancel();  // the loop may be idle
@@ -107,6 +112,7 @@ void SchedulerActor::finish(std::uint64_t id, FinishReason reason, std::string e
   scheduler_.remove(id);  // frees the KV pages now
   sampler_.remove(id);
   detokenizer_.remove(id);
+  if (it->second.constrained) constraint_.remove(id);
   // The final event follows the detokenizer's last delta: both come from this strand's
   // sequence of steps, and the detokenizer pushed its deltas before replying.
   it->second.stream->push(std::move(event));
@@ -141,6 +147,11 @@ EngineMetrics SchedulerActor::snapshot() const {
   m.kv_pages_used = scheduler_.pool().used_pages();
   m.kv_pages_peak = scheduler_.pool().peak_used_pages();
   m.preemptions = scheduler_.preemptions();
+  m.mask_compute_us = mask_compute_ns_ / 1000;
+  m.mask_wait_us = mask_wait_ns_ / 1000;
+  m.constraint_accept_us = accept_ns_ / 1000;
+  m.forward_us = forward_ns_ / 1000;
+  m.constrained_forward_us = constrained_forward_ns_ / 1000;
   return m;
 }
 
@@ -158,20 +169,75 @@ asio::awaitable<void> SchedulerActor::loop() {
     batch.tokens = plan.tokens;
     batch.positions = plan.positions;
     std::vector<SampleRow> rows;
+    std::vector<std::uint64_t> constrained_ids;
+    std::vector<std::size_t> constrained_rows;
     for (std::size_t i = 0; i < plan.slices.size(); ++i) {
       const auto& s = plan.slices[i];
       batch.sequences.push_back({s.token_begin, s.token_count, s.page_table, false});
-      if (s.samples) rows.push_back({s.id, static_cast<int>(i)});
+      if (!s.samples) continue;
+      if (auto it = live_.find(s.id); it != live_.end() && it->second.constrained) {
+        constrained_ids.push_back(s.id);
+        constrained_rows.push_back(rows.size());
+      }
+      rows.push_back({s.id, static_cast<int>(i), {}});
     }
     ++metrics_.steps;
 
     std::vector<SampleOutcome> outcomes;
     std::exception_ptr step_error;
+    // The masks are asked for first so that, on a multi-threaded executor, the constraint
+    // actor may start at once; either way they are computed while the executor's own thread
+    // runs the forward pass launched just below. The reply is posted back to this strand.
+    std::shared_ptr<PendingMasks> pending;
+    if (!constrained_ids.empty()) {
+      pending = std::make_shared<PendingMasks>();
+      ++metrics_.constrained_steps;
+      constraint_.masks(std::move(constrained_ids), [this, pending](std::exception_ptr e,
+                                                                    StepMasks masks) mutable {
+        asio::post(strand(), [this, pending, e, masks = std::move(masks)]() mutable {
+          pending->error = e;
+          pending->masks = std::move(masks);
+          pending->done = true;
+          masks_ready_.cancel();
+        });
+      });
+    }
+    const auto launched = std::chrono::steady_clock::now();
     try {
       StepLogits logits = co_await executor_.run(std::move(batch), asio::use_awaitable);
-      outcomes = co_await sampler_.sample(std::move(logits), rows, asio::use_awaitable);
+      const auto logits_ready = std::chrono::steady_clock::now();
+      const auto forward_ns = static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(logits_ready - launched).count());
+      forward_ns_ += forward_ns;
+      if (pending) {
+        constrained_forward_ns_ += forward_ns;
+        // Both must be ready before sampling: wait for whatever of the masks the forward
+        // pass did not hide.
+        while (!pending->done) {
+          boost::system::error_code ec;
+          masks_ready_.expires_at(asio::steady_timer::time_point::max());
+          co_await masks_ready_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        }
+        mask_wait_ns_ +=
+            static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                           std::chrono::steady_clock::now() - logits_ready)
+                                           .count());
+        if (pending->error) std::rethrow_exception(pending->error);
+        mask_compute_ns_ += pending->masks.compute_ns;
+        metrics_.masks_computed += static_cast<std::uint64_t>(pending->masks.computed);
+        for (std::size_t k = 0; k < constrained_rows.size(); ++k) {
+          rows[constrained_rows[k]].allowed = std::move(pending->masks.masks[k]);
+        }
+      }
+      outcomes = co_await sampler_.sample(std::move(logits), std::move(rows), asio::use_awaitable);
     } catch (...) {
       step_error = std::current_exception();
+    }
+    // A failed forward pass must not leave the masks' callback pointing at a finished step.
+    while (pending && !pending->done) {
+      boost::system::error_code ec;
+      masks_ready_.expires_at(asio::steady_timer::time_point::max());
+      co_await masks_ready_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     }
     if (step_error) {
       std::string message = "forward step failed";
@@ -192,6 +258,39 @@ asio::awaitable<void> SchedulerActor::loop() {
       sampled.push_back(o.token ? o.token->id : -1);
     scheduler_.complete_step(plan, sampled);
 
+    // Advance the matchers now, so the next step's masks can be computed while it runs.
+    std::unordered_map<std::uint64_t, grammar::TokenConstraint::Verdict> verdicts;
+    {
+      std::vector<AcceptedToken> accepted;
+      for (const auto& o : outcomes) {
+        auto it = live_.find(o.id);
+        if (o.token && it != live_.end() && it->second.constrained) {
+          accepted.push_back({o.id, o.token->id});
+        }
+      }
+      if (!accepted.empty()) {
+        AcceptResult result;
+        std::string accept_error;
+        try {
+          result = co_await constraint_.accept(std::move(accepted), asio::use_awaitable);
+        } catch (const std::exception& e) {
+          accept_error = std::string("constraint: ") + e.what();
+        }
+        if (!accept_error.empty()) {
+          log_error(accept_error);
+          for (const auto& o : outcomes) {
+            auto it = live_.find(o.id);
+            if (it != live_.end() && it->second.constrained) {
+              finish(o.id, FinishReason::kError, accept_error);
+            }
+          }
+        }
+        accept_ns_ += result.compute_ns;
+        for (const auto& v : result.verdicts)
+          verdicts.emplace(v.id, v.verdict);
+      }
+    }
+
     std::vector<NewToken> new_tokens;
     std::vector<std::pair<std::uint64_t, FinishReason>> finishing;
     for (const auto& o : outcomes) {
@@ -202,7 +301,17 @@ asio::awaitable<void> SchedulerActor::loop() {
         continue;
       }
       const sched::Sequence* seq = scheduler_.find(o.id);
-      const bool stop = is_stop_token(it->second, o.token->id);
+      bool stop = is_stop_token(it->second, o.token->id);
+      if (auto v = verdicts.find(o.id); v != verdicts.end()) {
+        if (v->second == grammar::TokenConstraint::Verdict::kRejected) {
+          // The mask should have made this impossible: a bug, reported as such.
+          finish(o.id, FinishReason::kError,
+                 "internal: token " + std::to_string(o.token->id) +
+                     " was sampled but the response format does not allow it");
+          continue;
+        }
+        stop = true;  // the output is complete
+      }
       const bool length = seq->generated() >= it->second.params.max_tokens;
       NewToken t;
       t.id = o.id;

@@ -2,7 +2,9 @@
 // The scheduler actor owns every live request and drives the step loop on its strand: plan a
 // step (runtime/scheduler), run it on the executor, sample the new tokens, hand them to the
 // detokenizer, decide which requests finish. Requests join and leave between steps; cancel
-// frees a request's KV pages at once.
+// frees a request's KV pages at once. For constrained sequences the step's bitmasks are asked
+// of the constraint actor right after the forward pass is launched, so they are computed
+// while it runs; sampled tokens advance the matchers before the next step is planned.
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -13,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "actors/constraint_actor.hpp"
 #include "actors/detokenizer_actor.hpp"
 #include "actors/executor_actor.hpp"
 #include "actors/sampler_actor.hpp"
@@ -26,21 +29,23 @@ class SchedulerActor : public Actor {
  public:
   SchedulerActor(const asio::any_io_executor& executor, sched::SchedulerConfig config,
                  ExecutorActor& executor_actor, SamplerActor& sampler,
-                 DetokenizerActor& detokenizer, std::vector<std::int32_t> eos_ids);
+                 DetokenizerActor& detokenizer, ConstraintActor& constraint,
+                 std::vector<std::int32_t> eos_ids);
 
   // Starts the step loop (once).
   void start();
 
   // Queues a tokenized request as params.n sequences with ids id .. id + n - 1 (the samples
   // after the first share its prompt pages); the reply fails if the scheduler refuses it (it
-  // could never fit the KV pool) or the engine is stopping.
+  // could never fit the KV pool) or the engine is stopping. `constrained`: the constraint
+  // actor holds a matcher for each of the sequences.
   template <class Token>
   auto add(std::uint64_t id, std::vector<std::int32_t> prompt, SamplingParams params,
-           std::shared_ptr<RequestStream> stream, Token&& token) {
+           std::shared_ptr<RequestStream> stream, bool constrained, Token&& token) {
     return ask(
         [this, id, prompt = std::move(prompt), params = std::move(params),
-         stream = std::move(stream)]() mutable {
-          add_request(id, std::move(prompt), std::move(params), std::move(stream));
+         stream = std::move(stream), constrained]() mutable {
+          add_request(id, std::move(prompt), std::move(params), std::move(stream), constrained);
         },
         std::forward<Token>(token));
   }
@@ -63,11 +68,18 @@ class SchedulerActor : public Actor {
     int prompt_len = 0;
     int index = 0;                 // which sample of its request
     std::uint64_t request_id = 0;  // the first sample's id
+    bool constrained = false;
+  };
+  // The constraint actor's reply for one step, filled on this strand by its callback.
+  struct PendingMasks {
+    bool done = false;
+    std::exception_ptr error;
+    StepMasks masks;
   };
 
   asio::awaitable<void> loop();
   void add_request(std::uint64_t id, std::vector<std::int32_t> prompt, SamplingParams params,
-                   std::shared_ptr<RequestStream> stream);
+                   std::shared_ptr<RequestStream> stream, bool constrained);
   void finish(std::uint64_t id, FinishReason reason, std::string error = {});
   bool is_stop_token(const LiveRequest& request, std::int32_t token) const;
   EngineMetrics snapshot() const;
@@ -76,15 +88,19 @@ class SchedulerActor : public Actor {
   ExecutorActor& executor_;
   SamplerActor& sampler_;
   DetokenizerActor& detokenizer_;
+  ConstraintActor& constraint_;
   std::vector<std::int32_t> eos_ids_;
   std::unordered_map<std::uint64_t, LiveRequest> live_;                    // by sequence id
   std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> samples_;  // request -> sequences
   asio::steady_timer wake_;
+  asio::steady_timer masks_ready_;  // cancelled when a step's masks arrive
   bool started_ = false;
   bool stopping_ = false;
   bool stopped_ = false;
   std::vector<asio::any_completion_handler<void(std::exception_ptr)>> shutdown_waiters_;
   EngineMetrics metrics_;
+  std::uint64_t mask_compute_ns_ = 0, mask_wait_ns_ = 0, accept_ns_ = 0, forward_ns_ = 0,
+                constrained_forward_ns_ = 0;
 };
 
 }  // namespace weft::actors

@@ -35,8 +35,13 @@
 #include "runtime/sampling/sampling_params.hpp"
 #include "runtime/sampling/sampling_types.hpp"
 #include "weft/error.hpp"
+#include "weft/response_format.hpp"
 
 namespace weft {
+
+namespace grammar {
+class CompiledGrammar;
+}
 
 using sampling::SamplingParams;
 
@@ -69,6 +74,9 @@ struct GenerateRequest {
   std::vector<std::int32_t> prompt_ids;  // token ids as they are
   bool add_special_tokens = true;        // for `prompt`: BOS etc. as the tokenizer adds them
   SamplingParams sampling;
+  // Constrained generation: JSON Schema, JSON object, regex or EBNF grammar. Every sample of
+  // the request follows it.
+  ResponseFormat response_format;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kShutdown, kError };
@@ -146,6 +154,20 @@ struct EngineMetrics {
   std::uint64_t finished_cancelled = 0;
   std::uint64_t finished_shutdown = 0;
   std::uint64_t finished_error = 0;
+  // Constrained generation (docs/grammars.md). Masks for step N+1 are computed by the
+  // constraint actor while the executor runs step N+1's forward pass: mask_compute_us is that
+  // work, mask_wait_us the part of it the step loop still waited for once the logits were
+  // ready (not hidden by the forward pass). constraint_accept_us is the time spent advancing
+  // matchers by sampled tokens (on the step loop's path: cheap, except where the grammar may
+  // end and the next mask is computed at once to see whether anything may follow).
+  // forward_us: every step's time from launch to logits.
+  std::uint64_t constrained_steps = 0;
+  std::uint64_t masks_computed = 0;
+  std::uint64_t mask_compute_us = 0;
+  std::uint64_t mask_wait_us = 0;
+  std::uint64_t constraint_accept_us = 0;
+  std::uint64_t forward_us = 0;
+  std::uint64_t constrained_forward_us = 0;  // forward_us of the constrained steps only
 };
 
 class Engine {
@@ -162,9 +184,12 @@ class Engine {
   using DoneSignature = void(std::exception_ptr);
   using MetricsSignature = void(std::exception_ptr, EngineMetrics);
 
-  // Validates and tokenizes the request and queues it. Errors: an invalid sampling parameter
-  // (naming it and its range), an empty or over-long prompt, max_tokens beyond the context,
-  // a request that could never fit the KV pool, or an engine shutting down (kShutdown).
+  // Validates and tokenizes the request, compiles its response_format, and queues it. Errors:
+  // an invalid sampling parameter (naming it and its range), a response_format that does not
+  // compile ("response_format: ..." naming the schema keyword and its JSON pointer, the
+  // regex offset or the grammar's line and column), an empty or over-long prompt, max_tokens beyond
+  // the context, a request that could never fit the KV pool, or an engine shutting down
+  // (kShutdown).
   template <class Token>
   auto submit(GenerateRequest request, Token&& token) {
     return boost::asio::async_initiate<Token, SubmitSignature>(
@@ -208,6 +233,8 @@ class Engine {
                    boost::asio::any_completion_handler<SubmitSignature> handler);
   void shutdown_impl(boost::asio::any_completion_handler<DoneSignature> handler);
   void metrics_impl(boost::asio::any_completion_handler<MetricsSignature> handler);
+  void start(GenerateRequest request, std::shared_ptr<const grammar::CompiledGrammar> grammar,
+             boost::asio::any_completion_handler<SubmitSignature> handler);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -1,0 +1,60 @@
+#include "actors/constraint_actor.hpp"
+
+#include <chrono>
+
+namespace weft::actors {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::uint64_t ns_since(Clock::time_point start) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+}
+
+}  // namespace
+
+ConstraintActor::ConstraintActor(const asio::any_io_executor& executor, int logits_vocab)
+    : Actor(executor), vocab_(logits_vocab) {}
+
+void ConstraintActor::add(std::uint64_t id,
+                          std::shared_ptr<const grammar::CompiledGrammar> grammar) {
+  post([this, id, grammar = std::move(grammar)]() mutable {
+    constraints_.insert_or_assign(id, grammar::TokenConstraint(std::move(grammar), vocab_));
+  });
+}
+
+void ConstraintActor::remove(std::uint64_t id) {
+  post([this, id] { constraints_.erase(id); });
+}
+
+AcceptResult ConstraintActor::accept_tokens(const std::vector<AcceptedToken>& tokens) {
+  const auto start = Clock::now();
+  AcceptResult out;
+  for (const auto& t : tokens) {
+    auto it = constraints_.find(t.id);
+    if (it == constraints_.end()) continue;
+    const auto verdict = it->second.accept(t.token);
+    if (verdict != grammar::TokenConstraint::Verdict::kContinue) {
+      out.verdicts.push_back({t.id, verdict});
+    }
+  }
+  out.compute_ns = ns_since(start);
+  return out;
+}
+
+StepMasks ConstraintActor::compute_masks(const std::vector<std::uint64_t>& ids) {
+  const auto start = Clock::now();
+  StepMasks out;
+  out.masks.resize(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    auto it = constraints_.find(ids[i]);
+    if (it == constraints_.end()) continue;
+    if (!it->second.mask_ready()) ++out.computed;
+    out.masks[i] = it->second.next_mask();
+  }
+  out.compute_ns = ns_since(start);
+  return out;
+}
+
+}  // namespace weft::actors

@@ -1,0 +1,88 @@
+#include "runtime/grammar/constraint_compiler.hpp"
+
+#include <chrono>
+
+#include "runtime/grammar/ebnf_parser.hpp"
+#include "runtime/grammar/json_schema_to_grammar.hpp"
+#include "runtime/grammar/regex_to_grammar.hpp"
+
+namespace weft::grammar {
+
+Result<Grammar> grammar_for(const ResponseFormat& format) {
+  JsonGrammarOptions json;
+  json.flexible_whitespace = format.flexible_whitespace;
+  switch (format.type) {
+    case ResponseFormat::Type::kJsonObject:
+      return json_object_grammar(json);
+    case ResponseFormat::Type::kJsonSchema:
+      return json_schema_to_grammar(format.source, json);
+    case ResponseFormat::Type::kRegex:
+      return regex_to_grammar(format.source);
+    case ResponseFormat::Type::kGrammar:
+      return parse_ebnf(format.source);
+    case ResponseFormat::Type::kText:
+      break;
+  }
+  return Error(ErrorCode::kInvalidArgument, "an unconstrained format has no grammar");
+}
+
+ConstraintCompiler::ConstraintCompiler(std::function<Result<TokenizerVocab>()> load_vocab,
+                                       std::vector<std::int32_t> eos_ids,
+                                       std::size_t cache_capacity)
+    : load_vocab_(std::move(load_vocab)),
+      eos_ids_(std::move(eos_ids)),
+      capacity_(std::max<std::size_t>(1, cache_capacity)) {}
+
+Result<std::shared_ptr<const TokenTrie>> ConstraintCompiler::trie() {
+  std::lock_guard lock(mutex_);
+  if (trie_) return trie_;
+  auto vocab = load_vocab_();
+  if (!vocab) return vocab.error();
+  vocab->eos_ids = eos_ids_;
+  auto trie = TokenTrie::build(std::move(vocab.value()));
+  if (!trie) return trie.error();
+  trie_ = std::move(trie.value());
+  return trie_;
+}
+
+Result<std::shared_ptr<const CompiledGrammar>> ConstraintCompiler::compile(
+    const ResponseFormat& format) {
+  const auto start = std::chrono::steady_clock::now();
+  std::string key = std::to_string(static_cast<int>(format.type)) +
+                    (format.flexible_whitespace ? "w" : "c") + ":" + format.source;
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = cache_.find(key); it != cache_.end()) {
+      lru_.splice(lru_.end(), lru_, it->second);
+      last_compile_us_ = 0;
+      return it->second->second;
+    }
+  }
+  auto t = trie();
+  if (!t) return t.error();
+  auto grammar = grammar_for(format);
+  if (!grammar) return grammar.error();
+  auto compiled = CompiledGrammar::compile(*grammar, t.value());
+  if (!compiled) return compiled.error();
+  std::lock_guard lock(mutex_);
+  last_compile_us_ =
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                     std::chrono::steady_clock::now() - start)
+                                     .count());
+  if (cache_.find(key) == cache_.end()) {
+    lru_.emplace_back(key, compiled.value());
+    cache_.emplace(std::move(key), std::prev(lru_.end()));
+    if (lru_.size() > capacity_) {
+      cache_.erase(lru_.front().first);
+      lru_.pop_front();
+    }
+  }
+  return compiled.value();
+}
+
+std::uint64_t ConstraintCompiler::last_compile_us() const {
+  std::lock_guard lock(mutex_);
+  return last_compile_us_;
+}
+
+}  // namespace weft::grammar

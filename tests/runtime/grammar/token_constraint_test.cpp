@@ -1,0 +1,111 @@
+#include "runtime/grammar/token_constraint.hpp"
+
+#include "runtime/grammar/constraint_compiler.hpp"
+#include "tests/runtime/grammar/grammar_test_util.hpp"
+
+namespace weft::grammar {
+namespace {
+
+using namespace testing;
+
+// byte_vocab plus a few multi-byte tokens; its eos is the second-to-last id.
+ConstraintCompiler compiler_for(const TokenizerVocab& vocab) {
+  return ConstraintCompiler([vocab]() -> Result<TokenizerVocab> { return vocab; }, vocab.eos_ids);
+}
+
+ResponseFormat format(ResponseFormat::Type type, std::string source) {
+  ResponseFormat f;
+  f.type = type;
+  f.source = std::move(source);
+  return f;
+}
+
+std::int32_t id_of(const TokenizerVocab& v, std::string_view text) {
+  for (std::size_t i = 0; i < v.tokens.size(); ++i)
+    if (v.tokens[i] == text) return static_cast<std::int32_t>(i);
+  ADD_FAILURE() << "no token '" << text << "'";
+  return -1;
+}
+
+bool allowed(const std::vector<std::uint32_t>& mask, std::int32_t id) {
+  return mask[static_cast<std::size_t>(id) / 32] >> (id % 32) & 1u;
+}
+
+TEST(TokenConstraint, CompleteWhenNothingButEosMayFollow) {
+  TokenizerVocab vocab = byte_vocab({"ye", "yes", "no"});
+  auto compiler = compiler_for(vocab);
+  auto g = compiler.compile(format(ResponseFormat::Type::kRegex, "(yes|no)!?"));
+  ASSERT_TRUE(g.ok()) << g.error().what();
+  const int width = static_cast<int>(vocab.tokens.size()) + 7;  // a padded logits row
+  TokenConstraint c(*g, width);
+  const auto& first = c.next_mask();
+  EXPECT_EQ(first.size(), (static_cast<std::size_t>(width) + 31) / 32);
+  EXPECT_TRUE(allowed(first, id_of(vocab, "yes")));
+  EXPECT_TRUE(allowed(first, id_of(vocab, "n")));
+  EXPECT_FALSE(allowed(first, vocab.eos_ids[0]));
+  EXPECT_FALSE(allowed(first, width - 1));  // past the vocabulary
+  // "yes" may end or take a "!": not complete, eos now allowed.
+  EXPECT_EQ(c.accept(id_of(vocab, "yes")), TokenConstraint::Verdict::kContinue);
+  EXPECT_TRUE(allowed(c.next_mask(), vocab.eos_ids[0]));
+  EXPECT_EQ(c.accept(id_of(vocab, "!")), TokenConstraint::Verdict::kComplete);
+
+  TokenConstraint d(*g, width);
+  EXPECT_EQ(d.accept(id_of(vocab, "x")), TokenConstraint::Verdict::kRejected);
+  EXPECT_EQ(d.accept(id_of(vocab, "no")), TokenConstraint::Verdict::kContinue);
+  EXPECT_EQ(d.accept(vocab.eos_ids[0]), TokenConstraint::Verdict::kComplete);
+  EXPECT_TRUE(d.is_terminated());
+}
+
+TEST(TokenConstraint, MaskIsCachedUntilTheStateChanges) {
+  TokenizerVocab vocab = byte_vocab();
+  auto compiler = compiler_for(vocab);
+  auto g = compiler.compile(
+      format(ResponseFormat::Type::kJsonSchema, R"({"type":"array","items":{"type":"integer"}})"));
+  ASSERT_TRUE(g.ok()) << g.error().what();
+  TokenConstraint c(*g, static_cast<int>(vocab.tokens.size()));
+  EXPECT_FALSE(c.mask_ready());
+  const auto before = c.next_mask();
+  EXPECT_TRUE(c.mask_ready());
+  EXPECT_TRUE(allowed(before, '['));
+  EXPECT_EQ(c.accept('['), TokenConstraint::Verdict::kContinue);
+  EXPECT_FALSE(c.mask_ready());
+  EXPECT_TRUE(allowed(c.next_mask(), '1'));
+  EXPECT_FALSE(allowed(c.next_mask(), '['));
+}
+
+TEST(ConstraintCompiler, CachesBySourceAndReportsErrors) {
+  TokenizerVocab vocab = byte_vocab();
+  int loads = 0;
+  ConstraintCompiler compiler(
+      [&]() -> Result<TokenizerVocab> {
+        ++loads;
+        return vocab;
+      },
+      vocab.eos_ids, 2);
+  auto a = compiler.compile(format(ResponseFormat::Type::kRegex, "a+"));
+  auto b = compiler.compile(format(ResponseFormat::Type::kRegex, "a+"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->get(), b->get());
+  EXPECT_EQ(loads, 1);
+  ResponseFormat object;
+  object.type = ResponseFormat::Type::kJsonObject;
+  auto compact = compiler.compile(object);
+  object.flexible_whitespace = true;
+  auto flexible = compiler.compile(object);
+  ASSERT_TRUE(compact.ok() && flexible.ok());
+  EXPECT_NE(compact->get(), flexible->get());
+
+  auto bad = compiler.compile(format(ResponseFormat::Type::kGrammar, "root ::= \"a\" |\n  [b-\n"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.error().what()).find("line 2, column"), std::string::npos)
+      << bad.error().what();
+  auto schema = compiler.compile(
+      format(ResponseFormat::Type::kJsonSchema, R"({"properties":{"a":{"not":{}}}})"));
+  ASSERT_FALSE(schema.ok());
+  EXPECT_NE(std::string(schema.error().what()).find("'#/properties/a': unsupported keyword 'not'"),
+            std::string::npos)
+      << schema.error().what();
+}
+
+}  // namespace
+}  // namespace weft::grammar
