@@ -1,5 +1,6 @@
 #include "actors/gateway_openai.hpp"
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <cmath>
 #include <limits>
@@ -170,6 +171,91 @@ Result<void> parse_prompt(const json::value& v, GenerateRequest& request, int vo
   return bad("prompt", "expected a non-empty string or an array of token ids");
 }
 
+// response_format: OpenAI's {"type":"text"}, {"type":"json_object"} and {"type":"json_schema",
+// "json_schema":{"name","description","schema","strict"}}, and Weft's {"type":"regex",
+// "regex":"..."} and {"type":"grammar","grammar":"..."} (EBNF text). Only the shape is checked
+// here; the engine compiles the schema, regex or grammar when the request is submitted and
+// its errors (keyword, offset, line and column) come back as `response_format: ...`.
+Result<void> parse_response_format(const json::value& v, ResponseFormat& format) {
+  const std::string at = "response_format";
+  if (v.is_null()) return {};
+  if (!v.is_object()) return bad(at, "expected an object, got " + kind_of(v));
+  const json::object& o = v.get_object();
+  const json::value* type = o.if_contains("type");
+  if (type == nullptr || !type->is_string()) return bad(at + ".type", "is required (a string)");
+  const std::string t(type->get_string());
+  auto only = [&](std::initializer_list<std::string_view> allowed) -> Result<void> {
+    for (const auto& [k, value] : o) {
+      if (k == "type" || k == "flexible_whitespace") continue;
+      if (std::find(allowed.begin(), allowed.end(), std::string_view(k)) == allowed.end()) {
+        return bad(at + "." + std::string(k), "unknown or unsupported for type \"" + t + "\"");
+      }
+    }
+    return {};
+  };
+  auto source = [&](const char* key) -> Result<std::string> {
+    const json::value* x = o.if_contains(key);
+    if (x == nullptr || !x->is_string() || x->get_string().empty()) {
+      return bad(at + "." + key, "is required (a non-empty string) for type \"" + t + "\"");
+    }
+    return std::string(x->get_string());
+  };
+  Result<void> r;
+  if (t == "text") {
+    r = only({});
+    format.type = ResponseFormat::Type::kText;
+  } else if (t == "json_object") {
+    r = only({});
+    format.type = ResponseFormat::Type::kJsonObject;
+  } else if (t == "json_schema") {
+    r = only({"json_schema"});
+    if (!r) return r;
+    const json::value* js = o.if_contains("json_schema");
+    if (js == nullptr || !js->is_object()) {
+      return bad(at + ".json_schema", "is required (an object with the schema)");
+    }
+    const json::value* schema = nullptr;
+    for (const auto& [k, value] : js->get_object()) {
+      if (k == "schema") {
+        schema = &value;
+      } else if (k == "name" || k == "description") {
+        if (!value.is_string())
+          return bad(at + ".json_schema." + std::string(k), "expected a string");
+      } else if (k == "strict") {
+        // Weft always generates what the schema allows and nothing else.
+        if (!value.is_bool() && !value.is_null()) {
+          return bad(at + ".json_schema.strict", "expected a boolean");
+        }
+      } else {
+        return bad(at + ".json_schema." + std::string(k), "unknown or unsupported parameter");
+      }
+    }
+    if (schema == nullptr) return bad(at + ".json_schema.schema", "is required");
+    if (!schema->is_object() && !schema->is_bool()) {
+      return bad(at + ".json_schema.schema", "expected an object, got " + kind_of(*schema));
+    }
+    format.type = ResponseFormat::Type::kJsonSchema;
+    format.source = json::serialize(*schema);
+  } else if (t == "regex" || t == "grammar") {
+    r = only({t});
+    if (!r) return r;
+    auto text = source(t.c_str());
+    if (!text) return text.error();
+    format.type = t == "regex" ? ResponseFormat::Type::kRegex : ResponseFormat::Type::kGrammar;
+    format.source = std::move(text.value());
+  } else {
+    return bad(at + ".type",
+               "\"" + t + "\" is not one of text, json_object, json_schema, regex, grammar");
+  }
+  if (!r) return r;
+  if (const json::value* ws = o.if_contains("flexible_whitespace")) {
+    auto b = boolean(*ws, at + ".flexible_whitespace");
+    if (!b) return b.error();
+    format.flexible_whitespace = *b;
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<ParsedRequest> parse_request(std::string_view body, Api api, const ServedModel& model) {
@@ -306,6 +392,8 @@ Result<ParsedRequest> parse_request(const json::object& object, Api api, const S
         if (!x) return x.error();
         top_logprobs = static_cast<int>(*x);
       }
+    } else if (key == "response_format") {
+      r = parse_response_format(v, request.response_format);
     } else if (key == "stream" && api != Api::kWebSocket) {
       if (!v.is_null()) {
         auto b = boolean(v, key);
