@@ -1,16 +1,22 @@
 // `weft generate`: load a model folder and continue a prompt on the CPU, streaming tokens as
-// they are made (text) or one JSON object per token (json).
+// they are made (text) or one JSON object per token (json); optionally constrained by a JSON
+// Schema, a regular expression or an EBNF grammar (docs/grammars.md).
 
 #include <boost/json.hpp>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "loaders/model_loader.hpp"
 #include "loaders/tokenizer_json.hpp"
+#include "runtime/grammar/constraint_compiler.hpp"
+#include "runtime/grammar/token_constraint.hpp"
+#include "runtime/grammar/tokenizer_vocab.hpp"
 #include "runtime/sampling/sequence_sampler.hpp"
 #include "runtime/text/detokenizer.hpp"
 #include "tools/weft/commands.hpp"
@@ -37,7 +43,44 @@ struct GenerateOptions {
   bool ignore_eos = false;
   unsigned threads = 0;
   int page_size = 16;
+  std::string json_schema_file;
+  std::string regex;
+  std::string grammar_file;
+  bool json_object = false;
+  bool flexible_whitespace = false;
 };
+
+Result<std::string> read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error(ErrorCode::kIo, path + ": cannot be read");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The response format the options ask for; its error names the option.
+Result<ResponseFormat> response_format(const GenerateOptions& o) {
+  ResponseFormat f;
+  f.flexible_whitespace = o.flexible_whitespace;
+  if (!o.json_schema_file.empty()) {
+    auto text = read_text(o.json_schema_file);
+    if (!text)
+      return Error(text.error().code(), "--json-schema " + std::string(text.error().what()));
+    f.type = ResponseFormat::Type::kJsonSchema;
+    f.source = std::move(text.value());
+  } else if (!o.grammar_file.empty()) {
+    auto text = read_text(o.grammar_file);
+    if (!text) return Error(text.error().code(), "--grammar " + std::string(text.error().what()));
+    f.type = ResponseFormat::Type::kGrammar;
+    f.source = std::move(text.value());
+  } else if (!o.regex.empty()) {
+    f.type = ResponseFormat::Type::kRegex;
+    f.source = o.regex;
+  } else if (o.json_object) {
+    f.type = ResponseFormat::Type::kJsonObject;
+  }
+  return f;
+}
 
 int run_generate(const GenerateOptions& o) {
   auto fail = [](const std::string& message) {
@@ -59,6 +102,30 @@ int run_generate(const GenerateOptions& o) {
     auto t = loaders::load_tokenizer(tokenizer_json);
     if (!t) return fail(t.error().what());
     tokenizer = t->tokenizer;
+  }
+  // A constraint is compiled before anything is generated: its errors come first.
+  auto format = response_format(o);
+  if (!format) return fail(format.error().what());
+  std::optional<grammar::TokenConstraint> constraint;
+  if (format->constrained()) {
+    const char* option = format->type == ResponseFormat::Type::kJsonSchema ? "--json-schema"
+                         : format->type == ResponseFormat::Type::kGrammar  ? "--grammar"
+                         : format->type == ResponseFormat::Type::kRegex    ? "--regex"
+                                                                           : "--json-object";
+    if (!std::filesystem::exists(tokenizer_json, ec)) {
+      return fail(std::string(option) + " needs the model's tokenizer.json");
+    }
+    const auto& eos_ids = loaded->generation.eos_token_ids;
+    grammar::ConstraintCompiler compiler(
+        [&tokenizer_json]() -> Result<grammar::TokenizerVocab> {
+          auto text = read_text(tokenizer_json.string());
+          if (!text) return text.error();
+          return grammar::vocab_from_tokenizer_json(*text);
+        },
+        std::vector<std::int32_t>(eos_ids.begin(), eos_ids.end()));
+    auto compiled = compiler.compile(*format);
+    if (!compiled) return fail(std::string(option) + ": " + compiled.error().what());
+    constraint.emplace(std::move(compiled.value()), vocab);
   }
   std::vector<int> prompt = o.prompt_ids;
   if (o.prompt) {
@@ -135,12 +202,22 @@ int run_generate(const GenerateOptions& o) {
     if (!ok) return fail(ok.error().what());
     (generated == 0 ? prefill_s : decode_s) +=
         std::chrono::duration<double>(clock::now() - start).count();
-    auto sampled =
-        sampler.try_sample(std::span<float>(logits.data(), static_cast<std::size_t>(vocab)));
+    const std::uint32_t* allowed = constraint ? constraint->next_mask().data() : nullptr;
+    auto sampled = sampler.try_sample(
+        std::span<float>(logits.data(), static_cast<std::size_t>(vocab)), allowed);
     if (!sampled) return fail(sampled.error().what());
     const sampling::SampledToken& choice = sampled.value();
     ++generated;
-    const bool stop = !o.ignore_eos && std::find(eos.begin(), eos.end(), choice.id) != eos.end();
+    bool stop = !o.ignore_eos && std::find(eos.begin(), eos.end(), choice.id) != eos.end();
+    if (constraint) {
+      // The output is complete when the grammar has matched and allows nothing more.
+      const auto verdict = constraint->accept(choice.id);
+      if (verdict == grammar::TokenConstraint::Verdict::kRejected) {
+        return fail("internal: the sampled token " + std::to_string(choice.id) +
+                    " is not allowed by the constraint");
+      }
+      stop = stop || verdict == grammar::TokenConstraint::Verdict::kComplete;
+    }
     const bool last = stop || generated == o.max_tokens;
     std::string piece;
     if (detokenizer) {
@@ -235,6 +312,20 @@ void add_generate_command(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"text", "json"}));
   cmd->add_flag("--ignore-eos", opts->ignore_eos,
                 "keep going past the eos token of generation_config.json");
+  auto* schema = cmd->add_option("--json-schema", opts->json_schema_file,
+                                 "constrain the output to JSON valid under this JSON Schema file");
+  auto* regex = cmd->add_option("--regex", opts->regex,
+                                "constrain the whole output to match this regular expression");
+  auto* grammar_opt = cmd->add_option(
+      "--grammar", opts->grammar_file,
+      "constrain the output to this EBNF grammar file (docs/grammars.md; rule root)");
+  auto* object =
+      cmd->add_flag("--json-object", opts->json_object, "constrain the output to any JSON object");
+  schema->excludes(regex)->excludes(grammar_opt)->excludes(object);
+  regex->excludes(grammar_opt)->excludes(object);
+  grammar_opt->excludes(object);
+  cmd->add_flag("--flexible-whitespace", opts->flexible_whitespace,
+                "with --json-schema/--json-object: allow whitespace between JSON tokens");
   cmd->add_option("--threads", opts->threads, "CPU threads (0: one per core)")
       ->capture_default_str();
   cmd->add_option("--page-size", opts->page_size, "KV cache page size in tokens")
