@@ -34,6 +34,7 @@ struct ServeOptions {
   gateway::GatewayConfig gateway;
   std::int64_t kv_budget_mb = 256;
   unsigned threads = 0;
+  int max_running = EngineConfig{}.max_running;
 };
 
 // Names the calling thread as `top` and /proc show it (15 characters at most).
@@ -46,7 +47,6 @@ int run_serve(const ServeOptions& opts) {
     // Two threads: the gateway's sessions on this one, the engine's actors on their own,
     // so that JSON and socket work never delays a step, and each side's CPU time shows
     // apart (bench/gateway_load.js reads the gateway thread's).
-    name_thread("weft-gateway");
     asio::io_context io(1);
     asio::io_context engine_io(1);
     auto engine_work = asio::make_work_guard(engine_io);
@@ -66,8 +66,10 @@ int run_serve(const ServeOptions& opts) {
     config.model_dir = opts.model_dir;
     config.kv_budget_bytes = opts.kv_budget_mb << 20;
     config.cpu_threads = opts.threads;
+    config.max_running = opts.max_running;
     auto engine_owner = std::make_unique<Engine>(engine_io.get_executor(), config);
     Engine& engine = *engine_owner;
+    name_thread("weft-gateway");  // now: threads inherit the name of the one that starts them
 
     // The engine keeps its tokenizer inside; logprobs need each token's text here.
     auto tokenizer = loaders::load_tokenizer(opts.model_dir).value().tokenizer;
@@ -172,6 +174,9 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--kv-budget-mb", opts->kv_budget_mb, "KV pool size in MiB")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-running", opts->max_running, "sequences in one batch at most")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
   cmd->add_option("--threads", opts->threads, "CPU threads for the forward pass (0: all cores)")
       ->capture_default_str();
   cmd->callback([opts, &exit_code] { exit_code = run_serve(*opts); });
