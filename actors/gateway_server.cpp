@@ -1,5 +1,6 @@
 #include "actors/gateway_server.hpp"
 
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -62,6 +63,13 @@ Reply reply_for(const Error& error) {
   }
 }
 
+Reply overloaded_reply(int limit) {
+  return error_reply(
+      http::status::service_unavailable,
+      "the server is overloaded: " + std::to_string(limit) + " requests are in flight; retry later",
+      "server_error", {}, "overloaded");
+}
+
 Error as_error(std::exception_ptr e) {
   try {
     std::rethrow_exception(e);
@@ -116,6 +124,16 @@ std::string prometheus_text(const EngineMetrics& m, const GatewayState& state) {
     out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << " counter\n"
         << name << ' ' << value << '\n';
   };
+  gauge("weft_gateway_connections", "TCP connections held by the gateway.", state.connections);
+  gauge("weft_gateway_connections_peak", "Most TCP connections held at once.",
+        state.peak_connections);
+  counter("weft_gateway_connections_refused_total", "Connections refused over the limit.",
+          static_cast<double>(state.connections_refused));
+  counter("weft_gateway_requests_refused_total", "Requests refused with 503 over the limit.",
+          static_cast<double>(state.requests_refused));
+  counter("weft_gateway_backpressure_pauses_total",
+          "Times a WebSocket client's outbound queue went over its limit.",
+          static_cast<double>(state.backpressure_pauses));
   gauge("weft_requests_running", "Sequences in the running batch.", m.running);
   gauge("weft_requests_waiting", "Requests queued for admission.", m.waiting);
   gauge("weft_kv_pages_total", "KV cache pages in the pool.", m.kv_pages_total);
@@ -213,6 +231,11 @@ asio::awaitable<bool> serve_generation(beast::tcp_stream& stream, const Request&
     GatewayState& state;
     ~Done() { --state.live_generations; }
   } done{state};
+  if (state.live_generations > state.config.max_live_requests) {
+    ++state.requests_refused;
+    Reply reply = overloaded_reply(state.config.max_live_requests);
+    co_return co_await write_reply(stream, req, reply, keep_alive);
+  }
   auto parsed = parse_request(req.body(), api, state.model);
   if (!parsed) {
     Reply reply = reply_for(parsed.error());
@@ -336,6 +359,17 @@ asio::awaitable<bool> serve(beast::tcp_stream& stream, const Request& req, Gatew
 }
 
 asio::awaitable<void> run_session(std::shared_ptr<GatewayState> state, tcp::socket socket) {
+  struct Held {
+    GatewayState& state;
+    explicit Held(GatewayState& s) : state(s) {
+      state.peak_connections = std::max(state.peak_connections, ++state.connections);
+    }
+    ~Held() { --state.connections; }
+  } held{*state};
+  // Over the limit, the connection's first request is read (so that the client gets the
+  // answer rather than a reset) and answered 503, and the connection closes.
+  const bool over_limit = state->connections > state->config.max_connections;
+  if (over_limit) ++state->connections_refused;
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
   for (;;) {
@@ -367,6 +401,15 @@ asio::awaitable<void> run_session(std::shared_ptr<GatewayState> state, tcp::sock
     }
     Request req = parser.release();
     stream.expires_never();  // a generation may take longer than the idle limit
+    if (over_limit) {
+      Reply reply = error_reply(http::status::service_unavailable,
+                                "the server holds its limit of " +
+                                    std::to_string(state->config.max_connections) +
+                                    " connections; retry later",
+                                "server_error", {}, "overloaded");
+      co_await write_reply(stream, req, reply, false);
+      break;
+    }
     if (beast::websocket::is_upgrade(req)) {
       const std::string_view target(req.target().data(), req.target().size());
       if (target.substr(0, target.find('?')) == "/ws") {
@@ -393,6 +436,11 @@ asio::awaitable<void> accept_loop(std::shared_ptr<GatewayState> state, tcp::acce
     if (ec == asio::error::operation_aborted || state->stopping) co_return;
     if (ec) continue;  // e.g. too many open files: keep serving the connections already held
     socket.set_option(tcp::no_delay(true));
+    if (state->config.socket_send_buffer_bytes > 0) {
+      beast::error_code ignored;
+      socket.set_option(asio::socket_base::send_buffer_size(state->config.socket_send_buffer_bytes),
+                        ignored);
+    }
     asio::co_spawn(acceptor.get_executor(), run_session(state, std::move(socket)), asio::detached);
   }
 }

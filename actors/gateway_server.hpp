@@ -24,6 +24,17 @@ struct GatewayConfig {
   std::size_t body_limit_bytes = 1 << 20;  // request bodies and WebSocket messages
   int idle_timeout_s = 60;                 // an HTTP connection waiting for a request
   int max_protocol_violations = 8;         // WebSocket frames in error before closing
+  // A WebSocket peer that sends nothing (not even a pong to our pings, sent every half of
+  // this) for this long is disconnected.
+  int ws_idle_timeout_s = 60;
+  // Frames queued for one WebSocket client beyond this many bytes pause its requests'
+  // streams and the reading of its socket until the queue is half drained.
+  std::size_t ws_outbox_limit_bytes = 256 << 10;
+  // SO_SNDBUF of accepted sockets; 0 leaves the kernel's autotuning, which on loopback lets
+  // a socket buffer megabytes before a slow reader's queue starts to fill.
+  int socket_send_buffer_bytes = 0;
+  int max_connections = 4096;    // more get 503 and are closed
+  int max_live_requests = 1024;  // generations in flight (HTTP and WebSocket); more get 503
 };
 
 // A Prometheus histogram of seconds, with buckets from 1 ms to 10 s.
@@ -43,6 +54,11 @@ struct GatewayState {
   GatewayConfig config;
   bool stopping = false;
   int live_generations = 0;  // requests whose answer is still being sent, HTTP and WebSocket
+  int connections = 0;       // TCP connections held now
+  int peak_connections = 0;
+  std::uint64_t connections_refused = 0;  // over max_connections
+  std::uint64_t requests_refused = 0;     // over max_live_requests
+  std::uint64_t backpressure_pauses = 0;  // a WebSocket client's queue went over its limit
   // As the gateway sees them: from the engine accepting a request (after tokenization) to
   // its first token, and between its token deltas.
   LatencyHistogram time_to_first_token;

@@ -20,6 +20,7 @@ namespace beast = boost::beast;
 namespace websocket = beast::websocket;
 namespace json = boost::json;
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+constexpr std::size_t kReadChunk = 64 << 10;  // bytes read at a time from the socket
 
 json::object usage_object(const Usage& usage) {
   return usage_json(usage).as_object();
@@ -33,11 +34,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Connection(std::shared_ptr<GatewayState> state, beast::tcp_stream stream)
       : state_(std::move(state)),
         ws_(std::move(stream)),
-        wake_writer_(ws_.get_executor(), asio::steady_timer::time_point::max()) {}
+        wake_writer_(ws_.get_executor(), asio::steady_timer::time_point::max()),
+        room_(ws_.get_executor(), asio::steady_timer::time_point::max()) {}
 
   asio::awaitable<void> run(beast::http::request<beast::http::string_body> request) {
-    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
-    ws_.read_message_max(state_->config.body_limit_bytes);
+    const GatewayConfig& config = state_->config;
+    websocket::stream_base::timeout timeouts;
+    timeouts.handshake_timeout = std::chrono::seconds(30);
+    timeouts.idle_timeout = std::chrono::seconds(config.ws_idle_timeout_s);
+    timeouts.keep_alive_pings = true;  // a ping at half the idle time; a pong counts as life
+    ws_.set_option(timeouts);
+    // The message limit is checked here, not by Beast: Beast would close the socket at once
+    // while the client is still sending, and the client would see a reset (1006) instead of
+    // our close frame. We stop reading and let the closing handshake drain the rest.
+    ws_.read_message_max(0);
     ws_.set_option(websocket::stream_base::decorator(
         [](websocket::response_type& res) { res.set(beast::http::field::server, "weft"); }));
     auto [aec] = co_await ws_.async_accept(request, kTuple);
@@ -45,8 +55,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
     asio::co_spawn(ws_.get_executor(), writer(shared_from_this()), asio::detached);
     beast::flat_buffer buffer;
     for (;;) {
-      auto [ec, n] = co_await ws_.async_read(buffer, kTuple);
-      if (ec) break;  // closed, or a frame over the limit (Beast closes with 1009)
+      co_await wait_for_room();
+      if (closed_ || close_reason_) break;
+      auto [ec, n] = co_await ws_.async_read_some(buffer, kReadChunk, kTuple);
+      if (ec) {
+        closed_ = true;  // the peer left, timed out, or the closing handshake finished
+        break;
+      }
+      if (buffer.size() > config.body_limit_bytes) {
+        outbox_.clear();
+        outbox_bytes_ = 0;
+        close_reason_ = websocket::close_reason(
+            websocket::close_code::too_big,
+            "message larger than " + std::to_string(config.body_limit_bytes) + " bytes");
+        break;
+      }
+      if (!ws_.is_message_done()) continue;
       if (!ws_.got_text()) {
         violation(json::value(nullptr), "binary_frame",
                   "binary frames are not accepted; send JSON text frames");
@@ -55,12 +79,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       buffer.consume(buffer.size());
     }
-    closed_ = true;
     for (auto& [key, live] : live_) {
       if (live.request_id) state_->engine.cancel(*live.request_id);
       live.cancel_requested = true;
     }
     wake_writer_.cancel();
+    room_.cancel();
   }
 
  private:
@@ -70,9 +94,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
   };
 
   void send(json::object frame) {
-    if (closed_) return;
+    if (closed_ || close_reason_) return;
     outbox_.push_back(json::serialize(frame));
+    outbox_bytes_ += outbox_.back().size();
     wake_writer_.cancel();
+  }
+
+  // Backpressure: while the client's queue is over its limit, the reader and the request
+  // pumps wait here; the writer wakes them once it has sent half of the limit.
+  asio::awaitable<void> wait_for_room() {
+    if (outbox_bytes_ <= state_->config.ws_outbox_limit_bytes) co_return;
+    ++state_->backpressure_pauses;
+    while (outbox_bytes_ > state_->config.ws_outbox_limit_bytes / 2 && !closed_ && !close_reason_) {
+      co_await room_.async_wait(kTuple);  // expires never; cancel() wakes every waiter
+    }
   }
 
   void send_error(const json::value& id, std::string_view code, std::string_view message) {
@@ -140,6 +175,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
       GatewayState& state;
       ~Done() { --state.live_generations; }
     } done{*self->state_};
+    if (self->state_->live_generations > self->state_->config.max_live_requests) {
+      ++self->state_->requests_refused;
+      self->live_.erase(key);
+      self->send_error(
+          id, "overloaded",
+          "the server is overloaded: " + std::to_string(self->state_->config.max_live_requests) +
+              " requests are in flight; retry later");
+      co_return;
+    }
     auto [e, events] = co_await self->state_->engine.submit(std::move(request), kTuple);
     if (e) {
       std::string message = "the engine refused the request";
@@ -185,6 +229,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       if (samples > 1) frame["index"] = event.index;
       self->send(std::move(frame));
+      co_await self->wait_for_room();
     }
     self->live_.erase(key);
   }
@@ -195,26 +240,34 @@ class Connection : public std::enable_shared_from_this<Connection> {
         self->wake_writer_.expires_at(asio::steady_timer::time_point::max());
         co_await self->wake_writer_.async_wait(kTuple);
       }
+      if (self->closed_) break;
       if (!self->outbox_.empty()) {
         const std::string frame = std::move(self->outbox_.front());
         self->outbox_.pop_front();
         self->ws_.text(true);
         auto [ec, n] = co_await self->ws_.async_write(asio::buffer(frame), kTuple);
+        self->outbox_bytes_ -= frame.size();
+        if (self->outbox_bytes_ <= self->state_->config.ws_outbox_limit_bytes / 2) {
+          self->room_.cancel();
+        }
         if (ec) break;
         continue;
       }
-      if (self->close_reason_ && !self->closed_) {
-        co_await self->ws_.async_close(*self->close_reason_, kTuple);
-      }
+      // A close we start: the handshake reads (and drops) what the client still sends until
+      // its close frame arrives, so the client sees our code and reason.
+      co_await self->ws_.async_close(*self->close_reason_, kTuple);
       break;
     }
     self->closed_ = true;
+    self->room_.cancel();
   }
 
   std::shared_ptr<GatewayState> state_;
   websocket::stream<beast::tcp_stream> ws_;
   asio::steady_timer wake_writer_;
+  asio::steady_timer room_;  // never expires: waiters in wait_for_room wake on cancel()
   std::deque<std::string> outbox_;
+  std::size_t outbox_bytes_ = 0;
   std::map<std::string, Live> live_;  // by the client's id, serialized as JSON
   std::optional<websocket::close_reason> close_reason_;
   int violations_ = 0;

@@ -19,3 +19,11 @@ set_tests_properties(weft_serve_websocket_client PROPERTIES PASS_REGULAR_EXPRESS
 add_test(NAME weft_serve_shutdown_mid_stream
          COMMAND bash ${gateway_tests}/shutdown_mid_stream.sh $<TARGET_FILE:weft> ${CMAKE_SOURCE_DIR}/models/weft-tiny)
 set_tests_properties(weft_serve_shutdown_mid_stream PROPERTIES TIMEOUT 60 PASS_REGULAR_EXPRESSION "shutdown mid-stream ok")
+add_test(NAME weft_serve_limits COMMAND ${gateway_run} node ${gateway_tests}/limits_client.js)
+set_tests_properties(weft_serve_limits PROPERTIES FIXTURES_REQUIRED gateway_node TIMEOUT 180
+  PASS_REGULAR_EXPRESSION "all limit checks passed"
+  ENVIRONMENT "WEFT_TEST_NODE=${gateway_node};WEFT_SERVE_ARGS=--max-connections 6 --max-live-requests 4 --ws-outbox-bytes 4096 --ws-idle-timeout-s 2")
+add_test(NAME weft_serve_slow_reader COMMAND ${gateway_run} python3 ${gateway_tests}/slow_reader.py)
+set_tests_properties(weft_serve_slow_reader PROPERTIES TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "slow reader checks passed" FAIL_REGULAR_EXPRESSION "FAIL"
+  ENVIRONMENT "WEFT_SERVE_ARGS=--ws-outbox-bytes 4096 --socket-send-buffer-bytes 8192")

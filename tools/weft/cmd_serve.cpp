@@ -3,6 +3,9 @@
 // SIGINT or SIGTERM stops accepting and shuts the engine down gracefully (live requests end
 // with finish reason "shutdown").
 
+#include <pthread.h>
+
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -31,17 +34,42 @@ struct ServeOptions {
   gateway::GatewayConfig gateway;
   std::int64_t kv_budget_mb = 256;
   unsigned threads = 0;
+  int max_running = EngineConfig{}.max_running;
 };
+
+// Names the calling thread as `top` and /proc show it (15 characters at most).
+void name_thread(const char* name) {
+  pthread_setname_np(pthread_self(), name);
+}
 
 int run_serve(const ServeOptions& opts) {
   try {
+    // Two threads: the gateway's sessions on this one, the engine's actors on their own,
+    // so that JSON and socket work never delays a step, and each side's CPU time shows
+    // apart (bench/gateway_load.js reads the gateway thread's).
     asio::io_context io(1);
+    asio::io_context engine_io(1);
+    auto engine_work = asio::make_work_guard(engine_io);
+    std::thread engine_thread([&engine_io] {
+      name_thread("weft-engine");
+      engine_io.run();
+    });
+    struct JoinEngineThread {
+      asio::io_context& io;
+      std::thread& thread;
+      ~JoinEngineThread() {
+        io.stop();
+        if (thread.joinable()) thread.join();
+      }
+    } join_engine_thread{engine_io, engine_thread};
     EngineConfig config;
     config.model_dir = opts.model_dir;
     config.kv_budget_bytes = opts.kv_budget_mb << 20;
     config.cpu_threads = opts.threads;
-    auto engine_owner = std::make_unique<Engine>(io.get_executor(), config);
+    config.max_running = opts.max_running;
+    auto engine_owner = std::make_unique<Engine>(engine_io.get_executor(), config);
     Engine& engine = *engine_owner;
+    name_thread("weft-gateway");  // now: threads inherit the name of the one that starts them
 
     // The engine keeps its tokenizer inside; logprobs need each token's text here.
     auto tokenizer = loaders::load_tokenizer(opts.model_dir).value().tokenizer;
@@ -88,17 +116,11 @@ int run_serve(const ServeOptions& opts) {
       if (ec) return;
       std::cerr << "weft serve: shutting down" << std::endl;
       server.stop();
-      engine.shutdown([&](std::exception_ptr) { drain(); });
+      engine.shutdown(asio::bind_executor(io, [&](std::exception_ptr) { drain(); }));
     });
     io.run();
-    // ~Engine hands its actors' last work to the loop and waits for it: keep the loop running
-    // on a thread of its own meanwhile (idle keep-alive connections hold no work that runs).
-    io.restart();
-    auto work = asio::make_work_guard(io);
-    std::thread loop([&io] { io.run(); });
+    // ~Engine hands its actors' last work to the engine's loop, which still runs.
     engine_owner.reset();
-    io.stop();
-    loop.join();
     return 0;
   } catch (const Error& e) {
     std::cerr << "weft serve: " << e.what() << '\n';
@@ -126,9 +148,35 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "seconds an HTTP connection may wait for its next request")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
+  cmd->add_option("--ws-idle-timeout-s", opts->gateway.ws_idle_timeout_s,
+                  "seconds a WebSocket peer may stay silent (pings go out every half of it)")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 86400));
+  cmd->add_option("--ws-outbox-bytes", opts->gateway.ws_outbox_limit_bytes,
+                  "bytes queued for a slow WebSocket reader before its streams and its socket "
+                  "are paused")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 30));
+  cmd->add_option("--socket-send-buffer-bytes", opts->gateway.socket_send_buffer_bytes,
+                  "SO_SNDBUF of client sockets (0: the kernel's autotuning); small values make "
+                  "--ws-outbox-bytes bound what a slow reader holds")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 30));
+  cmd->add_option("--max-connections", opts->gateway.max_connections,
+                  "TCP connections held at once; more are answered 503 and closed")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-live-requests", opts->gateway.max_live_requests,
+                  "generations in flight over HTTP and WebSocket; more are answered 503 "
+                  "(WebSocket: an `overloaded` error frame)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--kv-budget-mb", opts->kv_budget_mb, "KV pool size in MiB")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-running", opts->max_running, "sequences in one batch at most")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
   cmd->add_option("--threads", opts->threads, "CPU threads for the forward pass (0: all cores)")
       ->capture_default_str();
   cmd->callback([opts, &exit_code] { exit_code = run_serve(*opts); });
