@@ -16,7 +16,7 @@ class TokenConstraint {
   enum class Verdict {
     kContinue,  // the output goes on
     kComplete,  // the grammar has matched and allows nothing more (or an eos was accepted):
-                // the request finishes with `stop`
+                // the request finishes with `stop` without drawing an eos
     kRejected,  // the grammar does not allow this token (state unchanged)
   };
 
@@ -33,7 +33,6 @@ class TokenConstraint {
   bool is_terminated() const { return matcher_->is_terminated(); }
 
  private:
-  std::shared_ptr<const CompiledGrammar> grammar_;
   // On the heap: the matcher's pushdown automaton refers to the matcher's own arena, so the
   // matcher must not move while this class does.
   std::unique_ptr<GrammarMatcher> matcher_;

@@ -48,6 +48,7 @@ TEST(TokenConstraint, CompleteWhenNothingButEosMayFollow) {
   EXPECT_EQ(c.accept(id_of(vocab, "yes")), TokenConstraint::Verdict::kContinue);
   EXPECT_TRUE(allowed(c.next_mask(), vocab.eos_ids[0]));
   EXPECT_EQ(c.accept(id_of(vocab, "!")), TokenConstraint::Verdict::kComplete);
+  EXPECT_FALSE(c.mask_ready());  // deciding "complete" computed no mask
 
   TokenConstraint d(*g, width);
   EXPECT_EQ(d.accept(id_of(vocab, "x")), TokenConstraint::Verdict::kRejected);
