@@ -1,7 +1,10 @@
 // `weft bench`: an offline serving benchmark in the manner of vLLM's throughput benchmark.
 // N requests of random token ids with fixed or sampled input/output lengths arrive all at once
 // or at a Poisson rate; each streams through the Engine's public API. The last stdout line is
-// one JSON object with the figures; a progress bar goes to stderr.
+// one JSON object with the figures; a progress bar goes to stderr. With a response format
+// (--json-schema, --regex, --grammar, --json-object) every request is constrained and the
+// summary adds where the time of the masks went: computed under the forward pass, or waited
+// for after it.
 
 #include <unistd.h>
 
@@ -14,9 +17,11 @@
 #include <boost/json.hpp>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "tools/weft/commands.hpp"
@@ -45,6 +50,10 @@ struct BenchOptions {
   int max_running = 256;
   std::string admission = "reserve";
   unsigned threads = 0;
+  std::string json_schema_file;
+  std::string regex;
+  std::string grammar_file;
+  bool json_object = false;
 };
 
 struct RequestTimes {
@@ -97,6 +106,7 @@ asio::awaitable<void> run_request(Engine& engine, GenerateRequest request, Clock
   timer.expires_at(at);
   co_await timer.async_wait(asio::use_awaitable);
   times.input_tokens = static_cast<int>(request.prompt_ids.size());
+  const bool constrained = request.response_format.constrained();
   const auto start = Clock::now();
   auto last = start;
   try {
@@ -105,7 +115,9 @@ asio::awaitable<void> run_request(Engine& engine, GenerateRequest request, Clock
       Event e = co_await stream->next(asio::use_awaitable);
       const auto now = Clock::now();
       if (e.kind == Event::Kind::kFinal) {
-        times.failed = e.finish_reason != FinishReason::kLength;
+        // A constrained output may end early with `stop` when its grammar is complete.
+        times.failed = e.finish_reason != FinishReason::kLength &&
+                       !(constrained && e.finish_reason == FinishReason::kStop);
         break;
       }
       const double ms = std::chrono::duration<double, std::milli>(now - last).count();
@@ -125,6 +137,29 @@ asio::awaitable<void> run_request(Engine& engine, GenerateRequest request, Clock
 }
 
 int run_bench(const BenchOptions& o) {
+  ResponseFormat format;
+  auto read_file = [](const std::string& path, std::string& out) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return false;
+    std::ostringstream text;
+    text << in.rdbuf();
+    out = text.str();
+    return true;
+  };
+  if (!o.json_schema_file.empty() || !o.grammar_file.empty()) {
+    const bool schema = !o.json_schema_file.empty();
+    const std::string& path = schema ? o.json_schema_file : o.grammar_file;
+    format.type = schema ? ResponseFormat::Type::kJsonSchema : ResponseFormat::Type::kGrammar;
+    if (!read_file(path, format.source)) {
+      std::cerr << "weft bench: " << path << ": cannot be read\n";
+      return 1;
+    }
+  } else if (!o.regex.empty()) {
+    format.type = ResponseFormat::Type::kRegex;
+    format.source = o.regex;
+  } else if (o.json_object) {
+    format.type = ResponseFormat::Type::kJsonObject;
+  }
   EngineConfig config;
   config.model_dir = o.model_dir;
   config.device = o.device;
@@ -164,6 +199,7 @@ int run_bench(const BenchOptions& o) {
     r.sampling.max_tokens = length(o.output_len);
     r.sampling.ignore_eos = true;
     r.sampling.temperature = 0;
+    r.response_format = format;
     if (o.request_rate > 0) offset_s += gap(rng);
     const auto at = start + std::chrono::duration_cast<Clock::duration>(
                                 std::chrono::duration<double>(offset_s));
@@ -207,6 +243,14 @@ int run_bench(const BenchOptions& o) {
                           {"range_ratio", o.range_ratio},
                           {"request_rate", o.request_rate},
                           {"device", o.device},
+                          {"constrained", format.constrained()},
+                          {"finished_stop", metrics.finished_stop},
+                          {"forward_ms", metrics.forward_us / 1000.0},
+                          {"constrained_steps", metrics.constrained_steps},
+                          {"masks_computed", metrics.masks_computed},
+                          {"mask_compute_ms", metrics.mask_compute_us / 1000.0},
+                          {"mask_wait_ms", metrics.mask_wait_us / 1000.0},
+                          {"constraint_accept_ms", metrics.constraint_accept_us / 1000.0},
                           {"model", o.model_dir}};
   std::printf("requests %d (%d failed) in %.2f s: %.2f req/s, %.1f output tok/s\n", o.num_requests,
               failed, seconds, o.num_requests / seconds,
@@ -214,6 +258,21 @@ int run_bench(const BenchOptions& o) {
   std::printf("TTFT p50 %.1f ms, p99 %.1f ms; ITL p50 %.2f ms, p99 %.2f ms; peak KV %d/%d pages\n",
               percentile(ttft, 50), percentile(ttft, 99), percentile(itl, 50), percentile(itl, 99),
               metrics.kv_pages_peak, metrics.kv_pages_total);
+  if (format.constrained()) {
+    // The overlap: masks for step N+1 are computed while its forward pass runs; only what is
+    // left when the logits arrive delays sampling.
+    const double compute_ms = metrics.mask_compute_us / 1000.0;
+    const double wait_ms = metrics.mask_wait_us / 1000.0;
+    std::printf(
+        "constraint: %llu masks over %llu steps: %.1f ms computing them, %.1f ms of it hidden "
+        "under %.1f ms of forward passes, %.1f ms waited for after the logits; %.1f ms "
+        "accepting tokens; %llu outputs complete (stop)\n",
+        static_cast<unsigned long long>(metrics.masks_computed),
+        static_cast<unsigned long long>(metrics.constrained_steps), compute_ms,
+        std::max(0.0, compute_ms - wait_ms), metrics.constrained_forward_us / 1000.0, wait_ms,
+        metrics.constraint_accept_us / 1000.0,
+        static_cast<unsigned long long>(metrics.finished_stop));
+  }
   std::cout << boost::json::serialize(out) << std::endl;
   return failed == 0 ? 0 : 1;
 }
@@ -265,6 +324,16 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                   "reserve: admit only what fits to completion; optimistic: preempt when full")
       ->capture_default_str()
       ->check(CLI::IsMember({"reserve", "optimistic"}));
+  auto* schema = cmd->add_option("--json-schema", opts->json_schema_file,
+                                 "constrain every request by this JSON Schema file");
+  auto* regex = cmd->add_option("--regex", opts->regex, "constrain every request by this regex");
+  auto* grammar_opt =
+      cmd->add_option("--grammar", opts->grammar_file, "constrain every request by this EBNF file");
+  auto* object =
+      cmd->add_flag("--json-object", opts->json_object, "constrain every request to a JSON object");
+  schema->excludes(regex)->excludes(grammar_opt)->excludes(object);
+  regex->excludes(grammar_opt)->excludes(object);
+  grammar_opt->excludes(object);
   cmd->add_option("--threads", opts->threads, "CPU threads for the forward pass (0: all cores)")
       ->capture_default_str();
   cmd->callback([opts, &exit_code] { exit_code = run_bench(*opts); });
