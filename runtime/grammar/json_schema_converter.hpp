@@ -44,6 +44,9 @@ class JsonSchemaConverter {
   Result<ExprId> string_schema(Json s, const std::string& path);
   Result<ExprId> number_schema(Json s, const std::string& path, bool integer);
   Result<ExprId> all_of(Json s, const std::string& path, int depth);
+  // oneOf is generated as anyOf; this refuses it unless no value can match two branches
+  // (json_schema_one_of.cpp).
+  Result<void> check_one_of(Json list, const std::string& path);
   RuleId any_string();
   RuleId any_number();
   // One character inside a JSON string (a shared rule, so its masks are computed once).

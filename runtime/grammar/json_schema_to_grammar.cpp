@@ -277,6 +277,11 @@ Result<ExprId> JsonSchemaConverter::schema(Json s, const std::string& path, int 
                                " beside other constraints is not supported (found '" + c + "')");
     Json list = obj[key].value();
     if (!list.is_array()) return error(path + "/" + key, std::string(key) + " must be an array");
+    if (std::string_view(key) == "oneOf") {
+      if (auto exclusive = check_one_of(list, path + "/oneOf"); !exclusive) {
+        return exclusive.error();
+      }
+    }
     std::vector<ExprId> alts;
     std::size_t i = 0;
     for (Json sub : list.get_array()) {

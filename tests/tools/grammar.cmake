@@ -20,7 +20,7 @@ function(weft_grammar_corpus name min_stop)
   set_tests_properties(grammar_corpus_${name} PROPERTIES FIXTURES_REQUIRED grammar_ajv TIMEOUT 300
     ENVIRONMENT WEFT_TEST_NODE=${grammar_node} FAIL_REGULAR_EXPRESSION "FAIL")
 endfunction()
-weft_grammar_corpus(weft_tiny 0.5 --model ${CMAKE_SOURCE_DIR}/models/weft-tiny --samples 6 --max-tokens 128)
+weft_grammar_corpus(weft_tiny 0.5 --model ${CMAKE_SOURCE_DIR}/models/weft-tiny --samples 4 --max-tokens 128)
 weft_grammar_corpus(random_fixture 0.3
   --model ${CMAKE_SOURCE_DIR}/tests/fixtures/models/llama_mqa_tied_llama3_bf16 --samples 16 --max-tokens 200
   --byte-tokenizer ${CMAKE_CURRENT_BINARY_DIR}/grammar-models)
