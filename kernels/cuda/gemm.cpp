@@ -1,0 +1,33 @@
+#include "kernels/cuda/gemm.hpp"
+
+#include <cublas_v2.h>
+
+namespace weft::cuda {
+
+Blas::Blas() {
+  const cublasStatus_t status = cublasCreate(&handle_);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    handle_ = nullptr;
+    error_ = std::string("cublasCreate failed: ") + cublasGetStatusString(status);
+  }
+}
+
+Blas::~Blas() {
+  if (handle_ != nullptr) cublasDestroy(handle_);
+}
+
+bool Blas::linear(const void* x, int tokens, const void* w, int out_features, int in_features,
+                  float* y, int ldy, Precision precision, cudaStream_t stream) {
+  if (handle_ == nullptr) return false;
+  if (tokens == 0) return true;
+  if (cublasSetStream(handle_, stream) != CUBLAS_STATUS_SUCCESS) return false;
+  // Row-major y^T = w x^T is column-major y = op(w) x: w as stored is column-major [in, out],
+  // transposed gives [out, in]; x is column-major [in, tokens].
+  const cudaDataType_t type = precision == Precision::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
+  const float alpha = 1.0f, beta = 0.0f;
+  return cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, out_features, tokens, in_features, &alpha,
+                      w, type, in_features, x, type, in_features, &beta, y, CUDA_R_32F, ldy,
+                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace weft::cuda

@@ -1,0 +1,38 @@
+#pragma once
+// Dense products against weight matrices stored as Hugging Face Linear layers ([out, in],
+// row-major) through cuBLAS: 16-bit inputs, fp32 compute, fp32 output (the following kernel
+// adds the bias and rounds, so nothing is rounded twice).
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "kernels/cuda/precision.hpp"
+
+struct cublasContext;
+
+namespace weft::cuda {
+
+// One cuBLAS handle, bound to a stream per call. Not thread-safe: one per executor.
+class Blas {
+ public:
+  Blas();
+  ~Blas();
+  Blas(const Blas&) = delete;
+  Blas& operator=(const Blas&) = delete;
+
+  // Empty when the handle was made; else why not (no device, out of memory, ...).
+  const std::string& error() const noexcept { return error_; }
+
+  // y[t, o] = sum_k x[t, k] * w[o, k] for t < tokens; x is [tokens, in] and w [out, in] in
+  // `precision`, y is [tokens, out] fp32 with row stride ldy (>= out; lets several products
+  // write column ranges of one output). Returns false on a cuBLAS error.
+  bool linear(const void* x, int tokens, const void* w, int out_features, int in_features, float* y,
+              int ldy, Precision precision, cudaStream_t stream);
+
+ private:
+  cublasContext* handle_ = nullptr;
+  std::string error_;
+};
+
+}  // namespace weft::cuda

@@ -1,0 +1,370 @@
+#include <algorithm>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/paged_attention.hpp"
+
+namespace weft::cuda {
+namespace {
+
+constexpr int kDecodeThreads = 128;  // also the tile of positions one pass scores
+constexpr int kKeyTile = 32;         // prefill: keys per tile
+constexpr int kPrefillThreads = 128;
+constexpr int kMaxHeadDim = 256;
+constexpr int kMaxGroupInRegisters = 8;  // query heads per kv head scored from registers
+
+__host__ __device__ __forceinline__ int first_position(int pos, int window) {
+  return window > 0 && pos + 1 > window ? pos + 1 - window : 0;
+}
+
+// Positions per split for a context of `span` positions (see kDecodeSplitQuantum).
+__host__ __device__ __forceinline__ int split_positions(int span) {
+  const int per = (span + kMaxDecodeSplits - 1) / kMaxDecodeSplits;
+  return (per + kDecodeSplitQuantum - 1) / kDecodeSplitQuantum * kDecodeSplitQuantum;
+}
+
+// Offset in elements of position p's key row for kv head h; the value row is
+// num_kv_heads * page_size * head_dim further.
+__device__ __forceinline__ std::size_t key_offset(const PagedKvView& kv, const std::int32_t* table,
+                                                  int p, int h) {
+  const int page = table[p / kv.page_size];
+  return static_cast<std::size_t>(page) * kv.page_elems + kv.layer_offset +
+         (static_cast<std::size_t>(h) * kv.page_size + p % kv.page_size) * kv.head_dim;
+}
+
+// Dynamic shared memory: q [G][D], scores [G][kDecodeThreads], acc [G][D], then per head
+// m, l and the rescale factor [G] each, and value-row offsets [kDecodeThreads].
+template <class T>
+__global__ void decode_kernel(AttentionArgs a, FlatBatchView b, PagedKvView kv,
+                              const std::int32_t* query_tokens, float* workspace) {
+  extern __shared__ float smem[];
+  const int D = kv.head_dim, G = a.num_heads / kv.num_kv_heads, TILE = kDecodeThreads;
+  float* q_s = smem;
+  float* scores = q_s + G * D;
+  float* acc = scores + G * TILE;
+  float* m_s = acc + G * D;
+  float* l_s = m_s + G;
+  float* corr_s = l_s + G;
+  auto* v_off = reinterpret_cast<std::size_t*>(corr_s + G + (G & 1));  // 8-byte aligned
+
+  const int t = query_tokens[blockIdx.y];
+  const int kvh = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
+  const int pos = b.positions[t];
+  const int first = first_position(pos, a.sliding_window);
+  const int chunk = split_positions(pos + 1 - first);
+  const int begin = splits > 1 ? first + split * chunk : first;
+  const int end = splits > 1 ? min(pos + 1, begin + chunk) : pos + 1;
+  if (begin > pos) return;  // this token's context has fewer splits than the grid
+  const std::int32_t* table = b.page_ids + b.page_table_begin[b.token_seq[t]];
+  const T* pool = static_cast<const T*>(kv.pool);
+  const std::size_t v_shift = static_cast<std::size_t>(kv.num_kv_heads) * kv.page_size * D;
+
+  const float* q =
+      a.q + static_cast<std::size_t>(t) * a.q_stride + static_cast<std::size_t>(kvh) * G * D;
+  for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+    q_s[i] = q[i] * a.scale;
+    acc[i] = 0.0f;
+  }
+  for (int g = threadIdx.x; g < G; g += blockDim.x) {
+    m_s[g] = -FLT_MAX;
+    l_s[g] = 0.0f;
+  }
+  __syncthreads();
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (int base = begin; base < end; base += TILE) {
+    const int n = min(TILE, end - base);
+    if (threadIdx.x < n) v_off[threadIdx.x] = key_offset(kv, table, base + threadIdx.x, kvh);
+    __syncthreads();
+    // Scores: a warp per key, lanes across head_dim (coalesced reads of the key row), every
+    // head of the group from the one read.
+    for (int i = warp; i < n; i += warps) {
+      const T* k = pool + v_off[i];
+      float s[kMaxGroupInRegisters];
+      for (int g = 0; g < kMaxGroupInRegisters; ++g)
+        s[g] = 0.0f;
+      for (int d = lane; d < D; d += 32) {
+        const float kd = detail::to_float(k[d]);
+#pragma unroll
+        for (int g = 0; g < kMaxGroupInRegisters; ++g)
+          if (g < G) s[g] += q_s[g * D + d] * kd;
+      }
+      for (int g0 = kMaxGroupInRegisters; g0 < G; ++g0) {  // larger groups: one head at a time
+        float extra = 0.0f;
+        for (int d = lane; d < D; d += 32)
+          extra += q_s[g0 * D + d] * detail::to_float(k[d]);
+        extra = detail::warp_sum(extra);
+        if (lane == 0) scores[g0 * TILE + i] = extra;
+      }
+#pragma unroll
+      for (int g = 0; g < kMaxGroupInRegisters; ++g) {
+        if (g < G) {
+          const float total = detail::warp_sum(s[g]);
+          if (lane == 0) scores[g * TILE + i] = total;
+        }
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < n) v_off[threadIdx.x] += v_shift;
+    __syncthreads();
+    // Online softmax: a warp per head.
+    for (int g = warp; g < G; g += warps) {
+      float* sg = scores + g * TILE;
+      float tile_max = -FLT_MAX;
+      for (int i = lane; i < n; i += 32)
+        tile_max = fmaxf(tile_max, sg[i]);
+      tile_max = detail::warp_max(tile_max);
+      const float m_old = m_s[g];
+      const float m_new = fmaxf(m_old, tile_max);
+      float sum = 0.0f;
+      for (int i = lane; i < n; i += 32) {
+        const float p = expf(sg[i] - m_new);
+        sg[i] = p;
+        sum += p;
+      }
+      sum = detail::warp_sum(sum);
+      if (lane == 0) {
+        const float c = expf(m_old - m_new);
+        corr_s[g] = c;
+        l_s[g] = l_s[g] * c + sum;
+        m_s[g] = m_new;
+      }
+    }
+    __syncthreads();
+    // acc = acc * correction + p V: a thread per output dimension, coalesced over V rows.
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+      for (int g = 0; g < G; ++g) {
+        const float* pg = scores + g * TILE;
+        float o = acc[g * D + d] * corr_s[g];
+        for (int i = 0; i < n; ++i)
+          o += pg[i] * detail::to_float(pool[v_off[i] + d]);
+        acc[g * D + d] = o;
+      }
+    }
+    __syncthreads();
+  }
+
+  const int NH = a.num_heads;
+  if (splits == 1) {
+    T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(t) * NH * D +
+             static_cast<std::size_t>(kvh) * G * D;
+    for (int i = threadIdx.x; i < G * D; i += blockDim.x)
+      out[i] = detail::from_float<T>(acc[i] / l_s[i / D]);
+    return;
+  }
+  // Partial results: [query][head][split] records of D accumulators, then m and l.
+  for (int g = 0; g < G; ++g) {
+    const int h = kvh * G + g;
+    float* rec =
+        workspace + ((static_cast<std::size_t>(blockIdx.y) * NH + h) * splits + split) * (D + 2);
+    for (int d = threadIdx.x; d < D; d += blockDim.x)
+      rec[d] = acc[g * D + d];
+    if (threadIdx.x == 0) {
+      rec[D] = m_s[g];
+      rec[D + 1] = l_s[g];
+    }
+  }
+}
+
+// Combines a token's splits: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
+template <class T>
+__global__ void combine_kernel(AttentionArgs a, FlatBatchView b, int head_dim,
+                               const std::int32_t* query_tokens, const float* workspace,
+                               int splits) {
+  const int h = blockIdx.x, qi = blockIdx.y, D = head_dim;
+  const int t = query_tokens[qi];
+  const int pos = b.positions[t];
+  const int span = pos + 1 - first_position(pos, a.sliding_window);
+  const int chunk = split_positions(span);
+  const int used = (span + chunk - 1) / chunk;
+  const float* recs =
+      workspace + (static_cast<std::size_t>(qi) * a.num_heads + h) * splits * (D + 2);
+  float m = -FLT_MAX;
+  for (int s = 0; s < used; ++s)
+    m = fmaxf(m, recs[s * (D + 2) + D]);
+  float l = 0.0f;
+  for (int s = 0; s < used; ++s)
+    l += recs[s * (D + 2) + D + 1] * expf(recs[s * (D + 2) + D] - m);
+  T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(t) * a.num_heads * D +
+           static_cast<std::size_t>(h) * D;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float o = 0.0f;
+    for (int s = 0; s < used; ++s)
+      o += recs[s * (D + 2) + d] * expf(recs[s * (D + 2) + D] - m);
+    out[d] = detail::from_float<T>(o / l);
+  }
+}
+
+// Dynamic shared memory: q [Q][D] fp32, k and v [kKeyTile][D] in T, p [Q][kKeyTile + 1],
+// then per row m, l, rescale [Q] and the rows' positions [Q].
+template <class T>
+__global__ void prefill_kernel(AttentionArgs a, FlatBatchView b, PagedKvView kv,
+                               const PrefillTile* tiles) {
+  extern __shared__ float smem[];
+  constexpr int Q = kPrefillTileQueries, K = kKeyTile, P = kKeyTile + 1;
+  constexpr int kCols = kMaxHeadDim / kPrefillThreads;  // output columns per thread
+  const int D = kv.head_dim;
+  const PrefillTile tile = tiles[blockIdx.x];
+  const int h = blockIdx.y, G = a.num_heads / kv.num_kv_heads, kvh = h / G;
+  float* q_s = smem;
+  T* k_s = reinterpret_cast<T*>(q_s + Q * D);
+  T* v_s = k_s + K * D;
+  float* p_s = reinterpret_cast<float*>(v_s + K * D);
+  float* m_s = p_s + Q * P;
+  float* l_s = m_s + Q;
+  float* corr_s = l_s + Q;
+  int* pos_s = reinterpret_cast<int*>(corr_s + Q);
+
+  const int seq = b.token_seq[tile.first_token];
+  const std::int32_t* table = b.page_ids + b.page_table_begin[seq];
+  const T* pool = static_cast<const T*>(kv.pool);
+  const std::size_t v_shift = static_cast<std::size_t>(kv.num_kv_heads) * kv.page_size * D;
+
+  for (int i = threadIdx.x; i < Q * D; i += blockDim.x) {
+    const int r = i / D, d = i % D;
+    q_s[i] = r < tile.count ? a.q[static_cast<std::size_t>(tile.first_token + r) * a.q_stride +
+                                  static_cast<std::size_t>(h) * D + d] *
+                                  a.scale
+                            : 0.0f;
+  }
+  for (int r = threadIdx.x; r < Q; r += blockDim.x) {
+    pos_s[r] = r < tile.count ? b.positions[tile.first_token + r] : -1;
+    m_s[r] = -FLT_MAX;
+    l_s[r] = 0.0f;
+  }
+  __syncthreads();
+  int lo = INT_MAX, hi = -1;
+  for (int r = 0; r < tile.count; ++r) {
+    lo = min(lo, first_position(pos_s[r], a.sliding_window));
+    hi = max(hi, pos_s[r]);
+  }
+
+  float acc[Q][kCols];
+  for (int r = 0; r < Q; ++r)
+    for (int c = 0; c < kCols; ++c)
+      acc[r][c] = 0.0f;
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (int base = lo; base <= hi; base += K) {
+    const int n = min(K, hi + 1 - base);
+    for (int i = threadIdx.x; i < K * D; i += blockDim.x) {
+      const int j = i / D, d = i % D;
+      // K is stored transposed ([d][key]) so the score loop's lanes, which differ in key,
+      // read consecutive addresses instead of one bank 32 times.
+      if (j < n) {
+        const std::size_t off = key_offset(kv, table, base + j, kvh);
+        k_s[d * K + j] = pool[off + d];
+        v_s[i] = pool[off + v_shift + d];
+      } else {
+        k_s[d * K + j] = detail::from_float<T>(0.0f);
+        v_s[i] = detail::from_float<T>(0.0f);
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < Q * K; i += blockDim.x) {
+      const int r = i / K, j = i % K;
+      const int p = base + j, pos = pos_s[r];
+      float s = -INFINITY;
+      if (r < tile.count && j < n && p <= pos && p >= first_position(pos, a.sliding_window)) {
+        s = 0.0f;
+        for (int d = 0; d < D; ++d)
+          s += q_s[r * D + d] * detail::to_float(k_s[d * K + j]);
+      }
+      p_s[r * P + j] = s;
+    }
+    __syncthreads();
+    // Online softmax, a warp per row and a lane per key (kKeyTile is the warp size).
+    for (int r = warp; r < Q; r += warps) {
+      const float s = p_s[r * P + lane];
+      const float tile_max = detail::warp_max(s);
+      const float m_old = m_s[r];
+      const float m_new = fmaxf(m_old, tile_max);
+      const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
+      p_s[r * P + lane] = p;
+      const float sum = detail::warp_sum(p);
+      if (lane == 0) {
+        const float c = expf(m_old - m_new);
+        corr_s[r] = c;
+        l_s[r] = l_s[r] * c + sum;
+        m_s[r] = m_new;
+      }
+    }
+    __syncthreads();
+    for (int c = 0; c < kCols; ++c) {
+      const int d = threadIdx.x + c * kPrefillThreads;
+      if (d >= D) break;
+      for (int r = 0; r < Q; ++r)
+        acc[r][c] *= corr_s[r];
+      for (int j = 0; j < n; ++j) {
+        const float v = detail::to_float(v_s[j * D + d]);
+        for (int r = 0; r < Q; ++r)
+          acc[r][c] += p_s[r * P + j] * v;
+      }
+    }
+    __syncthreads();
+  }
+  for (int c = 0; c < kCols; ++c) {
+    const int d = threadIdx.x + c * kPrefillThreads;
+    if (d >= D) break;
+    for (int r = 0; r < tile.count; ++r) {
+      T* out = static_cast<T*>(a.out) +
+               static_cast<std::size_t>(tile.first_token + r) * a.num_heads * D +
+               static_cast<std::size_t>(h) * D;
+      out[d] = detail::from_float<T>(acc[r][c] / l_s[r]);
+    }
+  }
+}
+
+// Grid depth: no token of context up to max_context needs more splits than this.
+int decode_splits(int max_context) {
+  return std::min(kMaxDecodeSplits, (max_context + kDecodeSplitQuantum - 1) / kDecodeSplitQuantum);
+}
+
+}  // namespace
+
+std::size_t decode_workspace_floats(int queries, int num_heads, int head_dim, int max_context) {
+  const int splits = decode_splits(max_context);
+  if (splits == 1) return 0;
+  return static_cast<std::size_t>(queries) * num_heads * splits * (head_dim + 2);
+}
+
+void decode_attention(const AttentionArgs& args, const FlatBatchView& batch, const PagedKvView& kv,
+                      const std::int32_t* query_tokens, int num_queries, int max_context,
+                      float* workspace, cudaStream_t stream) {
+  if (num_queries == 0) return;
+  const int G = args.num_heads / kv.num_kv_heads, D = kv.head_dim;
+  const int splits = decode_splits(max_context);
+  const std::size_t shared = sizeof(float) * (2 * G * D + G * kDecodeThreads + 3 * G + 1) +
+                             sizeof(std::size_t) * kDecodeThreads + 8;
+  const dim3 grid(kv.num_kv_heads, num_queries, splits);
+  WEFT_DISPATCH_PRECISION(kv.precision, {
+    if (shared > 48 * 1024) {
+      cudaFuncSetAttribute(decode_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(shared));
+    }
+    decode_kernel<T>
+        <<<grid, kDecodeThreads, shared, stream>>>(args, batch, kv, query_tokens, workspace);
+    if (splits > 1) {
+      combine_kernel<T><<<dim3(args.num_heads, num_queries), 128, 0, stream>>>(
+          args, batch, D, query_tokens, workspace, splits);
+    }
+  });
+}
+
+void prefill_attention(const AttentionArgs& args, const FlatBatchView& batch, const PagedKvView& kv,
+                       const PrefillTile* tiles, int num_tiles, cudaStream_t stream) {
+  if (num_tiles == 0) return;
+  constexpr int Q = kPrefillTileQueries;
+  const int D = kv.head_dim;
+  const std::size_t shared = sizeof(float) * Q * D + 2 * kHalfBytes * kKeyTile * D +
+                             sizeof(float) * (Q * (kKeyTile + 1) + 3 * Q) + sizeof(int) * Q;
+  const dim3 grid(num_tiles, args.num_heads);
+  WEFT_DISPATCH_PRECISION(kv.precision, {
+    if (shared > 48 * 1024) {
+      cudaFuncSetAttribute(prefill_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(shared));
+    }
+    prefill_kernel<T><<<grid, kPrefillThreads, shared, stream>>>(args, batch, kv, tiles);
+  });
+}
+
+}  // namespace weft::cuda

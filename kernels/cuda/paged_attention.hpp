@@ -1,0 +1,64 @@
+#pragma once
+// Attention of the step's queries over keys and values in KV pages (vLLM's PagedAttention),
+// causal, with an optional sliding window, over a flat variable-length batch. Two kernels:
+//
+// - decode: one block per (query token, kv head, split) computes every query head of the
+//   kv head's group, so each KV page is read once per kv head (GQA/MQA-aware); a warp scores
+//   one key at a time for every head of the group. Contexts over 64 positions are cut into
+//   up to 32 splits combined afterwards (flash-decoding); the cut depends only on the
+//   token's own context, so its result does not depend on what runs beside it.
+// - prefill: one block per (tile of up to 32 consecutive query tokens of one sequence, query
+//   head) walks the keys in tiles of 32 with an online softmax (FlashAttention's recurrence),
+//   staging K and V tiles in shared memory. Straightforward CUDA-core code, no tensor cores.
+//
+// Softmax and accumulation are fp32; q comes fp32 from the rope kernel, K/V are 16-bit.
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/paged_kv.hpp"
+
+namespace weft::cuda {
+
+struct AttentionArgs {
+  const float* q = nullptr;  // token t's head h at q + t * q_stride + h * head_dim
+  std::size_t q_stride = 0;
+  int num_heads = 0;
+  float scale = 1.0f;
+  int sliding_window = 0;  // 0: attend to every earlier position
+  void* out = nullptr;     // [tokens, num_heads * head_dim] in kv.precision
+};
+
+// The decode kernel cuts a context of `span` positions into at most kMaxDecodeSplits splits
+// of a multiple of kDecodeSplitQuantum positions each. The cut depends only on the span, so a
+// token's result does not depend on the batch it runs in.
+inline constexpr int kDecodeSplitQuantum = 64;
+inline constexpr int kMaxDecodeSplits = 32;
+
+// Floats of workspace decode_attention needs for `queries` tokens whose longest context is
+// `max_context` positions (0 when no split is needed).
+std::size_t decode_workspace_floats(int queries, int num_heads, int head_dim, int max_context);
+
+// Attention for the tokens listed in query_tokens ([num_queries] device indices into the
+// batch), each over positions [max(0, pos + 1 - window), pos] of its sequence.
+// max_context bounds pos + 1 over those tokens (it sizes the grid); workspace holds
+// decode_workspace_floats(...) floats.
+void decode_attention(const AttentionArgs& args, const FlatBatchView& batch, const PagedKvView& kv,
+                      const std::int32_t* query_tokens, int num_queries, int max_context,
+                      float* workspace, cudaStream_t stream);
+
+// A run of up to kPrefillTileQueries consecutive tokens of the flat batch that belong to one
+// sequence.
+struct PrefillTile {
+  std::int32_t first_token = 0;
+  std::int32_t count = 0;
+};
+inline constexpr int kPrefillTileQueries = 32;
+
+// Attention for the tokens of `tiles` ([num_tiles] on the device).
+void prefill_attention(const AttentionArgs& args, const FlatBatchView& batch, const PagedKvView& kv,
+                       const PrefillTile* tiles, int num_tiles, cudaStream_t stream);
+
+}  // namespace weft::cuda

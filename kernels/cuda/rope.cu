@@ -1,0 +1,61 @@
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/rope.hpp"
+
+namespace weft::cuda {
+namespace {
+
+template <class T>
+__global__ void rope_store_kv_kernel(RopeArgs a, FlatBatchView b, PagedKvView kv) {
+  const int t = blockIdx.x;
+  const int D = kv.head_dim, NH = a.num_heads, NKV = kv.num_kv_heads;
+  const int width = (NH + 2 * NKV) * D;
+  float* row = a.qkv + static_cast<std::size_t>(t) * width;
+  if (a.qkv_bias != nullptr) {
+    for (int i = threadIdx.x; i < width; i += blockDim.x)
+      row[i] += a.qkv_bias[i];
+    __syncthreads();
+  }
+  const int seq = b.token_seq[t];
+  const int pos = b.positions[t];
+  const int R = a.rotary_dim, half = R / 2;
+  if (R > 0) {
+    const float* freq = a.inv_freq + static_cast<std::size_t>(seq) * half;
+    const float factor = a.attention_factor[seq];
+    // One thread per (head, pair) over the q and k heads; each pair is rotated by one thread.
+    for (int i = threadIdx.x; i < (NH + NKV) * half; i += blockDim.x) {
+      const int head = i / half, j = i % half;
+      const int ia = a.interleaved ? 2 * j : j;
+      const int ib = a.interleaved ? 2 * j + 1 : j + half;
+      const float angle = static_cast<float>(pos) * freq[j];
+      const float c = cosf(angle) * factor, s = sinf(angle) * factor;
+      float* v = row + head * D;
+      const float x0 = v[ia], x1 = v[ib];
+      v[ia] = x0 * c - x1 * s;
+      v[ib] = x1 * c + x0 * s;
+    }
+    __syncthreads();
+  }
+  const int page = b.page_ids[b.page_table_begin[seq] + pos / kv.page_size];
+  const int slot = pos % kv.page_size;
+  T* block =
+      static_cast<T*>(kv.pool) + static_cast<std::size_t>(page) * kv.page_elems + kv.layer_offset;
+  const std::size_t v_offset = static_cast<std::size_t>(NKV) * kv.page_size * D;
+  for (int i = threadIdx.x; i < NKV * D; i += blockDim.x) {
+    const int h = i / D, d = i % D;
+    const std::size_t at = (static_cast<std::size_t>(h) * kv.page_size + slot) * D + d;
+    block[at] = detail::from_float<T>(row[(NH + h) * D + d]);
+    block[v_offset + at] = detail::from_float<T>(row[(NH + NKV + h) * D + d]);
+  }
+}
+
+}  // namespace
+
+void rope_store_kv(const RopeArgs& args, const FlatBatchView& batch, const PagedKvView& kv,
+                   cudaStream_t stream) {
+  if (batch.num_tokens == 0) return;
+  WEFT_DISPATCH_PRECISION(kv.precision, {
+    rope_store_kv_kernel<T><<<batch.num_tokens, 256, 0, stream>>>(args, batch, kv);
+  });
+}
+
+}  // namespace weft::cuda

@@ -1,0 +1,439 @@
+// Each CUDA kernel against the CPU kernel of the same name on random inputs of awkward sizes,
+// in bf16 and fp16. Inputs are rounded to the 16-bit type first (on the device) so both sides
+// see the same numbers; what remains is the rounding of 16-bit outputs and fp32 summation
+// order. Skips on machines without a GPU (scripts/gpu-check runs it on the device machine).
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/norm.hpp"
+#include "kernels/cpu/paged_attention.hpp"
+#include "kernels/cpu/rope.hpp"
+#include "kernels/cuda/activation.hpp"
+#include "kernels/cuda/convert.hpp"
+#include "kernels/cuda/device_info.hpp"
+#include "kernels/cuda/embedding.hpp"
+#include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/norm.hpp"
+#include "kernels/cuda/paged_attention.hpp"
+#include "kernels/cuda/rope.hpp"
+
+namespace weft::cuda {
+namespace {
+
+// A device array, freed at scope exit.
+template <class T>
+class Dev {
+ public:
+  explicit Dev(std::size_t n) : n_(n) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p_), std::max<std::size_t>(n, 1) * sizeof(T)),
+              cudaSuccess);
+  }
+  explicit Dev(const std::vector<T>& v) : Dev(v.size()) { upload(v); }
+  ~Dev() { cudaFree(p_); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  void upload(const std::vector<T>& v) {
+    ASSERT_EQ(cudaMemcpy(p_, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  std::vector<T> download() const {
+    std::vector<T> v(n_);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(v.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+  }
+  T* get() const { return p_; }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_;
+};
+
+using Half = std::uint16_t;  // a 16-bit element as the host sees it
+
+// Uploads fp32 values as a 16-bit device array; `rounded` gets the values it holds.
+std::unique_ptr<Dev<Half>> to_half(const std::vector<float>& v, Precision p,
+                                   std::vector<float>* rounded) {
+  Dev<float> f(v);
+  auto h = std::make_unique<Dev<Half>>(v.size());
+  convert_to_precision(f.get(), SourceType::kF32, h->get(), p, v.size(), nullptr);
+  if (rounded != nullptr) {
+    Dev<float> back(v.size());
+    convert_to_f32(h->get(), p, back.get(), v.size(), nullptr);
+    *rounded = back.download();
+  }
+  return h;
+}
+
+std::vector<float> from_half(const Dev<Half>& h, std::size_t n, Precision p) {
+  Dev<float> f(n);
+  convert_to_f32(h.get(), p, f.get(), n, nullptr);
+  return f.download();
+}
+
+std::vector<float> random_vector(std::size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v)
+    x = dist(rng);
+  return v;
+}
+
+// Relative error bound for a value rounded to the precision once: half an ulp plus slack for
+// fp32 summation order.
+double rounding(Precision p) {
+  return p == Precision::kBF16 ? 1.0 / 128 : 1.0 / 1024;
+}
+
+// |got - want| <= rel * |want| + abs_tol elementwise; reports the worst element.
+void expect_near_all(const std::vector<float>& got, const std::vector<float>& want, double rel,
+                     double abs_tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double worst = 0;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double excess = std::fabs(got[i] - want[i]) - (rel * std::fabs(want[i]) + abs_tol);
+    if (excess > worst || !std::isfinite(got[i])) {
+      worst = std::isfinite(got[i]) ? excess : 1e30;
+      at = i;
+    }
+  }
+  EXPECT_LE(worst, 0.0) << what << ": element " << at << " got " << got[at] << " want " << want[at];
+}
+
+class CudaKernels : public ::testing::TestWithParam<Precision> {
+ protected:
+  void SetUp() override {
+    const DeviceList list = visible_devices();
+    if (list.devices.empty()) {
+      GTEST_SKIP() << "no GPU visible (" << list.unavailable_reason
+                   << "): GPU checks run on the device machine through scripts/gpu-check";
+    }
+  }
+  Precision p() const { return GetParam(); }
+};
+
+TEST_P(CudaKernels, EmbeddingGatherCopiesRows) {
+  std::mt19937 rng(1);
+  const int vocab = 37, hidden = 77;
+  std::vector<float> table_r;
+  auto table = to_half(random_vector(vocab * hidden, rng), p(), &table_r);
+  const std::vector<std::int32_t> tokens{5, 0, 36, 5, 12};
+  Dev<std::int32_t> tok(tokens);
+  Dev<float> out(tokens.size() * hidden);
+  embedding_gather(table->get(), p(), tok.get(), static_cast<int>(tokens.size()), hidden, out.get(),
+                   nullptr);
+  std::vector<float> want;
+  for (int t : tokens)
+    want.insert(want.end(), table_r.begin() + t * hidden, table_r.begin() + (t + 1) * hidden);
+  EXPECT_EQ(out.download(), want);
+}
+
+TEST_P(CudaKernels, AddNormMatchesCpuNormsWithResidualBiasAndRowSelection) {
+  std::mt19937 rng(2);
+  const int rows = 5, n = 1000;
+  for (NormKind kind : {NormKind::kRms, NormKind::kLayer}) {
+    const auto x0 = random_vector(rows * n, rng, 2.0f), delta = random_vector(rows * n, rng);
+    const auto dbias = random_vector(n, rng, 0.1f), weight = random_vector(n, rng);
+    const auto bias = random_vector(n, rng);
+    std::vector<float> summed(rows * n);
+    for (int i = 0; i < rows * n; ++i)
+      summed[i] = x0[i] + (delta[i] + dbias[i % n]);
+    // Rows 3, 0 and 4 only, without writing the sum back; then every row, writing it back.
+    const std::vector<std::int32_t> pick{3, 0, 4};
+    for (bool select : {true, false}) {
+      Dev<float> x(x0), d(delta), db(dbias), w(weight), b(bias);
+      Dev<std::int32_t> idx(pick);
+      const int out_rows = select ? 3 : rows;
+      Dev<Half> out(static_cast<std::size_t>(out_rows) * n);
+      AddNormArgs a;
+      a.residual = x.get();
+      a.delta = d.get();
+      a.delta_bias = db.get();
+      a.row_index = select ? idx.get() : nullptr;
+      a.rows = out_rows;
+      a.n = n;
+      a.kind = kind;
+      a.weight = w.get();
+      a.bias = kind == NormKind::kLayer ? b.get() : nullptr;
+      a.eps = 1e-5f;
+      a.write_back = !select;
+      a.out = out.get();
+      a.precision = p();
+      add_norm(a, nullptr);
+      std::vector<float> want(static_cast<std::size_t>(rows) * n);
+      if (kind == NormKind::kRms) {
+        cpu::rms_norm(summed.data(), rows, n, weight.data(), 1e-5f, want.data());
+      } else {
+        cpu::layer_norm(summed.data(), rows, n, weight.data(), bias.data(), 1e-5f, want.data());
+      }
+      std::vector<float> want_rows;
+      for (int r = 0; r < out_rows; ++r) {
+        const int src = select ? pick[r] : r;
+        want_rows.insert(want_rows.end(), want.begin() + src * n, want.begin() + (src + 1) * n);
+      }
+      expect_near_all(from_half(out, want_rows.size(), p()), want_rows, rounding(p()), 1e-4,
+                      select ? "selected rows" : "all rows");
+      expect_near_all(x.download(), select ? x0 : summed, 0, 1e-5, "residual");
+    }
+  }
+}
+
+TEST_P(CudaKernels, MlpActivationMatchesCpu) {
+  std::mt19937 rng(3);
+  const int tokens = 3, width = 301;
+  for (auto [kind, cpu_kind] :
+       {std::pair{ActivationKind::kSilu, cpu::ActivationKind::kSilu},
+        std::pair{ActivationKind::kGelu, cpu::ActivationKind::kGelu},
+        std::pair{ActivationKind::kGeluTanh, cpu::ActivationKind::kGeluTanh},
+        std::pair{ActivationKind::kRelu, cpu::ActivationKind::kRelu}}) {
+    for (bool gated : {true, false}) {
+      const int cols = gated ? 2 * width : width;
+      const auto in = random_vector(tokens * cols, rng, 2.0f), bias = random_vector(cols, rng);
+      Dev<float> din(in), dbias(bias);
+      Dev<Half> out(tokens * width);
+      mlp_activation(kind, gated, din.get(), dbias.get(), tokens, width, out.get(), p(), nullptr);
+      std::vector<float> gate(tokens * width), up(tokens * width);
+      for (int t = 0; t < tokens; ++t) {
+        for (int i = 0; i < width; ++i) {
+          gate[t * width + i] = in[t * cols + i] + bias[i];
+          if (gated) up[t * width + i] = in[t * cols + width + i] + bias[width + i];
+        }
+      }
+      if (gated) {
+        cpu::gated_activation(cpu_kind, gate.data(), up.data(), gate.size());
+      } else {
+        cpu::activate_inplace(cpu_kind, gate.data(), gate.size());
+      }
+      expect_near_all(
+          from_half(out, gate.size(), p()), gate, rounding(p()), 1e-5,
+          "activation " + std::to_string(static_cast<int>(kind)) + (gated ? " gated" : ""));
+    }
+  }
+}
+
+TEST_P(CudaKernels, LinearMatchesCpuMatmul) {
+  std::mt19937 rng(4);
+  const int tokens = 7, in = 200, out = 131;
+  std::vector<float> x_r, w_r;
+  auto x = to_half(random_vector(tokens * in, rng), p(), &x_r);
+  auto w = to_half(random_vector(out * in, rng, 0.1f), p(), &w_r);
+  // Write into the columns [5, 5 + out) of a wider output, as fused products may.
+  const int ldy = out + 9;
+  Dev<float> y(static_cast<std::size_t>(tokens) * ldy);
+  Blas blas;
+  ASSERT_TRUE(blas.error().empty()) << blas.error();
+  ASSERT_TRUE(blas.linear(x->get(), tokens, w->get(), out, in, y.get() + 5, ldy, p(), nullptr));
+  std::vector<float> want(static_cast<std::size_t>(tokens) * out);
+  const cpu::WeightMatrix wm{DType::kF32, w_r.data(), static_cast<std::size_t>(out),
+                             static_cast<std::size_t>(in)};
+  cpu::matmul(x_r.data(), tokens, wm, nullptr, want.data(), nullptr);
+  const auto all = y.download();
+  std::vector<float> got;
+  for (int t = 0; t < tokens; ++t)
+    got.insert(got.end(), all.begin() + t * ldy + 5, all.begin() + t * ldy + 5 + out);
+  expect_near_all(got, want, 1e-4, 1e-4, "linear");
+}
+
+// A small paged setup: `seqs` sequences with their page tables over shuffled pages.
+struct PagedSetup {
+  int layers = 2, kv_heads = 2, heads = 6, dim = 40, page_size = 3, pages = 64;
+  std::size_t page_elems() const {
+    return 2 * static_cast<std::size_t>(layers) * kv_heads * page_size * dim;
+  }
+};
+
+TEST_P(CudaKernels, RopeStoreKvMatchesCpuRopeAndWritesPages) {
+  std::mt19937 rng(5);
+  const PagedSetup ps;
+  const int layer = 1, T = 4, NH = ps.heads, NKV = ps.kv_heads, D = ps.dim;
+  const int width = (NH + 2 * NKV) * D;
+  const std::vector<std::int32_t> positions{0, 7, 8, 2}, token_seq{0, 1, 1, 0};
+  const std::vector<std::int32_t> page_ids{5, 1, 9, 4, 2, 7}, table_begin{0, 2};  // seq0: 5,1
+  for (bool interleaved : {false, true}) {
+    for (int rotary : {D, 24}) {
+      const auto qkv0 = random_vector(T * width, rng), bias = random_vector(width, rng);
+      std::vector<float> inv_freq(2 * rotary / 2), factor{1.0f, 0.75f};
+      for (int s = 0; s < 2; ++s)
+        for (int j = 0; j < rotary / 2; ++j)
+          inv_freq[s * rotary / 2 + j] = std::pow(10000.0f + 500.0f * s, -2.0f * j / rotary);
+      Dev<float> qkv(qkv0), dbias(bias), dfreq(inv_freq), dfactor(factor);
+      Dev<std::int32_t> dpos(positions), dseq(token_seq), dpages(page_ids), dbegin(table_begin);
+      Dev<Half> pool(ps.page_elems() * ps.pages);
+      RopeArgs a;
+      a.qkv = qkv.get();
+      a.qkv_bias = dbias.get();
+      a.num_heads = NH;
+      a.rotary_dim = rotary;
+      a.interleaved = interleaved;
+      a.inv_freq = dfreq.get();
+      a.attention_factor = dfactor.get();
+      FlatBatchView fb{dpos.get(), dseq.get(), dbegin.get(), dpages.get(), T};
+      PagedKvView kv{pool.get(),
+                     p(),
+                     ps.page_elems(),
+                     static_cast<std::size_t>(layer) * ps.page_elems() / ps.layers,
+                     ps.page_size,
+                     NKV,
+                     D};
+      rope_store_kv(a, fb, kv, nullptr);
+      const auto got_qkv = qkv.download();
+      const auto got_pool = from_half(pool, ps.page_elems() * ps.pages, p());
+      for (int t = 0; t < T; ++t) {
+        std::vector<float> row(qkv0.begin() + t * width, qkv0.begin() + (t + 1) * width);
+        for (int i = 0; i < width; ++i)
+          row[i] += bias[i];
+        std::vector<float> c(rotary / 2), s(rotary / 2);
+        for (int j = 0; j < rotary / 2; ++j) {
+          const float angle =
+              static_cast<float>(positions[t]) * inv_freq[token_seq[t] * rotary / 2 + j];
+          c[j] = std::cos(angle) * factor[token_seq[t]];
+          s[j] = std::sin(angle) * factor[token_seq[t]];
+        }
+        const auto pairing =
+            interleaved ? cpu::RopePairing::kInterleaved : cpu::RopePairing::kHalfSplit;
+        cpu::apply_rope(row.data(), NH + NKV, D, rotary, c.data(), s.data(), pairing);
+        const std::string what = "token " + std::to_string(t) +
+                                 (interleaved ? " interleaved" : " half-split") + " rotary " +
+                                 std::to_string(rotary);
+        expect_near_all(
+            std::vector<float>(got_qkv.begin() + t * width, got_qkv.begin() + t * width + NH * D),
+            std::vector<float>(row.begin(), row.begin() + NH * D), 1e-5, 1e-5, what + " q");
+        const int page = page_ids[table_begin[token_seq[t]] + positions[t] / ps.page_size];
+        const int slot = positions[t] % ps.page_size;
+        std::vector<float> k_got, v_got, k_want, v_want;
+        for (int h = 0; h < NKV; ++h) {
+          for (int d = 0; d < D; ++d) {
+            const std::size_t at =
+                page * ps.page_elems() + kv.layer_offset + (h * ps.page_size + slot) * D + d;
+            k_got.push_back(got_pool[at]);
+            v_got.push_back(got_pool[at + static_cast<std::size_t>(NKV) * ps.page_size * D]);
+            k_want.push_back(row[(NH + h) * D + d]);
+            v_want.push_back(row[(NH + NKV + h) * D + d]);
+          }
+        }
+        expect_near_all(k_got, k_want, rounding(p()), 1e-5, what + " k page");
+        expect_near_all(v_got, v_want, rounding(p()), 1e-5, what + " v page");
+      }
+    }
+  }
+}
+
+// Decode (with and without splits) and prefill attention against cpu::paged_attention, with
+// GQA, a sliding window, page_size 3 and shuffled pages.
+void check_attention(Precision p, int context, int window, bool prefill) {
+  std::mt19937 rng(6 + context + window);
+  const PagedSetup ps;
+  const int NH = ps.heads, NKV = ps.kv_heads, D = ps.dim, layer = 1;
+  const int pages_needed = (context + ps.page_size - 1) / ps.page_size;
+  const int pool_pages = pages_needed + 5;
+  std::vector<std::int32_t> table(pool_pages);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng);
+  table.resize(pages_needed);
+  // Fill the whole pool with random (rounded) values.
+  std::vector<float> pool_r;
+  auto pool = to_half(random_vector(ps.page_elems() * pool_pages, rng), p, &pool_r);
+  // Queries: the last `count` positions of the sequence (prefill) or the last one (decode),
+  // plus for decode a second sequence sharing the pages with a shorter context.
+  const int count = prefill ? std::min(context, 37) : 1;
+  std::vector<std::int32_t> positions, token_seq;
+  for (int i = 0; i < count; ++i) {
+    positions.push_back(context - count + i);
+    token_seq.push_back(0);
+  }
+  if (!prefill) {
+    positions.push_back(context / 3);
+    token_seq.push_back(1);
+  }
+  const int T = static_cast<int>(positions.size());
+  const auto q = random_vector(static_cast<std::size_t>(T) * NH * D, rng);
+  std::vector<std::int32_t> page_ids = table;
+  page_ids.insert(page_ids.end(), table.begin(), table.end());
+  const std::vector<std::int32_t> table_begin{0, pages_needed};
+  Dev<float> dq(q);
+  Dev<std::int32_t> dpos(positions), dseq(token_seq), dpages(page_ids), dbegin(table_begin);
+  Dev<Half> out(static_cast<std::size_t>(T) * NH * D);
+  FlatBatchView fb{dpos.get(), dseq.get(), dbegin.get(), dpages.get(), T};
+  PagedKvView kv{pool->get(),
+                 p,
+                 ps.page_elems(),
+                 static_cast<std::size_t>(layer) * ps.page_elems() / ps.layers,
+                 ps.page_size,
+                 NKV,
+                 D};
+  AttentionArgs a;
+  a.q = dq.get();
+  a.q_stride = static_cast<std::size_t>(NH) * D;
+  a.num_heads = NH;
+  a.scale = 0.2f;
+  a.sliding_window = window;
+  a.out = out.get();
+  if (prefill) {
+    std::vector<PrefillTile> tiles;
+    for (int i = 0; i < T; i += kPrefillTileQueries)
+      tiles.push_back({i, std::min(kPrefillTileQueries, T - i)});
+    std::vector<std::int32_t> flat;
+    for (auto t : tiles) {
+      flat.push_back(t.first_token);
+      flat.push_back(t.count);
+    }
+    Dev<std::int32_t> dtiles(flat);
+    prefill_attention(a, fb, kv, reinterpret_cast<const PrefillTile*>(dtiles.get()),
+                      static_cast<int>(tiles.size()), nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  } else {
+    std::vector<std::int32_t> queries(T);
+    std::iota(queries.begin(), queries.end(), 0);
+    Dev<std::int32_t> dqueries(queries);
+    Dev<float> work(std::max<std::size_t>(1, decode_workspace_floats(T, NH, D, context)));
+    decode_attention(a, fb, kv, dqueries.get(), T, context, work.get(), nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+  const auto got = from_half(out, static_cast<std::size_t>(T) * NH * D, p);
+  std::vector<float> want(got.size());
+  for (int t = 0; t < T; ++t) {
+    std::vector<const float*> blocks;
+    for (int page : table)
+      blocks.push_back(pool_r.data() + page * ps.page_elems() + kv.layer_offset);
+    const cpu::PagedKv view{blocks.data(), static_cast<std::size_t>(ps.page_size),
+                            static_cast<std::size_t>(NKV), static_cast<std::size_t>(D)};
+    const int pos = positions[t];
+    const int first = window > 0 && pos + 1 > window ? pos + 1 - window : 0;
+    std::vector<float> scratch(pos + 1);
+    cpu::paged_attention(q.data() + t * NH * D, NH, view, first, pos, 0.2f,
+                         want.data() + t * NH * D, scratch.data());
+  }
+  expect_near_all(got, want, 2 * rounding(p), 2e-3,
+                  std::string(prefill ? "prefill" : "decode") + " context " +
+                      std::to_string(context) + " window " + std::to_string(window));
+}
+
+TEST_P(CudaKernels, DecodeAttentionMatchesCpuShortAndSplit) {
+  for (int context : {1, 5, 130, 1300})
+    for (int window : {0, 100})
+      check_attention(p(), context, window, false);
+}
+
+TEST_P(CudaKernels, PrefillAttentionMatchesCpu) {
+  for (int context : {1, 20, 37, 90})
+    for (int window : {0, 7})
+      check_attention(p(), context, window, true);
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, CudaKernels,
+                         ::testing::Values(Precision::kBF16, Precision::kF16),
+                         [](const ::testing::TestParamInfo<Precision>& param) {
+                           return std::string(precision_name(param.param));
+                         });
+
+}  // namespace
+}  // namespace weft::cuda
