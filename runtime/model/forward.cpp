@@ -47,10 +47,14 @@ void normalize(const ModelSpec& spec, const float* x, std::size_t tokens,
 }  // namespace
 
 Result<void> Model::check_batch(const StepBatch& batch, const KvCache& kv) const {
+  return check_step_batch(spec_, batch, kv.layout(), kv.num_pages());
+}
+
+Result<void> check_step_batch(const ModelSpec& spec, const StepBatch& batch, const KvLayout& have,
+                              int num_pages) {
   auto bad = [](const std::string& what) { return Error(ErrorCode::kInvalidArgument, what); };
-  const KvLayout& have = kv.layout();
-  if (have.num_layers != spec_.num_layers || have.num_kv_heads != spec_.num_kv_heads ||
-      have.head_dim != spec_.head_dim) {
+  if (have.num_layers != spec.num_layers || have.num_kv_heads != spec.num_kv_heads ||
+      have.head_dim != spec.head_dim) {
     return bad("KV cache layout does not match the model (layers, kv heads, head_dim)");
   }
   if (batch.positions.size() != batch.tokens.size()) {
@@ -67,18 +71,18 @@ Result<void> Model::check_batch(const StepBatch& batch, const KvCache& kv) const
     }
     covered += static_cast<std::size_t>(seq.token_count);
     for (const auto page : seq.page_table) {
-      if (page < 0 || page >= kv.num_pages()) {
+      if (page < 0 || page >= num_pages) {
         return bad(where + "page id " + std::to_string(page) + " is not in [0, " +
-                   std::to_string(kv.num_pages()) + ")");
+                   std::to_string(num_pages) + ")");
       }
     }
     const auto capacity = static_cast<std::int64_t>(seq.page_table.size()) * have.page_size;
     for (int i = seq.token_begin; i < seq.token_begin + seq.token_count; ++i) {
       const auto token = batch.tokens[static_cast<std::size_t>(i)];
       const auto pos = batch.positions[static_cast<std::size_t>(i)];
-      if (token < 0 || token >= spec_.vocab_size) {
+      if (token < 0 || token >= spec.vocab_size) {
         return bad(where + "token id " + std::to_string(token) + " is outside the vocabulary [0, " +
-                   std::to_string(spec_.vocab_size) + ")");
+                   std::to_string(spec.vocab_size) + ")");
       }
       if (pos < 0 || pos >= capacity) {
         return bad(where + "position " + std::to_string(pos) + " is beyond its page table (" +

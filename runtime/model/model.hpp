@@ -41,6 +41,12 @@ class Model {
   Result<void> forward(const StepBatch& batch, KvCache& kv, std::vector<float>& logits,
                        cpu::ThreadPool& pool, cpu::KernelPath path = cpu::KernelPath::kAuto) const;
 
+  // The bound weights, read-only, for other backends (the CUDA model uploads them).
+  const TensorView& embedding() const noexcept { return embedding_; }
+  const cpu::WeightMatrix& lm_head() const noexcept { return lm_head_; }
+  const std::vector<float>& final_norm() const noexcept { return final_norm_; }
+  const std::vector<float>& final_norm_bias() const noexcept { return final_norm_bias_; }
+
   struct Layer {
     std::vector<float> attn_norm, attn_norm_bias, mlp_norm, mlp_norm_bias;
     cpu::WeightMatrix q, k, v, qkv, o, gate, up, gate_up, down;
@@ -57,6 +63,15 @@ class Model {
   std::vector<float> final_norm_, final_norm_bias_;
   std::vector<Layer> layers_;
   std::vector<std::shared_ptr<const void>> owners_;  // keep mapped weights alive
+
+ public:
+  const std::vector<Layer>& layers() const noexcept { return layers_; }
 };
+
+// The checks every backend's forward makes before running a step: the KV layout matches the
+// model, tokens are in the vocabulary, positions within their page tables, page ids below
+// num_pages, sequences cover the batch. The error says which sequence and what was wrong.
+Result<void> check_step_batch(const ModelSpec& spec, const StepBatch& batch, const KvLayout& layout,
+                              int num_pages);
 
 }  // namespace weft::model

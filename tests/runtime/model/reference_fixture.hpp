@@ -3,6 +3,7 @@
 
 #include <simdjson.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -11,8 +12,18 @@
 
 namespace weft::testing {
 
+// The source tree: $WEFT_TEST_SOURCE_DIR when set (test binaries built on one machine and run
+// from another checkout, as scripts/gpu-check does on the device machine), else the tree the
+// test was built from.
+inline std::filesystem::path source_dir() {
+  if (const char* env = std::getenv("WEFT_TEST_SOURCE_DIR"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  return WEFT_SOURCE_DIR;
+}
+
 inline std::filesystem::path fixture_dir(const std::string& name) {
-  return std::filesystem::path(WEFT_SOURCE_DIR) / "tests" / "fixtures" / "models" / name;
+  return source_dir() / "tests" / "fixtures" / "models" / name;
 }
 
 inline const std::vector<std::string>& fixture_models() {

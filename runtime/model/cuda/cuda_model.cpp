@@ -1,0 +1,573 @@
+// CudaModel: weight upload, the device KV pool, and the forward pass as a sequence of kernel
+// launches on one stream (kernels/cuda/*).
+
+#include "runtime/model/cuda/cuda_model.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cuda/activation.hpp"
+#include "kernels/cuda/convert.hpp"
+#include "kernels/cuda/embedding.hpp"
+#include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/norm.hpp"
+#include "kernels/cuda/paged_attention.hpp"
+#include "kernels/cuda/rope.hpp"
+#include "runtime/model/cuda/device_buffer.hpp"
+#include "runtime/model/rope_frequencies.hpp"
+
+namespace weft::model {
+
+using cuda_detail::DeviceBuffer;
+using cuda_detail::PinnedBuffer;
+
+namespace {
+
+Error cuda_error(cudaError_t err, const std::string& what) {
+  const ErrorCode code =
+      err == cudaErrorMemoryAllocation ? ErrorCode::kResourceExhausted : ErrorCode::kInternal;
+  return Error(code, "CUDA: " + what + ": " + cudaGetErrorString(err));
+}
+
+cuda::SourceType source_type(DType d) {
+  return d == DType::kF32   ? cuda::SourceType::kF32
+         : d == DType::kF16 ? cuda::SourceType::kF16
+                            : cuda::SourceType::kBF16;
+}
+
+cuda::ActivationKind to_kernel(Activation a) {
+  switch (a) {
+    case Activation::kSilu:
+      return cuda::ActivationKind::kSilu;
+    case Activation::kGelu:
+      return cuda::ActivationKind::kGelu;
+    case Activation::kGeluTanh:
+      return cuda::ActivationKind::kGeluTanh;
+    case Activation::kRelu:
+      return cuda::ActivationKind::kRelu;
+  }
+  return cuda::ActivationKind::kSilu;
+}
+
+// Word offsets of the step's metadata in the one buffer uploaded per step.
+struct StepLayout {
+  std::size_t tokens = 0, positions = 0, token_seq = 0, table_begin = 0, page_ids = 0;
+  std::size_t logit_rows = 0, decode_queries = 0, tiles = 0, inv_freq = 0, factor = 0;
+  std::size_t words = 0;
+};
+
+}  // namespace
+
+struct CudaModel::State {
+  ModelSpec spec;
+  CudaModelOptions options;
+  KvLayout layout;
+  int num_pages = 0;
+  std::vector<int> free;  // a stack, as KvCache's
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<cuda::Blas> blas;
+  std::size_t weight_bytes = 0;
+
+  struct Layer {
+    DeviceBuffer attn_norm, attn_norm_bias, mlp_norm, mlp_norm_bias;
+    DeviceBuffer qkv, qkv_bias, o, o_bias, up, up_bias, down, down_bias;  // up: gate_up if gated
+  };
+  DeviceBuffer embedding, lm_head, final_norm, final_norm_bias;
+  std::vector<Layer> layers;
+  DeviceBuffer kv;  // the page pool
+
+  // Rope inverse frequencies for every scaling but dynamic NTK (which depends on the length).
+  std::optional<RopeFrequencies> fixed_rope;
+
+  // Step buffers.
+  int capacity_tokens = 0;
+  DeviceBuffer x, h, qkv_out, attn, delta, mlp, act, logits, split_workspace, meta;
+  PinnedBuffer meta_host, logits_host;
+
+  ~State() {
+    if (stream != nullptr) {
+      cudaSetDevice(options.device);
+      cudaStreamSynchronize(stream);
+      cudaStreamDestroy(stream);
+    }
+  }
+
+  Result<void> reserve_step(int tokens);
+  Result<void> upload_matrix(const cpu::WeightMatrix& w, DeviceBuffer& dst, std::size_t row_offset,
+                             std::size_t total_rows, DeviceBuffer& staging);
+  Result<void> upload_floats(const std::vector<float>& v, DeviceBuffer& dst);
+  Result<void> run(const StepBatch& batch, std::vector<float>& logits);
+};
+
+Result<void> CudaModel::State::upload_floats(const std::vector<float>& v, DeviceBuffer& dst) {
+  if (v.empty()) return {};
+  if (auto err = dst.reserve(v.size() * sizeof(float)); err != cudaSuccess) {
+    return cuda_error(err, "allocating a norm or bias vector");
+  }
+  weight_bytes += v.size() * sizeof(float);
+  // Every upload goes through `stream`: a plain cudaMemcpy from pageable memory may return
+  // before its DMA lands, and a non-blocking stream would not wait for it.
+  if (auto err = cudaMemcpyAsync(dst.get(), v.data(), v.size() * sizeof(float),
+                                 cudaMemcpyHostToDevice, stream);
+      err != cudaSuccess) {
+    return cuda_error(err, "uploading a norm or bias vector");
+  }
+  if (auto err = cudaStreamSynchronize(stream); err != cudaSuccess) {
+    return cuda_error(err, "uploading a norm or bias vector");
+  }
+  return {};
+}
+
+// Copies w's rows into rows [row_offset, row_offset + w.rows) of a [total_rows, w.cols]
+// device matrix in the model's precision (fusing q/k/v and gate/up into one product each).
+Result<void> CudaModel::State::upload_matrix(const cpu::WeightMatrix& w, DeviceBuffer& dst,
+                                             std::size_t row_offset, std::size_t total_rows,
+                                             DeviceBuffer& staging) {
+  const std::size_t total = total_rows * w.cols * cuda::kHalfBytes;
+  if (dst.get() == nullptr) {
+    if (auto err = dst.reserve(total); err != cudaSuccess) {
+      return cuda_error(err, "allocating a weight matrix of " + std::to_string(total) + " bytes");
+    }
+    weight_bytes += total;
+  }
+  const std::size_t raw = w.rows * w.cols * dtype_size(w.dtype);
+  if (auto err = staging.reserve(raw); err != cudaSuccess) {
+    return cuda_error(err, "allocating the upload staging buffer");
+  }
+  if (auto err = cudaMemcpyAsync(staging.get(), w.data, raw, cudaMemcpyHostToDevice, stream);
+      err != cudaSuccess) {
+    return cuda_error(err, "uploading a weight matrix");
+  }
+  void* at = dst.as<std::byte>() + row_offset * w.cols * cuda::kHalfBytes;
+  cuda::convert_to_precision(staging.get(), source_type(w.dtype), at, options.precision,
+                             w.rows * w.cols, stream);
+  if (auto err = cudaStreamSynchronize(stream); err != cudaSuccess) {
+    return cuda_error(err, "converting a weight matrix");
+  }
+  return {};
+}
+
+Result<void> CudaModel::State::reserve_step(int tokens) {
+  if (tokens <= capacity_tokens) return {};
+  const auto T = static_cast<std::size_t>(tokens);
+  const auto H = static_cast<std::size_t>(spec.hidden_size);
+  const auto I = static_cast<std::size_t>(spec.intermediate_size);
+  const auto QD = static_cast<std::size_t>(spec.q_dim()),
+             KVD = static_cast<std::size_t>(spec.kv_dim());
+  const std::size_t mlp_width = spec.gated_mlp ? 2 * I : I;
+  const std::size_t half = cuda::kHalfBytes;
+  struct Want {
+    DeviceBuffer* buffer;
+    std::size_t bytes;
+  };
+  const Want wants[] = {
+      {&x, T * H * 4},        {&h, T * H * half},  {&qkv_out, T * (QD + 2 * KVD) * 4},
+      {&attn, T * QD * half}, {&delta, T * H * 4}, {&mlp, T * mlp_width * 4},
+      {&act, T * I * half}};
+  for (const auto& w : wants) {
+    if (auto err = w.buffer->reserve(w.bytes); err != cudaSuccess) {
+      return cuda_error(err, "allocating step buffers for " + std::to_string(tokens) + " tokens");
+    }
+  }
+  capacity_tokens = tokens;
+  return {};
+}
+
+Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& options) {
+  const ModelSpec& spec = model.spec();
+  if (spec.head_dim > 256 || spec.head_dim % 2 != 0) {
+    return Error(ErrorCode::kUnsupported,
+                 spec.architecture +
+                     ": the CUDA attention kernels take an even head_dim up to "
+                     "256, this model has " +
+                     std::to_string(spec.head_dim));
+  }
+  if (options.page_size <= 0) {
+    return Error(ErrorCode::kInvalidArgument, "CUDA model: page_size must be positive");
+  }
+  int count = 0;
+  if (auto err = cudaGetDeviceCount(&count);
+      err != cudaSuccess || options.device >= count || options.device < 0) {
+    cudaGetLastError();
+    return Error(ErrorCode::kNotFound,
+                 "CUDA device " + std::to_string(options.device) + " is not available (" +
+                     (err != cudaSuccess ? cudaGetErrorString(err)
+                                         : std::to_string(count) + " devices visible") +
+                     ")");
+  }
+  auto s = std::make_unique<State>();
+  s->spec = spec;
+  s->options = options;
+  s->layout = model.kv_layout(options.page_size);
+  if (auto err = cudaSetDevice(options.device); err != cudaSuccess) {
+    return cuda_error(err, "selecting device " + std::to_string(options.device));
+  }
+  if (auto err = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking); err != cudaSuccess) {
+    return cuda_error(err, "creating a stream");
+  }
+  s->blas = std::make_unique<cuda::Blas>();
+  if (!s->blas->error().empty()) return Error(ErrorCode::kInternal, s->blas->error());
+
+  // Weights: fused qkv and gate_up products, 16-bit matrices, fp32 norms and biases.
+  DeviceBuffer staging;
+  const auto H = static_cast<std::size_t>(spec.hidden_size);
+  const auto I = static_cast<std::size_t>(spec.intermediate_size);
+  const auto QD = static_cast<std::size_t>(spec.q_dim()),
+             KVD = static_cast<std::size_t>(spec.kv_dim());
+  {
+    const TensorView& e = model.embedding();
+    const cpu::WeightMatrix table{e.dtype, e.data, static_cast<std::size_t>(spec.vocab_size), H};
+    if (auto r = s->upload_matrix(table, s->embedding, 0, table.rows, staging); !r)
+      return r.error();
+    const cpu::WeightMatrix& head = model.lm_head();
+    if (head.data != e.data) {
+      if (auto r = s->upload_matrix(head, s->lm_head, 0, head.rows, staging); !r) return r.error();
+    }
+  }
+  if (auto r = s->upload_floats(model.final_norm(), s->final_norm); !r) return r.error();
+  if (auto r = s->upload_floats(model.final_norm_bias(), s->final_norm_bias); !r) return r.error();
+  s->layers.resize(static_cast<std::size_t>(spec.num_layers));
+  auto concat = [](std::initializer_list<const std::vector<float>*> parts) {
+    std::vector<float> out;
+    for (const auto* p : parts)
+      out.insert(out.end(), p->begin(), p->end());
+    return out;
+  };
+  for (std::size_t l = 0; l < s->layers.size(); ++l) {
+    const Model::Layer& L = model.layers()[l];
+    State::Layer& D = s->layers[l];
+    std::vector<Result<void>> steps;
+    steps.push_back(s->upload_floats(L.attn_norm, D.attn_norm));
+    steps.push_back(s->upload_floats(L.attn_norm_bias, D.attn_norm_bias));
+    steps.push_back(s->upload_floats(L.mlp_norm, D.mlp_norm));
+    steps.push_back(s->upload_floats(L.mlp_norm_bias, D.mlp_norm_bias));
+    const std::size_t qkv_rows = QD + 2 * KVD;
+    if (spec.qkv_layout == QkvLayout::kSeparate) {
+      steps.push_back(s->upload_matrix(L.q, D.qkv, 0, qkv_rows, staging));
+      steps.push_back(s->upload_matrix(L.k, D.qkv, QD, qkv_rows, staging));
+      steps.push_back(s->upload_matrix(L.v, D.qkv, QD + KVD, qkv_rows, staging));
+      steps.push_back(s->upload_floats(concat({&L.q_bias, &L.k_bias, &L.v_bias}), D.qkv_bias));
+    } else {
+      steps.push_back(s->upload_matrix(L.qkv, D.qkv, 0, qkv_rows, staging));
+      steps.push_back(s->upload_floats(L.qkv_bias, D.qkv_bias));
+    }
+    steps.push_back(s->upload_matrix(L.o, D.o, 0, H, staging));
+    steps.push_back(s->upload_floats(L.o_bias, D.o_bias));
+    if (spec.gated_mlp && L.gate_up.data != nullptr) {
+      steps.push_back(s->upload_matrix(L.gate_up, D.up, 0, 2 * I, staging));
+      steps.push_back(s->upload_floats(L.gate_up_bias, D.up_bias));
+    } else if (spec.gated_mlp) {
+      steps.push_back(s->upload_matrix(L.gate, D.up, 0, 2 * I, staging));
+      steps.push_back(s->upload_matrix(L.up, D.up, I, 2 * I, staging));
+      steps.push_back(s->upload_floats(concat({&L.gate_bias, &L.up_bias}), D.up_bias));
+    } else {
+      steps.push_back(s->upload_matrix(L.up, D.up, 0, I, staging));
+      steps.push_back(s->upload_floats(L.up_bias, D.up_bias));
+    }
+    steps.push_back(s->upload_matrix(L.down, D.down, 0, H, staging));
+    steps.push_back(s->upload_floats(L.down_bias, D.down_bias));
+    for (auto& step : steps) {
+      if (!step) return step.error();
+    }
+  }
+  staging.reset();
+  if (spec.position == PositionEmbedding::kRope && spec.rope.scaling != RopeScaling::kDynamic) {
+    s->fixed_rope = rope_frequencies(spec.rope, spec.rotary_dim(), 0);
+  }
+  if (auto r = s->reserve_step(std::max(1, options.max_tokens_per_step)); !r) return r.error();
+
+  // The KV pool, last, from what is left.
+  const std::size_t page_bytes = s->layout.floats_per_page() * cuda::kHalfBytes;
+  int pages = options.num_pages;
+  if (pages <= 0) {
+    std::size_t free_bytes = 0, total_bytes = 0;
+    if (auto err = cudaMemGetInfo(&free_bytes, &total_bytes); err != cudaSuccess) {
+      return cuda_error(err, "reading free device memory");
+    }
+    pages = static_cast<int>(std::min<double>(
+        static_cast<double>(free_bytes) * options.kv_memory_fraction / page_bytes, 1 << 30));
+    if (pages <= 0) {
+      return Error(ErrorCode::kResourceExhausted,
+                   "CUDA model: no device memory left for KV pages after the weights");
+    }
+  }
+  if (auto err = s->kv.reserve(static_cast<std::size_t>(pages) * page_bytes); err != cudaSuccess) {
+    return cuda_error(err, "allocating " + std::to_string(pages) + " KV pages");
+  }
+  s->num_pages = pages;
+  s->free.reserve(static_cast<std::size_t>(pages));
+  for (int p = pages - 1; p >= 0; --p)
+    s->free.push_back(p);
+  return CudaModel(std::move(s));
+}
+
+CudaModel::CudaModel(std::unique_ptr<State> state) : state_(std::move(state)) {}
+CudaModel::CudaModel(CudaModel&&) noexcept = default;
+CudaModel& CudaModel::operator=(CudaModel&&) noexcept = default;
+CudaModel::~CudaModel() = default;
+
+const ModelSpec& CudaModel::spec() const noexcept {
+  return state_->spec;
+}
+cuda::Precision CudaModel::precision() const noexcept {
+  return state_->options.precision;
+}
+int CudaModel::device() const noexcept {
+  return state_->options.device;
+}
+std::size_t CudaModel::weight_bytes() const noexcept {
+  return state_->weight_bytes;
+}
+const KvLayout& CudaModel::kv_layout() const noexcept {
+  return state_->layout;
+}
+int CudaModel::num_pages() const noexcept {
+  return state_->num_pages;
+}
+int CudaModel::free_pages() const noexcept {
+  return static_cast<int>(state_->free.size());
+}
+int CudaModel::pages_for(int tokens) const noexcept {
+  return (tokens + state_->layout.page_size - 1) / state_->layout.page_size;
+}
+std::optional<int> CudaModel::allocate_page() {
+  if (state_->free.empty()) return std::nullopt;
+  const int page = state_->free.back();
+  state_->free.pop_back();
+  return page;
+}
+void CudaModel::release_page(int page) {
+  state_->free.push_back(page);
+}
+
+Result<void> CudaModel::forward(const StepBatch& batch, std::vector<float>& logits) {
+  if (auto ok = check_step_batch(state_->spec, batch, state_->layout, state_->num_pages); !ok) {
+    return ok;
+  }
+  return state_->run(batch, logits);
+}
+
+Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& logits_out) {
+  const int T = static_cast<int>(batch.tokens.size());
+  const int S = static_cast<int>(batch.sequences.size());
+  const int V = spec.vocab_size;
+  logits_out.clear();
+  if (T == 0) return {};
+  if (auto err = cudaSetDevice(options.device); err != cudaSuccess) {
+    return cuda_error(err, "selecting device " + std::to_string(options.device));
+  }
+  if (auto r = reserve_step(T); !r) return r;
+
+  // Host side of the step: which sequence each token is in, logit rows, decode queries
+  // (single-token sequences) and prefill tiles (runs of up to 16 tokens of longer ones).
+  const int R = spec.position == PositionEmbedding::kRope ? spec.rotary_dim() : 0;
+  const int half = R / 2;
+  std::size_t page_words = 0;
+  for (const auto& seq : batch.sequences)
+    page_words += seq.page_table.size();
+  const int rows = batch.logit_rows();
+  StepLayout L;
+  {
+    std::size_t at = 0;
+    auto take = [&](std::size_t words) {
+      const std::size_t start = at;
+      at += words;
+      return start;
+    };
+    L.tokens = take(T);
+    L.positions = take(T);
+    L.token_seq = take(T);
+    L.table_begin = take(S);
+    L.page_ids = take(page_words);
+    L.logit_rows = take(rows);
+    L.decode_queries = take(T);
+    L.tiles = take(2 * static_cast<std::size_t>(T));
+    L.inv_freq = take(static_cast<std::size_t>(S) * half);
+    L.factor = take(S);
+    L.words = at;
+  }
+  if (auto err = meta_host.reserve(L.words * 4); err != cudaSuccess) {
+    return cuda_error(err, "allocating pinned step metadata");
+  }
+  if (auto err = meta.reserve(L.words * 4); err != cudaSuccess) {
+    return cuda_error(err, "allocating step metadata");
+  }
+  auto* words = meta_host.as<std::int32_t>();
+  auto* floats = meta_host.as<float>();
+  std::memcpy(words + L.tokens, batch.tokens.data(), T * sizeof(std::int32_t));
+  std::memcpy(words + L.positions, batch.positions.data(), T * sizeof(std::int32_t));
+  int decode_count = 0, tile_count = 0, decode_context = 0, row = 0;
+  std::size_t page_at = 0;
+  for (int s = 0; s < S; ++s) {
+    const auto& seq = batch.sequences[static_cast<std::size_t>(s)];
+    words[L.table_begin + s] = static_cast<std::int32_t>(page_at);
+    std::copy(seq.page_table.begin(), seq.page_table.end(), words + L.page_ids + page_at);
+    page_at += seq.page_table.size();
+    int longest = 0;
+    for (int i = seq.token_begin; i < seq.token_begin + seq.token_count; ++i) {
+      words[L.token_seq + i] = s;
+      longest = std::max(longest, batch.positions[static_cast<std::size_t>(i)] + 1);
+    }
+    if (seq.token_count > 0) {
+      const int first = seq.all_logits ? seq.token_begin : seq.token_begin + seq.token_count - 1;
+      for (int i = first; i < seq.token_begin + seq.token_count; ++i)
+        words[L.logit_rows + row++] = i;
+    }
+    if (seq.token_count == 1) {
+      words[L.decode_queries + decode_count++] = seq.token_begin;
+      decode_context = std::max(decode_context, longest);
+    } else {
+      for (int i = 0; i < seq.token_count; i += cuda::kPrefillTileQueries) {
+        words[L.tiles + 2 * tile_count] = seq.token_begin + i;
+        words[L.tiles + 2 * tile_count + 1] =
+            std::min(cuda::kPrefillTileQueries, seq.token_count - i);
+        ++tile_count;
+      }
+    }
+    if (R > 0) {
+      const RopeFrequencies freqs =
+          fixed_rope ? *fixed_rope : rope_frequencies(spec.rope, R, std::max(longest, 1));
+      std::copy(freqs.inv_freq.begin(), freqs.inv_freq.end(),
+                floats + L.inv_freq + static_cast<std::size_t>(s) * half);
+      floats[L.factor + s] = freqs.attention_factor;
+    } else {
+      floats[L.factor + s] = 1.0f;
+    }
+  }
+  const std::size_t split_floats =
+      cuda::decode_workspace_floats(decode_count, spec.num_heads, spec.head_dim, decode_context);
+  if (auto err = split_workspace.reserve(split_floats * 4); err != cudaSuccess) {
+    return cuda_error(err, "allocating the attention split workspace");
+  }
+  if (auto err = logits.reserve(static_cast<std::size_t>(rows) * V * 4); err != cudaSuccess) {
+    return cuda_error(err, "allocating device logits");
+  }
+  if (auto err = logits_host.reserve(static_cast<std::size_t>(rows) * V * 4); err != cudaSuccess) {
+    return cuda_error(err, "allocating pinned logits");
+  }
+  if (auto err = cudaMemcpyAsync(meta.get(), meta_host.as<void>(), L.words * 4,
+                                 cudaMemcpyHostToDevice, stream);
+      err != cudaSuccess) {
+    return cuda_error(err, "uploading step metadata");
+  }
+
+  const auto* dev = meta.as<std::int32_t>();
+  const auto* dev_f = meta.as<float>();
+  cuda::FlatBatchView fb;
+  fb.positions = dev + L.positions;
+  fb.token_seq = dev + L.token_seq;
+  fb.page_table_begin = dev + L.table_begin;
+  fb.page_ids = dev + L.page_ids;
+  fb.num_tokens = T;
+  cuda::PagedKvView kvv;
+  kvv.pool = kv.get();
+  kvv.precision = options.precision;
+  kvv.page_elems = layout.floats_per_page();
+  kvv.page_size = layout.page_size;
+  kvv.num_kv_heads = layout.num_kv_heads;
+  kvv.head_dim = layout.head_dim;
+
+  const cuda::Precision P = options.precision;
+  const int H = spec.hidden_size, I = spec.intermediate_size;
+  const int QD = spec.q_dim(), KVD = spec.kv_dim();
+  const int qkv_width = QD + 2 * KVD;
+  const int mlp_width = spec.gated_mlp ? 2 * I : I;
+  const auto norm_kind = spec.norm == Norm::kRms ? cuda::NormKind::kRms : cuda::NormKind::kLayer;
+  const auto eps = static_cast<float>(spec.norm_epsilon);
+  auto or_null = [](const DeviceBuffer& b) { return b.as<float>(); };
+  bool blas_ok = true;
+
+  cuda::embedding_gather(embedding.get(), P, dev + L.tokens, T, H, x.as<float>(), stream);
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    const Layer& W = layers[l];
+    cuda::AddNormArgs an;
+    an.residual = x.as<float>();
+    if (l > 0) {
+      an.delta = delta.as<float>();
+      an.delta_bias = or_null(layers[l - 1].down_bias);
+    }
+    an.rows = T;
+    an.n = H;
+    an.kind = norm_kind;
+    an.weight = W.attn_norm.as<float>();
+    an.bias = or_null(W.attn_norm_bias);
+    an.eps = eps;
+    an.out = h.get();
+    an.precision = P;
+    cuda::add_norm(an, stream);
+    blas_ok &= blas->linear(h.get(), T, W.qkv.get(), qkv_width, H, qkv_out.as<float>(), qkv_width,
+                            P, stream);
+    cuda::RopeArgs ra;
+    ra.qkv = qkv_out.as<float>();
+    ra.qkv_bias = or_null(W.qkv_bias);
+    ra.num_heads = spec.num_heads;
+    ra.rotary_dim = R;
+    ra.interleaved = spec.rope.order == RopeOrder::kInterleaved;
+    ra.inv_freq = dev_f + L.inv_freq;
+    ra.attention_factor = dev_f + L.factor;
+    kvv.layer_offset = l * layout.floats_per_layer_block();
+    cuda::rope_store_kv(ra, fb, kvv, stream);
+    cuda::AttentionArgs aa;
+    aa.q = qkv_out.as<float>();
+    aa.q_stride = static_cast<std::size_t>(qkv_width);
+    aa.num_heads = spec.num_heads;
+    aa.scale = 1.0f / std::sqrt(static_cast<float>(spec.head_dim));
+    aa.sliding_window = spec.layer_uses_window(static_cast<int>(l)) ? spec.sliding_window : 0;
+    aa.out = attn.get();
+    cuda::decode_attention(aa, fb, kvv, dev + L.decode_queries, decode_count, decode_context,
+                           split_workspace.as<float>(), stream);
+    cuda::prefill_attention(aa, fb, kvv, reinterpret_cast<const cuda::PrefillTile*>(dev + L.tiles),
+                            tile_count, stream);
+    blas_ok &= blas->linear(attn.get(), T, W.o.get(), H, QD, delta.as<float>(), H, P, stream);
+    an.delta = delta.as<float>();
+    an.delta_bias = or_null(W.o_bias);
+    an.weight = W.mlp_norm.as<float>();
+    an.bias = or_null(W.mlp_norm_bias);
+    cuda::add_norm(an, stream);
+    blas_ok &=
+        blas->linear(h.get(), T, W.up.get(), mlp_width, H, mlp.as<float>(), mlp_width, P, stream);
+    cuda::mlp_activation(to_kernel(spec.activation), spec.gated_mlp, mlp.as<float>(),
+                         or_null(W.up_bias), T, I, act.get(), P, stream);
+    blas_ok &= blas->linear(act.get(), T, W.down.get(), H, I, delta.as<float>(), H, P, stream);
+  }
+  // The last residual add and the final norm, only for the rows that need logits.
+  cuda::AddNormArgs fin;
+  fin.residual = x.as<float>();
+  if (!layers.empty()) {
+    fin.delta = delta.as<float>();
+    fin.delta_bias = or_null(layers.back().down_bias);
+  }
+  fin.row_index = dev + L.logit_rows;
+  fin.rows = rows;
+  fin.n = H;
+  fin.kind = norm_kind;
+  fin.weight = final_norm.as<float>();
+  fin.bias = or_null(final_norm_bias);
+  fin.eps = eps;
+  fin.write_back = false;
+  fin.out = h.get();
+  fin.precision = P;
+  cuda::add_norm(fin, stream);
+  const DeviceBuffer& head = lm_head.get() != nullptr ? lm_head : embedding;
+  blas_ok &= blas->linear(h.get(), rows, head.get(), V, H, logits.as<float>(), V, P, stream);
+  if (auto err = cudaGetLastError(); err != cudaSuccess)
+    return cuda_error(err, "launching the step");
+  if (!blas_ok) return Error(ErrorCode::kInternal, "CUDA: a cuBLAS product failed in the step");
+  const std::size_t logit_bytes = static_cast<std::size_t>(rows) * V * 4;
+  if (auto err = cudaMemcpyAsync(logits_host.as<void>(), logits.get(), logit_bytes,
+                                 cudaMemcpyDeviceToHost, stream);
+      err != cudaSuccess) {
+    return cuda_error(err, "copying logits to the host");
+  }
+  if (auto err = cudaStreamSynchronize(stream); err != cudaSuccess) {
+    return cuda_error(err, "running the step");
+  }
+  const float* host = logits_host.as<float>();
+  logits_out.assign(host, host + static_cast<std::size_t>(rows) * V);
+  return {};
+}
+
+}  // namespace weft::model

@@ -1,0 +1,71 @@
+#pragma once
+// A decoder-only transformer on one GPU: the weights of a (CPU-bound, already checked) Model
+// uploaded in bf16 or fp16, a device KV pool of pages in the CPU KvCache's layout, and a
+// forward pass over a StepBatch that returns fp32 logits on the host. Within a step the host
+// waits on the device once, for the logits.
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/precision.hpp"
+#include "runtime/model/forward_backend.hpp"
+#include "runtime/model/kv_cache.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/model/step_batch.hpp"
+#include "weft/error.hpp"
+
+namespace weft::model {
+
+struct CudaModelOptions {
+  int device = 0;
+  cuda::Precision precision = cuda::Precision::kBF16;
+  int page_size = 16;
+  // KV pages in the pool; 0: as many as kv_memory_fraction of the device memory still free
+  // after the weights and step buffers allows.
+  int num_pages = 0;
+  double kv_memory_fraction = 0.5;
+  // Step buffers are sized for this many tokens at creation; a larger step grows them (one
+  // reallocation, which waits for the device).
+  int max_tokens_per_step = 512;
+};
+
+class CudaModel final : public ForwardBackend {
+ public:
+  // Uploads the model's weights (converted to options.precision). Errors: no such device,
+  // out of device memory, a shape the kernels do not support (head_dim above 256 or odd).
+  static Result<CudaModel> create(const Model& model, const CudaModelOptions& options);
+
+  CudaModel(CudaModel&&) noexcept;
+  CudaModel& operator=(CudaModel&&) noexcept;
+  ~CudaModel() override;
+
+  const ModelSpec& spec() const noexcept override;
+  cuda::Precision precision() const noexcept;
+  int device() const noexcept;
+  // Device bytes the weights take.
+  std::size_t weight_bytes() const noexcept;
+
+  // The KV pool: same page accounting as KvCache (exact free count, most recently freed first).
+  const KvLayout& kv_layout() const noexcept;
+  int num_pages() const noexcept override;
+  int free_pages() const noexcept;
+  int pages_for(int tokens) const noexcept;
+  std::optional<int> allocate_page();
+  void release_page(int page);
+
+  // One step: writes the new tokens' keys and values into their pages and fills `logits`
+  // with batch.logit_rows() rows of vocab_size floats, like Model::forward. Invalid input is
+  // an error (the same checks as the CPU model); a CUDA failure is a kInternal error.
+  Result<void> forward(const StepBatch& batch, std::vector<float>& logits) override;
+
+  struct State;
+
+ private:
+  explicit CudaModel(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace weft::model
