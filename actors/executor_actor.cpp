@@ -4,14 +4,19 @@ namespace weft::actors {
 
 ExecutorActor::ExecutorActor(const asio::any_io_executor& executor, const model::Model& model,
                              model::KvLayout layout, int num_pages, unsigned cpu_threads)
-    : Actor(executor), model_(model), kv_(layout, num_pages), pool_(cpu_threads) {}
+    : ExecutorActor(executor, std::make_unique<model::CpuForwardBackend>(model, layout, num_pages,
+                                                                         cpu_threads)) {}
+
+ExecutorActor::ExecutorActor(const asio::any_io_executor& executor,
+                             std::unique_ptr<model::ForwardBackend> backend)
+    : Actor(executor), backend_(std::move(backend)) {}
 
 StepLogits ExecutorActor::run_step(const model::StepBatch& batch) {
   StepLogits out;
-  auto ok = model_.forward(batch, kv_, out.values, pool_);
+  auto ok = backend_->forward(batch, out.values);
   if (!ok) throw ok.error();
   out.rows = batch.logit_rows();
-  out.vocab = model_.spec().vocab_size;
+  out.vocab = backend_->spec().vocab_size;
   return out;
 }
 

@@ -1,14 +1,13 @@
 #pragma once
 // The executor: owns the model's weights and the KV storage of one device and runs forward
-// steps, one at a time, on a thread of its own (a step blocks). CPU here; the CUDA issue adds
-// one per GPU behind the same messages.
+// steps, one at a time, on a thread of its own (a step blocks). The device is a
+// model::ForwardBackend: the CPU (Model + KvCache + thread pool) or a GPU (CudaModel, one
+// executor per GPU), behind the same messages.
 
 #include <memory>
 #include <vector>
 
-#include "kernels/cpu/thread_pool.hpp"
-#include "runtime/model/kv_cache.hpp"
-#include "runtime/model/model.hpp"
+#include "runtime/model/forward_backend.hpp"
 #include "runtime/model/step_batch.hpp"
 #include "weft/actor.hpp"
 
@@ -23,9 +22,12 @@ struct StepLogits {
 
 class ExecutorActor : public Actor {
  public:
-  // `model` must outlive the actor. `executor` should be a dedicated thread's.
+  // The CPU backend. `model` must outlive the actor. `executor` should be a dedicated thread's.
   ExecutorActor(const asio::any_io_executor& executor, const model::Model& model,
                 model::KvLayout layout, int num_pages, unsigned cpu_threads);
+  // Any backend, e.g. a CudaModel for one GPU.
+  ExecutorActor(const asio::any_io_executor& executor,
+                std::unique_ptr<model::ForwardBackend> backend);
 
   // Runs one step; the reply carries its logits. A bad batch is an error reply.
   template <class Token>
@@ -37,9 +39,7 @@ class ExecutorActor : public Actor {
  private:
   StepLogits run_step(const model::StepBatch& batch);
 
-  const model::Model& model_;
-  model::KvCache kv_;
-  cpu::ThreadPool pool_;
+  std::unique_ptr<model::ForwardBackend> backend_;
 };
 
 }  // namespace weft::actors
