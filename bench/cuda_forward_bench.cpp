@@ -1,0 +1,343 @@
+// CUDA forward pass: prefill latency and TFLOP/s, and decode step time and tokens/s at several
+// batch sizes, for a random Llama-shaped model built in memory (nothing to download), or a
+// model folder. Prints a table; --json FILE also writes it as JSON.
+//
+//   cuda_forward_bench [--shape 1b|8b|tiny] [--model DIR] [--precision bf16|fp16]
+//                      [--context 512] [--batches 1,8,32,64] [--prefill 512,2048] [--json F]
+//
+// Decode rows report the ratio of the step time to the bandwidth floor: the weight bytes
+// divided by the device-to-device copy bandwidth measured in the same run. No CUDA graphs yet:
+// each step pays its kernel launches.
+
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/device_info.hpp"
+#include "loaders/model_loader.hpp"
+#include "runtime/model/cuda/cuda_model.hpp"
+
+namespace {
+
+using namespace weft;
+
+struct RandomModel {
+  model::ModelSpec spec;
+  std::map<std::string, TensorView> tensors;
+};
+
+// Llama-shaped random model; weights are bf16 from a cheap hash (the values do not matter for
+// speed, only that they are finite and small).
+RandomModel random_llama(const std::string& shape) {
+  RandomModel m;
+  auto& s = m.spec;
+  s.architecture = "random-llama-" + shape;
+  if (shape == "8b") {  // Llama-3-8B
+    s.vocab_size = 128256, s.hidden_size = 4096, s.intermediate_size = 14336, s.num_layers = 32;
+    s.num_heads = 32, s.num_kv_heads = 8, s.head_dim = 128;
+  } else if (shape == "1b") {  // Llama-3.2-1B
+    s.vocab_size = 128256, s.hidden_size = 2048, s.intermediate_size = 8192, s.num_layers = 16;
+    s.num_heads = 32, s.num_kv_heads = 8, s.head_dim = 64;
+  } else {
+    s.vocab_size = 8192, s.hidden_size = 384, s.intermediate_size = 896, s.num_layers = 8;
+    s.num_heads = 6, s.num_kv_heads = 2, s.head_dim = 64;
+  }
+  s.rope.theta = 500000.0;
+  s.tied_embeddings = shape != "8b";
+  auto& n = s.tensors;
+  n = {"embed",
+       "norm",
+       "lm_head",
+       "l{layer}.attn_norm",
+       "l{layer}.mlp_norm",
+       "l{layer}.q",
+       "l{layer}.k",
+       "l{layer}.v",
+       "",
+       "l{layer}.o",
+       "l{layer}.gate",
+       "l{layer}.up",
+       "",
+       "l{layer}.down"};
+  std::uint64_t state = 0x9E3779B97F4A7C15ull;
+  auto add = [&](const std::string& name, std::vector<std::int64_t> shape_, bool ones) {
+    std::int64_t count = 1;
+    for (auto d : shape_)
+      count *= d;
+    TensorView t;
+    t.shape = std::move(shape_);
+    if (t.shape.size() == 2) {
+      auto bytes = std::make_shared<std::vector<std::uint16_t>>(static_cast<std::size_t>(count));
+      for (auto& v : *bytes) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        // bf16 of a value in about [-0.03, 0.03]: exponent 2^-6..2^-8, random sign/mantissa.
+        const auto r = static_cast<std::uint16_t>(state >> 48);
+        v = static_cast<std::uint16_t>((r & 0x807F) | ((0x79 + ((r >> 7) & 1)) << 7));
+      }
+      t.dtype = DType::kBF16;
+      t.data = reinterpret_cast<const std::byte*>(bytes->data());
+      t.owner = bytes;
+    } else {
+      auto floats =
+          std::make_shared<std::vector<float>>(static_cast<std::size_t>(count), ones ? 1.0f : 0.0f);
+      t.dtype = DType::kF32;
+      t.data = reinterpret_cast<const std::byte*>(floats->data());
+      t.owner = floats;
+    }
+    m.tensors[name] = std::move(t);
+  };
+  const std::int64_t H = s.hidden_size, I = s.intermediate_size;
+  add("embed", {s.vocab_size, H}, false);
+  if (!s.tied_embeddings) add("lm_head", {s.vocab_size, H}, false);
+  add("norm", {H}, true);
+  for (int l = 0; l < s.num_layers; ++l) {
+    const std::string p = std::string("l").append(std::to_string(l)).append(".");
+    add(p + "attn_norm", {H}, true);
+    add(p + "mlp_norm", {H}, true);
+    add(p + "q", {s.q_dim(), H}, false);
+    add(p + "k", {s.kv_dim(), H}, false);
+    add(p + "v", {s.kv_dim(), H}, false);
+    add(p + "o", {H, s.q_dim()}, false);
+    add(p + "gate", {I, H}, false);
+    add(p + "up", {I, H}, false);
+    add(p + "down", {H, I}, false);
+  }
+  return m;
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Device-to-device copy bandwidth, counting bytes read and written, as the floor's divisor.
+double copy_bandwidth_bytes_per_s() {
+  const std::size_t bytes = std::size_t{1} << 30;
+  void *a = nullptr, *b = nullptr;
+  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) return 0;
+  cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+  cudaDeviceSynchronize();
+  const int reps = 10;
+  const double start = now_s();
+  for (int i = 0; i < reps; ++i)
+    cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+  cudaDeviceSynchronize();
+  const double dt = now_s() - start;
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * bytes * reps / dt;
+}
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ','))
+    out.push_back(std::stoi(item));
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string shape = "1b", model_dir, precision_name = "bf16", json_path;
+  int context = 512, repeats = 20;
+  std::vector<int> batches{1, 8, 32, 64}, prefills{512, 2048};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--shape")
+      shape = next();
+    else if (a == "--model")
+      model_dir = next();
+    else if (a == "--precision")
+      precision_name = next();
+    else if (a == "--context")
+      context = std::stoi(next());
+    else if (a == "--batches")
+      batches = parse_list(next());
+    else if (a == "--prefill")
+      prefills = parse_list(next());
+    else if (a == "--repeats")
+      repeats = std::stoi(next());
+    else if (a == "--json")
+      json_path = next();
+    else {
+      std::fprintf(stderr,
+                   "usage: cuda_forward_bench [--shape 1b|8b|tiny | --model DIR] "
+                   "[--precision bf16|fp16] [--context N] [--batches 1,8,..] [--prefill 512,..] "
+                   "[--repeats N] [--json FILE]\n");
+      return 2;
+    }
+  }
+  const auto devices = cuda::visible_devices();
+  if (devices.devices.empty()) {
+    std::fprintf(stderr, "no GPU: %s\n", devices.unavailable_reason.c_str());
+    return 1;
+  }
+  RandomModel rm;
+  std::optional<LoadedModel> loaded;
+  Result<model::Model> built = Error(ErrorCode::kInvalidArgument, "no model");
+  const double t_build = now_s();
+  if (!model_dir.empty()) {
+    auto l = load_model(model_dir);
+    if (!l) {
+      std::fprintf(stderr, "%s\n", l.error().what());
+      return 1;
+    }
+    loaded.emplace(std::move(l.value()));
+    built = std::move(loaded->model);
+  } else {
+    rm = random_llama(shape);
+    model::WeightLookup lookup{[&](const std::string& n) -> const TensorView* {
+                                 auto it = rm.tensors.find(n);
+                                 return it == rm.tensors.end() ? nullptr : &it->second;
+                               },
+                               [](const std::string&) { return std::string("memory"); }, "memory"};
+    built = model::Model::create(rm.spec, lookup);
+  }
+  if (!built) {
+    std::fprintf(stderr, "%s\n", built.error().what());
+    return 1;
+  }
+  const model::Model& cpu_model = built.value();
+  const auto& spec = cpu_model.spec();
+  int max_batch = 0, max_prefill = 0;
+  for (int b : batches)
+    max_batch = std::max(max_batch, b);
+  for (int p : prefills)
+    max_prefill = std::max(max_prefill, p);
+  const int page_size = 16;
+  const int pages_per_seq =
+      (std::max(context + repeats + 4, max_prefill) + page_size - 1) / page_size;
+  model::CudaModelOptions options;
+  options.precision = precision_name == "fp16" ? cuda::Precision::kF16 : cuda::Precision::kBF16;
+  options.page_size = page_size;
+  options.num_pages = pages_per_seq * std::max(max_batch, 1);
+  options.max_tokens_per_step = std::max(max_prefill, max_batch);
+  const double t_upload = now_s();
+  auto gpu_r = model::CudaModel::create(cpu_model, options);
+  if (!gpu_r) {
+    std::fprintf(stderr, "%s\n", gpu_r.error().what());
+    return 1;
+  }
+  model::CudaModel& gpu = gpu_r.value();
+  const double upload_s = now_s() - t_upload;
+  const double bandwidth = copy_bandwidth_bytes_per_s();
+  const double weight_bytes = static_cast<double>(gpu.weight_bytes());
+  const double floor_s = weight_bytes / bandwidth;
+  const auto& d = devices.devices[0];
+  std::printf("device %s; model %s, %.2f GB of %s weights (built in %.1f s, uploaded in %.1f s)\n",
+              d.name.c_str(), spec.architecture.c_str(), weight_bytes / 1e9, precision_name.c_str(),
+              t_upload - t_build, upload_s);
+  std::printf("device copy bandwidth %.0f GB/s (read+write); decode floor %.3f ms/step\n",
+              bandwidth / 1e9, floor_s * 1e3);
+
+  std::ostringstream json;
+  json << "{\"device\":\"" << d.name << "\",\"model\":\"" << spec.architecture
+       << "\",\"precision\":\"" << precision_name << "\",\"weight_bytes\":" << weight_bytes
+       << ",\"copy_bandwidth_bytes_per_s\":" << bandwidth << ",\"rows\":[";
+  bool first_row = true;
+  std::printf("%-8s %6s %8s %12s %12s %10s\n", "kind", "batch", "tokens", "ms/step", "tokens/s",
+              "vs floor");
+  const double params = weight_bytes / 2;
+  std::vector<float> logits;
+  auto fresh_tables = [&](int n) {
+    std::vector<std::vector<std::int32_t>> tables(n);
+    for (auto& t : tables)
+      while (static_cast<int>(t.size()) < pages_per_seq)
+        t.push_back(*gpu.allocate_page());
+    return tables;
+  };
+  auto release = [&](std::vector<std::vector<std::int32_t>>& tables) {
+    for (auto& t : tables)
+      for (auto p : t)
+        gpu.release_page(p);
+  };
+  for (int len : prefills) {
+    auto tables = fresh_tables(1);
+    model::StepBatch step;
+    for (int i = 0; i < len; ++i) {
+      step.tokens.push_back((i * 7919 + 13) % spec.vocab_size);
+      step.positions.push_back(i);
+    }
+    step.sequences.push_back({0, len, tables[0], false});
+    double best = 1e30;
+    for (int r = 0; r < std::max(3, repeats / 4); ++r) {
+      const double start = now_s();
+      if (auto ok = gpu.forward(step, logits); !ok) {
+        std::fprintf(stderr, "%s\n", ok.error().what());
+        return 1;
+      }
+      best = std::min(best, now_s() - start);
+    }
+    // 2 FLOP per parameter per token, plus attention's 2 * 2 * len^2/2 * q_dim per layer.
+    const double flops =
+        2.0 * params * len + 2.0 * spec.num_layers * static_cast<double>(len) * len * spec.q_dim();
+    std::printf("%-8s %6d %8d %12.3f %12.0f %9.1fTF\n", "prefill", 1, len, best * 1e3, len / best,
+                flops / best / 1e12);
+    json << (first_row ? "" : ",") << "{\"kind\":\"prefill\",\"tokens\":" << len
+         << ",\"ms\":" << best * 1e3 << ",\"tflops\":" << flops / best / 1e12 << "}";
+    first_row = false;
+    release(tables);
+  }
+  for (int batch : batches) {
+    auto tables = fresh_tables(batch);
+    // Fill the context: one prefill step per sequence (not timed).
+    for (int s = 0; s < batch; ++s) {
+      model::StepBatch step;
+      for (int i = 0; i < context; ++i) {
+        step.tokens.push_back((i * 31 + s) % spec.vocab_size);
+        step.positions.push_back(i);
+      }
+      step.sequences.push_back({0, context, tables[s], false});
+      if (auto ok = gpu.forward(step, logits); !ok) {
+        std::fprintf(stderr, "%s\n", ok.error().what());
+        return 1;
+      }
+    }
+    double total = 0;
+    int timed = 0;
+    for (int k = 0; k < repeats; ++k) {
+      model::StepBatch step;
+      for (int s = 0; s < batch; ++s) {
+        step.tokens.push_back((k * 17 + s) % spec.vocab_size);
+        step.positions.push_back(context + k);
+        step.sequences.push_back({s, 1, tables[s], false});
+      }
+      const double start = now_s();
+      if (auto ok = gpu.forward(step, logits); !ok) {
+        std::fprintf(stderr, "%s\n", ok.error().what());
+        return 1;
+      }
+      if (k >= 2) {  // the first steps warm up cuBLAS heuristics and caches
+        total += now_s() - start;
+        ++timed;
+      }
+    }
+    const double step_s = total / timed;
+    std::printf("%-8s %6d %8d %12.3f %12.0f %9.0f%%\n", "decode", batch, context, step_s * 1e3,
+                batch / step_s, floor_s / step_s * 100);
+    json << ",{\"kind\":\"decode\",\"batch\":" << batch << ",\"context\":" << context
+         << ",\"ms\":" << step_s * 1e3 << ",\"tokens_per_s\":" << batch / step_s
+         << ",\"floor_fraction\":" << floor_s / step_s << "}";
+    release(tables);
+  }
+  json << "]}\n";
+  if (!json_path.empty()) std::ofstream(json_path) << json.str();
+  return 0;
+}
