@@ -32,11 +32,14 @@ const char* kSchemas[] = {
     R"({"$defs":{"t":{"type":"object","properties":{"v":{"type":"number"},"kids":{"type":"array","items":{"$ref":"#/$defs/t"}}},"required":["v"]}},"$ref":"#/$defs/t"})",
     R"({"type":"object","properties":{"d":{"type":"string","format":"date"},"p":{"type":"string","pattern":"^[a-z]+\\d?$"},"s":{"type":"string","maxLength":4}},"additionalProperties":{"type":"boolean"}})",
     R"({"anyOf":[{"type":"array","prefixItems":[{"type":"boolean"},{"type":"null"}]},{"type":"string","format":"uuid"},{"type":"integer","exclusiveMinimum":-20}]})",
+    // Bounded repetitions of a rule (a string character, an enum) inlined into each copy.
+    R"({"type":"object","properties":{"s":{"type":"string","minLength":2,"maxLength":9},"t":{"type":"array","items":{"enum":["a","bc",null]},"maxItems":5}},"required":["s","t"]})",
 };
 const char* kEbnf[] = {
     "root ::= expr\nexpr ::= term ((\"+\" | \"-\") term)*\nterm ::= [0-9]+ | \"(\" expr \")\"",
     "root ::= (\"ab\" | \"a\" \"b\" | \"abc\")* \"!\"",  // ambiguous on purpose
     "root ::= \"x\"{2,5} [\\u00e0-\\u00ff]? \"\\xFF\"?",
+    "root ::= \"[\" item{0,6} \"]\"\nitem ::= \"ab\" | [0-9] | \"\\u00e9\" | \"(\" item{1,3} \")\"",
 };
 
 // Walks random valid paths: at each step the fast mask must equal the brute-force one; then a
