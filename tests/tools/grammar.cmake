@@ -24,3 +24,47 @@ weft_grammar_corpus(weft_tiny 0.5 --model ${CMAKE_SOURCE_DIR}/models/weft-tiny -
 weft_grammar_corpus(random_fixture 0.3
   --model ${CMAKE_SOURCE_DIR}/tests/fixtures/models/llama_mqa_tied_llama3_bf16 --samples 16 --max-tokens 200
   --byte-tokenizer ${CMAKE_CURRENT_BINARY_DIR}/grammar-models)
+
+# weft generate with a constraint, on weft-tiny at temperature 1 with fixed seeds.
+set(grammar_generate $<TARGET_FILE:weft> generate --model ${CMAKE_SOURCE_DIR}/models/weft-tiny --prompt "Order:")
+add_test(NAME weft_generate_json_schema
+         COMMAND ${grammar_generate} --json-schema ${grammar_tests}/schemas/61_tool_call.json
+                 --temperature 1 --seed 1 --max-tokens 80)
+set_tests_properties(weft_generate_json_schema PROPERTIES PASS_REGULAR_EXPRESSION
+  "^\\{\"name\":\"get_(weather|time)\",\"arguments\":\\{\"city\":\"[^\"]*\",\"unit\":\"[cf]\"\\}\\}\n$")
+add_test(NAME weft_generate_json_schema_stops
+         COMMAND ${grammar_generate} --json-schema ${grammar_tests}/schemas/61_tool_call.json
+                 --temperature 1 --seed 1 --max-tokens 80 --format json)
+set_tests_properties(weft_generate_json_schema_stops PROPERTIES PASS_REGULAR_EXPRESSION
+  "\n\\{\"finish_reason\":\"stop\"")
+add_test(NAME weft_generate_regex COMMAND ${grammar_generate} --regex "(yes|no)" --max-tokens 10)
+set_tests_properties(weft_generate_regex PROPERTIES PASS_REGULAR_EXPRESSION "^(yes|no)\n$")
+add_test(NAME weft_generate_grammar
+         COMMAND ${grammar_generate} --grammar ${grammar_tests}/numbers.gbnf --temperature 1 --seed 2 --max-tokens 40)
+set_tests_properties(weft_generate_grammar PROPERTIES PASS_REGULAR_EXPRESSION "^\\[[1-9][0-9]?(,[1-9][0-9]?)*")
+# Bad constraints fail before anything is generated, saying where.
+add_test(NAME weft_generate_bad_grammar COMMAND ${grammar_generate} --grammar ${grammar_tests}/bad.gbnf)
+set_tests_properties(weft_generate_bad_grammar PROPERTIES PASS_REGULAR_EXPRESSION
+  "^weft generate: --grammar: grammar line 3, column 1: expected '\\)' to close the group opened at line 2, column 16\n$")
+add_test(NAME weft_generate_unsupported_schema
+         COMMAND ${grammar_generate} --json-schema ${grammar_tests}/unsupported/not.json)
+set_tests_properties(weft_generate_unsupported_schema PROPERTIES PASS_REGULAR_EXPRESSION
+  "^weft generate: --json-schema: JSON Schema at '#/properties/a': unsupported keyword 'not'\n$")
+add_test(NAME weft_generate_bad_regex COMMAND ${grammar_generate} --regex "a(?=b)")
+set_tests_properties(weft_generate_bad_regex PROPERTIES PASS_REGULAR_EXPRESSION
+  "^weft generate: --regex: regex at offset 1: lookaround")
+add_test(NAME weft_generate_constraint_needs_tokenizer
+         COMMAND $<TARGET_FILE:weft> generate --model ${CMAKE_SOURCE_DIR}/tests/fixtures/models/llama_gqa_f32 --prompt-ids 1 --json-object)
+set_tests_properties(weft_generate_constraint_needs_tokenizer PROPERTIES PASS_REGULAR_EXPRESSION
+  "--json-object needs the model's tokenizer.json")
+
+# response_format through weft serve: HTTP with curl, WebSocket with the `ws` package the
+# gateway tests install (their gateway_node fixture).
+set(grammar_serve bash ${CMAKE_CURRENT_SOURCE_DIR}/gateway/run_with_server.sh $<TARGET_FILE:weft> ${CMAKE_SOURCE_DIR}/models/weft-tiny)
+add_test(NAME weft_serve_response_format_http COMMAND ${grammar_serve} bash ${grammar_tests}/http_response_format.sh)
+set_tests_properties(weft_serve_response_format_http PROPERTIES TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "\n0 failure\\(s\\)\n" FAIL_REGULAR_EXPRESSION "FAIL")
+add_test(NAME weft_serve_response_format_websocket COMMAND ${grammar_serve} node ${grammar_tests}/websocket_response_format.js)
+set_tests_properties(weft_serve_response_format_websocket PROPERTIES TIMEOUT 120
+  FIXTURES_REQUIRED gateway_node ENVIRONMENT WEFT_TEST_NODE=${CMAKE_BINARY_DIR}/test-node
+  PASS_REGULAR_EXPRESSION "websocket response_format checks passed" FAIL_REGULAR_EXPRESSION "FAIL")
