@@ -26,4 +26,4 @@ set_tests_properties(weft_serve_limits PROPERTIES FIXTURES_REQUIRED gateway_node
 add_test(NAME weft_serve_slow_reader COMMAND ${gateway_run} python3 ${gateway_tests}/slow_reader.py)
 set_tests_properties(weft_serve_slow_reader PROPERTIES TIMEOUT 120
   PASS_REGULAR_EXPRESSION "slow reader checks passed" FAIL_REGULAR_EXPRESSION "FAIL"
-  ENVIRONMENT "WEFT_SERVE_ARGS=--ws-outbox-bytes 4096 --socket-send-buffer-bytes 8192")
+  ENVIRONMENT "WEFT_SERVE_ARGS=--ws-outbox-bytes 4096 --socket-send-buffer-bytes 8192 --ws-idle-timeout-s 600")

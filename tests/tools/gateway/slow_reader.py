@@ -4,8 +4,8 @@
 
 Node cannot shrink a socket's receive buffer, and the kernel's buffers on loopback hold
 megabytes, so this client speaks the (small) client side of RFC 6455 itself over a socket
-whose SO_RCVBUF is 4 KiB. It asks for 2 x 400 tokens with 20 alternatives each (about
-1.3 MB of frames), reads nothing until /metrics shows that the server paused it, checks
+whose SO_RCVBUF is 4 KiB. It asks for 2 x 150 tokens with 20 alternatives each (about
+0.5 MB of frames), reads nothing until /metrics shows that the server paused it, checks
 that the server still answers another client meanwhile, then reads everything and checks
 that every token arrived, in order, exactly once, each sample ending with its done frame.
 """
@@ -83,7 +83,7 @@ def main():
     assert head.startswith(b"HTTP/1.1 101"), head
     before = metric("weft_gateway_backpressure_pauses_total")
     send_text(sock, json.dumps({"type": "generate", "id": "s", "prompt": "The whale", "n": 2,
-                                "max_tokens": 400, "ignore_eos": True, "logprobs": True,
+                                "max_tokens": 150, "ignore_eos": True, "logprobs": True,
                                 "top_logprobs": 20, "seed": 3}))
     deadline = time.time() + 30
     while metric("weft_gateway_backpressure_pauses_total") == before:
@@ -113,11 +113,11 @@ def main():
             done[index] = frame
     for index in (0, 1):
         assert done[index]["finish_reason"] == "length", done[index]
-        assert len(tokens[index]) == 400 == done[index]["usage"]["completion_tokens"], (
+        assert len(tokens[index]) == 150 == done[index]["usage"]["completion_tokens"], (
             index, len(tokens[index]))
     paused = metric("weft_gateway_backpressure_pauses_total") - before
     print(f"ok   slow reader paused {paused:g} time(s); another client served meanwhile; "
-          "2 x 400 tokens arrived in order, once each")
+          "2 x 150 tokens arrived in order, once each")
     print("slow reader checks passed")
 
 
