@@ -17,6 +17,7 @@
 #include "actors/completion.hpp"
 #include "actors/constraint_actor.hpp"
 #include "actors/detokenizer_actor.hpp"
+#include "actors/device_backend.hpp"
 #include "actors/executor_actor.hpp"
 #include "actors/sampler_actor.hpp"
 #include "actors/scheduler_actor.hpp"
@@ -94,8 +95,10 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
     chat_template_error = t.error().what();
   }
 
+  auto device = actors::parse_device(s.config.device);
+  if (!device) throw device.error();
   const model::KvLayout layout = model.kv_layout(s.config.page_size);
-  const auto page_bytes = static_cast<std::int64_t>(layout.floats_per_page() * sizeof(float));
+  const auto page_bytes = static_cast<std::int64_t>(actors::kv_page_bytes(*device, layout));
   const std::int64_t num_pages = s.config.kv_budget_bytes / page_bytes;
   if (num_pages < 1 || num_pages > (1 << 30)) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -104,13 +107,15 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
                     " bytes; need at least one");
   }
   log_info("engine: KV pool of " + std::to_string(num_pages) + " pages of " +
-           std::to_string(s.config.page_size) + " tokens");
+           std::to_string(s.config.page_size) + " tokens on " + s.config.device);
+  auto backend = actors::make_forward_backend(model, *device, layout, static_cast<int>(num_pages),
+                                              s.config.cpu_threads, s.config.max_tokens_per_step);
+  if (!backend) throw backend.error();
 
   s.device_work.emplace(asio::make_work_guard(s.device_context));
   s.device_thread = std::thread([&s] { s.device_context.run(); });
-  s.executor_actor =
-      std::make_unique<actors::ExecutorActor>(s.device_context.get_executor(), model, layout,
-                                              static_cast<int>(num_pages), s.config.cpu_threads);
+  s.executor_actor = std::make_unique<actors::ExecutorActor>(s.device_context.get_executor(),
+                                                             std::move(backend.value()));
   s.tokenizer = std::make_unique<actors::TokenizerActor>(
       executor, tokenizer->tokenizer, std::move(chat_template), std::move(chat_template_error),
       s.vocab_size);

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "actors/device_backend.hpp"
 #include "weft/engine.hpp"
 
 namespace weft {
@@ -74,7 +75,8 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
 Result<void> EngineConfig::validate() const {
   auto bad = [](const std::string& message) { return Error(ErrorCode::kInvalidArgument, message); };
   if (model_dir.empty()) return bad("model_dir: empty; give a Hugging Face model folder");
-  if (device != "cpu") return bad("device: \"" + device + "\" is not available; only \"cpu\" is");
+  if (auto d = actors::parse_device(device); !d)
+    return bad(std::string("device: ") + d.error().what());
   if (page_size < 1 || page_size > 4096) {
     return bad("page_size: " + std::to_string(page_size) + " is outside [1, 4096]");
   }

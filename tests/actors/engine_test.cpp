@@ -280,8 +280,12 @@ TEST(EngineConfigTest, ValidatesEachField) {
   c.admission = "greedy";
   EXPECT_NE(std::string(c.validate().error().what()).find("admission"), std::string::npos);
   c = tiny_config();
-  c.device = "cuda:7";
+  c.device = "cuda:x";  // cpu, cuda and cuda:N are spellings; whether GPU N exists is checked
+  EXPECT_FALSE(c.validate().ok());  // when the engine starts
+  c.device = "tpu";
   EXPECT_FALSE(c.validate().ok());
+  c.device = "cuda:7";
+  EXPECT_TRUE(c.validate().ok());
   auto missing = EngineConfig::from_file("/nonexistent/engine.json");
   EXPECT_FALSE(missing.ok());
 }

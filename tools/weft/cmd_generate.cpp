@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/device_backend.hpp"
 #include "loaders/model_loader.hpp"
 #include "loaders/tokenizer_json.hpp"
 #include "runtime/grammar/constraint_compiler.hpp"
@@ -87,7 +88,8 @@ int run_generate(const GenerateOptions& o) {
     std::cerr << "weft generate: " << message << '\n';
     return 1;
   };
-  if (o.device != "cpu") return fail("--device " + o.device + " is not available; only cpu is");
+  auto device = actors::parse_device(o.device);
+  if (!device) return fail(std::string("--device: ") + device.error().what());
   LoadOptions load_options;
   load_options.spec_file = o.spec_file;
   auto loaded = load_model(o.model_dir, load_options);
@@ -142,30 +144,31 @@ int run_generate(const GenerateOptions& o) {
     }
   }
 
-  cpu::ThreadPool pool(o.threads);
   const std::int64_t capacity =
       static_cast<std::int64_t>(prompt.size()) + std::max(o.max_tokens, 0);
   const auto layout = model.kv_layout(o.page_size);
   const std::int64_t pages = std::max<std::int64_t>(1, (capacity + o.page_size - 1) / o.page_size);
   // The whole KV cache is allocated up front; refuse a size that cannot be, instead of
   // failing inside the allocator.
-  const double kv_bytes = static_cast<double>(pages) * layout.floats_per_page() * sizeof(float);
+  const double kv_bytes = static_cast<double>(pages) * actors::kv_page_bytes(*device, layout);
   if (kv_bytes > 64.0 * (1ull << 30)) {
     return fail("--max-tokens " + std::to_string(o.max_tokens) + " needs a " +
                 std::to_string(static_cast<long long>(kv_bytes / (1 << 20))) +
-                " MiB KV cache; the CPU path allows at most 64 GiB");
+                " MiB KV cache; at most 64 GiB is allowed");
   }
-  std::optional<model::KvCache> kv_storage;
+  std::unique_ptr<model::ForwardBackend> backend;
   try {
-    kv_storage.emplace(layout, static_cast<int>(pages));
+    auto made = actors::make_forward_backend(model, *device, layout, static_cast<int>(pages),
+                                             o.threads, static_cast<int>(prompt.size()));
+    if (!made) return fail(made.error().what());
+    backend = std::move(made.value());
   } catch (const std::bad_alloc&) {
     return fail("not enough memory for a KV cache of " + std::to_string(capacity) + " tokens");
   }
-  model::KvCache& kv = *kv_storage;
+  // The backend's pool is this sequence's alone: pages 0, 1, 2, ... in order.
   model::SequenceSlice seq{0, static_cast<int>(prompt.size()), {}, false};
-  while (static_cast<int>(seq.page_table.size()) < pages) {
-    seq.page_table.push_back(*kv.allocate_page());
-  }
+  for (std::int64_t p = 0; p < pages; ++p)
+    seq.page_table.push_back(static_cast<std::int32_t>(p));
   model::StepBatch step;
   step.tokens.assign(prompt.begin(), prompt.end());
   for (std::size_t i = 0; i < prompt.size(); ++i)
@@ -198,7 +201,7 @@ int run_generate(const GenerateOptions& o) {
   double prefill_s = 0, decode_s = 0;
   while (generated < o.max_tokens) {
     const auto start = clock::now();
-    auto ok = model.forward(step, kv, logits, pool);
+    auto ok = backend->forward(step, logits);
     if (!ok) return fail(ok.error().what());
     (generated == 0 ? prefill_s : decode_s) +=
         std::chrono::duration<double>(clock::now() - start).count();
@@ -272,7 +275,8 @@ int run_generate(const GenerateOptions& o) {
 
 void add_generate_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
-      "generate", "Continue a prompt with a model folder (safetensors + config.json) on the CPU.");
+      "generate",
+      "Continue a prompt with a model folder (safetensors + config.json) on the CPU or a GPU.");
   auto opts = std::make_shared<GenerateOptions>();
   add_model_option(cmd, opts->model_dir);
   cmd->add_option("--spec", opts->spec_file,
@@ -303,9 +307,8 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--repetition-penalty", opts->repetition_penalty,
                   "penalize tokens already in the prompt or output (> 0; 1: off)")
       ->capture_default_str();
-  cmd->add_option("--device", opts->device, "where to run")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"cpu"}));
+  cmd->add_option("--device", opts->device, "where to run: cpu, cuda or cuda:N (bf16 on the GPU)")
+      ->capture_default_str();
   cmd->add_option("--format", opts->format,
                   "text: stream the continuation; json: one object per token, then a summary")
       ->capture_default_str()

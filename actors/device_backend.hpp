@@ -1,0 +1,34 @@
+#pragma once
+// Where a model runs: "cpu", "cuda" (GPU 0) or "cuda:N", and the forward backend for it (the
+// CPU one, or a CudaModel when Weft was built with CUDA). Used by the Engine and by
+// `weft generate` so both accept the same --device spellings.
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "runtime/model/forward_backend.hpp"
+#include "runtime/model/model.hpp"
+#include "weft/error.hpp"
+
+namespace weft::actors {
+
+struct DeviceChoice {
+  bool cuda = false;
+  int index = 0;  // the GPU, when cuda
+};
+
+// Errors name the spelling and what is accepted.
+Result<DeviceChoice> parse_device(std::string_view text);
+
+// The bytes one KV page takes on the device (fp32 on the CPU, 16-bit on a GPU), so a byte
+// budget turns into a page count the same way the backend will allocate it.
+std::size_t kv_page_bytes(const DeviceChoice& device, const model::KvLayout& layout);
+
+// `model` must outlive the backend. On a GPU, weights are uploaded in bf16 and the pool holds
+// `num_pages` pages; step buffers are sized for max_tokens_per_step tokens.
+Result<std::unique_ptr<model::ForwardBackend>> make_forward_backend(
+    const model::Model& model, const DeviceChoice& device, const model::KvLayout& layout,
+    int num_pages, unsigned cpu_threads, int max_tokens_per_step);
+
+}  // namespace weft::actors
