@@ -27,3 +27,9 @@ add_test(NAME weft_serve_slow_reader COMMAND ${gateway_run} python3 ${gateway_te
 set_tests_properties(weft_serve_slow_reader PROPERTIES TIMEOUT 120
   PASS_REGULAR_EXPRESSION "slow reader checks passed" FAIL_REGULAR_EXPRESSION "FAIL"
   ENVIRONMENT "WEFT_SERVE_ARGS=--ws-outbox-bytes 4096 --socket-send-buffer-bytes 8192 --ws-idle-timeout-s 600")
+# A pass pattern makes CTest ignore the exit status: the server's own failures (a sanitizer
+# report makes it exit non-zero, a hang at shutdown) must still fail the test.
+set_tests_properties(weft_serve_openai_client weft_serve_websocket_client weft_serve_limits
+  PROPERTIES FAIL_REGULAR_EXPRESSION "FAIL|weft serve exited with|did not stop|ThreadSanitizer|AddressSanitizer|runtime error")
+set_tests_properties(weft_serve_curl weft_serve_slow_reader weft_serve_shutdown_mid_stream
+  PROPERTIES FAIL_REGULAR_EXPRESSION "FAIL|weft serve exited with|did not stop|ThreadSanitizer|AddressSanitizer|runtime error")
