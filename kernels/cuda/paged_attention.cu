@@ -165,6 +165,184 @@ __global__ void decode_kernel(AttentionArgs a, FlatBatchView b, PagedKvView kv,
   }
 }
 
+// The decode kernel for head_dim in {32, 64, 128, 256} and groups of up to 8 query heads per
+// kv head: keys and values are read 16 bytes (8 elements) per lane. Scores: D/8 lanes per
+// key, several keys per warp. Values: each thread owns 8 output dimensions of every head of
+// the group for a subset of the tile's positions, accumulating in registers; the subsets
+// are summed once at the end. Same splits, softmax and outputs as decode_kernel.
+//
+// Dynamic shared memory: q [G][D], scores [G][kDecodeThreads], m, l, rescale [G], key
+// offsets [kDecodeThreads], then the final reduction [groups][G][D] (groups = 128 / (D/8)).
+template <class T>
+__global__ void decode_kernel_vec(AttentionArgs a, FlatBatchView b, PagedKvView kv,
+                                  const std::int32_t* query_tokens, float* workspace) {
+  extern __shared__ float smem[];
+  constexpr int kVec = 8, TILE = kDecodeThreads;
+  const int D = kv.head_dim, G = a.num_heads / kv.num_kv_heads;
+  const int chunks = D / kVec;                 // lanes per key, threads per value row
+  const int groups = kDecodeThreads / chunks;  // position subsets in the value phase
+  float* q_s = smem;
+  float* scores = q_s + G * D;
+  float* m_s = scores + G * TILE;
+  float* l_s = m_s + G;
+  float* corr_s = l_s + G;
+  auto* k_off = reinterpret_cast<std::size_t*>(corr_s + G + (G & 1));
+  float* red = reinterpret_cast<float*>(k_off + TILE);
+
+  const int t = query_tokens[blockIdx.y];
+  const int kvh = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
+  const int pos = b.positions[t];
+  const int first = first_position(pos, a.sliding_window);
+  const int chunk = split_positions(pos + 1 - first);
+  const int begin = splits > 1 ? first + split * chunk : first;
+  const int end = splits > 1 ? min(pos + 1, begin + chunk) : pos + 1;
+  if (begin > pos) return;
+  const std::int32_t* table = b.page_ids + b.page_table_begin[b.token_seq[t]];
+  const T* pool = static_cast<const T*>(kv.pool);
+  const std::size_t v_shift = static_cast<std::size_t>(kv.num_kv_heads) * kv.page_size * D;
+  const float* q =
+      a.q + static_cast<std::size_t>(t) * a.q_stride + static_cast<std::size_t>(kvh) * G * D;
+  for (int i = threadIdx.x; i < G * D; i += blockDim.x)
+    q_s[i] = q[i] * a.scale;
+  for (int g = threadIdx.x; g < G; g += blockDim.x) {
+    m_s[g] = -FLT_MAX;
+    l_s[g] = 0.0f;
+  }
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int sub = lane % chunks, keys_per_warp = 32 / chunks, key_in_warp = lane / chunks;
+  const int vchunk = threadIdx.x % chunks, vgroup = threadIdx.x / chunks;
+  float acc[kMaxGroupInRegisters][kVec];
+#pragma unroll
+  for (int g = 0; g < kMaxGroupInRegisters; ++g)
+#pragma unroll
+    for (int e = 0; e < kVec; ++e)
+      acc[g][e] = 0.0f;
+  __syncthreads();
+
+  for (int base = begin; base < end; base += TILE) {
+    const int n = min(TILE, end - base);
+    if (threadIdx.x < n) k_off[threadIdx.x] = key_offset(kv, table, base + threadIdx.x, kvh);
+    __syncthreads();
+    for (int i0 = warp * keys_per_warp; i0 < n; i0 += warps * keys_per_warp) {
+      const int i = i0 + key_in_warp;
+      float s[kMaxGroupInRegisters];
+#pragma unroll
+      for (int g = 0; g < kMaxGroupInRegisters; ++g)
+        s[g] = 0.0f;
+      if (i < n) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(pool + k_off[i] + sub * kVec);
+        const T* k = reinterpret_cast<const T*>(&raw);
+        float kf[kVec];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+          kf[e] = detail::to_float(k[e]);
+#pragma unroll
+        for (int g = 0; g < kMaxGroupInRegisters; ++g) {
+          if (g < G) {
+            const float* qg = q_s + g * D + sub * kVec;
+#pragma unroll
+            for (int e = 0; e < kVec; ++e)
+              s[g] += qg[e] * kf[e];
+          }
+        }
+      }
+      // Sum over the key's lanes (a power-of-two group of consecutive lanes).
+#pragma unroll
+      for (int g = 0; g < kMaxGroupInRegisters; ++g) {
+        if (g < G) {
+          for (int offset = chunks / 2; offset > 0; offset >>= 1)
+            s[g] += __shfl_xor_sync(0xffffffffu, s[g], offset);
+          if (sub == 0 && i < n) scores[g * TILE + i] = s[g];
+        }
+      }
+    }
+    __syncthreads();
+    for (int g = warp; g < G; g += warps) {
+      float* sg = scores + g * TILE;
+      float tile_max = -FLT_MAX;
+      for (int i = lane; i < n; i += 32)
+        tile_max = fmaxf(tile_max, sg[i]);
+      tile_max = detail::warp_max(tile_max);
+      const float m_old = m_s[g];
+      const float m_new = fmaxf(m_old, tile_max);
+      float sum = 0.0f;
+      for (int i = lane; i < n; i += 32) {
+        const float p = expf(sg[i] - m_new);
+        sg[i] = p;
+        sum += p;
+      }
+      sum = detail::warp_sum(sum);
+      if (lane == 0) {
+        const float c = expf(m_old - m_new);
+        corr_s[g] = c;
+        l_s[g] = l_s[g] * c + sum;
+        m_s[g] = m_new;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int g = 0; g < kMaxGroupInRegisters; ++g) {
+      if (g < G) {
+        const float c = corr_s[g];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+          acc[g][e] *= c;
+      }
+    }
+    for (int i = vgroup; i < n; i += groups) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(pool + k_off[i] + v_shift + vchunk * kVec);
+      const T* v = reinterpret_cast<const T*>(&raw);
+      float vf[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e)
+        vf[e] = detail::to_float(v[e]);
+#pragma unroll
+      for (int g = 0; g < kMaxGroupInRegisters; ++g) {
+        if (g < G) {
+          const float p = scores[g * TILE + i];
+#pragma unroll
+          for (int e = 0; e < kVec; ++e)
+            acc[g][e] += p * vf[e];
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  // Sum the position subsets: red[group][g][d].
+#pragma unroll
+  for (int g = 0; g < kMaxGroupInRegisters; ++g) {
+    if (g < G) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e)
+        red[(vgroup * G + g) * D + vchunk * kVec + e] = acc[g][e];
+    }
+  }
+  __syncthreads();
+  const int NH = a.num_heads;
+  for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+    float o = 0.0f;
+    for (int grp = 0; grp < groups; ++grp)
+      o += red[grp * G * D + i];
+    const int g = i / D, d = i % D;
+    if (splits == 1) {
+      T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(t) * NH * D +
+               static_cast<std::size_t>(kvh) * G * D;
+      out[i] = detail::from_float<T>(o / l_s[g]);
+    } else {
+      const int h = kvh * G + g;
+      float* rec =
+          workspace + ((static_cast<std::size_t>(blockIdx.y) * NH + h) * splits + split) * (D + 2);
+      rec[d] = o;
+      if (d == 0) {
+        rec[D] = m_s[g];
+        rec[D + 1] = l_s[g];
+      }
+    }
+  }
+}
+
 // Combines a token's splits: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
 template <class T>
 __global__ void combine_kernel(AttentionArgs a, FlatBatchView b, int head_dim,
@@ -333,16 +511,23 @@ void decode_attention(const AttentionArgs& args, const FlatBatchView& batch, con
   if (num_queries == 0) return;
   const int G = args.num_heads / kv.num_kv_heads, D = kv.head_dim;
   const int splits = decode_splits(max_context);
-  const std::size_t shared = sizeof(float) * (2 * G * D + G * kDecodeThreads + 3 * G + 1) +
-                             sizeof(std::size_t) * kDecodeThreads + 8;
   const dim3 grid(kv.num_kv_heads, num_queries, splits);
+  // The vectorized kernel reads 16-byte rows: head_dim a power of two from 32 to 256 (so D/8
+  // lanes divide a warp and D/8 threads divide the block), at most 8 heads per kv head.
+  const bool vec = (D == 32 || D == 64 || D == 128 || D == 256) && G <= kMaxGroupInRegisters;
+  const int groups = kDecodeThreads / (D / 8);
+  const std::size_t shared = vec ? sizeof(float) * (G * D + G * kDecodeThreads + 3 * G + 1) +
+                                       sizeof(std::size_t) * kDecodeThreads +
+                                       sizeof(float) * groups * G * D + 8
+                                 : sizeof(float) * (2 * G * D + G * kDecodeThreads + 3 * G + 1) +
+                                       sizeof(std::size_t) * kDecodeThreads + 8;
   WEFT_DISPATCH_PRECISION(kv.precision, {
+    auto* kernel = vec ? decode_kernel_vec<T> : decode_kernel<T>;
     if (shared > 48 * 1024) {
-      cudaFuncSetAttribute(decode_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(shared));
     }
-    decode_kernel<T>
-        <<<grid, kDecodeThreads, shared, stream>>>(args, batch, kv, query_tokens, workspace);
+    kernel<<<grid, kDecodeThreads, shared, stream>>>(args, batch, kv, query_tokens, workspace);
     if (splits > 1) {
       combine_kernel<T><<<dim3(args.num_heads, num_queries), 128, 0, stream>>>(
           args, batch, D, query_tokens, workspace, splits);

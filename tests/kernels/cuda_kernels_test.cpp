@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -329,9 +330,9 @@ TEST_P(CudaKernels, RopeStoreKvMatchesCpuRopeAndWritesPages) {
 
 // Decode (with and without splits) and prefill attention against cpu::paged_attention, with
 // GQA, a sliding window, page_size 3 and shuffled pages.
-void check_attention(Precision p, int context, int window, bool prefill) {
+void check_attention(Precision p, int context, int window, bool prefill,
+                     const PagedSetup& ps = PagedSetup{}) {
   std::mt19937 rng(6 + context + window);
-  const PagedSetup ps;
   const int NH = ps.heads, NKV = ps.kv_heads, D = ps.dim, layer = 1;
   const int pages_needed = (context + ps.page_size - 1) / ps.page_size;
   const int pool_pages = pages_needed + 5;
@@ -414,13 +415,32 @@ void check_attention(Precision p, int context, int window, bool prefill) {
   }
   expect_near_all(got, want, 2 * rounding(p), 2e-3,
                   std::string(prefill ? "prefill" : "decode") + " context " +
-                      std::to_string(context) + " window " + std::to_string(window));
+                      std::to_string(context) + " window " + std::to_string(window) + " head_dim " +
+                      std::to_string(D) + " heads " + std::to_string(NH) + "/" +
+                      std::to_string(NKV));
 }
 
 TEST_P(CudaKernels, DecodeAttentionMatchesCpuShortAndSplit) {
   for (int context : {1, 5, 130, 1300})
     for (int window : {0, 100})
       check_attention(p(), context, window, false);
+}
+
+// Head dims 64, 128 and 256 take the vectorized decode kernel (16-byte rows); MQA with 16
+// heads per kv head does not (more heads than it keeps in registers).
+TEST_P(CudaKernels, DecodeAttentionMatchesCpuOnVectorizedShapes) {
+  for (auto [heads, kv_heads, dim, page] :
+       {std::array{6, 2, 64, 16}, std::array{8, 2, 128, 3}, std::array{4, 4, 256, 5},
+        std::array{16, 1, 64, 16}, std::array{8, 1, 32, 7}}) {
+    PagedSetup ps;
+    ps.heads = heads;
+    ps.kv_heads = kv_heads;
+    ps.dim = dim;
+    ps.page_size = page;
+    for (int context : {1, 70, 700})
+      for (int window : {0, 100})
+        check_attention(p(), context, window, false, ps);
+  }
 }
 
 TEST_P(CudaKernels, PrefillAttentionMatchesCpu) {
