@@ -32,6 +32,12 @@ class Flattener {
       out_.rules[r].alts = std::move(*alts);
     }
     out_.root = g_.root();
+    out_.repeat_outer.assign(out_.rules.size(), FlatGrammar::kNoRule);
+    out_.repeat_left.assign(out_.rules.size(), 0);
+    for (const auto& [rule, outer, left] : chains_) {
+      out_.repeat_outer[rule] = outer;
+      out_.repeat_left[rule] = left;
+    }
     return std::move(out_);
   }
 
@@ -142,10 +148,22 @@ class Flattener {
       };
       std::uint32_t prev = new_rule();
       out_.rules[prev].alts = copy(std::nullopt);
+      std::vector<std::uint32_t> chain{prev};
       for (std::uint32_t k = 1; k < e.max - e.min; ++k) {
         std::uint32_t r = new_rule();
         out_.rules[r].alts = copy(prev);
         prev = r;
+        chain.push_back(r);
+      }
+      // Every copy consumes a byte when each alternative of x holds a byte element (rule
+      // elements might match nothing): then the copies' masks can share work.
+      bool consumes = inlined.empty() ? !x.is_rule : true;
+      for (const auto& a : inlined)
+        consumes = consumes &&
+                   std::any_of(a.begin(), a.end(), [](const Element& el) { return !el.is_rule; });
+      if (consumes && chain.size() > 1) {
+        for (std::size_t j = 0; j < chain.size(); ++j)
+          chains_.push_back({chain[j], chain.back(), static_cast<std::uint32_t>(j + 1)});
       }
       seq.push_back(Element{true, prev});
     }
@@ -177,6 +195,10 @@ class Flattener {
   std::string current_;
   std::uint32_t current_rule_ = 0;
   std::vector<std::uint32_t> inlining_;  // rules whose bodies are being inlined, innermost last
+  struct ChainCopy {
+    std::uint32_t rule, outer, left;
+  };
+  std::vector<ChainCopy> chains_;
   std::map<std::array<std::uint64_t, 4>, std::uint32_t> sets_;
 };
 

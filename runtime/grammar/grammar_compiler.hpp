@@ -37,6 +37,13 @@ struct FlatGrammar {
   std::vector<ByteSet> first;
   std::vector<ByteSet> follow;
   std::vector<bool> follow_end;
+  // Per rule: for an optional copy of a bounded repetition x{m,n} whose every alternative
+  // consumes at least one byte, the outermost copy of its chain and how many copies are left
+  // counting this one; kNoRule / 0 otherwise. A token of at most `left` bytes cannot tell this
+  // copy from the outermost one, which the matcher's precomputation uses (CompiledGrammar).
+  static constexpr std::uint32_t kNoRule = 0xffffffffu;
+  std::vector<std::uint32_t> repeat_outer;
+  std::vector<std::uint32_t> repeat_left;
 };
 
 struct CompileLimits {

@@ -1,6 +1,7 @@
 #include "runtime/grammar/grammar_matcher.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <functional>
 
 namespace weft::grammar {
@@ -33,14 +34,43 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(
   Pushdown pda(g, cg->sentinels_);
   std::vector<StackSet> levels(cg->trie_->max_token_bytes() + 2);
   std::vector<std::uint8_t> kind(cg->trie_->vocab_size(), kReject);
-  for (std::uint32_t r = 0; r < g.rules.size(); ++r)
-    for (std::uint32_t a = 0; a < g.rules[r].alts.size(); ++a)
-      for (std::uint32_t p = 0; p < g.rules[r].alts[a].size(); ++p) {
-        if (g.rules[r].alts[a][p].is_rule) continue;
-        cg->slot_mask_[cg->slot(Frame{r, a, p})] = static_cast<std::int32_t>(cg->masks_.size());
-        cg->masks_.emplace_back();
-        cg->precompute(r, a, p, cg->contexts_[r], cg->masks_.back(), pda, levels, kind);
-      }
+  {
+    // The trie is breadth-first: children come after their parent.
+    const TokenTrie& t = *cg->trie_;
+    std::vector<std::uint16_t> depth(t.node_count(), 0);
+    cg->deepest_.assign(t.node_count(), 0);
+    for (std::uint32_t v = 0; v < t.node_count(); ++v)
+      for (std::uint32_t c = 0; c < t.node(v).child_count; ++c)
+        depth[t.node(v).first_child + c] = static_cast<std::uint16_t>(depth[v] + 1);
+    for (std::uint32_t v = static_cast<std::uint32_t>(t.node_count()); v-- > 0;) {
+      if (t.node(v).token >= 0) cg->deepest_[v] = std::max(cg->deepest_[v], depth[v]);
+      for (std::uint32_t c = 0; c < t.node(v).child_count; ++c)
+        cg->deepest_[v] = std::max(cg->deepest_[v], cg->deepest_[t.node(v).first_child + c]);
+    }
+  }
+  // Inner copies of a bounded repetition last: they reuse their outermost copy's masks.
+  auto inner_copy = [&](std::uint32_t r) {
+    return g.repeat_outer[r] != FlatGrammar::kNoRule && g.repeat_outer[r] != r;
+  };
+  for (int pass = 0; pass < 2; ++pass)
+    for (std::uint32_t r = 0; r < g.rules.size(); ++r) {
+      if (inner_copy(r) != (pass == 1)) continue;
+      for (std::uint32_t a = 0; a < g.rules[r].alts.size(); ++a)
+        for (std::uint32_t p = 0; p < g.rules[r].alts[a].size(); ++p) {
+          if (g.rules[r].alts[a][p].is_rule) continue;
+          cg->slot_mask_[cg->slot(Frame{r, a, p})] = static_cast<std::int32_t>(cg->masks_.size());
+          cg->masks_.emplace_back();
+          const PositionMask* ref = nullptr;
+          if (pass == 1) {
+            // Same alternative and element in the outermost copy (copies differ only in the
+            // rule element that chains to the next copy, which comes last).
+            ref = &cg->masks_[static_cast<std::size_t>(
+                cg->slot_mask_[cg->slot(Frame{g.repeat_outer[r], a, p})])];
+          }
+          cg->precompute(r, a, p, cg->contexts_[r], cg->masks_.back(), pda, levels, kind, ref,
+                         ref ? g.repeat_left[r] : 0);
+        }
+    }
   // Rules used from a few places whose positions leave many tokens stack-dependent (a shared
   // x inside x{0,n}, for one) get a mask per place instead, most stack-dependent first, within
   // a budget of extra precomputations so compile time stays bounded.
@@ -201,8 +231,8 @@ std::size_t CompiledGrammar::uncertain_count() const {
 // rule somewhere; otherwise it is rejected everywhere.
 void CompiledGrammar::precompute(std::uint32_t rule, std::uint32_t alt, std::uint32_t pos,
                                  const StaticContext& ctx, PositionMask& out, Pushdown& pda,
-                                 std::vector<StackSet>& levels,
-                                 std::vector<std::uint8_t>& kind) const {
+                                 std::vector<StackSet>& levels, std::vector<std::uint8_t>& kind,
+                                 const PositionMask* ref, std::size_t skip_len) const {
   const TokenTrie& trie = *trie_;
   const ByteSet& follow = g_.follow[ctx.bottom_rule];
   std::vector<std::int32_t> touched;
@@ -218,6 +248,8 @@ void CompiledGrammar::precompute(std::uint32_t rule, std::uint32_t alt, std::uin
     for (std::uint32_t ci = 0; ci < node.child_count; ++ci) {
       std::uint32_t c = node.first_child + ci;
       const auto& child = trie.node(c);
+      // Only tokens longer than skip_len are decided here (ref has the others).
+      if (deepest_[c] <= skip_len) continue;
       const StackSet& cur = levels[d];
       bool uncertain_here = uncertain || (cur.left_context && follow.test(child.byte));
       StackSet& next = levels[d + 1];
@@ -227,7 +259,7 @@ void CompiledGrammar::precompute(std::uint32_t rule, std::uint32_t alt, std::uin
         pda.step(cur, child.byte, next);
       }
       bool alive = !next.empty() || next.left_context || next.accepted;
-      if (child.token >= 0) {
+      if (child.token >= 0 && d + 1 > skip_len) {
         std::uint8_t k = alive ? kAccept : (uncertain_here ? kUncertain : kReject);
         if (k != kReject) {
           kind[child.token] = k;
@@ -239,13 +271,45 @@ void CompiledGrammar::precompute(std::uint32_t rule, std::uint32_t alt, std::uin
       } else if (uncertain_here) {
         for (std::uint32_t i = child.subtree_begin + (child.token >= 0 ? 1 : 0);
              i < child.subtree_end; ++i) {
-          kind[trie.order()[i]] = kUncertain;
-          touched.push_back(trie.order()[i]);
+          const std::int32_t t = trie.order()[i];
+          if (trie.vocab().tokens[static_cast<std::size_t>(t)].size() <= skip_len) continue;
+          kind[t] = kUncertain;
+          touched.push_back(t);
         }
       }
     }
   };
   walk(trie.root(), 0, false);
+  if (ref != nullptr) {
+    // The short tokens' verdicts: those of the outermost copy.
+    auto short_token = [&](std::int32_t t) {
+      return trie.vocab().tokens[static_cast<std::size_t>(t)].size() <= skip_len;
+    };
+    if (!ref->accepted_bits.empty()) {
+      for (std::size_t w = 0; w < ref->accepted_bits.size(); ++w)
+        for (std::uint32_t bits = ref->accepted_bits[w]; bits != 0; bits &= bits - 1) {
+          const auto t =
+              static_cast<std::int32_t>(w * 32 + static_cast<std::size_t>(std::countr_zero(bits)));
+          if (short_token(t)) {
+            kind[t] = kAccept;
+            touched.push_back(t);
+          }
+        }
+    } else {
+      for (auto t : ref->accepted_ids)
+        if (short_token(t)) {
+          kind[t] = kAccept;
+          touched.push_back(t);
+        }
+    }
+    for (auto ord : ref->uncertain) {
+      const std::int32_t t = trie.order()[ord];
+      if (short_token(t)) {
+        kind[t] = kUncertain;
+        touched.push_back(t);
+      }
+    }
+  }
 
   std::size_t accepted = 0;
   for (auto t : touched)

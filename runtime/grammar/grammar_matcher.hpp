@@ -69,9 +69,13 @@ class CompiledGrammar {
     std::uint32_t bottom_rule = 0;  // whose FOLLOW applies when the context is left
   };
   void compute_contexts();
+  // `ref`, when given, is the mask of the same position in the outermost copy of a bounded
+  // repetition (FlatGrammar::repeat_outer), and `skip_len` this copy's copies left: tokens of
+  // at most skip_len bytes take ref's verdict and only the longer ones are walked.
   void precompute(std::uint32_t rule, std::uint32_t alt, std::uint32_t pos,
                   const StaticContext& ctx, PositionMask& out, Pushdown& pda,
-                  std::vector<StackSet>& levels, std::vector<std::uint8_t>& kind) const;
+                  std::vector<StackSet>& levels, std::vector<std::uint8_t>& kind,
+                  const PositionMask* ref = nullptr, std::size_t skip_len = 0) const;
   // The mask of a committed stack top: its position's, or for a rule used from a few places
   // (rule_sites_), the one precomputed for the frame below it.
   std::uint32_t mask_index(const StackArena& arena, NodeId top) const;
@@ -88,7 +92,8 @@ class CompiledGrammar {
   std::vector<std::uint32_t> alt_base_;   // alternative -> first slot
   std::vector<std::int32_t> slot_mask_;   // slot -> index into masks_, -1 for rule elements
   std::vector<PositionMask> masks_;
-  StackArena sentinels_;  // only kRootNode and kContextNode, for precomputation
+  std::vector<std::uint16_t> deepest_;  // per trie node: the longest token below it, in bytes
+  StackArena sentinels_;                // only kRootNode and kContextNode, for precomputation
 };
 
 class GrammarMatcher {
