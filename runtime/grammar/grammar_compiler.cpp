@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 
 namespace weft::grammar {
 namespace {
@@ -105,6 +106,10 @@ class Flattener {
     // can start: a JSON string with maxLength 40 over a 128K vocabulary compiles in well under
     // a second instead of seconds.
     std::vector<Seq> inlined;
+    std::optional<ExprId> inline_body;
+    // Rules the inlined lowering of each copy created (its helpers): [first, second).
+    std::pair<std::uint32_t, std::uint32_t> first_helpers{0, 0};
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> copy_helpers;
     // A rule is not inlined into itself (item ::= ... item{1,3} ...): its expansion would
     // never end.
     if (x.is_rule && e.max != kUnbounded && e.max - e.min >= 2 && x.index < g_.rule_count() &&
@@ -112,7 +117,9 @@ class Flattener {
         std::find(inlining_.begin(), inlining_.end(), x.index) == inlining_.end()) {
       if (auto body = g_.rule(x.index).body; body) {
         inlining_.push_back(x.index);
+        first_helpers.first = static_cast<std::uint32_t>(out_.rules.size());
         auto alts = lower(*body);
+        first_helpers.second = static_cast<std::uint32_t>(out_.rules.size());
         inlining_.pop_back();
         if (!alts) return alts.error();
         std::size_t elements = 0;
@@ -120,6 +127,7 @@ class Flattener {
           elements += a.size();
         if (alts->size() <= kMaxInlineAlts && elements <= kMaxInlineElements) {
           inlined = std::move(*alts);
+          inline_body = *body;
         }
       }
     }
@@ -132,12 +140,23 @@ class Flattener {
     } else if (e.max > e.min) {
       // O_k ::= x O_{k-1} | "" nests the optional tail, so the stack stays flat (tail calls)
       // and the grammar stays linear in the bound.
-      auto copy = [&](std::optional<std::uint32_t> next) {
+      // Each copy lowers the inlined body afresh, so the helper rules inside it (a UTF-8
+      // sequence, an escape) belong to that copy alone and are precomputed in its context
+      // too, rather than shared by every copy.
+      auto copy = [&](std::optional<std::uint32_t> next) -> Result<std::vector<Seq>> {
         std::vector<Seq> alts;
-        if (inlined.empty()) {
+        if (!inline_body) {
           alts.push_back(Seq{x});
+        } else if (!next) {
+          alts = inlined;  // the first copy uses the lowering made above
         } else {
-          alts = inlined;
+          inlining_.push_back(x.index);
+          const auto begin = static_cast<std::uint32_t>(out_.rules.size());
+          auto again = lower(*inline_body);
+          copy_helpers.push_back({begin, static_cast<std::uint32_t>(out_.rules.size())});
+          inlining_.pop_back();
+          if (!again) return again.error();
+          alts = std::move(*again);
         }
         if (next) {
           for (auto& a : alts)
@@ -147,11 +166,15 @@ class Flattener {
         return alts;
       };
       std::uint32_t prev = new_rule();
-      out_.rules[prev].alts = copy(std::nullopt);
+      auto first = copy(std::nullopt);
+      if (!first) return first.error();
+      out_.rules[prev].alts = std::move(*first);
       std::vector<std::uint32_t> chain{prev};
       for (std::uint32_t k = 1; k < e.max - e.min; ++k) {
+        auto alts = copy(prev);
+        if (!alts) return alts.error();
         std::uint32_t r = new_rule();
-        out_.rules[r].alts = copy(prev);
+        out_.rules[r].alts = std::move(*alts);
         prev = r;
         chain.push_back(r);
       }
@@ -162,8 +185,29 @@ class Flattener {
         consumes = consumes &&
                    std::any_of(a.begin(), a.end(), [](const Element& el) { return !el.is_rule; });
       if (consumes && chain.size() > 1) {
+        // Helpers inside a copy are matched the same way: from inside one, finishing the item
+        // takes a byte, so a token of at most k bytes still fits the k copies left. Helpers
+        // that are themselves copies of a nested repetition keep that chain's reuse.
+        std::set<std::uint32_t> nested;
+        for (const auto& c : chains_) {
+          nested.insert(c.rule);
+          nested.insert(c.outer);
+        }
         for (std::size_t j = 0; j < chain.size(); ++j)
           chains_.push_back({chain[j], chain.back(), static_cast<std::uint32_t>(j + 1)});
+        if (inline_body) {
+          copy_helpers.insert(copy_helpers.begin(), first_helpers);
+          const auto& outer = copy_helpers.back();
+          for (std::size_t j = 0; j + 1 < copy_helpers.size(); ++j) {
+            const auto& mine = copy_helpers[j];
+            if (mine.second - mine.first != outer.second - outer.first) continue;
+            for (std::uint32_t i = 0; i < mine.second - mine.first; ++i) {
+              if (nested.count(mine.first + i) || nested.count(outer.first + i)) continue;
+              chains_.push_back(
+                  {mine.first + i, outer.first + i, static_cast<std::uint32_t>(j + 1)});
+            }
+          }
+        }
       }
       seq.push_back(Element{true, prev});
     }

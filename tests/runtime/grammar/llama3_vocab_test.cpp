@@ -35,7 +35,9 @@ TEST(Llama3Vocab, MasksEqualBruteForceAlongDocuments) {
        R"({"name":"Ada \"the first\" Lovelace","age":36,"tags":["math","poetry"],"when":"1843-07-10"})"},
       {R"({"$defs":{"n":{"type":"object","properties":{"v":{"type":"number"},"kids":{"type":"array","items":{"$ref":"#/$defs/n"}}},"required":["v"]}},"$ref":"#/$defs/n"})",
        R"({"v":1.25,"kids":[{"v":-2},{"v":3e5,"kids":[]}]})"},
-      // A bounded string shares its character rule across the copies of x{0,n}: masks per place.
+      // A bounded string: each copy of x{0,n} has the character's alternatives inlined, and its
+      // masks precomputed in that copy's context (inner copies reusing the outermost's verdicts
+      // for short tokens), so few tokens are left to check at run time.
       {R"({"type":"object","properties":{"t":{"type":"string","maxLength":7},"u":{"type":"string"}},"required":["t","u"]})",
        R"({"t":"abc de\"","u":"free text"})"},
   };
@@ -44,7 +46,9 @@ TEST(Llama3Vocab, MasksEqualBruteForceAlongDocuments) {
     ASSERT_TRUE(g.ok()) << g.error().what();
     auto cg = CompiledGrammar::compile(*g, *trie);
     ASSERT_TRUE(cg.ok()) << cg.error().what();
-    if (schema.find("maxLength") != std::string::npos) EXPECT_GT((*cg)->per_place_rule_count(), 0u);
+    if (schema.find("maxLength") != std::string::npos) {
+      EXPECT_LT((*cg)->largest_uncertain().second, 200u) << (*cg)->largest_uncertain().first;
+    }
     GrammarMatcher m(*cg);
     std::size_t step = 0;
     for (std::size_t i = 0; i < doc.size(); ++step) {
