@@ -1,3 +1,5 @@
+#include <mma.h>
+
 #include <algorithm>
 
 #include "kernels/cuda/common.cuh"
@@ -492,6 +494,180 @@ __global__ void prefill_kernel(AttentionArgs a, FlatBatchView b, PagedKvView kv,
   }
 }
 
+// Tensor-core prefill: 64 query rows of one sequence and one head per block, 4 warps of 16
+// rows each; keys in tiles of 64. S = Q K^T and O += P V are WMMA products; the online
+// softmax runs on S in shared memory, and O lives in shared memory (fp32) so its rows can be
+// rescaled between tiles (WMMA accumulators have no row layout to scale in registers).
+constexpr int kTcRows = 64, kTcKeys = 64, kTcThreads = 128;
+
+struct TcLayout {
+  int ldq, ldk, lds, ldp, ldo;                 // leading dimensions, padded against bank conflicts
+  std::size_t q, k, v, s, p, o, stats, bytes;  // byte offsets into shared memory
+};
+
+__host__ __device__ inline TcLayout tc_layout(int D) {
+  TcLayout L{};
+  L.ldq = D + 8;
+  L.ldk = D + 8;
+  L.lds = kTcKeys + 4;
+  L.ldp = kTcKeys + 8;
+  L.ldo = D + 4;
+  std::size_t at = 0;
+  auto take = [&](std::size_t bytes) {
+    const std::size_t start = at;
+    at += (bytes + 31) / 32 * 32;  // 32-byte aligned, as WMMA loads require
+    return start;
+  };
+  L.q = take(static_cast<std::size_t>(kTcRows) * L.ldq * 2);
+  L.k = take(static_cast<std::size_t>(kTcKeys) * L.ldk * 2);
+  L.v = take(static_cast<std::size_t>(kTcKeys) * L.ldk * 2);
+  L.s = take(static_cast<std::size_t>(kTcRows) * L.lds * 4);
+  L.p = take(static_cast<std::size_t>(kTcRows) * L.ldp * 2);
+  L.o = take(static_cast<std::size_t>(kTcRows) * L.ldo * 4);
+  L.stats = take(static_cast<std::size_t>(kTcRows) * 4 * 4);
+  L.bytes = at;
+  return L;
+}
+
+template <class T>
+__global__ void prefill_kernel_tc(AttentionArgs a, FlatBatchView b, PagedKvView kv,
+                                  const PrefillTile* tiles) {
+  namespace wmma = nvcuda::wmma;
+  extern __shared__ __align__(128) unsigned char tc_smem[];
+  const int D = kv.head_dim;
+  const TcLayout L = tc_layout(D);
+  T* q_s = reinterpret_cast<T*>(tc_smem + L.q);
+  T* k_s = reinterpret_cast<T*>(tc_smem + L.k);
+  T* v_s = reinterpret_cast<T*>(tc_smem + L.v);
+  float* s_s = reinterpret_cast<float*>(tc_smem + L.s);
+  T* p_s = reinterpret_cast<T*>(tc_smem + L.p);
+  float* o_s = reinterpret_cast<float*>(tc_smem + L.o);
+  float* m_s = reinterpret_cast<float*>(tc_smem + L.stats);
+  float* l_s = m_s + kTcRows;
+  float* corr_s = l_s + kTcRows;
+  int* pos_s = reinterpret_cast<int*>(corr_s + kTcRows);
+
+  const PrefillTile tile = tiles[blockIdx.x];
+  const int h = blockIdx.y, G = a.num_heads / kv.num_kv_heads, kvh = h / G;
+  const int seq = b.token_seq[tile.first_token];
+  const std::int32_t* table = b.page_ids + b.page_table_begin[seq];
+  const T* pool = static_cast<const T*>(kv.pool);
+  const std::size_t v_shift = static_cast<std::size_t>(kv.num_kv_heads) * kv.page_size * D;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+  for (int i = threadIdx.x; i < kTcRows * D; i += blockDim.x) {
+    const int r = i / D, d = i % D;
+    const float x = r < tile.count
+                        ? a.q[static_cast<std::size_t>(tile.first_token + r) * a.q_stride +
+                              static_cast<std::size_t>(h) * D + d] *
+                              a.scale
+                        : 0.0f;
+    q_s[r * L.ldq + d] = detail::from_float<T>(x);
+    o_s[r * L.ldo + d] = 0.0f;
+  }
+  for (int r = threadIdx.x; r < kTcRows; r += blockDim.x) {
+    pos_s[r] = r < tile.count ? b.positions[tile.first_token + r] : -1;
+    m_s[r] = -FLT_MAX;
+    l_s[r] = 0.0f;
+  }
+  __syncthreads();
+  int lo = INT_MAX, hi = -1;
+  for (int r = 0; r < tile.count; ++r) {
+    lo = min(lo, first_position(pos_s[r], a.sliding_window));
+    hi = max(hi, pos_s[r]);
+  }
+  const int row0 = warp * 16;  // this warp's rows
+
+  for (int base = lo; base <= hi; base += kTcKeys) {
+    const int n = min(kTcKeys, hi + 1 - base);
+    // K and V rows, 8 elements (16 bytes) per load; rows past n are zero.
+    const int chunks = D / 8;
+    for (int i = threadIdx.x; i < kTcKeys * chunks; i += blockDim.x) {
+      const int j = i / chunks, c = i % chunks;
+      uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
+      if (j < n) {
+        const std::size_t off = key_offset(kv, table, base + j, kvh) + c * 8;
+        kr = *reinterpret_cast<const uint4*>(pool + off);
+        vr = *reinterpret_cast<const uint4*>(pool + off + v_shift);
+      }
+      *reinterpret_cast<uint4*>(k_s + j * L.ldk + c * 8) = kr;
+      *reinterpret_cast<uint4*>(v_s + j * L.ldk + c * 8) = vr;
+    }
+    __syncthreads();
+    // S = Q K^T for this warp's 16 rows and the tile's 64 keys.
+    for (int kb = 0; kb < kTcKeys / 16; ++kb) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+      wmma::fill_fragment(c, 0.0f);
+      for (int d = 0; d < D; d += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> qa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> kb_frag;
+        wmma::load_matrix_sync(qa, q_s + row0 * L.ldq + d, L.ldq);
+        wmma::load_matrix_sync(kb_frag, k_s + kb * 16 * L.ldk + d, L.ldk);
+        wmma::mma_sync(c, qa, kb_frag, c);
+      }
+      wmma::store_matrix_sync(s_s + row0 * L.lds + kb * 16, c, L.lds, wmma::mem_row_major);
+    }
+    __syncwarp();
+    // Online softmax over the warp's rows; a lane takes keys lane and lane + 32.
+    for (int r = row0; r < row0 + 16; ++r) {
+      const int pos = pos_s[r];
+      const int first = first_position(pos, a.sliding_window);
+      float sv[2];
+      float tile_max = -FLT_MAX;
+      for (int k2 = 0; k2 < 2; ++k2) {
+        const int j = lane + 32 * k2, p = base + j;
+        const bool live = pos >= 0 && j < n && p <= pos && p >= first;
+        sv[k2] = live ? s_s[r * L.lds + j] : -INFINITY;
+        tile_max = fmaxf(tile_max, sv[k2]);
+      }
+      tile_max = detail::warp_max(tile_max);
+      const float m_old = m_s[r];
+      const float m_new = fmaxf(m_old, tile_max);
+      float sum = 0.0f;
+      for (int k2 = 0; k2 < 2; ++k2) {
+        const float pr = sv[k2] == -INFINITY ? 0.0f : expf(sv[k2] - m_new);
+        const T rounded = detail::from_float<T>(pr);
+        p_s[r * L.ldp + lane + 32 * k2] = rounded;
+        sum += detail::to_float(rounded);  // l sums what P V will multiply
+      }
+      sum = detail::warp_sum(sum);
+      const float c = expf(m_old - m_new);
+      if (lane == 0) {
+        l_s[r] = l_s[r] * c + sum;
+        m_s[r] = m_new;
+      }
+      for (int d = lane; d < D; d += 32)
+        o_s[r * L.ldo + d] *= c;
+    }
+    __syncwarp();
+    // O += P V for the warp's rows.
+    for (int db = 0; db < D; db += 16) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> o;
+      wmma::load_matrix_sync(o, o_s + row0 * L.ldo + db, L.ldo, wmma::mem_row_major);
+      for (int kk = 0; kk < kTcKeys; kk += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> pa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vb;
+        wmma::load_matrix_sync(pa, p_s + row0 * L.ldp + kk, L.ldp);
+        wmma::load_matrix_sync(vb, v_s + kk * L.ldk + db, L.ldk);
+        wmma::mma_sync(o, pa, vb, o);
+      }
+      wmma::store_matrix_sync(o_s + row0 * L.ldo + db, o, L.ldo, wmma::mem_row_major);
+    }
+    __syncthreads();  // K and V are reloaded next
+  }
+  for (int i = threadIdx.x; i < tile.count * D; i += blockDim.x) {
+    const int r = i / D, d = i % D;
+    T* out = static_cast<T*>(a.out) +
+             static_cast<std::size_t>(tile.first_token + r) * a.num_heads * D +
+             static_cast<std::size_t>(h) * D;
+    out[d] = detail::from_float<T>(o_s[r * L.ldo + d] / l_s[r]);
+  }
+}
+
+bool tensor_core_prefill(int head_dim) {
+  return head_dim % 16 == 0 && head_dim <= kMaxHeadDim;
+}
+
 // Grid depth: no token of context up to max_context needs more splits than this.
 int decode_splits(int max_context) {
   return std::min(kMaxDecodeSplits, (max_context + kDecodeSplitQuantum - 1) / kDecodeSplitQuantum);
@@ -535,14 +711,27 @@ void decode_attention(const AttentionArgs& args, const FlatBatchView& batch, con
   });
 }
 
+int prefill_tile_queries(int head_dim) {
+  return tensor_core_prefill(head_dim) ? kTcRows : kPrefillTileQueries;
+}
+
 void prefill_attention(const AttentionArgs& args, const FlatBatchView& batch, const PagedKvView& kv,
                        const PrefillTile* tiles, int num_tiles, cudaStream_t stream) {
   if (num_tiles == 0) return;
-  constexpr int Q = kPrefillTileQueries;
   const int D = kv.head_dim;
+  const dim3 grid(num_tiles, args.num_heads);
+  if (tensor_core_prefill(D)) {
+    const auto shared = static_cast<int>(tc_layout(D).bytes);
+    WEFT_DISPATCH_PRECISION(kv.precision, {
+      cudaFuncSetAttribute(prefill_kernel_tc<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           shared);
+      prefill_kernel_tc<T><<<grid, kTcThreads, shared, stream>>>(args, batch, kv, tiles);
+    });
+    return;
+  }
+  constexpr int Q = kPrefillTileQueries;
   const std::size_t shared = sizeof(float) * Q * D + 2 * kHalfBytes * kKeyTile * D +
                              sizeof(float) * (Q * (kKeyTile + 1) + 3 * Q) + sizeof(int) * Q;
-  const dim3 grid(num_tiles, args.num_heads);
   WEFT_DISPATCH_PRECISION(kv.precision, {
     if (shared > 48 * 1024) {
       cudaFuncSetAttribute(prefill_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,

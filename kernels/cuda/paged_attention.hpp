@@ -49,13 +49,19 @@ void decode_attention(const AttentionArgs& args, const FlatBatchView& batch, con
                       const std::int32_t* query_tokens, int num_queries, int max_context,
                       float* workspace, cudaStream_t stream);
 
-// A run of up to kPrefillTileQueries consecutive tokens of the flat batch that belong to one
-// sequence.
+// A run of up to prefill_tile_queries(head_dim) consecutive tokens of the flat batch that
+// belong to one sequence.
 struct PrefillTile {
   std::int32_t first_token = 0;
   std::int32_t count = 0;
 };
 inline constexpr int kPrefillTileQueries = 32;
+
+// Query tokens per prefill tile: 64 where the tensor-core kernel runs (head_dim a multiple of
+// 16 up to 256: Q K^T and P V as 16x16x16 bf16/fp16 WMMA products with fp32 accumulators,
+// P rounded to 16 bits as FlashAttention does), else kPrefillTileQueries for the CUDA-core
+// kernel.
+int prefill_tile_queries(int head_dim);
 
 // Attention for the tokens of `tiles` ([num_tiles] on the device).
 void prefill_attention(const AttentionArgs& args, const FlatBatchView& batch, const PagedKvView& kv,

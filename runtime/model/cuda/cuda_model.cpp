@@ -400,6 +400,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   std::memcpy(words + L.tokens, batch.tokens.data(), T * sizeof(std::int32_t));
   std::memcpy(words + L.positions, batch.positions.data(), T * sizeof(std::int32_t));
   int decode_count = 0, tile_count = 0, decode_context = 0, row = 0;
+  const int tile_queries = cuda::prefill_tile_queries(spec.head_dim);
   std::size_t page_at = 0;
   for (int s = 0; s < S; ++s) {
     const auto& seq = batch.sequences[static_cast<std::size_t>(s)];
@@ -420,10 +421,9 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       words[L.decode_queries + decode_count++] = seq.token_begin;
       decode_context = std::max(decode_context, longest);
     } else {
-      for (int i = 0; i < seq.token_count; i += cuda::kPrefillTileQueries) {
+      for (int i = 0; i < seq.token_count; i += tile_queries) {
         words[L.tiles + 2 * tile_count] = seq.token_begin + i;
-        words[L.tiles + 2 * tile_count + 1] =
-            std::min(cuda::kPrefillTileQueries, seq.token_count - i);
+        words[L.tiles + 2 * tile_count + 1] = std::min(tile_queries, seq.token_count - i);
         ++tile_count;
       }
     }
