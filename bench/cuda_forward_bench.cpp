@@ -337,7 +337,14 @@ int main(int argc, char** argv) {
          << ",\"floor_fraction\":" << floor_s / step_s << "}";
     release(tables);
   }
-  json << "]}\n";
+  // Device memory in use once every row ran (weights, KV pool, step buffers, cuBLAS and the
+  // CUDA context): allocations only grow, so this is the peak.
+  std::size_t free_bytes = 0, total_bytes = 0;
+  cudaMemGetInfo(&free_bytes, &total_bytes);
+  const double used = static_cast<double>(total_bytes - free_bytes);
+  std::printf("device memory in use: %.2f GB of %.2f GB (KV pool %d pages)\n", used / 1e9,
+              static_cast<double>(total_bytes) / 1e9, gpu.num_pages());
+  json << "],\"device_memory_used_bytes\":" << used << "}\n";
   if (!json_path.empty()) std::ofstream(json_path) << json.str();
   return 0;
 }

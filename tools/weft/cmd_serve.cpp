@@ -35,6 +35,7 @@ struct ServeOptions {
   std::int64_t kv_budget_mb = 256;
   unsigned threads = 0;
   int max_running = EngineConfig{}.max_running;
+  std::string device = EngineConfig{}.device;
 };
 
 // Names the calling thread as `top` and /proc show it (15 characters at most).
@@ -66,6 +67,7 @@ int run_serve(const ServeOptions& opts) {
     config.model_dir = opts.model_dir;
     config.kv_budget_bytes = opts.kv_budget_mb << 20;
     config.cpu_threads = opts.threads;
+    config.device = opts.device;
     config.max_running = opts.max_running;
     auto engine_owner = std::make_unique<Engine>(engine_io.get_executor(), config);
     Engine& engine = *engine_owner;
@@ -178,6 +180,8 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
   cmd->add_option("--threads", opts->threads, "CPU threads for the forward pass (0: all cores)")
+      ->capture_default_str();
+  cmd->add_option("--device", opts->device, "where to run: cpu, cuda or cuda:N (bf16 on the GPU)")
       ->capture_default_str();
   cmd->callback([opts, &exit_code] { exit_code = run_serve(*opts); });
 }
