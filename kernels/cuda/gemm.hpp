@@ -32,6 +32,7 @@ class Blas {
 
  private:
   cublasContext* handle_ = nullptr;
+  void* workspace_ = nullptr;  // set explicitly, so products can be captured in CUDA graphs
   std::string error_;
 };
 

@@ -673,7 +673,38 @@ int decode_splits(int max_context) {
   return std::min(kMaxDecodeSplits, (max_context + kDecodeSplitQuantum - 1) / kDecodeSplitQuantum);
 }
 
+template <class T>
+void allow_all_shared_memory(int bytes) {
+  cudaFuncSetAttribute(decode_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  cudaFuncSetAttribute(decode_kernel_vec<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  cudaFuncSetAttribute(prefill_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  cudaFuncSetAttribute(prefill_kernel_tc<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+
 }  // namespace
+
+void prepare_attention_kernels() {
+  // Once per process, outside any stream capture (the setting is not a stream operation):
+  // every attention kernel may use all the shared memory a block can opt into.
+  static const bool prepared = [] {
+    int device = 0, bytes = 0;
+    cudaGetDevice(&device);
+    if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+            cudaSuccess ||
+        bytes <= 0) {
+      cudaGetLastError();
+      return false;
+    }
+    allow_all_shared_memory<__nv_bfloat16>(bytes);
+    allow_all_shared_memory<__half>(bytes);
+    return true;
+  }();
+  (void)prepared;
+}
+
+int decode_split_count(int max_context) {
+  return decode_splits(max_context);
+}
 
 std::size_t decode_workspace_floats(int queries, int num_heads, int head_dim, int max_context) {
   const int splits = decode_splits(max_context);
@@ -685,6 +716,7 @@ void decode_attention(const AttentionArgs& args, const FlatBatchView& batch, con
                       const std::int32_t* query_tokens, int num_queries, int max_context,
                       float* workspace, cudaStream_t stream) {
   if (num_queries == 0) return;
+  prepare_attention_kernels();
   const int G = args.num_heads / kv.num_kv_heads, D = kv.head_dim;
   const int splits = decode_splits(max_context);
   const dim3 grid(kv.num_kv_heads, num_queries, splits);
@@ -699,10 +731,6 @@ void decode_attention(const AttentionArgs& args, const FlatBatchView& batch, con
                                        sizeof(std::size_t) * kDecodeThreads + 8;
   WEFT_DISPATCH_PRECISION(kv.precision, {
     auto* kernel = vec ? decode_kernel_vec<T> : decode_kernel<T>;
-    if (shared > 48 * 1024) {
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(shared));
-    }
     kernel<<<grid, kDecodeThreads, shared, stream>>>(args, batch, kv, query_tokens, workspace);
     if (splits > 1) {
       combine_kernel<T><<<dim3(args.num_heads, num_queries), 128, 0, stream>>>(
@@ -718,13 +746,12 @@ int prefill_tile_queries(int head_dim) {
 void prefill_attention(const AttentionArgs& args, const FlatBatchView& batch, const PagedKvView& kv,
                        const PrefillTile* tiles, int num_tiles, cudaStream_t stream) {
   if (num_tiles == 0) return;
+  prepare_attention_kernels();
   const int D = kv.head_dim;
   const dim3 grid(num_tiles, args.num_heads);
   if (tensor_core_prefill(D)) {
     const auto shared = static_cast<int>(tc_layout(D).bytes);
     WEFT_DISPATCH_PRECISION(kv.precision, {
-      cudaFuncSetAttribute(prefill_kernel_tc<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           shared);
       prefill_kernel_tc<T><<<grid, kTcThreads, shared, stream>>>(args, batch, kv, tiles);
     });
     return;
@@ -733,10 +760,6 @@ void prefill_attention(const AttentionArgs& args, const FlatBatchView& batch, co
   const std::size_t shared = sizeof(float) * Q * D + 2 * kHalfBytes * kKeyTile * D +
                              sizeof(float) * (Q * (kKeyTile + 1) + 3 * Q) + sizeof(int) * Q;
   WEFT_DISPATCH_PRECISION(kv.precision, {
-    if (shared > 48 * 1024) {
-      cudaFuncSetAttribute(prefill_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(shared));
-    }
     prefill_kernel<T><<<grid, kPrefillThreads, shared, stream>>>(args, batch, kv, tiles);
   });
 }

@@ -37,6 +37,15 @@ struct AttentionArgs {
 inline constexpr int kDecodeSplitQuantum = 64;
 inline constexpr int kMaxDecodeSplits = 32;
 
+// Lets every attention kernel use all the shared memory a block can opt into. Runs once per
+// process (later calls return at once); the launchers call it, and a caller that captures
+// launches into a CUDA graph calls it before capturing (it is not a stream operation).
+void prepare_attention_kernels();
+
+// The decode grid's depth (splits) for tokens whose longest context is max_context: a CUDA
+// graph of a decode step stays valid while this and the batch shape do not change.
+int decode_split_count(int max_context);
+
 // Floats of workspace decode_attention needs for `queries` tokens whose longest context is
 // `max_context` positions (0 when no split is needed).
 std::size_t decode_workspace_floats(int queries, int num_heads, int head_dim, int max_context);

@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <tuple>
+#include <utility>
 
 #include "kernels/cuda/activation.hpp"
 #include "kernels/cuda/convert.hpp"
@@ -87,10 +90,23 @@ struct CudaModel::State {
   DeviceBuffer x, h, qkv_out, attn, delta, mlp, act, logits, split_workspace, meta;
   PinnedBuffer meta_host, logits_host;
 
+  // Decode graphs by (tokens, sequences, logit rows, decode splits): what fixes their grids
+  // and metadata offsets. They point into the buffers above, so any reallocation drops them.
+  using GraphKey = std::tuple<int, int, int, int>;
+  static constexpr std::size_t kMaxGraphs = 512;
+  std::map<GraphKey, cudaGraphExec_t> graphs;
+  bool graphs_broken = false;
+  void drop_graphs() {
+    for (auto& [key, exec] : graphs)
+      cudaGraphExecDestroy(exec);
+    graphs.clear();
+  }
+
   ~State() {
     if (stream != nullptr) {
       cudaSetDevice(options.device);
       cudaStreamSynchronize(stream);
+      drop_graphs();
       cudaStreamDestroy(stream);
     }
   }
@@ -152,6 +168,7 @@ Result<void> CudaModel::State::upload_matrix(const cpu::WeightMatrix& w, DeviceB
 
 Result<void> CudaModel::State::reserve_step(int tokens) {
   if (tokens <= capacity_tokens) return {};
+  drop_graphs();
   const auto T = static_cast<std::size_t>(tokens);
   const auto H = static_cast<std::size_t>(spec.hidden_size);
   const auto I = static_cast<std::size_t>(spec.intermediate_size);
@@ -377,23 +394,29 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       at += words;
       return start;
     };
+    // Page tables last: every other offset depends only on the batch's shape, so a captured
+    // decode graph stays valid as the page tables grow.
     L.tokens = take(T);
     L.positions = take(T);
     L.token_seq = take(T);
     L.table_begin = take(S);
-    L.page_ids = take(page_words);
     L.logit_rows = take(rows);
     L.decode_queries = take(T);
     L.tiles = take(2 * static_cast<std::size_t>(T));
     L.inv_freq = take(static_cast<std::size_t>(S) * half);
     L.factor = take(S);
+    L.page_ids = take(page_words);
     L.words = at;
   }
   if (auto err = meta_host.reserve(L.words * 4); err != cudaSuccess) {
     return cuda_error(err, "allocating pinned step metadata");
   }
-  if (auto err = meta.reserve(L.words * 4); err != cudaSuccess) {
-    return cuda_error(err, "allocating step metadata");
+  if (L.words * 4 > meta.bytes()) {
+    // Headroom, so growing page tables rarely move the buffer (and invalidate graphs).
+    drop_graphs();
+    if (auto err = meta.reserve(L.words * 8 + (64u << 10)); err != cudaSuccess) {
+      return cuda_error(err, "allocating step metadata");
+    }
   }
   auto* words = meta_host.as<std::int32_t>();
   auto* floats = meta_host.as<float>();
@@ -439,6 +462,10 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   }
   const std::size_t split_floats =
       cuda::decode_workspace_floats(decode_count, spec.num_heads, spec.head_dim, decode_context);
+  if (split_floats * 4 > split_workspace.bytes() ||
+      static_cast<std::size_t>(rows) * V * 4 > logits.bytes()) {
+    drop_graphs();
+  }
   if (auto err = split_workspace.reserve(split_floats * 4); err != cudaSuccess) {
     return cuda_error(err, "allocating the attention split workspace");
   }
@@ -480,79 +507,120 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   auto or_null = [](const DeviceBuffer& b) { return b.as<float>(); };
   bool blas_ok = true;
 
-  cuda::embedding_gather(embedding.get(), P, dev + L.tokens, T, H, x.as<float>(), stream);
-  for (std::size_t l = 0; l < layers.size(); ++l) {
-    const Layer& W = layers[l];
-    cuda::AddNormArgs an;
-    an.residual = x.as<float>();
-    if (l > 0) {
+  // Every kernel of the step, in order, on `stream`.
+  auto enqueue = [&] {
+    cuda::embedding_gather(embedding.get(), P, dev + L.tokens, T, H, x.as<float>(), stream);
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      const Layer& W = layers[l];
+      cuda::AddNormArgs an;
+      an.residual = x.as<float>();
+      if (l > 0) {
+        an.delta = delta.as<float>();
+        an.delta_bias = or_null(layers[l - 1].down_bias);
+      }
+      an.rows = T;
+      an.n = H;
+      an.kind = norm_kind;
+      an.weight = W.attn_norm.as<float>();
+      an.bias = or_null(W.attn_norm_bias);
+      an.eps = eps;
+      an.out = h.get();
+      an.precision = P;
+      cuda::add_norm(an, stream);
+      blas_ok &= blas->linear(h.get(), T, W.qkv.get(), qkv_width, H, qkv_out.as<float>(), qkv_width,
+                              P, stream);
+      cuda::RopeArgs ra;
+      ra.qkv = qkv_out.as<float>();
+      ra.qkv_bias = or_null(W.qkv_bias);
+      ra.num_heads = spec.num_heads;
+      ra.rotary_dim = R;
+      ra.interleaved = spec.rope.order == RopeOrder::kInterleaved;
+      ra.inv_freq = dev_f + L.inv_freq;
+      ra.attention_factor = dev_f + L.factor;
+      kvv.layer_offset = l * layout.floats_per_layer_block();
+      cuda::rope_store_kv(ra, fb, kvv, stream);
+      cuda::AttentionArgs aa;
+      aa.q = qkv_out.as<float>();
+      aa.q_stride = static_cast<std::size_t>(qkv_width);
+      aa.num_heads = spec.num_heads;
+      aa.scale = 1.0f / std::sqrt(static_cast<float>(spec.head_dim));
+      aa.sliding_window = spec.layer_uses_window(static_cast<int>(l)) ? spec.sliding_window : 0;
+      aa.out = attn.get();
+      cuda::decode_attention(aa, fb, kvv, dev + L.decode_queries, decode_count, decode_context,
+                             split_workspace.as<float>(), stream);
+      cuda::prefill_attention(aa, fb, kvv,
+                              reinterpret_cast<const cuda::PrefillTile*>(dev + L.tiles), tile_count,
+                              stream);
+      blas_ok &= blas->linear(attn.get(), T, W.o.get(), H, QD, delta.as<float>(), H, P, stream);
       an.delta = delta.as<float>();
-      an.delta_bias = or_null(layers[l - 1].down_bias);
+      an.delta_bias = or_null(W.o_bias);
+      an.weight = W.mlp_norm.as<float>();
+      an.bias = or_null(W.mlp_norm_bias);
+      cuda::add_norm(an, stream);
+      blas_ok &=
+          blas->linear(h.get(), T, W.up.get(), mlp_width, H, mlp.as<float>(), mlp_width, P, stream);
+      cuda::mlp_activation(to_kernel(spec.activation), spec.gated_mlp, mlp.as<float>(),
+                           or_null(W.up_bias), T, I, act.get(), P, stream);
+      blas_ok &= blas->linear(act.get(), T, W.down.get(), H, I, delta.as<float>(), H, P, stream);
     }
-    an.rows = T;
-    an.n = H;
-    an.kind = norm_kind;
-    an.weight = W.attn_norm.as<float>();
-    an.bias = or_null(W.attn_norm_bias);
-    an.eps = eps;
-    an.out = h.get();
-    an.precision = P;
-    cuda::add_norm(an, stream);
-    blas_ok &= blas->linear(h.get(), T, W.qkv.get(), qkv_width, H, qkv_out.as<float>(), qkv_width,
-                            P, stream);
-    cuda::RopeArgs ra;
-    ra.qkv = qkv_out.as<float>();
-    ra.qkv_bias = or_null(W.qkv_bias);
-    ra.num_heads = spec.num_heads;
-    ra.rotary_dim = R;
-    ra.interleaved = spec.rope.order == RopeOrder::kInterleaved;
-    ra.inv_freq = dev_f + L.inv_freq;
-    ra.attention_factor = dev_f + L.factor;
-    kvv.layer_offset = l * layout.floats_per_layer_block();
-    cuda::rope_store_kv(ra, fb, kvv, stream);
-    cuda::AttentionArgs aa;
-    aa.q = qkv_out.as<float>();
-    aa.q_stride = static_cast<std::size_t>(qkv_width);
-    aa.num_heads = spec.num_heads;
-    aa.scale = 1.0f / std::sqrt(static_cast<float>(spec.head_dim));
-    aa.sliding_window = spec.layer_uses_window(static_cast<int>(l)) ? spec.sliding_window : 0;
-    aa.out = attn.get();
-    cuda::decode_attention(aa, fb, kvv, dev + L.decode_queries, decode_count, decode_context,
-                           split_workspace.as<float>(), stream);
-    cuda::prefill_attention(aa, fb, kvv, reinterpret_cast<const cuda::PrefillTile*>(dev + L.tiles),
-                            tile_count, stream);
-    blas_ok &= blas->linear(attn.get(), T, W.o.get(), H, QD, delta.as<float>(), H, P, stream);
-    an.delta = delta.as<float>();
-    an.delta_bias = or_null(W.o_bias);
-    an.weight = W.mlp_norm.as<float>();
-    an.bias = or_null(W.mlp_norm_bias);
-    cuda::add_norm(an, stream);
-    blas_ok &=
-        blas->linear(h.get(), T, W.up.get(), mlp_width, H, mlp.as<float>(), mlp_width, P, stream);
-    cuda::mlp_activation(to_kernel(spec.activation), spec.gated_mlp, mlp.as<float>(),
-                         or_null(W.up_bias), T, I, act.get(), P, stream);
-    blas_ok &= blas->linear(act.get(), T, W.down.get(), H, I, delta.as<float>(), H, P, stream);
+    // The last residual add and the final norm, only for the rows that need logits.
+    cuda::AddNormArgs fin;
+    fin.residual = x.as<float>();
+    if (!layers.empty()) {
+      fin.delta = delta.as<float>();
+      fin.delta_bias = or_null(layers.back().down_bias);
+    }
+    fin.row_index = dev + L.logit_rows;
+    fin.rows = rows;
+    fin.n = H;
+    fin.kind = norm_kind;
+    fin.weight = final_norm.as<float>();
+    fin.bias = or_null(final_norm_bias);
+    fin.eps = eps;
+    fin.write_back = false;
+    fin.out = h.get();
+    fin.precision = P;
+    cuda::add_norm(fin, stream);
+    const DeviceBuffer& head = lm_head.get() != nullptr ? lm_head : embedding;
+    blas_ok &= blas->linear(h.get(), rows, head.get(), V, H, logits.as<float>(), V, P, stream);
+  };
+  // A pure decode step of a shape seen before replays its CUDA graph: one launch instead of
+  // ~10 per layer. The graph's kernels read this step's metadata from the same buffer.
+  const bool graph_step = options.cuda_graphs && !graphs_broken && tile_count == 0;
+  if (graph_step) {
+    const GraphKey key{T, S, rows, cuda::decode_split_count(decode_context)};
+    auto it = graphs.find(key);
+    if (it == graphs.end()) {
+      if (graphs.size() >= kMaxGraphs) drop_graphs();
+      cuda::prepare_attention_kernels();
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      bool captured =
+          cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+      if (captured) {
+        enqueue();
+        captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph != nullptr;
+      }
+      captured = captured && blas_ok && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      if (!captured) {
+        // Capture is an optimisation: fall back to plain launches from now on.
+        cudaGetLastError();
+        graphs_broken = true;
+        blas_ok = true;
+        enqueue();
+      } else {
+        it = graphs.emplace(key, exec).first;
+      }
+    }
+    if (it != graphs.end()) {
+      if (auto err = cudaGraphLaunch(it->second, stream); err != cudaSuccess) {
+        return cuda_error(err, "launching the step's graph");
+      }
+    }
+  } else {
+    enqueue();
   }
-  // The last residual add and the final norm, only for the rows that need logits.
-  cuda::AddNormArgs fin;
-  fin.residual = x.as<float>();
-  if (!layers.empty()) {
-    fin.delta = delta.as<float>();
-    fin.delta_bias = or_null(layers.back().down_bias);
-  }
-  fin.row_index = dev + L.logit_rows;
-  fin.rows = rows;
-  fin.n = H;
-  fin.kind = norm_kind;
-  fin.weight = final_norm.as<float>();
-  fin.bias = or_null(final_norm_bias);
-  fin.eps = eps;
-  fin.write_back = false;
-  fin.out = h.get();
-  fin.precision = P;
-  cuda::add_norm(fin, stream);
-  const DeviceBuffer& head = lm_head.get() != nullptr ? lm_head : embedding;
-  blas_ok &= blas->linear(h.get(), rows, head.get(), V, H, logits.as<float>(), V, P, stream);
   if (auto err = cudaGetLastError(); err != cudaSuccess)
     return cuda_error(err, "launching the step");
   if (!blas_ok) return Error(ErrorCode::kInternal, "CUDA: a cuBLAS product failed in the step");

@@ -30,6 +30,8 @@ struct CudaModelOptions {
   // Step buffers are sized for this many tokens at creation; a larger step grows them (one
   // reallocation, which waits for the device).
   int max_tokens_per_step = 512;
+  // Replay decode-only steps as CUDA graphs, one per (batch size, decode split count).
+  bool cuda_graphs = true;
 };
 
 class CudaModel final : public ForwardBackend {
