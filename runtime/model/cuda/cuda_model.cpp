@@ -379,7 +379,8 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   if (auto r = reserve_step(T); !r) return r;
 
   // Host side of the step: which sequence each token is in, logit rows, decode queries
-  // (single-token sequences) and prefill tiles (runs of up to 16 tokens of longer ones).
+  // (single-token sequences) and prefill tiles (runs of up to prefill_tile_queries tokens of
+  // longer ones).
   const int R = spec.position == PositionEmbedding::kRope ? spec.rotary_dim() : 0;
   const int half = R / 2;
   std::size_t page_words = 0;
