@@ -28,7 +28,7 @@ std::size_t kv_page_bytes(const DeviceChoice& device, const model::KvLayout& lay
 
 Result<std::unique_ptr<model::ForwardBackend>> make_forward_backend(
     const model::Model& model, const DeviceChoice& device, const model::KvLayout& layout,
-    int num_pages, unsigned cpu_threads, int max_tokens_per_step) {
+    int num_pages, unsigned cpu_threads, int max_tokens_per_step, double gpu_memory_fraction) {
   if (!device.cuda) {
     return std::unique_ptr<model::ForwardBackend>(
         std::make_unique<model::CpuForwardBackend>(model, layout, num_pages, cpu_threads));
@@ -40,12 +40,14 @@ Result<std::unique_ptr<model::ForwardBackend>> make_forward_backend(
   options.page_size = layout.page_size;
   options.num_pages = num_pages;
   options.max_tokens_per_step = max_tokens_per_step;
+  options.gpu_memory_fraction = gpu_memory_fraction;
   auto gpu = model::CudaModel::create(model, options);
   if (!gpu) return gpu.error();
   return std::unique_ptr<model::ForwardBackend>(
       std::make_unique<model::CudaModel>(std::move(gpu.value())));
 #else
   (void)max_tokens_per_step;
+  (void)gpu_memory_fraction;
   return Error(ErrorCode::kUnsupported,
                "device cuda:" + std::to_string(device.index) +
                    ": this Weft was built without CUDA (configure with WEFT_CUDA=ON)");

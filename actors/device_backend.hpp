@@ -26,9 +26,10 @@ Result<DeviceChoice> parse_device(std::string_view text);
 std::size_t kv_page_bytes(const DeviceChoice& device, const model::KvLayout& layout);
 
 // `model` must outlive the backend. On a GPU, weights are uploaded in bf16 and the pool holds
-// `num_pages` pages; step buffers are sized for max_tokens_per_step tokens.
+// `num_pages` pages, or with num_pages 0 what gpu_memory_fraction of the device leaves (the
+// backend's num_pages() says how many); step buffers are sized for max_tokens_per_step tokens.
 Result<std::unique_ptr<model::ForwardBackend>> make_forward_backend(
     const model::Model& model, const DeviceChoice& device, const model::KvLayout& layout,
-    int num_pages, unsigned cpu_threads, int max_tokens_per_step);
+    int num_pages, unsigned cpu_threads, int max_tokens_per_step, double gpu_memory_fraction = 0.9);
 
 }  // namespace weft::actors

@@ -99,18 +99,23 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   if (!device) throw device.error();
   const model::KvLayout layout = model.kv_layout(s.config.page_size);
   const auto page_bytes = static_cast<std::int64_t>(actors::kv_page_bytes(*device, layout));
-  const std::int64_t num_pages = s.config.kv_budget_bytes / page_bytes;
-  if (num_pages < 1 || num_pages > (1 << 30)) {
+  // On a GPU with gpu_memory_fraction set, the backend sizes its pool from the device (0
+  // pages asked); otherwise the byte budget decides.
+  const bool from_device = device->cuda && s.config.gpu_memory_fraction > 0.0;
+  const std::int64_t budget_pages = s.config.kv_budget_bytes / page_bytes;
+  if (!from_device && (budget_pages < 1 || budget_pages > (1 << 30))) {
     throw Error(ErrorCode::kInvalidArgument,
                 "kv_budget_bytes: " + std::to_string(s.config.kv_budget_bytes) + " holds " +
-                    std::to_string(num_pages) + " pages of " + std::to_string(page_bytes) +
+                    std::to_string(budget_pages) + " pages of " + std::to_string(page_bytes) +
                     " bytes; need at least one");
   }
+  auto backend = actors::make_forward_backend(
+      model, *device, layout, from_device ? 0 : static_cast<int>(budget_pages),
+      s.config.cpu_threads, s.config.max_tokens_per_step, s.config.gpu_memory_fraction);
+  if (!backend) throw backend.error();
+  const std::int64_t num_pages = (*backend)->num_pages();
   log_info("engine: KV pool of " + std::to_string(num_pages) + " pages of " +
            std::to_string(s.config.page_size) + " tokens on " + s.config.device);
-  auto backend = actors::make_forward_backend(model, *device, layout, static_cast<int>(num_pages),
-                                              s.config.cpu_threads, s.config.max_tokens_per_step);
-  if (!backend) throw backend.error();
 
   s.device_work.emplace(asio::make_work_guard(s.device_context));
   s.device_thread = std::thread([&s] { s.device_context.run(); });

@@ -57,13 +57,20 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
       ok = as_int(c.max_tokens_per_step);
     } else if (key == "max_running") {
       ok = as_int(c.max_running);
+    } else if (key == "gpu_memory_fraction") {
+      double v = 0;
+      if (value.get(v) != simdjson::SUCCESS) {
+        ok = field_error(path, key, "a number");
+      } else {
+        c.gpu_memory_fraction = v;
+      }
     } else if (key == "cpu_threads") {
       ok = as_int(c.cpu_threads);
     } else {
       return Error(ErrorCode::kParse, path.string() + ": unknown field \"" + std::string(key) +
                                           "\" (known: model_dir, spec_file, device, page_size, "
                                           "kv_budget_bytes, max_tokens_per_step, max_running, "
-                                          "admission, cpu_threads)");
+                                          "admission, cpu_threads, gpu_memory_fraction)");
     }
     if (!ok) return ok.error();
   }
@@ -89,6 +96,10 @@ Result<void> EngineConfig::validate() const {
   }
   if (max_running < 1 || max_running > 65536) {
     return bad("max_running: " + std::to_string(max_running) + " is outside [1, 65536]");
+  }
+  if (!(gpu_memory_fraction >= 0.0 && gpu_memory_fraction < 1.0)) {
+    return bad("gpu_memory_fraction: " + std::to_string(gpu_memory_fraction) +
+               " is outside [0, 1) (0: size the KV pool from kv_budget_bytes)");
   }
   if (admission != "reserve" && admission != "optimistic") {
     return bad("admission: \"" + admission + "\" must be \"reserve\" or \"optimistic\"");

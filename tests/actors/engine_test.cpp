@@ -286,6 +286,9 @@ TEST(EngineConfigTest, ValidatesEachField) {
   EXPECT_FALSE(c.validate().ok());
   c.device = "cuda:7";
   EXPECT_TRUE(c.validate().ok());
+  c.gpu_memory_fraction = 1.5;
+  EXPECT_NE(std::string(c.validate().error().what()).find("gpu_memory_fraction"),
+            std::string::npos);
   auto missing = EngineConfig::from_file("/nonexistent/engine.json");
   EXPECT_FALSE(missing.ok());
 }

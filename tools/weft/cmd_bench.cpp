@@ -44,6 +44,7 @@ struct BenchOptions {
   double request_rate = 0.0;  // requests per second; 0: all at once
   std::uint64_t seed = 0;
   std::string device = "cpu";
+  double gpu_memory_fraction = 0.0;
   int page_size = 16;
   std::int64_t kv_budget_mb = 256;
   int max_tokens_per_step = 512;
@@ -163,6 +164,7 @@ int run_bench(const BenchOptions& o) {
   EngineConfig config;
   config.model_dir = o.model_dir;
   config.device = o.device;
+  config.gpu_memory_fraction = o.gpu_memory_fraction;
   config.page_size = o.page_size;
   config.kv_budget_bytes = o.kv_budget_mb << 20;
   config.max_tokens_per_step = o.max_tokens_per_step;
@@ -307,6 +309,11 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--device", opts->device, "where to run: cpu, cuda or cuda:N (bf16 on the GPU)")
       ->capture_default_str();
+  cmd->add_option("--gpu-memory-fraction", opts->gpu_memory_fraction,
+                  "on a GPU: size the KV pool so the process uses this fraction of the GPU's "
+                  "memory (0: use --kv-budget-mb)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.99));
   cmd->add_option("--page-size", opts->page_size, "KV page size in tokens")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));

@@ -36,6 +36,7 @@ struct ServeOptions {
   unsigned threads = 0;
   int max_running = EngineConfig{}.max_running;
   std::string device = EngineConfig{}.device;
+  double gpu_memory_fraction = 0.0;
 };
 
 // Names the calling thread as `top` and /proc show it (15 characters at most).
@@ -68,6 +69,7 @@ int run_serve(const ServeOptions& opts) {
     config.kv_budget_bytes = opts.kv_budget_mb << 20;
     config.cpu_threads = opts.threads;
     config.device = opts.device;
+    config.gpu_memory_fraction = opts.gpu_memory_fraction;
     config.max_running = opts.max_running;
     auto engine_owner = std::make_unique<Engine>(engine_io.get_executor(), config);
     Engine& engine = *engine_owner;
@@ -183,6 +185,11 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--device", opts->device, "where to run: cpu, cuda or cuda:N (bf16 on the GPU)")
       ->capture_default_str();
+  cmd->add_option("--gpu-memory-fraction", opts->gpu_memory_fraction,
+                  "on a GPU: size the KV pool so the process uses this fraction of the GPU's "
+                  "memory (0: use --kv-budget-mb)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.99));
   cmd->callback([opts, &exit_code] { exit_code = run_serve(*opts); });
 }
 

@@ -55,6 +55,9 @@ struct EngineConfig {
   int max_running = 256;                       // sequences in one batch at most
   std::string admission = "reserve";           // "reserve" (never over-commit) or "optimistic"
   unsigned cpu_threads = 0;                    // 0: one per core
+  // On a GPU: > 0 sizes the KV pool from the device instead of kv_budget_bytes, so that the
+  // process uses this fraction of the GPU's memory in all (weights, buffers, KV).
+  double gpu_memory_fraction = 0.0;
 
   // Reads a JSON object with the fields above (unknown fields are an error naming them).
   static Result<EngineConfig> from_file(const std::filesystem::path& path);

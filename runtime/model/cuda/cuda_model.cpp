@@ -304,11 +304,18 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
     if (auto err = cudaMemGetInfo(&free_bytes, &total_bytes); err != cudaSuccess) {
       return cuda_error(err, "reading free device memory");
     }
-    pages = static_cast<int>(std::min<double>(
-        static_cast<double>(free_bytes) * options.kv_memory_fraction / page_bytes, 1 << 30));
+    // What the fraction allows minus what is in use already (this process's weights and
+    // buffers, the CUDA context, anything else on the device).
+    const double budget = static_cast<double>(total_bytes) * options.gpu_memory_fraction -
+                          static_cast<double>(total_bytes - free_bytes);
+    pages = static_cast<int>(std::min<double>(budget / static_cast<double>(page_bytes), 1 << 30));
     if (pages <= 0) {
       return Error(ErrorCode::kResourceExhausted,
-                   "CUDA model: no device memory left for KV pages after the weights");
+                   "CUDA model: gpu_memory_fraction " +
+                       std::to_string(options.gpu_memory_fraction) + " of " +
+                       std::to_string(total_bytes >> 20) +
+                       " MiB leaves no room for KV pages after the weights and buffers (" +
+                       std::to_string((total_bytes - free_bytes) >> 20) + " MiB in use)");
     }
   }
   if (auto err = s->kv.reserve(static_cast<std::size_t>(pages) * page_bytes); err != cudaSuccess) {

@@ -23,10 +23,10 @@ struct CudaModelOptions {
   int device = 0;
   cuda::Precision precision = cuda::Precision::kBF16;
   int page_size = 16;
-  // KV pages in the pool; 0: as many as kv_memory_fraction of the device memory still free
-  // after the weights and step buffers allows.
+  // KV pages in the pool; 0: as many as fit in gpu_memory_fraction of the device's total
+  // memory once the weights and step buffers (and whatever else the process holds) are in.
   int num_pages = 0;
-  double kv_memory_fraction = 0.5;
+  double gpu_memory_fraction = 0.9;
   // Step buffers are sized for this many tokens at creation; a larger step grows them (one
   // reallocation, which waits for the device).
   int max_tokens_per_step = 512;
