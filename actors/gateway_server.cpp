@@ -145,6 +145,21 @@ std::string prometheus_text(const EngineMetrics& m, const GatewayState& state) {
           static_cast<double>(m.prompt_tokens));
   counter("weft_generation_tokens_total", "Tokens generated.",
           static_cast<double>(m.generated_tokens));
+  const double us = 1e-6;
+  counter("weft_forward_seconds_total", "Time of every step from launch to logits.",
+          static_cast<double>(m.forward_us) * us);
+  counter("weft_constrained_steps_total", "Steps with at least one constrained sequence.",
+          static_cast<double>(m.constrained_steps));
+  counter("weft_constraint_masks_total", "Token bitmasks computed.",
+          static_cast<double>(m.masks_computed));
+  counter("weft_constraint_mask_seconds_total",
+          "Time computing bitmasks (on the constraint actor, during the forward pass).",
+          static_cast<double>(m.mask_compute_us) * us);
+  counter("weft_constraint_mask_wait_seconds_total",
+          "Time the step loop waited for bitmasks after the logits were ready.",
+          static_cast<double>(m.mask_wait_us) * us);
+  counter("weft_constraint_accept_seconds_total", "Time advancing matchers by sampled tokens.",
+          static_cast<double>(m.constraint_accept_us) * us);
   out << "# HELP weft_requests_finished_total Requests finished, by finish reason.\n"
       << "# TYPE weft_requests_finished_total counter\n";
   const std::pair<const char*, std::uint64_t> outcomes[] = {{"stop", m.finished_stop},

@@ -130,6 +130,9 @@ expect metrics_after '# HELP weft_requests_running.*weft_kv_pages_used 0 .*weft_
   "$(curl -s "$url/metrics" | tr '\n' ' ')"
 expect metrics_latency_histograms 'weft_time_to_first_token_seconds_bucket\{le="0.001"\} [0-9]+ .*weft_time_to_first_token_seconds_count [1-9][0-9]* .*weft_inter_token_latency_seconds_bucket\{le="\+Inf"\} [1-9][0-9]* ' \
   "$(curl -s "$url/metrics" | tr '\n' ' ')"
+post /v1/completions '{"prompt":"Code:","max_tokens":12,"response_format":{"type":"regex","regex":"[A-Z]{3}-[0-9]{4}"}}' >/dev/null
+expect metrics_constraint 'weft_constraint_masks_total [1-9][0-9]* .*weft_constraint_mask_wait_seconds_total [0-9.e+-]+ ' \
+  "$(curl -s "$url/metrics" | tr '\n' ' ')"
 expect still_serving '"finish_reason":"length"' "$(post /v1/completions '{"prompt":"x","max_tokens":1}')"
 
 echo "$failures failure(s)"
