@@ -4,10 +4,12 @@
 //
 //   cuda_forward_bench [--shape 1b|8b|tiny] [--model DIR] [--precision bf16|fp16]
 //                      [--context 512] [--batches 1,8,32,64] [--prefill 512,2048] [--json F]
+//                      [--profile] [--small-step-kernel-tokens N]
 //
 // Decode rows report the ratio of the step time to the bandwidth floor: the weight bytes
-// divided by the device-to-device copy bandwidth measured in the same run. No CUDA graphs yet:
-// each step pays its kernel launches.
+// divided by the device-to-device copy bandwidth measured in the same run. Decode steps replay
+// CUDA graphs. --profile adds, per decode batch, a few more steps run as plain launches with
+// a device event after each kernel class, and prints the device milliseconds per step by class.
 
 #include <cuda_runtime_api.h>
 
@@ -150,6 +152,9 @@ std::vector<int> parse_list(const std::string& s) {
 int main(int argc, char** argv) {
   std::string shape = "1b", model_dir, precision_name = "bf16", json_path;
   int context = 512, repeats = 20;
+  bool profile = false;
+  int small_step_tokens = 0;
+  const int profile_steps = 5;
   std::vector<int> batches{1, 8, 32, 64}, prefills{512, 2048};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -176,11 +181,15 @@ int main(int argc, char** argv) {
       repeats = std::stoi(next());
     else if (a == "--json")
       json_path = next();
+    else if (a == "--profile")
+      profile = true;
+    else if (a == "--small-step-kernel-tokens")
+      small_step_tokens = std::stoi(next());
     else {
       std::fprintf(stderr,
                    "usage: cuda_forward_bench [--shape 1b|8b|tiny | --model DIR] "
                    "[--precision bf16|fp16] [--context N] [--batches 1,8,..] [--prefill 512,..] "
-                   "[--repeats N] [--json FILE]\n");
+                   "[--repeats N] [--json FILE] [--profile] [--small-step-kernel-tokens N]\n");
       return 2;
     }
   }
@@ -223,12 +232,13 @@ int main(int argc, char** argv) {
     max_prefill = std::max(max_prefill, p);
   const int page_size = 16;
   const int pages_per_seq =
-      (std::max(context + repeats + 4, max_prefill) + page_size - 1) / page_size;
+      (std::max(context + repeats + profile_steps + 4, max_prefill) + page_size - 1) / page_size;
   model::CudaModelOptions options;
   options.precision = precision_name == "fp16" ? cuda::Precision::kF16 : cuda::Precision::kBF16;
   options.page_size = page_size;
   options.num_pages = pages_per_seq * std::max(max_batch, 1);
   options.max_tokens_per_step = std::max(max_prefill, max_batch);
+  options.small_step_kernel_tokens = small_step_tokens;
   const double t_upload = now_s();
   auto gpu_r = model::CudaModel::create(cpu_model, options);
   if (!gpu_r) {
@@ -334,7 +344,41 @@ int main(int argc, char** argv) {
                 batch / step_s, floor_s / step_s * 100);
     json << ",{\"kind\":\"decode\",\"batch\":" << batch << ",\"context\":" << context
          << ",\"ms\":" << step_s * 1e3 << ",\"tokens_per_s\":" << batch / step_s
-         << ",\"floor_fraction\":" << floor_s / step_s << "}";
+         << ",\"floor_fraction\":" << floor_s / step_s;
+    if (profile) {
+      gpu.set_kernel_profiling(true);
+      gpu.take_kernel_profile();
+      double wall = 0;
+      for (int k = repeats; k < repeats + profile_steps; ++k) {
+        model::StepBatch step;
+        for (int s = 0; s < batch; ++s) {
+          step.tokens.push_back((k * 17 + s) % spec.vocab_size);
+          step.positions.push_back(context + k);
+          step.sequences.push_back({s, 1, tables[s], false});
+        }
+        const double start = now_s();
+        if (auto ok = gpu.forward(step, logits); !ok) {
+          std::fprintf(stderr, "%s\n", ok.error().what());
+          return 1;
+        }
+        wall += now_s() - start;
+      }
+      gpu.set_kernel_profiling(false);
+      const auto by_class = gpu.take_kernel_profile();
+      double device_ms = 0;
+      json << ",\"profile_ms_per_step\":{";
+      bool first = true;
+      std::printf("  profile, batch %d, plain launches, ms per step:", batch);
+      for (const auto& [what, ms] : by_class) {
+        std::printf(" %s %.3f;", what.c_str(), ms / profile_steps);
+        json << (first ? "" : ",") << "\"" << what << "\":" << ms / profile_steps;
+        first = false;
+        device_ms += ms / profile_steps;
+      }
+      std::printf(" sum %.3f; wall %.3f\n", device_ms, wall / profile_steps * 1e3);
+      json << "},\"profile_wall_ms\":" << wall / profile_steps * 1e3;
+    }
+    json << "}";
     release(tables);
   }
   // Device memory in use once every row ran (weights, KV pool, step buffers, cuBLAS and the

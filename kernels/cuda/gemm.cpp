@@ -3,6 +3,10 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+
+#include "kernels/cuda/gemv.hpp"
+
 namespace weft::cuda {
 
 namespace {
@@ -27,6 +31,10 @@ Blas::Blas() {
   cublasSetWorkspace(handle_, workspace_, kWorkspaceBytes);
 }
 
+void Blas::set_gemv_max_tokens(int tokens) noexcept {
+  gemv_max_tokens_ = std::clamp(tokens, 0, kGemvMaxTokens);
+}
+
 Blas::~Blas() {
   if (handle_ != nullptr) cublasDestroy(handle_);
   if (workspace_ != nullptr) cudaFree(workspace_);
@@ -36,6 +44,10 @@ bool Blas::linear(const void* x, int tokens, const void* w, int out_features, in
                   float* y, int ldy, Precision precision, cudaStream_t stream) {
   if (handle_ == nullptr) return false;
   if (tokens == 0) return true;
+  if (tokens <= gemv_max_tokens_ && gemv_supported(x, tokens, w, in_features)) {
+    gemv(x, tokens, w, out_features, in_features, y, ldy, precision, stream);
+    return true;  // a launch failure shows in the caller's cudaGetLastError
+  }
   if (cublasSetStream(handle_, stream) != CUBLAS_STATUS_SUCCESS) return false;
   // Row-major y^T = w x^T is column-major y = op(w) x: w as stored is column-major [in, out],
   // transposed gives [out, in]; x is column-major [in, tokens].

@@ -25,6 +25,7 @@
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/embedding.hpp"
 #include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/norm.hpp"
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/rope.hpp"
@@ -225,25 +226,40 @@ TEST_P(CudaKernels, MlpActivationMatchesCpu) {
 
 TEST_P(CudaKernels, LinearMatchesCpuMatmul) {
   std::mt19937 rng(4);
-  const int tokens = 7, in = 200, out = 131;
-  std::vector<float> x_r, w_r;
-  auto x = to_half(random_vector(tokens * in, rng), p(), &x_r);
-  auto w = to_half(random_vector(out * in, rng, 0.1f), p(), &w_r);
-  // Write into the columns [5, 5 + out) of a wider output, as fused products may.
-  const int ldy = out + 9;
-  Dev<float> y(static_cast<std::size_t>(tokens) * ldy);
-  Blas blas;
-  ASSERT_TRUE(blas.error().empty()) << blas.error();
-  ASSERT_TRUE(blas.linear(x->get(), tokens, w->get(), out, in, y.get() + 5, ldy, p(), nullptr));
-  std::vector<float> want(static_cast<std::size_t>(tokens) * out);
-  const cpu::WeightMatrix wm{DType::kF32, w_r.data(), static_cast<std::size_t>(out),
-                             static_cast<std::size_t>(in)};
-  cpu::matmul(x_r.data(), tokens, wm, nullptr, want.data(), nullptr);
-  const auto all = y.download();
-  std::vector<float> got;
-  for (int t = 0; t < tokens; ++t)
-    got.insert(got.end(), all.begin() + t * ldy + 5, all.begin() + t * ldy + 5 + out);
-  expect_near_all(got, want, 1e-4, 1e-4, "linear");
+  // With gemv on, 1-9 tokens cover every variant of the small-step kernel (gemv.hpp) and
+  // cuBLAS past it; in = 203 is not a multiple of 8, so cuBLAS takes it at any size; 1000
+  // has a remainder after the unrolled chunks.
+  for (const bool gemv : {false, true}) {
+    for (const int in : {200, 203, 1000}) {
+      for (const int tokens : {1, 2, 3, 4, 5, 7, 8, 9, 33}) {
+        const int out = 131;
+        std::vector<float> x_r, w_r;
+        auto x = to_half(random_vector(tokens * in, rng), p(), &x_r);
+        auto w = to_half(random_vector(out * in, rng, 0.1f), p(), &w_r);
+        // Write into the columns [5, 5 + out) of a wider output, as fused products may; NaN
+        // where nothing was written.
+        const int ldy = out + 9;
+        Dev<float> y(std::vector<float>(static_cast<std::size_t>(tokens) * ldy, std::nanf("")));
+        Blas blas;
+        ASSERT_TRUE(blas.error().empty()) << blas.error();
+        blas.set_gemv_max_tokens(gemv ? kGemvMaxTokens : 0);
+        ASSERT_TRUE(
+            blas.linear(x->get(), tokens, w->get(), out, in, y.get() + 5, ldy, p(), nullptr));
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        std::vector<float> want(static_cast<std::size_t>(tokens) * out);
+        const cpu::WeightMatrix wm{DType::kF32, w_r.data(), static_cast<std::size_t>(out),
+                                   static_cast<std::size_t>(in)};
+        cpu::matmul(x_r.data(), tokens, wm, nullptr, want.data(), nullptr);
+        const auto all = y.download();
+        std::vector<float> got;
+        for (int t = 0; t < tokens; ++t)
+          got.insert(got.end(), all.begin() + t * ldy + 5, all.begin() + t * ldy + 5 + out);
+        expect_near_all(got, want, 1e-4, 1e-4,
+                        std::string(gemv ? "gemv" : "cuBLAS") + " linear in " + std::to_string(in) +
+                            " tokens " + std::to_string(tokens));
+      }
+    }
+  }
 }
 
 // A small paged setup: `seqs` sequences with their page tables over shuffled pages.

@@ -96,6 +96,19 @@ struct CudaModel::State {
   static constexpr std::size_t kMaxGraphs = 512;
   std::map<GraphKey, cudaGraphExec_t> graphs;
   bool graphs_broken = false;
+
+  // The logits come back in chunks, each followed by an event: the host copies chunk k out of
+  // pinned memory while chunk k + 1 crosses the bus.
+  static constexpr std::size_t kLogitChunks = 8;
+  static constexpr std::size_t kLogitChunkFloats = std::size_t{1} << 20;
+  std::vector<cudaEvent_t> copy_events;
+
+  // Per-kernel-class timing (set_kernel_profiling): an event after each kernel class of a
+  // plain (uncaptured) step, and the milliseconds summed by class.
+  bool profiling = false;
+  std::vector<std::pair<const char*, cudaEvent_t>> marks;
+  std::size_t marks_used = 0;
+  std::map<std::string, double> profile_ms;
   void drop_graphs() {
     for (auto& [key, exec] : graphs)
       cudaGraphExecDestroy(exec);
@@ -107,6 +120,10 @@ struct CudaModel::State {
       cudaSetDevice(options.device);
       cudaStreamSynchronize(stream);
       drop_graphs();
+      for (auto e : copy_events)
+        cudaEventDestroy(e);
+      for (auto& m : marks)
+        cudaEventDestroy(m.second);
       cudaStreamDestroy(stream);
     }
   }
@@ -227,6 +244,7 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
   }
   s->blas = std::make_unique<cuda::Blas>();
   if (!s->blas->error().empty()) return Error(ErrorCode::kInternal, s->blas->error());
+  s->blas->set_gemv_max_tokens(options.small_step_kernel_tokens);
 
   // Weights: fused qkv and gate_up products, 16-bit matrices, fp32 norms and biases.
   DeviceBuffer staging;
@@ -366,6 +384,12 @@ std::optional<int> CudaModel::allocate_page() {
 void CudaModel::release_page(int page) {
   state_->free.push_back(page);
 }
+void CudaModel::set_kernel_profiling(bool on) noexcept {
+  state_->profiling = on;
+}
+std::map<std::string, double> CudaModel::take_kernel_profile() {
+  return std::exchange(state_->profile_ms, {});
+}
 
 Result<void> CudaModel::forward(const StepBatch& batch, std::vector<float>& logits) {
   if (auto ok = check_step_batch(state_->spec, batch, state_->layout, state_->num_pages); !ok) {
@@ -378,8 +402,10 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   const int T = static_cast<int>(batch.tokens.size());
   const int S = static_cast<int>(batch.sequences.size());
   const int V = spec.vocab_size;
-  logits_out.clear();
-  if (T == 0) return {};
+  if (T == 0) {
+    logits_out.clear();
+    return {};
+  }
   if (auto err = cudaSetDevice(options.device); err != cudaSuccess) {
     return cuda_error(err, "selecting device " + std::to_string(options.device));
   }
@@ -514,10 +540,25 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   const auto eps = static_cast<float>(spec.norm_epsilon);
   auto or_null = [](const DeviceBuffer& b) { return b.as<float>(); };
   bool blas_ok = true;
+  // While profiling (set_kernel_profiling), steps record an event after each kernel class.
+  marks_used = 0;
+  auto mark = [&](const char* what) {
+    if (!profiling) return;
+    if (marks_used == marks.size()) {
+      cudaEvent_t e = nullptr;
+      if (cudaEventCreate(&e) != cudaSuccess) return;
+      marks.emplace_back(what, e);
+    }
+    marks[marks_used].first = what;
+    cudaEventRecord(marks[marks_used].second, stream);
+    ++marks_used;
+  };
 
   // Every kernel of the step, in order, on `stream`.
   auto enqueue = [&] {
+    mark("start");
     cuda::embedding_gather(embedding.get(), P, dev + L.tokens, T, H, x.as<float>(), stream);
+    mark("embedding");
     for (std::size_t l = 0; l < layers.size(); ++l) {
       const Layer& W = layers[l];
       cuda::AddNormArgs an;
@@ -535,8 +576,10 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       an.out = h.get();
       an.precision = P;
       cuda::add_norm(an, stream);
+      mark("norm");
       blas_ok &= blas->linear(h.get(), T, W.qkv.get(), qkv_width, H, qkv_out.as<float>(), qkv_width,
                               P, stream);
+      mark("qkv product");
       cuda::RopeArgs ra;
       ra.qkv = qkv_out.as<float>();
       ra.qkv_bias = or_null(W.qkv_bias);
@@ -547,6 +590,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       ra.attention_factor = dev_f + L.factor;
       kvv.layer_offset = l * layout.floats_per_layer_block();
       cuda::rope_store_kv(ra, fb, kvv, stream);
+      mark("rope + kv store");
       cuda::AttentionArgs aa;
       aa.q = qkv_out.as<float>();
       aa.q_stride = static_cast<std::size_t>(qkv_width);
@@ -556,20 +600,27 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       aa.out = attn.get();
       cuda::decode_attention(aa, fb, kvv, dev + L.decode_queries, decode_count, decode_context,
                              split_workspace.as<float>(), stream);
+      mark("decode attention");
       cuda::prefill_attention(aa, fb, kvv,
                               reinterpret_cast<const cuda::PrefillTile*>(dev + L.tiles), tile_count,
                               stream);
+      mark("prefill attention");
       blas_ok &= blas->linear(attn.get(), T, W.o.get(), H, QD, delta.as<float>(), H, P, stream);
+      mark("o product");
       an.delta = delta.as<float>();
       an.delta_bias = or_null(W.o_bias);
       an.weight = W.mlp_norm.as<float>();
       an.bias = or_null(W.mlp_norm_bias);
       cuda::add_norm(an, stream);
+      mark("norm");
       blas_ok &=
           blas->linear(h.get(), T, W.up.get(), mlp_width, H, mlp.as<float>(), mlp_width, P, stream);
+      mark("gate_up product");
       cuda::mlp_activation(to_kernel(spec.activation), spec.gated_mlp, mlp.as<float>(),
                            or_null(W.up_bias), T, I, act.get(), P, stream);
+      mark("activation");
       blas_ok &= blas->linear(act.get(), T, W.down.get(), H, I, delta.as<float>(), H, P, stream);
+      mark("down product");
     }
     // The last residual add and the final norm, only for the rows that need logits.
     cuda::AddNormArgs fin;
@@ -589,12 +640,14 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     fin.out = h.get();
     fin.precision = P;
     cuda::add_norm(fin, stream);
+    mark("norm");
     const DeviceBuffer& head = lm_head.get() != nullptr ? lm_head : embedding;
     blas_ok &= blas->linear(h.get(), rows, head.get(), V, H, logits.as<float>(), V, P, stream);
+    mark("lm_head product");
   };
   // A pure decode step of a shape seen before replays its CUDA graph: one launch instead of
   // ~10 per layer. The graph's kernels read this step's metadata from the same buffer.
-  const bool graph_step = options.cuda_graphs && !graphs_broken && tile_count == 0;
+  const bool graph_step = options.cuda_graphs && !graphs_broken && tile_count == 0 && !profiling;
   if (graph_step) {
     const GraphKey key{T, S, rows, cuda::decode_split_count(decode_context)};
     auto it = graphs.find(key);
@@ -632,17 +685,54 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   if (auto err = cudaGetLastError(); err != cudaSuccess)
     return cuda_error(err, "launching the step");
   if (!blas_ok) return Error(ErrorCode::kInternal, "CUDA: a cuBLAS product failed in the step");
-  const std::size_t logit_bytes = static_cast<std::size_t>(rows) * V * 4;
-  if (auto err = cudaMemcpyAsync(logits_host.as<void>(), logits.get(), logit_bytes,
-                                 cudaMemcpyDeviceToHost, stream);
-      err != cudaSuccess) {
-    return cuda_error(err, "copying logits to the host");
+  // The logits, in up to kLogitChunks pieces: the host copies each out of pinned memory
+  // (into logits_out, resized without a fill when its size is unchanged) while the next one
+  // crosses the bus.
+  const std::size_t count = static_cast<std::size_t>(rows) * V;
+  if (copy_events.empty()) {
+    copy_events.resize(kLogitChunks, nullptr);
+    for (auto& e : copy_events) {
+      if (auto err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming); err != cudaSuccess) {
+        return cuda_error(err, "creating the logits copy events");
+      }
+    }
+  }
+  const std::size_t chunks =
+      std::clamp<std::size_t>((count + kLogitChunkFloats - 1) / kLogitChunkFloats, 1, kLogitChunks);
+  const std::size_t per_chunk = (count + chunks - 1) / chunks;
+  const float* host = logits_host.as<float>();
+  for (std::size_t k = 0; k < chunks; ++k) {
+    const std::size_t begin = std::min(count, k * per_chunk);
+    const std::size_t n = std::min(per_chunk, count - begin);
+    if (auto err = cudaMemcpyAsync(logits_host.as<float>() + begin, logits.as<float>() + begin,
+                                   n * 4, cudaMemcpyDeviceToHost, stream);
+        err != cudaSuccess) {
+      return cuda_error(err, "copying logits to the host");
+    }
+    if (auto err = cudaEventRecord(copy_events[k], stream); err != cudaSuccess) {
+      return cuda_error(err, "copying logits to the host");
+    }
+  }
+  logits_out.resize(count);
+  for (std::size_t k = 0; k < chunks; ++k) {
+    const std::size_t begin = std::min(count, k * per_chunk);
+    const std::size_t n = std::min(per_chunk, count - begin);
+    if (auto err = cudaEventSynchronize(copy_events[k]); err != cudaSuccess) {
+      return cuda_error(err, "running the step");
+    }
+    std::memcpy(logits_out.data() + begin, host + begin, n * 4);
   }
   if (auto err = cudaStreamSynchronize(stream); err != cudaSuccess) {
     return cuda_error(err, "running the step");
   }
-  const float* host = logits_host.as<float>();
-  logits_out.assign(host, host + static_cast<std::size_t>(rows) * V);
+  if (profiling) {
+    for (std::size_t i = 1; i < marks_used; ++i) {
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, marks[i - 1].second, marks[i].second) == cudaSuccess) {
+        profile_ms[marks[i].first] += ms;
+      }
+    }
+  }
   return {};
 }
 

@@ -5,6 +5,7 @@
 // waits on the device once, for the logits.
 
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,11 @@ struct CudaModelOptions {
   int max_tokens_per_step = 512;
   // Replay decode-only steps as CUDA graphs, one per (batch size, decode split count).
   bool cuda_graphs = true;
+  // Products of steps with up to this many tokens (0-8) use a streaming kernel instead of
+  // cuBLAS (kernels/cuda/gemv.hpp): 1 makes batch-1 decode 6-7% faster on an H100. Off by
+  // default: its sums are in another order than cuBLAS's, so a token's logits (and, at near
+  // ties, its greedy choice) would depend on the size of the step it runs in.
+  int small_step_kernel_tokens = 0;
 };
 
 class CudaModel final : public ForwardBackend {
@@ -57,6 +63,13 @@ class CudaModel final : public ForwardBackend {
   int pages_for(int tokens) const noexcept;
   std::optional<int> allocate_page();
   void release_page(int page);
+
+  // Kernel timing, for benchmarks: while on, steps run as plain launches (no graphs) with a
+  // device event after each kernel class (the events add a little time of their own), and
+  // take_kernel_profile() returns the milliseconds by class ("qkv product", "decode
+  // attention", ...) summed over the steps since its last call, which resets them.
+  void set_kernel_profiling(bool on) noexcept;
+  std::map<std::string, double> take_kernel_profile();
 
   // One step: writes the new tokens' keys and values into their pages and fills `logits`
   // with batch.logit_rows() rows of vocab_size floats, like Model::forward. Invalid input is

@@ -1,0 +1,30 @@
+#pragma once
+// Products with few tokens (decode at small batch): y[t, o] = sum_k x[t, k] * w[o, k] for
+// t < tokens <= kGemvMaxTokens, streaming each weight row once with 16-byte loads, fp32
+// accumulation and fp32 output, as Blas::linear (which calls this for small steps). cuBLAS
+// at one to a few rows does not reach the memory bandwidth these products are bound by.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/precision.hpp"
+
+namespace weft::cuda {
+
+inline constexpr int kGemvMaxTokens = 8;
+
+// Whether gemv() takes these operands: 1..kGemvMaxTokens tokens, in_features a multiple of 8,
+// x and w 16-byte aligned.
+inline bool gemv_supported(const void* x, int tokens, const void* w, int in_features) {
+  return tokens >= 1 && tokens <= kGemvMaxTokens && in_features % 8 == 0 &&
+         reinterpret_cast<std::uintptr_t>(x) % 16 == 0 &&
+         reinterpret_cast<std::uintptr_t>(w) % 16 == 0;
+}
+
+// x is [tokens, in] and w [out, in] in `precision`; y is [tokens, out] fp32 with row stride
+// ldy. Deterministic: the summation order depends only on in_features and the row.
+void gemv(const void* x, int tokens, const void* w, int out_features, int in_features, float* y,
+          int ldy, Precision precision, cudaStream_t stream);
+
+}  // namespace weft::cuda
