@@ -17,6 +17,7 @@
 #include <iostream>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "actors/gateway_server.hpp"
 #include "loaders/tokenizer_json.hpp"
@@ -46,24 +47,30 @@ void name_thread(const char* name) {
 
 int run_serve(const ServeOptions& opts) {
   try {
-    // Two threads: the gateway's sessions on this one, the engine's actors on their own,
-    // so that JSON and socket work never delays a step, and each side's CPU time shows
-    // apart (bench/gateway_load.js reads the gateway thread's).
+    // The gateway's sessions on this thread; the engine's actors (each a strand) on two
+    // threads of their own, so that JSON and socket work never delays a step, a grammar's
+    // masks are computed beside the step loop, and each side's CPU time shows apart
+    // (bench/gateway_load.js reads the gateway thread's).
     asio::io_context io(1);
-    asio::io_context engine_io(1);
+    constexpr int kEngineThreads = 2;
+    asio::io_context engine_io(kEngineThreads);
     auto engine_work = asio::make_work_guard(engine_io);
-    std::thread engine_thread([&engine_io] {
-      name_thread("weft-engine");
-      engine_io.run();
-    });
-    struct JoinEngineThread {
+    std::vector<std::thread> engine_threads;
+    for (int i = 0; i < kEngineThreads; ++i) {
+      engine_threads.emplace_back([&engine_io] {
+        name_thread("weft-engine");
+        engine_io.run();
+      });
+    }
+    struct JoinEngineThreads {
       asio::io_context& io;
-      std::thread& thread;
-      ~JoinEngineThread() {
+      std::vector<std::thread>& threads;
+      ~JoinEngineThreads() {
         io.stop();
-        if (thread.joinable()) thread.join();
+        for (auto& t : threads)
+          if (t.joinable()) t.join();
       }
-    } join_engine_thread{engine_io, engine_thread};
+    } join_engine_threads{engine_io, engine_threads};
     EngineConfig config;
     config.model_dir = opts.model_dir;
     config.kv_budget_bytes = opts.kv_budget_mb << 20;
