@@ -8,14 +8,16 @@
 
 namespace weft::model::cuda_detail {
 
-// cudaMalloc'd bytes, freed on destruction. Growing reallocates without keeping contents.
-class DeviceBuffer {
+// Bytes from one CUDA allocator, freed on destruction. Growing reallocates without keeping
+// contents. `Memory` names the allocator: see DeviceMemory and PinnedMemory below.
+template <class Memory>
+class CudaBuffer {
  public:
-  DeviceBuffer() = default;
-  ~DeviceBuffer() { reset(); }
-  DeviceBuffer(DeviceBuffer&& o) noexcept
+  CudaBuffer() = default;
+  ~CudaBuffer() { reset(); }
+  CudaBuffer(CudaBuffer&& o) noexcept
       : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  CudaBuffer& operator=(CudaBuffer&& o) noexcept {
     if (this != &o) {
       reset();
       ptr_ = std::exchange(o.ptr_, nullptr);
@@ -23,14 +25,14 @@ class DeviceBuffer {
     }
     return *this;
   }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  CudaBuffer(const CudaBuffer&) = delete;
+  CudaBuffer& operator=(const CudaBuffer&) = delete;
 
   // Makes the buffer hold at least `bytes`; reallocates (dropping contents) when smaller.
   cudaError_t reserve(std::size_t bytes) {
     if (bytes <= bytes_ && ptr_ != nullptr) return cudaSuccess;
     reset();
-    const cudaError_t err = cudaMalloc(&ptr_, bytes == 0 ? 1 : bytes);
+    const cudaError_t err = Memory::allocate(&ptr_, bytes == 0 ? 1 : bytes);
     if (err != cudaSuccess) {
       ptr_ = nullptr;
       return err;
@@ -39,7 +41,7 @@ class DeviceBuffer {
     return cudaSuccess;
   }
   void reset() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
+    if (ptr_ != nullptr) Memory::release(ptr_);
     ptr_ = nullptr;
     bytes_ = 0;
   }
@@ -56,50 +58,21 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
-// cudaHostAlloc'd (pinned) bytes, so copies to and from the device are asynchronous.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  ~PinnedBuffer() { reset(); }
-  PinnedBuffer(PinnedBuffer&& o) noexcept
-      : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    if (this != &o) {
-      reset();
-      ptr_ = std::exchange(o.ptr_, nullptr);
-      bytes_ = std::exchange(o.bytes_, 0);
-    }
-    return *this;
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-
-  cudaError_t reserve(std::size_t bytes) {
-    if (bytes <= bytes_ && ptr_ != nullptr) return cudaSuccess;
-    reset();
-    const cudaError_t err = cudaHostAlloc(&ptr_, bytes == 0 ? 1 : bytes, cudaHostAllocDefault);
-    if (err != cudaSuccess) {
-      ptr_ = nullptr;
-      return err;
-    }
-    bytes_ = bytes;
-    return cudaSuccess;
-  }
-  void reset() {
-    if (ptr_ != nullptr) cudaFreeHost(ptr_);
-    ptr_ = nullptr;
-    bytes_ = 0;
-  }
-
-  template <class T>
-  T* as() const noexcept {
-    return static_cast<T*>(ptr_);
-  }
-  std::size_t bytes() const noexcept { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  std::size_t bytes_ = 0;
+// cudaMalloc'd device memory.
+struct DeviceMemory {
+  static cudaError_t allocate(void** ptr, std::size_t bytes) { return cudaMalloc(ptr, bytes); }
+  static void release(void* ptr) { cudaFree(ptr); }
 };
+
+// cudaHostAlloc'd (pinned) host memory, so copies to and from the device are asynchronous.
+struct PinnedMemory {
+  static cudaError_t allocate(void** ptr, std::size_t bytes) {
+    return cudaHostAlloc(ptr, bytes, cudaHostAllocDefault);
+  }
+  static void release(void* ptr) { cudaFreeHost(ptr); }
+};
+
+using DeviceBuffer = CudaBuffer<DeviceMemory>;
+using PinnedBuffer = CudaBuffer<PinnedMemory>;
 
 }  // namespace weft::model::cuda_detail
