@@ -33,6 +33,36 @@ __device__ __forceinline__ std::size_t key_offset(const PagedKvView& kv, const s
          (static_cast<std::size_t>(h) * kv.page_size + p % kv.page_size) * kv.head_dim;
 }
 
+// One tile of the decode kernels' online softmax, a warp per query head: turns head g's
+// `n` scores (row g of `scores`, `tile` wide) into exp(score - running max) in place, and
+// updates its running max m, sum l and the factor `corr` that rescales what was summed.
+__device__ __forceinline__ void online_softmax_tile(float* scores, int tile, int n, int heads,
+                                                    float* m_s, float* l_s, float* corr_s) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  for (int g = warp; g < heads; g += warps) {
+    float* sg = scores + g * tile;
+    float tile_max = -FLT_MAX;
+    for (int i = lane; i < n; i += 32)
+      tile_max = fmaxf(tile_max, sg[i]);
+    tile_max = detail::warp_max(tile_max);
+    const float m_old = m_s[g];
+    const float m_new = fmaxf(m_old, tile_max);
+    float sum = 0.0f;
+    for (int i = lane; i < n; i += 32) {
+      const float p = expf(sg[i] - m_new);
+      sg[i] = p;
+      sum += p;
+    }
+    sum = detail::warp_sum(sum);
+    if (lane == 0) {
+      const float c = expf(m_old - m_new);
+      corr_s[g] = c;
+      l_s[g] = l_s[g] * c + sum;
+      m_s[g] = m_new;
+    }
+  }
+}
+
 // Dynamic shared memory: q [G][D], scores [G][kDecodeThreads], acc [G][D], then per head
 // m, l and the rescale factor [G] each, and value-row offsets [kDecodeThreads].
 template <class T>
@@ -108,29 +138,7 @@ __global__ void decode_kernel(AttentionArgs a, FlatBatchView b, PagedKvView kv,
     __syncthreads();
     if (threadIdx.x < n) v_off[threadIdx.x] += v_shift;
     __syncthreads();
-    // Online softmax: a warp per head.
-    for (int g = warp; g < G; g += warps) {
-      float* sg = scores + g * TILE;
-      float tile_max = -FLT_MAX;
-      for (int i = lane; i < n; i += 32)
-        tile_max = fmaxf(tile_max, sg[i]);
-      tile_max = detail::warp_max(tile_max);
-      const float m_old = m_s[g];
-      const float m_new = fmaxf(m_old, tile_max);
-      float sum = 0.0f;
-      for (int i = lane; i < n; i += 32) {
-        const float p = expf(sg[i] - m_new);
-        sg[i] = p;
-        sum += p;
-      }
-      sum = detail::warp_sum(sum);
-      if (lane == 0) {
-        const float c = expf(m_old - m_new);
-        corr_s[g] = c;
-        l_s[g] = l_s[g] * c + sum;
-        m_s[g] = m_new;
-      }
-    }
+    online_softmax_tile(scores, TILE, n, G, m_s, l_s, corr_s);
     __syncthreads();
     // acc = acc * correction + p V: a thread per output dimension, coalesced over V rows.
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
@@ -260,28 +268,7 @@ __global__ void decode_kernel_vec(AttentionArgs a, FlatBatchView b, PagedKvView 
       }
     }
     __syncthreads();
-    for (int g = warp; g < G; g += warps) {
-      float* sg = scores + g * TILE;
-      float tile_max = -FLT_MAX;
-      for (int i = lane; i < n; i += 32)
-        tile_max = fmaxf(tile_max, sg[i]);
-      tile_max = detail::warp_max(tile_max);
-      const float m_old = m_s[g];
-      const float m_new = fmaxf(m_old, tile_max);
-      float sum = 0.0f;
-      for (int i = lane; i < n; i += 32) {
-        const float p = expf(sg[i] - m_new);
-        sg[i] = p;
-        sum += p;
-      }
-      sum = detail::warp_sum(sum);
-      if (lane == 0) {
-        const float c = expf(m_old - m_new);
-        corr_s[g] = c;
-        l_s[g] = l_s[g] * c + sum;
-        m_s[g] = m_new;
-      }
-    }
+    online_softmax_tile(scores, TILE, n, G, m_s, l_s, corr_s);
     __syncthreads();
 #pragma unroll
     for (int g = 0; g < kMaxGroupInRegisters; ++g) {
