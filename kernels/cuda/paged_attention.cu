@@ -18,6 +18,18 @@ __host__ __device__ __forceinline__ int first_position(int pos, int window) {
   return window > 0 && pos + 1 > window ? pos + 1 - window : 0;
 }
 
+// The keys a prefill tile of `count` query rows (positions pos[0..count)) attends to:
+// [lo, hi], the union of each row's causal, sliding-window span.
+__device__ __forceinline__ void tile_key_range(const int* pos, int count, int window, int& lo,
+                                               int& hi) {
+  lo = INT_MAX;
+  hi = -1;
+  for (int r = 0; r < count; ++r) {
+    lo = min(lo, first_position(pos[r], window));
+    hi = max(hi, pos[r]);
+  }
+}
+
 // Positions per split for a context of `span` positions (see kDecodeSplitQuantum).
 __host__ __device__ __forceinline__ int split_positions(int span) {
   const int per = (span + kMaxDecodeSplits - 1) / kMaxDecodeSplits;
@@ -399,11 +411,8 @@ __global__ void prefill_kernel(AttentionArgs a, FlatBatchView b, PagedKvView kv,
     l_s[r] = 0.0f;
   }
   __syncthreads();
-  int lo = INT_MAX, hi = -1;
-  for (int r = 0; r < tile.count; ++r) {
-    lo = min(lo, first_position(pos_s[r], a.sliding_window));
-    hi = max(hi, pos_s[r]);
-  }
+  int lo, hi;
+  tile_key_range(pos_s, tile.count, a.sliding_window, lo, hi);
 
   float acc[Q][kCols];
   for (int r = 0; r < Q; ++r)
@@ -558,11 +567,8 @@ __global__ void prefill_kernel_tc(AttentionArgs a, FlatBatchView b, PagedKvView 
     l_s[r] = 0.0f;
   }
   __syncthreads();
-  int lo = INT_MAX, hi = -1;
-  for (int r = 0; r < tile.count; ++r) {
-    lo = min(lo, first_position(pos_s[r], a.sliding_window));
-    hi = max(hi, pos_s[r]);
-  }
+  int lo, hi;
+  tile_key_range(pos_s, tile.count, a.sliding_window, lo, hi);
   const int row0 = warp * 16;  // this warp's rows
 
   for (int base = lo; base <= hi; base += kTcKeys) {

@@ -10,6 +10,7 @@
 #include "runtime/grammar/constraint_compiler.hpp"
 #include "runtime/grammar/grammar_compiler.hpp"
 #include "runtime/grammar/pushdown.hpp"
+#include "tests/actors/tiny_engine.hpp"
 #include "weft/engine.hpp"
 #include "weft/runtime.hpp"
 
@@ -18,13 +19,7 @@ namespace {
 
 namespace asio = boost::asio;
 
-EngineConfig tiny_config() {
-  EngineConfig c;
-  c.model_dir = std::string(WEFT_SOURCE_DIR) + "/models/weft-tiny";
-  c.kv_budget_bytes = 64ll << 20;
-  c.cpu_threads = 2;
-  return c;
-}
+using test_support::tiny_config;
 
 struct Sample {
   std::string text;

@@ -9,6 +9,7 @@
 #include <boost/asio/use_future.hpp>
 #include <future>
 
+#include "tests/actors/tiny_engine.hpp"
 #include "weft/runtime.hpp"
 
 namespace weft {
@@ -16,13 +17,7 @@ namespace {
 
 namespace asio = boost::asio;
 
-EngineConfig tiny_config() {
-  EngineConfig c;
-  c.model_dir = std::string(WEFT_SOURCE_DIR) + "/models/weft-tiny";
-  c.kv_budget_bytes = 64ll << 20;
-  c.cpu_threads = 2;
-  return c;
-}
+using test_support::tiny_config;
 
 struct Collected {
   std::string text;
