@@ -3,6 +3,7 @@
 #include <charconv>
 
 #if WEFT_HAVE_CUDA
+#include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/precision.hpp"
 #include "runtime/model/cuda/cuda_model.hpp"
 #endif
@@ -11,6 +12,12 @@ namespace weft::actors {
 
 Result<DeviceChoice> parse_device(std::string_view text) {
   if (text == "cpu") return DeviceChoice{};
+  if (text == "auto") {
+#if WEFT_HAVE_CUDA
+    if (!cuda::visible_devices().devices.empty()) return DeviceChoice{true, 0};
+#endif
+    return DeviceChoice{};
+  }
   if (text == "cuda") return DeviceChoice{true, 0};
   if (text.substr(0, 5) == "cuda:" && text.size() > 5) {
     int index = -1;
@@ -18,8 +25,13 @@ Result<DeviceChoice> parse_device(std::string_view text) {
     auto [ptr, ec] = std::from_chars(text.data() + 5, end, index);
     if (ec == std::errc() && ptr == end && index >= 0) return DeviceChoice{true, index};
   }
-  return Error(ErrorCode::kInvalidArgument,
-               "device \"" + std::string(text) + "\" is not one of cpu, cuda, cuda:N (N >= 0)");
+  return Error(
+      ErrorCode::kInvalidArgument,
+      "device \"" + std::string(text) + "\" is not one of auto, cpu, cuda, cuda:N (N >= 0)");
+}
+
+std::string device_name(const DeviceChoice& device) {
+  return device.cuda ? "cuda:" + std::to_string(device.index) : "cpu";
 }
 
 std::size_t kv_page_bytes(const DeviceChoice& device, const model::KvLayout& layout) {

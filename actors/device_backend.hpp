@@ -1,5 +1,6 @@
 #pragma once
-// Where a model runs: "cpu", "cuda" (GPU 0) or "cuda:N", and the forward backend for it (the
+// Where a model runs: "auto" (GPU 0 when one is visible, else the CPU), "cpu", "cuda" (GPU 0)
+// or "cuda:N", and the forward backend for it (the
 // CPU one, or a CudaModel when Weft was built with CUDA). Used by the Engine and by
 // `weft generate` so both accept the same --device spellings.
 
@@ -20,6 +21,9 @@ struct DeviceChoice {
 
 // Errors name the spelling and what is accepted.
 Result<DeviceChoice> parse_device(std::string_view text);
+
+// "cpu" or "cuda:N": what "auto" resolved to, for reports.
+std::string device_name(const DeviceChoice& device);
 
 // The bytes one KV page takes on the device (fp32 on the CPU, 16-bit on a GPU), so a byte
 // budget turns into a page count the same way the backend will allocate it.

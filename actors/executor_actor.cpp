@@ -11,9 +11,10 @@ ExecutorActor::ExecutorActor(const asio::any_io_executor& executor,
                              std::unique_ptr<model::ForwardBackend> backend)
     : Actor(executor), backend_(std::move(backend)) {}
 
-StepLogits ExecutorActor::run_step(const model::StepBatch& batch) {
+StepLogits ExecutorActor::run_step(const model::StepBatch& batch, bool keep_on_device) {
   StepLogits out;
-  auto ok = backend_->forward(batch, out.values);
+  out.on_device = keep_on_device && backend_->samples_on_device();
+  auto ok = out.on_device ? backend_->launch(batch) : backend_->forward(batch, out.values);
   if (!ok) throw ok.error();
   out.rows = batch.logit_rows();
   out.vocab = backend_->spec().vocab_size;

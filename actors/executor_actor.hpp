@@ -14,10 +14,13 @@
 namespace weft::actors {
 
 // Logits of one step: one row of `vocab` floats per slice that has tokens, in slice order.
+// on_device: a backend that samples on its device kept them there (values is empty); the
+// step's rows are then sampled through ExecutorActor::sample.
 struct StepLogits {
   std::vector<float> values;
   int rows = 0;
   int vocab = 0;
+  bool on_device = false;
 };
 
 class ExecutorActor : public Actor {
@@ -32,12 +35,33 @@ class ExecutorActor : public Actor {
   // Runs one step; the reply carries its logits. A bad batch is an error reply.
   template <class Token>
   auto run(model::StepBatch batch, Token&& token) {
-    return ask([this, batch = std::move(batch)] { return run_step(batch); },
+    return ask([this, batch = std::move(batch)] { return run_step(batch, false); },
                std::forward<Token>(token));
   }
 
+  // The same, except that a backend that samples on its device replies as soon as the step is
+  // launched, leaving the logits there (on_device); sample() must then follow before the
+  // next step. Other backends reply with the logits, as run() does.
+  template <class Token>
+  auto launch(model::StepBatch batch, Token&& token) {
+    return ask([this, batch = std::move(batch)] { return run_step(batch, true); },
+               std::forward<Token>(token));
+  }
+
+  // Samples rows of the step launch() left on the device; waits for the results.
+  template <class Token>
+  auto sample(model::DeviceSamplingInput input, Token&& token) {
+    return ask(
+        [this, input = std::move(input)] {
+          model::DeviceSamplingOutput out;
+          if (auto ok = backend_->sample(input, out); !ok) throw ok.error();
+          return out;
+        },
+        std::forward<Token>(token));
+  }
+
  private:
-  StepLogits run_step(const model::StepBatch& batch);
+  StepLogits run_step(const model::StepBatch& batch, bool keep_on_device);
 
   std::unique_ptr<model::ForwardBackend> backend_;
 };

@@ -45,4 +45,73 @@ std::vector<SampleOutcome> SamplerActor::sample_rows(StepLogits& logits,
   return out;
 }
 
+DeviceSamplePlan SamplerActor::prepare_rows(std::vector<SampleRow>& rows, int vocab) {
+  DeviceSamplePlan plan;
+  const std::size_t words = (static_cast<std::size_t>(vocab) + 31) / 32;
+  for (SampleRow& r : rows) {
+    plan.ids.push_back(r.id);
+    plan.device_row.push_back(-1);
+    plan.errors.emplace_back();
+    auto it = samplers_.find(r.id);
+    if (it == samplers_.end()) {
+      plan.errors.back() = "no sampler for request " + std::to_string(r.id);
+      continue;
+    }
+    if (!r.allowed.empty() && r.allowed.size() != words) {
+      plan.errors.back() = "the bitmask of request " + std::to_string(r.id) + " has " +
+                           std::to_string(r.allowed.size()) + " words for a vocabulary of " +
+                           std::to_string(vocab);
+      continue;
+    }
+    auto row = it->second.device_row(vocab, plan.input.edits);
+    if (!row) {
+      plan.errors.back() = row.error().what();
+      continue;
+    }
+    row->row = r.row;
+    if (!r.allowed.empty()) {
+      row->mask_word_offset = static_cast<std::int32_t>(plan.input.masks.size());
+      plan.input.masks.insert(plan.input.masks.end(), r.allowed.begin(), r.allowed.end());
+    }
+    plan.device_row.back() = static_cast<int>(plan.input.rows.size());
+    plan.input.rows.push_back(*row);
+  }
+  return plan;
+}
+
+std::vector<SampleOutcome> SamplerActor::finish_rows(const DeviceSamplePlan& plan,
+                                                     model::DeviceSamplingOutput& output) {
+  std::vector<SampleOutcome> out;
+  out.reserve(plan.ids.size());
+  for (std::size_t k = 0; k < plan.ids.size(); ++k) {
+    SampleOutcome outcome;
+    outcome.id = plan.ids[k];
+    const int d = plan.device_row[k];
+    auto it = samplers_.find(outcome.id);
+    if (d < 0) {
+      outcome.error = plan.errors[k];
+    } else if (it == samplers_.end()) {
+      outcome.error = "no sampler for request " + std::to_string(outcome.id);
+    } else if (static_cast<std::size_t>(d) >= output.results.size() ||
+               output.top.size() <
+                   (static_cast<std::size_t>(d) + 1) * sampling::kDeviceTopEntries ||
+               output.host_rows.size() <= static_cast<std::size_t>(d)) {
+      outcome.error = "the device returned no result for request " + std::to_string(outcome.id);
+    } else {
+      const auto at = static_cast<std::size_t>(d);
+      const auto top = std::span<const sampling::DeviceCandidate>(output.top)
+                           .subspan(at * sampling::kDeviceTopEntries, sampling::kDeviceTopEntries);
+      auto token = it->second.finish_device(output.results[at], output.candidates, top,
+                                            output.host_rows[at]);
+      if (token) {
+        outcome.token = std::move(token.value());
+      } else {
+        outcome.error = token.error().what();
+      }
+    }
+    out.push_back(std::move(outcome));
+  }
+  return out;
+}
+
 }  // namespace weft::actors

@@ -29,6 +29,15 @@ struct SampleOutcome {
   std::string error;  // why the row could not be sampled (the request then ends in error)
 };
 
+// A step's rows prepared for sampling on the device: the backend's input, and for each row
+// of the step (in order) either its index among input.rows or the error that kept it off.
+struct DeviceSamplePlan {
+  model::DeviceSamplingInput input;
+  std::vector<std::uint64_t> ids;   // per row of the step
+  std::vector<int> device_row;      // per row of the step; -1: see errors
+  std::vector<std::string> errors;  // per row of the step
+};
+
 class SamplerActor : public Actor {
  public:
   using Actor::Actor;
@@ -43,6 +52,22 @@ class SamplerActor : public Actor {
     return ask([] {}, std::forward<Token>(token));
   }
 
+  // Sampling on the device, in two halves around ExecutorActor::sample: prepare() describes
+  // each row's draw (moving the rows' bitmasks into the plan), finish() completes the draws
+  // from the device's results and returns outcomes in the rows' order, like sample().
+  template <class Token>
+  auto prepare(std::vector<SampleRow> rows, int vocab, Token&& token) {
+    return ask(
+        [this, rows = std::move(rows), vocab]() mutable { return prepare_rows(rows, vocab); },
+        std::forward<Token>(token));
+  }
+  template <class Token>
+  auto finish(DeviceSamplePlan plan, model::DeviceSamplingOutput output, Token&& token) {
+    return ask([this, plan = std::move(plan),
+                output = std::move(output)]() mutable { return finish_rows(plan, output); },
+               std::forward<Token>(token));
+  }
+
   template <class Token>
   auto sample(StepLogits logits, std::vector<SampleRow> rows, Token&& token) {
     return ask([this, logits = std::move(logits),
@@ -52,6 +77,9 @@ class SamplerActor : public Actor {
 
  private:
   std::vector<SampleOutcome> sample_rows(StepLogits& logits, const std::vector<SampleRow>& rows);
+  DeviceSamplePlan prepare_rows(std::vector<SampleRow>& rows, int vocab);
+  std::vector<SampleOutcome> finish_rows(const DeviceSamplePlan& plan,
+                                         model::DeviceSamplingOutput& output);
 
   std::unordered_map<std::uint64_t, sampling::SequenceSampler> samplers_;
 };

@@ -204,13 +204,17 @@ asio::awaitable<void> SchedulerActor::loop() {
     }
     const auto launched = std::chrono::steady_clock::now();
     try {
-      StepLogits logits = co_await executor_.run(std::move(batch), asio::use_awaitable);
+      StepLogits logits = co_await executor_.launch(std::move(batch), asio::use_awaitable);
       const auto logits_ready = std::chrono::steady_clock::now();
-      const auto forward_ns = static_cast<std::uint64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(logits_ready - launched).count());
-      forward_ns_ += forward_ns;
+      // On a device sampler the forward pass ends with the sampling reply (below).
+      const auto account_forward = [&](std::chrono::steady_clock::time_point done) {
+        const auto ns = static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(done - launched).count());
+        forward_ns_ += ns;
+        if (pending) constrained_forward_ns_ += ns;
+      };
+      if (!logits.on_device) account_forward(logits_ready);
       if (pending) {
-        constrained_forward_ns_ += forward_ns;
         // Both must be ready before sampling: wait for whatever of the masks the forward
         // pass did not hide.
         while (!pending->done) {
@@ -229,7 +233,21 @@ asio::awaitable<void> SchedulerActor::loop() {
           rows[constrained_rows[k]].allowed = std::move(pending->masks.masks[k]);
         }
       }
-      outcomes = co_await sampler_.sample(std::move(logits), std::move(rows), asio::use_awaitable);
+      if (logits.on_device) {
+        // The logits stay on the GPU: the sampler describes each row's draw, the executor
+        // samples on the device, the sampler finishes the draws from the candidates.
+        DeviceSamplePlan prepared =
+            co_await sampler_.prepare(std::move(rows), logits.vocab, asio::use_awaitable);
+        model::DeviceSamplingInput input = std::move(prepared.input);
+        model::DeviceSamplingOutput sampled =
+            co_await executor_.sample(std::move(input), asio::use_awaitable);
+        account_forward(std::chrono::steady_clock::now());
+        outcomes =
+            co_await sampler_.finish(std::move(prepared), std::move(sampled), asio::use_awaitable);
+      } else {
+        outcomes =
+            co_await sampler_.sample(std::move(logits), std::move(rows), asio::use_awaitable);
+      }
     } catch (...) {
       step_error = std::current_exception();
     }

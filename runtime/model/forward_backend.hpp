@@ -4,6 +4,7 @@
 // (runtime/model/cuda/). Page ids in a StepBatch index the backend's own pool, which has
 // num_pages() pages.
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -12,9 +13,25 @@
 #include "runtime/model/model.hpp"
 #include "runtime/model/model_spec.hpp"
 #include "runtime/model/step_batch.hpp"
+#include "runtime/sampling/device_sampling.hpp"
 #include "weft/error.hpp"
 
 namespace weft::model {
+
+// A step's sampling work for a backend that samples where its logits are
+// (runtime/sampling/device_sampling.hpp): one DeviceSampleRow per sampled logit row.
+struct DeviceSamplingInput {
+  std::vector<sampling::DeviceSampleRow> rows;
+  std::vector<sampling::DeviceSampleEdit> edits;
+  std::vector<std::uint32_t> masks;  // the rows' bitmasks, at their mask_word_offset
+};
+struct DeviceSamplingOutput {
+  std::vector<sampling::DeviceSampleResult> results;  // per row
+  std::vector<sampling::DeviceCandidate> candidates;  // the pool; a row's from its result.offset
+  std::vector<sampling::DeviceCandidate> top;         // per row, kDeviceTopEntries entries
+  // Per row: the raw (masked) logits when its result says kHostRow, else empty.
+  std::vector<std::vector<float>> host_rows;
+};
 
 class ForwardBackend {
  public:
@@ -24,7 +41,21 @@ class ForwardBackend {
   // Model::forward's contract: writes the step's keys and values into their pages and fills
   // `logits` with batch.logit_rows() rows of vocab_size floats; a bad batch is an error.
   virtual Result<void> forward(const StepBatch& batch, std::vector<float>& logits) = 0;
+
+  // Sampling on the device: launch() starts a step whose logits stay on the device (it may
+  // return before they exist), then sample() samples its rows and waits for the results.
+  // Backends that return true here implement both; the others never see them called.
+  virtual bool samples_on_device() const noexcept { return false; }
+  virtual Result<void> launch(const StepBatch& batch);
+  virtual Result<void> sample(const DeviceSamplingInput& input, DeviceSamplingOutput& output);
 };
+
+inline Result<void> ForwardBackend::launch(const StepBatch&) {
+  return Error(ErrorCode::kInternal, "this backend does not sample on its device");
+}
+inline Result<void> ForwardBackend::sample(const DeviceSamplingInput&, DeviceSamplingOutput&) {
+  return Error(ErrorCode::kInternal, "this backend does not sample on its device");
+}
 
 class CpuForwardBackend final : public ForwardBackend {
  public:

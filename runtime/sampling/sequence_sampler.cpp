@@ -1,5 +1,6 @@
 #include "runtime/sampling/sequence_sampler.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -265,6 +266,103 @@ Result<SequenceSampler::Choice> SequenceSampler::choose(std::span<float> logits,
     return out;
   }
   out.id = draw(s.candidates, u);
+  return out;
+}
+
+Result<DeviceSampleRow> SequenceSampler::device_row(int vocab,
+                                                    std::vector<DeviceSampleEdit>& edits) const {
+  DeviceSampleRow r;
+  r.edit_begin = static_cast<std::int32_t>(edits.size());
+  if (auto ok = history_.device_edits(params_.logit_bias, vocab, edits); !ok) {
+    edits.resize(static_cast<std::size_t>(r.edit_begin));
+    return row_error(ok.error().code(), ok.error().what());
+  }
+  r.edit_count = static_cast<std::int32_t>(edits.size()) - r.edit_begin;
+  r.logprobs = params_.logprobs;
+  r.repetition_penalty = params_.repetition_penalty;
+  r.presence_penalty = params_.presence_penalty;
+  r.frequency_penalty = params_.frequency_penalty;
+  // The same branches as choose().
+  if (params_.temperature == 0.0f || !std::isfinite(1.0f / params_.temperature)) {
+    r.mode = DeviceSampleMode::kGreedy;
+    return r;
+  }
+  r.temperature = params_.temperature;
+  r.top_p = params_.top_p;
+  r.min_p = params_.min_p;
+  r.u = philox_uniform(seed_, sample_index_, static_cast<std::uint64_t>(generated_));
+  if (params_.top_k > 0 && params_.top_k < vocab) {
+    r.mode = DeviceSampleMode::kTopK;
+    r.top_k = params_.top_k;
+  } else {
+    r.mode = truncates(params_) ? DeviceSampleMode::kFloor : DeviceSampleMode::kFull;
+    if (params_.typical_p < 1.0f) r.flags = kTypicalP;
+  }
+  return r;
+}
+
+Result<SampledToken> SequenceSampler::finish_device(const DeviceSampleResult& result,
+                                                    std::span<const DeviceCandidate> candidates,
+                                                    std::span<const DeviceCandidate> top,
+                                                    std::span<float> host_row) {
+  if (result.status == DeviceSampleStatus::kNoneAllowed) {
+    return row_error(ErrorCode::kInvalidArgument,
+                     "the allowed-token bitmask allows none of the tokens (at least one must "
+                     "be allowed)");
+  }
+  if (result.status == DeviceSampleStatus::kHostRow) {
+    if (host_row.empty()) {
+      return row_error(ErrorCode::kInternal, "the device asked for a host row it did not send");
+    }
+    return try_sample(host_row, nullptr);
+  }
+  const double log_z = result.raw_max + std::log(result.raw_sum);
+  SampledToken out{result.token, 0.0f, {}};
+  float chosen_raw = result.chosen_raw;
+  if (result.candidates > 0 || result.token < 0) {
+    // top-k or the top-p/min-p floor: finish on the candidates as choose() does.
+    if (result.candidates <= 0 || result.offset < 0 ||
+        static_cast<std::size_t>(result.offset) + static_cast<std::size_t>(result.candidates) >
+            candidates.size()) {
+      return row_error(ErrorCode::kInternal, "the device returned no candidates to draw from");
+    }
+    candidates = candidates.subspan(static_cast<std::size_t>(result.offset),
+                                    static_cast<std::size_t>(result.candidates));
+    Scratch& s = scratch();
+    s.candidates.clear();
+    for (const auto& c : candidates)
+      s.candidates.push_back({0.0f, c.weight, c.id});
+    truncate(s.candidates, result.total, params_);
+    out.id = draw(s.candidates,
+                  philox_uniform(seed_, sample_index_, static_cast<std::uint64_t>(generated_)));
+    chosen_raw = 0.0f;
+    for (int k = 0; k < result.candidates; ++k) {
+      if (candidates[static_cast<std::size_t>(k)].id == out.id) {
+        chosen_raw = candidates[static_cast<std::size_t>(k)].raw;
+        break;
+      }
+    }
+  }
+  out.logprob = static_cast<float>(chosen_raw - log_z);
+  if (params_.logprobs > 0) {
+    const auto n =
+        std::min<std::size_t>(static_cast<std::size_t>(std::max(result.top, 0)), top.size());
+    std::vector<TokenLogprob> entries;
+    entries.reserve(n);
+    for (std::size_t k = 0; k < n; ++k)
+      entries.push_back({top[k].id, top[k].raw});
+    std::sort(entries.begin(), entries.end(), [](const TokenLogprob& a, const TokenLogprob& b) {
+      return a.logprob != b.logprob ? a.logprob > b.logprob : a.id < b.id;
+    });
+    if (entries.size() > static_cast<std::size_t>(params_.logprobs)) {
+      entries.resize(static_cast<std::size_t>(params_.logprobs));
+    }
+    for (auto& t : entries)
+      t.logprob = static_cast<float>(t.logprob - log_z);
+    out.top = std::move(entries);
+  }
+  history_.record_output(out.id);
+  ++generated_;
   return out;
 }
 

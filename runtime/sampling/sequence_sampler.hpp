@@ -30,7 +30,9 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
+#include "runtime/sampling/device_sampling.hpp"
 #include "runtime/sampling/sampling_params.hpp"
 #include "runtime/sampling/sampling_types.hpp"
 #include "runtime/sampling/token_history.hpp"
@@ -62,6 +64,21 @@ class SequenceSampler {
   // nothing. For tests and debugging; costs about as much as a sample.
   Result<std::vector<TokenLogprob>> distribution(std::span<float> logits,
                                                  const std::uint32_t* allowed = nullptr);
+
+  // Sampling on a device (runtime/sampling/device_sampling.hpp), in two halves around the
+  // device's pass: device_row() describes the next draw (mode, temperature, truncation
+  // inputs, the uniform of step 10) and appends the row's bias and penalty edits; the
+  // caller sets its logits row and bitmask offset. finish_device() completes the draw from
+  // the device's result as try_sample() would from the row (top-p, min-p and typical-p over
+  // the candidates, the draw, logprobs) and records the token. `host_row` is the raw row the
+  // device hands back when it asks the host to sample (kHostRow); try_sample() then runs on
+  // it, giving the CPU path's result or error. `candidates` is the step's whole pool (the
+  // row's are at result.offset); `top` the row's kDeviceTopEntries.
+  Result<DeviceSampleRow> device_row(int vocab, std::vector<DeviceSampleEdit>& edits) const;
+  Result<SampledToken> finish_device(const DeviceSampleResult& result,
+                                     std::span<const DeviceCandidate> candidates,
+                                     std::span<const DeviceCandidate> top,
+                                     std::span<float> host_row);
 
   // A token appended without sampling (jump-forward decoding, or a replayed token after a
   // preemption): counted for the penalties and advances the step counter, so the tokens that

@@ -85,4 +85,41 @@ Result<void> TokenHistory::apply_penalties(std::span<float> logits, LogitUndoLog
   return {};
 }
 
+Result<void> TokenHistory::device_edits(
+    const std::vector<std::pair<std::int32_t, float>>& logit_bias, int vocab,
+    std::vector<DeviceSampleEdit>& edits) const {
+  const auto in_row = [&](std::int32_t id) { return id >= 0 && id < vocab; };
+  std::unordered_map<std::int32_t, DeviceSampleEdit> by_id;
+  for (const auto& [id, bias] : logit_bias) {
+    if (!in_row(id)) {
+      return Error(ErrorCode::kInvalidArgument, "sample: logit_bias token " + std::to_string(id) +
+                                                    " is outside the vocabulary [0, " +
+                                                    std::to_string(vocab) + ")");
+    }
+    auto& e = by_id[id];
+    e.id = id;
+    e.bias += bias;
+  }
+  if (tracks_output_) {
+    if (repetition_penalty_ != 1.0f) {
+      for (const auto id : prompt_distinct_) {
+        if (!in_row(id)) return outside_row("prompt", id, static_cast<std::size_t>(vocab));
+        auto& e = by_id[id];
+        e.id = id;
+        e.repeat = 1;
+      }
+    }
+    for (const auto& [id, count] : output_counts_) {
+      if (!in_row(id)) return outside_row("output", id, static_cast<std::size_t>(vocab));
+      auto& e = by_id[id];
+      e.id = id;
+      e.repeat = repetition_penalty_ != 1.0f ? 1 : 0;
+      if (presence_penalty_ != 0.0f || frequency_penalty_ != 0.0f) e.count = count;
+    }
+  }
+  for (const auto& [id, e] : by_id)
+    edits.push_back(e);
+  return {};
+}
+
 }  // namespace weft::sampling

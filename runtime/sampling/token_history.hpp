@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/sampling/device_sampling.hpp"
 #include "runtime/sampling/sampling_params.hpp"
 
 namespace weft::sampling {
@@ -30,6 +31,12 @@ class TokenHistory {
   Result<void> apply_penalties(std::span<float> logits, LogitUndoLog& undo) const;
 
   int output_count(std::int32_t token) const;
+
+  // The same changes for a device sampler: one edit per token the bias or a penalty touches
+  // (a repeated logit_bias id has its biases summed), appended to `edits`. An id outside the
+  // vocabulary is the error apply_penalties would give.
+  Result<void> device_edits(const std::vector<std::pair<std::int32_t, float>>& logit_bias,
+                            int vocab, std::vector<DeviceSampleEdit>& edits) const;
 
  private:
   float repetition_penalty_;

@@ -24,6 +24,7 @@
 #include <sstream>
 #include <thread>
 
+#include "actors/device_backend.hpp"
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
 #include "weft/engine.hpp"
@@ -43,8 +44,11 @@ struct BenchOptions {
   double range_ratio = 0.0;
   double request_rate = 0.0;  // requests per second; 0: all at once
   std::uint64_t seed = 0;
-  std::string device = "cpu";
+  std::string device = "auto";
   double gpu_memory_fraction = 0.0;
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  int top_k = 0;
   int page_size = 16;
   std::int64_t kv_budget_mb = 256;
   int max_tokens_per_step = 512;
@@ -161,9 +165,15 @@ int run_bench(const BenchOptions& o) {
   } else if (o.json_object) {
     format.type = ResponseFormat::Type::kJsonObject;
   }
+  auto device = actors::parse_device(o.device);
+  if (!device) {
+    std::cerr << "weft bench: --device: " << device.error().what() << "\n";
+    return 1;
+  }
+  const std::string resolved_device = actors::device_name(*device);
   EngineConfig config;
   config.model_dir = o.model_dir;
-  config.device = o.device;
+  config.device = resolved_device;
   config.gpu_memory_fraction = o.gpu_memory_fraction;
   config.page_size = o.page_size;
   config.kv_budget_bytes = o.kv_budget_mb << 20;
@@ -200,7 +210,10 @@ int run_bench(const BenchOptions& o) {
       r.prompt_ids.push_back(token(rng));
     r.sampling.max_tokens = length(o.output_len);
     r.sampling.ignore_eos = true;
-    r.sampling.temperature = 0;
+    r.sampling.temperature = o.temperature;
+    r.sampling.top_p = o.top_p;
+    r.sampling.top_k = o.top_k;
+    r.sampling.seed = o.seed * 1000003u + static_cast<std::uint64_t>(i);
     r.response_format = format;
     if (o.request_rate > 0) offset_s += gap(rng);
     const auto at = start + std::chrono::duration_cast<Clock::duration>(
@@ -244,7 +257,10 @@ int run_bench(const BenchOptions& o) {
                           {"output_len", o.output_len},
                           {"range_ratio", o.range_ratio},
                           {"request_rate", o.request_rate},
-                          {"device", o.device},
+                          {"device", resolved_device},
+                          {"temperature", o.temperature},
+                          {"top_p", o.top_p},
+                          {"top_k", o.top_k},
                           {"constrained", format.constrained()},
                           {"finished_stop", metrics.finished_stop},
                           {"forward_ms", metrics.forward_us / 1000.0},
@@ -307,8 +323,19 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", opts->seed, "seed for lengths, tokens and arrivals")
       ->capture_default_str();
-  cmd->add_option("--device", opts->device, "where to run: cpu, cuda or cuda:N (bf16 on the GPU)")
+  cmd->add_option("--device", opts->device,
+                  "where to run: auto (GPU 0 when one is visible, else cpu), cpu, cuda or cuda:N "
+                  "(bf16 on the GPU)")
       ->capture_default_str();
+  cmd->add_option("--temperature", opts->temperature, "sampling temperature; 0: greedy")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", opts->top_p, "nucleus sampling mass (0, 1]; 1: off")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--top-k", opts->top_k, "keep the k most likely tokens; 0: off")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--gpu-memory-fraction", opts->gpu_memory_fraction,
                   "on a GPU: size the KV pool so the process uses this fraction of the GPU's "
                   "memory (0: use --kv-budget-mb)")

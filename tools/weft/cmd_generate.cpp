@@ -39,7 +39,7 @@ struct GenerateOptions {
   float top_p = 1.0f;
   float min_p = 0.0f;
   float repetition_penalty = 1.0f;
-  std::string device = "cpu";
+  std::string device = "auto";
   std::string format = "text";
   bool ignore_eos = false;
   unsigned threads = 0;
@@ -307,7 +307,9 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--repetition-penalty", opts->repetition_penalty,
                   "penalize tokens already in the prompt or output (> 0; 1: off)")
       ->capture_default_str();
-  cmd->add_option("--device", opts->device, "where to run: cpu, cuda or cuda:N (bf16 on the GPU)")
+  cmd->add_option("--device", opts->device,
+                  "where to run: auto (GPU 0 when one is visible, else cpu), cpu, cuda or cuda:N "
+                  "(bf16 on the GPU)")
       ->capture_default_str();
   cmd->add_option("--format", opts->format,
                   "text: stream the continuation; json: one object per token, then a summary")

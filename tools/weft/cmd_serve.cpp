@@ -36,7 +36,7 @@ struct ServeOptions {
   std::int64_t kv_budget_mb = 256;
   unsigned threads = 0;
   int max_running = EngineConfig{}.max_running;
-  std::string device = EngineConfig{}.device;
+  std::string device = "auto";
   double gpu_memory_fraction = 0.0;
 };
 
@@ -190,7 +190,9 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(1, 65536));
   cmd->add_option("--threads", opts->threads, "CPU threads for the forward pass (0: all cores)")
       ->capture_default_str();
-  cmd->add_option("--device", opts->device, "where to run: cpu, cuda or cuda:N (bf16 on the GPU)")
+  cmd->add_option("--device", opts->device,
+                  "where to run: auto (GPU 0 when one is visible, else cpu), cpu, cuda or cuda:N "
+                  "(bf16 on the GPU)")
       ->capture_default_str();
   cmd->add_option("--gpu-memory-fraction", opts->gpu_memory_fraction,
                   "on a GPU: size the KV pool so the process uses this fraction of the GPU's "

@@ -163,7 +163,10 @@ struct EngineMetrics {
   // ready (not hidden by the forward pass). constraint_accept_us is the time spent advancing
   // matchers by sampled tokens (on the step loop's path: cheap, except where the grammar may
   // end and the next mask is computed at once to see whether anything may follow).
-  // forward_us: every step's time from launch to logits.
+  // forward_us: every step's time from launch to logits. On a GPU, which samples where the
+  // logits are, the launch replies at once: forward_us then runs from launch to the sampled
+  // tokens, and mask_wait_us is the wait for masks after the launch, while the GPU computes
+  // (an upper bound on the part not hidden).
   std::uint64_t constrained_steps = 0;
   std::uint64_t masks_computed = 0;
   std::uint64_t mask_compute_us = 0;

@@ -1,8 +1,9 @@
 #pragma once
 // A decoder-only transformer on one GPU: the weights of a (CPU-bound, already checked) Model
 // uploaded in bf16 or fp16, a device KV pool of pages in the CPU KvCache's layout, and a
-// forward pass over a StepBatch that returns fp32 logits on the host. Within a step the host
-// waits on the device once, for the logits.
+// forward pass over a StepBatch that returns fp32 logits on the host, or keeps them there for
+// the GPU sampler. Within a step the host waits on the device once, for the logits or for the
+// sampled tokens.
 
 #include <cstddef>
 #include <map>
@@ -75,6 +76,13 @@ class CudaModel final : public ForwardBackend {
   // with batch.logit_rows() rows of vocab_size floats, like Model::forward. Invalid input is
   // an error (the same checks as the CPU model); a CUDA failure is a kInternal error.
   Result<void> forward(const StepBatch& batch, std::vector<float>& logits) override;
+
+  // Sampling on the GPU (kernels/cuda/sampling.hpp): launch() enqueues a step and returns
+  // without waiting; sample() samples the rows of its logits and waits once, for the
+  // results. Only the candidates and a few numbers per row cross the bus, not the logits.
+  bool samples_on_device() const noexcept override { return true; }
+  Result<void> launch(const StepBatch& batch) override;
+  Result<void> sample(const DeviceSamplingInput& input, DeviceSamplingOutput& output) override;
 
   struct State;
 
