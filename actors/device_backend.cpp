@@ -40,7 +40,8 @@ std::size_t kv_page_bytes(const DeviceChoice& device, const model::KvLayout& lay
 
 Result<std::unique_ptr<model::ForwardBackend>> make_forward_backend(
     const model::Model& model, const DeviceChoice& device, const model::KvLayout& layout,
-    int num_pages, unsigned cpu_threads, int max_tokens_per_step, double gpu_memory_fraction) {
+    int num_pages, unsigned cpu_threads, int max_tokens_per_step, double gpu_memory_fraction,
+    std::function<void(std::size_t, std::size_t)> on_progress) {
   if (!device.cuda) {
     return std::unique_ptr<model::ForwardBackend>(
         std::make_unique<model::CpuForwardBackend>(model, layout, num_pages, cpu_threads));
@@ -53,6 +54,7 @@ Result<std::unique_ptr<model::ForwardBackend>> make_forward_backend(
   options.num_pages = num_pages;
   options.max_tokens_per_step = max_tokens_per_step;
   options.gpu_memory_fraction = gpu_memory_fraction;
+  options.on_upload_progress = std::move(on_progress);
   auto gpu = model::CudaModel::create(model, options);
   if (!gpu) return gpu.error();
   return std::unique_ptr<model::ForwardBackend>(
@@ -60,6 +62,7 @@ Result<std::unique_ptr<model::ForwardBackend>> make_forward_backend(
 #else
   (void)max_tokens_per_step;
   (void)gpu_memory_fraction;
+  (void)on_progress;
   return Error(ErrorCode::kUnsupported,
                "device cuda:" + std::to_string(device.index) +
                    ": this Weft was built without CUDA (configure with WEFT_CUDA=ON)");

@@ -4,6 +4,7 @@
 // CPU one, or a CudaModel when Weft was built with CUDA). Used by the Engine and by
 // `weft generate` so both accept the same --device spellings.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -32,8 +33,10 @@ std::size_t kv_page_bytes(const DeviceChoice& device, const model::KvLayout& lay
 // `model` must outlive the backend. On a GPU, weights are uploaded in bf16 and the pool holds
 // `num_pages` pages, or with num_pages 0 what gpu_memory_fraction of the device leaves (the
 // backend's num_pages() says how many); step buffers are sized for max_tokens_per_step tokens.
+// `on_progress`, when set, follows the weights' upload to a GPU (bytes done, bytes in all).
 Result<std::unique_ptr<model::ForwardBackend>> make_forward_backend(
     const model::Model& model, const DeviceChoice& device, const model::KvLayout& layout,
-    int num_pages, unsigned cpu_threads, int max_tokens_per_step, double gpu_memory_fraction = 0.9);
+    int num_pages, unsigned cpu_threads, int max_tokens_per_step, double gpu_memory_fraction = 0.9,
+    std::function<void(std::size_t, std::size_t)> on_progress = {});
 
 }  // namespace weft::actors

@@ -111,7 +111,8 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   }
   auto backend = actors::make_forward_backend(
       model, *device, layout, from_device ? 0 : static_cast<int>(budget_pages),
-      s.config.cpu_threads, s.config.max_tokens_per_step, s.config.gpu_memory_fraction);
+      s.config.cpu_threads, s.config.max_tokens_per_step, s.config.gpu_memory_fraction,
+      s.config.on_load_progress);
   if (!backend) throw backend.error();
   const std::int64_t num_pages = (*backend)->num_pages();
   log_info("engine: KV pool of " + std::to_string(num_pages) + " pages of " +

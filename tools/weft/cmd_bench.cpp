@@ -27,6 +27,7 @@
 #include "actors/device_backend.hpp"
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
+#include "tools/weft/load_progress.hpp"
 #include "weft/engine.hpp"
 #include "weft/runtime.hpp"
 
@@ -174,6 +175,7 @@ int run_bench(const BenchOptions& o) {
   EngineConfig config;
   config.model_dir = o.model_dir;
   config.device = resolved_device;
+  if (device->cuda) config.on_load_progress = upload_progress(resolved_device);
   config.gpu_memory_fraction = o.gpu_memory_fraction;
   config.page_size = o.page_size;
   config.kv_budget_bytes = o.kv_budget_mb << 20;

@@ -22,6 +22,7 @@
 #include "runtime/text/detokenizer.hpp"
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
+#include "tools/weft/load_progress.hpp"
 
 namespace weft::cli {
 namespace {
@@ -158,8 +159,9 @@ int run_generate(const GenerateOptions& o) {
   }
   std::unique_ptr<model::ForwardBackend> backend;
   try {
-    auto made = actors::make_forward_backend(model, *device, layout, static_cast<int>(pages),
-                                             o.threads, static_cast<int>(prompt.size()));
+    auto made = actors::make_forward_backend(
+        model, *device, layout, static_cast<int>(pages), o.threads, static_cast<int>(prompt.size()),
+        0.9, device->cuda ? upload_progress(actors::device_name(*device)) : nullptr);
     if (!made) return fail(made.error().what());
     backend = std::move(made.value());
   } catch (const std::bad_alloc&) {

@@ -19,10 +19,12 @@
 #include <thread>
 #include <vector>
 
+#include "actors/device_backend.hpp"
 #include "actors/gateway_server.hpp"
 #include "loaders/tokenizer_json.hpp"
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
+#include "tools/weft/load_progress.hpp"
 #include "weft/engine.hpp"
 
 namespace weft::cli {
@@ -76,6 +78,9 @@ int run_serve(const ServeOptions& opts) {
     config.kv_budget_bytes = opts.kv_budget_mb << 20;
     config.cpu_threads = opts.threads;
     config.device = opts.device;
+    if (auto d = actors::parse_device(opts.device); d && d->cuda) {
+      config.on_load_progress = upload_progress(actors::device_name(*d));
+    }
     config.gpu_memory_fraction = opts.gpu_memory_fraction;
     config.max_running = opts.max_running;
     auto engine_owner = std::make_unique<Engine>(engine_io.get_executor(), config);

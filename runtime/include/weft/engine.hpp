@@ -26,6 +26,7 @@
 #include <deque>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -58,6 +59,9 @@ struct EngineConfig {
   // On a GPU: > 0 sizes the KV pool from the device instead of kv_budget_bytes, so that the
   // process uses this fraction of the GPU's memory in all (weights, buffers, KV).
   double gpu_memory_fraction = 0.0;
+  // Called on the constructing thread while the weights upload to a GPU (bytes done, bytes
+  // in all), e.g. for a progress bar. Not read from a config file.
+  std::function<void(std::size_t done, std::size_t total)> on_load_progress;
 
   // Reads a JSON object with the fields above (unknown fields are an error naming them).
   static Result<EngineConfig> from_file(const std::filesystem::path& path);

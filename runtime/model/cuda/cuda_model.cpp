@@ -137,6 +137,13 @@ struct CudaModel::State {
   Result<void> reserve_step(int tokens);
   Result<void> upload_matrix(const cpu::WeightMatrix& w, DeviceBuffer& dst, std::size_t row_offset,
                              std::size_t total_rows, DeviceBuffer& staging);
+  // Weight uploads go through two pinned chunks: the host copies chunk k + 1 out of the
+  // mapped file while chunk k crosses the bus (a pageable source would be staged by the
+  // driver in small synchronous pieces).
+  static constexpr std::size_t kUploadChunk = std::size_t{32} << 20;
+  PinnedBuffer upload_chunks[2];
+  cudaEvent_t upload_done[2] = {nullptr, nullptr};
+  std::size_t uploaded = 0, upload_total = 0;
   Result<void> upload_floats(const std::vector<float>& v, DeviceBuffer& dst);
   // copy_logits false: enqueue the step and return without waiting (launch()).
   Result<void> run(const StepBatch& batch, std::vector<float>& logits, bool copy_logits = true);
@@ -178,9 +185,34 @@ Result<void> CudaModel::State::upload_matrix(const cpu::WeightMatrix& w, DeviceB
   if (auto err = staging.reserve(raw); err != cudaSuccess) {
     return cuda_error(err, "allocating the upload staging buffer");
   }
-  if (auto err = cudaMemcpyAsync(staging.get(), w.data, raw, cudaMemcpyHostToDevice, stream);
-      err != cudaSuccess) {
-    return cuda_error(err, "uploading a weight matrix");
+  for (int b = 0; b < 2; ++b) {
+    if (auto err = upload_chunks[b].reserve(kUploadChunk); err != cudaSuccess) {
+      return cuda_error(err, "allocating pinned upload buffers");
+    }
+    if (upload_done[b] == nullptr) {
+      if (auto err = cudaEventCreateWithFlags(&upload_done[b], cudaEventDisableTiming);
+          err != cudaSuccess) {
+        return cuda_error(err, "creating upload events");
+      }
+    }
+  }
+  const auto* source = static_cast<const std::byte*>(w.data);
+  for (std::size_t offset = 0, k = 0; offset < raw; offset += kUploadChunk, ++k) {
+    const std::size_t n = std::min(kUploadChunk, raw - offset);
+    PinnedBuffer& chunk = upload_chunks[k % 2];
+    // The copy that last used this chunk must have left it.
+    if (auto err = cudaEventSynchronize(upload_done[k % 2]); err != cudaSuccess) {
+      return cuda_error(err, "uploading a weight matrix");
+    }
+    std::memcpy(chunk.get(), source + offset, n);
+    if (auto err = cudaMemcpyAsync(staging.as<std::byte>() + offset, chunk.get(), n,
+                                   cudaMemcpyHostToDevice, stream);
+        err != cudaSuccess) {
+      return cuda_error(err, "uploading a weight matrix");
+    }
+    if (auto err = cudaEventRecord(upload_done[k % 2], stream); err != cudaSuccess) {
+      return cuda_error(err, "uploading a weight matrix");
+    }
   }
   void* at = dst.as<std::byte>() + row_offset * w.cols * cuda::kHalfBytes;
   cuda::convert_to_precision(staging.get(), source_type(w.dtype), at, options.precision,
@@ -188,6 +220,8 @@ Result<void> CudaModel::State::upload_matrix(const cpu::WeightMatrix& w, DeviceB
   if (auto err = cudaStreamSynchronize(stream); err != cudaSuccess) {
     return cuda_error(err, "converting a weight matrix");
   }
+  uploaded += raw;
+  if (options.on_upload_progress) options.on_upload_progress(uploaded, upload_total);
   return {};
 }
 
@@ -256,6 +290,21 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
 
   // Weights: fused qkv and gate_up products, 16-bit matrices, fp32 norms and biases.
   DeviceBuffer staging;
+  {
+    auto bytes = [](const cpu::WeightMatrix& w) {
+      return w.data == nullptr ? std::size_t{0} : w.rows * w.cols * dtype_size(w.dtype);
+    };
+    const TensorView& e = model.embedding();
+    s->upload_total =
+        static_cast<std::size_t>(spec.vocab_size) * spec.hidden_size * dtype_size(e.dtype);
+    if (model.lm_head().data != e.data) s->upload_total += bytes(model.lm_head());
+    for (const Model::Layer& L : model.layers()) {
+      for (const cpu::WeightMatrix* w :
+           {&L.q, &L.k, &L.v, &L.qkv, &L.o, &L.gate_up, &L.gate, &L.up, &L.down}) {
+        s->upload_total += bytes(*w);
+      }
+    }
+  }
   const auto H = static_cast<std::size_t>(spec.hidden_size);
   const auto I = static_cast<std::size_t>(spec.intermediate_size);
   const auto QD = static_cast<std::size_t>(spec.q_dim()),
@@ -317,6 +366,11 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
     }
   }
   staging.reset();
+  for (int b = 0; b < 2; ++b) {
+    s->upload_chunks[b].reset();
+    if (s->upload_done[b] != nullptr) cudaEventDestroy(s->upload_done[b]);
+    s->upload_done[b] = nullptr;
+  }
   if (spec.position == PositionEmbedding::kRope && spec.rope.scaling != RopeScaling::kDynamic) {
     s->fixed_rope = rope_frequencies(spec.rope, spec.rotary_dim(), 0);
   }

@@ -6,6 +6,7 @@
 // sampled tokens.
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -39,6 +40,9 @@ struct CudaModelOptions {
   // default: its sums are in another order than cuBLAS's, so a token's logits (and, at near
   // ties, its greedy choice) would depend on the size of the step it runs in.
   int small_step_kernel_tokens = 0;
+  // Called while the weights upload, after each matrix, with the bytes of the stored
+  // (mmapped) weights copied so far and in all.
+  std::function<void(std::size_t done, std::size_t total)> on_upload_progress;
 };
 
 class CudaModel final : public ForwardBackend {
