@@ -187,160 +187,196 @@ __global__ void decode_kernel(AttentionArgs a, FlatBatchView b, PagedKvView kv,
   }
 }
 
-// The decode kernel for head_dim in {32, 64, 128, 256} and groups of up to 8 query heads per
-// kv head: keys and values are read 16 bytes (8 elements) per lane. Scores: D/8 lanes per
-// key, several keys per warp. Values: each thread owns 8 output dimensions of every head of
-// the group for a subset of the tile's positions, accumulating in registers; the subsets
-// are summed once at the end. Same splits, softmax and outputs as decode_kernel.
-//
-// Dynamic shared memory: q [G][D], scores [G][kDecodeThreads], m, l, rescale [G], key
-// offsets [kDecodeThreads], then the final reduction [groups][G][D] (groups = 128 / (D/8)).
-template <class T>
-__global__ void decode_kernel_vec(AttentionArgs a, FlatBatchView b, PagedKvView kv,
-                                  const std::int32_t* query_tokens, float* workspace) {
-  extern __shared__ float smem[];
-  constexpr int kVec = 8, TILE = kDecodeThreads;
-  const int D = kv.head_dim, G = a.num_heads / kv.num_kv_heads;
-  const int chunks = D / kVec;                 // lanes per key, threads per value row
-  const int groups = kDecodeThreads / chunks;  // position subsets in the value phase
-  float* q_s = smem;
-  float* scores = q_s + G * D;
-  float* m_s = scores + G * TILE;
-  float* l_s = m_s + G;
-  float* corr_s = l_s + G;
-  auto* k_off = reinterpret_cast<std::size_t*>(corr_s + G + (G & 1));
-  float* red = reinterpret_cast<float*>(k_off + TILE);
+// The decode kernel for head_dim in {32, 64, 128, 256} and up to 8 query heads per kv head.
+// Each warp runs its own online softmax over its share of the split's keys, with nothing
+// shared inside the block until the end:
+// - a key row is read by L = D/8 consecutive lanes, 16 bytes (8 elements) each, so a warp
+//   reads KW = 32/L keys per pass and keeps U passes' keys and values in flight (U*KW keys,
+//   2U 16-byte loads per lane issued before any arithmetic);
+// - each lane keeps q[g][its 8 dims] * scale for every head g of the group in registers, so
+//   a key is read once for the whole group; a score is the sum over the key's L lanes
+//   (log2 L shuffles), the pass's maximum one more shuffle per key lane group;
+// - the value sums acc[g][its 8 dims] stay in registers (each lane group sums its own keys,
+//   the groups are added once after the loop), as do the running max m and sum l;
+// - warps take passes of U*KW keys in turn (warp w: passes w, w+4, ...); the four warps'
+//   results are merged in shared memory in warp order, then written as the split's record
+//   (or the output when the context is one split).
+// Every sum runs in an order fixed by the token's context alone.
+template <class T, int D, int GM>
+__global__ void __launch_bounds__(kDecodeThreads)
+    decode_kernel_warp(AttentionArgs a, FlatBatchView b, PagedKvView kv,
+                       const std::int32_t* query_tokens, float* workspace) {
+  constexpr int kVec = 8, L = D / kVec, KW = 32 / L, U = GM >= 8 ? 2 : 4, STEP = KW * U;
+  constexpr int kWarps = kDecodeThreads / 32;
+  __shared__ float red_acc[kWarps][GM][D];
+  __shared__ float red_m[kWarps][GM], red_l[kWarps][GM];
 
   const int t = query_tokens[blockIdx.y];
   const int kvh = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
   const int pos = b.positions[t];
+  const std::int32_t* table = b.page_ids + b.page_table_begin[b.token_seq[t]];
   const int first = first_position(pos, a.sliding_window);
   const int chunk = split_positions(pos + 1 - first);
   const int begin = splits > 1 ? first + split * chunk : first;
   const int end = splits > 1 ? min(pos + 1, begin + chunk) : pos + 1;
-  if (begin > pos) return;
-  const std::int32_t* table = b.page_ids + b.page_table_begin[b.token_seq[t]];
+  if (begin > pos) return;  // this token's context has fewer splits than the grid
+  const int G = a.num_heads / kv.num_kv_heads;
   const T* pool = static_cast<const T*>(kv.pool);
   const std::size_t v_shift = static_cast<std::size_t>(kv.num_kv_heads) * kv.page_size * D;
-  const float* q =
-      a.q + static_cast<std::size_t>(t) * a.q_stride + static_cast<std::size_t>(kvh) * G * D;
-  for (int i = threadIdx.x; i < G * D; i += blockDim.x)
-    q_s[i] = q[i] * a.scale;
-  for (int g = threadIdx.x; g < G; g += blockDim.x) {
-    m_s[g] = -FLT_MAX;
-    l_s[g] = 0.0f;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int sub = lane % L, kq = lane / L;
+
+  float q[GM][kVec], acc[GM][kVec], m[GM], l[GM];
+  const float* qp = a.q + static_cast<std::size_t>(t) * a.q_stride +
+                    static_cast<std::size_t>(kvh) * G * D + sub * kVec;
+#pragma unroll
+  for (int g = 0; g < GM; ++g) {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      q[g][e] = g < G ? qp[g * D + e] * a.scale : 0.0f;
+      acc[g][e] = 0.0f;
+    }
+    m[g] = -FLT_MAX;
+    l[g] = 0.0f;
   }
 
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  const int sub = lane % chunks, keys_per_warp = 32 / chunks, key_in_warp = lane / chunks;
-  const int vchunk = threadIdx.x % chunks, vgroup = threadIdx.x / chunks;
-  float acc[kMaxGroupInRegisters][kVec];
+  for (int base = begin + warp * STEP; base < end; base += kWarps * STEP) {
+    uint4 kr[U], vr[U];
 #pragma unroll
-  for (int g = 0; g < kMaxGroupInRegisters; ++g)
-#pragma unroll
-    for (int e = 0; e < kVec; ++e)
-      acc[g][e] = 0.0f;
-  __syncthreads();
-
-  for (int base = begin; base < end; base += TILE) {
-    const int n = min(TILE, end - base);
-    if (threadIdx.x < n) k_off[threadIdx.x] = key_offset(kv, table, base + threadIdx.x, kvh);
-    __syncthreads();
-    for (int i0 = warp * keys_per_warp; i0 < n; i0 += warps * keys_per_warp) {
-      const int i = i0 + key_in_warp;
-      float s[kMaxGroupInRegisters];
-#pragma unroll
-      for (int g = 0; g < kMaxGroupInRegisters; ++g)
-        s[g] = 0.0f;
-      if (i < n) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(pool + k_off[i] + sub * kVec);
-        const T* k = reinterpret_cast<const T*>(&raw);
-        float kf[kVec];
-#pragma unroll
-        for (int e = 0; e < kVec; ++e)
-          kf[e] = detail::to_float(k[e]);
-#pragma unroll
-        for (int g = 0; g < kMaxGroupInRegisters; ++g) {
-          if (g < G) {
-            const float* qg = q_s + g * D + sub * kVec;
-#pragma unroll
-            for (int e = 0; e < kVec; ++e)
-              s[g] += qg[e] * kf[e];
-          }
-        }
-      }
-      // Sum over the key's lanes (a power-of-two group of consecutive lanes).
-#pragma unroll
-      for (int g = 0; g < kMaxGroupInRegisters; ++g) {
-        if (g < G) {
-          for (int offset = chunks / 2; offset > 0; offset >>= 1)
-            s[g] += __shfl_xor_sync(0xffffffffu, s[g], offset);
-          if (sub == 0 && i < n) scores[g * TILE + i] = s[g];
-        }
+    for (int u = 0; u < U; ++u) {
+      const int p = base + u * KW + kq;
+      kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+      if (p < end) {
+        const T* row = pool + key_offset(kv, table, p, kvh) + sub * kVec;
+        kr[u] = __ldg(reinterpret_cast<const uint4*>(row));
+        vr[u] = __ldg(reinterpret_cast<const uint4*>(row + v_shift));
       }
     }
-    __syncthreads();
-    online_softmax_tile(scores, TILE, n, G, m_s, l_s, corr_s);
-    __syncthreads();
+    float s[U][GM];
 #pragma unroll
-    for (int g = 0; g < kMaxGroupInRegisters; ++g) {
+    for (int u = 0; u < U; ++u) {
+      const T* k = reinterpret_cast<const T*>(&kr[u]);
+      float kf[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e)
+        kf[e] = detail::to_float(k[e]);
+#pragma unroll
+      for (int g = 0; g < GM; ++g) {
+        float x = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+          x += q[g][e] * kf[e];
+#pragma unroll
+        for (int o = L / 2; o > 0; o >>= 1)
+          x += __shfl_xor_sync(0xffffffffu, x, o);
+        s[u][g] = base + u * KW + kq < end ? x : -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < GM; ++g) {
       if (g < G) {
-        const float c = corr_s[g];
+        float mx = s[0][g];
+#pragma unroll
+        for (int u = 1; u < U; ++u)
+          mx = fmaxf(mx, s[u][g]);
+#pragma unroll
+        for (int o = L; o < 32; o <<= 1)
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        const float m_new = fmaxf(m[g], mx);
+        const float c = expf(m[g] - m_new);
+        m[g] = m_new;
+        l[g] *= c;
 #pragma unroll
         for (int e = 0; e < kVec; ++e)
           acc[g][e] *= c;
-      }
-    }
-    for (int i = vgroup; i < n; i += groups) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(pool + k_off[i] + v_shift + vchunk * kVec);
-      const T* v = reinterpret_cast<const T*>(&raw);
-      float vf[kVec];
 #pragma unroll
-      for (int e = 0; e < kVec; ++e)
-        vf[e] = detail::to_float(v[e]);
-#pragma unroll
-      for (int g = 0; g < kMaxGroupInRegisters; ++g) {
-        if (g < G) {
-          const float p = scores[g * TILE + i];
+        for (int u = 0; u < U; ++u) {
+          const float pu = expf(s[u][g] - m_new);
+          l[g] += pu;
+          const T* v = reinterpret_cast<const T*>(&vr[u]);
 #pragma unroll
           for (int e = 0; e < kVec; ++e)
-            acc[g][e] += p * vf[e];
+            acc[g][e] += pu * detail::to_float(v[e]);
         }
       }
     }
-    __syncthreads();
   }
 
-  // Sum the position subsets: red[group][g][d].
+  // Add the key lane groups of the warp (m is the same on every lane), then merge the warps.
 #pragma unroll
-  for (int g = 0; g < kMaxGroupInRegisters; ++g) {
+  for (int g = 0; g < GM; ++g) {
     if (g < G) {
 #pragma unroll
-      for (int e = 0; e < kVec; ++e)
-        red[(vgroup * G + g) * D + vchunk * kVec + e] = acc[g][e];
+      for (int o = L; o < 32; o <<= 1) {
+        l[g] += __shfl_xor_sync(0xffffffffu, l[g], o);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+          acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], o);
+      }
+      if (kq == 0) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+          red_acc[warp][g][sub * kVec + e] = acc[g][e];
+      }
+      if (lane == 0) {
+        red_m[warp][g] = m[g];
+        red_l[warp][g] = l[g];
+      }
     }
   }
   __syncthreads();
   const int NH = a.num_heads;
   for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
-    float o = 0.0f;
-    for (int grp = 0; grp < groups; ++grp)
-      o += red[grp * G * D + i];
     const int g = i / D, d = i % D;
+    float mm = red_m[0][g];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w)
+      mm = fmaxf(mm, red_m[w][g]);
+    float o = 0.0f, ll = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = expf(red_m[w][g] - mm);
+      o += red_acc[w][g][d] * f;
+      ll += red_l[w][g] * f;
+    }
     if (splits == 1) {
       T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(t) * NH * D +
                static_cast<std::size_t>(kvh) * G * D;
-      out[i] = detail::from_float<T>(o / l_s[g]);
+      out[i] = detail::from_float<T>(o / ll);
     } else {
       const int h = kvh * G + g;
       float* rec =
           workspace + ((static_cast<std::size_t>(blockIdx.y) * NH + h) * splits + split) * (D + 2);
       rec[d] = o;
       if (d == 0) {
-        rec[D] = m_s[g];
-        rec[D + 1] = l_s[g];
+        rec[D] = mm;
+        rec[D + 1] = ll;
       }
     }
+  }
+}
+
+using DecodeKernel = void (*)(AttentionArgs, FlatBatchView, PagedKvView, const std::int32_t*,
+                              float*);
+
+template <class T, int D>
+DecodeKernel decode_warp_for_group(int G) {
+  if (G <= 1) return decode_kernel_warp<T, D, 1>;
+  if (G <= 2) return decode_kernel_warp<T, D, 2>;
+  if (G <= 4) return decode_kernel_warp<T, D, 4>;
+  return decode_kernel_warp<T, D, 8>;
+}
+
+// The warp kernel for (D, G), or nullptr where the scalar decode_kernel runs.
+template <class T>
+DecodeKernel decode_warp_kernel(int D, int G) {
+  if (G > kMaxGroupInRegisters) return nullptr;
+  switch (D) {
+    case 32: return decode_warp_for_group<T, 32>(G);
+    case 64: return decode_warp_for_group<T, 64>(G);
+    case 128: return decode_warp_for_group<T, 128>(G);
+    case 256: return decode_warp_for_group<T, 256>(G);
+    default: return nullptr;
   }
 }
 
@@ -669,7 +705,6 @@ int decode_splits(int max_context) {
 template <class T>
 void allow_all_shared_memory(int bytes) {
   cudaFuncSetAttribute(decode_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  cudaFuncSetAttribute(decode_kernel_vec<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   cudaFuncSetAttribute(prefill_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   cudaFuncSetAttribute(prefill_kernel_tc<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
@@ -713,18 +748,15 @@ void decode_attention(const AttentionArgs& args, const FlatBatchView& batch, con
   const int G = args.num_heads / kv.num_kv_heads, D = kv.head_dim;
   const int splits = decode_splits(max_context);
   const dim3 grid(kv.num_kv_heads, num_queries, splits);
-  // The vectorized kernel reads 16-byte rows: head_dim a power of two from 32 to 256 (so D/8
-  // lanes divide a warp and D/8 threads divide the block), at most 8 heads per kv head.
-  const bool vec = (D == 32 || D == 64 || D == 128 || D == 256) && G <= kMaxGroupInRegisters;
-  const int groups = kDecodeThreads / (D / 8);
-  const std::size_t shared = vec ? sizeof(float) * (G * D + G * kDecodeThreads + 3 * G + 1) +
-                                       sizeof(std::size_t) * kDecodeThreads +
-                                       sizeof(float) * groups * G * D + 8
-                                 : sizeof(float) * (2 * G * D + G * kDecodeThreads + 3 * G + 1) +
-                                       sizeof(std::size_t) * kDecodeThreads + 8;
   WEFT_DISPATCH_PRECISION(kv.precision, {
-    auto* kernel = vec ? decode_kernel_vec<T> : decode_kernel<T>;
-    kernel<<<grid, kDecodeThreads, shared, stream>>>(args, batch, kv, query_tokens, workspace);
+    if (auto* warp_kernel = decode_warp_kernel<T>(D, G)) {
+      warp_kernel<<<grid, kDecodeThreads, 0, stream>>>(args, batch, kv, query_tokens, workspace);
+    } else {
+      const std::size_t shared = sizeof(float) * (2 * G * D + G * kDecodeThreads + 3 * G + 1) +
+                                 sizeof(std::size_t) * kDecodeThreads + 8;
+      decode_kernel<T><<<grid, kDecodeThreads, shared, stream>>>(args, batch, kv, query_tokens,
+                                                                 workspace);
+    }
     if (splits > 1) {
       combine_kernel<T><<<dim3(args.num_heads, num_queries), 128, 0, stream>>>(
           args, batch, D, query_tokens, workspace, splits);
