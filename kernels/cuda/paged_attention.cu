@@ -1,6 +1,7 @@
 #include <mma.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/paged_attention.hpp"
@@ -356,6 +357,330 @@ __global__ void __launch_bounds__(kDecodeThreads)
   }
 }
 
+// Keys per shared-memory tile of the tensor-core decode kernel (16 per warp).
+constexpr int kStageKeys = 64;
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool live) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
+               "r"(live ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Tensor-core decode, one block per (query token, kv head, split) as the other decode
+// kernels. The block copies tiles of kStageKeys keys and values into shared memory with
+// cp.async (16 bytes per instruction, nothing held in registers while in flight; two tiles
+// in turn when a split has more than one), each warp takes 16 keys of the tile with its own
+// online softmax, and the four warps are merged in warp order at the end. The products run
+// on mma.sync m16n8k16 (16-bit inputs, fp32 accumulators). Per warp and 16 keys:
+// - S = Q K^T for the group's heads (rows; up to 8 of the 16 used) and 8 keys at a time:
+//   lane (g = lane/4, t = lane%4) takes key g's 16 bytes at elements 32c + 8t of chunk c as
+//   its B fragments, and head g's q at the same elements as its A fragments (head_dim
+//   slots are permuted the same way on both sides, so the dot products are unchanged);
+// - q*scale and the softmax weights p are split into a 16-bit high part and a 16-bit
+//   remainder, each multiplied in turn, so the products carry ~16 bits more than one
+//   rounding: the result matches fp32 arithmetic within the fp32 accumulators' rounding;
+// - O^T += V^T P^T (rows: head_dim, columns: heads): the S fragment a lane holds (head g,
+//   keys 2t, 2t+1) is already its B fragment; lane g reads head_dim elements
+//   [g*D/8, (g+1)*D/8) of its four keys and packs pairs of keys with byte permutes.
+// Every sum runs in an order fixed by the token's context alone.
+__device__ __forceinline__ void mma_16816(float* c, const unsigned* a, unsigned b0, unsigned b1,
+                                          __nv_bfloat16) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_16816(float* c, const unsigned* a, unsigned b0, unsigned b1,
+                                          __half) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as 16-bit values in one register (x in the low half), and what rounding left.
+template <class T>
+__device__ __forceinline__ unsigned pack2(float x, float y, float& rx, float& ry) {
+  const T hx = detail::from_float<T>(x), hy = detail::from_float<T>(y);
+  rx = x - detail::to_float(hx);
+  ry = y - detail::to_float(hy);
+  unsigned short ux, uy;
+  memcpy(&ux, &hx, 2);
+  memcpy(&uy, &hy, 2);
+  return static_cast<unsigned>(ux) | (static_cast<unsigned>(uy) << 16);
+}
+template <class T>
+__device__ __forceinline__ unsigned pack2(float x, float y) {
+  float rx, ry;
+  return pack2<T>(x, y, rx, ry);
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(kDecodeThreads, D >= 256 ? 1 : D >= 128 ? 4 : 6)
+    decode_kernel_tc(AttentionArgs a, FlatBatchView b, PagedKvView kv,
+                     const std::int32_t* query_tokens, float* workspace, int stages) {
+  constexpr int kVec = 8, L = D / kVec;  // 16-byte chunks per row
+  constexpr int kWarps = kDecodeThreads / 32, TP = kStageKeys, kWarpKeys = TP / kWarps;
+  constexpr int KC = D / 32;  // k chunks of 32 elements (two m16n8k16 steps each)
+  constexpr int VW = D / 16;  // 32-bit words of V per lane and key (= O^T row tiles)
+  static_assert(kWarpKeys == 16, "one 16-key PV product per warp and tile");
+  constexpr int GM = 8;
+  extern __shared__ __align__(16) unsigned char staged_smem[];
+  uint4* kv_s = reinterpret_cast<uint4*>(staged_smem);  // [stage][K|V][TP][L]
+
+  const int t = query_tokens[blockIdx.y];
+  const int kvh = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
+  const int pos = b.positions[t];
+  const std::int32_t* table = b.page_ids + b.page_table_begin[b.token_seq[t]];
+  const int first = first_position(pos, a.sliding_window);
+  const int chunk = split_positions(pos + 1 - first);
+  const int begin = splits > 1 ? first + split * chunk : first;
+  const int end = splits > 1 ? min(pos + 1, begin + chunk) : pos + 1;
+  if (begin > pos) return;  // this token's context has fewer splits than the grid
+  const int G = a.num_heads / kv.num_kv_heads;
+  const T* pool = static_cast<const T*>(kv.pool);
+  const std::size_t v_shift = static_cast<std::size_t>(kv.num_kv_heads) * kv.page_size * D;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, tq = lane & 3;
+
+  // Row offsets of the tile being copied, computed once per row (page table, division).
+  __shared__ std::size_t row_off[TP];
+  auto issue = [&](int tb, int stage) {
+    __syncthreads();  // row_off may still be read by the previous copy
+    if (threadIdx.x < TP) {
+      const int p = tb + threadIdx.x;
+      row_off[threadIdx.x] = p < end ? key_offset(kv, table, p, kvh) : 0;
+    }
+    __syncthreads();
+    uint4* ks = kv_s + static_cast<std::size_t>(stage) * 2 * TP * L;
+    uint4* vs = ks + TP * L;
+#pragma unroll
+    for (int c = threadIdx.x; c < TP * L; c += kDecodeThreads) {
+      const int i = c / L, part = c % L;
+      const bool live = tb + i < end;
+      const T* row = pool + row_off[i] + part * kVec;
+      cp_async16(ks + c, row, live);
+      cp_async16(vs + c, row + v_shift, live);
+    }
+    cp_async_commit();
+  };
+  issue(begin, 0);
+
+  // A fragments of q * scale (head g; rows 8-15 are zero), high parts and remainders.
+  unsigned qh[KC][4], ql[KC][4];
+  {
+    const float* qp = a.q + static_cast<std::size_t>(t) * a.q_stride +
+                      static_cast<std::size_t>(kvh) * G * D + static_cast<std::size_t>(g) * D;
+#pragma unroll
+    for (int c = 0; c < KC; ++c) {
+      float x[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        x[e] = g < G ? qp[32 * c + 8 * tq + e] * a.scale : 0.0f;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        float r0, r1;
+        qh[c][w] = pack2<T>(x[2 * w], x[2 * w + 1], r0, r1);
+        ql[c][w] = pack2<T>(r0, r1);
+      }
+    }
+  }
+  float acc[VW][4];
+#pragma unroll
+  for (int i = 0; i < VW; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc[i][e] = 0.0f;
+  float m = -FLT_MAX, l = 0.0f;  // head g's running max and this lane's part of its sum
+
+  const int tiles = (end - begin + TP - 1) / TP;
+  for (int j = 0; j < tiles; ++j) {
+    const int stage = stages > 1 ? j & 1 : 0;
+    if (stages > 1 && j + 1 < tiles) {
+      issue(begin + (j + 1) * TP, (j + 1) & 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const uint4* ks = kv_s + static_cast<std::size_t>(stage) * 2 * TP * L;
+    const uint4* vs = ks + TP * L;
+    const int i0 = warp * kWarpKeys, k0 = begin + j * TP + i0;
+    if (k0 < end) {
+      // S for keys k0 + 8 * blk + (0..7): lane holds head g, keys 2tq and 2tq + 1.
+      float sc[2][4];
+#pragma unroll
+      for (int blk = 0; blk < 2; ++blk) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          sc[blk][e] = 0.0f;
+        const uint4* krow = ks + (i0 + 8 * blk + g) * L + tq;
+#pragma unroll
+        for (int c = 0; c < KC; ++c) {
+          const uint4 kr = krow[4 * c];
+          const unsigned a0[4] = {qh[c][0], 0u, qh[c][1], 0u};
+          const unsigned a1[4] = {qh[c][2], 0u, qh[c][3], 0u};
+          const unsigned l0[4] = {ql[c][0], 0u, ql[c][1], 0u};
+          const unsigned l1[4] = {ql[c][2], 0u, ql[c][3], 0u};
+          mma_16816(sc[blk], a0, kr.x, kr.y, T{});
+          mma_16816(sc[blk], l0, kr.x, kr.y, T{});
+          mma_16816(sc[blk], a1, kr.z, kr.w, T{});
+          mma_16816(sc[blk], l1, kr.z, kr.w, T{});
+        }
+      }
+      float s[4] = {sc[0][0], sc[0][1], sc[1][0], sc[1][1]};
+      const int key[4] = {k0 + 2 * tq, k0 + 2 * tq + 1, k0 + 8 + 2 * tq, k0 + 9 + 2 * tq};
+      float mx = -INFINITY;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (key[e] >= end) s[e] = -INFINITY;
+        mx = fmaxf(mx, s[e]);
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m, mx);
+      const float corr = expf(m - m_new);
+      m = m_new;
+      float p[4];
+      l *= corr;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        p[e] = expf(s[e] - m_new);
+        l += p[e];
+      }
+      float r[4];
+      const unsigned ph0 = pack2<T>(p[0], p[1], r[0], r[1]);
+      const unsigned ph1 = pack2<T>(p[2], p[3], r[2], r[3]);
+      const unsigned pl0 = pack2<T>(r[0], r[1]), pl1 = pack2<T>(r[2], r[3]);
+      // The accumulator's columns are heads 2tq and 2tq + 1: their rescale factors.
+      const float ca = __shfl_sync(0xffffffffu, corr, 8 * tq);
+      const float cb = __shfl_sync(0xffffffffu, corr, 8 * tq + 4);
+      // V of keys 2tq, 2tq + 1, 8 + 2tq, 9 + 2tq, elements [g * D/8, (g + 1) * D/8), 16
+      // bytes (four row tiles of O^T) at a time.
+#pragma unroll
+      for (int c = 0; c < VW / 4; ++c) {
+        uint4 v[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          v[e] = vs[(i0 + (e >> 1) * 8 + 2 * tq + (e & 1)) * L + g * (L / 8) + c];
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          const int i = 4 * c + w;
+          auto word = [&](const uint4& x) { return w == 0 ? x.x : w == 1 ? x.y : w == 2 ? x.z : x.w; };
+          acc[i][0] *= ca;
+          acc[i][1] *= cb;
+          acc[i][2] *= ca;
+          acc[i][3] *= cb;
+          const unsigned av[4] = {__byte_perm(word(v[0]), word(v[1]), 0x5410),
+                                  __byte_perm(word(v[0]), word(v[1]), 0x7632),
+                                  __byte_perm(word(v[2]), word(v[3]), 0x5410),
+                                  __byte_perm(word(v[2]), word(v[3]), 0x7632)};
+          mma_16816(acc[i], av, ph0, ph1, T{});
+          mma_16816(acc[i], av, pl0, pl1, T{});
+        }
+      }
+    }
+    __syncthreads();  // the stage is refilled next
+    if (stages == 1 && j + 1 < tiles) issue(begin + (j + 1) * TP, 0);
+  }
+
+  // The warp's sums per head: l over the lanes of head g; then merge the warps in order.
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  float* red_acc = reinterpret_cast<float*>(staged_smem);  // [kWarps][GM][D]
+  float* red_m = red_acc + kWarps * GM * D;                // [kWarps][GM]
+  float* red_l = red_m + kWarps * GM;
+  const int ha = 2 * tq, hb = 2 * tq + 1;
+#pragma unroll
+  for (int i = 0; i < VW; ++i) {
+    const int d0 = g * (D / 8) + 2 * i;  // rows g and g + 8 of tile i
+    if (ha < G) {
+      red_acc[(warp * GM + ha) * D + d0] = acc[i][0];
+      red_acc[(warp * GM + ha) * D + d0 + 1] = acc[i][2];
+    }
+    if (hb < G) {
+      red_acc[(warp * GM + hb) * D + d0] = acc[i][1];
+      red_acc[(warp * GM + hb) * D + d0 + 1] = acc[i][3];
+    }
+  }
+  if (tq == 0 && g < G) {
+    red_m[warp * GM + g] = m;
+    red_l[warp * GM + g] = l;
+  }
+  __syncthreads();
+  // Per head: the block's max, each warp's factor e^(m_w - M) and the block's sum.
+  __shared__ float fac[kWarps][GM], blk_m[GM], blk_l[GM];
+  if (threadIdx.x < G) {
+    const int h = threadIdx.x;
+    float mm = red_m[h];
+    for (int w = 1; w < kWarps; ++w)
+      mm = fmaxf(mm, red_m[w * GM + h]);
+    float ll = 0.0f;
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = expf(red_m[w * GM + h] - mm);
+      fac[w][h] = f;
+      ll += red_l[w * GM + h] * f;
+    }
+    blk_m[h] = mm;
+    blk_l[h] = ll;
+  }
+  __syncthreads();
+  const int NH = a.num_heads;
+  T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(t) * NH * D +
+           static_cast<std::size_t>(kvh) * G * D;
+  // Split records: [query][head][split] of D accumulators, then m and l.
+  float* recs = workspace + (static_cast<std::size_t>(blockIdx.y) * NH + kvh * G) * splits * (D + 2);
+  for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+    const int h = i / D, d = i % D;
+    float o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w)
+      o += red_acc[(w * GM + h) * D + d] * fac[w][h];
+    if (splits == 1) {
+      out[i] = detail::from_float<T>(o / blk_l[h]);
+    } else {
+      float* rec = recs + (static_cast<std::size_t>(h) * splits + split) * (D + 2);
+      rec[d] = o;
+      if (d == 0) {
+        rec[D] = blk_m[h];
+        rec[D + 1] = blk_l[h];
+      }
+    }
+  }
+}
+
+using TcKernel = void (*)(AttentionArgs, FlatBatchView, PagedKvView, const std::int32_t*,
+                              float*, int);
+
+// The tensor-core kernel for (D, G), or nullptr.
+template <class T>
+TcKernel decode_tc_kernel(int D, int G) {
+  if (G > kMaxGroupInRegisters) return nullptr;
+  switch (D) {
+    case 64: return decode_kernel_tc<T, 64>;
+    case 128: return decode_kernel_tc<T, 128>;
+    case 256: return decode_kernel_tc<T, 256>;
+    default: return nullptr;
+  }
+}
+
+// Shared memory of the tensor-core kernel: the tiles, or the merge records if larger.
+std::size_t tc_shared_bytes(int D, int stages) {
+  constexpr int GM = kMaxGroupInRegisters;
+  const std::size_t tiles = static_cast<std::size_t>(stages) * 2 * kStageKeys * D * kHalfBytes;
+  const std::size_t merge = sizeof(float) * (kDecodeThreads / 32) * GM * (D + 2);
+  return std::max(tiles, merge);
+}
+
 using DecodeKernel = void (*)(AttentionArgs, FlatBatchView, PagedKvView, const std::int32_t*,
                               float*);
 
@@ -367,24 +692,22 @@ DecodeKernel decode_warp_for_group(int G) {
   return decode_kernel_warp<T, D, 8>;
 }
 
-// The warp kernel for (D, G), or nullptr where the scalar decode_kernel runs.
+// The warp kernel for (D, G), or nullptr where the scalar decode_kernel runs. Head dims
+// 64, 128 and 256 take the tensor-core kernel; the warp kernel serves head_dim 32.
 template <class T>
 DecodeKernel decode_warp_kernel(int D, int G) {
-  if (G > kMaxGroupInRegisters) return nullptr;
-  switch (D) {
-    case 32: return decode_warp_for_group<T, 32>(G);
-    case 64: return decode_warp_for_group<T, 64>(G);
-    case 128: return decode_warp_for_group<T, 128>(G);
-    case 256: return decode_warp_for_group<T, 256>(G);
-    default: return nullptr;
-  }
+  if (G > kMaxGroupInRegisters || D != 32) return nullptr;
+  return decode_warp_for_group<T, 32>(G);
 }
 
-// Combines a token's splits: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
+// Combines a token's splits: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M), the
+// factors e^(m_s - M) computed once per split.
 template <class T>
 __global__ void combine_kernel(AttentionArgs a, FlatBatchView b, int head_dim,
                                const std::int32_t* query_tokens, const float* workspace,
                                int splits) {
+  __shared__ float f[kMaxDecodeSplits];
+  __shared__ float total;
   const int h = blockIdx.x, qi = blockIdx.y, D = head_dim;
   const int t = query_tokens[qi];
   const int pos = b.positions[t];
@@ -393,19 +716,28 @@ __global__ void combine_kernel(AttentionArgs a, FlatBatchView b, int head_dim,
   const int used = (span + chunk - 1) / chunk;
   const float* recs =
       workspace + (static_cast<std::size_t>(qi) * a.num_heads + h) * splits * (D + 2);
-  float m = -FLT_MAX;
-  for (int s = 0; s < used; ++s)
-    m = fmaxf(m, recs[s * (D + 2) + D]);
-  float l = 0.0f;
-  for (int s = 0; s < used; ++s)
-    l += recs[s * (D + 2) + D + 1] * expf(recs[s * (D + 2) + D] - m);
+  if (threadIdx.x < 32) {
+    const int s = threadIdx.x;
+    const float ms = s < used ? recs[s * (D + 2) + D] : -FLT_MAX;
+    const float m = detail::warp_max(ms);
+    const float fs = s < used ? expf(ms - m) : 0.0f;
+    if (s < used) f[s] = fs;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {  // the sum in split order
+    float l = 0.0f;
+    for (int k = 0; k < used; ++k)
+      l += recs[k * (D + 2) + D + 1] * f[k];
+    total = l;
+  }
+  __syncthreads();
   T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(t) * a.num_heads * D +
            static_cast<std::size_t>(h) * D;
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float o = 0.0f;
     for (int s = 0; s < used; ++s)
-      o += recs[s * (D + 2) + d] * expf(recs[s * (D + 2) + D] - m);
-    out[d] = detail::from_float<T>(o / l);
+      o += recs[s * (D + 2) + d] * f[s];
+    out[d] = detail::from_float<T>(o / total);
   }
 }
 
@@ -702,10 +1034,25 @@ int decode_splits(int max_context) {
   return std::min(kMaxDecodeSplits, (max_context + kDecodeSplitQuantum - 1) / kDecodeSplitQuantum);
 }
 
+// Lets `kernel` use all the dynamic shared memory a block can opt into beside its static
+// shared memory.
+template <class K>
+void allow_dynamic_shared_memory(K* kernel, int bytes) {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       bytes - static_cast<int>(attr.sharedSizeBytes));
+}
+
 template <class T>
 void allow_all_shared_memory(int bytes) {
   cudaFuncSetAttribute(decode_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   cudaFuncSetAttribute(prefill_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  for (int D : {64, 128, 256})
+    allow_dynamic_shared_memory(decode_tc_kernel<T>(D, 8), bytes);
   cudaFuncSetAttribute(prefill_kernel_tc<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
@@ -749,7 +1096,13 @@ void decode_attention(const AttentionArgs& args, const FlatBatchView& batch, con
   const int splits = decode_splits(max_context);
   const dim3 grid(kv.num_kv_heads, num_queries, splits);
   WEFT_DISPATCH_PRECISION(kv.precision, {
-    if (auto* warp_kernel = decode_warp_kernel<T>(D, G)) {
+    if (TcKernel tc = decode_tc_kernel<T>(D, G)) {
+      // Two stages when some token's split spans more than one tile.
+      const int chunk = splits > 1 ? split_positions(max_context) : max_context;
+      const int stages = chunk > kStageKeys ? 2 : 1;
+      tc<<<grid, kDecodeThreads, tc_shared_bytes(D, stages), stream>>>(args, batch, kv, query_tokens,
+                                                                     workspace, stages);
+    } else if (auto* warp_kernel = decode_warp_kernel<T>(D, G)) {
       warp_kernel<<<grid, kDecodeThreads, 0, stream>>>(args, batch, kv, query_tokens, workspace);
     } else {
       const std::size_t shared = sizeof(float) * (2 * G * D + G * kDecodeThreads + 3 * G + 1) +
