@@ -10,9 +10,17 @@
 // divided by the device-to-device copy bandwidth measured in the same run. Decode steps replay
 // CUDA graphs. --profile adds, per decode batch, a few more steps run as plain launches with
 // a device event after each kernel class, and prints the device milliseconds per step by class.
+//
+// Before the rows it measures the bf16 GEMM peak: cuBLAS (cublasGemmEx, bf16 inputs, fp32
+// compute) on 8192^3 with bf16 and with fp32 output, and on the model's prefill products at
+// 2048 tokens (qkv, o, gate_up, down; fp32 output as the model writes); the best TFLOP/s is
+// printed, written to the JSON (gemm_peak_tflops, with every shape under gemm), and prefill
+// rows show their TFLOP/s as a percentage of it.
 
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -138,6 +146,57 @@ double copy_bandwidth_bytes_per_s() {
   return 2.0 * bytes * reps / dt;
 }
 
+struct GemmShape {
+  std::string name;
+  int m, n, k;  // C [m, n] = A [m, k] B^T, B [n, k] row-major (the model's x W^T)
+  bool f32_out;
+};
+
+// Best TFLOP/s of cuBLAS on one shape over `reps` timed launches (after warm-up), or 0 when
+// something fails (allocation, cuBLAS).
+double gemm_tflops(cublasHandle_t handle, const GemmShape& g, int reps) {
+  const std::size_t a_bytes = std::size_t{2} * g.m * g.k, b_bytes = std::size_t{2} * g.n * g.k;
+  const std::size_t c_bytes = std::size_t{g.f32_out ? 4u : 2u} * g.m * g.n;
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  double best = 0;
+  if (cudaMalloc(&a, a_bytes) == cudaSuccess && cudaMalloc(&b, b_bytes) == cudaSuccess &&
+      cudaMalloc(&c, c_bytes) == cudaSuccess) {
+    // Every element 0x3c3c: about 0.012 in bf16 (finite sums; the value does not matter).
+    cudaMemset(a, 0x3c, a_bytes);
+    cudaMemset(b, 0x3c, b_bytes);
+    const float alpha = 1.0f, beta = 0.0f;
+    // Column-major view: C^T [n, m] = B [n, k] (as k x n, transposed) * A^T.
+    auto launch = [&] {
+      return cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, g.n, g.m, g.k, &alpha, b,
+                          CUDA_R_16BF, g.k, a, CUDA_R_16BF, g.k, &beta, c,
+                          g.f32_out ? CUDA_R_32F : CUDA_R_16BF, g.n, CUBLAS_COMPUTE_32F,
+                          CUBLAS_GEMM_DEFAULT);
+    };
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; ++i)
+      ok = launch() == CUBLAS_STATUS_SUCCESS;
+    for (int r = 0; r < reps && ok; ++r) {
+      cudaEventRecord(e0);
+      ok = launch() == CUBLAS_STATUS_SUCCESS;
+      cudaEventRecord(e1);
+      cudaEventSynchronize(e1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      if (ok && ms > 0) best = std::max(best, 2.0 * g.m * g.n * g.k / (ms * 1e-3) / 1e12);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+  }
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  cudaGetLastError();
+  return best;
+}
+
 std::vector<int> parse_list(const std::string& s) {
   std::vector<int> out;
   std::stringstream in(s);
@@ -257,10 +316,39 @@ int main(int argc, char** argv) {
   std::printf("device copy bandwidth %.0f GB/s (read+write); decode floor %.3f ms/step\n",
               bandwidth / 1e9, floor_s * 1e3);
 
+  // The bf16 GEMM peak (see the top of the file).
+  std::vector<GemmShape> gemm_shapes{{"8192^3 bf16 out", 8192, 8192, 8192, false},
+                                     {"8192^3 fp32 out", 8192, 8192, 8192, true}};
+  const int hid = spec.hidden_size;
+  gemm_shapes.push_back({"qkv 2048", 2048, spec.q_dim() + 2 * spec.kv_dim(), hid, true});
+  gemm_shapes.push_back({"o 2048", 2048, hid, spec.q_dim(), true});
+  gemm_shapes.push_back({"gate_up 2048", 2048, 2 * spec.intermediate_size, hid, true});
+  gemm_shapes.push_back({"down 2048", 2048, hid, spec.intermediate_size, true});
+  double gemm_peak = 0;
+  std::ostringstream gemm_json;
+  {
+    cublasHandle_t handle = nullptr;
+    if (cublasCreate(&handle) == CUBLAS_STATUS_SUCCESS) {
+      std::printf("cuBLAS bf16 GEMM (fp32 compute), best of 20:");
+      bool first = true;
+      for (const auto& g : gemm_shapes) {
+        const double tf = gemm_tflops(handle, g, 20);
+        gemm_peak = std::max(gemm_peak, tf);
+        std::printf(" %s (%dx%dx%d) %.0f;", g.name.c_str(), g.m, g.n, g.k, tf);
+        gemm_json << (first ? "" : ",") << "{\"shape\":\"" << g.name << "\",\"m\":" << g.m
+                  << ",\"n\":" << g.n << ",\"k\":" << g.k << ",\"tflops\":" << tf << "}";
+        first = false;
+      }
+      cublasDestroy(handle);
+      std::printf(" TFLOP/s\ngemm peak %.0f TFLOP/s\n", gemm_peak);
+    }
+  }
+
   std::ostringstream json;
   json << "{\"device\":\"" << d.name << "\",\"model\":\"" << spec.architecture
        << "\",\"precision\":\"" << precision_name << "\",\"weight_bytes\":" << weight_bytes
-       << ",\"copy_bandwidth_bytes_per_s\":" << bandwidth << ",\"rows\":[";
+       << ",\"copy_bandwidth_bytes_per_s\":" << bandwidth << ",\"gemm_peak_tflops\":" << gemm_peak
+       << ",\"gemm\":[" << gemm_json.str() << "],\"rows\":[";
   bool first_row = true;
   std::printf("%-8s %6s %8s %12s %12s %10s\n", "kind", "batch", "tokens", "ms/step", "tokens/s",
               "vs floor");
@@ -298,10 +386,13 @@ int main(int argc, char** argv) {
     // 2 FLOP per parameter per token, plus attention's 2 * 2 * len^2/2 * q_dim per layer.
     const double flops =
         2.0 * params * len + 2.0 * spec.num_layers * static_cast<double>(len) * len * spec.q_dim();
-    std::printf("%-8s %6d %8d %12.3f %12.0f %9.1fTF\n", "prefill", 1, len, best * 1e3, len / best,
-                flops / best / 1e12);
+    const double tflops = flops / best / 1e12;
+    const double of_peak = gemm_peak > 0 ? 100.0 * tflops / gemm_peak : 0.0;
+    std::printf("%-8s %6d %8d %12.3f %12.0f %9.1fTF (%.0f%% of GEMM peak)\n", "prefill", 1, len,
+                best * 1e3, len / best, tflops, of_peak);
     json << (first_row ? "" : ",") << "{\"kind\":\"prefill\",\"tokens\":" << len
-         << ",\"ms\":" << best * 1e3 << ",\"tflops\":" << flops / best / 1e12 << "}";
+         << ",\"ms\":" << best * 1e3 << ",\"tflops\":" << tflops
+         << ",\"percent_of_gemm_peak\":" << of_peak << "}";
     first_row = false;
     release(tables);
   }

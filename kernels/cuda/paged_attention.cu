@@ -1,6 +1,7 @@
 #include <mma.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/paged_attention.hpp"
@@ -187,168 +188,526 @@ __global__ void decode_kernel(AttentionArgs a, FlatBatchView b, PagedKvView kv,
   }
 }
 
-// The decode kernel for head_dim in {32, 64, 128, 256} and groups of up to 8 query heads per
-// kv head: keys and values are read 16 bytes (8 elements) per lane. Scores: D/8 lanes per
-// key, several keys per warp. Values: each thread owns 8 output dimensions of every head of
-// the group for a subset of the tile's positions, accumulating in registers; the subsets
-// are summed once at the end. Same splits, softmax and outputs as decode_kernel.
-//
-// Dynamic shared memory: q [G][D], scores [G][kDecodeThreads], m, l, rescale [G], key
-// offsets [kDecodeThreads], then the final reduction [groups][G][D] (groups = 128 / (D/8)).
-template <class T>
-__global__ void decode_kernel_vec(AttentionArgs a, FlatBatchView b, PagedKvView kv,
-                                  const std::int32_t* query_tokens, float* workspace) {
-  extern __shared__ float smem[];
-  constexpr int kVec = 8, TILE = kDecodeThreads;
-  const int D = kv.head_dim, G = a.num_heads / kv.num_kv_heads;
-  const int chunks = D / kVec;                 // lanes per key, threads per value row
-  const int groups = kDecodeThreads / chunks;  // position subsets in the value phase
-  float* q_s = smem;
-  float* scores = q_s + G * D;
-  float* m_s = scores + G * TILE;
-  float* l_s = m_s + G;
-  float* corr_s = l_s + G;
-  auto* k_off = reinterpret_cast<std::size_t*>(corr_s + G + (G & 1));
-  float* red = reinterpret_cast<float*>(k_off + TILE);
+// The decode kernel for head_dim in {32, 64, 128, 256} and up to 8 query heads per kv head.
+// Each warp runs its own online softmax over its share of the split's keys, with nothing
+// shared inside the block until the end:
+// - a key row is read by L = D/8 consecutive lanes, 16 bytes (8 elements) each, so a warp
+//   reads KW = 32/L keys per pass and keeps U passes' keys and values in flight (U*KW keys,
+//   2U 16-byte loads per lane issued before any arithmetic);
+// - each lane keeps q[g][its 8 dims] * scale for every head g of the group in registers, so
+//   a key is read once for the whole group; a score is the sum over the key's L lanes
+//   (log2 L shuffles), the pass's maximum one more shuffle per key lane group;
+// - the value sums acc[g][its 8 dims] stay in registers (each lane group sums its own keys,
+//   the groups are added once after the loop), as do the running max m and sum l;
+// - warps take passes of U*KW keys in turn (warp w: passes w, w+4, ...); the four warps'
+//   results are merged in shared memory in warp order, then written as the split's record
+//   (or the output when the context is one split).
+// Every sum runs in an order fixed by the token's context alone.
+template <class T, int D, int GM>
+__global__ void __launch_bounds__(kDecodeThreads)
+    decode_kernel_warp(AttentionArgs a, FlatBatchView b, PagedKvView kv,
+                       const std::int32_t* query_tokens, float* workspace) {
+  constexpr int kVec = 8, L = D / kVec, KW = 32 / L, U = GM >= 8 ? 2 : 4, STEP = KW * U;
+  constexpr int kWarps = kDecodeThreads / 32;
+  __shared__ float red_acc[kWarps][GM][D];
+  __shared__ float red_m[kWarps][GM], red_l[kWarps][GM];
 
   const int t = query_tokens[blockIdx.y];
   const int kvh = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
   const int pos = b.positions[t];
+  const std::int32_t* table = b.page_ids + b.page_table_begin[b.token_seq[t]];
   const int first = first_position(pos, a.sliding_window);
   const int chunk = split_positions(pos + 1 - first);
   const int begin = splits > 1 ? first + split * chunk : first;
   const int end = splits > 1 ? min(pos + 1, begin + chunk) : pos + 1;
-  if (begin > pos) return;
-  const std::int32_t* table = b.page_ids + b.page_table_begin[b.token_seq[t]];
+  if (begin > pos) return;  // this token's context has fewer splits than the grid
+  const int G = a.num_heads / kv.num_kv_heads;
   const T* pool = static_cast<const T*>(kv.pool);
   const std::size_t v_shift = static_cast<std::size_t>(kv.num_kv_heads) * kv.page_size * D;
-  const float* q =
-      a.q + static_cast<std::size_t>(t) * a.q_stride + static_cast<std::size_t>(kvh) * G * D;
-  for (int i = threadIdx.x; i < G * D; i += blockDim.x)
-    q_s[i] = q[i] * a.scale;
-  for (int g = threadIdx.x; g < G; g += blockDim.x) {
-    m_s[g] = -FLT_MAX;
-    l_s[g] = 0.0f;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int sub = lane % L, kq = lane / L;
+
+  float q[GM][kVec], acc[GM][kVec], m[GM], l[GM];
+  const float* qp = a.q + static_cast<std::size_t>(t) * a.q_stride +
+                    static_cast<std::size_t>(kvh) * G * D + sub * kVec;
+#pragma unroll
+  for (int g = 0; g < GM; ++g) {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      q[g][e] = g < G ? qp[g * D + e] * a.scale : 0.0f;
+      acc[g][e] = 0.0f;
+    }
+    m[g] = -FLT_MAX;
+    l[g] = 0.0f;
   }
 
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  const int sub = lane % chunks, keys_per_warp = 32 / chunks, key_in_warp = lane / chunks;
-  const int vchunk = threadIdx.x % chunks, vgroup = threadIdx.x / chunks;
-  float acc[kMaxGroupInRegisters][kVec];
+  for (int base = begin + warp * STEP; base < end; base += kWarps * STEP) {
+    uint4 kr[U], vr[U];
 #pragma unroll
-  for (int g = 0; g < kMaxGroupInRegisters; ++g)
-#pragma unroll
-    for (int e = 0; e < kVec; ++e)
-      acc[g][e] = 0.0f;
-  __syncthreads();
-
-  for (int base = begin; base < end; base += TILE) {
-    const int n = min(TILE, end - base);
-    if (threadIdx.x < n) k_off[threadIdx.x] = key_offset(kv, table, base + threadIdx.x, kvh);
-    __syncthreads();
-    for (int i0 = warp * keys_per_warp; i0 < n; i0 += warps * keys_per_warp) {
-      const int i = i0 + key_in_warp;
-      float s[kMaxGroupInRegisters];
-#pragma unroll
-      for (int g = 0; g < kMaxGroupInRegisters; ++g)
-        s[g] = 0.0f;
-      if (i < n) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(pool + k_off[i] + sub * kVec);
-        const T* k = reinterpret_cast<const T*>(&raw);
-        float kf[kVec];
-#pragma unroll
-        for (int e = 0; e < kVec; ++e)
-          kf[e] = detail::to_float(k[e]);
-#pragma unroll
-        for (int g = 0; g < kMaxGroupInRegisters; ++g) {
-          if (g < G) {
-            const float* qg = q_s + g * D + sub * kVec;
-#pragma unroll
-            for (int e = 0; e < kVec; ++e)
-              s[g] += qg[e] * kf[e];
-          }
-        }
-      }
-      // Sum over the key's lanes (a power-of-two group of consecutive lanes).
-#pragma unroll
-      for (int g = 0; g < kMaxGroupInRegisters; ++g) {
-        if (g < G) {
-          for (int offset = chunks / 2; offset > 0; offset >>= 1)
-            s[g] += __shfl_xor_sync(0xffffffffu, s[g], offset);
-          if (sub == 0 && i < n) scores[g * TILE + i] = s[g];
-        }
+    for (int u = 0; u < U; ++u) {
+      const int p = base + u * KW + kq;
+      kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+      if (p < end) {
+        const T* row = pool + key_offset(kv, table, p, kvh) + sub * kVec;
+        kr[u] = __ldg(reinterpret_cast<const uint4*>(row));
+        vr[u] = __ldg(reinterpret_cast<const uint4*>(row + v_shift));
       }
     }
-    __syncthreads();
-    online_softmax_tile(scores, TILE, n, G, m_s, l_s, corr_s);
-    __syncthreads();
+    float s[U][GM];
 #pragma unroll
-    for (int g = 0; g < kMaxGroupInRegisters; ++g) {
+    for (int u = 0; u < U; ++u) {
+      const T* k = reinterpret_cast<const T*>(&kr[u]);
+      float kf[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e)
+        kf[e] = detail::to_float(k[e]);
+#pragma unroll
+      for (int g = 0; g < GM; ++g) {
+        float x = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+          x += q[g][e] * kf[e];
+#pragma unroll
+        for (int o = L / 2; o > 0; o >>= 1)
+          x += __shfl_xor_sync(0xffffffffu, x, o);
+        s[u][g] = base + u * KW + kq < end ? x : -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < GM; ++g) {
       if (g < G) {
-        const float c = corr_s[g];
+        float mx = s[0][g];
+#pragma unroll
+        for (int u = 1; u < U; ++u)
+          mx = fmaxf(mx, s[u][g]);
+#pragma unroll
+        for (int o = L; o < 32; o <<= 1)
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        const float m_new = fmaxf(m[g], mx);
+        const float c = expf(m[g] - m_new);
+        m[g] = m_new;
+        l[g] *= c;
 #pragma unroll
         for (int e = 0; e < kVec; ++e)
           acc[g][e] *= c;
-      }
-    }
-    for (int i = vgroup; i < n; i += groups) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(pool + k_off[i] + v_shift + vchunk * kVec);
-      const T* v = reinterpret_cast<const T*>(&raw);
-      float vf[kVec];
 #pragma unroll
-      for (int e = 0; e < kVec; ++e)
-        vf[e] = detail::to_float(v[e]);
-#pragma unroll
-      for (int g = 0; g < kMaxGroupInRegisters; ++g) {
-        if (g < G) {
-          const float p = scores[g * TILE + i];
+        for (int u = 0; u < U; ++u) {
+          const float pu = expf(s[u][g] - m_new);
+          l[g] += pu;
+          const T* v = reinterpret_cast<const T*>(&vr[u]);
 #pragma unroll
           for (int e = 0; e < kVec; ++e)
-            acc[g][e] += p * vf[e];
+            acc[g][e] += pu * detail::to_float(v[e]);
         }
       }
     }
-    __syncthreads();
   }
 
-  // Sum the position subsets: red[group][g][d].
+  // Add the key lane groups of the warp (m is the same on every lane), then merge the warps.
 #pragma unroll
-  for (int g = 0; g < kMaxGroupInRegisters; ++g) {
+  for (int g = 0; g < GM; ++g) {
     if (g < G) {
 #pragma unroll
-      for (int e = 0; e < kVec; ++e)
-        red[(vgroup * G + g) * D + vchunk * kVec + e] = acc[g][e];
+      for (int o = L; o < 32; o <<= 1) {
+        l[g] += __shfl_xor_sync(0xffffffffu, l[g], o);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+          acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], o);
+      }
+      if (kq == 0) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+          red_acc[warp][g][sub * kVec + e] = acc[g][e];
+      }
+      if (lane == 0) {
+        red_m[warp][g] = m[g];
+        red_l[warp][g] = l[g];
+      }
     }
   }
   __syncthreads();
   const int NH = a.num_heads;
   for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
-    float o = 0.0f;
-    for (int grp = 0; grp < groups; ++grp)
-      o += red[grp * G * D + i];
     const int g = i / D, d = i % D;
+    float mm = red_m[0][g];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w)
+      mm = fmaxf(mm, red_m[w][g]);
+    float o = 0.0f, ll = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = expf(red_m[w][g] - mm);
+      o += red_acc[w][g][d] * f;
+      ll += red_l[w][g] * f;
+    }
     if (splits == 1) {
       T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(t) * NH * D +
                static_cast<std::size_t>(kvh) * G * D;
-      out[i] = detail::from_float<T>(o / l_s[g]);
+      out[i] = detail::from_float<T>(o / ll);
     } else {
       const int h = kvh * G + g;
       float* rec =
           workspace + ((static_cast<std::size_t>(blockIdx.y) * NH + h) * splits + split) * (D + 2);
       rec[d] = o;
       if (d == 0) {
-        rec[D] = m_s[g];
-        rec[D + 1] = l_s[g];
+        rec[D] = mm;
+        rec[D + 1] = ll;
       }
     }
   }
 }
 
-// Combines a token's splits: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
+// Keys per shared-memory tile of the tensor-core decode kernel (16 per warp).
+constexpr int kStageKeys = 64;
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool live) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
+               "r"(live ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Tensor-core decode, one block per (query token, kv head, split) as the other decode
+// kernels. The block copies tiles of kStageKeys keys and values into shared memory with
+// cp.async (16 bytes per instruction, nothing held in registers while in flight; two tiles
+// in turn when a split has more than one), each warp takes 16 keys of the tile with its own
+// online softmax, and the four warps are merged in warp order at the end. The products run
+// on mma.sync m16n8k16 (16-bit inputs, fp32 accumulators). Per warp and 16 keys:
+// - S = Q K^T for the group's heads (rows; up to 8 of the 16 used) and 8 keys at a time:
+//   lane (g = lane/4, t = lane%4) takes key g's 16 bytes at elements 32c + 8t of chunk c as
+//   its B fragments, and head g's q at the same elements as its A fragments (head_dim
+//   slots are permuted the same way on both sides, so the dot products are unchanged);
+// - q*scale and the softmax weights p are split into a 16-bit high part and a 16-bit
+//   remainder, each multiplied in turn, so the products carry ~16 bits more than one
+//   rounding: the result matches fp32 arithmetic within the fp32 accumulators' rounding;
+// - O^T += V^T P^T (rows: head_dim, columns: heads): the S fragment a lane holds (head g,
+//   keys 2t, 2t+1) is already its B fragment; lane g reads head_dim elements
+//   [g*D/8, (g+1)*D/8) of its four keys and packs pairs of keys with byte permutes.
+// Every sum runs in an order fixed by the token's context alone.
+__device__ __forceinline__ void mma_16816(float* c, const unsigned* a, unsigned b0, unsigned b1,
+                                          __nv_bfloat16) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_16816(float* c, const unsigned* a, unsigned b0, unsigned b1,
+                                          __half) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as 16-bit values in one register (x in the low half), and what rounding left.
+template <class T>
+__device__ __forceinline__ unsigned pack2(float x, float y, float& rx, float& ry) {
+  const T hx = detail::from_float<T>(x), hy = detail::from_float<T>(y);
+  rx = x - detail::to_float(hx);
+  ry = y - detail::to_float(hy);
+  unsigned short ux, uy;
+  memcpy(&ux, &hx, 2);
+  memcpy(&uy, &hy, 2);
+  return static_cast<unsigned>(ux) | (static_cast<unsigned>(uy) << 16);
+}
+template <class T>
+__device__ __forceinline__ unsigned pack2(float x, float y) {
+  float rx, ry;
+  return pack2<T>(x, y, rx, ry);
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(kDecodeThreads, D >= 256 ? 1 : D >= 128 ? 4 : 6)
+    decode_kernel_tc(AttentionArgs a, FlatBatchView b, PagedKvView kv,
+                     const std::int32_t* query_tokens, float* workspace, int stages) {
+  constexpr int kVec = 8, L = D / kVec;  // 16-byte chunks per row
+  constexpr int kWarps = kDecodeThreads / 32, TP = kStageKeys, kWarpKeys = TP / kWarps;
+  constexpr int KC = D / 32;  // k chunks of 32 elements (two m16n8k16 steps each)
+  constexpr int VW = D / 16;  // 32-bit words of V per lane and key (= O^T row tiles)
+  static_assert(kWarpKeys == 16, "one 16-key PV product per warp and tile");
+  constexpr int GM = 8;
+  extern __shared__ __align__(16) unsigned char staged_smem[];
+  uint4* kv_s = reinterpret_cast<uint4*>(staged_smem);  // [stage][K|V][TP][L]
+
+  const int t = query_tokens[blockIdx.y];
+  const int kvh = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
+  const int pos = b.positions[t];
+  const std::int32_t* table = b.page_ids + b.page_table_begin[b.token_seq[t]];
+  const int first = first_position(pos, a.sliding_window);
+  const int chunk = split_positions(pos + 1 - first);
+  const int begin = splits > 1 ? first + split * chunk : first;
+  const int end = splits > 1 ? min(pos + 1, begin + chunk) : pos + 1;
+  if (begin > pos) return;  // this token's context has fewer splits than the grid
+  const int G = a.num_heads / kv.num_kv_heads;
+  const T* pool = static_cast<const T*>(kv.pool);
+  const std::size_t v_shift = static_cast<std::size_t>(kv.num_kv_heads) * kv.page_size * D;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, tq = lane & 3;
+
+  // Row offsets of the tile being copied, computed once per row (page table, division).
+  __shared__ std::size_t row_off[TP];
+  auto issue = [&](int tb, int stage) {
+    __syncthreads();  // row_off may still be read by the previous copy
+    if (threadIdx.x < TP) {
+      const int p = tb + threadIdx.x;
+      row_off[threadIdx.x] = p < end ? key_offset(kv, table, p, kvh) : 0;
+    }
+    __syncthreads();
+    uint4* ks = kv_s + static_cast<std::size_t>(stage) * 2 * TP * L;
+    uint4* vs = ks + TP * L;
+#pragma unroll
+    for (int c = threadIdx.x; c < TP * L; c += kDecodeThreads) {
+      const int i = c / L, part = c % L;
+      const bool live = tb + i < end;
+      const T* row = pool + row_off[i] + part * kVec;
+      cp_async16(ks + c, row, live);
+      cp_async16(vs + c, row + v_shift, live);
+    }
+    cp_async_commit();
+  };
+  issue(begin, 0);
+
+  // A fragments of q * scale (head g; rows 8-15 are zero), high parts and remainders.
+  unsigned qh[KC][4], ql[KC][4];
+  {
+    const float* qp = a.q + static_cast<std::size_t>(t) * a.q_stride +
+                      static_cast<std::size_t>(kvh) * G * D + static_cast<std::size_t>(g) * D;
+#pragma unroll
+    for (int c = 0; c < KC; ++c) {
+      float x[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        x[e] = g < G ? qp[32 * c + 8 * tq + e] * a.scale : 0.0f;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        float r0, r1;
+        qh[c][w] = pack2<T>(x[2 * w], x[2 * w + 1], r0, r1);
+        ql[c][w] = pack2<T>(r0, r1);
+      }
+    }
+  }
+  float acc[VW][4];
+#pragma unroll
+  for (int i = 0; i < VW; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc[i][e] = 0.0f;
+  float m = -FLT_MAX, l = 0.0f;  // head g's running max and this lane's part of its sum
+
+  const int tiles = (end - begin + TP - 1) / TP;
+  for (int j = 0; j < tiles; ++j) {
+    const int stage = stages > 1 ? j & 1 : 0;
+    if (stages > 1 && j + 1 < tiles) {
+      issue(begin + (j + 1) * TP, (j + 1) & 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const uint4* ks = kv_s + static_cast<std::size_t>(stage) * 2 * TP * L;
+    const uint4* vs = ks + TP * L;
+    const int i0 = warp * kWarpKeys, k0 = begin + j * TP + i0;
+    if (k0 < end) {
+      // S for keys k0 + 8 * blk + (0..7): lane holds head g, keys 2tq and 2tq + 1.
+      float sc[2][4];
+#pragma unroll
+      for (int blk = 0; blk < 2; ++blk) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          sc[blk][e] = 0.0f;
+        const uint4* krow = ks + (i0 + 8 * blk + g) * L + tq;
+#pragma unroll
+        for (int c = 0; c < KC; ++c) {
+          const uint4 kr = krow[4 * c];
+          const unsigned a0[4] = {qh[c][0], 0u, qh[c][1], 0u};
+          const unsigned a1[4] = {qh[c][2], 0u, qh[c][3], 0u};
+          const unsigned l0[4] = {ql[c][0], 0u, ql[c][1], 0u};
+          const unsigned l1[4] = {ql[c][2], 0u, ql[c][3], 0u};
+          mma_16816(sc[blk], a0, kr.x, kr.y, T{});
+          mma_16816(sc[blk], l0, kr.x, kr.y, T{});
+          mma_16816(sc[blk], a1, kr.z, kr.w, T{});
+          mma_16816(sc[blk], l1, kr.z, kr.w, T{});
+        }
+      }
+      float s[4] = {sc[0][0], sc[0][1], sc[1][0], sc[1][1]};
+      const int key[4] = {k0 + 2 * tq, k0 + 2 * tq + 1, k0 + 8 + 2 * tq, k0 + 9 + 2 * tq};
+      float mx = -INFINITY;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (key[e] >= end) s[e] = -INFINITY;
+        mx = fmaxf(mx, s[e]);
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m, mx);
+      const float corr = expf(m - m_new);
+      m = m_new;
+      float p[4];
+      l *= corr;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        p[e] = expf(s[e] - m_new);
+        l += p[e];
+      }
+      float r[4];
+      const unsigned ph0 = pack2<T>(p[0], p[1], r[0], r[1]);
+      const unsigned ph1 = pack2<T>(p[2], p[3], r[2], r[3]);
+      const unsigned pl0 = pack2<T>(r[0], r[1]), pl1 = pack2<T>(r[2], r[3]);
+      // The accumulator's columns are heads 2tq and 2tq + 1: their rescale factors.
+      const float ca = __shfl_sync(0xffffffffu, corr, 8 * tq);
+      const float cb = __shfl_sync(0xffffffffu, corr, 8 * tq + 4);
+      // V of keys 2tq, 2tq + 1, 8 + 2tq, 9 + 2tq, elements [g * D/8, (g + 1) * D/8), 16
+      // bytes (four row tiles of O^T) at a time.
+#pragma unroll
+      for (int c = 0; c < VW / 4; ++c) {
+        uint4 v[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          v[e] = vs[(i0 + (e >> 1) * 8 + 2 * tq + (e & 1)) * L + g * (L / 8) + c];
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          const int i = 4 * c + w;
+          auto word = [&](const uint4& x) { return w == 0 ? x.x : w == 1 ? x.y : w == 2 ? x.z : x.w; };
+          acc[i][0] *= ca;
+          acc[i][1] *= cb;
+          acc[i][2] *= ca;
+          acc[i][3] *= cb;
+          const unsigned av[4] = {__byte_perm(word(v[0]), word(v[1]), 0x5410),
+                                  __byte_perm(word(v[0]), word(v[1]), 0x7632),
+                                  __byte_perm(word(v[2]), word(v[3]), 0x5410),
+                                  __byte_perm(word(v[2]), word(v[3]), 0x7632)};
+          mma_16816(acc[i], av, ph0, ph1, T{});
+          mma_16816(acc[i], av, pl0, pl1, T{});
+        }
+      }
+    }
+    __syncthreads();  // the stage is refilled next
+    if (stages == 1 && j + 1 < tiles) issue(begin + (j + 1) * TP, 0);
+  }
+
+  // The warp's sums per head: l over the lanes of head g; then merge the warps in order.
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  float* red_acc = reinterpret_cast<float*>(staged_smem);  // [kWarps][GM][D]
+  float* red_m = red_acc + kWarps * GM * D;                // [kWarps][GM]
+  float* red_l = red_m + kWarps * GM;
+  const int ha = 2 * tq, hb = 2 * tq + 1;
+#pragma unroll
+  for (int i = 0; i < VW; ++i) {
+    const int d0 = g * (D / 8) + 2 * i;  // rows g and g + 8 of tile i
+    if (ha < G) {
+      red_acc[(warp * GM + ha) * D + d0] = acc[i][0];
+      red_acc[(warp * GM + ha) * D + d0 + 1] = acc[i][2];
+    }
+    if (hb < G) {
+      red_acc[(warp * GM + hb) * D + d0] = acc[i][1];
+      red_acc[(warp * GM + hb) * D + d0 + 1] = acc[i][3];
+    }
+  }
+  if (tq == 0 && g < G) {
+    red_m[warp * GM + g] = m;
+    red_l[warp * GM + g] = l;
+  }
+  __syncthreads();
+  // Per head: the block's max, each warp's factor e^(m_w - M) and the block's sum.
+  __shared__ float fac[kWarps][GM], blk_m[GM], blk_l[GM];
+  if (threadIdx.x < G) {
+    const int h = threadIdx.x;
+    float mm = red_m[h];
+    for (int w = 1; w < kWarps; ++w)
+      mm = fmaxf(mm, red_m[w * GM + h]);
+    float ll = 0.0f;
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = expf(red_m[w * GM + h] - mm);
+      fac[w][h] = f;
+      ll += red_l[w * GM + h] * f;
+    }
+    blk_m[h] = mm;
+    blk_l[h] = ll;
+  }
+  __syncthreads();
+  const int NH = a.num_heads;
+  T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(t) * NH * D +
+           static_cast<std::size_t>(kvh) * G * D;
+  // Split records: [query][head][split] of D accumulators, then m and l.
+  float* recs = workspace + (static_cast<std::size_t>(blockIdx.y) * NH + kvh * G) * splits * (D + 2);
+  for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+    const int h = i / D, d = i % D;
+    float o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w)
+      o += red_acc[(w * GM + h) * D + d] * fac[w][h];
+    if (splits == 1) {
+      out[i] = detail::from_float<T>(o / blk_l[h]);
+    } else {
+      float* rec = recs + (static_cast<std::size_t>(h) * splits + split) * (D + 2);
+      rec[d] = o;
+      if (d == 0) {
+        rec[D] = blk_m[h];
+        rec[D + 1] = blk_l[h];
+      }
+    }
+  }
+}
+
+using TcKernel = void (*)(AttentionArgs, FlatBatchView, PagedKvView, const std::int32_t*,
+                              float*, int);
+
+// The tensor-core kernel for (D, G), or nullptr.
+template <class T>
+TcKernel decode_tc_kernel(int D, int G) {
+  if (G > kMaxGroupInRegisters) return nullptr;
+  switch (D) {
+    case 64: return decode_kernel_tc<T, 64>;
+    case 128: return decode_kernel_tc<T, 128>;
+    case 256: return decode_kernel_tc<T, 256>;
+    default: return nullptr;
+  }
+}
+
+// Shared memory of the tensor-core kernel: the tiles, or the merge records if larger.
+std::size_t tc_shared_bytes(int D, int stages) {
+  constexpr int GM = kMaxGroupInRegisters;
+  const std::size_t tiles = static_cast<std::size_t>(stages) * 2 * kStageKeys * D * kHalfBytes;
+  const std::size_t merge = sizeof(float) * (kDecodeThreads / 32) * GM * (D + 2);
+  return std::max(tiles, merge);
+}
+
+using DecodeKernel = void (*)(AttentionArgs, FlatBatchView, PagedKvView, const std::int32_t*,
+                              float*);
+
+template <class T, int D>
+DecodeKernel decode_warp_for_group(int G) {
+  if (G <= 1) return decode_kernel_warp<T, D, 1>;
+  if (G <= 2) return decode_kernel_warp<T, D, 2>;
+  if (G <= 4) return decode_kernel_warp<T, D, 4>;
+  return decode_kernel_warp<T, D, 8>;
+}
+
+// The warp kernel for (D, G), or nullptr where the scalar decode_kernel runs. Head dims
+// 64, 128 and 256 take the tensor-core kernel; the warp kernel serves head_dim 32.
+template <class T>
+DecodeKernel decode_warp_kernel(int D, int G) {
+  if (G > kMaxGroupInRegisters || D != 32) return nullptr;
+  return decode_warp_for_group<T, 32>(G);
+}
+
+// Combines a token's splits: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M), the
+// factors e^(m_s - M) computed once per split.
 template <class T>
 __global__ void combine_kernel(AttentionArgs a, FlatBatchView b, int head_dim,
                                const std::int32_t* query_tokens, const float* workspace,
                                int splits) {
+  __shared__ float f[kMaxDecodeSplits];
+  __shared__ float total;
   const int h = blockIdx.x, qi = blockIdx.y, D = head_dim;
   const int t = query_tokens[qi];
   const int pos = b.positions[t];
@@ -357,19 +716,28 @@ __global__ void combine_kernel(AttentionArgs a, FlatBatchView b, int head_dim,
   const int used = (span + chunk - 1) / chunk;
   const float* recs =
       workspace + (static_cast<std::size_t>(qi) * a.num_heads + h) * splits * (D + 2);
-  float m = -FLT_MAX;
-  for (int s = 0; s < used; ++s)
-    m = fmaxf(m, recs[s * (D + 2) + D]);
-  float l = 0.0f;
-  for (int s = 0; s < used; ++s)
-    l += recs[s * (D + 2) + D + 1] * expf(recs[s * (D + 2) + D] - m);
+  if (threadIdx.x < 32) {
+    const int s = threadIdx.x;
+    const float ms = s < used ? recs[s * (D + 2) + D] : -FLT_MAX;
+    const float m = detail::warp_max(ms);
+    const float fs = s < used ? expf(ms - m) : 0.0f;
+    if (s < used) f[s] = fs;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {  // the sum in split order
+    float l = 0.0f;
+    for (int k = 0; k < used; ++k)
+      l += recs[k * (D + 2) + D + 1] * f[k];
+    total = l;
+  }
+  __syncthreads();
   T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(t) * a.num_heads * D +
            static_cast<std::size_t>(h) * D;
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float o = 0.0f;
     for (int s = 0; s < used; ++s)
-      o += recs[s * (D + 2) + d] * expf(recs[s * (D + 2) + D] - m);
-    out[d] = detail::from_float<T>(o / l);
+      o += recs[s * (D + 2) + d] * f[s];
+    out[d] = detail::from_float<T>(o / total);
   }
 }
 
@@ -666,11 +1034,25 @@ int decode_splits(int max_context) {
   return std::min(kMaxDecodeSplits, (max_context + kDecodeSplitQuantum - 1) / kDecodeSplitQuantum);
 }
 
+// Lets `kernel` use all the dynamic shared memory a block can opt into beside its static
+// shared memory.
+template <class K>
+void allow_dynamic_shared_memory(K* kernel, int bytes) {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       bytes - static_cast<int>(attr.sharedSizeBytes));
+}
+
 template <class T>
 void allow_all_shared_memory(int bytes) {
   cudaFuncSetAttribute(decode_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  cudaFuncSetAttribute(decode_kernel_vec<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   cudaFuncSetAttribute(prefill_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  for (int D : {64, 128, 256})
+    allow_dynamic_shared_memory(decode_tc_kernel<T>(D, 8), bytes);
   cudaFuncSetAttribute(prefill_kernel_tc<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
@@ -713,18 +1095,21 @@ void decode_attention(const AttentionArgs& args, const FlatBatchView& batch, con
   const int G = args.num_heads / kv.num_kv_heads, D = kv.head_dim;
   const int splits = decode_splits(max_context);
   const dim3 grid(kv.num_kv_heads, num_queries, splits);
-  // The vectorized kernel reads 16-byte rows: head_dim a power of two from 32 to 256 (so D/8
-  // lanes divide a warp and D/8 threads divide the block), at most 8 heads per kv head.
-  const bool vec = (D == 32 || D == 64 || D == 128 || D == 256) && G <= kMaxGroupInRegisters;
-  const int groups = kDecodeThreads / (D / 8);
-  const std::size_t shared = vec ? sizeof(float) * (G * D + G * kDecodeThreads + 3 * G + 1) +
-                                       sizeof(std::size_t) * kDecodeThreads +
-                                       sizeof(float) * groups * G * D + 8
-                                 : sizeof(float) * (2 * G * D + G * kDecodeThreads + 3 * G + 1) +
-                                       sizeof(std::size_t) * kDecodeThreads + 8;
   WEFT_DISPATCH_PRECISION(kv.precision, {
-    auto* kernel = vec ? decode_kernel_vec<T> : decode_kernel<T>;
-    kernel<<<grid, kDecodeThreads, shared, stream>>>(args, batch, kv, query_tokens, workspace);
+    if (TcKernel tc = decode_tc_kernel<T>(D, G)) {
+      // Two stages when some token's split spans more than one tile.
+      const int chunk = splits > 1 ? split_positions(max_context) : max_context;
+      const int stages = chunk > kStageKeys ? 2 : 1;
+      tc<<<grid, kDecodeThreads, tc_shared_bytes(D, stages), stream>>>(args, batch, kv, query_tokens,
+                                                                     workspace, stages);
+    } else if (auto* warp_kernel = decode_warp_kernel<T>(D, G)) {
+      warp_kernel<<<grid, kDecodeThreads, 0, stream>>>(args, batch, kv, query_tokens, workspace);
+    } else {
+      const std::size_t shared = sizeof(float) * (2 * G * D + G * kDecodeThreads + 3 * G + 1) +
+                                 sizeof(std::size_t) * kDecodeThreads + 8;
+      decode_kernel<T><<<grid, kDecodeThreads, shared, stream>>>(args, batch, kv, query_tokens,
+                                                                 workspace);
+    }
     if (splits > 1) {
       combine_kernel<T><<<dim3(args.num_heads, num_queries), 128, 0, stream>>>(
           args, batch, D, query_tokens, workspace, splits);

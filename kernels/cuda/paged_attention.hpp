@@ -3,10 +3,27 @@
 // causal, with an optional sliding window, over a flat variable-length batch. Two kernels:
 //
 // - decode: one block per (query token, kv head, split) computes every query head of the
-//   kv head's group, so each KV page is read once per kv head (GQA/MQA-aware); a warp scores
-//   one key at a time for every head of the group. Contexts over 64 positions are cut into
-//   up to 32 splits combined afterwards (flash-decoding); the cut depends only on the
-//   token's own context, so its result does not depend on what runs beside it.
+//   kv head's group, so each KV page is read once per kv head (GQA/MQA-aware). Contexts over
+//   64 positions are cut into up to 32 splits of a multiple of 64 positions, combined by a
+//   second kernel (flash-decoding); the cut depends only on the token's own context, so its
+//   result does not depend on what runs beside it. For head_dim 64, 128 and 256 and up to 8
+//   query heads per kv head (Llama-3-8B: 128 and 4) the block
+//     1. computes its tile's 64 row offsets once (page table) and copies the keys and values
+//        into shared memory with cp.async, 16 bytes per instruction, so a whole tile is in
+//        flight without holding registers (two tiles in turn when a split has more);
+//     2. gives each of its 4 warps 16 keys of the tile, with its own online softmax: S = q K^T
+//        and O^T += V^T P^T are tensor-core products (mma.sync m16n8k16, 16-bit inputs, fp32
+//        accumulators; the group's heads are the 8 columns). q*scale and the softmax weights
+//        are split into a 16-bit value and a 16-bit remainder, each multiplied, so results
+//        match fp32 arithmetic within accumulation rounding; head_dim slots are permuted
+//        alike on both sides of each product so every fragment is one 16-byte load;
+//     3. merges the warps in warp order and writes the output or the split's record.
+//   Against the previous kernel (a warp per key, then a block staging scores in shared
+//   memory) this cuts the per-key instructions and the serial load chains; what still
+//   limits it (ncu, Llama-3-8B batch 64) is per-block latency: 64 keys per block, a chain of
+//   dependent loads before its copy, 4 blocks per SM (128 registers), DRAM at ~50% of peak.
+//   head_dim 32 runs a register kernel (lanes of a key read 16 bytes each, a softmax per
+//   warp), other shapes a scalar one.
 // - prefill: one block per (tile of up to 32 consecutive query tokens of one sequence, query
 //   head) walks the keys in tiles of 32 with an online softmax (FlashAttention's recurrence),
 //   staging K and V tiles in shared memory. Straightforward CUDA-core code, no tensor cores.

@@ -471,8 +471,8 @@ TEST_P(CudaKernels, DecodeAttentionMatchesCpuShortAndSplit) {
       check_attention(p(), context, window, false);
 }
 
-// Head dims 64, 128 and 256 take the vectorized decode kernel (16-byte rows); MQA with 16
-// heads per kv head does not (more heads than it keeps in registers).
+// Head dims 64, 128 and 256 take the tensor-core decode kernel and head_dim 32 the register
+// kernel (up to 8 heads per kv head); MQA with 16 heads per kv head takes the scalar one.
 TEST_P(CudaKernels, DecodeAttentionMatchesCpuOnVectorizedShapes) {
   for (auto [heads, kv_heads, dim, page] :
        {std::array{6, 2, 64, 16}, std::array{8, 2, 128, 3}, std::array{4, 4, 256, 5},
