@@ -4,8 +4,11 @@
 //
 //   cuda_forward_bench [--shape 1b|8b|tiny] [--model DIR] [--precision bf16|fp16]
 //                      [--context 512] [--batches 1,8,32,64] [--prefill 512,2048] [--json F]
-//                      [--profile] [--small-step-kernel-tokens N]
+//                      [--profile] [--small-step-kernel-tokens N] [--logits-to-host]
 //
+// Decode steps run as the engine runs them on a GPU: launched, then sampled (greedy) on the
+// device with only the tokens copied back; --logits-to-host times forward() with every row's
+// fp32 logits copied to the host instead (the path before the GPU sampler).
 // Decode rows report the ratio of the step time to the bandwidth floor: the weight bytes
 // divided by the device-to-device copy bandwidth measured in the same run. Decode steps replay
 // CUDA graphs. --profile adds, per decode batch, a few more steps run as plain launches with
@@ -212,6 +215,7 @@ int main(int argc, char** argv) {
   std::string shape = "1b", model_dir, precision_name = "bf16", json_path;
   int context = 512, repeats = 20;
   bool profile = false;
+  bool logits_to_host = false;
   int small_step_tokens = 0;
   const int profile_steps = 5;
   std::vector<int> batches{1, 8, 32, 64}, prefills{512, 2048};
@@ -240,6 +244,8 @@ int main(int argc, char** argv) {
       repeats = std::stoi(next());
     else if (a == "--json")
       json_path = next();
+    else if (a == "--logits-to-host")
+      logits_to_host = true;
     else if (a == "--profile")
       profile = true;
     else if (a == "--small-step-kernel-tokens")
@@ -247,7 +253,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: cuda_forward_bench [--shape 1b|8b|tiny | --model DIR] "
-                   "[--precision bf16|fp16] [--context N] [--batches 1,8,..] [--prefill 512,..] "
+                   "[--precision bf16|fp16] [--context N] [--batches 1,8,..] [--prefill 512,..] [--logits-to-host] "
                    "[--repeats N] [--json FILE] [--profile] [--small-step-kernel-tokens N]\n");
       return 2;
     }
@@ -354,6 +360,18 @@ int main(int argc, char** argv) {
               "vs floor");
   const double params = weight_bytes / 2;
   std::vector<float> logits;
+  // A decode step as the engine runs it: launched, then sampled greedily on the device, only
+  // the tokens coming back (--logits-to-host: forward() copying every row's logits instead).
+  model::DeviceSamplingInput greedy;
+  model::DeviceSamplingOutput sampled;
+  auto decode_step = [&](const model::StepBatch& step) -> Result<void> {
+    if (logits_to_host) return gpu.forward(step, logits);
+    if (auto ok = gpu.launch(step); !ok) return ok;
+    greedy.rows.resize(step.sequences.size());
+    for (std::size_t r = 0; r < greedy.rows.size(); ++r)
+      greedy.rows[r].row = static_cast<std::int32_t>(r);
+    return gpu.sample(greedy, sampled);
+  };
   auto fresh_tables = [&](int n) {
     std::vector<std::vector<std::int32_t>> tables(n);
     for (auto& t : tables)
@@ -421,7 +439,7 @@ int main(int argc, char** argv) {
         step.sequences.push_back({s, 1, tables[s], false});
       }
       const double start = now_s();
-      if (auto ok = gpu.forward(step, logits); !ok) {
+      if (auto ok = decode_step(step); !ok) {
         std::fprintf(stderr, "%s\n", ok.error().what());
         return 1;
       }
@@ -448,7 +466,7 @@ int main(int argc, char** argv) {
           step.sequences.push_back({s, 1, tables[s], false});
         }
         const double start = now_s();
-        if (auto ok = gpu.forward(step, logits); !ok) {
+        if (auto ok = decode_step(step); !ok) {
           std::fprintf(stderr, "%s\n", ok.error().what());
           return 1;
         }

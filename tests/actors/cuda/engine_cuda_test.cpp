@@ -1,6 +1,6 @@
 // The Engine on a GPU (device "cuda:0"), which samples on the device: a seeded request gives
-// the same tokens alone and among others, logprobs come back, and a JSON Schema's bitmasks
-// are applied on the device. Skips without a GPU (scripts/gpu-check runs it on the device).
+// the same tokens again, greedy tokens do not depend on the batch, logprobs come back, and a
+// JSON Schema's bitmasks are applied on the device. Skips without a GPU (scripts/gpu-check runs it on the device).
 
 #include <gtest/gtest.h>
 
@@ -70,30 +70,38 @@ GenerateRequest sampled(std::string prompt, std::uint64_t seed, int max_tokens) 
     }                                                                                      \
   } while (0)
 
-TEST(CudaEngine, SeededRequestGivesTheSameTokensAloneAndInABatch) {
+// A seeded request's draws come from its own row, so the same request gives the same tokens
+// again; the logits themselves are bitwise the same only for the same batch shape (cuBLAS
+// chooses its algorithm by the number of rows), so across batches the check is greedy's.
+TEST(CudaEngine, SeededRequestIsReproducibleAndGreedyIsBatchInvariant) {
   SKIP_WITHOUT_GPU();
   Runtime runtime{RuntimeOptions{.worker_threads = 2}};
   Engine engine(runtime.executor(), gpu_config());
-  GenerateRequest ours = sampled("Call me Ishmael. Some years ago", 11, 48);
-  ours.sampling.logprobs = 3;
-  const Collected alone = collect(engine.submit(ours, asio::use_future).get());
-  ASSERT_EQ(alone.reason, FinishReason::kLength) << alone.error;
-  ASSERT_EQ(alone.ids.size(), 48u);
-  ASSERT_EQ(alone.logprobs.size(), 48u);
-  for (const auto& lp : alone.logprobs) {
+  GenerateRequest seeded = sampled("Call me Ishmael. Some years ago", 11, 48);
+  seeded.sampling.logprobs = 3;
+  const Collected first = collect(engine.submit(seeded, asio::use_future).get());
+  ASSERT_EQ(first.reason, FinishReason::kLength) << first.error;
+  ASSERT_EQ(first.ids.size(), 48u);
+  ASSERT_EQ(first.logprobs.size(), 48u);
+  for (const auto& lp : first.logprobs) {
     EXPECT_LE(lp.logprob, 1e-4f);
     ASSERT_EQ(lp.top.size(), 3u);
     EXPECT_GE(lp.top[0].logprob, lp.top[1].logprob);
     EXPECT_GE(lp.top[1].logprob, lp.top[2].logprob);
   }
+  const Collected again = collect(engine.submit(seeded, asio::use_future).get());
+  EXPECT_EQ(again.ids, first.ids);
 
+  GenerateRequest greedy = sampled("Call me Ishmael. Some years ago", 0, 32);
+  greedy.sampling.temperature = 0;
+  const Collected alone = collect(engine.submit(greedy, asio::use_future).get());
   std::vector<std::shared_ptr<RequestStream>> others;
   for (int i = 0; i < 15; ++i) {
     GenerateRequest r = sampled("The whale number " + std::to_string(i), 100 + i, 20 + 3 * i);
     r.sampling.top_k = i % 3 == 0 ? 40 : 0;
     r.sampling.repetition_penalty = i % 4 == 0 ? 1.2f : 1.0f;
     others.push_back(engine.submit(r, asio::use_future).get());
-    if (i == 7) others.push_back(engine.submit(ours, asio::use_future).get());
+    if (i == 7) others.push_back(engine.submit(greedy, asio::use_future).get());
   }
   Collected batched;
   for (std::size_t i = 0; i < others.size(); ++i) {
@@ -102,7 +110,6 @@ TEST(CudaEngine, SeededRequestGivesTheSameTokensAloneAndInABatch) {
     if (i == 8) batched = std::move(c);
   }
   EXPECT_EQ(batched.ids, alone.ids);
-  EXPECT_EQ(batched.text, alone.text);
   EngineMetrics m = engine.metrics(asio::use_future).get();
   EXPECT_EQ(m.finished_error, 0u);
 }

@@ -3,7 +3,8 @@
 // every mode (greedy, full-vocabulary draw, top-k, the top-p/min-p floor, the host fallback
 // for typical-p), with logit bias, penalties, bitmasks and logprobs, over many seeds. The
 // two sum in different orders, so a draw whose uniform falls within rounding of a boundary
-// may differ; the tests allow one such draw in a case and require identical greedy tokens.
+// may differ; the tests allow three such draws in 64 per case and require identical greedy
+// tokens.
 // Skips without a GPU.
 
 #include <gtest/gtest.h>
@@ -274,7 +275,9 @@ TEST(CudaSampler, MatchesTheCpuSamplerOnTheSameLogits) {
     if (c.params.temperature == 0.0f || c.mask == 2) {
       EXPECT_EQ(mismatched, 0);
     } else {
-      EXPECT_LE(mismatched, c.flat ? 2 : 1);
+      // Besides the summation order, the device's expf may differ from the host's by an ulp
+      // or two, and cuBLAS may pick another algorithm (other last bits) in another process.
+      EXPECT_LE(mismatched, 3);
     }
   }
 }

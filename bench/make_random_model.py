@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""Writes a Hugging Face model folder with random bf16 weights of a Llama shape, for end-to-end
+benchmarks (`weft bench --model DIR`, constrained decoding with a real 128K vocabulary) where a
+real checkpoint cannot be downloaded. Weights are drawn on the GPU by transformers' own
+initialisation (normal, std 0.02) and saved as safetensors shards; the tokenizer files come
+from a folder you give (e.g. the Llama-3 tokenizer that scripts/fetch-test-data fetches).
+
+  python3 bench/make_random_model.py --shape 8b --tokenizer DIR --out /tmp/llama8b
+"""
+import argparse
+import os
+import shutil
+import time
+
+import torch
+from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+SHAPES = {
+    "8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336,
+               num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+               head_dim=128, tie_word_embeddings=False),
+    "1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
+               num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
+               head_dim=64, tie_word_embeddings=True),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", default="8b", choices=SHAPES)
+    ap.add_argument("--tokenizer", required=True, help="folder with tokenizer.json and tokenizer_config.json")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    start = time.time()
+    torch.manual_seed(a.seed)
+    config = LlamaConfig(**SHAPES[a.shape], max_position_embeddings=8192, rope_theta=500000.0,
+                         bos_token_id=128000, eos_token_id=128001, torch_dtype="bfloat16")
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    model.generation_config = GenerationConfig(bos_token_id=128000, eos_token_id=128001)
+    os.makedirs(a.out, exist_ok=True)
+    model.save_pretrained(a.out, safe_serialization=True, max_shard_size="4GB")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(a.tokenizer, name), os.path.join(a.out, name))
+    size = sum(os.path.getsize(os.path.join(a.out, f)) for f in os.listdir(a.out))
+    print(f"make_random_model: {a.shape} -> {a.out}, {size / 1e9:.1f} GB in {time.time() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
