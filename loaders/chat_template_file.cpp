@@ -164,6 +164,15 @@ Result<jinja::Value> read_json_value_file(const std::filesystem::path& path) {
 
 Result<ChatTemplateFile> read_chat_template_file(const std::filesystem::path& path) {
   std::error_code ec;
+  // A missing tokenizer_config.json is fine when chat_template.jinja lies beside it; a path
+  // that is neither is named as it was given, not as the folder above it.
+  if (!std::filesystem::exists(path, ec) &&
+      !std::filesystem::exists(path.parent_path() / "chat_template.jinja", ec)) {
+    return Error(ErrorCode::kNotFound,
+                 path.string() +
+                     ": no such folder or file (expected a model folder holding "
+                     "tokenizer_config.json or chat_template.jinja, or a tokenizer_config.json)");
+  }
   bool is_dir = std::filesystem::is_directory(path, ec);
   std::filesystem::path dir = is_dir ? path : path.parent_path();
   std::filesystem::path config_path = is_dir ? path / "tokenizer_config.json" : path;

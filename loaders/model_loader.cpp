@@ -2,14 +2,14 @@
 
 #include <cstdlib>
 
+#include "loaders/bundled_path.hpp"
 #include "loaders/model_spec_file.hpp"
 
 namespace weft {
 
 std::filesystem::path default_spec_dir() {
   if (const char* env = std::getenv("WEFT_SPEC_DIR"); env != nullptr && *env != '\0') return env;
-  // WEFT_SOURCE_DIR (set by loaders/CMakeLists.txt) is the source tree this was built from.
-  return std::filesystem::path(WEFT_SOURCE_DIR) / "config" / "models";
+  return bundled_path("config/models");
 }
 
 Result<LoadedModel> load_model(const std::filesystem::path& dir, const LoadOptions& options) {

@@ -24,7 +24,7 @@ struct LoadedModel {
 };
 
 // Where spec files are looked for: $WEFT_SPEC_DIR if set, else config/models of the source
-// tree this library was built from.
+// tree this library was built from, or of the tree above the executable (bundled_path).
 std::filesystem::path default_spec_dir();
 
 Result<LoadedModel> load_model(const std::filesystem::path& dir, const LoadOptions& options = {});

@@ -26,3 +26,10 @@ add_test(NAME weft_chat_template_missing
                  --messages ${chat_fixtures}/cli_two_user_turns.json)
 set_tests_properties(weft_chat_template_missing PROPERTIES PASS_REGULAR_EXPRESSION
   "weft chat-template: .*llama2/tokenizer_config.json: has no \"chat_template\"")
+
+# A --model that does not exist is named as given, not as the folder above it.
+add_test(NAME weft_chat_template_no_such_model
+         COMMAND weft chat-template --model /nonexistent/model
+                 --messages ${chat_fixtures}/cli_two_user_turns.json)
+set_tests_properties(weft_chat_template_no_such_model PROPERTIES PASS_REGULAR_EXPRESSION
+  "^weft chat-template: /nonexistent/model: no such folder or file \\(expected a model folder holding tokenizer_config.json or chat_template.jinja, or a tokenizer_config.json\\)\n$")

@@ -44,6 +44,22 @@ weft_text_test(weft_tokenize_not_a_json_string "\"ok\"\\nnot json\\n" "line 2: e
   ARGS tokenize --tokenizer ${tok_fixtures}/wordpiece.json --jsonl)
 weft_text_test(weft_tokenize_invalid_utf8 "a\\0377b" "not valid UTF-8: ill-formed byte 0xff at offset 1[^\n]*\nexit=1\n$"
   ARGS tokenize --tokenizer ${tok_fixtures}/unigram.json)
+# A bad line of --jsonl input is described in the user's terms, not only as a JSON syntax
+# error. (A ';' would split a CMake string into a list, so '.' stands for it in the regexes.)
+weft_text_test(weft_tokenize_jsonl_invalid_utf8 "\"ok\"\\n\"a\\0377b\"\\n" "^\\[[0-9,]+\\]\nweft tokenize: line 2: not valid UTF-8: ill-formed byte 0xff at offset 2\nexit=1\n$"
+  ARGS tokenize --tokenizer ${tok_fixtures}/unigram.json --jsonl)
+weft_text_test(weft_tokenize_jsonl_lone_surrogate "\"\\\\ud800x\"\\n" "^weft tokenize: line 1: the string holds an unpaired surrogate \\\\ud800 at offset 1 \\(not valid Unicode\\)\nexit=1\n$"
+  ARGS tokenize --tokenizer ${tok_fixtures}/unigram.json --jsonl)
+weft_text_test(weft_tokenize_jsonl_lone_low_surrogate "\"a\\\\u0041\\\\udc00\"\\n" "^weft tokenize: line 1: the string holds an unpaired surrogate \\\\udc00 at offset 8 \\(not valid Unicode\\)\nexit=1\n$"
+  ARGS tokenize --tokenizer ${tok_fixtures}/unigram.json --jsonl)
+# A surrogate pair is one character, and an escaped backslash before "ud800" is no escape.
+weft_text_test(weft_tokenize_jsonl_surrogate_pair "\"\\\\ud83d\\\\ude00\"\\n\"\\\\\\\\ud800\"\\n" "^\\[[0-9,]+\\]\n\\[[0-9,]+\\]\nexit=0\n$"
+  ARGS tokenize --tokenizer ${tok_fixtures}/unigram.json --jsonl)
+# An empty line is not a JSON value: both commands say so and stop.
+weft_text_test(weft_tokenize_jsonl_empty_line "\"ok\"\\n\\n\"x\"\\n" "^\\[[0-9,]+\\]\nweft tokenize: line 2: empty line. expected one JSON string per line\nexit=1\n$"
+  ARGS tokenize --tokenizer ${tok_fixtures}/unigram.json --jsonl)
+weft_text_test(weft_detokenize_empty_line "[2,3]\\n\\n[2]\\n" "^\\[CLS\\] \\[SEP\\]\nweft detokenize: line 2: empty line. expected one JSON array of token ids per line\nexit=1\n$"
+  ARGS detokenize --tokenizer ${tok_fixtures}/wordpiece.json)
 weft_text_test(weft_tokenize_truncated_json "\"x\"\\n" "truncated.json: malformed JSON[^\n]*\nexit=1\n$"
   ARGS tokenize --tokenizer ${tok_fixtures}/bad/truncated.json --jsonl)
 weft_text_test(weft_tokenize_unknown_component "\"x\"\\n" "unknown_normalizer.json: field normalizer: normalizer type \"Nmt\" is not supported[^\n]*\nexit=1\n$"

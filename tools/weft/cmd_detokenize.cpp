@@ -7,6 +7,7 @@
 
 #include "loaders/tokenizer_json.hpp"
 #include "tools/weft/commands.hpp"
+#include "tools/weft/json_lines.hpp"
 
 namespace weft::cli {
 namespace {
@@ -19,15 +20,14 @@ struct DetokenizeOptions {
 
 // Reads a JSON array of ids; the error says which element is wrong.
 std::optional<std::vector<std::uint32_t>> parse_ids(const std::string& line, std::string& error) {
-  boost::system::error_code ec;
-  const boost::json::value value = boost::json::parse(line, ec);
-  if (ec || !value.is_array()) {
-    error = "expected one JSON array of token ids per line" +
-            (ec ? " (" + ec.message() + ")" : std::string(", got another JSON value"));
+  const auto value = parse_json_line(line, "one JSON array of token ids per line");
+  if (!value || !value->is_array()) {
+    error = value ? "expected one JSON array of token ids per line, got another JSON value"
+                  : value.error().what();
     return std::nullopt;
   }
   std::vector<std::uint32_t> ids;
-  const auto& array = value.get_array();
+  const auto& array = value->get_array();
   for (std::size_t i = 0; i < array.size(); ++i) {
     const auto& v = array[i];
     std::int64_t n = -1;
@@ -53,7 +53,6 @@ int run_detokenize(const DetokenizeOptions& options) {
   const auto& tok = *loaded->tokenizer;
   std::string line;
   for (std::size_t number = 1; std::getline(std::cin, line); ++number) {
-    if (!options.jsonl && line.find_first_not_of(" \t\r") == std::string::npos) continue;
     std::string error;
     auto ids = parse_ids(line, error);
     if (!ids) {

@@ -8,6 +8,7 @@
 
 #include "loaders/tokenizer_json.hpp"
 #include "tools/weft/commands.hpp"
+#include "tools/weft/json_lines.hpp"
 
 namespace weft::cli {
 namespace {
@@ -48,15 +49,15 @@ int run_tokenize(const TokenizeOptions& options) {
   }
   std::string line;
   for (std::size_t number = 1; std::getline(std::cin, line); ++number) {
-    boost::system::error_code ec;
-    const boost::json::value value = boost::json::parse(line, ec);
-    if (ec || !value.is_string()) {
-      std::cerr << "weft tokenize: line " << number << ": expected one JSON string per line"
-                << (ec ? " (" + ec.message() + ")" : std::string(", got another JSON value"))
+    const auto value = parse_json_line(line, "one JSON string per line");
+    if (!value || !value->is_string()) {
+      std::cerr << "weft tokenize: line " << number << ": "
+                << (value ? "expected one JSON string per line, got another JSON value"
+                          : value.error().what())
                 << '\n';
       return 1;
     }
-    const auto& text = value.get_string();
+    const auto& text = value->get_string();
     auto ids = tok.encode(std::string_view(text.data(), text.size()), options.add_special_tokens);
     if (!ids) {
       std::cerr << "weft tokenize: line " << number << ": " << ids.error().what() << '\n';

@@ -2,12 +2,13 @@
 
 #include <cstdlib>
 
+#include "loaders/bundled_path.hpp"
+
 namespace weft::cli {
 
 std::filesystem::path default_model_dir() {
   if (const char* env = std::getenv("WEFT_MODEL"); env != nullptr && *env != '\0') return env;
-  // WEFT_SOURCE_DIR (set by tools/CMakeLists.txt) is the source tree the binary was built from.
-  return std::filesystem::path(WEFT_SOURCE_DIR) / "models" / "weft-tiny";
+  return bundled_path("models/weft-tiny");
 }
 
 CLI::Option* add_model_option(CLI::App* cmd, std::string& dir) {

@@ -134,7 +134,11 @@ TEST(ChatTemplateFileTest, MissingTemplateNamesTheFile) {
 TEST(ChatTemplateFileTest, MissingFolder) {
   auto t = load_chat_template(kFixtures / "no-such-model", false);
   ASSERT_FALSE(t.ok());
-  EXPECT_NE(std::string(t.error().what()).find("no-such-model"), std::string::npos);
+  EXPECT_EQ(t.error().code(), ErrorCode::kNotFound);
+  // The path as given, not the folder above it.
+  EXPECT_NE(std::string(t.error().what()).find("no-such-model: no such folder or file"),
+            std::string::npos)
+      << t.error().what();
 }
 
 class TempDir {
@@ -192,6 +196,14 @@ TEST(ChatTemplateFileTest, JinjaFileTakesPrecedence) {
   auto t = load_chat_template(dir.path(), false);
   ASSERT_TRUE(t.ok()) << t.error().what();
   EXPECT_EQ(t->render(user_message("x"), {}).value(), "from file </s>");
+}
+
+TEST(ChatTemplateFileTest, JinjaFileBesideAMissingConfig) {
+  TempDir dir;
+  dir.write("chat_template.jinja", "only {{ messages[0].content }}");
+  auto t = load_chat_template(dir.path() / "tokenizer_config.json", false);
+  ASSERT_TRUE(t.ok()) << t.error().what();
+  EXPECT_EQ(t->render(user_message("x"), {}).value(), "only x");
 }
 
 TEST(ChatTemplateFileTest, NoDefaultTemplate) {
