@@ -12,7 +12,8 @@ int StepPlan::sampling_slices() const {
       std::count_if(slices.begin(), slices.end(), [](const auto& s) { return s.samples; }));
 }
 
-Scheduler::Scheduler(SchedulerConfig config) : config_(config), pool_(config.num_pages) {
+Scheduler::Scheduler(SchedulerConfig config)
+    : config_(config), pool_(config.num_pages, std::max(1, config.page_size)) {
   if (config_.page_size < 1 || config_.max_tokens_per_step < 1 || config_.max_running < 1) {
     throw Error(ErrorCode::kInvalidArgument,
                 "scheduler: page_size, max_tokens_per_step and max_running must be >= 1");
