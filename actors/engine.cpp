@@ -19,6 +19,7 @@
 #include "actors/detokenizer_actor.hpp"
 #include "actors/device_backend.hpp"
 #include "actors/executor_actor.hpp"
+#include "actors/kv_allocator_actor.hpp"
 #include "actors/sampler_actor.hpp"
 #include "actors/scheduler_actor.hpp"
 #include "actors/tokenizer_actor.hpp"
@@ -50,6 +51,9 @@ struct Engine::Impl {
   std::unique_ptr<actors::SamplerActor> sampler;
   std::unique_ptr<actors::DetokenizerActor> detokenizer;
   std::unique_ptr<actors::ConstraintActor> constraint;
+  // The scheduler runs on the KV allocator's strand and borrows its pool, so the allocator is
+  // made first and destroyed last.
+  std::unique_ptr<actors::KvAllocatorActor> kv_allocator;
   std::unique_ptr<actors::SchedulerActor> scheduler;
   // Response formats compile here, off the actors' executor: a large schema takes
   // milliseconds to seconds, and the step loop must not wait for it.
@@ -150,8 +154,9 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
         return grammar::vocab_from_tokenizer_json(text.str());
       },
       eos);
+  s.kv_allocator = std::make_unique<actors::KvAllocatorActor>(executor, sc.num_pages, sc.page_size);
   s.scheduler = std::make_unique<actors::SchedulerActor>(
-      executor, sc, *s.executor_actor, *s.sampler, *s.detokenizer, *s.constraint, eos);
+      *s.kv_allocator, sc, *s.executor_actor, *s.sampler, *s.detokenizer, *s.constraint, eos);
   s.scheduler->start();
 }
 

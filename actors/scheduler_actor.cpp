@@ -11,12 +11,12 @@
 
 namespace weft::actors {
 
-SchedulerActor::SchedulerActor(const asio::any_io_executor& executor, sched::SchedulerConfig config,
+SchedulerActor::SchedulerActor(KvAllocatorActor& kv_allocator, sched::SchedulerConfig config,
                                ExecutorActor& executor_actor, SamplerActor& sampler,
                                DetokenizerActor& detokenizer, ConstraintActor& constraint,
                                std::vector<std::int32_t> eos_ids)
-    : Actor(executor),
-      scheduler_(config),
+    : Actor(kv_allocator.strand()),
+      scheduler_(config, kv_allocator.pool()),
       executor_(executor_actor),
       sampler_(sampler),
       detokenizer_(detokenizer),

@@ -18,6 +18,7 @@
 #include "actors/constraint_actor.hpp"
 #include "actors/detokenizer_actor.hpp"
 #include "actors/executor_actor.hpp"
+#include "actors/kv_allocator_actor.hpp"
 #include "actors/sampler_actor.hpp"
 #include "runtime/scheduler/scheduler.hpp"
 #include "weft/actor.hpp"
@@ -27,7 +28,8 @@ namespace weft::actors {
 
 class SchedulerActor : public Actor {
  public:
-  SchedulerActor(const asio::any_io_executor& executor, sched::SchedulerConfig config,
+  // Runs on the KV allocator's strand and plans with the pool it lends.
+  SchedulerActor(KvAllocatorActor& kv_allocator, sched::SchedulerConfig config,
                  ExecutorActor& executor_actor, SamplerActor& sampler,
                  DetokenizerActor& detokenizer, ConstraintActor& constraint,
                  std::vector<std::int32_t> eos_ids);

@@ -7,8 +7,12 @@
 
 namespace weft::kv {
 
-PagePool::PagePool(int num_pages) {
+PagePool::PagePool(int num_pages, int page_size) : page_size_(page_size) {
   if (num_pages < 0) throw Error(ErrorCode::kInvalidArgument, "PagePool: negative page count");
+  if (page_size < 1) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "PagePool: page_size " + std::to_string(page_size) + " must be at least 1");
+  }
   ref_counts_.assign(static_cast<std::size_t>(num_pages), 0);
   free_.reserve(static_cast<std::size_t>(num_pages));
   for (int p = num_pages - 1; p >= 0; --p)

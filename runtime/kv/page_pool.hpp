@@ -10,12 +10,16 @@ namespace weft::kv {
 
 class PagePool {
  public:
-  explicit PagePool(int num_pages);
+  // Throws weft::Error (kInvalidArgument) on a negative page count or a page_size below 1.
+  PagePool(int num_pages, int page_size);
 
   int num_pages() const noexcept { return static_cast<int>(ref_counts_.size()); }
+  int page_size() const noexcept { return page_size_; }
   int free_pages() const noexcept { return static_cast<int>(free_.size()); }
   int used_pages() const noexcept { return num_pages() - free_pages(); }
   int peak_used_pages() const noexcept { return peak_used_; }
+  // The pages that hold `tokens` tokens (rounded up).
+  int pages_for(int tokens) const noexcept { return (tokens + page_size_ - 1) / page_size_; }
 
   // Appends `count` fresh pages (reference count 1) to `out`, or none when fewer than `count`
   // are free: all or nothing, so a failed request leaves the pool as it was.
@@ -30,9 +34,13 @@ class PagePool {
 
   int ref_count(std::int32_t page) const { return ref_counts_.at(static_cast<std::size_t>(page)); }
 
+  // Starts a new high-water mark from the pages used now (a benchmark's measured phase).
+  void reset_peak() noexcept { peak_used_ = used_pages(); }
+
  private:
   std::vector<int> ref_counts_;
   std::vector<std::int32_t> free_;  // a stack: recently freed (cache-warm) pages go first
+  int page_size_ = 1;
   int peak_used_ = 0;
 };
 

@@ -12,7 +12,32 @@ int StepPlan::sampling_slices() const {
       std::count_if(slices.begin(), slices.end(), [](const auto& s) { return s.samples; }));
 }
 
-Scheduler::Scheduler(SchedulerConfig config) : config_(config), pool_(config.num_pages) {
+Scheduler::Scheduler(SchedulerConfig config)
+    : config_(config),
+      owned_pool_(std::make_unique<kv::PagePool>(config.num_pages, std::max(1, config.page_size))),
+      pool_(*owned_pool_) {
+  check_config();
+}
+
+Scheduler::Scheduler(SchedulerConfig config, kv::PagePool& pool) : config_(config), pool_(pool) {
+  check_config();
+  if (config_.page_size != pool_.page_size() ||
+      (config_.num_pages != 0 && config_.num_pages != pool_.num_pages())) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "scheduler: configured for " + std::to_string(config_.num_pages) + " pages of " +
+                    std::to_string(config_.page_size) + " tokens but lent a pool of " +
+                    std::to_string(pool_.num_pages()) + " pages of " +
+                    std::to_string(pool_.page_size()));
+  }
+  config_.num_pages = pool_.num_pages();
+}
+
+Scheduler::~Scheduler() {
+  for (const auto& [id, seq] : sequences_)
+    pool_.release_all(seq.pages);
+}
+
+void Scheduler::check_config() const {
   if (config_.page_size < 1 || config_.max_tokens_per_step < 1 || config_.max_running < 1) {
     throw Error(ErrorCode::kInvalidArgument,
                 "scheduler: page_size, max_tokens_per_step and max_running must be >= 1");

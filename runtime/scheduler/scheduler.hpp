@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -25,7 +26,7 @@ enum class AdmissionPolicy { kReserve, kOptimistic };
 
 struct SchedulerConfig {
   int page_size = 16;
-  int num_pages = 0;
+  int num_pages = 0;              // the pool's size; with a lent pool, 0 or the pool's num_pages()
   int max_tokens_per_step = 512;  // the step's token budget (decode + prefill chunks)
   int max_running = 256;          // sequences in one batch at most
   AdmissionPolicy admission = AdmissionPolicy::kReserve;
@@ -69,7 +70,15 @@ struct Sequence {
 
 class Scheduler {
  public:
+  // Owns a pool of config.num_pages pages (a scheduler on its own: tests, benchmarks).
   explicit Scheduler(SchedulerConfig config);
+  // Allocates from `pool`, which another owner lends for the scheduler's lifetime (the KV
+  // allocator actor, on the same strand). config.page_size must be the pool's; config.num_pages
+  // must be 0 or the pool's. Sequences still held at destruction give their pages back.
+  Scheduler(SchedulerConfig config, kv::PagePool& pool);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
 
   const SchedulerConfig& config() const noexcept { return config_; }
 
@@ -101,14 +110,16 @@ class Scheduler {
   std::uint64_t preemptions() const noexcept { return preemptions_; }
 
  private:
-  int pages_for(int tokens) const { return (tokens + config_.page_size - 1) / config_.page_size; }
+  int pages_for(int tokens) const { return pool_.pages_for(tokens); }
+  void check_config() const;
   bool grow_pages(Sequence& seq, int positions);
   bool admission_allows(const Sequence& candidate) const;
   void preempt(std::uint64_t id, StepPlan& plan);
   void share_prefix(Sequence& s);
 
   SchedulerConfig config_;
-  kv::PagePool pool_;
+  std::unique_ptr<kv::PagePool> owned_pool_;  // null when the pool is lent
+  kv::PagePool& pool_;
   std::unordered_map<std::uint64_t, Sequence> sequences_;
   std::vector<std::uint64_t> running_;  // in admission order
   std::deque<std::uint64_t> waiting_;

@@ -3,10 +3,14 @@
 #include "weft/engine.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
+#include <filesystem>
+#include <fstream>
 #include <future>
 
 #include "tests/actors/tiny_engine.hpp"
@@ -64,13 +68,18 @@ TEST_F(EngineTest, GreedyRequestIsBatchInvariant) {
   ASSERT_EQ(alone.ids.size(), 24u);
   EXPECT_EQ(alone.usage.completion_tokens, 24);
 
+  const EngineMetrics before = engine.metrics(asio::use_future).get();
+  ASSERT_LE(before.kv_pages_peak, 3) << "one 36-token sequence holds three 16-token pages";
+
   // The same request inside a batch of 64 mixed requests: other prompts, lengths, sampling.
-  std::vector<std::shared_ptr<RequestStream>> others;
+  // Every request is submitted before any is waited for, so they run together.
+  std::vector<std::future<std::shared_ptr<RequestStream>>> others;
   const char* prompts[] = {"Call me Ishmael.", "The whale", "In the year", "Our relations with"};
-  std::shared_ptr<RequestStream> ours;
+  std::future<std::shared_ptr<RequestStream>> ours;
+  int others_tokens = 0;
   for (int i = 0; i < 64; ++i) {
     if (i == 37) {
-      ours = engine.submit(greedy(prompt, 24), asio::use_future).get();
+      ours = engine.submit(greedy(prompt, 24), asio::use_future);
       continue;
     }
     GenerateRequest r = greedy(std::string(prompts[i % 4]) + std::string(i % 7, '!'), 4 + i % 29);
@@ -78,16 +87,24 @@ TEST_F(EngineTest, GreedyRequestIsBatchInvariant) {
       r.sampling.temperature = 0.9f;
       r.sampling.seed = static_cast<std::uint64_t>(i);
     }
-    others.push_back(engine.submit(std::move(r), asio::use_future).get());
+    others_tokens += r.sampling.max_tokens;
+    others.push_back(engine.submit(std::move(r), asio::use_future));
   }
-  Collected batched = collect(ours);
+  Collected batched = collect(ours.get());
   for (auto& s : others)
-    EXPECT_NE(collect(s).reason, FinishReason::kError);
+    EXPECT_EQ(collect(s.get()).reason, FinishReason::kLength);
   EXPECT_EQ(batched.ids, alone.ids) << "greedy output changed inside a batch";
   EXPECT_EQ(batched.text, alone.text);
   auto m = engine.metrics(asio::use_future).get();
   EXPECT_EQ(m.kv_pages_used, 0) << "pages not freed";
   EXPECT_EQ(m.finished_length, 65u);
+  EXPECT_EQ(m.preemptions, 0u);
+  // Not vacuous: the 64 ran as one batch. One at a time they would take at least
+  // `others_tokens` + 24 steps and never hold more than three pages; together, the longest
+  // (32 tokens) plus a few prefill steps, while every sequence holds at least a page.
+  const std::uint64_t batch_steps = m.steps - before.steps;
+  EXPECT_LT(batch_steps, 64u) << "of " << others_tokens + 24 << " tokens";
+  EXPECT_GE(m.kv_pages_peak, 48) << "fewer than 48 sequences were ever running at once";
   engine.shutdown(asio::use_future).get();
 }
 
@@ -220,6 +237,30 @@ TEST_F(EngineTest, StopStringIsWithheldAndEndsTheRequest) {
   EXPECT_EQ(stopped.text, free_run.text.substr(0, free_run.text.find(stop)));
 }
 
+// A stop token id ends the sequence with reason stop; the stop token is the last one emitted
+// (as vLLM's token_ids), and nothing after it.
+TEST_F(EngineTest, StopTokenIdEndsTheRequestThere) {
+  Engine engine(runtime.executor(), tiny_config());
+  Collected free_run =
+      collect(engine.submit(greedy("Call me Ishmael.", 30), asio::use_future).get());
+  ASSERT_EQ(free_run.ids.size(), 30u);
+  // A token the free run produces, first at `cut` (> 0, so the request does not stop at once).
+  const std::int32_t stop_id = free_run.ids[10];
+  const auto cut = static_cast<std::size_t>(
+      std::find(free_run.ids.begin(), free_run.ids.end(), stop_id) - free_run.ids.begin());
+  ASSERT_GT(cut, 0u) << "pick a token the free run does not start with";
+  GenerateRequest r = greedy("Call me Ishmael.", 30);
+  r.sampling.stop_token_ids = {stop_id};
+  Collected stopped = collect(engine.submit(r, asio::use_future).get());
+  EXPECT_EQ(stopped.reason, FinishReason::kStop);
+  const std::vector<std::int32_t> expected(free_run.ids.begin(),
+                                           free_run.ids.begin() + static_cast<long>(cut) + 1);
+  EXPECT_EQ(stopped.ids, expected);
+  EXPECT_EQ(stopped.usage.completion_tokens, static_cast<int>(cut) + 1);
+  EXPECT_EQ(free_run.text.rfind(stopped.text, 0), 0u) << "the text is a prefix of the free run";
+  EXPECT_EQ(engine.metrics(asio::use_future).get().finished_stop, 1u);
+}
+
 TEST_F(EngineTest, ShutdownEndsLiveRequestsAndRefusesNewOnes) {
   Engine engine(runtime.executor(), tiny_config());
   auto stream = engine.submit(greedy("The whale", 800), asio::use_future).get();
@@ -286,6 +327,85 @@ TEST(EngineConfigTest, ValidatesEachField) {
             std::string::npos);
   auto missing = EngineConfig::from_file("/nonexistent/engine.json");
   EXPECT_FALSE(missing.ok());
+}
+
+// A temporary file removed when the test ends.
+struct TempJson {
+  explicit TempJson(const std::string& text) {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path = std::filesystem::temp_directory_path() /
+           (std::string("weft_") + info->name() + "_" + std::to_string(::getpid()) + "_" +
+            std::to_string(counter++) + ".json");
+    std::ofstream(path) << text;
+  }
+  ~TempJson() { std::filesystem::remove(path); }
+  std::filesystem::path path;
+  static inline int counter = 0;
+};
+
+TEST(EngineConfigTest, FromFileReadsEveryField) {
+  TempJson file(R"({
+    "model_dir": "/models/tiny",
+    "spec_file": "config/models/llama.json",
+    "device": "cuda:1",
+    "page_size": 8,
+    "kv_budget_bytes": 123456789012,
+    "max_tokens_per_step": 256,
+    "max_running": 32,
+    "admission": "optimistic",
+    "cpu_threads": 3,
+    "gpu_memory_fraction": 0.75
+  })");
+  auto read = EngineConfig::from_file(file.path);
+  ASSERT_TRUE(read.ok()) << read.error().what();
+  const EngineConfig& c = read.value();
+  EXPECT_EQ(c.model_dir, "/models/tiny");
+  EXPECT_EQ(c.spec_file, "config/models/llama.json");
+  EXPECT_EQ(c.device, "cuda:1");
+  EXPECT_EQ(c.page_size, 8);
+  EXPECT_EQ(c.kv_budget_bytes, 123456789012);
+  EXPECT_EQ(c.max_tokens_per_step, 256);
+  EXPECT_EQ(c.max_running, 32);
+  EXPECT_EQ(c.admission, "optimistic");
+  EXPECT_EQ(c.cpu_threads, 3u);
+  EXPECT_DOUBLE_EQ(c.gpu_memory_fraction, 0.75);
+
+  // Fields left out keep their defaults.
+  TempJson minimal(R"({"model_dir": "/models/tiny"})");
+  auto defaults = EngineConfig::from_file(minimal.path);
+  ASSERT_TRUE(defaults.ok()) << defaults.error().what();
+  EXPECT_EQ(defaults.value().page_size, EngineConfig{}.page_size);
+  EXPECT_EQ(defaults.value().device, "cpu");
+  EXPECT_EQ(defaults.value().admission, "reserve");
+}
+
+TEST(EngineConfigTest, FromFileNamesTheBadField) {
+  auto error_of = [](const std::string& text) -> std::string {
+    TempJson file(text);
+    auto read = EngineConfig::from_file(file.path);
+    if (read.ok()) return "";
+    EXPECT_EQ(read.error().code(), ErrorCode::kParse) << read.error().what();
+    const std::string message = read.error().what();
+    EXPECT_NE(message.find(file.path.string()), std::string::npos) << message;
+    return message;
+  };
+  std::string e = error_of(R"({"model_dir": "/m", "page_sise": 8})");
+  EXPECT_NE(e.find("unknown field \"page_sise\""), std::string::npos) << e;
+  e = error_of(R"({"model_dir": "/m", "page_size": "16"})");
+  EXPECT_NE(e.find("\"page_size\" must be an integer"), std::string::npos) << e;
+  e = error_of(R"({"model_dir": 7})");
+  EXPECT_NE(e.find("\"model_dir\" must be a string"), std::string::npos) << e;
+  e = error_of(R"({"model_dir": "/m", "gpu_memory_fraction": "most"})");
+  EXPECT_NE(e.find("\"gpu_memory_fraction\" must be a number"), std::string::npos) << e;
+  e = error_of(R"({"model_dir": "/m", "max_running": 1.5})");
+  EXPECT_NE(e.find("\"max_running\" must be an integer"), std::string::npos) << e;
+  e = error_of(R"([1, 2])");
+  EXPECT_NE(e.find("a JSON object"), std::string::npos) << e;
+  // Well-typed but out of range: validate() names the field.
+  TempJson range(R"({"model_dir": "/m", "page_size": 0})");
+  auto out_of_range = EngineConfig::from_file(range.path);
+  ASSERT_FALSE(out_of_range.ok());
+  EXPECT_NE(std::string(out_of_range.error().what()).find("page_size"), std::string::npos);
 }
 
 TEST(EngineConfigTest, BadModelFolderThrowsWithThePath) {

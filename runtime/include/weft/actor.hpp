@@ -122,6 +122,10 @@ class Actor {
   using Strand = asio::strand<asio::any_io_executor>;
 
   explicit Actor(const asio::any_io_executor& executor) : strand_(asio::make_strand(executor)) {}
+  // An actor on another actor's strand: a strand may serve several actors whose state is
+  // touched together (the scheduler and the KV allocator), with no locks and no hops between
+  // them. Each still touches only its own state, and only on the strand.
+  explicit Actor(const Strand& shared) : strand_(shared) {}
   virtual ~Actor() = default;
   Actor(const Actor&) = delete;
   Actor& operator=(const Actor&) = delete;

@@ -178,6 +178,34 @@ TEST(Scheduler, RemoveFreesPagesAtOnceAndUnknownIdIsANoOp) {
   EXPECT_FALSE(scheduler.remove(12345));
 }
 
+// The engine's scheduler borrows the KV allocator's pool: its pages are the pool's, and the
+// pool is whole again once the scheduler is gone.
+TEST(Scheduler, AllocatesFromALentPoolAndGivesItBack) {
+  kv::PagePool pool(50, 4);
+  {
+    Scheduler scheduler({4, 0, 64, 8, AdmissionPolicy::kReserve}, pool);
+    EXPECT_EQ(scheduler.config().num_pages, 50);
+    EXPECT_EQ(&scheduler.pool(), &pool);
+    ASSERT_TRUE(scheduler.add(1, std::vector<std::int32_t>(40, 3), 10).ok());
+    ASSERT_TRUE(scheduler.add(2, std::vector<std::int32_t>(8, 3), 4).ok());
+    StepPlan plan = scheduler.plan_step();
+    scheduler.complete_step(plan, std::vector<std::int32_t>{1, 1});
+    EXPECT_EQ(pool.used_pages(), 10 + 2);
+    EXPECT_TRUE(scheduler.remove(2));
+    EXPECT_EQ(pool.used_pages(), 10);
+    auto too_big = scheduler.add(3, std::vector<std::int32_t>(190, 1), 20);
+    ASSERT_FALSE(too_big.ok());
+    EXPECT_NE(std::string(too_big.error().what()).find("the pool has 50"), std::string::npos);
+  }
+  EXPECT_EQ(pool.used_pages(), 0) << "a destroyed scheduler keeps no pages";
+  EXPECT_EQ(pool.peak_used_pages(), 12);
+  EXPECT_THROW(Scheduler({16, 0, 64, 8, AdmissionPolicy::kReserve}, pool), Error)
+      << "page sizes differ";
+  EXPECT_THROW(Scheduler({4, 49, 64, 8, AdmissionPolicy::kReserve}, pool), Error)
+      << "page counts differ";
+  EXPECT_NO_THROW(Scheduler({4, 50, 64, 8, AdmissionPolicy::kReserve}, pool));
+}
+
 TEST(Scheduler, RefusesWhatCanNeverFitAndBadRequests) {
   Scheduler scheduler({16, 10, 64, 8, AdmissionPolicy::kReserve});
   auto too_big = scheduler.add(1, std::vector<std::int32_t>(150, 1), 20);
