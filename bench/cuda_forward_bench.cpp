@@ -296,12 +296,14 @@ int main(int argc, char** argv) {
   for (int p : prefills)
     max_prefill = std::max(max_prefill, p);
   const int page_size = 16;
-  const int pages_per_seq =
-      (std::max(context + repeats + profile_steps + 4, max_prefill) + page_size - 1) / page_size;
+  // Decode sequences hold the context and the timed steps; the one prefill sequence holds the
+  // longest prefill. The pool fits whichever needs more.
+  const int decode_pages = (context + repeats + profile_steps + 4 + page_size - 1) / page_size;
+  const int prefill_pages = (max_prefill + page_size - 1) / page_size;
   model::CudaModelOptions options;
   options.precision = precision_name == "fp16" ? cuda::Precision::kF16 : cuda::Precision::kBF16;
   options.page_size = page_size;
-  options.num_pages = pages_per_seq * std::max(max_batch, 1);
+  options.num_pages = std::max(decode_pages * std::max(max_batch, 1), prefill_pages);
   options.max_tokens_per_step = std::max(max_prefill, max_batch);
   options.small_step_kernel_tokens = small_step_tokens;
   const double t_upload = now_s();
@@ -372,7 +374,7 @@ int main(int argc, char** argv) {
       greedy.rows[r].row = static_cast<std::int32_t>(r);
     return gpu.sample(greedy, sampled);
   };
-  auto fresh_tables = [&](int n) {
+  auto fresh_tables = [&](int n, int pages_per_seq) {
     std::vector<std::vector<std::int32_t>> tables(n);
     for (auto& t : tables)
       while (static_cast<int>(t.size()) < pages_per_seq)
@@ -385,7 +387,7 @@ int main(int argc, char** argv) {
         gpu.release_page(p);
   };
   for (int len : prefills) {
-    auto tables = fresh_tables(1);
+    auto tables = fresh_tables(1, prefill_pages);
     model::StepBatch step;
     for (int i = 0; i < len; ++i) {
       step.tokens.push_back((i * 7919 + 13) % spec.vocab_size);
@@ -415,7 +417,7 @@ int main(int argc, char** argv) {
     release(tables);
   }
   for (int batch : batches) {
-    auto tables = fresh_tables(batch);
+    auto tables = fresh_tables(batch, decode_pages);
     // Fill the context: one prefill step per sequence (not timed).
     for (int s = 0; s < batch; ++s) {
       model::StepBatch step;

@@ -1,0 +1,315 @@
+// CudaModel: creation, weight upload (pinned, chunked, with progress) and the KV pool.
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/model/cuda/cuda_model_state.hpp"
+
+namespace weft::model {
+
+Result<void> CudaModel::State::upload_floats(const std::vector<float>& v, DeviceBuffer& dst) {
+  if (v.empty()) return {};
+  if (auto err = dst.reserve(v.size() * sizeof(float)); err != cudaSuccess) {
+    return cuda_error(err, "allocating a norm or bias vector");
+  }
+  weight_bytes += v.size() * sizeof(float);
+  // Every upload goes through `stream`: a plain cudaMemcpy from pageable memory may return
+  // before its DMA lands, and a non-blocking stream would not wait for it.
+  if (auto err = cudaMemcpyAsync(dst.get(), v.data(), v.size() * sizeof(float),
+                                 cudaMemcpyHostToDevice, stream);
+      err != cudaSuccess) {
+    return cuda_error(err, "uploading a norm or bias vector");
+  }
+  if (auto err = cudaStreamSynchronize(stream); err != cudaSuccess) {
+    return cuda_error(err, "uploading a norm or bias vector");
+  }
+  return {};
+}
+
+// Copies w's rows into rows [row_offset, row_offset + w.rows) of a [total_rows, w.cols]
+// device matrix in the model's precision (fusing q/k/v and gate/up into one product each).
+Result<void> CudaModel::State::upload_matrix(const cpu::WeightMatrix& w, DeviceBuffer& dst,
+                                             std::size_t row_offset, std::size_t total_rows,
+                                             DeviceBuffer& staging) {
+  const std::size_t total = total_rows * w.cols * cuda::kHalfBytes;
+  if (dst.get() == nullptr) {
+    if (auto err = dst.reserve(total); err != cudaSuccess) {
+      return cuda_error(err, "allocating a weight matrix of " + std::to_string(total) + " bytes");
+    }
+    weight_bytes += total;
+  }
+  const std::size_t raw = w.rows * w.cols * dtype_size(w.dtype);
+  if (auto err = staging.reserve(raw); err != cudaSuccess) {
+    return cuda_error(err, "allocating the upload staging buffer");
+  }
+  for (int b = 0; b < 2; ++b) {
+    if (auto err = upload_chunks[b].reserve(kUploadChunk); err != cudaSuccess) {
+      return cuda_error(err, "allocating pinned upload buffers");
+    }
+    if (upload_done[b] == nullptr) {
+      if (auto err = cudaEventCreateWithFlags(&upload_done[b], cudaEventDisableTiming);
+          err != cudaSuccess) {
+        return cuda_error(err, "creating upload events");
+      }
+    }
+  }
+  const auto* source = static_cast<const std::byte*>(w.data);
+  for (std::size_t offset = 0, k = 0; offset < raw; offset += kUploadChunk, ++k) {
+    const std::size_t n = std::min(kUploadChunk, raw - offset);
+    PinnedBuffer& chunk = upload_chunks[k % 2];
+    // The copy that last used this chunk must have left it.
+    if (auto err = cudaEventSynchronize(upload_done[k % 2]); err != cudaSuccess) {
+      return cuda_error(err, "uploading a weight matrix");
+    }
+    std::memcpy(chunk.get(), source + offset, n);
+    if (auto err = cudaMemcpyAsync(staging.as<std::byte>() + offset, chunk.get(), n,
+                                   cudaMemcpyHostToDevice, stream);
+        err != cudaSuccess) {
+      return cuda_error(err, "uploading a weight matrix");
+    }
+    if (auto err = cudaEventRecord(upload_done[k % 2], stream); err != cudaSuccess) {
+      return cuda_error(err, "uploading a weight matrix");
+    }
+  }
+  void* at = dst.as<std::byte>() + row_offset * w.cols * cuda::kHalfBytes;
+  cuda::convert_to_precision(staging.get(), source_type(w.dtype), at, options.precision,
+                             w.rows * w.cols, stream);
+  if (auto err = cudaStreamSynchronize(stream); err != cudaSuccess) {
+    return cuda_error(err, "converting a weight matrix");
+  }
+  uploaded += raw;
+  if (options.on_upload_progress) options.on_upload_progress(uploaded, upload_total);
+  return {};
+}
+
+Result<void> CudaModel::State::reserve_step(int tokens) {
+  if (tokens <= capacity_tokens) return {};
+  drop_graphs();
+  const auto T = static_cast<std::size_t>(tokens);
+  const auto H = static_cast<std::size_t>(spec.hidden_size);
+  const auto I = static_cast<std::size_t>(spec.intermediate_size);
+  const auto QD = static_cast<std::size_t>(spec.q_dim()),
+             KVD = static_cast<std::size_t>(spec.kv_dim());
+  const std::size_t mlp_width = spec.gated_mlp ? 2 * I : I;
+  const std::size_t half = cuda::kHalfBytes;
+  struct Want {
+    DeviceBuffer* buffer;
+    std::size_t bytes;
+  };
+  const Want wants[] = {
+      {&x, T * H * 4},        {&h, T * H * half},  {&qkv_out, T * (QD + 2 * KVD) * 4},
+      {&attn, T * QD * half}, {&delta, T * H * 4}, {&mlp, T * mlp_width * 4},
+      {&act, T * I * half}};
+  for (const auto& w : wants) {
+    if (auto err = w.buffer->reserve(w.bytes); err != cudaSuccess) {
+      return cuda_error(err, "allocating step buffers for " + std::to_string(tokens) + " tokens");
+    }
+  }
+  capacity_tokens = tokens;
+  return {};
+}
+
+Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& options) {
+  const ModelSpec& spec = model.spec();
+  if (spec.head_dim > 256 || spec.head_dim % 2 != 0) {
+    return Error(ErrorCode::kUnsupported,
+                 spec.architecture +
+                     ": the CUDA attention kernels take an even head_dim up to "
+                     "256, this model has " +
+                     std::to_string(spec.head_dim));
+  }
+  if (options.page_size <= 0) {
+    return Error(ErrorCode::kInvalidArgument, "CUDA model: page_size must be positive");
+  }
+  int count = 0;
+  if (auto err = cudaGetDeviceCount(&count);
+      err != cudaSuccess || options.device >= count || options.device < 0) {
+    cudaGetLastError();
+    return Error(ErrorCode::kNotFound,
+                 "CUDA device " + std::to_string(options.device) + " is not available (" +
+                     (err != cudaSuccess ? cudaGetErrorString(err)
+                                         : std::to_string(count) + " devices visible") +
+                     ")");
+  }
+  auto s = std::make_unique<State>();
+  s->spec = spec;
+  s->options = options;
+  s->layout = model.kv_layout(options.page_size);
+  if (auto err = cudaSetDevice(options.device); err != cudaSuccess) {
+    return cuda_error(err, "selecting device " + std::to_string(options.device));
+  }
+  if (auto err = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking); err != cudaSuccess) {
+    return cuda_error(err, "creating a stream");
+  }
+  s->blas = std::make_unique<cuda::Blas>();
+  if (!s->blas->error().empty()) return Error(ErrorCode::kInternal, s->blas->error());
+  s->blas->set_gemv_max_tokens(options.small_step_kernel_tokens);
+
+  // Weights: fused qkv and gate_up products, 16-bit matrices, fp32 norms and biases.
+  DeviceBuffer staging;
+  {
+    auto bytes = [](const cpu::WeightMatrix& w) {
+      return w.data == nullptr ? std::size_t{0} : w.rows * w.cols * dtype_size(w.dtype);
+    };
+    const TensorView& e = model.embedding();
+    s->upload_total =
+        static_cast<std::size_t>(spec.vocab_size) * spec.hidden_size * dtype_size(e.dtype);
+    if (model.lm_head().data != e.data) s->upload_total += bytes(model.lm_head());
+    for (const Model::Layer& L : model.layers()) {
+      for (const cpu::WeightMatrix* w :
+           {&L.q, &L.k, &L.v, &L.qkv, &L.o, &L.gate_up, &L.gate, &L.up, &L.down}) {
+        s->upload_total += bytes(*w);
+      }
+    }
+  }
+  const auto H = static_cast<std::size_t>(spec.hidden_size);
+  const auto I = static_cast<std::size_t>(spec.intermediate_size);
+  const auto QD = static_cast<std::size_t>(spec.q_dim()),
+             KVD = static_cast<std::size_t>(spec.kv_dim());
+  {
+    const TensorView& e = model.embedding();
+    const cpu::WeightMatrix table{e.dtype, e.data, static_cast<std::size_t>(spec.vocab_size), H};
+    if (auto r = s->upload_matrix(table, s->embedding, 0, table.rows, staging); !r)
+      return r.error();
+    const cpu::WeightMatrix& head = model.lm_head();
+    if (head.data != e.data) {
+      if (auto r = s->upload_matrix(head, s->lm_head, 0, head.rows, staging); !r) return r.error();
+    }
+  }
+  if (auto r = s->upload_floats(model.final_norm(), s->final_norm); !r) return r.error();
+  if (auto r = s->upload_floats(model.final_norm_bias(), s->final_norm_bias); !r) return r.error();
+  s->layers.resize(static_cast<std::size_t>(spec.num_layers));
+  auto concat = [](std::initializer_list<const std::vector<float>*> parts) {
+    std::vector<float> out;
+    for (const auto* p : parts)
+      out.insert(out.end(), p->begin(), p->end());
+    return out;
+  };
+  for (std::size_t l = 0; l < s->layers.size(); ++l) {
+    const Model::Layer& L = model.layers()[l];
+    State::Layer& D = s->layers[l];
+    std::vector<Result<void>> steps;
+    steps.push_back(s->upload_floats(L.attn_norm, D.attn_norm));
+    steps.push_back(s->upload_floats(L.attn_norm_bias, D.attn_norm_bias));
+    steps.push_back(s->upload_floats(L.mlp_norm, D.mlp_norm));
+    steps.push_back(s->upload_floats(L.mlp_norm_bias, D.mlp_norm_bias));
+    const std::size_t qkv_rows = QD + 2 * KVD;
+    if (spec.qkv_layout == QkvLayout::kSeparate) {
+      steps.push_back(s->upload_matrix(L.q, D.qkv, 0, qkv_rows, staging));
+      steps.push_back(s->upload_matrix(L.k, D.qkv, QD, qkv_rows, staging));
+      steps.push_back(s->upload_matrix(L.v, D.qkv, QD + KVD, qkv_rows, staging));
+      steps.push_back(s->upload_floats(concat({&L.q_bias, &L.k_bias, &L.v_bias}), D.qkv_bias));
+    } else {
+      steps.push_back(s->upload_matrix(L.qkv, D.qkv, 0, qkv_rows, staging));
+      steps.push_back(s->upload_floats(L.qkv_bias, D.qkv_bias));
+    }
+    steps.push_back(s->upload_matrix(L.o, D.o, 0, H, staging));
+    steps.push_back(s->upload_floats(L.o_bias, D.o_bias));
+    if (spec.gated_mlp && L.gate_up.data != nullptr) {
+      steps.push_back(s->upload_matrix(L.gate_up, D.up, 0, 2 * I, staging));
+      steps.push_back(s->upload_floats(L.gate_up_bias, D.up_bias));
+    } else if (spec.gated_mlp) {
+      steps.push_back(s->upload_matrix(L.gate, D.up, 0, 2 * I, staging));
+      steps.push_back(s->upload_matrix(L.up, D.up, I, 2 * I, staging));
+      steps.push_back(s->upload_floats(concat({&L.gate_bias, &L.up_bias}), D.up_bias));
+    } else {
+      steps.push_back(s->upload_matrix(L.up, D.up, 0, I, staging));
+      steps.push_back(s->upload_floats(L.up_bias, D.up_bias));
+    }
+    steps.push_back(s->upload_matrix(L.down, D.down, 0, H, staging));
+    steps.push_back(s->upload_floats(L.down_bias, D.down_bias));
+    for (auto& step : steps) {
+      if (!step) return step.error();
+    }
+  }
+  staging.reset();
+  for (int b = 0; b < 2; ++b) {
+    s->upload_chunks[b].reset();
+    if (s->upload_done[b] != nullptr) cudaEventDestroy(s->upload_done[b]);
+    s->upload_done[b] = nullptr;
+  }
+  if (spec.position == PositionEmbedding::kRope && spec.rope.scaling != RopeScaling::kDynamic) {
+    s->fixed_rope = rope_frequencies(spec.rope, spec.rotary_dim(), 0);
+  }
+  if (auto r = s->reserve_step(std::max(1, options.max_tokens_per_step)); !r) return r.error();
+
+  // The KV pool, last, from what is left.
+  const std::size_t page_bytes = s->layout.floats_per_page() * cuda::kHalfBytes;
+  int pages = options.num_pages;
+  if (pages <= 0) {
+    std::size_t free_bytes = 0, total_bytes = 0;
+    if (auto err = cudaMemGetInfo(&free_bytes, &total_bytes); err != cudaSuccess) {
+      return cuda_error(err, "reading free device memory");
+    }
+    // What the fraction allows minus what is in use already (this process's weights and
+    // buffers, the CUDA context, anything else on the device).
+    const double budget = static_cast<double>(total_bytes) * options.gpu_memory_fraction -
+                          static_cast<double>(total_bytes - free_bytes);
+    pages = static_cast<int>(std::min<double>(budget / static_cast<double>(page_bytes), 1 << 30));
+    if (pages <= 0) {
+      return Error(ErrorCode::kResourceExhausted,
+                   "CUDA model: gpu_memory_fraction " +
+                       std::to_string(options.gpu_memory_fraction) + " of " +
+                       std::to_string(total_bytes >> 20) +
+                       " MiB leaves no room for KV pages after the weights and buffers (" +
+                       std::to_string((total_bytes - free_bytes) >> 20) + " MiB in use)");
+    }
+  }
+  if (auto err = s->kv.reserve(static_cast<std::size_t>(pages) * page_bytes); err != cudaSuccess) {
+    return cuda_error(err, "allocating " + std::to_string(pages) + " KV pages");
+  }
+  s->num_pages = pages;
+  s->free.reserve(static_cast<std::size_t>(pages));
+  for (int p = pages - 1; p >= 0; --p)
+    s->free.push_back(p);
+  return CudaModel(std::move(s));
+}
+
+CudaModel::CudaModel(std::unique_ptr<State> state) : state_(std::move(state)) {}
+CudaModel::CudaModel(CudaModel&&) noexcept = default;
+CudaModel& CudaModel::operator=(CudaModel&&) noexcept = default;
+CudaModel::~CudaModel() = default;
+
+const ModelSpec& CudaModel::spec() const noexcept {
+  return state_->spec;
+}
+cuda::Precision CudaModel::precision() const noexcept {
+  return state_->options.precision;
+}
+int CudaModel::device() const noexcept {
+  return state_->options.device;
+}
+std::size_t CudaModel::weight_bytes() const noexcept {
+  return state_->weight_bytes;
+}
+const KvLayout& CudaModel::kv_layout() const noexcept {
+  return state_->layout;
+}
+int CudaModel::num_pages() const noexcept {
+  return state_->num_pages;
+}
+int CudaModel::free_pages() const noexcept {
+  return static_cast<int>(state_->free.size());
+}
+int CudaModel::pages_for(int tokens) const noexcept {
+  return (tokens + state_->layout.page_size - 1) / state_->layout.page_size;
+}
+std::optional<int> CudaModel::allocate_page() {
+  if (state_->free.empty()) return std::nullopt;
+  const int page = state_->free.back();
+  state_->free.pop_back();
+  return page;
+}
+void CudaModel::release_page(int page) {
+  state_->free.push_back(page);
+}
+void CudaModel::set_kernel_profiling(bool on) noexcept {
+  state_->profiling = on;
+}
+std::map<std::string, double> CudaModel::take_kernel_profile() {
+  return std::exchange(state_->profile_ms, {});
+}
+
+}  // namespace weft::model

@@ -1,0 +1,162 @@
+#pragma once
+// CudaModel's state, shared by its three source files: cuda_model.cpp (the forward pass),
+// cuda_model_load.cpp (creation and weight upload) and cuda_sampling.cpp (the GPU sampler's
+// host side). Internal: included by those files only.
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "kernels/cuda/activation.hpp"
+#include "kernels/cuda/convert.hpp"
+#include "kernels/cuda/gemm.hpp"
+#include "runtime/model/cuda/cuda_model.hpp"
+#include "runtime/model/cuda/device_buffer.hpp"
+#include "runtime/model/rope_frequencies.hpp"
+
+namespace weft::model {
+
+using cuda_detail::DeviceBuffer;
+using cuda_detail::PinnedBuffer;
+
+namespace cuda_model_detail {
+
+inline Error cuda_error(cudaError_t err, const std::string& what) {
+  const ErrorCode code =
+      err == cudaErrorMemoryAllocation ? ErrorCode::kResourceExhausted : ErrorCode::kInternal;
+  return Error(code, "CUDA: " + what + ": " + cudaGetErrorString(err));
+}
+
+inline cuda::SourceType source_type(DType d) {
+  return d == DType::kF32   ? cuda::SourceType::kF32
+         : d == DType::kF16 ? cuda::SourceType::kF16
+                            : cuda::SourceType::kBF16;
+}
+
+inline cuda::ActivationKind to_kernel(Activation a) {
+  switch (a) {
+    case Activation::kSilu:
+      return cuda::ActivationKind::kSilu;
+    case Activation::kGelu:
+      return cuda::ActivationKind::kGelu;
+    case Activation::kGeluTanh:
+      return cuda::ActivationKind::kGeluTanh;
+    case Activation::kRelu:
+      return cuda::ActivationKind::kRelu;
+  }
+  return cuda::ActivationKind::kSilu;
+}
+
+// Word offsets of the step's metadata in the one buffer uploaded per step.
+struct StepLayout {
+  std::size_t tokens = 0, positions = 0, token_seq = 0, table_begin = 0, page_ids = 0;
+  std::size_t logit_rows = 0, decode_queries = 0, tiles = 0, inv_freq = 0, factor = 0;
+  std::size_t words = 0;
+};
+
+}  // namespace cuda_model_detail
+
+using namespace cuda_model_detail;
+
+struct CudaModel::State {
+  ModelSpec spec;
+  CudaModelOptions options;
+  KvLayout layout;
+  int num_pages = 0;
+  std::vector<int> free;  // a stack, as KvCache's
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<cuda::Blas> blas;
+  std::size_t weight_bytes = 0;
+
+  struct Layer {
+    DeviceBuffer attn_norm, attn_norm_bias, mlp_norm, mlp_norm_bias;
+    DeviceBuffer qkv, qkv_bias, o, o_bias, up, up_bias, down, down_bias;  // up: gate_up if gated
+  };
+  DeviceBuffer embedding, lm_head, final_norm, final_norm_bias;
+  std::vector<Layer> layers;
+  DeviceBuffer kv;  // the page pool
+
+  // Rope inverse frequencies for every scaling but dynamic NTK (which depends on the length).
+  std::optional<RopeFrequencies> fixed_rope;
+
+  // Step buffers.
+  int capacity_tokens = 0;
+  DeviceBuffer x, h, qkv_out, attn, delta, mlp, act, logits, split_workspace, meta;
+  PinnedBuffer meta_host, logits_host;
+  // The GPU sampler's buffers: its inputs (rows, edits, bitmasks) and outputs (results,
+  // candidates, top entries) each travel in one copy; `work` holds the rows being sampled.
+  DeviceBuffer sample_in, sample_out, sample_work;
+  PinnedBuffer sample_in_host, sample_out_host;
+  int launched_rows = 0;  // logit rows of the step launch() enqueued; -1: none
+
+  // Decode graphs by (tokens, sequences, logit rows, decode splits): what fixes their grids
+  // and metadata offsets. They point into the buffers above, so any reallocation drops them.
+  using GraphKey = std::tuple<int, int, int, int>;
+  static constexpr std::size_t kMaxGraphs = 512;
+  std::map<GraphKey, cudaGraphExec_t> graphs;
+  bool graphs_broken = false;
+
+  // The logits come back in chunks, each followed by an event: the host copies chunk k out of
+  // pinned memory while chunk k + 1 crosses the bus.
+  static constexpr std::size_t kLogitChunks = 8;
+  static constexpr std::size_t kLogitChunkFloats = std::size_t{1} << 20;
+  std::vector<cudaEvent_t> copy_events;
+
+  // Per-kernel-class timing (set_kernel_profiling): an event after each kernel class of a
+  // plain (uncaptured) step, and the milliseconds summed by class.
+  bool profiling = false;
+  std::vector<std::pair<const char*, cudaEvent_t>> marks;
+  std::size_t marks_used = 0;
+  std::map<std::string, double> profile_ms;
+  void accumulate_profile() {
+    for (std::size_t i = 1; i < marks_used; ++i) {
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, marks[i - 1].second, marks[i].second) == cudaSuccess) {
+        profile_ms[marks[i].first] += ms;
+      }
+    }
+  }
+  void drop_graphs() {
+    for (auto& [key, exec] : graphs)
+      cudaGraphExecDestroy(exec);
+    graphs.clear();
+  }
+
+  ~State() {
+    if (stream != nullptr) {
+      cudaSetDevice(options.device);
+      cudaStreamSynchronize(stream);
+      drop_graphs();
+      for (auto e : copy_events)
+        cudaEventDestroy(e);
+      for (auto& m : marks)
+        cudaEventDestroy(m.second);
+      cudaStreamDestroy(stream);
+    }
+  }
+
+  Result<void> reserve_step(int tokens);
+  Result<void> upload_matrix(const cpu::WeightMatrix& w, DeviceBuffer& dst, std::size_t row_offset,
+                             std::size_t total_rows, DeviceBuffer& staging);
+  // Weight uploads go through two pinned chunks: the host copies chunk k + 1 out of the
+  // mapped file while chunk k crosses the bus (a pageable source would be staged by the
+  // driver in small synchronous pieces).
+  static constexpr std::size_t kUploadChunk = std::size_t{32} << 20;
+  PinnedBuffer upload_chunks[2];
+  cudaEvent_t upload_done[2] = {nullptr, nullptr};
+  std::size_t uploaded = 0, upload_total = 0;
+  Result<void> upload_floats(const std::vector<float>& v, DeviceBuffer& dst);
+  // copy_logits false: enqueue the step and return without waiting (launch()).
+  Result<void> run(const StepBatch& batch, std::vector<float>& logits, bool copy_logits = true);
+  Result<void> sample(const DeviceSamplingInput& input, DeviceSamplingOutput& output);
+};
+
+}  // namespace weft::model
