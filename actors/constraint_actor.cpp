@@ -14,8 +14,9 @@ std::uint64_t ns_since(Clock::time_point start) {
 
 }  // namespace
 
-ConstraintActor::ConstraintActor(const asio::any_io_executor& executor, int logits_vocab)
-    : Actor(executor), vocab_(logits_vocab) {}
+ConstraintActor::ConstraintActor(const asio::any_io_executor& executor, int logits_vocab,
+                                 bool jump_forward)
+    : Actor(executor), vocab_(logits_vocab), jump_forward_(jump_forward) {}
 
 void ConstraintActor::add(std::uint64_t id,
                           std::shared_ptr<const grammar::CompiledGrammar> grammar) {
@@ -34,10 +35,14 @@ AcceptResult ConstraintActor::accept_tokens(const std::vector<AcceptedToken>& to
   for (const auto& t : tokens) {
     auto it = constraints_.find(t.id);
     if (it == constraints_.end()) continue;
-    const auto verdict = it->second.accept(t.token);
-    if (verdict != grammar::TokenConstraint::Verdict::kContinue) {
-      out.verdicts.push_back({t.id, verdict});
+    using Verdict = grammar::TokenConstraint::Verdict;
+    ConstraintVerdict v{t.id, it->second.accept(t.token), {}};
+    if (v.verdict == Verdict::kContinue && jump_forward_ && t.max_forced > 0) {
+      auto forced = it->second.jump_forward(t.max_forced);
+      v.verdict = forced.verdict;
+      v.forced = std::move(forced.tokens);
     }
+    if (v.verdict != Verdict::kContinue || !v.forced.empty()) out.verdicts.push_back(std::move(v));
   }
   out.compute_ns = ns_since(start);
   return out;

@@ -18,12 +18,19 @@ namespace weft::actors {
 struct AcceptedToken {
   std::uint64_t id = 0;
   std::int32_t token = 0;
+  // Jump-forward: how many tokens the grammar may force after this one (the request's
+  // remaining max_tokens; 0 when the output ends with this token anyway).
+  int max_forced = 0;
 };
 
 // What a token meant, for the sequences where it was not simply "go on".
 struct ConstraintVerdict {
   std::uint64_t id = 0;
+  // After `forced`, when there are any.
   grammar::TokenConstraint::Verdict verdict = grammar::TokenConstraint::Verdict::kContinue;
+  // Jump-forward: tokens the grammar forced after the sampled one, already accepted; the
+  // step loop appends them to the sequence without sampling them.
+  std::vector<std::int32_t> forced;
 };
 
 struct StepMasks {
@@ -35,14 +42,17 @@ struct StepMasks {
 };
 
 struct AcceptResult {
-  std::vector<ConstraintVerdict> verdicts;  // kComplete and kRejected only
+  // kComplete and kRejected, and kContinue with forced tokens.
+  std::vector<ConstraintVerdict> verdicts;
   std::uint64_t compute_ns = 0;
 };
 
 class ConstraintActor : public Actor {
  public:
-  // `logits_vocab`: the width of the model's logits rows.
-  ConstraintActor(const asio::any_io_executor& executor, int logits_vocab);
+  // `logits_vocab`: the width of the model's logits rows. `jump_forward`: after each accepted
+  // token, force the grammar's only continuation where it has one (EngineConfig::jump_forward).
+  ConstraintActor(const asio::any_io_executor& executor, int logits_vocab,
+                  bool jump_forward = true);
 
   void add(std::uint64_t id, std::shared_ptr<const grammar::CompiledGrammar> grammar);
   void remove(std::uint64_t id);
@@ -52,7 +62,8 @@ class ConstraintActor : public Actor {
     return ask([] {}, std::forward<Token>(token));
   }
 
-  // Advances each sequence's matcher by its sampled token.
+  // Advances each sequence's matcher by its sampled token, then by the tokens the grammar
+  // forces after it (jump-forward, up to AcceptedToken::max_forced).
   template <class Token>
   auto accept(std::vector<AcceptedToken> tokens, Token&& token) {
     return ask([this, tokens = std::move(tokens)] { return accept_tokens(tokens); },
@@ -71,6 +82,7 @@ class ConstraintActor : public Actor {
   StepMasks compute_masks(const std::vector<std::uint64_t>& ids);
 
   int vocab_;
+  bool jump_forward_;
   std::unordered_map<std::uint64_t, grammar::TokenConstraint> constraints_;
 };
 

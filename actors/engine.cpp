@@ -131,7 +131,8 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
       s.vocab_size);
   s.sampler = std::make_unique<actors::SamplerActor>(executor);
   s.detokenizer = std::make_unique<actors::DetokenizerActor>(executor, tokenizer->tokenizer);
-  s.constraint = std::make_unique<actors::ConstraintActor>(executor, s.vocab_size);
+  s.constraint =
+      std::make_unique<actors::ConstraintActor>(executor, s.vocab_size, s.config.jump_forward);
 
   sched::SchedulerConfig sc;
   sc.page_size = s.config.page_size;

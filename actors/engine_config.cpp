@@ -66,11 +66,19 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
       }
     } else if (key == "cpu_threads") {
       ok = as_int(c.cpu_threads);
+    } else if (key == "jump_forward") {
+      bool v = true;
+      if (value.get(v) != simdjson::SUCCESS) {
+        ok = field_error(path, key, "true or false");
+      } else {
+        c.jump_forward = v;
+      }
     } else {
       return Error(ErrorCode::kParse, path.string() + ": unknown field \"" + std::string(key) +
                                           "\" (known: model_dir, spec_file, device, page_size, "
                                           "kv_budget_bytes, max_tokens_per_step, max_running, "
-                                          "admission, cpu_threads, gpu_memory_fraction)");
+                                          "admission, cpu_threads, gpu_memory_fraction, "
+                                          "jump_forward)");
     }
     if (!ok) return ok.error();
   }

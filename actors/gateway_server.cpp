@@ -160,6 +160,9 @@ std::string prometheus_text(const EngineMetrics& m, const GatewayState& state) {
           static_cast<double>(m.mask_wait_us) * us);
   counter("weft_constraint_accept_seconds_total", "Time advancing matchers by sampled tokens.",
           static_cast<double>(m.constraint_accept_us) * us);
+  counter("weft_jump_forward_tokens_total",
+          "Output tokens the grammar forced, appended without sampling (jump-forward).",
+          static_cast<double>(m.jump_forward_tokens));
   out << "# HELP weft_requests_finished_total Requests finished, by finish reason.\n"
       << "# TYPE weft_requests_finished_total counter\n";
   const std::pair<const char*, std::uint64_t> outcomes[] = {{"stop", m.finished_stop},

@@ -13,6 +13,15 @@ void SamplerActor::remove(std::uint64_t id) {
   post([this, id] { samplers_.erase(id); });
 }
 
+void SamplerActor::accept(std::uint64_t id, std::vector<std::int32_t> tokens) {
+  post([this, id, tokens = std::move(tokens)] {
+    auto it = samplers_.find(id);
+    if (it == samplers_.end()) return;
+    for (std::int32_t t : tokens)
+      it->second.accept(t);
+  });
+}
+
 std::vector<SampleOutcome> SamplerActor::sample_rows(StepLogits& logits,
                                                      const std::vector<SampleRow>& rows) {
   std::vector<SampleOutcome> out;

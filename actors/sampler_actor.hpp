@@ -45,6 +45,9 @@ class SamplerActor : public Actor {
   void add(std::uint64_t id, sampling::SamplingParams params, std::vector<std::int32_t> prompt,
            std::uint64_t seed, int sample_index);
   void remove(std::uint64_t id);
+  // Tokens appended without sampling (jump-forward): counted for the penalties and the draw
+  // counter as if they had been sampled. Unknown ids are ignored.
+  void accept(std::uint64_t id, std::vector<std::int32_t> tokens);
 
   // Replies once every message posted before it has run.
   template <class Token>

@@ -277,13 +277,18 @@ asio::awaitable<void> SchedulerActor::loop() {
     scheduler_.complete_step(plan, sampled);
 
     // Advance the matchers now, so the next step's masks can be computed while it runs.
-    std::unordered_map<std::uint64_t, grammar::TokenConstraint::Verdict> verdicts;
+    // Jump-forward: the constraint actor also accepts the tokens the grammar forces after a
+    // sampled one (at most the output's remaining budget) and returns them with the verdict.
+    std::unordered_map<std::uint64_t, ConstraintVerdict> verdicts;
     {
       std::vector<AcceptedToken> accepted;
       for (const auto& o : outcomes) {
         auto it = live_.find(o.id);
         if (o.token && it != live_.end() && it->second.constrained) {
-          accepted.push_back({o.id, o.token->id});
+          const sched::Sequence* seq = scheduler_.find(o.id);
+          const int left = seq != nullptr ? it->second.params.max_tokens - seq->generated() : 0;
+          const int max_forced = is_stop_token(it->second, o.token->id) ? 0 : std::max(0, left);
+          accepted.push_back({o.id, o.token->id, max_forced});
         }
       }
       if (!accepted.empty()) {
@@ -304,8 +309,8 @@ asio::awaitable<void> SchedulerActor::loop() {
           }
         }
         accept_ns_ += result.compute_ns;
-        for (const auto& v : result.verdicts)
-          verdicts.emplace(v.id, v.verdict);
+        for (auto& v : result.verdicts)
+          verdicts.emplace(v.id, std::move(v));
       }
     }
 
@@ -318,27 +323,46 @@ asio::awaitable<void> SchedulerActor::loop() {
         finish(o.id, FinishReason::kError, o.error);
         continue;
       }
-      const sched::Sequence* seq = scheduler_.find(o.id);
       bool stop = is_stop_token(it->second, o.token->id);
+      std::vector<std::int32_t> forced;
       if (auto v = verdicts.find(o.id); v != verdicts.end()) {
-        if (v->second == grammar::TokenConstraint::Verdict::kRejected) {
+        if (v->second.verdict == grammar::TokenConstraint::Verdict::kRejected) {
           // The mask should have made this impossible: a bug, reported as such.
           finish(o.id, FinishReason::kError,
                  "internal: token " + std::to_string(o.token->id) +
                      " was sampled but the response format does not allow it");
           continue;
         }
-        stop = true;  // the output is complete
+        if (v->second.verdict == grammar::TokenConstraint::Verdict::kComplete) {
+          stop = true;  // the output is complete (after the forced tokens, if any)
+        }
+        forced = std::move(v->second.forced);
       }
+      if (!forced.empty()) {
+        // Bounded by the budget already; the scheduler checks again.
+        const int appended = scheduler_.append_tokens(o.id, forced);
+        forced.resize(static_cast<std::size_t>(appended));
+        sampler_.accept(o.id, forced);
+        metrics_.jump_forward_tokens += static_cast<std::uint64_t>(appended);
+      }
+      const sched::Sequence* seq = scheduler_.find(o.id);
       const bool length = seq->generated() >= it->second.params.max_tokens;
       NewToken t;
       t.id = o.id;
       t.token.id = o.token->id;
       t.token.logprob = o.token->logprob;
       t.token.top = o.token->top;
-      t.last = stop || length;
       new_tokens.push_back(std::move(t));
-      ++metrics_.generated_tokens;
+      // Forced tokens stream as ordinary deltas after the sampled one; they were not drawn,
+      // so their logprob is 0 (probability 1 under the grammar) and they carry no top list.
+      for (std::int32_t f : forced) {
+        NewToken ft;
+        ft.id = o.id;
+        ft.token.id = f;
+        new_tokens.push_back(std::move(ft));
+      }
+      new_tokens.back().last = stop || length;
+      metrics_.generated_tokens += 1 + forced.size();
       if (stop || length)
         finishing.emplace_back(o.id, stop ? FinishReason::kStop : FinishReason::kLength);
     }

@@ -32,10 +32,24 @@ class TokenConstraint {
   Verdict accept(std::int32_t token);
   bool is_terminated() const { return matcher_->is_terminated(); }
 
+  // Jump-forward decoding: where the grammar now admits exactly one continuation, the tokens
+  // that spell it (at most max_tokens), already accepted, and the verdict after the last.
+  // The bytes are split greedily into the longest vocabulary tokens (the tokenizer's own
+  // merges are not replayed), so the forced tokens' bytes are exactly a prefix of the forced
+  // string. Boundary rule: when the split reaches the end of the string, its last token is
+  // held back if a longer token starts with its bytes, so the next draw may still pick a
+  // token that runs from the forced text into the free text after it.
+  struct Forced {
+    std::vector<std::int32_t> tokens;
+    Verdict verdict = Verdict::kContinue;
+  };
+  Forced jump_forward(int max_tokens);
+
  private:
   // On the heap: the matcher's pushdown automaton refers to the matcher's own arena, so the
   // matcher must not move while this class does.
   std::unique_ptr<GrammarMatcher> matcher_;
+  std::shared_ptr<const CompiledGrammar> grammar_;  // for its vocabulary trie
   int vocab_;
   std::vector<std::uint32_t> mask_;
   bool mask_valid_ = false;

@@ -117,6 +117,15 @@ bool Scheduler::remove(std::uint64_t id) {
   return true;
 }
 
+int Scheduler::append_tokens(std::uint64_t id, std::span<const std::int32_t> tokens) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return 0;
+  Sequence& s = it->second;
+  const int n = std::clamp(s.max_new_tokens - s.generated(), 0, static_cast<int>(tokens.size()));
+  s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.begin() + n);
+  return n;
+}
+
 const Sequence* Scheduler::find(std::uint64_t id) const {
   auto it = sequences_.find(id);
   return it == sequences_.end() ? nullptr : &it->second;

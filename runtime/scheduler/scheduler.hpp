@@ -103,6 +103,11 @@ class Scheduler {
   // slice order. Slices of sequences removed since the plan was made are skipped.
   void complete_step(const StepPlan& plan, std::span<const std::int32_t> sampled);
 
+  // Appends tokens that were not sampled (jump-forward decoding: the grammar forced them) to
+  // a sequence's output, at most max_new_tokens - generated of them; returns how many. They
+  // are computed by the next steps as one prefill slice, which samples after its last token.
+  int append_tokens(std::uint64_t id, std::span<const std::int32_t> tokens);
+
   const Sequence* find(std::uint64_t id) const;
   int running() const noexcept { return static_cast<int>(running_.size()); }
   int waiting() const noexcept { return static_cast<int>(waiting_.size()); }

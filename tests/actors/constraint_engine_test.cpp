@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <boost/asio/use_future.hpp>
+#include <cstdio>
 
 #include "runtime/grammar/constraint_compiler.hpp"
 #include "runtime/grammar/grammar_compiler.hpp"
@@ -152,6 +153,65 @@ TEST_F(ConstraintEngineTest, UnconstrainedNeighboursAreUnchanged) {
   auto beside = collect(engine.submit(plain, asio::use_future).get(), 1);
   collect(constrained, 8);
   EXPECT_EQ(alone[0].text, beside[0].text);
+}
+
+// Jump-forward: the schema's fixed parts ("kind":"whale","size") are appended without
+// sampling, so a request takes fewer steps than it has output tokens; turned off, every token
+// is sampled. Either way every complete output follows the schema. (The two runs' texts are
+// not compared: forced text is split into the longest tokens, which the model need not
+// choose.)
+struct JumpRun {
+  int stopped = 0;
+  EngineMetrics metrics;
+};
+
+JumpRun run_whale_schema(bool jump_forward, const ResponseFormat& f) {
+  Runtime runtime{RuntimeOptions{.worker_threads = 2}};
+  EngineConfig config = tiny_config();
+  config.jump_forward = jump_forward;
+  Engine engine(runtime.executor(), config);
+  JumpRun out;
+  // One sample at a time, so that each step samples exactly one token.
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    auto stream = engine.submit(request(f, 1, seed, 40), asio::use_future).get();
+    const Sample s = collect(stream, 1)[0];
+    EXPECT_TRUE(s.reason == FinishReason::kStop || s.reason == FinishReason::kLength) << s.text;
+    if (s.reason == FinishReason::kStop) {
+      ++out.stopped;
+      EXPECT_TRUE(matches(f, s.text)) << s.text;
+    } else {
+      EXPECT_EQ(s.tokens, 40) << s.text;
+    }
+    EXPECT_EQ(s.text.rfind("{\"kind\":\"whale\",\"size\":", 0), 0u) << s.text;
+  }
+  out.metrics = engine.metrics(asio::use_future).get();
+  EXPECT_EQ(out.metrics.finished_error, 0u);
+  return out;
+}
+
+TEST(ConstraintJumpForwardTest, ForcedTokensSaveStepsAndKeepTheOutputValid) {
+  ResponseFormat f;
+  f.type = ResponseFormat::Type::kJsonSchema;
+  f.source = R"({"type":"object","properties":{"kind":{"const":"whale"},
+    "size":{"type":"integer","minimum":0,"maximum":999}},"required":["kind","size"]})";
+  const JumpRun on = run_whale_schema(true, f);
+  EXPECT_GT(on.stopped, 0);
+  EXPECT_GT(on.metrics.jump_forward_tokens, 0u);
+  EXPECT_EQ(on.metrics.steps + on.metrics.jump_forward_tokens, on.metrics.generated_tokens);
+  EXPECT_LT(on.metrics.steps, on.metrics.generated_tokens);
+
+  const JumpRun off = run_whale_schema(false, f);
+  EXPECT_GT(off.stopped, 0);
+  EXPECT_EQ(off.metrics.jump_forward_tokens, 0u);
+  EXPECT_EQ(off.metrics.steps, off.metrics.generated_tokens);
+  std::printf(
+      "whale schema, 4 requests: jump-forward on: %llu steps for %llu tokens (%llu forced);"
+      " off: %llu steps for %llu tokens\n",
+      static_cast<unsigned long long>(on.metrics.steps),
+      static_cast<unsigned long long>(on.metrics.generated_tokens),
+      static_cast<unsigned long long>(on.metrics.jump_forward_tokens),
+      static_cast<unsigned long long>(off.metrics.steps),
+      static_cast<unsigned long long>(off.metrics.generated_tokens));
 }
 
 void expect_submit_error(Engine& engine, ResponseFormat f, std::string_view needle) {

@@ -354,7 +354,8 @@ TEST(EngineConfigTest, FromFileReadsEveryField) {
     "max_running": 32,
     "admission": "optimistic",
     "cpu_threads": 3,
-    "gpu_memory_fraction": 0.75
+    "gpu_memory_fraction": 0.75,
+    "jump_forward": false
   })");
   auto read = EngineConfig::from_file(file.path);
   ASSERT_TRUE(read.ok()) << read.error().what();
@@ -369,6 +370,7 @@ TEST(EngineConfigTest, FromFileReadsEveryField) {
   EXPECT_EQ(c.admission, "optimistic");
   EXPECT_EQ(c.cpu_threads, 3u);
   EXPECT_DOUBLE_EQ(c.gpu_memory_fraction, 0.75);
+  EXPECT_FALSE(c.jump_forward);
 
   // Fields left out keep their defaults.
   TempJson minimal(R"({"model_dir": "/models/tiny"})");
@@ -377,6 +379,7 @@ TEST(EngineConfigTest, FromFileReadsEveryField) {
   EXPECT_EQ(defaults.value().page_size, EngineConfig{}.page_size);
   EXPECT_EQ(defaults.value().device, "cpu");
   EXPECT_EQ(defaults.value().admission, "reserve");
+  EXPECT_TRUE(defaults.value().jump_forward);
 }
 
 TEST(EngineConfigTest, FromFileNamesTheBadField) {
@@ -399,6 +402,8 @@ TEST(EngineConfigTest, FromFileNamesTheBadField) {
   EXPECT_NE(e.find("\"gpu_memory_fraction\" must be a number"), std::string::npos) << e;
   e = error_of(R"({"model_dir": "/m", "max_running": 1.5})");
   EXPECT_NE(e.find("\"max_running\" must be an integer"), std::string::npos) << e;
+  e = error_of(R"({"model_dir": "/m", "jump_forward": 1})");
+  EXPECT_NE(e.find("\"jump_forward\" must be true or false"), std::string::npos) << e;
   e = error_of(R"([1, 2])");
   EXPECT_NE(e.find("a JSON object"), std::string::npos) << e;
   // Well-typed but out of range: validate() names the field.

@@ -57,6 +57,7 @@ struct BenchOptions {
   std::string admission = "reserve";
   unsigned threads = 0;
   std::string json_schema_file;
+  bool no_jump_forward = false;
   std::string regex;
   std::string grammar_file;
   bool json_object = false;
@@ -183,6 +184,7 @@ int run_bench(const BenchOptions& o) {
   config.max_running = o.max_running;
   config.admission = o.admission;
   config.cpu_threads = o.threads;
+  config.jump_forward = !o.no_jump_forward;
   Runtime runtime(RuntimeOptions{.worker_threads = 2});
   std::optional<Engine> engine;
   try {
@@ -271,6 +273,7 @@ int run_bench(const BenchOptions& o) {
                           {"mask_compute_ms", metrics.mask_compute_us / 1000.0},
                           {"mask_wait_ms", metrics.mask_wait_us / 1000.0},
                           {"constraint_accept_ms", metrics.constraint_accept_us / 1000.0},
+                          {"jump_forward_tokens", metrics.jump_forward_tokens},
                           {"model", o.model_dir}};
   std::printf("requests %d (%d failed) in %.2f s: %.2f req/s, %.1f output tok/s\n", o.num_requests,
               failed, seconds, o.num_requests / seconds,
@@ -286,11 +289,12 @@ int run_bench(const BenchOptions& o) {
     std::printf(
         "constraint: %llu masks over %llu steps: %.1f ms computing them, %.1f ms of it hidden "
         "under %.1f ms of forward passes, %.1f ms waited for after the logits; %.1f ms "
-        "accepting tokens; %llu outputs complete (stop)\n",
+        "accepting tokens; %llu tokens forced (jump-forward); %llu outputs complete (stop)\n",
         static_cast<unsigned long long>(metrics.masks_computed),
         static_cast<unsigned long long>(metrics.constrained_steps), compute_ms,
         std::max(0.0, compute_ms - wait_ms), metrics.constrained_forward_us / 1000.0, wait_ms,
         metrics.constraint_accept_us / 1000.0,
+        static_cast<unsigned long long>(metrics.jump_forward_tokens),
         static_cast<unsigned long long>(metrics.finished_stop));
   }
   std::cout << boost::json::serialize(out) << std::endl;
@@ -366,6 +370,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       cmd->add_option("--grammar", opts->grammar_file, "constrain every request by this EBNF file");
   auto* object =
       cmd->add_flag("--json-object", opts->json_object, "constrain every request to a JSON object");
+  cmd->add_flag("--no-jump-forward", opts->no_jump_forward,
+                "sample every token, even where the grammar forces it");
   schema->excludes(regex)->excludes(grammar_opt)->excludes(object);
   regex->excludes(grammar_opt)->excludes(object);
   grammar_opt->excludes(object);

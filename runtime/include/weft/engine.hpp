@@ -59,6 +59,9 @@ struct EngineConfig {
   // On a GPU: > 0 sizes the KV pool from the device instead of kv_budget_bytes, so that the
   // process uses this fraction of the GPU's memory in all (weights, buffers, KV).
   double gpu_memory_fraction = 0.0;
+  // Constrained generation: where the grammar admits exactly one continuation, append its
+  // tokens without sampling them (jump-forward decoding, docs/grammars.md).
+  bool jump_forward = true;
   // Called on the constructing thread while the weights upload to a GPU (bytes done, bytes
   // in all), e.g. for a progress bar. Not read from a config file.
   std::function<void(std::size_t done, std::size_t total)> on_load_progress;
@@ -178,6 +181,9 @@ struct EngineMetrics {
   std::uint64_t constraint_accept_us = 0;
   std::uint64_t forward_us = 0;
   std::uint64_t constrained_forward_us = 0;  // forward_us of the constrained steps only
+  // Output tokens the grammar forced (jump-forward decoding): appended without being sampled,
+  // and counted in generated_tokens too.
+  std::uint64_t jump_forward_tokens = 0;
 };
 
 class Engine {

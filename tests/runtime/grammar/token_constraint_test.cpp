@@ -1,5 +1,7 @@
 #include "runtime/grammar/token_constraint.hpp"
 
+#include <algorithm>
+
 #include "runtime/grammar/constraint_compiler.hpp"
 #include "tests/runtime/grammar/grammar_test_util.hpp"
 
@@ -72,6 +74,66 @@ TEST(TokenConstraint, MaskIsCachedUntilTheStateChanges) {
   EXPECT_FALSE(c.mask_ready());
   EXPECT_TRUE(allowed(c.next_mask(), '1'));
   EXPECT_FALSE(allowed(c.next_mask(), '['));
+}
+
+std::string bytes_of(const TokenizerVocab& v, const std::vector<std::int32_t>& ids) {
+  std::string out;
+  for (std::int32_t id : ids)
+    out += v.tokens[static_cast<std::size_t>(id)];
+  return out;
+}
+
+TEST(TokenConstraint, JumpForwardSpellsTheOnlyContinuationInLongestTokens) {
+  TokenizerVocab vocab =
+      byte_vocab({"{\"", "kind", "\":\"", "wh", "whale", "\",\"", "size", "\":", "\": "});
+  auto compiler = compiler_for(vocab);
+  auto g = compiler.compile(
+      format(ResponseFormat::Type::kJsonSchema,
+             R"({"type":"object","properties":{"kind":{"const":"whale"},"size":{"type":"integer"}},
+          "required":["kind","size"]})"));
+  ASSERT_TRUE(g.ok()) << g.error().what();
+  TokenConstraint c(*g, static_cast<int>(vocab.tokens.size()));
+  ASSERT_EQ(c.accept('{'), TokenConstraint::Verdict::kContinue);
+  auto forced = c.jump_forward(100);
+  EXPECT_EQ(forced.verdict, TokenConstraint::Verdict::kContinue);
+  ASSERT_FALSE(forced.tokens.empty());
+  const std::string text = bytes_of(vocab, forced.tokens);
+  // The forced bytes are a prefix of the only continuation, in the longest tokens; the
+  // trailing "\":" is held back because "\": " starts with it.
+  EXPECT_EQ(text.rfind("\"kind\":\"whale\",\"size", 0), 0u) << text;
+  EXPECT_EQ(forced.tokens[1], id_of(vocab, "kind"));
+  EXPECT_NE(std::find(forced.tokens.begin(), forced.tokens.end(), id_of(vocab, "whale")),
+            forced.tokens.end());
+  EXPECT_EQ(std::find(forced.tokens.begin(), forced.tokens.end(), id_of(vocab, "\":")),
+            forced.tokens.end());
+  // The matcher stands after them: the free part may start.
+  EXPECT_TRUE(allowed(c.next_mask(), id_of(vocab, "\": ")) ||
+              allowed(c.next_mask(), id_of(vocab, "\":")));
+  // Nothing is forced while the integer may go on or end.
+  for (char ch : std::string("\":7")) {
+    ASSERT_EQ(c.accept(static_cast<unsigned char>(ch)), TokenConstraint::Verdict::kContinue);
+  }
+  EXPECT_TRUE(c.jump_forward(100).tokens.empty());
+}
+
+TEST(TokenConstraint, JumpForwardRespectsTheBudgetAndCompletes) {
+  TokenizerVocab vocab = byte_vocab({"abc"});
+  auto compiler = compiler_for(vocab);
+  auto g = compiler.compile(format(ResponseFormat::Type::kRegex, "x(abcabcd|y)"));
+  ASSERT_TRUE(g.ok()) << g.error().what();
+  TokenConstraint capped(*g, static_cast<int>(vocab.tokens.size()));
+  ASSERT_EQ(capped.accept('x'), TokenConstraint::Verdict::kContinue);
+  ASSERT_EQ(capped.accept('a'), TokenConstraint::Verdict::kContinue);
+  auto one = capped.jump_forward(1);
+  ASSERT_EQ(one.tokens.size(), 1u);
+  EXPECT_EQ(vocab.tokens[static_cast<std::size_t>(one.tokens[0])], "b");
+  EXPECT_EQ(one.verdict, TokenConstraint::Verdict::kContinue);
+  auto rest = capped.jump_forward(10);
+  EXPECT_EQ(bytes_of(vocab, rest.tokens), "cabcd");
+  EXPECT_EQ(rest.tokens.size(), 3u);  // "c", "abc", "d"
+  EXPECT_EQ(rest.verdict, TokenConstraint::Verdict::kComplete);
+  EXPECT_EQ(capped.jump_forward(10).tokens.size(), 0u);
+  EXPECT_EQ(capped.jump_forward(0).tokens.size(), 0u);
 }
 
 TEST(ConstraintCompiler, CachesBySourceAndReportsErrors) {

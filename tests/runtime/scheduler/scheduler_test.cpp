@@ -301,5 +301,32 @@ TEST(Scheduler, SiblingsShareThePromptsFullPages) {
   EXPECT_EQ(scheduler.pool().used_pages(), 0);
 }
 
+// Jump-forward: tokens appended without sampling are prefilled by the next step as one slice
+// that samples after its last token, and never past max_new_tokens.
+TEST(Scheduler, AppendedTokensArePrefilledAsOneSliceThatSamples) {
+  Scheduler scheduler(SchedulerConfig{.page_size = 4, .num_pages = 16});
+  ASSERT_TRUE(scheduler.add(1, {10, 11, 12}, 6).ok());
+  StepPlan prefill = scheduler.plan_step();
+  ASSERT_EQ(prefill.slices.size(), 1u);
+  const std::int32_t first = 20;
+  scheduler.complete_step(prefill, std::span<const std::int32_t>(&first, 1));
+  const std::vector<std::int32_t> forced = {21, 22, 23};
+  EXPECT_EQ(scheduler.append_tokens(1, forced), 3);
+  StepPlan next = scheduler.plan_step();
+  ASSERT_EQ(next.slices.size(), 1u);
+  EXPECT_EQ(next.slices[0].token_count, 4);  // the sampled token and the three forced
+  EXPECT_TRUE(next.slices[0].samples);
+  EXPECT_EQ(next.tokens, (std::vector<std::int32_t>{20, 21, 22, 23}));
+  EXPECT_EQ(next.slices[0].first_position, 3);
+  const std::int32_t second = 24;
+  scheduler.complete_step(next, std::span<const std::int32_t>(&second, 1));
+  EXPECT_EQ(scheduler.find(1)->generated(), 5);
+  // One token of the budget is left.
+  EXPECT_EQ(scheduler.append_tokens(1, forced), 1);
+  EXPECT_EQ(scheduler.find(1)->generated(), 6);
+  EXPECT_EQ(scheduler.append_tokens(1, forced), 0);
+  EXPECT_EQ(scheduler.append_tokens(99, forced), 0);  // unknown id
+}
+
 }  // namespace
 }  // namespace weft::sched
