@@ -22,6 +22,19 @@ void SamplerActor::accept(std::uint64_t id, std::vector<std::int32_t> tokens) {
   });
 }
 
+// Why a row cannot be sampled before looking at its logits (empty: it can), and its sampler.
+std::string SamplerActor::check_row(const SampleRow& r, std::size_t vocab,
+                                    sampling::SequenceSampler*& sampler) {
+  auto it = samplers_.find(r.id);
+  if (it == samplers_.end()) return "no sampler for request " + std::to_string(r.id);
+  if (!r.allowed.empty() && r.allowed.size() != (vocab + 31) / 32) {
+    return "the bitmask of request " + std::to_string(r.id) + " has " +
+           std::to_string(r.allowed.size()) + " words for a vocabulary of " + std::to_string(vocab);
+  }
+  sampler = &it->second;
+  return {};
+}
+
 std::vector<SampleOutcome> SamplerActor::sample_rows(StepLogits& logits,
                                                      const std::vector<SampleRow>& rows) {
   std::vector<SampleOutcome> out;
@@ -30,19 +43,11 @@ std::vector<SampleOutcome> SamplerActor::sample_rows(StepLogits& logits,
   for (const SampleRow& r : rows) {
     SampleOutcome outcome;
     outcome.id = r.id;
-    auto it = samplers_.find(r.id);
-    if (it == samplers_.end()) {
-      outcome.error = "no sampler for request " + std::to_string(r.id);
-    } else {
+    sampling::SequenceSampler* sampler = nullptr;
+    outcome.error = check_row(r, vocab, sampler);
+    if (outcome.error.empty()) {
       std::span<float> row(logits.values.data() + static_cast<std::size_t>(r.row) * vocab, vocab);
-      if (!r.allowed.empty() && r.allowed.size() != (vocab + 31) / 32) {
-        outcome.error = "the bitmask of request " + std::to_string(r.id) + " has " +
-                        std::to_string(r.allowed.size()) + " words for a vocabulary of " +
-                        std::to_string(vocab);
-        out.push_back(std::move(outcome));
-        continue;
-      }
-      auto token = it->second.try_sample(row, r.allowed.empty() ? nullptr : r.allowed.data());
+      auto token = sampler->try_sample(row, r.allowed.empty() ? nullptr : r.allowed.data());
       if (token) {
         outcome.token = std::move(token.value());
       } else {
@@ -56,23 +61,14 @@ std::vector<SampleOutcome> SamplerActor::sample_rows(StepLogits& logits,
 
 DeviceSamplePlan SamplerActor::prepare_rows(std::vector<SampleRow>& rows, int vocab) {
   DeviceSamplePlan plan;
-  const std::size_t words = (static_cast<std::size_t>(vocab) + 31) / 32;
   for (SampleRow& r : rows) {
     plan.ids.push_back(r.id);
     plan.device_row.push_back(-1);
     plan.errors.emplace_back();
-    auto it = samplers_.find(r.id);
-    if (it == samplers_.end()) {
-      plan.errors.back() = "no sampler for request " + std::to_string(r.id);
-      continue;
-    }
-    if (!r.allowed.empty() && r.allowed.size() != words) {
-      plan.errors.back() = "the bitmask of request " + std::to_string(r.id) + " has " +
-                           std::to_string(r.allowed.size()) + " words for a vocabulary of " +
-                           std::to_string(vocab);
-      continue;
-    }
-    auto row = it->second.device_row(vocab, plan.input.edits);
+    sampling::SequenceSampler* sampler = nullptr;
+    plan.errors.back() = check_row(r, static_cast<std::size_t>(vocab), sampler);
+    if (!plan.errors.back().empty()) continue;
+    auto row = sampler->device_row(vocab, plan.input.edits);
     if (!row) {
       plan.errors.back() = row.error().what();
       continue;

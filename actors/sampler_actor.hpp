@@ -81,6 +81,7 @@ class SamplerActor : public Actor {
  private:
   std::vector<SampleOutcome> sample_rows(StepLogits& logits, const std::vector<SampleRow>& rows);
   DeviceSamplePlan prepare_rows(std::vector<SampleRow>& rows, int vocab);
+  std::string check_row(const SampleRow& r, std::size_t vocab, sampling::SequenceSampler*& sampler);
   std::vector<SampleOutcome> finish_rows(const DeviceSamplePlan& plan,
                                          model::DeviceSamplingOutput& output);
 

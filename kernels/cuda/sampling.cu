@@ -17,6 +17,7 @@ using sampling::DeviceSampleStatus;
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
+constexpr int kCap = sampling::kDeviceCandidatesPerRow;
 // Weights (at most 1) in fixed point for top-p's mass histogram: integer sums do not depend
 // on the order the atomics land in, so a row's result does not either.
 constexpr double kMassScale = 1099511627776.0;  // 2^40
@@ -179,14 +180,12 @@ __device__ __forceinline__ void my_slice(int n, int& begin, int& end) {
   end = min(n, begin + per);
 }
 
-// Counts every i with w(i) >= threshold and writes them, in id order, as candidates: into
-// `fixed` (at most `cap`) when given, else into room taken from the pool. Returns how many
-// there are and sets `where` to their first index (-1 when they were not written) and `mass`
-// to their weights' sum.
+// Counts every i with w(i) >= threshold and, when there are at most `cap`, writes them in id
+// order to `out`. Returns how many there are, sets `mass` to their weights' sum, and ends
+// with a barrier so every thread may read what the others wrote.
 template <class Weight>
 __device__ int collect(const float* raw, int n, float threshold, Weight weight,
-                       DeviceCandidate* fixed, int cap, DeviceCandidate* pool, int pool_capacity,
-                       unsigned* pool_used, int& where, double& mass, Shared& s) {
+                       DeviceCandidate* out, int cap, double& mass, Shared& s) {
   int begin = 0, end = 0;
   my_slice(n, begin, end);
   int count = 0;
@@ -201,23 +200,7 @@ __device__ int collect(const float* raw, int n, float threshold, Weight weight,
   int total = 0;
   int at = block_exclusive(count, total, s);
   mass = block_sum(sum, s);
-  if (threadIdx.x == 0) {
-    int base = -1;
-    if (fixed != nullptr) {
-      base = total <= cap ? 0 : -1;
-    } else if (total <= sampling::kDeviceCandidatesPerRow) {
-      const unsigned taken = atomicAdd(pool_used, static_cast<unsigned>(total));
-      if (taken + static_cast<unsigned>(total) <= static_cast<unsigned>(pool_capacity)) {
-        base = static_cast<int>(taken);
-      }
-    }
-    s.j = base;
-  }
-  __syncthreads();
-  where = s.j;
-  __syncthreads();
-  if (where >= 0) {
-    DeviceCandidate* out = (fixed != nullptr ? fixed : pool) + where;
+  if (total <= cap) {
     for (int i = begin; i < end; ++i) {
       const float w = weight(i);
       if (w >= threshold) {
@@ -226,6 +209,7 @@ __device__ int collect(const float* raw, int n, float threshold, Weight weight,
       }
     }
   }
+  __syncthreads();
   return total;
 }
 
@@ -326,10 +310,12 @@ __device__ int top_p_draw(int n, Weight weight, float* out, const DeviceSampleRo
     threshold = __uint_as_float(prefix);
     // `above` is now the mass strictly above the threshold: take enough tied tokens.
     const double need = static_cast<double>(target) - static_cast<double>(above);
-    ties_kept = need <= 0.0
-                    ? 0
-                    : static_cast<int>(ceil(need / (static_cast<double>(threshold) * kMassScale)));
-    ties_kept = max(ties_kept, 1);
+    // At least one; at most n (a zero or subnormal threshold would make the quotient
+    // overflow an int).
+    const double quotient = ceil(need / (static_cast<double>(threshold) * kMassScale));
+    ties_kept = need <= 0.0 || !(quotient >= 1.0)
+                    ? 1
+                    : static_cast<int>(fmin(quotient, static_cast<double>(n)));
   }
   // The ties' ranks in id order: each slice counts its own, a scan places them.
   int begin = 0, end = 0;
@@ -366,8 +352,7 @@ __device__ int top_p_draw(int n, Weight weight, float* out, const DeviceSampleRo
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(sampling::DeviceSampleRow const* rows, float* logits, float* work_base, int n,
                   const sampling::DeviceSampleEdit* edits, const std::uint32_t* masks,
-                  DeviceSampleResult* results, DeviceCandidate* pool, int pool_capacity,
-                  unsigned* pool_used, DeviceCandidate* top_base) {
+                  DeviceSampleResult* results, DeviceCandidate* pool, DeviceCandidate* top_base) {
   __shared__ Shared s;
   const DeviceSampleRow r = rows[blockIdx.x];
   float* raw = logits + static_cast<std::size_t>(r.row) * n;
@@ -422,12 +407,11 @@ __global__ void __launch_bounds__(kThreads)
   if (r.logprobs > 0) {
     const float kth = kth_largest(raw, n, r.logprobs, s);
     double unused = 0.0;
-    int where = 0;
     result.top = collect(
         raw, n, kth == -INFINITY ? -FLT_MAX : kth,
         [raw](int i) { return is_finite(raw[i]) ? raw[i] : -INFINITY; }, top,
-        sampling::kDeviceTopEntries, nullptr, 0, nullptr, where, unused, s);
-    if (where < 0) {
+        sampling::kDeviceTopEntries, unused, s);
+    if (result.top > sampling::kDeviceTopEntries) {
       if (threadIdx.x == 0) {
         result.status = DeviceSampleStatus::kHostRow;
         results[blockIdx.x] = result;
@@ -478,7 +462,8 @@ __global__ void __launch_bounds__(kThreads)
     max_work = fmaxf(max_work, v);
   }
   max_work = block_max(max_work, s);
-  if (block_sum(plus_inf, s) != 0) {
+  // +inf, or bias and penalties that left no finite logit: the host reports which.
+  if (block_sum(plus_inf, s) != 0 || max_work == -INFINITY) {
     if (threadIdx.x == 0) {
       result.status = DeviceSampleStatus::kHostRow;
       results[blockIdx.x] = result;
@@ -494,7 +479,8 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) {
       result.token = token;
       result.total = total;
-      result.chosen_raw = raw[token];
+      if (token < 0) result.status = DeviceSampleStatus::kHostRow;
+      result.chosen_raw = token >= 0 ? raw[token] : 0.0f;
       results[blockIdx.x] = result;
     }
     return;
@@ -502,23 +488,19 @@ __global__ void __launch_bounds__(kThreads)
 
   double total = 0.0;
   int count = 0;
-  int where = -1;
+  // The row's own slot of the candidate pool: what a row collects does not depend on the
+  // other rows of the step.
+  DeviceCandidate* slot = pool + static_cast<std::size_t>(blockIdx.x) * kCap;
+  // kTopK: the weights of the top-k set (tokens at or above the k-th largest logit), -1
+  // elsewhere; kFloor: every token's weight.
+  float kth = -FLT_MAX;
   if (r.mode == DeviceSampleMode::kTopK) {
-    const float kth = kth_largest(work, n, r.top_k, s);
-    count = collect(
-        raw, n, kth == -INFINITY ? -FLT_MAX : kth, [work](int i) { return work[i]; }, nullptr, 0,
-        pool, pool_capacity, pool_used, where, total, s);
-    // The candidates hold logits so far: turn them into weights and sum those.
-    double sum = 0.0;
-    if (where >= 0) {
-      for (int c = threadIdx.x; c < count; c += kThreads) {
-        DeviceCandidate& d = pool[where + c];
-        const float w = expf((d.weight - max_work) * inv_t);
-        d.weight = w;
-        sum += w;
-      }
-    }
-    total = block_sum(sum, s);
+    kth = kth_largest(work, n, r.top_k, s);
+    if (kth == -INFINITY) kth = -FLT_MAX;  // fewer than k finite: every finite token
+  }
+  const auto in_top_k = [work, kth, weight](int i) { return work[i] >= kth ? weight(i) : -1.0f; };
+  if (r.mode == DeviceSampleMode::kTopK) {
+    count = collect(raw, n, 0.0f, in_top_k, slot, kCap, total, s);
   } else {
     double sum = 0.0;
     for (int i = threadIdx.x; i < n; i += kThreads)
@@ -532,29 +514,30 @@ __global__ void __launch_bounds__(kThreads)
       tight = fmaxf(safe, static_cast<float>(tail / 256.0));
     }
     double mass = 0.0;
-    count =
-        collect(raw, n, tight, weight, nullptr, 0, pool, pool_capacity, pool_used, where, mass, s);
+    count = collect(raw, n, tight, weight, slot, kCap, mass, s);
     if (tight > safe && mass < static_cast<double>(r.top_p) * total) {
-      count =
-          collect(raw, n, safe, weight, nullptr, 0, pool, pool_capacity, pool_used, where, mass, s);
+      count = collect(raw, n, safe, weight, slot, kCap, mass, s);
     }
   }
-  if (where < 0 && r.mode == DeviceSampleMode::kFloor && r.flags == 0) {
-    // Too many candidates for the host: top-p and min-p on the device.
+  const bool fits = count <= kCap;
+  if (!fits && r.flags == 0) {
+    // Too many candidates for the host: top-p and min-p (over the top-k set) on the device.
     double survivors = 0.0;
-    const int token = top_p_draw(n, weight, work, r, total, survivors, s);
+    const auto kept = [in_top_k](int i) { return fmaxf(in_top_k(i), 0.0f); };
+    const int token = top_p_draw(n, kept, work, r, total, survivors, s);
     if (threadIdx.x == 0) {
       result.token = token;
       result.total = survivors;
-      result.chosen_raw = raw[token];
+      if (token < 0) result.status = DeviceSampleStatus::kHostRow;
+      result.chosen_raw = token >= 0 ? raw[token] : 0.0f;
       results[blockIdx.x] = result;
     }
     return;
   }
   if (threadIdx.x == 0) {
-    if (where < 0) result.status = DeviceSampleStatus::kHostRow;
+    if (!fits) result.status = DeviceSampleStatus::kHostRow;
     result.candidates = count;
-    result.offset = where;
+    result.offset = fits ? static_cast<int>(blockIdx.x) * kCap : -1;
     result.total = total;
     results[blockIdx.x] = result;
   }
@@ -564,10 +547,8 @@ __global__ void __launch_bounds__(kThreads)
 
 void sample_rows(const SampleArgs& a, cudaStream_t stream) {
   if (a.num_rows <= 0) return;
-  cudaMemsetAsync(a.candidates_used, 0, sizeof(unsigned), stream);
-  sample_kernel<<<a.num_rows, kThreads, 0, stream>>>(
-      a.rows, a.logits, a.work, a.vocab, a.edits, a.masks, a.results, a.candidates,
-      a.candidate_capacity, a.candidates_used, a.top);
+  sample_kernel<<<a.num_rows, kThreads, 0, stream>>>(a.rows, a.logits, a.work, a.vocab, a.edits,
+                                                     a.masks, a.results, a.candidates, a.top);
 }
 
 }  // namespace weft::cuda

@@ -13,8 +13,10 @@
 namespace weft::cuda {
 
 struct SampleArgs {
-  float* logits = nullptr;  // [rows of the step, vocab]; the bitmask is applied in place
-  float* work = nullptr;    // one row of `vocab` floats per sampled row (scratch)
+  // [rows of the step, vocab]; the bitmask is applied in place, so two sampled rows naming the
+  // same logits row must have the same bitmask (the engine samples each row once).
+  float* logits = nullptr;
+  float* work = nullptr;  // one row of `vocab` floats per sampled row (scratch)
   int vocab = 0;
   const sampling::DeviceSampleRow* rows = nullptr;  // [num_rows]
   int num_rows = 0;

@@ -10,7 +10,8 @@
 // threshold, and the candidates above top-p/min-p's floor — exactly as
 // SequenceSampler::choose orders it. What depends on a few candidates (top-p, min-p over
 // them, the draw) is finished on the host by the same code the CPU path runs, so both paths
-// give the same distribution; only floating-point summation order differs.
+// give the same distribution; only rounding differs (summation order, the device's expf against
+// the host's).
 
 #include <cstdint>
 
@@ -20,9 +21,10 @@ enum class DeviceSampleMode : std::int32_t {
   kGreedy = 0,  // argmax after bias and penalties, lowest id on ties
   kFull = 1,    // draw from every token by inverse CDF in id order, on the device
   kTopK = 2,    // candidates: the tokens >= the k-th largest logit
-  kFloor = 3,   // candidates: the tokens whose weight is >= the top-p/min-p floor; when
-                // they are too many (a flat distribution), top-p, min-p and the draw run on
-                // the device (same distribution, another draw order), unless typical-p is on
+  kFloor = 3,   // candidates: the tokens whose weight is >= the top-p/min-p floor
+  // kTopK and kFloor: when the candidates are more than kDeviceCandidatesPerRow, top-p,
+  // min-p and the draw run on the device (same distribution, another draw order), unless
+  // typical-p is on (the host then samples the raw row).
 };
 
 struct DeviceSampleRow {
@@ -70,7 +72,7 @@ struct DeviceSampleResult {
   DeviceSampleStatus status = DeviceSampleStatus::kOk;
   std::int32_t token = -1;      // kGreedy, kFull
   std::int32_t candidates = 0;  // kTopK, kFloor: how many DeviceCandidates, from `offset`
-  std::int32_t offset = 0;      // where this row's candidates start in the step's pool
+  std::int32_t offset = 0;      // where this row's candidates start in the step's output
   std::int32_t top = 0;         // raw entries >= the logprobs-th largest (<= the top capacity)
   double total = 0.0;           // sum of the weights over the top-k set or the whole row
   double raw_sum = 0.0;         // sum exp(raw - raw_max) over the raw (masked) row
@@ -79,11 +81,10 @@ struct DeviceSampleResult {
   std::int32_t pad = 0;
 };
 
-// Capacities of the result buffers: the candidates of all rows share one pool of
-// min(rows * kDeviceCandidatesPerRow, kDeviceCandidatePool) entries (a row whose candidates do
-// not fit is sampled by the host from its raw row); top entries have kDeviceTopEntries per row.
-inline constexpr int kDeviceCandidatesPerRow = 4096;
-inline constexpr int kDeviceCandidatePool = 1 << 16;
+// Capacities of the result buffers, per row: a row with more candidates than
+// kDeviceCandidatesPerRow has top-p/min-p finished on the device (kFloor) or is sampled by the
+// host from its raw row; kDeviceTopEntries for the top logprobs.
+inline constexpr int kDeviceCandidatesPerRow = 256;
 inline constexpr int kDeviceTopEntries = 64;
 
 }  // namespace weft::sampling

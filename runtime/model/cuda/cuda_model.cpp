@@ -19,6 +19,7 @@
 namespace weft::model {
 
 Result<void> CudaModel::forward(const StepBatch& batch, std::vector<float>& logits) {
+  state_->launched_rows = -1;  // a step launched before is no longer there to sample
   if (auto ok = check_step_batch(state_->spec, batch, state_->layout, state_->num_pages); !ok) {
     return ok;
   }

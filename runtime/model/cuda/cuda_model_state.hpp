@@ -95,7 +95,7 @@ struct CudaModel::State {
   // candidates, top entries) each travel in one copy; `work` holds the rows being sampled.
   DeviceBuffer sample_in, sample_out, sample_work;
   PinnedBuffer sample_in_host, sample_out_host;
-  int launched_rows = 0;  // logit rows of the step launch() enqueued; -1: none
+  int launched_rows = -1;  // logit rows of the step launch() enqueued; -1: none
 
   // Decode graphs by (tokens, sequences, logit rows, decode splits): what fixes their grids
   // and metadata offsets. They point into the buffers above, so any reallocation drops them.
@@ -139,6 +139,8 @@ struct CudaModel::State {
         cudaEventDestroy(e);
       for (auto& m : marks)
         cudaEventDestroy(m.second);
+      for (auto e : upload_done)
+        if (e != nullptr) cudaEventDestroy(e);
       cudaStreamDestroy(stream);
     }
   }

@@ -64,14 +64,13 @@ Result<void> CudaModel::State::sample(const DeviceSamplingInput& in, DeviceSampl
   const std::size_t masks_at =
       align(edits_at + in.edits.size() * sizeof(sampling::DeviceSampleEdit));
   const std::size_t in_bytes = masks_at + in.masks.size() * 4;
-  // Output: results, top entries and the pool's fill count first (copied back together),
-  // then the candidate pool (copied back as far as it was filled).
+  // Output: results and top entries first (copied back together), then each row's slot of
+  // kDeviceCandidatesPerRow candidates (copied back as far as the fullest row filled its).
   const std::size_t top_at = align(in.rows.size() * sizeof(DeviceSampleResult));
   const std::size_t top_count = in.rows.size() * sampling::kDeviceTopEntries;
-  const std::size_t used_at = align(top_at + top_count * sizeof(DeviceCandidate));
-  const std::size_t head_bytes = used_at + 16;
-  const std::size_t cand_count = std::min<std::size_t>(
-      sampling::kDeviceCandidatePool, in.rows.size() * sampling::kDeviceCandidatesPerRow);
+  const std::size_t head_bytes = align(top_at + top_count * sizeof(DeviceCandidate));
+  const std::size_t per_row = sampling::kDeviceCandidatesPerRow;
+  const std::size_t cand_count = in.rows.size() * per_row;
   const std::size_t cand_at = head_bytes;
   const std::size_t out_bytes = cand_at + cand_count * sizeof(DeviceCandidate);
   for (auto [buffer, bytes] : {std::pair{&sample_in, in_bytes}, std::pair{&sample_out, out_bytes},
@@ -109,8 +108,6 @@ Result<void> CudaModel::State::sample(const DeviceSamplingInput& in, DeviceSampl
   args.masks = reinterpret_cast<const std::uint32_t*>(dev_in + masks_at);
   args.results = reinterpret_cast<DeviceSampleResult*>(dev_out);
   args.candidates = reinterpret_cast<DeviceCandidate*>(dev_out + cand_at);
-  args.candidate_capacity = static_cast<int>(cand_count);
-  args.candidates_used = reinterpret_cast<unsigned*>(dev_out + used_at);
   args.top = reinterpret_cast<DeviceCandidate*>(dev_out + top_at);
   cuda::sample_rows(args, stream);
   if (auto err = cudaGetLastError(); err != cudaSuccess) {
@@ -127,12 +124,18 @@ Result<void> CudaModel::State::sample(const DeviceSamplingInput& in, DeviceSampl
   std::memcpy(out.results.data(), host_out, in.rows.size() * sizeof(DeviceSampleResult));
   out.top.resize(top_count);
   std::memcpy(out.top.data(), host_out + top_at, top_count * sizeof(DeviceCandidate));
-  unsigned used = 0;
-  std::memcpy(&used, host_out + used_at, sizeof used);
-  used = std::min<unsigned>(used, static_cast<unsigned>(cand_count));
-  if (used > 0) {
-    if (auto err = cudaMemcpyAsync(host_out + cand_at, dev_out + cand_at,
-                                   used * sizeof(DeviceCandidate), cudaMemcpyDeviceToHost, stream);
+  // The rows' candidates, packed row after row with `width` entries each.
+  std::size_t width = 0;
+  for (const auto& r : out.results) {
+    if (r.offset >= 0 && r.candidates > 0) {
+      width = std::max(width, std::min(per_row, static_cast<std::size_t>(r.candidates)));
+    }
+  }
+  if (width > 0) {
+    const std::size_t pitch = per_row * sizeof(DeviceCandidate);
+    if (auto err = cudaMemcpy2DAsync(host_out + cand_at, width * sizeof(DeviceCandidate),
+                                     dev_out + cand_at, pitch, width * sizeof(DeviceCandidate),
+                                     in.rows.size(), cudaMemcpyDeviceToHost, stream);
         err != cudaSuccess) {
       return cuda_error(err, "copying the sampler's candidates to the host");
     }
@@ -140,9 +143,14 @@ Result<void> CudaModel::State::sample(const DeviceSamplingInput& in, DeviceSampl
       return cuda_error(err, "running the step");
     }
   }
-  out.candidates.resize(used);
-  if (used > 0)
-    std::memcpy(out.candidates.data(), host_out + cand_at, used * sizeof(DeviceCandidate));
+  out.candidates.resize(in.rows.size() * width);
+  if (width > 0) {
+    std::memcpy(out.candidates.data(), host_out + cand_at,
+                out.candidates.size() * sizeof(DeviceCandidate));
+  }
+  for (std::size_t k = 0; k < out.results.size(); ++k) {
+    if (out.results[k].offset >= 0) out.results[k].offset = static_cast<std::int32_t>(k * width);
+  }
   for (std::size_t k = 0; k < in.rows.size(); ++k) {
     if (out.results[k].status != DeviceSampleStatus::kHostRow) continue;
     auto& row = out.host_rows[k];

@@ -36,8 +36,9 @@ struct Case {
   SamplingParams params;
   bool history = false;  // sampled tokens recorded before the draw (penalties)
   int mask = 0;          // 0: none; 1: ~30% of tokens allowed; 2: one token; 3: none allowed
-  // A distribution flat enough that the survivors overflow what the host is handed: top-p
-  // runs on the device, drawing in id order (checked against the CPU's distribution).
+  // A distribution flat enough that the candidates overflow what the host is handed: top-p
+  // runs on the device, drawing in id order (checked against the CPU's distribution; any
+  // row of another case that takes that path is checked the same way).
   bool flat = false;
 };
 
@@ -88,6 +89,12 @@ std::vector<Case> cases() {
     p.min_p = 0.02f;
   });
   add("typical-p 0.9 (host row)", [](SamplingParams& p) { p.typical_p = 0.9f; });
+  add("top-k 1000 + top-p 0.97, T 2 (device top-k and top-p)", [](SamplingParams& p) {
+    p.top_k = 1000;
+    p.top_p = 0.97f;
+    p.temperature = 2.0f;
+  });
+  c.back().flat = true;
   add(
       "penalties + top-p 0.9",
       [](SamplingParams& p) {
@@ -212,7 +219,9 @@ TEST(CudaSampler, MatchesTheCpuSamplerOnTheSameLogits) {
       const int r = s % kRows;
       std::vector<float> row(host.begin() + static_cast<std::ptrdiff_t>(r) * vocab,
                              host.begin() + static_cast<std::ptrdiff_t>(r + 1) * vocab);
-      if (c.flat && output.results[s].status == sampling::DeviceSampleStatus::kOk &&
+      const bool truncating = input.rows[s].mode == sampling::DeviceSampleMode::kTopK ||
+                              input.rows[s].mode == sampling::DeviceSampleMode::kFloor;
+      if (truncating && output.results[s].status == sampling::DeviceSampleStatus::kOk &&
           output.results[s].candidates == 0) {
         ++device_top_p;
         // The device drew from the same survivors in id order: emulate that draw.
@@ -226,7 +235,6 @@ TEST(CudaSampler, MatchesTheCpuSamplerOnTheSameLogits) {
         ASSERT_TRUE(got) << got.error().what();
         std::sort(dist->begin(), dist->end(),
                   [](const auto& a, const auto& b) { return a.id < b.id; });
-        EXPECT_GT(dist->size(), static_cast<std::size_t>(sampling::kDeviceCandidatesPerRow));
         const double u = sampling::philox_uniform(1000 + s, s % 3, 0);
         double cumulative = 0.0;
         std::int32_t expected = dist->back().id;
