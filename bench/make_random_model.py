@@ -15,14 +15,7 @@ import time
 import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-SHAPES = {
-    "8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336,
-               num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
-               head_dim=128, tie_word_embeddings=False),
-    "1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
-               num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
-               head_dim=64, tie_word_embeddings=True),
-}
+from hf_decode_bench import SHAPES  # the same shapes the transformers baseline builds
 
 
 def main():

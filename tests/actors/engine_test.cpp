@@ -13,6 +13,7 @@
 #include <fstream>
 #include <future>
 
+#include "tests/actors/collect_stream.hpp"
 #include "tests/actors/tiny_engine.hpp"
 #include "weft/runtime.hpp"
 
@@ -23,28 +24,8 @@ namespace asio = boost::asio;
 
 using test_support::tiny_config;
 
-struct Collected {
-  std::string text;
-  std::vector<std::int32_t> ids;
-  FinishReason reason = FinishReason::kError;
-  Usage usage;
-  int deltas = 0;
-};
-
-Collected collect(std::shared_ptr<RequestStream> stream) {
-  Collected c;
-  for (;;) {
-    Event e = stream->next(asio::use_future).get();
-    if (e.kind == Event::Kind::kFinal) {
-      c.reason = e.finish_reason;
-      c.usage = e.usage;
-      return c;
-    }
-    ++c.deltas;
-    c.text += e.text;
-    c.ids.insert(c.ids.end(), e.token_ids.begin(), e.token_ids.end());
-  }
-}
+using test_support::collect;
+using test_support::Collected;
 
 GenerateRequest greedy(std::string prompt, int max_tokens) {
   GenerateRequest r;

@@ -1,6 +1,7 @@
 // The Engine on a GPU (device "cuda:0"), which samples on the device: a seeded request gives
 // the same tokens again, greedy tokens do not depend on the batch, logprobs come back, and a
-// JSON Schema's bitmasks are applied on the device. Skips without a GPU (scripts/gpu-check runs it on the device).
+// JSON Schema's bitmasks are applied on the device. Skips without a GPU (scripts/gpu-check runs it
+// on the device).
 
 #include <gtest/gtest.h>
 
@@ -9,6 +10,7 @@
 #include <filesystem>
 
 #include "kernels/cuda/device_info.hpp"
+#include "tests/actors/collect_stream.hpp"
 #include "weft/engine.hpp"
 #include "weft/runtime.hpp"
 
@@ -17,28 +19,8 @@ namespace {
 
 namespace asio = boost::asio;
 
-struct Collected {
-  std::string text;
-  std::vector<std::int32_t> ids;
-  std::vector<TokenLogprobs> logprobs;
-  FinishReason reason = FinishReason::kError;
-  std::string error;
-};
-
-Collected collect(std::shared_ptr<RequestStream> stream) {
-  Collected c;
-  for (;;) {
-    Event e = stream->next(asio::use_future).get();
-    if (e.kind == Event::Kind::kFinal) {
-      c.reason = e.finish_reason;
-      c.error = e.error;
-      return c;
-    }
-    c.text += e.text;
-    c.ids.insert(c.ids.end(), e.token_ids.begin(), e.token_ids.end());
-    c.logprobs.insert(c.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
-  }
-}
+using test_support::collect;
+using test_support::Collected;
 
 EngineConfig gpu_config() {
   const char* env = std::getenv("WEFT_TEST_SOURCE_DIR");
