@@ -63,49 +63,35 @@ struct Shared {
       unsigned long long mass[256];  // fixed point, kMassScale units: atomics in any order agree
     };
   };
-  float f;
-  double d;
+  alignas(16) unsigned char slot[16];  // from_thread0's broadcast
   unsigned long long mass_above;
   int i;
   int j;
-  unsigned k;
 };
 
-__device__ float block_max(float v, Shared& s) {
-  const float r = cub::BlockReduce<float, kThreads>(s.reduce_float).Reduce(v, MaxOp());
-  if (threadIdx.x == 0) s.f = r;
+// Thread 0's value, for every thread of the block (the reductions leave it there only).
+template <class T>
+__device__ T from_thread0(const T& v, Shared& s) {
+  static_assert(sizeof(T) <= sizeof(s.slot));
+  if (threadIdx.x == 0) memcpy(s.slot, &v, sizeof(T));
   __syncthreads();
-  const float out = s.f;
+  T out;
+  memcpy(&out, s.slot, sizeof(T));
   __syncthreads();
   return out;
+}
+__device__ float block_max(float v, Shared& s) {
+  return from_thread0(cub::BlockReduce<float, kThreads>(s.reduce_float).Reduce(v, MaxOp()), s);
 }
 __device__ double block_sum(double v, Shared& s) {
-  const double r = cub::BlockReduce<double, kThreads>(s.reduce_double).Sum(v);
-  if (threadIdx.x == 0) s.d = r;
-  __syncthreads();
-  const double out = s.d;
-  __syncthreads();
-  return out;
+  return from_thread0(cub::BlockReduce<double, kThreads>(s.reduce_double).Sum(v), s);
 }
 __device__ int block_sum(int v, Shared& s) {
-  const int r = cub::BlockReduce<int, kThreads>(s.reduce_int).Sum(v);
-  if (threadIdx.x == 0) s.i = r;
-  __syncthreads();
-  const int out = s.i;
-  __syncthreads();
-  return out;
+  return from_thread0(cub::BlockReduce<int, kThreads>(s.reduce_int).Sum(v), s);
 }
 __device__ MaxIndex block_argmax(MaxIndex v, Shared& s) {
-  const MaxIndex r =
-      cub::BlockReduce<MaxIndex, kThreads>(s.reduce_max_index).Reduce(v, MaxIndexOp());
-  if (threadIdx.x == 0) {
-    s.f = r.value;
-    s.i = r.index;
-  }
-  __syncthreads();
-  const MaxIndex out{s.f, s.i};
-  __syncthreads();
-  return out;
+  return from_thread0(
+      cub::BlockReduce<MaxIndex, kThreads>(s.reduce_max_index).Reduce(v, MaxIndexOp()), s);
 }
 // Exclusive prefix over threads; `total` receives the sum of all.
 __device__ int block_exclusive(int v, int& total, Shared& s) {
