@@ -1101,9 +1101,14 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
   // The warp's key span: tiles outside it contribute nothing to its rows.
   int warp_hi = max(pos0, pos1), warp_lo = min(pos0 >= 0 ? first0 : INT_MAX,
                                                pos1 >= 0 ? first1 : INT_MAX);
+  // Keys in [warp_max_first, warp_min_pos] are live for every row of the warp (a row past
+  // the tile has position -1, so its warp always masks).
+  int warp_min_pos = min(pos0, pos1), warp_max_first = max(first0, first1);
   for (int o = 16; o > 0; o >>= 1) {
     warp_hi = max(warp_hi, __shfl_xor_sync(0xffffffffu, warp_hi, o));
     warp_lo = min(warp_lo, __shfl_xor_sync(0xffffffffu, warp_lo, o));
+    warp_min_pos = min(warp_min_pos, __shfl_xor_sync(0xffffffffu, warp_min_pos, o));
+    warp_max_first = max(warp_max_first, __shfl_xor_sync(0xffffffffu, warp_max_first, o));
   }
 
   // Q fragments (A, row-major 16 x 16 per k step): rows g and g + 8, columns 2t, 2t + 1 and
@@ -1174,20 +1179,26 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
           mma_16816(s[j], qf[ks + 1], b2, b3, T{});
         }
       }
-      // Online softmax on rows g (s[.][0..1]) and g + 8 (s[.][2..3]).
+      // Online softmax on rows g (s[.][0..1]) and g + 8 (s[.][2..3]); masking only where some
+      // key of the tile is outside some row's span.
+      if (base + kMmaKeys - 1 > warp_min_pos || base < warp_max_first) {
+        #pragma unroll
+        for (int j = 0; j < kMmaKeys / 8; ++j) {
+          #pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int p = base + j * 8 + 2 * t + e;
+            const bool live0 = p <= pos0 && p >= first0 && pos0 >= 0;
+            const bool live1 = p <= pos1 && p >= first1 && pos1 >= 0;
+            s[j][e] = live0 ? s[j][e] : -INFINITY;
+            s[j][2 + e] = live1 ? s[j][2 + e] : -INFINITY;
+          }
+        }
+      }
       float mx0 = -FLT_MAX, mx1 = -FLT_MAX;
       #pragma unroll
       for (int j = 0; j < kMmaKeys / 8; ++j) {
-        #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int p = base + j * 8 + 2 * t + e;
-          const bool live0 = p <= pos0 && p >= first0 && pos0 >= 0;
-          const bool live1 = p <= pos1 && p >= first1 && pos1 >= 0;
-          s[j][e] = live0 ? s[j][e] : -INFINITY;
-          s[j][2 + e] = live1 ? s[j][2 + e] : -INFINITY;
-          mx0 = fmaxf(mx0, s[j][e]);
-          mx1 = fmaxf(mx1, s[j][2 + e]);
-        }
+        mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
+        mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
       }
       #pragma unroll
       for (int o2 = 1; o2 < 4; o2 <<= 1) {
@@ -1195,17 +1206,19 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
       }
       const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-      const float c0 = expf(m0 - mn0), c1 = expf(m1 - mn1);
+      constexpr float kLog2e = 1.4426950408889634f;
+      const float c0 = exp2f((m0 - mn0) * kLog2e), c1 = exp2f((m1 - mn1) * kLog2e);
       m0 = mn0;
       m1 = mn1;
       float sum0 = 0.0f, sum1 = 0.0f;
       unsigned pf[kMmaKeys / 16][4];
       #pragma unroll
       for (int j = 0; j < kMmaKeys / 8; ++j) {
-        const float p0 = s[j][0] == -INFINITY ? 0.0f : expf(s[j][0] - mn0);
-        const float p1 = s[j][1] == -INFINITY ? 0.0f : expf(s[j][1] - mn0);
-        const float p2 = s[j][2] == -INFINITY ? 0.0f : expf(s[j][2] - mn1);
-        const float p3 = s[j][3] == -INFINITY ? 0.0f : expf(s[j][3] - mn1);
+        // exp2 of -inf (a masked key) is 0; mn is finite.
+        const float p0 = exp2f((s[j][0] - mn0) * kLog2e);
+        const float p1 = exp2f((s[j][1] - mn0) * kLog2e);
+        const float p2 = exp2f((s[j][2] - mn1) * kLog2e);
+        const float p3 = exp2f((s[j][3] - mn1) * kLog2e);
         const unsigned u01 = pack2<T>(p0, p1), u23 = pack2<T>(p2, p3);
         const float2 r01 = unpack2<T>(u01), r23 = unpack2<T>(u23);
         sum0 += r01.x + r01.y;  // l sums what P V multiplies
