@@ -20,23 +20,23 @@ __device__ __forceinline__ float activate(ActivationKind kind, float x) {
   return x;
 }
 
-template <class T>
-__global__ void mlp_activation_kernel(ActivationKind kind, bool gated, const float* in,
+template <class T, class In>
+__global__ void mlp_activation_kernel(ActivationKind kind, bool gated, const In* in,
                                       const float* bias, int width, T* out) {
   const std::size_t t = blockIdx.y;
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= width) return;
   float v;
   if (gated) {
-    const float* row = in + t * 2 * width;
-    float gate = row[i], up = row[width + i];
+    const In* row = in + t * 2 * width;
+    float gate = detail::to_float(row[i]), up = detail::to_float(row[width + i]);
     if (bias != nullptr) {
       gate += bias[i];
       up += bias[width + i];
     }
     v = activate(kind, gate) * up;
   } else {
-    v = in[t * width + i] + (bias != nullptr ? bias[i] : 0.0f);
+    v = detail::to_float(in[t * width + i]) + (bias != nullptr ? bias[i] : 0.0f);
     v = activate(kind, v);
   }
   out[t * width + i] = detail::from_float<T>(v);
@@ -49,8 +49,18 @@ void mlp_activation(ActivationKind kind, bool gated, const float* in, const floa
   if (tokens == 0) return;
   const dim3 grid((width + 255) / 256, tokens);
   WEFT_DISPATCH_PRECISION(precision, {
-    mlp_activation_kernel<T>
+    mlp_activation_kernel<T, float>
         <<<grid, 256, 0, stream>>>(kind, gated, in, bias, width, static_cast<T*>(out));
+  });
+}
+
+void mlp_activation16(ActivationKind kind, bool gated, const void* in, const float* bias,
+                      int tokens, int width, void* out, Precision precision, cudaStream_t stream) {
+  if (tokens == 0) return;
+  const dim3 grid((width + 255) / 256, tokens);
+  WEFT_DISPATCH_PRECISION(precision, {
+    mlp_activation_kernel<T, T><<<grid, 256, 0, stream>>>(
+        kind, gated, static_cast<const T*>(in), bias, width, static_cast<T*>(out));
   });
 }
 
