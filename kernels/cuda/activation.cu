@@ -86,15 +86,15 @@ void mlp_activation16(ActivationKind kind, bool gated, const void* in, const flo
       reinterpret_cast<std::uintptr_t>(out) % 16 == 0) {
     const dim3 grid((width / 8 + 255) / 256, tokens);
     WEFT_DISPATCH_PRECISION(precision, {
-      gated_activation16_kernel<T><<<grid, 256, 0, stream>>>(
-          kind, static_cast<const T*>(in), width, static_cast<T*>(out));
+      gated_activation16_kernel<T>
+          <<<grid, 256, 0, stream>>>(kind, static_cast<const T*>(in), width, static_cast<T*>(out));
     });
     return;
   }
   const dim3 grid((width + 255) / 256, tokens);
   WEFT_DISPATCH_PRECISION(precision, {
-    mlp_activation_kernel<T, T><<<grid, 256, 0, stream>>>(
-        kind, gated, static_cast<const T*>(in), bias, width, static_cast<T*>(out));
+    mlp_activation_kernel<T, T><<<grid, 256, 0, stream>>>(kind, gated, static_cast<const T*>(in),
+                                                          bias, width, static_cast<T*>(out));
   });
 }
 

@@ -66,8 +66,8 @@ __global__ void __launch_bounds__(kThreads) add_norm_vec_kernel(AddNormArgs a) {
       a.row_index != nullptr ? static_cast<std::size_t>(a.row_index[blockIdx.x]) : blockIdx.x;
   const int n4 = a.n / 4;
   float4* x = reinterpret_cast<float4*>(a.residual + in_row * a.n);
-  const float4* d = a.delta != nullptr ? reinterpret_cast<const float4*>(a.delta + in_row * a.n)
-                                       : nullptr;
+  const float4* d =
+      a.delta != nullptr ? reinterpret_cast<const float4*>(a.delta + in_row * a.n) : nullptr;
   const float4* db = reinterpret_cast<const float4*>(a.delta_bias);
   const bool rms = a.kind == NormKind::kRms;
   float4 v[V];
@@ -113,8 +113,7 @@ __global__ void __launch_bounds__(kThreads) add_norm_vec_kernel(AddNormArgs a) {
     for (int k = 0; k < V; ++k) {
       const int i = threadIdx.x + k * kThreads;
       if (i < n4) {
-        const float cx = v[k].x - mean, cy = v[k].y - mean, cz = v[k].z - mean,
-                    cw = v[k].w - mean;
+        const float cx = v[k].x - mean, cy = v[k].y - mean, cz = v[k].z - mean, cw = v[k].w - mean;
         var += cx * cx + cy * cy + cz * cz + cw * cw;
       }
     }
@@ -154,8 +153,7 @@ void add_norm(const AddNormArgs& args, cudaStream_t stream) {
   auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
   const int per_thread = (args.n / 4 + kThreads - 1) / kThreads;
   if (args.n % 4 == 0 && per_thread <= 8 && aligned(args.residual) && aligned(args.delta) &&
-      aligned(args.delta_bias) && aligned(args.weight) && aligned(args.bias) &&
-      aligned(args.out)) {
+      aligned(args.delta_bias) && aligned(args.weight) && aligned(args.bias) && aligned(args.out)) {
     WEFT_DISPATCH_PRECISION(args.precision, {
       if (per_thread <= 1)
         add_norm_vec_kernel<T, 1><<<args.rows, kThreads, 0, stream>>>(args);

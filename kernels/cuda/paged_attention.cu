@@ -1099,8 +1099,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
   const int pos0 = pos_s[row0 + g], pos1 = pos_s[row0 + g + 8];
   const int first0 = first_position(pos0, window), first1 = first_position(pos1, window);
   // The warp's key span: tiles outside it contribute nothing to its rows.
-  int warp_hi = max(pos0, pos1), warp_lo = min(pos0 >= 0 ? first0 : INT_MAX,
-                                               pos1 >= 0 ? first1 : INT_MAX);
+  int warp_hi = max(pos0, pos1),
+      warp_lo = min(pos0 >= 0 ? first0 : INT_MAX, pos1 >= 0 ? first1 : INT_MAX);
   // Keys in [warp_max_first, warp_min_pos] are live for every row of the warp (a row past
   // the tile has position -1, so its warp always masks).
   int warp_min_pos = min(pos0, pos1), warp_max_first = max(first0, first1);
@@ -1119,7 +1119,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
                       static_cast<std::size_t>(h) * D;
     const float* q1 = q0 + 8 * a.q_stride;
     const bool l0 = row0 + g < tile.count, l1 = row0 + g + 8 < tile.count;
-    #pragma unroll
+#pragma unroll
     for (int ks = 0; ks < KS; ++ks) {
       const int c = ks * 16 + 2 * t;
       const float2 x0 = l0 ? *reinterpret_cast<const float2*>(q0 + c) : make_float2(0.f, 0.f);
@@ -1134,7 +1134,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
   }
 
   float o[NB][4];
-  #pragma unroll
+#pragma unroll
   for (int nb = 0; nb < NB; ++nb)
     o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
   float m0 = -FLT_MAX, m1 = -FLT_MAX, l0 = 0.0f, l1 = 0.0f;
@@ -1153,10 +1153,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
     for (int k = 0; k < kMmaKeys / step; ++k) {
       const int j = j0 + k * step;
       const bool live = j < n;
-      const std::size_t off =
-          live ? static_cast<std::size_t>(table[pi]) * kv.page_elems + head_base +
-                     static_cast<std::size_t>(slot) * D
-               : 0;
+      const std::size_t off = live ? static_cast<std::size_t>(table[pi]) * kv.page_elems +
+                                         head_base + static_cast<std::size_t>(slot) * D
+                                   : 0;
       cp_async16(k_s + (st * kMmaKeys + j) * ld + col * 8, pool + off, live);
       cp_async16(v_s + (st * kMmaKeys + j) * ld + col * 8, pool + off + (live ? v_shift : 0), live);
       slot += step;
@@ -1188,10 +1187,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
       const T* vt = v_s + stage * kMmaKeys * ld;
       // S = Q K^T: 8 blocks of 8 keys.
       float s[kMmaKeys / 8][4];
-      #pragma unroll
+#pragma unroll
       for (int j = 0; j < kMmaKeys / 8; ++j) {
         s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-        #pragma unroll
+#pragma unroll
         for (int ks = 0; ks < KS; ks += 2) {
           unsigned b0, b1, b2, b3;
           ldsm_x4(b0, b1, b2, b3, kt + (j * 8 + (lane & 7)) * ld + ks * 16 + (lane >> 3) * 8);
@@ -1202,9 +1201,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
       // Online softmax on rows g (s[.][0..1]) and g + 8 (s[.][2..3]); masking only where some
       // key of the tile is outside some row's span.
       if (base + kMmaKeys - 1 > warp_min_pos || base < warp_max_first) {
-        #pragma unroll
+#pragma unroll
         for (int j = 0; j < kMmaKeys / 8; ++j) {
-          #pragma unroll
+#pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int p = base + j * 8 + 2 * t + e;
             const bool live0 = p <= pos0 && p >= first0 && pos0 >= 0;
@@ -1215,12 +1214,12 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
         }
       }
       float mx0 = -FLT_MAX, mx1 = -FLT_MAX;
-      #pragma unroll
+#pragma unroll
       for (int j = 0; j < kMmaKeys / 8; ++j) {
         mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
         mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
       }
-      #pragma unroll
+#pragma unroll
       for (int o2 = 1; o2 < 4; o2 <<= 1) {
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
@@ -1232,7 +1231,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
       m1 = mn1;
       float sum0 = 0.0f, sum1 = 0.0f;
       unsigned pf[kMmaKeys / 16][4];
-      #pragma unroll
+#pragma unroll
       for (int j = 0; j < kMmaKeys / 8; ++j) {
         // exp2 of -inf (a masked key) is 0; mn is finite.
         const float p0 = exp2f((s[j][0] - mn0) * kLog2e);
@@ -1246,30 +1245,29 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
         pf[j / 2][(j & 1) * 2 + 0] = u01;
         pf[j / 2][(j & 1) * 2 + 1] = u23;
       }
-      #pragma unroll
+#pragma unroll
       for (int o2 = 1; o2 < 4; o2 <<= 1) {
         sum0 += __shfl_xor_sync(0xffffffffu, sum0, o2);
         sum1 += __shfl_xor_sync(0xffffffffu, sum1, o2);
       }
       l0 = l0 * c0 + sum0;
       l1 = l1 * c1 + sum1;
-      #pragma unroll
-      #pragma unroll
-  for (int nb = 0; nb < NB; ++nb) {
+#pragma unroll
+      for (int nb = 0; nb < NB; ++nb) {
         o[nb][0] *= c0;
         o[nb][1] *= c0;
         o[nb][2] *= c1;
         o[nb][3] *= c1;
       }
       // O += P V: for 16 keys at a time, V fragments of two 8-wide head_dim blocks per ldmatrix.
-      #pragma unroll
+#pragma unroll
       for (int kk = 0; kk < kMmaKeys / 16; ++kk) {
-        #pragma unroll
+#pragma unroll
         for (int nb = 0; nb < NB; nb += 2) {
           unsigned b0, b1, b2, b3;
-          ldsm_x4_trans(b0, b1, b2, b3,
-                        vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + nb * 8 +
-                            (lane >> 4) * 8);
+          ldsm_x4_trans(
+              b0, b1, b2, b3,
+              vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + nb * 8 + (lane >> 4) * 8);
           mma_16816(o[nb], pf[kk], b0, b1, T{});
           mma_16816(o[nb + 1], pf[kk], b2, b3, T{});
         }
@@ -1283,7 +1281,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
             static_cast<std::size_t>(tile.first_token + r0) * a.num_heads * D +
             static_cast<std::size_t>(h) * D;
   T* out1 = out0 + static_cast<std::size_t>(8) * a.num_heads * D;
-  #pragma unroll
+#pragma unroll
   for (int nb = 0; nb < NB; ++nb) {
     const int d = nb * 8 + 2 * t;
     if (r0 < tile.count)
@@ -1427,8 +1425,9 @@ void prefill_attention(const AttentionArgs& args, const FlatBatchView& batch, co
   const int mma_shared = static_cast<int>(prefill_mma_shared(D));
   if (mma_shared > 0 && !wmma_only) {
     WEFT_DISPATCH_PRECISION(kv.precision, {
-      prefill_mma_kernel<T>(D)<<<dim3(args.num_heads, num_tiles), kMmaThreads, mma_shared,
-                                 stream>>>(args, batch, kv, tiles);
+      prefill_mma_kernel<T>(
+          D)<<<dim3(args.num_heads, num_tiles), kMmaThreads, mma_shared, stream>>>(args, batch, kv,
+                                                                                   tiles);
     });
     return;
   }
