@@ -412,7 +412,31 @@ int main(int argc, char** argv) {
                 best * 1e3, len / best, tflops, of_peak);
     json << (first_row ? "" : ",") << "{\"kind\":\"prefill\",\"tokens\":" << len
          << ",\"ms\":" << best * 1e3 << ",\"tflops\":" << tflops
-         << ",\"percent_of_gemm_peak\":" << of_peak << "}";
+         << ",\"percent_of_gemm_peak\":" << of_peak;
+    if (profile) {
+      // One more prefill step with an event after each kernel class.
+      gpu.set_kernel_profiling(true);
+      gpu.take_kernel_profile();
+      if (auto ok = gpu.forward(step, logits); !ok) {
+        std::fprintf(stderr, "%s\n", ok.error().what());
+        return 1;
+      }
+      gpu.set_kernel_profiling(false);
+      const auto by_class = gpu.take_kernel_profile();
+      double device_ms = 0;
+      bool first = true;
+      json << ",\"profile_ms\":{";
+      std::printf("  profile, prefill %d, ms:", len);
+      for (const auto& [what, ms] : by_class) {
+        std::printf(" %s %.3f;", what.c_str(), ms);
+        json << (first ? "" : ",") << "\"" << what << "\":" << ms;
+        first = false;
+        device_ms += ms;
+      }
+      std::printf(" sum %.3f\n", device_ms);
+      json << "}";
+    }
+    json << "}";
     first_row = false;
     release(tables);
   }

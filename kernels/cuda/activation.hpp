@@ -18,4 +18,8 @@ enum class ActivationKind { kSilu, kGelu, kGeluTanh, kRelu };
 void mlp_activation(ActivationKind kind, bool gated, const float* in, const float* bias, int tokens,
                     int width, void* out, Precision precision, cudaStream_t stream);
 
+// The same with `in` in `precision` (a product written as 16 bits by Blas::linear16).
+void mlp_activation16(ActivationKind kind, bool gated, const void* in, const float* bias,
+                      int tokens, int width, void* out, Precision precision, cudaStream_t stream);
+
 }  // namespace weft::cuda

@@ -58,4 +58,16 @@ bool Blas::linear(const void* x, int tokens, const void* w, int out_features, in
                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
 }
 
+bool Blas::linear16(const void* x, int tokens, const void* w, int out_features, int in_features,
+                    void* y, int ldy, Precision precision, cudaStream_t stream) {
+  if (handle_ == nullptr) return false;
+  if (tokens == 0) return true;
+  if (cublasSetStream(handle_, stream) != CUBLAS_STATUS_SUCCESS) return false;
+  const cudaDataType_t type = precision == Precision::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
+  const float alpha = 1.0f, beta = 0.0f;
+  return cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, out_features, tokens, in_features, &alpha,
+                      w, type, in_features, x, type, in_features, &beta, y, type, ldy,
+                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
+}
+
 }  // namespace weft::cuda

@@ -38,6 +38,14 @@ class Blas {
   bool linear(const void* x, int tokens, const void* w, int out_features, int in_features, float* y,
               int ldy, Precision precision, cudaStream_t stream);
 
+  // The same product through cuBLAS, with y in `precision` (rounded once, from the fp32
+  // sums), for consumers that read 16 bits anyway; never the small-step kernel.
+  bool linear16(const void* x, int tokens, const void* w, int out_features, int in_features,
+                void* y, int ldy, Precision precision, cudaStream_t stream);
+
+  // Whether a product of `tokens` rows may go to the small-step kernel (fp32 output only).
+  bool small_step(int tokens) const noexcept { return tokens <= gemv_max_tokens_; }
+
  private:
   cublasContext* handle_ = nullptr;
   void* workspace_ = nullptr;  // set explicitly, so products can be captured in CUDA graphs

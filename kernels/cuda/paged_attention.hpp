@@ -83,10 +83,11 @@ struct PrefillTile {
 };
 inline constexpr int kPrefillTileQueries = 32;
 
-// Query tokens per prefill tile: 64 where the tensor-core kernel runs (head_dim a multiple of
-// 16 up to 256: Q K^T and P V as 16x16x16 bf16/fp16 WMMA products with fp32 accumulators,
-// P rounded to 16 bits as FlashAttention does), else kPrefillTileQueries for the CUDA-core
-// kernel.
+// Query tokens per prefill tile: 64 where a tensor-core kernel runs (head_dim 64 or 128: a
+// FlashAttention-2-style mma.sync kernel with Q, S, P and O in registers; other multiples of
+// 16 up to 256: 16x16x16 WMMA products through shared memory; both bf16/fp16 inputs, fp32
+// accumulators, q*scale and P rounded to 16 bits as FlashAttention does), else
+// kPrefillTileQueries for the CUDA-core kernel.
 int prefill_tile_queries(int head_dim);
 
 // Attention for the tokens of `tiles` ([num_tiles] on the device).

@@ -4,6 +4,8 @@
 namespace weft::cuda {
 namespace {
 
+constexpr int kMaxHalf = 128;
+
 template <class T>
 __global__ void rope_store_kv_kernel(RopeArgs a, FlatBatchView b, PagedKvView kv) {
   const int t = blockIdx.x;
@@ -21,13 +23,30 @@ __global__ void rope_store_kv_kernel(RopeArgs a, FlatBatchView b, PagedKvView kv
   if (R > 0) {
     const float* freq = a.inv_freq + static_cast<std::size_t>(seq) * half;
     const float factor = a.attention_factor[seq];
+    // The token's cos and sin per pair, once, shared by every head (up to kMaxHalf pairs; the
+    // attention kernels take head_dim <= 256; past that, computed per element).
+    __shared__ float cos_s[kMaxHalf], sin_s[kMaxHalf];
+    const bool cached = half <= kMaxHalf;
+    for (int j = threadIdx.x; cached && j < half; j += blockDim.x) {
+      const float angle = static_cast<float>(pos) * freq[j];
+      cos_s[j] = cosf(angle) * factor;
+      sin_s[j] = sinf(angle) * factor;
+    }
+    __syncthreads();
     // One thread per (head, pair) over the q and k heads; each pair is rotated by one thread.
     for (int i = threadIdx.x; i < (NH + NKV) * half; i += blockDim.x) {
       const int head = i / half, j = i % half;
       const int ia = a.interleaved ? 2 * j : j;
       const int ib = a.interleaved ? 2 * j + 1 : j + half;
-      const float angle = static_cast<float>(pos) * freq[j];
-      const float c = cosf(angle) * factor, s = sinf(angle) * factor;
+      float c, s;
+      if (cached) {
+        c = cos_s[j];
+        s = sin_s[j];
+      } else {
+        const float angle = static_cast<float>(pos) * freq[j];
+        c = cosf(angle) * factor;
+        s = sinf(angle) * factor;
+      }
       float* v = row + head * D;
       const float x0 = v[ia], x1 = v[ib];
       v[ia] = x0 * c - x1 * s;
