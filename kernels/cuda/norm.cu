@@ -7,7 +7,7 @@ namespace weft::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-// Rows up to kThreads * kItems wide (4096: Llama-3-8B's hidden size) take the register path:
+// Rows that add_norm_vec_kernel does not take, up to kThreads * kItems wide (4096: Llama-3-8B's hidden size) take the register path:
 // each thread loads all its elements (and their weights) before the first use, so one row
 // costs about one memory latency per pass instead of one per element. Each thread owns the
 // same elements, summed in the same order, as in the generic loop, so the results are
