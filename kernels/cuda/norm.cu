@@ -1,5 +1,4 @@
 #include <cstdint>
-#include <cstring>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/norm.hpp"
@@ -8,6 +7,12 @@ namespace weft::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+// Rows that add_norm_vec_kernel does not take, up to kThreads * kItems wide (4096: Llama-3-8B's hidden size) take the register path:
+// each thread loads all its elements (and their weights) before the first use, so one row
+// costs about one memory latency per pass instead of one per element. Each thread owns the
+// same elements, summed in the same order, as in the generic loop, so the results are
+// bitwise the same.
+constexpr int kItems = 16;
 
 template <class T>
 __global__ void add_norm_kernel(AddNormArgs a) {
@@ -57,112 +62,168 @@ __global__ void add_norm_kernel(AddNormArgs a) {
   }
 }
 
-// The same for n a multiple of 4 up to 4 * kThreads * V: each thread holds its V float4 of the
-// summed row in registers (one read of residual and delta, 16-byte loads).
-template <class T, int V>
-__global__ void __launch_bounds__(kThreads) add_norm_vec_kernel(AddNormArgs a) {
+// The same arithmetic as add_norm_kernel (launched with kThreads threads) with every element
+// of the thread held in registers: element k of thread t is t + k * kThreads.
+template <class T>
+__global__ void __launch_bounds__(kThreads) add_norm_regs_kernel(AddNormArgs a) {
   __shared__ float scratch[32];
   const std::size_t in_row =
       a.row_index != nullptr ? static_cast<std::size_t>(a.row_index[blockIdx.x]) : blockIdx.x;
-  const int n4 = a.n / 4;
-  float4* x = reinterpret_cast<float4*>(a.residual + in_row * a.n);
-  const float4* d =
-      a.delta != nullptr ? reinterpret_cast<const float4*>(a.delta + in_row * a.n) : nullptr;
-  const float4* db = reinterpret_cast<const float4*>(a.delta_bias);
-  const bool rms = a.kind == NormKind::kRms;
-  float4 v[V];
+  float* x = a.residual + in_row * a.n;
+  const float* d = a.delta != nullptr ? a.delta + in_row * a.n : nullptr;
+  const int t = threadIdx.x;
+  float v[kItems], w[kItems];
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    const int i = t + k * kThreads;
+    v[k] = i < a.n ? x[i] : 0.0f;
+  }
+  if (d != nullptr) {
+    float dv[kItems];
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const int i = t + k * kThreads;
+      dv[k] = i < a.n ? d[i] : 0.0f;
+    }
+    if (a.delta_bias != nullptr) {
+#pragma unroll
+      for (int k = 0; k < kItems; ++k) {
+        const int i = t + k * kThreads;
+        if (i < a.n) dv[k] += a.delta_bias[i];
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < kItems; ++k)
+        dv[k] += 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kItems; ++k)
+      v[k] += dv[k];
+  }
+  // The weights do not depend on the sum: start their loads before the reduction.
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    const int i = t + k * kThreads;
+    w[k] = i < a.n ? a.weight[i] : 0.0f;
+  }
   float sum = 0.0f;
 #pragma unroll
-  for (int k = 0; k < V; ++k) {
-    const int i = threadIdx.x + k * kThreads;
-    if (i < n4) {
-      float4 r = x[i];
-      if (d != nullptr) {
-        float4 e = d[i];
-        if (db != nullptr) {
-          const float4 b = db[i];
-          e.x += b.x;
-          e.y += b.y;
-          e.z += b.z;
-          e.w += b.w;
-        }
-        r.x += e.x;
-        r.y += e.y;
-        r.z += e.z;
-        r.w += e.w;
-      }
-      v[k] = r;
-      sum += rms ? r.x * r.x + r.y * r.y + r.z * r.z + r.w * r.w : r.x + r.y + r.z + r.w;
-    }
+  for (int k = 0; k < kItems; ++k) {
+    if (t + k * kThreads < a.n) sum += a.kind == NormKind::kRms ? v[k] * v[k] : v[k];
   }
   sum = detail::block_sum(sum, scratch);
   if (a.write_back && d != nullptr) {
 #pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const int i = threadIdx.x + k * kThreads;
-      if (i < n4) x[i] = v[k];
+    for (int k = 0; k < kItems; ++k) {
+      const int i = t + k * kThreads;
+      if (i < a.n) x[i] = v[k];
     }
   }
   float mean = 0.0f, inv = 0.0f;
-  if (rms) {
+  if (a.kind == NormKind::kRms) {
     inv = rsqrtf(sum / a.n + a.eps);
   } else {
     mean = sum / a.n;
     float var = 0.0f;
 #pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const int i = threadIdx.x + k * kThreads;
-      if (i < n4) {
-        const float cx = v[k].x - mean, cy = v[k].y - mean, cz = v[k].z - mean, cw = v[k].w - mean;
-        var += cx * cx + cy * cy + cz * cz + cw * cw;
+    for (int k = 0; k < kItems; ++k) {
+      if (t + k * kThreads < a.n) {
+        const float c = v[k] - mean;
+        var += c * c;
       }
     }
     var = detail::block_sum(var, scratch);
     inv = rsqrtf(var / a.n + a.eps);
   }
-  const float4* w4 = reinterpret_cast<const float4*>(a.weight);
-  const float4* b4 = reinterpret_cast<const float4*>(a.bias);
   T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(blockIdx.x) * a.n;
 #pragma unroll
-  for (int k = 0; k < V; ++k) {
-    const int i = threadIdx.x + k * kThreads;
-    if (i < n4) {
-      const float4 w = w4[i];
-      float y0 = (v[k].x - mean) * inv * w.x, y1 = (v[k].y - mean) * inv * w.y,
-            y2 = (v[k].z - mean) * inv * w.z, y3 = (v[k].w - mean) * inv * w.w;
-      if (b4 != nullptr) {
-        const float4 b = b4[i];
-        y0 += b.x;
-        y1 += b.y;
-        y2 += b.z;
-        y3 += b.w;
-      }
-      const T h[4] = {detail::from_float<T>(y0), detail::from_float<T>(y1),
-                      detail::from_float<T>(y2), detail::from_float<T>(y3)};
-      uint2 packed;
-      memcpy(&packed, h, 8);
-      *reinterpret_cast<uint2*>(out + 4 * i) = packed;
+  for (int k = 0; k < kItems; ++k) {
+    const int i = t + k * kThreads;
+    if (i < a.n) {
+      float y = (v[k] - mean) * inv * w[k];
+      if (a.bias != nullptr) y += a.bias[i];
+      out[i] = detail::from_float<T>(y);
     }
   }
+}
+
+
+// Rows of n = 4 * threads (n % 128 == 0, up to 4096) with 16-byte aligned rows: one float4 of
+// every operand per thread, so each thread issues one load per operand. Thread t owns
+// elements 4t..4t+3 and sums them in order before the block reduction (a different order
+// from add_norm_kernel's, the same for every row and batch).
+template <class T>
+__global__ void __launch_bounds__(1024) add_norm_vec_kernel(AddNormArgs a) {
+  __shared__ float scratch[32];
+  const std::size_t in_row =
+      a.row_index != nullptr ? static_cast<std::size_t>(a.row_index[blockIdx.x]) : blockIdx.x;
+  const int i = 4 * threadIdx.x;
+  float4* x = reinterpret_cast<float4*>(a.residual + in_row * a.n + i);
+  const float4 w = *reinterpret_cast<const float4*>(a.weight + i);
+  float4 v = *x;
+  if (a.delta != nullptr) {
+    float4 dv = *reinterpret_cast<const float4*>(a.delta + in_row * a.n + i);
+    if (a.delta_bias != nullptr) {
+      const float4 b = *reinterpret_cast<const float4*>(a.delta_bias + i);
+      dv.x += b.x, dv.y += b.y, dv.z += b.z, dv.w += b.w;
+    }
+    v.x += dv.x, v.y += dv.y, v.z += dv.z, v.w += dv.w;
+  }
+  float sum;
+  if (a.kind == NormKind::kRms) {
+    sum = v.x * v.x;
+    sum += v.y * v.y;
+    sum += v.z * v.z;
+    sum += v.w * v.w;
+  } else {
+    sum = v.x + v.y + v.z + v.w;
+  }
+  sum = detail::block_sum(sum, scratch);
+  if (a.write_back && a.delta != nullptr) *x = v;
+  float mean = 0.0f, inv = 0.0f;
+  if (a.kind == NormKind::kRms) {
+    inv = rsqrtf(sum / a.n + a.eps);
+  } else {
+    mean = sum / a.n;
+    const float c0 = v.x - mean, c1 = v.y - mean, c2 = v.z - mean, c3 = v.w - mean;
+    float var = c0 * c0;
+    var += c1 * c1;
+    var += c2 * c2;
+    var += c3 * c3;
+    var = detail::block_sum(var, scratch);
+    inv = rsqrtf(var / a.n + a.eps);
+  }
+  float y[4] = {(v.x - mean) * inv * w.x, (v.y - mean) * inv * w.y, (v.z - mean) * inv * w.z,
+                (v.w - mean) * inv * w.w};
+  if (a.bias != nullptr) {
+    const float4 b = *reinterpret_cast<const float4*>(a.bias + i);
+    y[0] += b.x, y[1] += b.y, y[2] += b.z, y[3] += b.w;
+  }
+  T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(blockIdx.x) * a.n + i;
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    out[k] = detail::from_float<T>(y[k]);
+}
+
+bool aligned16(const void* p) {
+  return (reinterpret_cast<std::uintptr_t>(p) & 15) == 0;
 }
 
 }  // namespace
 
 void add_norm(const AddNormArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return;
-  auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
-  const int per_thread = (args.n / 4 + kThreads - 1) / kThreads;
-  if (args.n % 4 == 0 && per_thread <= 8 && aligned(args.residual) && aligned(args.delta) &&
-      aligned(args.delta_bias) && aligned(args.weight) && aligned(args.bias) && aligned(args.out)) {
+  if (args.n % 128 == 0 && args.n <= 4096 && aligned16(args.residual) &&
+      aligned16(args.delta) && aligned16(args.delta_bias) && aligned16(args.weight) &&
+      aligned16(args.bias) && aligned16(args.out)) {
     WEFT_DISPATCH_PRECISION(args.precision, {
-      if (per_thread <= 1)
-        add_norm_vec_kernel<T, 1><<<args.rows, kThreads, 0, stream>>>(args);
-      else if (per_thread <= 2)
-        add_norm_vec_kernel<T, 2><<<args.rows, kThreads, 0, stream>>>(args);
-      else if (per_thread <= 4)
-        add_norm_vec_kernel<T, 4><<<args.rows, kThreads, 0, stream>>>(args);
-      else
-        add_norm_vec_kernel<T, 8><<<args.rows, kThreads, 0, stream>>>(args);
+      add_norm_vec_kernel<T><<<args.rows, args.n / 4, 0, stream>>>(args);
+    });
+    return;
+  }
+  if (args.n <= kThreads * kItems) {
+    WEFT_DISPATCH_PRECISION(args.precision, {
+      add_norm_regs_kernel<T><<<args.rows, kThreads, 0, stream>>>(args);
     });
     return;
   }

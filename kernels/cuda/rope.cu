@@ -67,11 +67,69 @@ __global__ void rope_store_kv_kernel(RopeArgs a, FlatBatchView b, PagedKvView kv
   }
 }
 
+
+// The common case (no qkv bias, the whole head rotated) with one thread per work item and no
+// barrier: items [0, (NH + NKV) * half) rotate one pair of a q or k head (a k pair is also
+// written to the cache), the next NKV * D items copy one value element. The grid's y is the
+// token. Each value goes through the same expressions as in rope_store_kv_kernel.
+template <class T>
+__global__ void rope_store_kv_flat_kernel(RopeArgs a, FlatBatchView b, PagedKvView kv) {
+  const int t = blockIdx.y;
+  const int D = kv.head_dim, NH = a.num_heads, NKV = kv.num_kv_heads;
+  const int half = D / 2;
+  const int pairs = (NH + NKV) * half;
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= pairs + NKV * D) return;
+  float* row = a.qkv + static_cast<std::size_t>(t) * (NH + 2 * NKV) * D;
+  const int seq = b.token_seq[t];
+  const int pos = b.positions[t];
+  const int page = b.page_ids[b.page_table_begin[seq] + pos / kv.page_size];
+  const int slot = pos % kv.page_size;
+  T* block =
+      static_cast<T*>(kv.pool) + static_cast<std::size_t>(page) * kv.page_elems + kv.layer_offset;
+  if (i < pairs) {
+    const float* freq = a.inv_freq + static_cast<std::size_t>(seq) * half;
+    const int head = i / half, j = i % half;
+    const int ia = a.interleaved ? 2 * j : j;
+    const int ib = a.interleaved ? 2 * j + 1 : j + half;
+    float* v = row + head * D;
+    const float x0 = v[ia], x1 = v[ib];
+    const float factor = a.attention_factor[seq];
+    const float angle = static_cast<float>(pos) * freq[j];
+    const float c = cosf(angle) * factor, s = sinf(angle) * factor;
+    const float y0 = x0 * c - x1 * s;
+    const float y1 = x1 * c + x0 * s;
+    v[ia] = y0;
+    v[ib] = y1;
+    if (head >= NH) {
+      const std::size_t at = (static_cast<std::size_t>(head - NH) * kv.page_size + slot) * D;
+      block[at + ia] = detail::from_float<T>(y0);
+      block[at + ib] = detail::from_float<T>(y1);
+    }
+  } else {
+    const int e = i - pairs;
+    const int h = e / D, d = e % D;
+    const std::size_t v_offset = static_cast<std::size_t>(NKV) * kv.page_size * D;
+    const std::size_t at = (static_cast<std::size_t>(h) * kv.page_size + slot) * D + d;
+    block[v_offset + at] = detail::from_float<T>(row[(NH + NKV + h) * D + d]);
+  }
+}
+
 }  // namespace
 
 void rope_store_kv(const RopeArgs& args, const FlatBatchView& batch, const PagedKvView& kv,
                    cudaStream_t stream) {
   if (batch.num_tokens == 0) return;
+  if (args.qkv_bias == nullptr && args.rotary_dim == kv.head_dim && kv.head_dim % 2 == 0 &&
+      batch.num_tokens <= 65535) {
+    const int items = (args.num_heads + kv.num_kv_heads) * (kv.head_dim / 2) +
+                      kv.num_kv_heads * kv.head_dim;
+    const dim3 grid((items + 255) / 256, batch.num_tokens);
+    WEFT_DISPATCH_PRECISION(kv.precision, {
+      rope_store_kv_flat_kernel<T><<<grid, 256, 0, stream>>>(args, batch, kv);
+    });
+    return;
+  }
   WEFT_DISPATCH_PRECISION(kv.precision, {
     rope_store_kv_kernel<T><<<batch.num_tokens, 256, 0, stream>>>(args, batch, kv);
   });
