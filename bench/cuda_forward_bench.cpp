@@ -170,10 +170,9 @@ double gemm_tflops(cublasHandle_t handle, const GemmShape& g, int reps) {
     const float alpha = 1.0f, beta = 0.0f;
     // Column-major view: C^T [n, m] = B [n, k] (as k x n, transposed) * A^T.
     auto launch = [&] {
-      return cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, g.n, g.m, g.k, &alpha, b,
-                          CUDA_R_16BF, g.k, a, CUDA_R_16BF, g.k, &beta, c,
-                          g.f32_out ? CUDA_R_32F : CUDA_R_16BF, g.n, CUBLAS_COMPUTE_32F,
-                          CUBLAS_GEMM_DEFAULT);
+      return cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, g.n, g.m, g.k, &alpha, b, CUDA_R_16BF,
+                          g.k, a, CUDA_R_16BF, g.k, &beta, c, g.f32_out ? CUDA_R_32F : CUDA_R_16BF,
+                          g.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     };
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
@@ -253,7 +252,8 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: cuda_forward_bench [--shape 1b|8b|tiny | --model DIR] "
-                   "[--precision bf16|fp16] [--context N] [--batches 1,8,..] [--prefill 512,..] [--logits-to-host] "
+                   "[--precision bf16|fp16] [--context N] [--batches 1,8,..] [--prefill 512,..] "
+                   "[--logits-to-host] "
                    "[--repeats N] [--json FILE] [--profile] [--small-step-kernel-tokens N]\n");
       return 2;
     }

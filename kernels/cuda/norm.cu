@@ -7,11 +7,11 @@ namespace weft::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-// Rows that add_norm_vec_kernel does not take, up to kThreads * kItems wide (4096: Llama-3-8B's hidden size) take the register path:
-// each thread loads all its elements (and their weights) before the first use, so one row
-// costs about one memory latency per pass instead of one per element. Each thread owns the
-// same elements, summed in the same order, as in the generic loop, so the results are
-// bitwise the same.
+// Rows that add_norm_vec_kernel does not take, up to kThreads * kItems wide (4096: Llama-3-8B's
+// hidden size) take the register path: each thread loads all its elements (and their weights)
+// before the first use, so one row costs about one memory latency per pass instead of one per
+// element. Each thread owns the same elements, summed in the same order, as in the generic loop, so
+// the results are bitwise the same.
 constexpr int kItems = 16;
 
 template <class T>
@@ -147,7 +147,6 @@ __global__ void __launch_bounds__(kThreads) add_norm_regs_kernel(AddNormArgs a) 
   }
 }
 
-
 // Rows of n = 4 * threads (n % 128 == 0, up to 4096) with 16-byte aligned rows: one float4 of
 // every operand per thread, so each thread issues one load per operand. Thread t owns
 // elements 4t..4t+3 and sums them in order before the block reduction (a different order
@@ -213,18 +212,16 @@ bool aligned16(const void* p) {
 
 void add_norm(const AddNormArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return;
-  if (args.n % 128 == 0 && args.n <= 4096 && aligned16(args.residual) &&
-      aligned16(args.delta) && aligned16(args.delta_bias) && aligned16(args.weight) &&
-      aligned16(args.bias) && aligned16(args.out)) {
-    WEFT_DISPATCH_PRECISION(args.precision, {
-      add_norm_vec_kernel<T><<<args.rows, args.n / 4, 0, stream>>>(args);
-    });
+  if (args.n % 128 == 0 && args.n <= 4096 && aligned16(args.residual) && aligned16(args.delta) &&
+      aligned16(args.delta_bias) && aligned16(args.weight) && aligned16(args.bias) &&
+      aligned16(args.out)) {
+    WEFT_DISPATCH_PRECISION(
+        args.precision, { add_norm_vec_kernel<T><<<args.rows, args.n / 4, 0, stream>>>(args); });
     return;
   }
   if (args.n <= kThreads * kItems) {
-    WEFT_DISPATCH_PRECISION(args.precision, {
-      add_norm_regs_kernel<T><<<args.rows, kThreads, 0, stream>>>(args);
-    });
+    WEFT_DISPATCH_PRECISION(args.precision,
+                            { add_norm_regs_kernel<T><<<args.rows, kThreads, 0, stream>>>(args); });
     return;
   }
   WEFT_DISPATCH_PRECISION(args.precision,

@@ -426,7 +426,9 @@ __device__ __forceinline__ unsigned pack2(float x, float y) {
 }
 
 template <class T, int D>
-__global__ void __launch_bounds__(kDecodeThreads, D >= 256 ? 1 : D >= 128 ? 4 : 6)
+__global__ void __launch_bounds__(kDecodeThreads, D >= 256   ? 1
+                                                  : D >= 128 ? 4
+                                                             : 6)
     decode_kernel_tc(AttentionArgs a, FlatBatchView b, PagedKvView kv,
                      const std::int32_t* query_tokens, float* workspace, int stages) {
   constexpr int kVec = 8, L = D / kVec;  // 16-byte chunks per row
@@ -576,7 +578,9 @@ __global__ void __launch_bounds__(kDecodeThreads, D >= 256 ? 1 : D >= 128 ? 4 : 
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
           const int i = 4 * c + w;
-          auto word = [&](const uint4& x) { return w == 0 ? x.x : w == 1 ? x.y : w == 2 ? x.z : x.w; };
+          auto word = [&](const uint4& x) {
+            return w == 0 ? x.x : w == 1 ? x.y : w == 2 ? x.z : x.w;
+          };
           acc[i][0] *= ca;
           acc[i][1] *= cb;
           acc[i][2] *= ca;
@@ -639,7 +643,8 @@ __global__ void __launch_bounds__(kDecodeThreads, D >= 256 ? 1 : D >= 128 ? 4 : 
   T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(t) * NH * D +
            static_cast<std::size_t>(kvh) * G * D;
   // Split records: [query][head][split] of D accumulators, then m and l.
-  float* recs = workspace + (static_cast<std::size_t>(blockIdx.y) * NH + kvh * G) * splits * (D + 2);
+  float* recs =
+      workspace + (static_cast<std::size_t>(blockIdx.y) * NH + kvh * G) * splits * (D + 2);
   for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
     const int h = i / D, d = i % D;
     float o = 0.0f;
@@ -659,18 +664,22 @@ __global__ void __launch_bounds__(kDecodeThreads, D >= 256 ? 1 : D >= 128 ? 4 : 
   }
 }
 
-using TcKernel = void (*)(AttentionArgs, FlatBatchView, PagedKvView, const std::int32_t*,
-                              float*, int);
+using TcKernel = void (*)(AttentionArgs, FlatBatchView, PagedKvView, const std::int32_t*, float*,
+                          int);
 
 // The tensor-core kernel for (D, G), or nullptr.
 template <class T>
 TcKernel decode_tc_kernel(int D, int G) {
   if (G > kMaxGroupInRegisters) return nullptr;
   switch (D) {
-    case 64: return decode_kernel_tc<T, 64>;
-    case 128: return decode_kernel_tc<T, 128>;
-    case 256: return decode_kernel_tc<T, 256>;
-    default: return nullptr;
+    case 64:
+      return decode_kernel_tc<T, 64>;
+    case 128:
+      return decode_kernel_tc<T, 128>;
+    case 256:
+      return decode_kernel_tc<T, 256>;
+    default:
+      return nullptr;
   }
 }
 
@@ -1389,15 +1398,15 @@ void decode_attention(const AttentionArgs& args, const FlatBatchView& batch, con
       // Two stages when some token's split spans more than one tile.
       const int chunk = splits > 1 ? split_positions(max_context) : max_context;
       const int stages = chunk > kStageKeys ? 2 : 1;
-      tc<<<grid, kDecodeThreads, tc_shared_bytes(D, stages), stream>>>(args, batch, kv, query_tokens,
-                                                                     workspace, stages);
+      tc<<<grid, kDecodeThreads, tc_shared_bytes(D, stages), stream>>>(
+          args, batch, kv, query_tokens, workspace, stages);
     } else if (auto* warp_kernel = decode_warp_kernel<T>(D, G)) {
       warp_kernel<<<grid, kDecodeThreads, 0, stream>>>(args, batch, kv, query_tokens, workspace);
     } else {
       const std::size_t shared = sizeof(float) * (2 * G * D + G * kDecodeThreads + 3 * G + 1) +
                                  sizeof(std::size_t) * kDecodeThreads + 8;
-      decode_kernel<T><<<grid, kDecodeThreads, shared, stream>>>(args, batch, kv, query_tokens,
-                                                                 workspace);
+      decode_kernel<T>
+          <<<grid, kDecodeThreads, shared, stream>>>(args, batch, kv, query_tokens, workspace);
     }
     if (splits > 1) {
       combine_kernel<T><<<dim3(args.num_heads, num_queries), 128, 0, stream>>>(

@@ -67,7 +67,6 @@ __global__ void rope_store_kv_kernel(RopeArgs a, FlatBatchView b, PagedKvView kv
   }
 }
 
-
 // The common case (no qkv bias, the whole head rotated) with one thread per work item and no
 // barrier: items [0, (NH + NKV) * half) rotate one pair of a q or k head (a k pair is also
 // written to the cache), the next NKV * D items copy one value element. The grid's y is the
@@ -122,12 +121,11 @@ void rope_store_kv(const RopeArgs& args, const FlatBatchView& batch, const Paged
   if (batch.num_tokens == 0) return;
   if (args.qkv_bias == nullptr && args.rotary_dim == kv.head_dim && kv.head_dim % 2 == 0 &&
       batch.num_tokens <= 65535) {
-    const int items = (args.num_heads + kv.num_kv_heads) * (kv.head_dim / 2) +
-                      kv.num_kv_heads * kv.head_dim;
+    const int items =
+        (args.num_heads + kv.num_kv_heads) * (kv.head_dim / 2) + kv.num_kv_heads * kv.head_dim;
     const dim3 grid((items + 255) / 256, batch.num_tokens);
-    WEFT_DISPATCH_PRECISION(kv.precision, {
-      rope_store_kv_flat_kernel<T><<<grid, 256, 0, stream>>>(args, batch, kv);
-    });
+    WEFT_DISPATCH_PRECISION(
+        kv.precision, { rope_store_kv_flat_kernel<T><<<grid, 256, 0, stream>>>(args, batch, kv); });
     return;
   }
   WEFT_DISPATCH_PRECISION(kv.precision, {
