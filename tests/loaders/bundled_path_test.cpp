@@ -1,8 +1,10 @@
 #include "loaders/bundled_path.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
+#include <string>
 
 namespace weft {
 namespace {
@@ -13,9 +15,11 @@ namespace fs = std::filesystem;
 class BundledPathTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ =
-        fs::temp_directory_path() /
-        ("weft_bundled_path_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
+    // One folder per test and process: ctest runs these tests in parallel processes.
+    root_ = fs::temp_directory_path() /
+            ("weft_bundled_path_" +
+             std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+             std::to_string(::getpid()));
     fs::remove_all(root_);
     fs::create_directories(root_ / "tree" / "config" / "models");
     fs::create_directories(root_ / "tree" / "build" / "release" / "bin");
