@@ -6,6 +6,7 @@
 #include "runtime/text/chat_template.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -142,7 +143,8 @@ class TempDir {
     path_ =
         fs::temp_directory_path() /
         ("weft_chat_template_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
-         "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+         "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
+         std::to_string(::getpid()));
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
