@@ -457,13 +457,18 @@ int main(int argc, char** argv) {
     }
     double total = 0;
     int timed = 0;
-    for (int k = 0; k < repeats; ++k) {
+    // Decode step k: one new token for each sequence.
+    auto decode_batch = [&](int k) {
       model::StepBatch step;
       for (int s = 0; s < batch; ++s) {
         step.tokens.push_back((k * 17 + s) % spec.vocab_size);
         step.positions.push_back(context + k);
         step.sequences.push_back({s, 1, tables[s], false});
       }
+      return step;
+    };
+    for (int k = 0; k < repeats; ++k) {
+      const model::StepBatch step = decode_batch(k);
       const double start = now_s();
       if (auto ok = decode_step(step); !ok) {
         std::fprintf(stderr, "%s\n", ok.error().what());
@@ -485,12 +490,7 @@ int main(int argc, char** argv) {
       gpu.take_kernel_profile();
       double wall = 0;
       for (int k = repeats; k < repeats + profile_steps; ++k) {
-        model::StepBatch step;
-        for (int s = 0; s < batch; ++s) {
-          step.tokens.push_back((k * 17 + s) % spec.vocab_size);
-          step.positions.push_back(context + k);
-          step.sequences.push_back({s, 1, tables[s], false});
-        }
+        const model::StepBatch step = decode_batch(k);
         const double start = now_s();
         if (auto ok = decode_step(step); !ok) {
           std::fprintf(stderr, "%s\n", ok.error().what());
