@@ -46,6 +46,14 @@ struct AttentionArgs {
   float scale = 1.0f;
   int sliding_window = 0;  // 0: attend to every earlier position
   void* out = nullptr;     // [tokens, num_heads * head_dim] in kv.precision
+  // decode_attention only, where decode_attention_applies_rope says it can: q points at the
+  // qkv product's rows as they come out of it (q heads, then k, then v heads; no bias), and
+  // the kernel does rope_store_kv's work for its tokens itself: it rotates q (every pair
+  // (i, i + head_dim / 2)) and the token's key by these frequencies, and stores the key and
+  // value into the token's page slot. Bitwise what rope_store_kv followed by decode_attention
+  // gives (the rotation's arithmetic is shared: rope.cuh); one launch less per layer.
+  const float* rope_inv_freq = nullptr;  // [sequences][head_dim / 2]
+  const float* rope_factor = nullptr;    // [sequences]
 };
 
 // The decode kernel cuts a context of `span` positions into at most kMaxDecodeSplits splits
@@ -58,6 +66,11 @@ inline constexpr int kMaxDecodeSplits = 32;
 // process (later calls return at once); the launchers call it, and a caller that captures
 // launches into a CUDA graph calls it before capturing (it is not a stream operation).
 void prepare_attention_kernels();
+
+// Whether decode_attention applies the rotary embedding and stores keys and values itself
+// (AttentionArgs::rope_inv_freq) for this shape: head_dim 64, 128 or 256 and at most 8 query
+// heads per kv head (the tensor-core kernel).
+bool decode_attention_applies_rope(int num_heads, int num_kv_heads, int head_dim);
 
 // The decode grid's depth (splits) for tokens whose longest context is max_context: a CUDA
 // graph of a decode step stays valid while this and the batch shape do not change.

@@ -1,4 +1,5 @@
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/rope.hpp"
 
 namespace weft::cuda {
@@ -27,11 +28,8 @@ __global__ void rope_store_kv_kernel(RopeArgs a, FlatBatchView b, PagedKvView kv
     // attention kernels take head_dim <= 256; past that, computed per element).
     __shared__ float cos_s[kMaxHalf], sin_s[kMaxHalf];
     const bool cached = half <= kMaxHalf;
-    for (int j = threadIdx.x; cached && j < half; j += blockDim.x) {
-      const float angle = static_cast<float>(pos) * freq[j];
-      cos_s[j] = cosf(angle) * factor;
-      sin_s[j] = sinf(angle) * factor;
-    }
+    for (int j = threadIdx.x; cached && j < half; j += blockDim.x)
+      detail::rope_cos_sin(pos, freq[j], factor, cos_s[j], sin_s[j]);
     __syncthreads();
     // One thread per (head, pair) over the q and k heads; each pair is rotated by one thread.
     for (int i = threadIdx.x; i < (NH + NKV) * half; i += blockDim.x) {
@@ -43,14 +41,10 @@ __global__ void rope_store_kv_kernel(RopeArgs a, FlatBatchView b, PagedKvView kv
         c = cos_s[j];
         s = sin_s[j];
       } else {
-        const float angle = static_cast<float>(pos) * freq[j];
-        c = cosf(angle) * factor;
-        s = sinf(angle) * factor;
+        detail::rope_cos_sin(pos, freq[j], factor, c, s);
       }
       float* v = row + head * D;
-      const float x0 = v[ia], x1 = v[ib];
-      v[ia] = x0 * c - x1 * s;
-      v[ib] = x1 * c + x0 * s;
+      detail::rotate_pair(v[ia], v[ib], c, s, v[ia], v[ib]);
     }
     __syncthreads();
   }
@@ -93,11 +87,9 @@ __global__ void rope_store_kv_flat_kernel(RopeArgs a, FlatBatchView b, PagedKvVi
     const int ib = a.interleaved ? 2 * j + 1 : j + half;
     float* v = row + head * D;
     const float x0 = v[ia], x1 = v[ib];
-    const float factor = a.attention_factor[seq];
-    const float angle = static_cast<float>(pos) * freq[j];
-    const float c = cosf(angle) * factor, s = sinf(angle) * factor;
-    const float y0 = x0 * c - x1 * s;
-    const float y1 = x1 * c + x0 * s;
+    float c, s, y0, y1;
+    detail::rope_cos_sin(pos, freq[j], a.attention_factor[seq], c, s);
+    detail::rotate_pair(x0, x1, c, s, y0, y1);
     v[ia] = y0;
     v[ib] = y1;
     if (head >= NH) {

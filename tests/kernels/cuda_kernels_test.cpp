@@ -488,6 +488,100 @@ TEST_P(CudaKernels, DecodeAttentionMatchesCpuOnVectorizedShapes) {
   }
 }
 
+// A decode step whose attention kernel applies the rotary embedding and stores the keys and
+// values itself (AttentionArgs::rope_inv_freq) gives bitwise the outputs and KV pages of
+// rope_store_kv followed by decode_attention: three tokens of three sequences with their own
+// pages (one context split, one not, one in the first tile), per-sequence frequencies and
+// attention factors, with and without a window.
+TEST_P(CudaKernels, DecodeAttentionWithRopeIsBitwiseRopeStoreKvThenAttention) {
+  for (auto [heads, kv_heads, dim, page] : {std::array{6, 2, 64, 16}, std::array{8, 2, 128, 3},
+                                            std::array{4, 4, 256, 5}, std::array{32, 8, 128, 16}}) {
+    ASSERT_TRUE(decode_attention_applies_rope(heads, kv_heads, dim)) << heads << "/" << dim;
+    for (int context : {1, 70, 700}) {
+      for (int window : {0, 100}) {
+        std::mt19937 rng(11 + context + window + dim);
+        PagedSetup ps;
+        ps.heads = heads;
+        ps.kv_heads = kv_heads;
+        ps.dim = dim;
+        ps.page_size = page;
+        const int NH = heads, NKV = kv_heads, D = dim, layer = 1;
+        const int width = (NH + 2 * NKV) * D;
+        const std::vector<std::int32_t> positions{context - 1, context / 3,
+                                                  std::min(context, 40) - 1};
+        const int S = static_cast<int>(positions.size());
+        // Disjoint page tables: sequence s owns pages [s * per, (s + 1) * per), shuffled.
+        const int per = (context + page - 1) / page;
+        ps.pages = S * per + 2;
+        std::vector<std::int32_t> ids(S * per), page_ids, table_begin, token_seq;
+        std::iota(ids.begin(), ids.end(), 0);
+        std::shuffle(ids.begin(), ids.end(), rng);
+        for (int sq = 0; sq < S; ++sq) {
+          table_begin.push_back(static_cast<std::int32_t>(page_ids.size()));
+          page_ids.insert(page_ids.end(), ids.begin() + sq * per, ids.begin() + (sq + 1) * per);
+          token_seq.push_back(sq);
+        }
+        std::vector<float> inv_freq(static_cast<std::size_t>(S) * D / 2), factor(S);
+        for (int sq = 0; sq < S; ++sq) {
+          factor[sq] = 1.0f - 0.125f * sq;
+          for (int j = 0; j < D / 2; ++j)
+            inv_freq[sq * D / 2 + j] = std::pow(500000.0f + 1000.0f * sq, -2.0f * j / D);
+        }
+        const auto qkv0 = random_vector(static_cast<std::size_t>(S) * width, rng);
+        const auto pool0 = random_vector(ps.page_elems() * ps.pages, rng);
+        Dev<std::int32_t> dpos(positions), dseq(token_seq), dpages(page_ids), dbegin(table_begin);
+        Dev<float> dfreq(inv_freq), dfactor(factor);
+        std::vector<std::int32_t> queries(S);
+        std::iota(queries.begin(), queries.end(), 0);
+        Dev<std::int32_t> dqueries(queries);
+        FlatBatchView fb{dpos.get(), dseq.get(), dbegin.get(), dpages.get(), S};
+        std::vector<Half> outs[2], pools[2];
+        for (int fused = 0; fused < 2; ++fused) {
+          auto pool = to_half(pool0, p(), nullptr);
+          Dev<float> qkv(qkv0);
+          Dev<Half> out(static_cast<std::size_t>(S) * NH * D);
+          Dev<float> work(std::max<std::size_t>(1, decode_workspace_floats(S, NH, D, context)));
+          PagedKvView kv{pool->get(),
+                         p(),
+                         ps.page_elems(),
+                         static_cast<std::size_t>(layer) * ps.page_elems() / ps.layers,
+                         ps.page_size,
+                         NKV,
+                         D};
+          AttentionArgs a;
+          a.q = qkv.get();
+          a.q_stride = static_cast<std::size_t>(width);
+          a.num_heads = NH;
+          a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+          a.sliding_window = window;
+          a.out = out.get();
+          if (fused) {
+            a.rope_inv_freq = dfreq.get();
+            a.rope_factor = dfactor.get();
+          } else {
+            RopeArgs r;
+            r.qkv = qkv.get();
+            r.num_heads = NH;
+            r.rotary_dim = D;
+            r.inv_freq = dfreq.get();
+            r.attention_factor = dfactor.get();
+            rope_store_kv(r, fb, kv, nullptr);
+          }
+          decode_attention(a, fb, kv, dqueries.get(), S, context, work.get(), nullptr);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          outs[fused] = out.download();
+          pools[fused] = pool->download();
+        }
+        const std::string what = "heads " + std::to_string(NH) + "/" + std::to_string(NKV) +
+                                 " head_dim " + std::to_string(D) + " context " +
+                                 std::to_string(context) + " window " + std::to_string(window);
+        EXPECT_TRUE(outs[0] == outs[1]) << what << ": attention outputs differ";
+        EXPECT_TRUE(pools[0] == pools[1]) << what << ": KV pages differ";
+      }
+    }
+  }
+}
+
 // Head dims that are multiples of 16 take the tensor-core prefill kernel (64-query tiles,
 // 64-key tiles): several tiles each way, GQA, MQA, a window, awkward page sizes.
 TEST_P(CudaKernels, PrefillAttentionMatchesCpuOnTensorCoreShapes) {

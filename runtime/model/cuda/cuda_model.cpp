@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/cuda/embedding.hpp"
@@ -60,6 +61,17 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   // longer ones).
   const int R = spec.position == PositionEmbedding::kRope ? spec.rotary_dim() : 0;
   const int half = R / 2;
+  // Whether decode-only steps leave the rotary embedding and the KV store to the decode
+  // attention kernel (whole heads rotated in halves; WEFT_FUSED_ROPE=0 turns it off, for
+  // comparisons).
+  static const bool fused_rope_allowed = [] {
+    const char* v = std::getenv("WEFT_FUSED_ROPE");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  const bool fused_rope =
+      fused_rope_allowed && R > 0 && R == spec.head_dim &&
+      spec.rope.order != RopeOrder::kInterleaved &&
+      cuda::decode_attention_applies_rope(spec.num_heads, spec.num_kv_heads, spec.head_dim);
   std::size_t page_words = 0;
   for (const auto& seq : batch.sequences)
     page_words += seq.page_table.size();
@@ -236,8 +248,6 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       ra.inv_freq = dev_f + L.inv_freq;
       ra.attention_factor = dev_f + L.factor;
       kvv.layer_offset = l * layout.floats_per_layer_block();
-      cuda::rope_store_kv(ra, fb, kvv, stream);
-      mark("rope + kv store");
       cuda::AttentionArgs aa;
       aa.q = qkv_out.as<float>();
       aa.q_stride = static_cast<std::size_t>(qkv_width);
@@ -245,6 +255,15 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       aa.scale = 1.0f / std::sqrt(static_cast<float>(spec.head_dim));
       aa.sliding_window = spec.layer_uses_window(static_cast<int>(l)) ? spec.sliding_window : 0;
       aa.out = attn.get();
+      // In a step of decode tokens only, the decode attention kernel rotates and stores them
+      // itself (bitwise the same; one launch less per layer).
+      if (tile_count == 0 && fused_rope && W.qkv_bias.get() == nullptr) {
+        aa.rope_inv_freq = ra.inv_freq;
+        aa.rope_factor = ra.attention_factor;
+      } else {
+        cuda::rope_store_kv(ra, fb, kvv, stream);
+        mark("rope + kv store");
+      }
       cuda::decode_attention(aa, fb, kvv, dev + L.decode_queries, decode_count, decode_context,
                              split_workspace.as<float>(), stream);
       mark("decode attention");
