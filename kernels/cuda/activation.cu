@@ -26,6 +26,7 @@ __device__ __forceinline__ float activate(ActivationKind kind, float x) {
 template <class T, class In>
 __global__ void mlp_activation_kernel(ActivationKind kind, bool gated, const In* in,
                                       const float* bias, int width, T* out) {
+  detail::grid_dependency_wait();
   const std::size_t t = blockIdx.y;
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= width) return;
@@ -49,6 +50,7 @@ __global__ void mlp_activation_kernel(ActivationKind kind, bool gated, const In*
 // stores); the same arithmetic per element as mlp_activation_kernel.
 template <class T>
 __global__ void gated_activation16_kernel(ActivationKind kind, const T* in, int width, T* out) {
+  detail::grid_dependency_wait();
   const std::size_t t = blockIdx.y;
   const int i = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
   if (i >= width) return;
@@ -73,8 +75,8 @@ void mlp_activation(ActivationKind kind, bool gated, const float* in, const floa
   if (tokens == 0) return;
   const dim3 grid((width + 255) / 256, tokens);
   WEFT_DISPATCH_PRECISION(precision, {
-    mlp_activation_kernel<T, float>
-        <<<grid, 256, 0, stream>>>(kind, gated, in, bias, width, static_cast<T*>(out));
+    detail::launch(mlp_activation_kernel<T, float>, grid, 256, 0, stream, kind, gated, in, bias,
+                   width, static_cast<T*>(out));
   });
 }
 
@@ -86,15 +88,15 @@ void mlp_activation16(ActivationKind kind, bool gated, const void* in, const flo
       reinterpret_cast<std::uintptr_t>(out) % 16 == 0) {
     const dim3 grid((width / 8 + 255) / 256, tokens);
     WEFT_DISPATCH_PRECISION(precision, {
-      gated_activation16_kernel<T>
-          <<<grid, 256, 0, stream>>>(kind, static_cast<const T*>(in), width, static_cast<T*>(out));
+      detail::launch(gated_activation16_kernel<T>, grid, 256, 0, stream, kind,
+                     static_cast<const T*>(in), width, static_cast<T*>(out));
     });
     return;
   }
   const dim3 grid((width + 255) / 256, tokens);
   WEFT_DISPATCH_PRECISION(precision, {
-    mlp_activation_kernel<T, T><<<grid, 256, 0, stream>>>(kind, gated, static_cast<const T*>(in),
-                                                          bias, width, static_cast<T*>(out));
+    detail::launch(mlp_activation_kernel<T, T>, grid, 256, 0, stream, kind, gated,
+                   static_cast<const T*>(in), bias, width, static_cast<T*>(out));
   });
 }
 

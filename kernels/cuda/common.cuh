@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 
 #include <cfloat>
+#include <cstdlib>
+#include <utility>
 
 #include "kernels/cuda/precision.hpp"
 
@@ -70,6 +72,53 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   const int warps = (blockDim.x + 31) >> 5;
   v = lane < warps ? scratch[lane] : -FLT_MAX;
   return warp_max(v);
+}
+
+// Programmatic dependent launch (Hopper). A kernel started by `launch` may begin while the
+// kernel before it on the stream is still finishing; it must call `grid_dependency_wait`
+// before touching global memory that an earlier kernel writes or reads (only constant inputs,
+// such as weights, may be read before it). The wait returns once every earlier kernel has
+// completed and its writes are visible, so results do not change. A no-op for kernels
+// launched without the attribute.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Whether `launch` asks for programmatic dependent launch: compute capability >= 9 and the
+// environment variable WEFT_PDL not "0" (read once).
+inline bool pdl_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("WEFT_PDL");
+    if (env != nullptr && env[0] == '0') return false;
+    int device = 0, major = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return major >= 9;
+  }();
+  return on;
+}
+
+// kernel<<<grid, block, shared, stream>>>(args...), with programmatic stream serialization
+// when pdl_enabled(). The kernel must start with grid_dependency_wait() (see above).
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared,
+            cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = pdl_enabled() ? 1 : 0;
+  cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 }  // namespace weft::cuda::detail

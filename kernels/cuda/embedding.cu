@@ -7,6 +7,7 @@ namespace {
 template <class T>
 __global__ void embedding_kernel(const T* table, const std::int32_t* tokens, int hidden,
                                  float* out) {
+  detail::grid_dependency_wait();
   const std::size_t t = blockIdx.x;
   const T* row = table + static_cast<std::size_t>(tokens[t]) * hidden;
   for (int i = threadIdx.x; i < hidden; i += blockDim.x)
@@ -19,8 +20,8 @@ void embedding_gather(const void* table, Precision precision, const std::int32_t
                       int num_tokens, int hidden, float* out, cudaStream_t stream) {
   if (num_tokens == 0) return;
   WEFT_DISPATCH_PRECISION(precision, {
-    embedding_kernel<<<num_tokens, 256, 0, stream>>>(static_cast<const T*>(table), tokens, hidden,
-                                                     out);
+    detail::launch(embedding_kernel<T>, num_tokens, 256, 0, stream, static_cast<const T*>(table),
+                   tokens, hidden, out);
   });
 }
 

@@ -17,6 +17,7 @@ constexpr int kItems = 16;
 template <class T>
 __global__ void add_norm_kernel(AddNormArgs a) {
   __shared__ float scratch[32];
+  detail::grid_dependency_wait();
   const std::size_t in_row =
       a.row_index != nullptr ? static_cast<std::size_t>(a.row_index[blockIdx.x]) : blockIdx.x;
   float* x = a.residual + in_row * a.n;
@@ -67,6 +68,7 @@ __global__ void add_norm_kernel(AddNormArgs a) {
 template <class T>
 __global__ void __launch_bounds__(kThreads) add_norm_regs_kernel(AddNormArgs a) {
   __shared__ float scratch[32];
+  detail::grid_dependency_wait();
   const std::size_t in_row =
       a.row_index != nullptr ? static_cast<std::size_t>(a.row_index[blockIdx.x]) : blockIdx.x;
   float* x = a.residual + in_row * a.n;
@@ -154,11 +156,13 @@ __global__ void __launch_bounds__(kThreads) add_norm_regs_kernel(AddNormArgs a) 
 template <class T>
 __global__ void __launch_bounds__(1024) add_norm_vec_kernel(AddNormArgs a) {
   __shared__ float scratch[32];
+  const int i = 4 * threadIdx.x;
+  // The weight is constant: its load may overlap the previous kernel's tail.
+  const float4 w = *reinterpret_cast<const float4*>(a.weight + i);
+  detail::grid_dependency_wait();
   const std::size_t in_row =
       a.row_index != nullptr ? static_cast<std::size_t>(a.row_index[blockIdx.x]) : blockIdx.x;
-  const int i = 4 * threadIdx.x;
   float4* x = reinterpret_cast<float4*>(a.residual + in_row * a.n + i);
-  const float4 w = *reinterpret_cast<const float4*>(a.weight + i);
   float4 v = *x;
   if (a.delta != nullptr) {
     float4 dv = *reinterpret_cast<const float4*>(a.delta + in_row * a.n + i);
@@ -215,17 +219,19 @@ void add_norm(const AddNormArgs& args, cudaStream_t stream) {
   if (args.n % 128 == 0 && args.n <= 4096 && aligned16(args.residual) && aligned16(args.delta) &&
       aligned16(args.delta_bias) && aligned16(args.weight) && aligned16(args.bias) &&
       aligned16(args.out)) {
-    WEFT_DISPATCH_PRECISION(
-        args.precision, { add_norm_vec_kernel<T><<<args.rows, args.n / 4, 0, stream>>>(args); });
+    WEFT_DISPATCH_PRECISION(args.precision, {
+      detail::launch(add_norm_vec_kernel<T>, args.rows, args.n / 4, 0, stream, args);
+    });
     return;
   }
   if (args.n <= kThreads * kItems) {
-    WEFT_DISPATCH_PRECISION(args.precision,
-                            { add_norm_regs_kernel<T><<<args.rows, kThreads, 0, stream>>>(args); });
+    WEFT_DISPATCH_PRECISION(args.precision, {
+      detail::launch(add_norm_regs_kernel<T>, args.rows, kThreads, 0, stream, args);
+    });
     return;
   }
   WEFT_DISPATCH_PRECISION(args.precision,
-                          { add_norm_kernel<T><<<args.rows, kThreads, 0, stream>>>(args); });
+                          { detail::launch(add_norm_kernel<T>, args.rows, kThreads, 0, stream, args); });
 }
 
 }  // namespace weft::cuda

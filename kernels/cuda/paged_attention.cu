@@ -84,6 +84,7 @@ template <class T>
 __global__ void decode_kernel(AttentionArgs a, FlatBatchView b, PagedKvView kv,
                               const std::int32_t* query_tokens, float* workspace) {
   extern __shared__ float smem[];
+  detail::grid_dependency_wait();
   const int D = kv.head_dim, G = a.num_heads / kv.num_kv_heads, TILE = kDecodeThreads;
   float* q_s = smem;
   float* scores = q_s + G * D;
@@ -210,6 +211,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
     decode_kernel_warp(AttentionArgs a, FlatBatchView b, PagedKvView kv,
                        const std::int32_t* query_tokens, float* workspace) {
   constexpr int kVec = 8, L = D / kVec, KW = 32 / L, U = GM >= 8 ? 2 : 4, STEP = KW * U;
+  detail::grid_dependency_wait();
   constexpr int kWarps = kDecodeThreads / 32;
   __shared__ float red_acc[kWarps][GM][D];
   __shared__ float red_m[kWarps][GM], red_l[kWarps][GM];
@@ -432,6 +434,7 @@ __global__ void __launch_bounds__(kDecodeThreads, D >= 256   ? 1
                                                              : 6)
     decode_kernel_tc(AttentionArgs a, FlatBatchView b, PagedKvView kv,
                      const std::int32_t* query_tokens, float* workspace, int stages) {
+  detail::grid_dependency_wait();
   constexpr int kVec = 8, L = D / kVec;  // 16-byte chunks per row
   constexpr int kWarps = kDecodeThreads / 32, TP = kStageKeys, kWarpKeys = TP / kWarps;
   constexpr int KC = D / 32;  // k chunks of 32 elements (two m16n8k16 steps each)
@@ -816,6 +819,7 @@ __global__ void combine_kernel(AttentionArgs a, FlatBatchView b, int head_dim,
                                const std::int32_t* query_tokens, const float* workspace,
                                int splits) {
   __shared__ float f[kMaxDecodeSplits];
+  detail::grid_dependency_wait();
   __shared__ float total;
   const int h = blockIdx.x, qi = blockIdx.y, D = head_dim;
   const int t = query_tokens[qi];
@@ -1502,19 +1506,20 @@ void decode_attention(const AttentionArgs& args, const FlatBatchView& batch, con
       // Two stages when some token's split spans more than one tile.
       const int chunk = splits > 1 ? split_positions(max_context) : max_context;
       const int stages = chunk > kStageKeys ? 2 : 1;
-      tc<<<grid, kDecodeThreads, tc_shared_bytes(D, stages), stream>>>(
-          args, batch, kv, query_tokens, workspace, stages);
+      detail::launch(tc, grid, kDecodeThreads, tc_shared_bytes(D, stages), stream, args, batch, kv,
+                     query_tokens, workspace, stages);
     } else if (auto* warp_kernel = decode_warp_kernel<T>(D, G)) {
-      warp_kernel<<<grid, kDecodeThreads, 0, stream>>>(args, batch, kv, query_tokens, workspace);
+      detail::launch(warp_kernel, grid, kDecodeThreads, 0, stream, args, batch, kv, query_tokens,
+                     workspace);
     } else {
       const std::size_t shared = sizeof(float) * (2 * G * D + G * kDecodeThreads + 3 * G + 1) +
                                  sizeof(std::size_t) * kDecodeThreads + 8;
-      decode_kernel<T>
-          <<<grid, kDecodeThreads, shared, stream>>>(args, batch, kv, query_tokens, workspace);
+      detail::launch(decode_kernel<T>, grid, kDecodeThreads, shared, stream, args, batch, kv,
+                     query_tokens, workspace);
     }
     if (splits > 1) {
-      combine_kernel<T><<<dim3(args.num_heads, num_queries), 128, 0, stream>>>(
-          args, batch, D, query_tokens, workspace, splits);
+      detail::launch(combine_kernel<T>, dim3(args.num_heads, num_queries), 128, 0, stream, args,
+                     batch, D, query_tokens, workspace, splits);
     }
   });
 }

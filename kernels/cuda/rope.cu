@@ -67,6 +67,7 @@ __global__ void rope_store_kv_kernel(RopeArgs a, FlatBatchView b, PagedKvView kv
 // token. Each value goes through the same expressions as in rope_store_kv_kernel.
 template <class T>
 __global__ void rope_store_kv_flat_kernel(RopeArgs a, FlatBatchView b, PagedKvView kv) {
+  detail::grid_dependency_wait();
   const int t = blockIdx.y;
   const int D = kv.head_dim, NH = a.num_heads, NKV = kv.num_kv_heads;
   const int half = D / 2;
@@ -116,8 +117,9 @@ void rope_store_kv(const RopeArgs& args, const FlatBatchView& batch, const Paged
     const int items =
         (args.num_heads + kv.num_kv_heads) * (kv.head_dim / 2) + kv.num_kv_heads * kv.head_dim;
     const dim3 grid((items + 255) / 256, batch.num_tokens);
-    WEFT_DISPATCH_PRECISION(
-        kv.precision, { rope_store_kv_flat_kernel<T><<<grid, 256, 0, stream>>>(args, batch, kv); });
+    WEFT_DISPATCH_PRECISION(kv.precision, {
+      detail::launch(rope_store_kv_flat_kernel<T>, grid, 256, 0, stream, args, batch, kv);
+    });
     return;
   }
   WEFT_DISPATCH_PRECISION(kv.precision, {
