@@ -26,6 +26,7 @@
 #include "kernels/cuda/embedding.hpp"
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/gemv.hpp"
+#include "kernels/cuda/l2_prefetch.hpp"
 #include "kernels/cuda/norm.hpp"
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/rope.hpp"
@@ -270,6 +271,28 @@ struct PagedSetup {
     return 2 * static_cast<std::size_t>(layers) * kv_heads * page_size * dim;
   }
 };
+
+// L2 prefetches are hints: over whole buffers, odd lengths (rounded down to 16 bytes), an
+// offset start, an empty and a null range, they launch without error, reach no byte past the
+// range (a fault would show in the synchronisation) and change nothing.
+TEST_P(CudaKernels, L2PrefetchLaunchesAndChangesNothing) {
+  if (p() != Precision::kBF16) GTEST_SKIP() << "precision-independent; runs once";
+  std::vector<std::uint32_t> host((3u << 20) / 4 + 12);
+  for (std::size_t i = 0; i < host.size(); ++i)
+    host[i] = static_cast<std::uint32_t>(i * 2654435761u);
+  Dev<std::uint32_t> buf(host);
+  const std::size_t bytes = host.size() * 4;
+  const auto* base = reinterpret_cast<const char*>(buf.get());
+  l2_prefetch(base, bytes, nullptr);
+  l2_prefetch(base + 16, 1000003, nullptr);
+  l2_prefetch(base + 48, bytes - 48, nullptr);
+  l2_prefetch(base, 15, nullptr);
+  l2_prefetch(base, 0, nullptr);
+  l2_prefetch(nullptr, bytes, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_TRUE(buf.download() == host);
+}
 
 TEST_P(CudaKernels, RopeStoreKvMatchesCpuRopeAndWritesPages) {
   std::mt19937 rng(5);

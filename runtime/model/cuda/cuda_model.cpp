@@ -7,11 +7,14 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "kernels/cuda/embedding.hpp"
+#include "kernels/cuda/l2_prefetch.hpp"
 #include "kernels/cuda/norm.hpp"
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/rope.hpp"
@@ -67,6 +70,27 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   static const bool fused_rope_allowed = [] {
     const char* v = std::getenv("WEFT_FUSED_ROPE");
     return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  // Decode steps of up to 64 tokens are latency-bound between their products: while the small
+  // kernels run, a side stream asks L2 to fetch the first 8 MB of the next product's weights
+  // (kernels/cuda/l2_prefetch.hpp; 8 MB measured best on the H100, docs/cuda.md). For
+  // comparisons, WEFT_L2_PREFETCH_MB sets the MB per range (0: off): one number, or four (qkv
+  // and lm_head, o, gate_up, down); WEFT_L2_PREFETCH_TOKENS the largest step that prefetches.
+  static const std::array<std::size_t, 4> prefetch_cap = [] {
+    std::array<std::size_t, 4> mb{8, 8, 8, 8};
+    if (const char* v = std::getenv("WEFT_L2_PREFETCH_MB")) {
+      int got[4] = {0, 0, 0, 0};
+      const int n = std::sscanf(v, "%d,%d,%d,%d", &got[0], &got[1], &got[2], &got[3]);
+      for (int k = 0; k < 4; ++k)
+        mb[k] = static_cast<std::size_t>(std::max(0, got[n == 4 ? k : 0]));
+    }
+    for (auto& m : mb)
+      m <<= 20;
+    return mb;
+  }();
+  static const int prefetch_tokens = [] {
+    const char* v = std::getenv("WEFT_L2_PREFETCH_TOKENS");
+    return v != nullptr ? std::atoi(v) : 64;
   }();
   const bool fused_rope =
       fused_rope_allowed && R > 0 && R == spec.head_dim &&
@@ -213,11 +237,24 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     ++marks_used;
   };
 
+  // L2 prefetch of the next product's weights on the side stream, forked from `stream` here
+  // (see prefetch_cap); joined back at the end of the step.
+  const bool prefetching = tile_count == 0 && T <= prefetch_tokens && side_stream != nullptr;
+  bool forked = false;
+  auto prefetch = [&](int which, const DeviceBuffer& w, std::size_t elements) {
+    if (!prefetching || w.get() == nullptr || prefetch_cap[which] == 0) return;
+    cudaEventRecord(fork_event, stream);
+    cudaStreamWaitEvent(side_stream, fork_event, 0);
+    cuda::l2_prefetch(w.get(), std::min(elements * 2, prefetch_cap[which]), side_stream);  // 16-bit
+    forked = true;
+  };
+
   // Every kernel of the step, in order, on `stream`.
   auto enqueue = [&] {
     mark("start");
     cuda::embedding_gather(embedding.get(), P, dev + L.tokens, T, H, x.as<float>(), stream);
     mark("embedding");
+    if (!layers.empty()) prefetch(0, layers[0].qkv, static_cast<std::size_t>(qkv_width) * H);
     for (std::size_t l = 0; l < layers.size(); ++l) {
       const Layer& W = layers[l];
       cuda::AddNormArgs an;
@@ -239,6 +276,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       blas_ok &= blas->linear(h.get(), T, W.qkv.get(), qkv_width, H, qkv_out.as<float>(), qkv_width,
                               P, stream);
       mark("qkv product");
+      prefetch(1, W.o, static_cast<std::size_t>(H) * QD);
       cuda::RopeArgs ra;
       ra.qkv = qkv_out.as<float>();
       ra.qkv_bias = or_null(W.qkv_bias);
@@ -273,6 +311,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       mark("prefill attention");
       blas_ok &= blas->linear(attn.get(), T, W.o.get(), H, QD, delta.as<float>(), H, P, stream);
       mark("o product");
+      prefetch(2, W.up, static_cast<std::size_t>(mlp_width) * H);
       an.delta = delta.as<float>();
       an.delta_bias = or_null(W.o_bias);
       an.weight = W.mlp_norm.as<float>();
@@ -286,18 +325,26 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
         blas_ok &=
             blas->linear16(h.get(), T, W.up.get(), mlp_width, H, mlp.get(), mlp_width, P, stream);
         mark("gate_up product");
+        prefetch(3, W.down, static_cast<std::size_t>(H) * I);
         cuda::mlp_activation16(to_kernel(spec.activation), spec.gated_mlp, mlp.get(), nullptr, T, I,
                                act.get(), P, stream);
       } else {
         blas_ok &= blas->linear(h.get(), T, W.up.get(), mlp_width, H, mlp.as<float>(), mlp_width, P,
                                 stream);
         mark("gate_up product");
+        prefetch(3, W.down, static_cast<std::size_t>(H) * I);
         cuda::mlp_activation(to_kernel(spec.activation), spec.gated_mlp, mlp.as<float>(),
                              or_null(W.up_bias), T, I, act.get(), P, stream);
       }
       mark("activation");
       blas_ok &= blas->linear(act.get(), T, W.down.get(), H, I, delta.as<float>(), H, P, stream);
       mark("down product");
+      if (l + 1 < layers.size()) {
+        prefetch(0, layers[l + 1].qkv, static_cast<std::size_t>(qkv_width) * H);
+      } else {
+        prefetch(0, lm_head.get() != nullptr ? lm_head : embedding,
+                 static_cast<std::size_t>(V) * H);
+      }
     }
     // The last residual add and the final norm, only for the rows that need logits.
     cuda::AddNormArgs fin;
@@ -321,6 +368,10 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     const DeviceBuffer& head = lm_head.get() != nullptr ? lm_head : embedding;
     blas_ok &= blas->linear(h.get(), rows, head.get(), V, H, logits.as<float>(), V, P, stream);
     mark("lm_head product");
+    if (forked) {
+      cudaEventRecord(join_event, side_stream);
+      cudaStreamWaitEvent(stream, join_event, 0);
+    }
   };
   // A pure decode step of a shape seen before replays its CUDA graph: one launch instead of
   // ~10 per layer. The graph's kernels read this step's metadata from the same buffer.

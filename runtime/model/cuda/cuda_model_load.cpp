@@ -143,6 +143,11 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
   if (auto err = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking); err != cudaSuccess) {
     return cuda_error(err, "creating a stream");
   }
+  if (cudaStreamCreateWithFlags(&s->side_stream, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaEventCreateWithFlags(&s->fork_event, cudaEventDisableTiming) != cudaSuccess ||
+      cudaEventCreateWithFlags(&s->join_event, cudaEventDisableTiming) != cudaSuccess) {
+    return cuda_error(cudaGetLastError(), "creating the prefetch stream");
+  }
   s->blas = std::make_unique<cuda::Blas>();
   if (!s->blas->error().empty()) return Error(ErrorCode::kInternal, s->blas->error());
   s->blas->set_gemv_max_tokens(options.small_step_kernel_tokens);

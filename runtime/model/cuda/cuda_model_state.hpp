@@ -73,6 +73,10 @@ struct CudaModel::State {
   int num_pages = 0;
   std::vector<int> free;  // a stack, as KvCache's
   cudaStream_t stream = nullptr;
+  // Decode steps' L2 prefetches of upcoming weights run here, forked from and joined back
+  // into `stream` by the events (run()).
+  cudaStream_t side_stream = nullptr;
+  cudaEvent_t fork_event = nullptr, join_event = nullptr;
   std::unique_ptr<cuda::Blas> blas;
   std::size_t weight_bytes = 0;
 
@@ -141,6 +145,9 @@ struct CudaModel::State {
         cudaEventDestroy(m.second);
       for (auto e : upload_done)
         if (e != nullptr) cudaEventDestroy(e);
+      if (side_stream != nullptr) cudaStreamDestroy(side_stream);
+      if (fork_event != nullptr) cudaEventDestroy(fork_event);
+      if (join_event != nullptr) cudaEventDestroy(join_event);
       cudaStreamDestroy(stream);
     }
   }
