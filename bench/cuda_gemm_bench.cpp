@@ -23,13 +23,13 @@
 
 namespace {
 
-#define CHECK_CUDA(x)                                                                   \
-  do {                                                                                  \
-    cudaError_t e_ = (x);                                                               \
-    if (e_ != cudaSuccess) {                                                            \
+#define CHECK_CUDA(x)                                                                         \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                     \
-    }                                                                                   \
+      std::exit(1);                                                                           \
+    }                                                                                         \
   } while (0)
 
 struct Shape {
@@ -41,7 +41,8 @@ std::vector<int> parse_list(const char* s) {
   std::vector<int> v;
   for (const char* p = s; *p;) {
     v.push_back(std::atoi(p));
-    while (*p && *p != ',') ++p;
+    while (*p && *p != ',')
+      ++p;
     if (*p == ',') ++p;
   }
   return v;
@@ -91,15 +92,16 @@ std::string describe(const cublasLtMatmulAlgo_t& algo) {
   int id = 0, tile = 0, splitk = 0, red = 0, stages = 0, swz = 0;
   std::size_t w = 0;
   cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &w);
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile),
+                                       &w);
   cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
                                        sizeof(splitk), &w);
   cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red,
                                        sizeof(red), &w);
   cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
                                        sizeof(stages), &w);
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz,
-                                       sizeof(swz), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz, sizeof(swz),
+                                       &w);
   char buf[128];
   std::snprintf(buf, sizeof(buf), "id=%d tile=%d splitk=%d red=%d stages=%d swz=%d", id, tile,
                 splitk, red, stages, swz);
@@ -113,11 +115,15 @@ int main(int argc, char** argv) {
   int max_algos = 24, iters = 40;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--tokens" && i + 1 < argc) tokens_list = parse_list(argv[++i]);
-    else if (a == "--algos" && i + 1 < argc) max_algos = std::atoi(argv[++i]);
-    else if (a == "--iters" && i + 1 < argc) iters = std::atoi(argv[++i]);
+    if (a == "--tokens" && i + 1 < argc)
+      tokens_list = parse_list(argv[++i]);
+    else if (a == "--algos" && i + 1 < argc)
+      max_algos = std::atoi(argv[++i]);
+    else if (a == "--iters" && i + 1 < argc)
+      iters = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: cuda_gemm_bench [--tokens 1,2,4,8,64,256] [--algos N] [--iters N]\n");
+      std::fprintf(stderr,
+                   "usage: cuda_gemm_bench [--tokens 1,2,4,8,64,256] [--algos N] [--iters N]\n");
       return a == "--help" || a == "-h" ? 0 : 2;
     }
   }
@@ -163,15 +169,18 @@ int main(int argc, char** argv) {
     float* y;
     CHECK_CUDA(cudaMalloc(&x, hx.size() * 2));
     CHECK_CUDA(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
-    CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&y), static_cast<std::size_t>(max_tokens) * s.out * 4));
+    CHECK_CUDA(
+        cudaMalloc(reinterpret_cast<void**>(&y), static_cast<std::size_t>(max_tokens) * s.out * 4));
     std::vector<float> row0_ref(s.out), row0(s.out);
     std::printf("\n== %s: out %d, in %d, %.1f MB of weights, %d copies\n", s.name, s.out, s.in,
                 wbytes / 1e6, copies);
 
     auto time_it = [&](auto&& launch) {
-      for (int i = 0; i < 3; ++i) launch(w[i % copies]);
+      for (int i = 0; i < 3; ++i)
+        launch(w[i % copies]);
       cudaEventRecord(e0, stream);
-      for (int i = 0; i < iters; ++i) launch(w[i % copies]);
+      for (int i = 0; i < iters; ++i)
+        launch(w[i % copies]);
       cudaEventRecord(e1, stream);
       CHECK_CUDA(cudaEventSynchronize(e1));
       float ms = 0;
@@ -188,8 +197,8 @@ int main(int argc, char** argv) {
     std::printf("%-44s", "cublasGemmEx default");
     for (int n : tokens_list) {
       auto launch = [&](void* wc) {
-        cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, s.out, n, s.in, &alpha, wc, CUDA_R_16BF,
-                     s.in, x, CUDA_R_16BF, s.in, &beta, y, CUDA_R_32F, s.out, CUBLAS_COMPUTE_32F,
+        cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, s.out, n, s.in, &alpha, wc, CUDA_R_16BF, s.in,
+                     x, CUDA_R_16BF, s.in, &beta, y, CUDA_R_32F, s.out, CUBLAS_COMPUTE_32F,
                      CUBLAS_GEMM_DEFAULT);
       };
       const float us = time_it(launch);
@@ -265,8 +274,9 @@ int main(int argc, char** argv) {
         bool ok = true;
         auto launch = [&](void* wc) {
           ok = cublasLtMatmul(lt.handle, p.desc, &alpha, wc, p.a, x, p.b, &beta, y, p.c, y, p.c,
-                              &algo, lt.workspace, lt.workspace_bytes, stream) ==
-                   CUBLAS_STATUS_SUCCESS && ok;
+                              &algo, lt.workspace, lt.workspace_bytes,
+                              stream) == CUBLAS_STATUS_SUCCESS &&
+               ok;
         };
         const float us = time_it(launch);
         launch(w[0]);
@@ -276,15 +286,16 @@ int main(int argc, char** argv) {
         const bool same_self = ref.empty() || std::memcmp(r.data(), ref.data(), s.out * 4) == 0;
         if (ref.empty()) ref = r;
         char buf[96];
-        std::snprintf(buf, sizeof(buf), " | n=%d %7.1f us %5.0f GB/s%s%s", n, us,
-                      wbytes / us / 1e3, same_self ? "" : " DIFF", ok ? "" : " FAILED");
+        std::snprintf(buf, sizeof(buf), " | n=%d %7.1f us %5.0f GB/s%s%s", n, us, wbytes / us / 1e3,
+                      same_self ? "" : " DIFF", ok ? "" : " FAILED");
         line += buf;
         any = true;
       }
       if (any) std::printf("%-44s%s\n", describe(algo).c_str(), line.c_str());
     }
     cublasLtMatmulPreferenceDestroy(pref);
-    for (void* p : w) cudaFree(p);
+    for (void* p : w)
+      cudaFree(p);
     cudaFree(x);
     cudaFree(y);
   }

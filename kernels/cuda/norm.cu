@@ -230,8 +230,9 @@ void add_norm(const AddNormArgs& args, cudaStream_t stream) {
     });
     return;
   }
-  WEFT_DISPATCH_PRECISION(args.precision,
-                          { detail::launch(add_norm_kernel<T>, args.rows, kThreads, 0, stream, args); });
+  WEFT_DISPATCH_PRECISION(args.precision, {
+    detail::launch(add_norm_kernel<T>, args.rows, kThreads, 0, stream, args);
+  });
 }
 
 }  // namespace weft::cuda

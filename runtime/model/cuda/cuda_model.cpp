@@ -76,6 +76,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   // (kernels/cuda/l2_prefetch.hpp; 8 MB measured best on the H100, docs/cuda.md). For
   // comparisons, WEFT_L2_PREFETCH_MB sets the MB per range (0: off): one number, or four (qkv
   // and lm_head, o, gate_up, down); WEFT_L2_PREFETCH_TOKENS the largest step that prefetches.
+  enum PrefetchRange { kQkvOrHead, kO, kGateUp, kDown };
   static const std::array<std::size_t, 4> prefetch_cap = [] {
     std::array<std::size_t, 4> mb{8, 8, 8, 8};
     if (const char* v = std::getenv("WEFT_L2_PREFETCH_MB")) {
@@ -241,7 +242,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   // (see prefetch_cap); joined back at the end of the step.
   const bool prefetching = tile_count == 0 && T <= prefetch_tokens && side_stream != nullptr;
   bool forked = false;
-  auto prefetch = [&](int which, const DeviceBuffer& w, std::size_t elements) {
+  auto prefetch = [&](PrefetchRange which, const DeviceBuffer& w, std::size_t elements) {
     if (!prefetching || w.get() == nullptr || prefetch_cap[which] == 0) return;
     cudaEventRecord(fork_event, stream);
     cudaStreamWaitEvent(side_stream, fork_event, 0);
@@ -254,7 +255,8 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     mark("start");
     cuda::embedding_gather(embedding.get(), P, dev + L.tokens, T, H, x.as<float>(), stream);
     mark("embedding");
-    if (!layers.empty()) prefetch(0, layers[0].qkv, static_cast<std::size_t>(qkv_width) * H);
+    if (!layers.empty())
+      prefetch(kQkvOrHead, layers[0].qkv, static_cast<std::size_t>(qkv_width) * H);
     for (std::size_t l = 0; l < layers.size(); ++l) {
       const Layer& W = layers[l];
       cuda::AddNormArgs an;
@@ -276,7 +278,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       blas_ok &= blas->linear(h.get(), T, W.qkv.get(), qkv_width, H, qkv_out.as<float>(), qkv_width,
                               P, stream);
       mark("qkv product");
-      prefetch(1, W.o, static_cast<std::size_t>(H) * QD);
+      prefetch(kO, W.o, static_cast<std::size_t>(H) * QD);
       cuda::RopeArgs ra;
       ra.qkv = qkv_out.as<float>();
       ra.qkv_bias = or_null(W.qkv_bias);
@@ -311,7 +313,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       mark("prefill attention");
       blas_ok &= blas->linear(attn.get(), T, W.o.get(), H, QD, delta.as<float>(), H, P, stream);
       mark("o product");
-      prefetch(2, W.up, static_cast<std::size_t>(mlp_width) * H);
+      prefetch(kGateUp, W.up, static_cast<std::size_t>(mlp_width) * H);
       an.delta = delta.as<float>();
       an.delta_bias = or_null(W.o_bias);
       an.weight = W.mlp_norm.as<float>();
@@ -325,14 +327,14 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
         blas_ok &=
             blas->linear16(h.get(), T, W.up.get(), mlp_width, H, mlp.get(), mlp_width, P, stream);
         mark("gate_up product");
-        prefetch(3, W.down, static_cast<std::size_t>(H) * I);
+        prefetch(kDown, W.down, static_cast<std::size_t>(H) * I);
         cuda::mlp_activation16(to_kernel(spec.activation), spec.gated_mlp, mlp.get(), nullptr, T, I,
                                act.get(), P, stream);
       } else {
         blas_ok &= blas->linear(h.get(), T, W.up.get(), mlp_width, H, mlp.as<float>(), mlp_width, P,
                                 stream);
         mark("gate_up product");
-        prefetch(3, W.down, static_cast<std::size_t>(H) * I);
+        prefetch(kDown, W.down, static_cast<std::size_t>(H) * I);
         cuda::mlp_activation(to_kernel(spec.activation), spec.gated_mlp, mlp.as<float>(),
                              or_null(W.up_bias), T, I, act.get(), P, stream);
       }
@@ -340,9 +342,9 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       blas_ok &= blas->linear(act.get(), T, W.down.get(), H, I, delta.as<float>(), H, P, stream);
       mark("down product");
       if (l + 1 < layers.size()) {
-        prefetch(0, layers[l + 1].qkv, static_cast<std::size_t>(qkv_width) * H);
+        prefetch(kQkvOrHead, layers[l + 1].qkv, static_cast<std::size_t>(qkv_width) * H);
       } else {
-        prefetch(0, lm_head.get() != nullptr ? lm_head : embedding,
+        prefetch(kQkvOrHead, lm_head.get() != nullptr ? lm_head : embedding,
                  static_cast<std::size_t>(V) * H);
       }
     }
