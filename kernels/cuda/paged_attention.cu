@@ -39,6 +39,24 @@ __host__ __device__ __forceinline__ int split_positions(int span) {
   return (per + kDecodeSplitQuantum - 1) / kDecodeSplitQuantum * kDecodeSplitQuantum;
 }
 
+// The positions [begin, end) that split blockIdx.z of decode query blockIdx.y attends to (the
+// cut depends only on the token's own context); begin > pos where the token's context has
+// fewer splits than the grid.
+struct DecodeSpan {
+  int t, pos, begin, end;
+};
+__device__ __forceinline__ DecodeSpan decode_span(const AttentionArgs& a, const FlatBatchView& b,
+                                                  const std::int32_t* query_tokens) {
+  const int t = query_tokens[blockIdx.y];
+  const int split = blockIdx.z, splits = gridDim.z;
+  const int pos = b.positions[t];
+  const int first = first_position(pos, a.sliding_window);
+  const int chunk = split_positions(pos + 1 - first);
+  const int begin = splits > 1 ? first + split * chunk : first;
+  const int end = splits > 1 ? min(pos + 1, begin + chunk) : pos + 1;
+  return {t, pos, begin, end};
+}
+
 // Offset in elements of position p's key row for kv head h; the value row is
 // num_kv_heads * page_size * head_dim further.
 __device__ __forceinline__ std::size_t key_offset(const PagedKvView& kv, const std::int32_t* table,
@@ -94,14 +112,10 @@ __global__ void decode_kernel(AttentionArgs a, FlatBatchView b, PagedKvView kv,
   float* corr_s = l_s + G;
   auto* v_off = reinterpret_cast<std::size_t*>(corr_s + G + (G & 1));  // 8-byte aligned
 
-  const int t = query_tokens[blockIdx.y];
-  const int kvh = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
-  const int pos = b.positions[t];
-  const int first = first_position(pos, a.sliding_window);
-  const int chunk = split_positions(pos + 1 - first);
-  const int begin = splits > 1 ? first + split * chunk : first;
-  const int end = splits > 1 ? min(pos + 1, begin + chunk) : pos + 1;
+  const DecodeSpan span = decode_span(a, b, query_tokens);
+  const int t = span.t, pos = span.pos, begin = span.begin, end = span.end;
   if (begin > pos) return;  // this token's context has fewer splits than the grid
+  const int kvh = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
   const std::int32_t* table = b.page_ids + b.page_table_begin[b.token_seq[t]];
   const T* pool = static_cast<const T*>(kv.pool);
   const std::size_t v_shift = static_cast<std::size_t>(kv.num_kv_heads) * kv.page_size * D;
@@ -216,15 +230,11 @@ __global__ void __launch_bounds__(kDecodeThreads)
   __shared__ float red_acc[kWarps][GM][D];
   __shared__ float red_m[kWarps][GM], red_l[kWarps][GM];
 
-  const int t = query_tokens[blockIdx.y];
-  const int kvh = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
-  const int pos = b.positions[t];
-  const std::int32_t* table = b.page_ids + b.page_table_begin[b.token_seq[t]];
-  const int first = first_position(pos, a.sliding_window);
-  const int chunk = split_positions(pos + 1 - first);
-  const int begin = splits > 1 ? first + split * chunk : first;
-  const int end = splits > 1 ? min(pos + 1, begin + chunk) : pos + 1;
+  const DecodeSpan span = decode_span(a, b, query_tokens);
+  const int t = span.t, pos = span.pos, begin = span.begin, end = span.end;
   if (begin > pos) return;  // this token's context has fewer splits than the grid
+  const int kvh = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
+  const std::int32_t* table = b.page_ids + b.page_table_begin[b.token_seq[t]];
   const int G = a.num_heads / kv.num_kv_heads;
   const T* pool = static_cast<const T*>(kv.pool);
   const std::size_t v_shift = static_cast<std::size_t>(kv.num_kv_heads) * kv.page_size * D;
@@ -444,15 +454,11 @@ __global__ void __launch_bounds__(kDecodeThreads, D >= 256   ? 1
   extern __shared__ __align__(16) unsigned char staged_smem[];
   uint4* kv_s = reinterpret_cast<uint4*>(staged_smem);  // [stage][K|V][TP][L]
 
-  const int t = query_tokens[blockIdx.y];
-  const int kvh = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
-  const int pos = b.positions[t];
-  const std::int32_t* table = b.page_ids + b.page_table_begin[b.token_seq[t]];
-  const int first = first_position(pos, a.sliding_window);
-  const int chunk = split_positions(pos + 1 - first);
-  const int begin = splits > 1 ? first + split * chunk : first;
-  const int end = splits > 1 ? min(pos + 1, begin + chunk) : pos + 1;
+  const DecodeSpan span = decode_span(a, b, query_tokens);
+  const int t = span.t, pos = span.pos, begin = span.begin, end = span.end;
   if (begin > pos) return;  // this token's context has fewer splits than the grid
+  const int kvh = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
+  const std::int32_t* table = b.page_ids + b.page_table_begin[b.token_seq[t]];
   const int G = a.num_heads / kv.num_kv_heads;
   const T* pool = static_cast<const T*>(kv.pool);
   const std::size_t v_shift = static_cast<std::size_t>(kv.num_kv_heads) * kv.page_size * D;
