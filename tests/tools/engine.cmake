@@ -2,9 +2,45 @@
 add_test(NAME weft_bench_small
          COMMAND weft bench --num-requests 6 --input-len 12 --output-len 5 --range-ratio 0.5 --threads 1)
 set_tests_properties(weft_bench_small PROPERTIES PASS_REGULAR_EXPRESSION
-  "\n\\{\"requests\":6,\"failed\":0,\"duration_s\":[^,]+,\"requests_per_s\":[^,]+,\"input_tokens_per_s\":[^,]+,\"output_tokens_per_s\":[^,]+,\"ttft_ms_p50\":[^,]+,\"ttft_ms_p99\":[^,]+,\"itl_ms_p50\":[^,]+,\"itl_ms_p99\":[^,]+,\"peak_kv_pages\":[1-9]")
+  "\n\\{\"requests\":6,\"failed\":0,\"duration_s\":[^,]+,\"requests_per_s\":[^,]+,\"input_tokens_per_s\":[^,]+,\"output_tokens_per_s\":[^,]+,\"ttft_ms_p50\":[^,]+,\"ttft_ms_p99\":[^,]+,\"tpot_ms_p50\":[^,]+,\"tpot_ms_p99\":[^,]+,\"itl_ms_p50\":[^,]+,\"itl_ms_p99\":[^,]+,\"peak_kv_pages\":[1-9]")
 add_test(NAME weft_bench_poisson_optimistic
          COMMAND weft bench --num-requests 6 --input-len 40 --output-len 6 --request-rate 50 --admission optimistic --kv-budget-mb 1 --threads 1)
 set_tests_properties(weft_bench_poisson_optimistic PROPERTIES PASS_REGULAR_EXPRESSION "\"failed\":0,")
 add_test(NAME weft_bench_bad_admission COMMAND weft bench --admission lazy)
 set_tests_properties(weft_bench_bad_admission PROPERTIES WILL_FAIL TRUE)
+
+# --dataset: the lengths of a workload file (tests/tools/bench/*.jsonl); every output token of
+# every line is generated (EOS ignored), so the token counts are exact: 12 + 3 + 30 prompt and
+# 5 + 3 + 9 output tokens.
+set(bench_data ${CMAKE_CURRENT_SOURCE_DIR}/bench)
+add_test(NAME weft_bench_dataset
+         COMMAND weft bench --dataset ${bench_data}/tiny_workload.jsonl --threads 1)
+set_tests_properties(weft_bench_dataset PROPERTIES PASS_REGULAR_EXPRESSION
+  "\"requests\":3,\"failed\":0,.*\"input_tokens\":45,\"output_tokens\":17,\"dataset\":\"[^\"]*tiny_workload.jsonl\"")
+add_test(NAME weft_bench_dataset_first_n
+         COMMAND weft bench --dataset ${bench_data}/tiny_workload.jsonl --num-requests 2 --request-rate 100 --threads 1)
+set_tests_properties(weft_bench_dataset_first_n PROPERTIES PASS_REGULAR_EXPRESSION
+  "\"requests\":2,\"failed\":0,.*\"input_tokens\":15,\"output_tokens\":8,")
+add_test(NAME weft_bench_dataset_bad_length
+         COMMAND weft bench --dataset ${bench_data}/bad_output_len.jsonl)
+set_tests_properties(weft_bench_dataset_bad_length PROPERTIES PASS_REGULAR_EXPRESSION
+  "weft bench: --dataset: [^\n]*bad_output_len.jsonl:2: output_len must be an integer in \\[1, 1048576\\], not 0")
+add_test(NAME weft_bench_dataset_bad_token
+         COMMAND weft bench --dataset ${bench_data}/bad_token.jsonl)
+set_tests_properties(weft_bench_dataset_bad_token PROPERTIES PASS_REGULAR_EXPRESSION
+  "bad_token.jsonl:2: prompt_ids\\[1\\] = 99999999 is not a token id in \\[0, [0-9]+\\)")
+add_test(NAME weft_bench_dataset_missing COMMAND weft bench --dataset /nonexistent/workload.jsonl)
+set_tests_properties(weft_bench_dataset_missing PROPERTIES PASS_REGULAR_EXPRESSION
+  "weft bench: --dataset: /nonexistent/workload.jsonl: cannot be read")
+add_test(NAME weft_bench_dataset_excludes_lengths
+         COMMAND weft bench --dataset ${bench_data}/tiny_workload.jsonl --input-len 5)
+set_tests_properties(weft_bench_dataset_excludes_lengths PROPERTIES PASS_REGULAR_EXPRESSION "excludes")
+# The ShareGPT-shaped workload script writes what --dataset reads.
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME weft_bench_sharegpt_workload
+           COMMAND sh -c "${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/bench/make_sharegpt_workload.py --num-requests 200 --out sharegpt_200.jsonl && $<TARGET_FILE:weft> bench --dataset sharegpt_200.jsonl --num-requests 3 --threads 1"
+           WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties(weft_bench_sharegpt_workload PROPERTIES PASS_REGULAR_EXPRESSION
+    "input: mean 2[0-9][0-9]\\.[0-9], median.*wrote 200 requests.*\"requests\":3,\"failed\":0,")
+endif()

@@ -1,6 +1,7 @@
 // `weft bench`: an offline serving benchmark in the manner of vLLM's throughput benchmark.
-// N requests of random token ids with fixed or sampled input/output lengths arrive all at once
-// or at a Poisson rate; each streams through the Engine's public API. The last stdout line is
+// N requests of random token ids with fixed or sampled input/output lengths (or the lengths of
+// a workload file, --dataset) arrive all at once or at a Poisson rate; each streams through
+// the Engine's public API. The last stdout line is
 // one JSON object with the figures; a progress bar goes to stderr. With a response format
 // (--json-schema, --regex, --grammar, --json-object) every request is constrained and the
 // summary adds where the time of the masks went: computed under the forward pass, or waited
@@ -25,6 +26,7 @@
 #include <thread>
 
 #include "actors/device_backend.hpp"
+#include "tools/weft/bench_dataset.hpp"
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
 #include "tools/weft/load_progress.hpp"
@@ -39,6 +41,8 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchOptions {
   std::string model_dir;
+  std::string dataset;
+  bool num_requests_given = false;
   int num_requests = 100;
   int input_len = 128;
   int output_len = 128;
@@ -65,6 +69,7 @@ struct BenchOptions {
 
 struct RequestTimes {
   double ttft_ms = 0;
+  double decode_ms = 0;  // first token to last
   std::vector<double> itl_ms;
   int output_tokens = 0;
   int input_tokens = 0;
@@ -132,6 +137,7 @@ asio::awaitable<void> run_request(Engine& engine, GenerateRequest request, Clock
         times.ttft_ms = ms;
       } else {
         times.itl_ms.push_back(ms);
+        times.decode_ms += ms;
       }
       times.output_tokens += static_cast<int>(e.token_ids.size());
       last = now;
@@ -202,17 +208,38 @@ int run_bench(const BenchOptions& o) {
   };
   std::uniform_int_distribution<int> token(0, engine->vocab_size() - 1);
   std::exponential_distribution<double> gap(o.request_rate > 0 ? o.request_rate : 1.0);
-  std::vector<RequestTimes> times(static_cast<std::size_t>(o.num_requests));
-  ProgressBar progress(o.num_requests);
+  std::vector<BenchRequestShape> shapes;
+  if (!o.dataset.empty()) {
+    auto read = read_bench_dataset(o.dataset, engine->vocab_size());
+    if (!read) {
+      std::cerr << "weft bench: --dataset: " << read.error().what() << '\n';
+      engine->shutdown(asio::use_future).get();
+      return 1;
+    }
+    shapes = std::move(*read);
+    if (o.num_requests_given && o.num_requests < static_cast<int>(shapes.size()))
+      shapes.resize(static_cast<std::size_t>(o.num_requests));
+  } else {
+    for (int i = 0; i < o.num_requests; ++i) {
+      BenchRequestShape shape;
+      shape.input_len = length(o.input_len);
+      shape.output_len = length(o.output_len);
+      shapes.push_back(std::move(shape));
+    }
+  }
+  const int num_requests = static_cast<int>(shapes.size());
+  std::vector<RequestTimes> times(static_cast<std::size_t>(num_requests));
+  ProgressBar progress(num_requests);
   const auto start = Clock::now() + std::chrono::milliseconds(20);
   double offset_s = 0;
   std::vector<std::future<void>> done;
-  for (int i = 0; i < o.num_requests; ++i) {
+  for (int i = 0; i < num_requests; ++i) {
     GenerateRequest r;
-    const int in = length(o.input_len);
-    for (int t = 0; t < in; ++t)
+    auto& shape = shapes[static_cast<std::size_t>(i)];
+    r.prompt_ids = std::move(shape.prompt_ids);
+    for (int t = static_cast<int>(r.prompt_ids.size()); t < shape.input_len; ++t)
       r.prompt_ids.push_back(token(rng));
-    r.sampling.max_tokens = length(o.output_len);
+    r.sampling.max_tokens = shape.output_len;
     r.sampling.ignore_eos = true;
     r.sampling.temperature = o.temperature;
     r.sampling.top_p = o.top_p;
@@ -233,30 +260,38 @@ int run_bench(const BenchOptions& o) {
   EngineMetrics metrics = engine->metrics(asio::use_future).get();
   engine->shutdown(asio::use_future).get();
 
-  std::vector<double> ttft, itl;
+  // TPOT as vLLM and SGLang report it: per request, the time from its first token to its
+  // last over the tokens after the first; requests of one token have none.
+  std::vector<double> ttft, itl, tpot;
   long output_tokens = 0, input_tokens = 0;
   int failed = 0;
   for (const auto& t : times) {
     failed += t.failed;
     ttft.push_back(t.ttft_ms);
+    if (t.output_tokens > 1) tpot.push_back(t.decode_ms / (t.output_tokens - 1));
     itl.insert(itl.end(), t.itl_ms.begin(), t.itl_ms.end());
     output_tokens += t.output_tokens;
     input_tokens += t.input_tokens;
   }
-  boost::json::object out{{"requests", o.num_requests},
+  boost::json::object out{{"requests", num_requests},
                           {"failed", failed},
                           {"duration_s", seconds},
-                          {"requests_per_s", o.num_requests / seconds},
+                          {"requests_per_s", num_requests / seconds},
                           {"input_tokens_per_s", static_cast<double>(input_tokens) / seconds},
                           {"output_tokens_per_s", static_cast<double>(output_tokens) / seconds},
                           {"ttft_ms_p50", percentile(ttft, 50)},
                           {"ttft_ms_p99", percentile(ttft, 99)},
+                          {"tpot_ms_p50", percentile(tpot, 50)},
+                          {"tpot_ms_p99", percentile(tpot, 99)},
                           {"itl_ms_p50", percentile(itl, 50)},
                           {"itl_ms_p99", percentile(itl, 99)},
                           {"peak_kv_pages", metrics.kv_pages_peak},
                           {"kv_pages_total", metrics.kv_pages_total},
                           {"preemptions", metrics.preemptions},
                           {"steps", metrics.steps},
+                          {"input_tokens", input_tokens},
+                          {"output_tokens", output_tokens},
+                          {"dataset", o.dataset},
                           {"input_len", o.input_len},
                           {"output_len", o.output_len},
                           {"range_ratio", o.range_ratio},
@@ -275,12 +310,14 @@ int run_bench(const BenchOptions& o) {
                           {"constraint_accept_ms", metrics.constraint_accept_us / 1000.0},
                           {"jump_forward_tokens", metrics.jump_forward_tokens},
                           {"model", o.model_dir}};
-  std::printf("requests %d (%d failed) in %.2f s: %.2f req/s, %.1f output tok/s\n", o.num_requests,
-              failed, seconds, o.num_requests / seconds,
+  std::printf("requests %d (%d failed) in %.2f s: %.2f req/s, %.1f output tok/s\n", num_requests,
+              failed, seconds, num_requests / seconds,
               static_cast<double>(output_tokens) / seconds);
-  std::printf("TTFT p50 %.1f ms, p99 %.1f ms; ITL p50 %.2f ms, p99 %.2f ms; peak KV %d/%d pages\n",
-              percentile(ttft, 50), percentile(ttft, 99), percentile(itl, 50), percentile(itl, 99),
-              metrics.kv_pages_peak, metrics.kv_pages_total);
+  std::printf(
+      "TTFT p50 %.1f ms, p99 %.1f ms; TPOT p50 %.2f ms, p99 %.2f ms; ITL p50 %.2f ms, p99 %.2f "
+      "ms; peak KV %d/%d pages\n",
+      percentile(ttft, 50), percentile(ttft, 99), percentile(tpot, 50), percentile(tpot, 99),
+      percentile(itl, 50), percentile(itl, 99), metrics.kv_pages_peak, metrics.kv_pages_total);
   if (format.constrained()) {
     // The overlap: masks for step N+1 are computed while its forward pass runs; only what is
     // left when the logits arrive delays sampling. On a GPU the wait is counted from the
@@ -307,23 +344,36 @@ int run_bench(const BenchOptions& o) {
 void add_bench_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "bench",
-      "Offline serving benchmark: N requests of random tokens, all at once or at a Poisson "
-      "rate, through the engine. Prints a summary; the last line is one JSON object.");
+      "Serving benchmark: N requests of random tokens (or a workload file's lengths, "
+      "--dataset), all at once (offline) or at a Poisson rate (online), through the engine. "
+      "Prints a summary; the last line is one JSON object.");
   auto opts = std::make_shared<BenchOptions>();
   add_model_option(cmd, opts->model_dir);
-  cmd->add_option("--num-requests", opts->num_requests, "requests to run")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1000000));
-  cmd->add_option("--input-len", opts->input_len, "prompt tokens per request (mean)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--output-len", opts->output_len, "output tokens per request (mean)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--range-ratio", opts->range_ratio,
-                  "sample lengths uniformly in L*(1-r)..L*(1+r); 0: fixed lengths")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.99));
+  auto* num_requests =
+      cmd->add_option("--num-requests", opts->num_requests,
+                      "requests to run (with --dataset: the first N of the file; default all)")
+          ->capture_default_str()
+          ->check(CLI::Range(1, 1000000));
+  auto* input_len =
+      cmd->add_option("--input-len", opts->input_len, "prompt tokens per request (mean)")
+          ->capture_default_str()
+          ->check(CLI::Range(1, 1 << 20));
+  auto* output_len =
+      cmd->add_option("--output-len", opts->output_len, "output tokens per request (mean)")
+          ->capture_default_str()
+          ->check(CLI::Range(1, 1 << 20));
+  auto* range_ratio =
+      cmd->add_option("--range-ratio", opts->range_ratio,
+                      "sample lengths uniformly in L*(1-r)..L*(1+r); 0: fixed lengths")
+          ->capture_default_str()
+          ->check(CLI::Range(0.0, 0.99));
+  cmd->add_option("--dataset", opts->dataset,
+                  "JSON-lines workload, one request per line: {\"input_len\": N or "
+                  "\"prompt_ids\": [...], \"output_len\": M} (bench/make_sharegpt_workload.py "
+                  "writes a ShareGPT-shaped one); replaces --input-len/--output-len/--range-ratio")
+      ->excludes(input_len)
+      ->excludes(output_len)
+      ->excludes(range_ratio);
   cmd->add_option("--request-rate", opts->request_rate,
                   "Poisson arrival rate in requests/s; 0: all requests at once")
       ->capture_default_str()
@@ -378,7 +428,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   grammar_opt->excludes(object);
   cmd->add_option("--threads", opts->threads, "CPU threads for the forward pass (0: all cores)")
       ->capture_default_str();
-  cmd->callback([opts, &exit_code] { exit_code = run_bench(*opts); });
+  cmd->callback([opts, num_requests, &exit_code] {
+    opts->num_requests_given = num_requests->count() > 0;
+    exit_code = run_bench(*opts);
+  });
 }
 
 }  // namespace weft::cli
