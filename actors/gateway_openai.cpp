@@ -320,6 +320,16 @@ Result<ParsedRequest> parse_request(const json::object& object, Api api, const S
       r = num(s.min_p);
     } else if (key == "top_k") {
       r = intf(s.top_k, -1, kMaxInt);
+    } else if (key == "typical_p") {
+      r = num(s.typical_p);
+    } else if (key == "tfs_z") {
+      r = num(s.tfs_z);
+    } else if (key == "mirostat") {
+      r = intf(s.mirostat, 0, 2);
+    } else if (key == "mirostat_tau") {
+      r = num(s.mirostat_tau);
+    } else if (key == "mirostat_eta") {
+      r = num(s.mirostat_eta);
     } else if (key == "repetition_penalty") {
       r = num(s.repetition_penalty);
     } else if (key == "presence_penalty") {

@@ -41,11 +41,15 @@ struct DeviceSampleRow {
   float repetition_penalty = 1.0f;
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
-  std::int32_t flags = 0;  // kFloor: kTypicalP when typical-p is on (the host must finish)
-  double u = 0.0;          // the uniform draw in [0, 1) (every mode but kGreedy)
+  // kTypicalP when typical-p is on, kHostFinish when tail-free sampling or mirostat is: the
+  // host must finish the draw (from the candidates, or from the raw row when they are too
+  // many); the device never draws such a row itself.
+  std::int32_t flags = 0;
+  double u = 0.0;  // the uniform draw in [0, 1) (every mode but kGreedy)
 };
 
 inline constexpr std::int32_t kTypicalP = 1;
+inline constexpr std::int32_t kHostFinish = 2;
 
 // One token the bias or a penalty changes; at most one edit per id and row.
 struct DeviceSampleEdit {

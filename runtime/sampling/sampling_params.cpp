@@ -39,7 +39,8 @@ bool in_left_open(float v, float lo, float hi) {
 }  // namespace
 
 bool truncates(const SamplingParams& params) {
-  return params.top_k > 0 || params.top_p < 1.0f || params.min_p > 0.0f || params.typical_p < 1.0f;
+  return params.top_k > 0 || params.top_p < 1.0f || params.min_p > 0.0f ||
+         params.typical_p < 1.0f || params.tfs_z < 1.0f || params.mirostat != 0;
 }
 
 Result<void> validate(const SamplingParams& p, int vocab_size) {
@@ -61,6 +62,31 @@ Result<void> validate(const SamplingParams& p, int vocab_size) {
   }
   if (!in_left_open(p.typical_p, 0.0f, 1.0f)) {
     return outside("typical_p", p.typical_p, "(0, 1]");
+  }
+  if (!in_left_open(p.tfs_z, 0.0f, 1.0f)) {
+    return outside("tfs_z", p.tfs_z, "(0, 1]");
+  }
+  if (p.mirostat < 0 || p.mirostat > 2) {
+    return outside("mirostat", std::to_string(p.mirostat), "{0, 1, 2} (0 is off)");
+  }
+  if (!in_left_open(p.mirostat_tau, 0.0f, 100.0f)) {
+    return outside("mirostat_tau", p.mirostat_tau, "(0, 100]");
+  }
+  if (!in_left_open(p.mirostat_eta, 0.0f, 1.0f)) {
+    return outside("mirostat_eta", p.mirostat_eta, "(0, 1]");
+  }
+  if (p.mirostat != 0) {
+    const char* other = p.top_k > 0          ? "top_k"
+                        : p.top_p < 1.0f     ? "top_p"
+                        : p.min_p > 0.0f     ? "min_p"
+                        : p.typical_p < 1.0f ? "typical_p"
+                        : p.tfs_z < 1.0f     ? "tfs_z"
+                                             : nullptr;
+    if (other != nullptr) {
+      return Error(ErrorCode::kInvalidArgument,
+                   std::string("mirostat: cannot be combined with ") + other +
+                       " (mirostat sets its own truncation; turn " + other + " off)");
+    }
   }
   if (!(p.repetition_penalty > 0.0f && std::isfinite(p.repetition_penalty))) {
     return outside("repetition_penalty", p.repetition_penalty, "(0, inf) (1 is off)");

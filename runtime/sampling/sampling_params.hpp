@@ -14,11 +14,17 @@
 namespace weft::sampling {
 
 struct SamplingParams {
-  float temperature = 1.0f;         // [0, inf); 0: greedy (argmax, lowest id on ties)
-  int top_k = 0;                    // 0 or -1: off; otherwise keep the k most likely (ties kept)
-  float top_p = 1.0f;               // (0, 1]; 1: off
-  float min_p = 0.0f;               // [0, 1]; 0: off
-  float typical_p = 1.0f;           // (0, 1]; 1: off
+  float temperature = 1.0f;  // [0, inf); 0: greedy (argmax, lowest id on ties)
+  int top_k = 0;             // 0 or -1: off; otherwise keep the k most likely (ties kept)
+  float top_p = 1.0f;        // (0, 1]; 1: off
+  float min_p = 0.0f;        // [0, 1]; 0: off
+  float typical_p = 1.0f;    // (0, 1]; 1: off
+  float tfs_z = 1.0f;        // tail-free sampling (Phillips 2019), (0, 1]; 1: off
+  // Mirostat (Basu et al. 2021): 0 off, 1 (Zipf-estimated top-k) or 2 (surprise threshold).
+  // It sets its own truncation, so top_k, top_p, min_p, typical_p and tfs_z must be off.
+  int mirostat = 0;
+  float mirostat_tau = 5.0f;        // target surprise in bits, (0, 100]
+  float mirostat_eta = 0.1f;        // learning rate, (0, 1]
   float repetition_penalty = 1.0f;  // (0, inf); HF/vLLM semantics over prompt + output tokens
   float presence_penalty = 0.0f;    // [-2, 2], OpenAI semantics over output tokens
   float frequency_penalty = 0.0f;   // [-2, 2]
@@ -39,7 +45,8 @@ struct SamplingParams {
   static constexpr float kMaxAbsPresenceOrFrequency = 2.0f;
 };
 
-// True when top-k, top-p, min-p or typical-p would remove tokens.
+// True when top-k, top-p, min-p, typical-p, tail-free sampling or mirostat would remove
+// tokens.
 bool truncates(const SamplingParams& params);
 
 // Checks every field; the first invalid one gives an kInvalidArgument error that names the

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "runtime/sampling/logit_row.hpp"
 #include "runtime/sampling/philox.hpp"
@@ -79,6 +81,7 @@ std::int32_t draw(std::span<const Candidate> c, double u) {
 
 struct SequenceSampler::Choice {
   std::int32_t id = 0;
+  double surprise = std::numeric_limits<double>::quiet_NaN();  // mirostat's, in bits
   float raw_max = 0.0f;
   double raw_sum = -1.0;  // sum exp(raw - raw_max) when the draw already computed it
 };
@@ -86,9 +89,31 @@ struct SequenceSampler::Choice {
 SequenceSampler::SequenceSampler(const SamplingParams& params, std::span<const std::int32_t> prompt,
                                  std::uint64_t seed, int sample_index)
     : params_(params),
+      mirostat_mu_(2.0 * static_cast<double>(params.mirostat_tau)),
       seed_(seed),
       sample_index_(static_cast<std::uint32_t>(sample_index)),
       history_(params, prompt) {}
+
+std::pair<std::int32_t, double> SequenceSampler::draw_candidates(std::vector<Candidate>& c,
+                                                                 double u, int vocab) const {
+  if (params_.mirostat == 0) {
+    return {draw(c, u), std::numeric_limits<double>::quiet_NaN()};
+  }
+  mirostat_truncate(c, params_.mirostat, mirostat_mu_, vocab);
+  const std::int32_t id = draw(c, u);
+  double mass = 0.0, chosen = 0.0;
+  for (const auto& e : c) {
+    mass += e.weight;
+    if (e.id == id) chosen = e.weight;
+  }
+  return {id, -std::log2(chosen / mass)};
+}
+
+void SequenceSampler::update_mirostat(double surprise) {
+  if (params_.mirostat != 0 && std::isfinite(surprise)) {
+    mirostat_mu_ -= params_.mirostat_eta * (surprise - params_.mirostat_tau);
+  }
+}
 
 void SequenceSampler::accept(std::int32_t token) {
   history_.record_output(token);
@@ -121,6 +146,7 @@ Result<SampledToken> SequenceSampler::try_sample(std::span<float> logits,
   }
   history_.record_output(out.id);
   ++generated_;
+  update_mirostat(choice->surprise);
   return out;
 }
 
@@ -232,9 +258,11 @@ Result<SequenceSampler::Choice> SequenceSampler::choose(std::span<float> logits,
     // smaller, so a tighter floor is tried first; it is exact whenever its candidates already
     // hold top_p of the mass (they are then a prefix that contains top-p's).
     const float denorm = std::numeric_limits<float>::denorm_min();
-    float safe = std::max(params_.min_p, denorm);
+    // Tail-free sampling and mirostat look at the whole distribution: no floor.
+    const bool whole = params_.tfs_z < 1.0f || params_.mirostat != 0;
+    float safe = whole ? denorm : std::max(params_.min_p, denorm);
     float tight = safe;
-    if (params_.top_p < 1.0f) {
+    if (params_.top_p < 1.0f && !whole) {
       const double tail = (1.0 - params_.top_p) * total;
       safe = std::max(safe, static_cast<float>(tail / static_cast<double>(vocab)));
       tight = std::max(safe, static_cast<float>(tail / kTightTail));
@@ -255,6 +283,9 @@ Result<SequenceSampler::Choice> SequenceSampler::choose(std::span<float> logits,
     }
   }
   truncate(s.candidates, total, params_);
+  if (params_.mirostat != 0 && dist_out) {
+    mirostat_truncate(s.candidates, params_.mirostat, mirostat_mu_, static_cast<int>(vocab));
+  }
   if (dist_out) {
     double mass = 0.0;
     for (const auto& c : s.candidates) {
@@ -265,12 +296,13 @@ Result<SequenceSampler::Choice> SequenceSampler::choose(std::span<float> logits,
     }
     return out;
   }
-  out.id = draw(s.candidates, u);
+  std::tie(out.id, out.surprise) = draw_candidates(s.candidates, u, static_cast<int>(vocab));
   return out;
 }
 
 Result<DeviceSampleRow> SequenceSampler::device_row(int vocab,
                                                     std::vector<DeviceSampleEdit>& edits) const {
+  vocab_ = vocab;
   DeviceSampleRow r;
   r.edit_begin = static_cast<std::int32_t>(edits.size());
   if (auto ok = history_.device_edits(params_.logit_bias, vocab, edits); !ok) {
@@ -298,6 +330,12 @@ Result<DeviceSampleRow> SequenceSampler::device_row(int vocab,
     r.mode = truncates(params_) ? DeviceSampleMode::kFloor : DeviceSampleMode::kFull;
     if (params_.typical_p < 1.0f) r.flags = kTypicalP;
   }
+  if (params_.tfs_z < 1.0f || params_.mirostat != 0) {
+    // The whole distribution (or the top-k set) goes to the host: no top-p/min-p floor.
+    r.flags |= kHostFinish;
+    r.top_p = 1.0f;
+    r.min_p = 0.0f;
+  }
   return r;
 }
 
@@ -318,6 +356,7 @@ Result<SampledToken> SequenceSampler::finish_device(const DeviceSampleResult& re
   }
   const double log_z = result.raw_max + std::log(result.raw_sum);
   SampledToken out{result.token, 0.0f, {}};
+  double surprise = std::numeric_limits<double>::quiet_NaN();
   float chosen_raw = result.chosen_raw;
   if (result.candidates > 0 || result.token < 0) {
     // top-k or the top-p/min-p floor: finish on the candidates as choose() does.
@@ -333,8 +372,9 @@ Result<SampledToken> SequenceSampler::finish_device(const DeviceSampleResult& re
     for (const auto& c : candidates)
       s.candidates.push_back({0.0f, c.weight, c.id});
     truncate(s.candidates, result.total, params_);
-    out.id = draw(s.candidates,
-                  philox_uniform(seed_, sample_index_, static_cast<std::uint64_t>(generated_)));
+    std::tie(out.id, surprise) = draw_candidates(
+        s.candidates, philox_uniform(seed_, sample_index_, static_cast<std::uint64_t>(generated_)),
+        vocab_);
     chosen_raw = 0.0f;
     for (int k = 0; k < result.candidates; ++k) {
       if (candidates[static_cast<std::size_t>(k)].id == out.id) {
@@ -363,6 +403,7 @@ Result<SampledToken> SequenceSampler::finish_device(const DeviceSampleResult& re
   }
   history_.record_output(out.id);
   ++generated_;
+  update_mirostat(surprise);
   return out;
 }
 

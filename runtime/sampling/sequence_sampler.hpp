@@ -19,9 +19,16 @@
 //   6. top-k: keep the tokens whose logit is >= the k-th largest (ties at the edge kept).
 //   7. top-p: the shortest most-likely-first prefix with probability >= top_p.
 //   8. min-p: keep p >= min_p * p_max.
+//   6b. tail-free sampling (tfs_z < 1; Phillips 2019, as llama.cpp orders it: after top-k,
+//      before top-p) on the whole top-k set.
 //   9. typical-p (Meister et al. 2023): the shortest prefix by |-log p - H| with mass >=
 //      typical_p. Steps 6-9 follow HF's warper order, each on the renormalised survivors (vLLM
 //      v1 applies min-p before top-k/top-p and has no typical-p).
+//   9b. mirostat (1 or 2; alone, instead of steps 6-9): truncation at the sequence's target
+//      surprise mu (truncation.hpp), which starts at 2 * mirostat_tau and after each sampled
+//      token moves by -mirostat_eta * (surprise - mirostat_tau), the surprise being
+//      -log2 of the token's probability among the kept tokens. Tokens appended without
+//      sampling (accept()) leave mu as it is.
 //  10. draw one token by inverse CDF with a uniform from Philox4x32-10 keyed by the seed at
 //      counter (sample_index, step): the same request and seed give the same tokens whatever
 //      else is in the batch, and the n samples of one request differ.
@@ -39,6 +46,8 @@
 #include "weft/error.hpp"
 
 namespace weft::sampling {
+
+struct Candidate;  // runtime/sampling/truncation.hpp
 
 class SequenceSampler {
  public:
@@ -96,7 +105,16 @@ class SequenceSampler {
   Result<Choice> choose(std::span<float> logits, const std::uint32_t* allowed,
                         std::vector<TokenLogprob>* distribution_out);
 
+  // The draw over truncated candidates shared by choose() and finish_device(): mirostat's
+  // truncation when it is on, then the inverse CDF at u. Returns the token and its surprise
+  // in bits among the kept candidates (mirostat only; NaN otherwise).
+  std::pair<std::int32_t, double> draw_candidates(std::vector<Candidate>& c, double u,
+                                                  int vocab) const;
+  void update_mirostat(double surprise);
+
   SamplingParams params_;
+  double mirostat_mu_;     // mirostat's target surprise (bits), 2 * tau at first
+  mutable int vocab_ = 0;  // the row width device_row() saw, for mirostat 1 on the device path
   std::uint64_t seed_;
   std::uint32_t sample_index_;
   int generated_ = 0;

@@ -18,6 +18,47 @@ double weight_sum(std::span<const Candidate> c) {
   return sum;
 }
 
+// Most likely first, lower id on ties.
+void sort_by_weight(std::vector<Candidate>& c) {
+  std::sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) {
+    return a.weight > b.weight || (a.weight == b.weight && a.id < b.id);
+  });
+}
+
+// Tail-free sampling (Phillips 2019, "Tail-free sampling"), as llama.cpp computes it: with
+// the probabilities sorted, most likely first, the absolute second differences
+// |(p_i - p_i+1) - (p_i+1 - p_i+2)| are normalised to sum to 1 (when their sum exceeds
+// 1e-6) and the first i tokens are kept, i >= 1 the first index where their running sum
+// exceeds z.
+void tail_free(std::vector<Candidate>& c, float z) {
+  if (c.size() <= 2) {
+    return;
+  }
+  sort_by_weight(c);
+  const double mass = weight_sum(c);
+  const std::size_t n = c.size();
+  std::vector<double> second(n - 2);
+  double sum = 0.0;
+  for (std::size_t i = 0; i + 2 < n; ++i) {
+    const double p0 = c[i].weight / mass, p1 = c[i + 1].weight / mass, p2 = c[i + 2].weight / mass;
+    second[i] = std::abs((p0 - p1) - (p1 - p2));
+    sum += second[i];
+  }
+  if (sum > 1e-6) {
+    for (auto& d : second) {
+      d /= sum;
+    }
+  }
+  double running = 0.0;
+  for (std::size_t i = 0; i < second.size(); ++i) {
+    running += second[i];
+    if (running > z && i >= 1) {
+      c.resize(i);
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 std::size_t select_mass_prefix(std::span<Candidate> c, double target) {
@@ -68,6 +109,10 @@ void truncate(std::vector<Candidate>& c, double total_weight, const SamplingPara
   if (c.empty()) {
     return;
   }
+  if (params.tfs_z < 1.0f) {
+    tail_free(c, params.tfs_z);
+    total_weight = weight_sum(c);  // the filters below act on the renormalised survivors
+  }
   // Top-p (Holtzman et al. 2020, "The curious case of neural text degeneration"): the shortest
   // most-likely-first prefix with probability >= top_p, as HF's TopPLogitsWarper and vLLM keep
   // (a token stays iff the mass strictly before it is < top_p).
@@ -105,6 +150,41 @@ void truncate(std::vector<Candidate>& c, double total_weight, const SamplingPara
     }
     c.resize(std::max<std::size_t>(1, select_mass_prefix(c, params.typical_p * mass)));
   }
+}
+
+void mirostat_truncate(std::vector<Candidate>& c, int mode, double mu, int vocab) {
+  if (c.empty()) {
+    return;
+  }
+  sort_by_weight(c);
+  const double mass = weight_sum(c);
+  std::size_t keep = c.size();
+  if (mode == 1) {
+    constexpr std::size_t kZipfTokens = 100;
+    double ti_bi = 0.0, ti_sq = 0.0;
+    for (std::size_t i = 0; i + 1 < std::min(kZipfTokens, c.size()); ++i) {
+      const double t = std::log(static_cast<double>(i + 2) / static_cast<double>(i + 1));
+      const double b = std::log(static_cast<double>(c[i].weight) / c[i + 1].weight);
+      ti_bi += t * b;
+      ti_sq += t * t;
+    }
+    if (ti_sq > 0.0) {
+      const double s = ti_bi / ti_sq;
+      const double e = s - 1.0;
+      const double k = std::pow(e * std::exp2(mu) / (1.0 - std::pow(vocab, -e)), 1.0 / s);
+      // A flat head (s = 1 makes 0 / 0) or a rising one gives no usable k: keep every token.
+      if (std::isfinite(k) && k >= 0.0 && k < static_cast<double>(c.size())) {
+        keep = std::max<std::size_t>(1, static_cast<std::size_t>(k));
+      }
+    }
+  } else {
+    const double floor = std::exp2(-mu) * mass;  // -log2(w / mass) <= mu
+    keep = 1;
+    while (keep < c.size() && c[keep].weight >= floor) {
+      ++keep;
+    }
+  }
+  c.resize(keep);
 }
 
 }  // namespace weft::sampling

@@ -27,10 +27,21 @@ struct Candidate {
 // that carries the mass of the part it discards) instead of sorting the list.
 std::size_t select_mass_prefix(std::span<Candidate> c, double target);
 
-// Applies top-p, min-p and typical-p to `c`, whose weights are those of the top-k set (or of
-// every token when top-k is off) restricted to possible survivors; `total_weight` is the sum
-// over that whole set, including tokens not in `c`. A token absent from `c` must be one
-// that top-p or min-p removes. Keeps at least one token. Keys are overwritten.
+// Applies tail-free sampling, top-p, min-p and typical-p to `c`, whose weights are those of
+// the top-k set (or of every token when top-k is off) restricted to possible survivors;
+// `total_weight` is the sum over that whole set, including tokens not in `c`. A token absent
+// from `c` must be one that top-p or min-p removes; with tail-free sampling on, `c` must hold
+// the whole set. Keeps at least one token. Keys are overwritten.
 void truncate(std::vector<Candidate>& c, double total_weight, const SamplingParams& params);
+
+// Mirostat's truncation (Basu et al. 2021, "Mirostat: a neural text decoding algorithm that
+// directly controls perplexity") of `c`, which holds every token of nonzero weight, at the
+// sequence's current target mu (bits), over a vocabulary of `vocab` tokens:
+//   mode 1: estimate the Zipf exponent s from the 100 most likely tokens (least squares of
+//           log(p_i / p_i+1) on log((i + 2) / (i + 1))), then keep the top
+//           k = ((e * 2^mu) / (1 - vocab^-e))^(1 / s) tokens, e = s - 1;
+//   mode 2: keep the tokens whose surprise -log2 p is at most mu.
+// At least one token is kept. Leaves `c` sorted most likely first (lower id on ties).
+void mirostat_truncate(std::vector<Candidate>& c, int mode, double mu, int vocab);
 
 }  // namespace weft::sampling

@@ -39,6 +39,11 @@ struct GenerateOptions {
   int top_k = 0;
   float top_p = 1.0f;
   float min_p = 0.0f;
+  float typical_p = 1.0f;
+  float tfs_z = 1.0f;
+  int mirostat = 0;
+  float mirostat_tau = 5.0f;
+  float mirostat_eta = 0.1f;
   float repetition_penalty = 1.0f;
   std::string device = "auto";
   std::string format = "text";
@@ -184,6 +189,11 @@ int run_generate(const GenerateOptions& o) {
   params.top_k = o.top_k;
   params.top_p = o.top_p;
   params.min_p = o.min_p;
+  params.typical_p = o.typical_p;
+  params.tfs_z = o.tfs_z;
+  params.mirostat = o.mirostat;
+  params.mirostat_tau = o.mirostat_tau;
+  params.mirostat_eta = o.mirostat_eta;
   params.repetition_penalty = o.repetition_penalty;
   params.logprobs = o.top_logprobs;
   params.max_tokens = std::max(1, o.max_tokens);
@@ -305,6 +315,19 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--top-p", opts->top_p, "nucleus sampling mass, in (0, 1]")
       ->capture_default_str();
   cmd->add_option("--min-p", opts->min_p, "drop tokens below min_p times the top probability")
+      ->capture_default_str();
+  cmd->add_option("--typical-p", opts->typical_p,
+                  "locally typical sampling mass, in (0, 1]; 1: off")
+      ->capture_default_str();
+  cmd->add_option("--tfs-z", opts->tfs_z, "tail-free sampling threshold, in (0, 1]; 1: off")
+      ->capture_default_str();
+  cmd->add_option("--mirostat", opts->mirostat,
+                  "mirostat version: 0 off, 1 or 2 (not with top-k/top-p/min-p/typical-p/tfs-z)")
+      ->capture_default_str();
+  cmd->add_option("--mirostat-tau", opts->mirostat_tau,
+                  "mirostat's target surprise in bits, in (0, 100]")
+      ->capture_default_str();
+  cmd->add_option("--mirostat-eta", opts->mirostat_eta, "mirostat's learning rate, in (0, 1]")
       ->capture_default_str();
   cmd->add_option("--repetition-penalty", opts->repetition_penalty,
                   "penalize tokens already in the prompt or output (> 0; 1: off)")
