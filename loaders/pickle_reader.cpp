@@ -349,6 +349,7 @@ Result<PickleRef> Machine::run() {
   using K = PickleValue::Kind;
   while (!error_) {
     op_offset_ = pos_;
+    if (pos_ == bytes_.size()) break;
     const std::byte* op_byte = take(1, "next opcode");
     if (op_byte == nullptr) break;
     const auto op = static_cast<std::uint8_t>(*op_byte);
