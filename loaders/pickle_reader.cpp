@@ -18,6 +18,11 @@ constexpr std::size_t kMaxMemo = std::size_t{1} << 22;
 constexpr std::size_t kMaxMarks = 64;
 constexpr int kMaxDepth = 64;
 constexpr std::size_t kMaxRank = 16;
+// Every value costs ~200 bytes however few stream bytes made it; a state dict needs about 15
+// values per tensor, so this allows ~280k tensors per file and caps memory near 1 GB.
+constexpr std::size_t kMaxValues = std::size_t{1} << 22;
+// Names longer than this are cut in messages.
+constexpr std::size_t kMaxShownName = 200;
 
 struct StorageType {
   std::string_view name;
@@ -113,7 +118,11 @@ class Machine {
     return v;
   }
   bool push(PickleRef v);
-  static PickleRef make(PickleValue::Kind kind) {
+  // A new value; past kMaxValues it sets error_, which stops the loop after this opcode.
+  PickleRef make(PickleValue::Kind kind) {
+    if (++values_ > kMaxValues && !error_) {
+      error_ = fail("more than " + std::to_string(kMaxValues) + " values");
+    }
     auto v = std::make_shared<PickleValue>();
     v->kind = kind;
     return v;
@@ -136,6 +145,7 @@ class Machine {
   std::vector<std::size_t> marks_;
   std::unordered_map<std::uint64_t, PickleRef> memo_;
   std::optional<Error> error_;
+  std::size_t values_ = 0;
 };
 
 const std::byte* Machine::take(std::uint64_t n, const char* what) {
@@ -215,7 +225,8 @@ PickleRef Machine::make_sequence(PickleValue::Kind kind, std::vector<PickleRef> 
 }
 
 bool Machine::global(std::string module, std::string name) {
-  const std::string full = module + "." + name;
+  std::string full = module + "." + name;
+  if (full.size() > kMaxShownName) full = full.substr(0, kMaxShownName) + "...";
   if (!allowed(full)) {
     error_ =
         Error(ErrorCode::kUnsupported,

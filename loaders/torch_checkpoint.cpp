@@ -21,8 +21,11 @@ bool looks_like_legacy(const std::filesystem::path& path) {
   return file && file->size() >= 2 && file->bytes()[0] == std::byte{0x80};
 }
 
-// Row-major strides of `shape`; dimensions of size 1 may carry any stride.
+// Row-major strides of `shape`; dimensions of size 1, and every dimension of an empty tensor,
+// may carry any stride.
 bool contiguous(const std::vector<std::int64_t>& shape, const std::vector<std::int64_t>& stride) {
+  for (auto dim : shape)
+    if (dim == 0) return true;
   std::int64_t expected = 1;
   for (std::size_t i = shape.size(); i-- > 0;) {
     if (shape[i] != 1 && stride[i] != expected) return false;

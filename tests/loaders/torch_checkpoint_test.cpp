@@ -70,7 +70,7 @@ TEST(TorchCheckpoint, HandmadeArchivesLoadBitwiseLikeSafetensors) {
     ASSERT_TRUE(checkpoint.ok()) << checkpoint.error().what();
     expect_same_tensors(checkpoint.value()->tensors(), twin.value()->tensors());
     // State dict order, as written.
-    ASSERT_EQ(checkpoint.value()->names().size(), 7u);
+    ASSERT_EQ(checkpoint.value()->names().size(), 8u);
     EXPECT_EQ(checkpoint.value()->names().front(), "model.layers.0.weight");
     EXPECT_EQ(checkpoint.value()->names().back(), "scalar");
   }
@@ -185,6 +185,35 @@ TEST(PickleReader, RefusesEveryHostileStreamWithAClearError) {
     for (const auto& m : c.mentions)
       EXPECT_NE(message.find(m), std::string::npos) << message << "\n  lacks: " << m;
   }
+}
+
+// Streams too large to commit, built here: each stays within its bound's error.
+TEST(PickleReader, StackAndValueCountAreBounded) {
+  const std::string proto("\x80\x02", 2);
+  auto stack = read_pickle(as_bytes(proto + std::string((1u << 20) + 1, 'N') + "."), "nones");
+  ASSERT_FALSE(stack.ok());
+  expect_mentions(stack.error().what(), {"nones: pickle: stack grows past 1048576 values"});
+
+  // A list grown batch by batch: the stack never holds more than one batch.
+  std::string batches = proto + "]";
+  for (int i = 0; i < 5; ++i)
+    batches += "(" + std::string(900000, ']') + "e";
+  auto values = read_pickle(as_bytes(batches + "."), "lists");
+  ASSERT_FALSE(values.ok());
+  expect_mentions(values.error().what(), {"lists: pickle: more than 4194304 values"});
+
+  // A global name too long to print whole is cut.
+  auto long_name = read_pickle(as_bytes(proto + "c" + std::string(300, 'm') + "\nx\n."), "long");
+  ASSERT_FALSE(long_name.ok());
+  expect_mentions(long_name.error().what(), {"GLOBAL name is unterminated or longer than 256"});
+  std::string module(5000, 'm');
+  std::string stack_global =
+      "\x80\x04X" + std::string("\x88\x13\x00\x00", 4) + module + "\x8c\x01x\x93.";
+  auto cut = read_pickle(as_bytes(stack_global), "stack_global");
+  ASSERT_FALSE(cut.ok());
+  const std::string message = cut.error().what();
+  EXPECT_NE(message.find("global 'mmm"), std::string::npos) << message;
+  EXPECT_LT(message.size(), 1500u);
 }
 
 // Whole archives, through TorchCheckpoint::open (and so through WeightFiles).
