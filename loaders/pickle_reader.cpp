@@ -8,6 +8,10 @@
 #include <optional>
 #include <unordered_map>
 
+#include "loaders/pickle_torch_globals.hpp"
+
+#include "loaders/pickle_torch_globals.hpp"
+
 namespace weft {
 namespace {
 
@@ -17,77 +21,11 @@ constexpr std::size_t kMaxStack = std::size_t{1} << 20;
 constexpr std::size_t kMaxMemo = std::size_t{1} << 22;
 constexpr std::size_t kMaxMarks = 64;
 constexpr int kMaxDepth = 64;
-constexpr std::size_t kMaxRank = 16;
 // Every value costs ~200 bytes however few stream bytes made it; a state dict needs about 15
 // values per tensor, so this allows ~280k tensors per file and caps memory near 1 GB.
 constexpr std::size_t kMaxValues = std::size_t{1} << 22;
 // Names longer than this are cut in messages.
 constexpr std::size_t kMaxShownName = 200;
-
-struct StorageType {
-  std::string_view name;
-  DType dtype;
-};
-constexpr std::array<StorageType, 9> kStorageTypes{{
-    {"torch.FloatStorage", DType::kF32},
-    {"torch.HalfStorage", DType::kF16},
-    {"torch.BFloat16Storage", DType::kBF16},
-    {"torch.DoubleStorage", DType::kF64},
-    {"torch.LongStorage", DType::kI64},
-    {"torch.IntStorage", DType::kI32},
-    {"torch.CharStorage", DType::kI8},
-    {"torch.ByteStorage", DType::kU8},
-    {"torch.BoolStorage", DType::kBool},
-}};
-
-// Callables interpreted by REDUCE/NEWOBJ; plain names (storage types, dtypes) only as values.
-constexpr std::array<std::string_view, 5> kCallables{
-    "collections.OrderedDict", "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_tensor",
-    "torch._utils._rebuild_parameter", "torch.Size"};
-constexpr std::array<std::string_view, 9> kDtypes{
-    "torch.float32", "torch.float16", "torch.bfloat16", "torch.float64", "torch.int64",
-    "torch.int32",   "torch.int8",    "torch.uint8",    "torch.bool"};
-
-bool allowed(std::string_view name) {
-  for (auto c : kCallables)
-    if (c == name) return true;
-  for (const auto& s : kStorageTypes)
-    if (s.name == name) return true;
-  for (auto d : kDtypes)
-    if (d == name) return true;
-  return false;
-}
-
-const char* kind_name(PickleValue::Kind kind) {
-  using K = PickleValue::Kind;
-  switch (kind) {
-    case K::kNone:
-      return "None";
-    case K::kBool:
-      return "bool";
-    case K::kInt:
-      return "int";
-    case K::kFloat:
-      return "float";
-    case K::kString:
-      return "str";
-    case K::kBytes:
-      return "bytes";
-    case K::kTuple:
-      return "tuple";
-    case K::kList:
-      return "list";
-    case K::kDict:
-      return "dict";
-    case K::kGlobal:
-      return "global";
-    case K::kStorage:
-      return "storage";
-    case K::kTensor:
-      return "tensor";
-  }
-  return "?";
-}
 
 class Machine {
  public:
@@ -132,10 +70,6 @@ class Machine {
   bool mutable_container(const PickleRef& target, PickleValue::Kind kind, const char* op);
   PickleRef make_sequence(PickleValue::Kind kind, std::vector<PickleRef> items);
   bool global(std::string module, std::string name);
-  PickleRef call(const PickleRef& callable, const PickleRef& args);
-  PickleRef persistent(const PickleRef& pid);
-  PickleRef rebuild_tensor(const PickleRef& args, const char* who, bool v2);
-  bool int_tuple(const PickleRef& v, std::vector<std::int64_t>& out, const char* what);
 
   std::span<const std::byte> bytes_;
   const std::string& origin_;
@@ -187,7 +121,8 @@ bool Machine::push(PickleRef v) {
 
 bool Machine::adopt(PickleValue& parent, PickleRef child) {
   if (child.get() == &parent) {
-    error_ = fail("a " + std::string(kind_name(parent.kind)) + " would contain itself");
+    error_ =
+        fail("a " + std::string(pickle_globals::kind_name(parent.kind)) + " would contain itself");
     return false;
   }
   if (child->depth + 1 > kMaxDepth) {
@@ -204,12 +139,12 @@ bool Machine::adopt(PickleValue& parent, PickleRef child) {
 // container afterwards is not one torch wrote; refusing it also rules out cycles.
 bool Machine::mutable_container(const PickleRef& target, PickleValue::Kind kind, const char* op) {
   if (target->kind != kind) {
-    error_ = fail(std::string(op) + " on a " + kind_name(target->kind) + ", expected a " +
-                  kind_name(kind));
+    error_ = fail(std::string(op) + " on a " + pickle_globals::kind_name(target->kind) +
+                  ", expected a " + pickle_globals::kind_name(kind));
     return false;
   }
   if (target->sealed) {
-    error_ = fail(std::string(op) + " changes a " + kind_name(kind) +
+    error_ = fail(std::string(op) + " changes a " + pickle_globals::kind_name(kind) +
                   " after it was placed inside another value");
     return false;
   }
@@ -227,7 +162,7 @@ PickleRef Machine::make_sequence(PickleValue::Kind kind, std::vector<PickleRef> 
 bool Machine::global(std::string module, std::string name) {
   std::string full = module + "." + name;
   if (full.size() > kMaxShownName) full = full.substr(0, kMaxShownName) + "...";
-  if (!allowed(full)) {
+  if (!pickle_globals::is_allowed(full)) {
     error_ =
         Error(ErrorCode::kUnsupported,
               origin_ + ": pickle: global '" + full + "' at offset " + std::to_string(op_offset_) +
@@ -237,123 +172,6 @@ bool Machine::global(std::string module, std::string name) {
   auto v = make(PickleValue::Kind::kGlobal);
   v->text = full;
   return push(std::move(v));
-}
-
-bool Machine::int_tuple(const PickleRef& v, std::vector<std::int64_t>& out, const char* what) {
-  if (v->kind != PickleValue::Kind::kTuple || v->items.size() > kMaxRank) {
-    error_ = fail(std::string(what) + " must be a tuple of at most " + std::to_string(kMaxRank) +
-                  " ints, found a " + kind_name(v->kind));
-    return false;
-  }
-  out.clear();
-  for (const auto& item : v->items) {
-    if (item->kind != PickleValue::Kind::kInt || item->integer < 0) {
-      error_ = fail(std::string(what) + " must hold non-negative ints");
-      return false;
-    }
-    out.push_back(item->integer);
-  }
-  return true;
-}
-
-// ('storage', torch.<T>Storage, key, location, numel) -> a storage value.
-PickleRef Machine::persistent(const PickleRef& pid) {
-  using K = PickleValue::Kind;
-  const auto& it = pid->items;
-  if (pid->kind != K::kTuple || it.size() != 5 || it[0]->kind != K::kString ||
-      it[0]->text != "storage" || it[1]->kind != K::kGlobal || it[2]->kind != K::kString ||
-      it[3]->kind != K::kString || it[4]->kind != K::kInt || it[4]->integer < 0) {
-    error_ = fail("persistent id must be ('storage', torch.<T>Storage, key, location, numel)");
-    return nullptr;
-  }
-  const StorageType* type = nullptr;
-  for (const auto& s : kStorageTypes)
-    if (s.name == it[1]->text) type = &s;
-  if (type == nullptr) {
-    error_ = fail("persistent id names '" + it[1]->text + "', not a storage type");
-    return nullptr;
-  }
-  auto v = make(K::kStorage);
-  v->tensor.dtype = type->dtype;
-  v->tensor.storage_key = it[2]->text;
-  v->tensor.storage_numel = it[4]->integer;
-  return v;
-}
-
-// _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks[, metadata]) or
-// _rebuild_tensor(storage, offset, size, stride).
-PickleRef Machine::rebuild_tensor(const PickleRef& args, const char* who, bool v2) {
-  using K = PickleValue::Kind;
-  const auto& a = args->items;
-  const bool count_ok = v2 ? (a.size() == 6 || a.size() == 7) : a.size() == 4;
-  if (!count_ok) {
-    error_ = fail(std::string(who) + " takes " + (v2 ? "6 or 7" : "4") + " arguments, got " +
-                  std::to_string(a.size()));
-    return nullptr;
-  }
-  if (a[0]->kind != K::kStorage) {
-    error_ =
-        fail(std::string(who) + ": first argument must be a storage (persistent id), found a " +
-             kind_name(a[0]->kind));
-    return nullptr;
-  }
-  if (a[1]->kind != K::kInt || a[1]->integer < 0) {
-    error_ = fail(std::string(who) + ": storage offset must be a non-negative int");
-    return nullptr;
-  }
-  auto v = make(K::kTensor);
-  v->tensor = a[0]->tensor;
-  v->tensor.storage_offset = a[1]->integer;
-  if (!int_tuple(a[2], v->tensor.shape, "tensor size")) return nullptr;
-  if (!int_tuple(a[3], v->tensor.stride, "tensor stride")) return nullptr;
-  if (v->tensor.shape.size() != v->tensor.stride.size()) {
-    error_ = fail(std::string(who) + ": size " + shape_string(v->tensor.shape) + " and stride " +
-                  shape_string(v->tensor.stride) + " differ in rank");
-    return nullptr;
-  }
-  return v;
-}
-
-PickleRef Machine::call(const PickleRef& callable, const PickleRef& args) {
-  using K = PickleValue::Kind;
-  if (callable->kind != K::kGlobal) {
-    error_ = fail(std::string("call of a ") + kind_name(callable->kind) + ", expected a global");
-    return nullptr;
-  }
-  if (args->kind != K::kTuple) {
-    error_ = fail("arguments of '" + callable->text + "' must be a tuple, found a " +
-                  kind_name(args->kind));
-    return nullptr;
-  }
-  const std::string& f = callable->text;
-  const auto& a = args->items;
-  if (f == "collections.OrderedDict") {
-    if (!a.empty()) {
-      error_ = fail("collections.OrderedDict is only rebuilt empty (then filled by SETITEMS)");
-      return nullptr;
-    }
-    return make(K::kDict);
-  }
-  if (f == "torch._utils._rebuild_tensor_v2")
-    return rebuild_tensor(args, "_rebuild_tensor_v2", true);
-  if (f == "torch._utils._rebuild_tensor") return rebuild_tensor(args, "_rebuild_tensor", false);
-  if (f == "torch._utils._rebuild_parameter") {
-    if (a.size() != 3 || a[0]->kind != K::kTensor) {
-      error_ = fail("_rebuild_parameter takes (tensor, requires_grad, backward_hooks)");
-      return nullptr;
-    }
-    return a[0];
-  }
-  if (f == "torch.Size") {
-    std::vector<std::int64_t> dims;
-    if (a.size() != 1 || !int_tuple(a[0], dims, "torch.Size argument")) {
-      if (!error_) error_ = fail("torch.Size takes one tuple of ints");
-      return nullptr;
-    }
-    return a[0];
-  }
-  error_ = fail("global '" + f + "' is allowed as a value but cannot be called");
-  return nullptr;
 }
 
 Result<PickleRef> Machine::run() {
@@ -601,10 +419,13 @@ Result<PickleRef> Machine::run() {
         if (!need(2, op == 'R' ? "REDUCE" : "NEWOBJ")) break;
         auto args = pop();
         auto callable = pop();
-        if (auto v = call(callable, args)) {
-          args->sealed = true;
-          push(std::move(v));
+        auto v = pickle_globals::call(*callable, *args);
+        if (!v) {
+          error_ = fail(v.error().what());
+          break;
         }
+        args->sealed = true;
+        push(std::move(v.value()));
         break;
       }
       case 'b': {  // BUILD: torch sets a state dict's _metadata this way; the state is dropped
@@ -612,7 +433,7 @@ Result<PickleRef> Machine::run() {
         auto state = pop();
         const auto& target = stack_.back();
         if (target->kind != K::kDict && target->kind != K::kTensor) {
-          error_ = fail(std::string("BUILD on a ") + kind_name(target->kind) +
+          error_ = fail(std::string("BUILD on a ") + pickle_globals::kind_name(target->kind) +
                         ", expected a dict or tensor");
         }
         break;
@@ -620,7 +441,12 @@ Result<PickleRef> Machine::run() {
       case 'Q': {  // BINPERSID
         if (!need(1, "BINPERSID")) break;
         auto pid = pop();
-        if (auto v = persistent(pid)) push(std::move(v));
+        auto v = pickle_globals::storage_from_persistent_id(*pid);
+        if (!v) {
+          error_ = fail(v.error().what());
+          break;
+        }
+        push(std::move(v.value()));
         break;
       }
       default: {
@@ -639,21 +465,6 @@ Result<PickleRef> Machine::run() {
 }
 
 }  // namespace
-
-std::string allowed_pickle_globals() {
-  std::string out;
-  auto add = [&](std::string_view name) {
-    if (!out.empty()) out += ", ";
-    out += name;
-  };
-  for (auto c : kCallables)
-    add(c);
-  for (const auto& s : kStorageTypes)
-    add(s.name);
-  for (auto d : kDtypes)
-    add(d);
-  return out;
-}
 
 Result<PickleRef> read_pickle(std::span<const std::byte> bytes, const std::string& origin) {
   Machine machine(bytes, origin);
