@@ -10,8 +10,6 @@
 
 #include "loaders/pickle_torch_globals.hpp"
 
-#include "loaders/pickle_torch_globals.hpp"
-
 namespace weft {
 namespace {
 
@@ -69,7 +67,7 @@ class Machine {
   bool adopt(PickleValue& parent, PickleRef child);
   bool mutable_container(const PickleRef& target, PickleValue::Kind kind, const char* op);
   PickleRef make_sequence(PickleValue::Kind kind, std::vector<PickleRef> items);
-  bool global(std::string module, std::string name);
+  bool global(const std::string& module, const std::string& name);
 
   std::span<const std::byte> bytes_;
   const std::string& origin_;
@@ -159,7 +157,7 @@ PickleRef Machine::make_sequence(PickleValue::Kind kind, std::vector<PickleRef> 
   return v;
 }
 
-bool Machine::global(std::string module, std::string name) {
+bool Machine::global(const std::string& module, const std::string& name) {
   std::string full = module + "." + name;
   if (full.size() > kMaxShownName) full = full.substr(0, kMaxShownName) + "...";
   if (!pickle_globals::is_allowed(full)) {
@@ -400,7 +398,7 @@ Result<PickleRef> Machine::run() {
           part.assign(reinterpret_cast<const char*>(bytes_.data() + start), pos_ - start);
           ++pos_;
         }
-        if (!error_) global(std::move(parts[0]), std::move(parts[1]));
+        if (!error_) global(parts[0], parts[1]);
         break;
       }
       case 0x93: {  // STACK_GLOBAL
