@@ -8,6 +8,7 @@
 #include <set>
 
 #include "loaders/mapped_file.hpp"
+#include "loaders/torch_checkpoint.hpp"
 
 namespace weft {
 
@@ -158,41 +159,71 @@ const TensorView* SafetensorsFile::find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
-Result<void> WeightFiles::add(std::shared_ptr<const SafetensorsFile> file) {
-  const std::size_t index = files_.size();
-  for (const auto& [name, view] : file->tensors()) {
+Result<void> WeightFiles::add(const std::filesystem::path& path,
+                              const std::map<std::string, TensorView>& tensors) {
+  const std::size_t index = sources_.size();
+  for (const auto& [name, view] : tensors) {
     auto [it, inserted] = file_of_.emplace(name, index);
     if (!inserted) {
-      return Error(ErrorCode::kParse, file->path().string() + ": tensor \"" + name +
-                                          "\" is also in " + files_[it->second]->path().string());
+      return Error(ErrorCode::kParse, path.string() + ": tensor \"" + name + "\" is also in " +
+                                          sources_[it->second].path.string());
     }
   }
-  files_.push_back(std::move(file));
+  sources_.push_back({path, &tensors});
   return {};
 }
+
+namespace {
+
+bool is_torch_checkpoint(const std::filesystem::path& path) {
+  const auto ext = path.extension();
+  return ext == ".bin" || ext == ".pt" || ext == ".pth";
+}
+
+}  // namespace
 
 Result<WeightFiles> WeightFiles::open_files(const std::vector<std::filesystem::path>& files) {
   WeightFiles set;
   for (const auto& path : files) {
+    if (is_torch_checkpoint(path)) {
+      auto file = TorchCheckpoint::open(path);
+      if (!file) return file.error();
+      set.torch_files_.push_back(std::move(file.value()));
+      if (auto added = set.add(path, set.torch_files_.back()->tensors()); !added) {
+        return added.error();
+      }
+      continue;
+    }
     auto file = SafetensorsFile::open(path);
     if (!file) return file.error();
-    if (auto added = set.add(std::move(file.value())); !added) return added.error();
+    set.files_.push_back(std::move(file.value()));
+    if (auto added = set.add(path, set.files_.back()->tensors()); !added) return added.error();
   }
   return set;
 }
 
 Result<WeightFiles> WeightFiles::open_folder(const std::filesystem::path& dir) {
-  const auto index_path = dir / "model.safetensors.index.json";
   std::error_code ec;
-  if (!std::filesystem::exists(index_path, ec)) {
-    const auto single = dir / "model.safetensors";
-    if (!std::filesystem::exists(single, ec)) {
-      return Error(ErrorCode::kNotFound, dir.string() +
-                                             ": no model.safetensors or "
-                                             "model.safetensors.index.json in this folder");
-    }
-    return open_files({single});
+  if (std::filesystem::exists(dir / "model.safetensors.index.json", ec)) {
+    return open_index(dir, dir / "model.safetensors.index.json");
   }
+  if (std::filesystem::exists(dir / "model.safetensors", ec)) {
+    return open_files({dir / "model.safetensors"});
+  }
+  if (std::filesystem::exists(dir / "pytorch_model.bin.index.json", ec)) {
+    return open_index(dir, dir / "pytorch_model.bin.index.json");
+  }
+  if (std::filesystem::exists(dir / "pytorch_model.bin", ec)) {
+    return open_files({dir / "pytorch_model.bin"});
+  }
+  return Error(ErrorCode::kNotFound, dir.string() +
+                                         ": no model.safetensors, model.safetensors.index.json, "
+                                         "pytorch_model.bin or pytorch_model.bin.index.json in "
+                                         "this folder");
+}
+
+Result<WeightFiles> WeightFiles::open_index(const std::filesystem::path& dir,
+                                            const std::filesystem::path& index_path) {
   auto index_file = MappedFile::open(index_path);
   if (!index_file) return index_file.error();
   simdjson::dom::parser parser;
@@ -241,12 +272,13 @@ Result<WeightFiles> WeightFiles::open_folder(const std::filesystem::path& dir) {
 const TensorView* WeightFiles::find(const std::string& name) const {
   auto it = file_of_.find(name);
   if (it == file_of_.end()) return nullptr;
-  return files_[it->second]->find(name);
+  auto found = sources_[it->second].tensors->find(name);
+  return found == sources_[it->second].tensors->end() ? nullptr : &found->second;
 }
 
 std::string WeightFiles::origin(const std::string& name) const {
   auto it = file_of_.find(name);
-  return it == file_of_.end() ? std::string() : files_[it->second]->path().string();
+  return it == file_of_.end() ? std::string() : sources_[it->second].path.string();
 }
 
 std::vector<std::string> WeightFiles::names() const {

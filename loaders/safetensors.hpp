@@ -15,6 +15,8 @@
 
 namespace weft {
 
+class TorchCheckpoint;
+
 class SafetensorsFile {
  public:
   // Maps and validates `path`. Errors name the file and, where one is at fault, the tensor.
@@ -39,26 +41,43 @@ class SafetensorsFile {
 };
 
 // All tensors of a checkpoint folder, each remembering which file it came from (for errors).
+// The files are safetensors or PyTorch checkpoints (torch_checkpoint.hpp); both give the same
+// zero-copy views.
 class WeightFiles {
  public:
-  // Opens `dir`/model.safetensors.index.json and its shards if present, otherwise
-  // `dir`/model.safetensors. A tensor named twice, or an index naming a tensor its shard
-  // lacks, is an error.
+  // Opens the first of these that `dir` holds: model.safetensors.index.json and its shards,
+  // model.safetensors, pytorch_model.bin.index.json and its shards, pytorch_model.bin. A
+  // tensor named twice, or an index naming a tensor its shard lacks, is an error.
   static Result<WeightFiles> open_folder(const std::filesystem::path& dir);
-  // Opens the given files as one set.
+  // Opens the given files as one set: .bin, .pt and .pth files as PyTorch checkpoints, any
+  // other as safetensors.
   static Result<WeightFiles> open_files(const std::vector<std::filesystem::path>& files);
 
   const TensorView* find(const std::string& name) const;
   // The file holding `name` ("" when absent).
   std::string origin(const std::string& name) const;
   std::vector<std::string> names() const;
+  // The safetensors files of the set, and its PyTorch checkpoints.
   const std::vector<std::shared_ptr<const SafetensorsFile>>& files() const { return files_; }
+  const std::vector<std::shared_ptr<const TorchCheckpoint>>& torch_files() const {
+    return torch_files_;
+  }
 
  private:
-  Result<void> add(std::shared_ptr<const SafetensorsFile> file);
+  // One opened file of either kind; `tensors` points into a file kept by files_/torch_files_.
+  struct Source {
+    std::filesystem::path path;
+    const std::map<std::string, TensorView>* tensors;
+  };
+  Result<void> add(const std::filesystem::path& path,
+                   const std::map<std::string, TensorView>& tensors);
+  static Result<WeightFiles> open_index(const std::filesystem::path& dir,
+                                        const std::filesystem::path& index_path);
 
   std::vector<std::shared_ptr<const SafetensorsFile>> files_;
-  std::map<std::string, std::size_t> file_of_;  // tensor name -> index into files_
+  std::vector<std::shared_ptr<const TorchCheckpoint>> torch_files_;
+  std::vector<Source> sources_;
+  std::map<std::string, std::size_t> file_of_;  // tensor name -> index into sources_
 };
 
 }  // namespace weft

@@ -288,7 +288,8 @@ int run_generate(const GenerateOptions& o) {
 void add_generate_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "generate",
-      "Continue a prompt with a model folder (safetensors + config.json) on the CPU or a GPU.");
+      "Continue a prompt with a model folder (safetensors or pytorch_model.bin + config.json) on "
+      "the CPU or a GPU.");
   auto opts = std::make_shared<GenerateOptions>();
   add_model_option(cmd, opts->model_dir);
   cmd->add_option("--spec", opts->spec_file,

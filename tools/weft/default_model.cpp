@@ -15,7 +15,8 @@ CLI::Option* add_model_option(CLI::App* cmd, std::string& dir) {
   dir = default_model_dir().string();
   return cmd
       ->add_option("--model", dir,
-                   "Hugging Face model folder (config.json, *.safetensors, tokenizer.json); "
+                   "Hugging Face model folder (config.json, *.safetensors or pytorch_model.bin, "
+                   "tokenizer.json); "
                    "default: $WEFT_MODEL, else the bundled weft-tiny")
       ->default_str(dir);
 }
