@@ -140,7 +140,6 @@ Result<void> parse_messages(const json::value& v, std::vector<ChatMessage>& mess
     }
     const json::value* content = m.if_contains("content");
     if ((!content || content->is_null()) && !message.tool_calls.empty()) {
-      message.content_null = true;
       messages.push_back(std::move(message));
       continue;
     }

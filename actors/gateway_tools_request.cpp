@@ -119,9 +119,9 @@ Result<std::optional<grammar::ToolCallSpec>> tool_call_spec(const ToolsRequest& 
     if (!request.choice.empty() && request.choice != "none") {
       return bad("tool_choice", "is only allowed when tools are given");
     }
-    return std::nullopt;
+    return std::optional<grammar::ToolCallSpec>();
   }
-  if (request.choice == "none") return std::nullopt;
+  if (request.choice == "none") return std::optional<grammar::ToolCallSpec>();
   grammar::ToolCallSpec spec;
   spec.format = format;
   spec.required = request.choice == "required" || request.choice == "function";
@@ -139,7 +139,7 @@ Result<std::optional<grammar::ToolCallSpec>> tool_call_spec(const ToolsRequest& 
   }
   auto grammar = grammar::tool_call_grammar(spec);
   if (!grammar) return Error(ErrorCode::kInvalidArgument, grammar.error().what());
-  return spec;
+  return std::optional<grammar::ToolCallSpec>(std::move(spec));
 }
 
 Result<void> parse_message_tool_calls(const json::value& v, const std::string& at,
