@@ -123,7 +123,7 @@ TEST(ChatMessages, NullContentWithToolCallsRenders) {
   // content becomes "", as vLLM makes it.
   auto text = render("qwen3", "tool_calls_with_null_content");
   ASSERT_TRUE(text.ok()) << text.error().what();
-  EXPECT_NE(text->find("<|im_start|>assistant\n<tool_call>\n{\"name\": \"ping\", \"arguments\": "
+  EXPECT_NE(text->find("<tool_call>\n{\"name\": \"ping\", \"arguments\": "
                        "{\"host\": \"example.org\"}}\n</tool_call><|im_end|>"),
             std::string::npos)
       << *text;

@@ -81,10 +81,10 @@ struct ChatToolCall {
 };
 
 struct ChatMessage {
-  std::string role;  // system, developer, user, assistant, tool
-  std::string content;  // OpenAI's null (an assistant turn with only tool calls) is empty
-  std::string name;           // optional participant name
-  std::string tool_call_id;   // role tool: the call this message answers
+  std::string role;          // system, developer, user, assistant, tool
+  std::string content;       // OpenAI's null (an assistant turn with only tool calls) is empty
+  std::string name;          // optional participant name
+  std::string tool_call_id;  // role tool: the call this message answers
   std::vector<ChatToolCall> tool_calls;  // role assistant
 };
 

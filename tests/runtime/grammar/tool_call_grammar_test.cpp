@@ -1,5 +1,9 @@
 #include "runtime/grammar/tool_call_grammar.hpp"
 
+#include <chrono>
+#include <iostream>
+
+#include "runtime/grammar/grammar_matcher.hpp"
 #include "runtime/grammar/json_schema_to_grammar.hpp"
 #include "tests/runtime/grammar/grammar_test_util.hpp"
 
@@ -152,6 +156,56 @@ TEST(JsonSchemaStrict, NotStrictSkipsWhatCannotBeEnforced) {
   ASSERT_TRUE(lenient.ok()) << lenient.error().what();
   EXPECT_TRUE(matches(*lenient, "[1,1,2]"));
   EXPECT_FALSE(matches(*lenient, "[\"a\"]"));
+}
+
+// Along real answers in the Llama-3 vocabulary: the precomputed masks equal brute force, the
+// answer's tokens are allowed, and end-of-sequence only where the answer may end. Prints the
+// slowest mask, which tool_choice auto's free text makes the one to watch.
+TEST(ToolCallGrammar, Llama3VocabMasksAlongAnswers) {
+  auto vocab = testing::llama3_vocab();
+  ASSERT_TRUE(vocab);
+  auto trie = TokenTrie::build(*vocab);
+  ASSERT_TRUE(trie.ok());
+  const std::vector<std::pair<ToolCallSpec, std::string>> cases = {
+      {spec(ToolCallFormat::kHermes, false, true),
+       "I will look it up <b>now</b>.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+       "{\"city\":\"Oslo\",\"days\":3}}\n</tool_call>"},
+      {spec(ToolCallFormat::kHermes, false, true), "No tools needed: 2 < 3."},
+      {spec(ToolCallFormat::kLlama3Json, true, true),
+       "{\"name\": \"now\", \"parameters\": {}}; {\"name\": \"get_weather\", \"parameters\": "
+       "{\"city\":\"Paris\"}}"},
+  };
+  for (const auto& [s, doc] : cases) {
+    SCOPED_TRACE(doc);
+    auto g = tool_call_grammar(s);
+    ASSERT_TRUE(g.ok()) << g.error().what();
+    auto cg = CompiledGrammar::compile(*g, *trie);
+    ASSERT_TRUE(cg.ok()) << cg.error().what();
+    GrammarMatcher m(*cg);
+    std::size_t step = 0;
+    double slowest_us = 0;
+    for (std::size_t i = 0; i < doc.size(); ++step) {
+      auto [id, len] = (*trie)->longest_prefix(std::string_view(doc).substr(i));
+      ASSERT_GE(id, 0);
+      const auto start = std::chrono::steady_clock::now();
+      auto fast = testing::fast_mask(m);
+      slowest_us = std::max(slowest_us, std::chrono::duration<double, std::micro>(
+                                            std::chrono::steady_clock::now() - start)
+                                            .count());
+      if (step % 3 == 0) {
+        ASSERT_TRUE(testing::same_mask(fast, testing::brute_mask(m, vocab->tokens.size()), *vocab))
+            << "step " << step;
+      }
+      ASSERT_TRUE(fast[id / 32] >> (id % 32) & 1)
+          << "token '" << vocab->tokens[id] << "' not allowed at byte " << i;
+      ASSERT_TRUE(m.accept_token(id));
+      i += len;
+    }
+    auto fast = testing::fast_mask(m);
+    for (auto eos : vocab->eos_ids)
+      EXPECT_TRUE(fast[eos / 32] >> (eos % 32) & 1);
+    std::cout << "slowest mask " << slowest_us << " us over " << step << " steps\n";
+  }
 }
 
 }  // namespace
