@@ -42,3 +42,10 @@ set_tests_properties(weft_serve_tools_openai weft_serve_tools_websocket PROPERTI
   FAIL_REGULAR_EXPRESSION "FAIL|weft serve exited with|did not stop|ThreadSanitizer|AddressSanitizer|runtime error")
 set_tests_properties(weft_serve_tools_openai PROPERTIES PASS_REGULAR_EXPRESSION "all tools checks passed")
 set_tests_properties(weft_serve_tools_websocket PROPERTIES PASS_REGULAR_EXPRESSION "all websocket tools checks passed")
+# The same checks with the Llama 3 call format ({"name": ..., "parameters": ...}).
+add_test(NAME weft_serve_tools_openai_llama3_json COMMAND ${gateway_run} node ${gateway_tests}/tools_client.js)
+set_tests_properties(weft_serve_tools_openai_llama3_json PROPERTIES
+  FIXTURES_REQUIRED gateway_node TIMEOUT 240
+  ENVIRONMENT "WEFT_TEST_NODE=${gateway_node};WEFT_SERVE_ARGS=--tool-call-format llama3_json"
+  PASS_REGULAR_EXPRESSION "all tools checks passed"
+  FAIL_REGULAR_EXPRESSION "FAIL|weft serve exited with|did not stop|ThreadSanitizer|AddressSanitizer|runtime error")
