@@ -235,7 +235,11 @@ void Engine::submit_impl(GenerateRequest request,
                   Error(e.code() == ErrorCode::kIo || e.code() == ErrorCode::kInternal
                             ? e.code()
                             : ErrorCode::kInvalidArgument,
-                        "response_format: " + std::string(e.what())));
+                        // Tool call grammars name their tools[i] themselves.
+                        (request.response_format.type == ResponseFormat::Type::kToolCalls
+                             ? std::string()
+                             : std::string("response_format: ")) +
+                            std::string(e.what())));
     }
     if (s.stopping.load()) {
       return fail(std::move(handler), Error(ErrorCode::kShutdown, "the engine is shutting down"));

@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 
+#include "actors/gateway_tool_calls.hpp"
 #include "runtime/sampling/sampling_params.hpp"
 
 namespace weft::gateway {
@@ -111,16 +112,37 @@ Result<void> parse_messages(const json::value& v, std::vector<ChatMessage>& mess
     if (!role) return bad(at + ".role", "is required");
     auto r = string(*role, at + ".role");
     if (!r) return r.error();
-    if (*r != "system" && *r != "user" && *r != "assistant" && *r != "developer") {
-      return bad(at + ".role", "\"" + *r + "\" is not one of system, developer, user, assistant");
+    if (*r != "system" && *r != "user" && *r != "assistant" && *r != "developer" && *r != "tool") {
+      return bad(at + ".role",
+                 "\"" + *r + "\" is not one of system, developer, user, assistant, tool");
     }
     message.role = std::move(*r);
     for (const auto& [key, value] : m) {
-      if (key != "role" && key != "content" && key != "name") {
-        return bad(at + "." + std::string(key), "is not supported");
+      if (key == "role" || key == "content") continue;
+      const std::string kat = at + "." + std::string(key);
+      if (key == "name") {
+        auto n = string(value, kat);
+        if (!n) return n.error();
+        message.name = std::move(*n);
+      } else if (key == "tool_call_id" && message.role == "tool") {
+        auto id = string(value, kat);
+        if (!id) return id.error();
+        message.tool_call_id = std::move(*id);
+      } else if (key == "tool_calls" && message.role == "assistant") {
+        auto calls = parse_message_tool_calls(value, kat, message.tool_calls);
+        if (!calls) return calls.error();
+      } else {
+        return bad(kat, "is not supported");
       }
     }
+    if (message.role == "tool" && message.tool_call_id.empty()) {
+      return bad(at + ".tool_call_id", "is required for a tool message");
+    }
     const json::value* content = m.if_contains("content");
+    if ((!content || content->is_null()) && !message.tool_calls.empty()) {
+      messages.push_back(std::move(message));
+      continue;
+    }
     if (!content) return bad(at + ".content", "is required");
     if (content->is_string()) {
       message.content = std::string(content->get_string());
@@ -222,10 +244,12 @@ Result<void> parse_response_format(const json::value& v, ResponseFormat& format)
         if (!value.is_string())
           return bad(at + ".json_schema." + std::string(k), "expected a string");
       } else if (k == "strict") {
-        // Weft always generates what the schema allows and nothing else.
+        // strict: a keyword that cannot be enforced exactly is an error naming its JSON
+        // pointer; otherwise it is skipped (docs/http-api.md#response_format).
         if (!value.is_bool() && !value.is_null()) {
           return bad(at + ".json_schema.strict", "expected a boolean");
         }
+        format.strict = !value.is_bool() || value.get_bool();
       } else {
         return bad(at + ".json_schema." + std::string(k), "unknown or unsupported parameter");
       }
@@ -277,6 +301,7 @@ Result<ParsedRequest> parse_request(const json::object& object, Api api, const S
   const json::value* stream_options = nullptr;
   int top_logprobs = -1;
   bool chat_logprobs = false;
+  ToolsRequest tools;
 
   for (const auto& [key_view, v] : object) {
     const std::string key(key_view);
@@ -404,6 +429,16 @@ Result<ParsedRequest> parse_request(const json::object& object, Api api, const S
       }
     } else if (key == "response_format") {
       r = parse_response_format(v, request.response_format);
+    } else if (key == "tools" && api != Api::kCompletions) {
+      r = parse_tools(v, tools);
+    } else if (key == "tool_choice" && api != Api::kCompletions) {
+      r = parse_tool_choice(v, tools);
+    } else if (key == "parallel_tool_calls" && api != Api::kCompletions) {
+      if (!v.is_null()) {
+        auto b = boolean(v, key);
+        if (!b) return b.error();
+        tools.parallel = *b;
+      }
     } else if (key == "stream" && api != Api::kWebSocket) {
       if (!v.is_null()) {
         auto b = boolean(v, key);
@@ -433,6 +468,21 @@ Result<ParsedRequest> parse_request(const json::object& object, Api api, const S
   if (api == Api::kWebSocket && !request.messages.empty() &&
       (!request.prompt.empty() || !request.prompt_ids.empty())) {
     return bad("messages", "give prompt or messages, not both");
+  }
+  if (tools.has_tools && request.messages.empty()) {
+    return bad("tools", "require messages (the chat template renders them)");
+  }
+  auto spec =
+      tool_call_spec(tools, model.tool_call_format, request.response_format.flexible_whitespace);
+  if (!spec) return spec.error();
+  if (tools.has_tools) request.tools = tools.tools_json;
+  if (*spec) {
+    if (request.response_format.constrained()) {
+      return bad("response_format", "cannot be combined with tools unless tool_choice is \"none\"");
+    }
+    request.response_format.type = ResponseFormat::Type::kToolCalls;
+    request.response_format.source = grammar::tool_call_spec_json(**spec);
+    out.tool_calls = model.tool_call_format;
   }
   if (api != Api::kCompletions) {
     if (top_logprobs >= 0 && !chat_logprobs) {
@@ -490,177 +540,6 @@ std::string error_json(std::string_view message, std::string_view type, std::str
 
 std::string_view finish_reason_name(FinishReason reason) {
   return to_string(reason);
-}
-
-json::value usage_json(const Usage& usage) {
-  return json::object{{"prompt_tokens", usage.prompt_tokens},
-                      {"completion_tokens", usage.completion_tokens},
-                      {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
-}
-
-json::value completion_logprobs_json(const std::vector<TokenLogprobs>& logprobs,
-                                     const ServedModel& model, std::size_t offset) {
-  json::array tokens, token_logprobs, top_logprobs, text_offset;
-  for (const TokenLogprobs& t : logprobs) {
-    std::string text = model.token_text(t.id);
-    text_offset.emplace_back(offset);
-    offset += text.size();
-    tokens.emplace_back(std::move(text));
-    token_logprobs.emplace_back(t.logprob);
-    json::object top;
-    for (const auto& alt : t.top)
-      top[model.token_text(alt.id)] = alt.logprob;
-    top_logprobs.emplace_back(std::move(top));
-  }
-  return json::object{{"tokens", std::move(tokens)},
-                      {"token_logprobs", std::move(token_logprobs)},
-                      {"top_logprobs", std::move(top_logprobs)},
-                      {"text_offset", std::move(text_offset)}};
-}
-
-namespace {
-json::array bytes_of(const std::string& text) {
-  json::array bytes;
-  for (unsigned char c : text)
-    bytes.emplace_back(static_cast<int>(c));
-  return bytes;
-}
-}  // namespace
-
-json::value chat_logprobs_json(const std::vector<TokenLogprobs>& logprobs,
-                               const ServedModel& model) {
-  json::array content;
-  for (const TokenLogprobs& t : logprobs) {
-    const std::string text = model.token_text(t.id);
-    json::array top;
-    for (const auto& alt : t.top) {
-      const std::string alt_text = model.token_text(alt.id);
-      top.push_back(json::object{
-          {"token", alt_text}, {"logprob", alt.logprob}, {"bytes", bytes_of(alt_text)}});
-    }
-    content.push_back(json::object{{"token", text},
-                                   {"logprob", t.logprob},
-                                   {"bytes", bytes_of(text)},
-                                   {"top_logprobs", std::move(top)}});
-  }
-  return json::object{{"content", std::move(content)}};
-}
-
-CompletionBuilder::CompletionBuilder(Api api, const ServedModel& model, std::string id,
-                                     std::int64_t created, int samples, bool logprobs)
-    : api_(api),
-      model_(model),
-      id_(std::move(id)),
-      created_(created),
-      logprobs_(logprobs),
-      choices_(static_cast<std::size_t>(samples)) {}
-
-void CompletionBuilder::add(const Event& event) {
-  if (event.index < 0 || event.index >= static_cast<int>(choices_.size())) return;
-  Choice& choice = choices_[static_cast<std::size_t>(event.index)];
-  if (event.kind == Event::Kind::kDelta) {
-    choice.text += event.text;
-    choice.logprobs.insert(choice.logprobs.end(), event.logprobs.begin(), event.logprobs.end());
-    return;
-  }
-  choice.finish_reason = event.finish_reason;
-  // Samples share the prompt: it counts once; their outputs add up, as in OpenAI's usage.
-  usage_.prompt_tokens = event.usage.prompt_tokens;
-  usage_.completion_tokens += event.usage.completion_tokens;
-}
-
-std::string CompletionBuilder::json() const {
-  json::array choices;
-  for (std::size_t i = 0; i < choices_.size(); ++i) {
-    const Choice& c = choices_[i];
-    json::value logprobs = nullptr;
-    json::object choice{{"index", i}};
-    if (api_ == Api::kChat) {
-      if (logprobs_) logprobs = chat_logprobs_json(c.logprobs, model_);
-      choice["message"] = json::object{{"role", "assistant"}, {"content", c.text}};
-    } else {
-      if (logprobs_) logprobs = completion_logprobs_json(c.logprobs, model_, 0);
-      choice["text"] = c.text;
-    }
-    choice["logprobs"] = std::move(logprobs);
-    choice["finish_reason"] = finish_reason_name(c.finish_reason);
-    choices.push_back(std::move(choice));
-  }
-  json::object out{{"id", id_},
-                   {"object", api_ == Api::kChat ? "chat.completion" : "text_completion"},
-                   {"created", created_},
-                   {"model", model_.name},
-                   {"choices", std::move(choices)},
-                   {"usage", usage_json(usage_)}};
-  return json::serialize(out);
-}
-
-ChunkWriter::ChunkWriter(Api api, const ServedModel& model, std::string id, std::int64_t created,
-                         bool include_usage, bool logprobs)
-    : api_(api),
-      model_(model),
-      id_(std::move(id)),
-      created_(created),
-      include_usage_(include_usage),
-      logprobs_(logprobs) {}
-
-std::string ChunkWriter::chunk(const json::value& choice, bool with_usage) const {
-  json::object out{{"id", id_},
-                   {"object", api_ == Api::kChat ? "chat.completion.chunk" : "text_completion"},
-                   {"created", created_},
-                   {"model", model_.name},
-                   {"choices", choice.is_null() ? json::array{} : json::array{choice}}};
-  // OpenAI sends "usage": null on every chunk when usage was asked for, and the totals last.
-  if (include_usage_) out["usage"] = with_usage ? usage_json(usage_) : json::value(nullptr);
-  return "data: " + json::serialize(out) + "\n\n";
-}
-
-std::string ChunkWriter::on_event(const Event& event) {
-  const auto index = static_cast<std::size_t>(std::max(event.index, 0));
-  if (role_sent_.size() <= index) role_sent_.resize(index + 1, false);
-  std::string lines;
-  if (api_ == Api::kChat && !role_sent_[index]) {
-    role_sent_[index] = true;
-    lines += chunk(json::object{{"index", index},
-                                {"delta", json::object{{"role", "assistant"}, {"content", ""}}},
-                                {"logprobs", nullptr},
-                                {"finish_reason", nullptr}},
-                   false);
-  }
-  if (event.kind == Event::Kind::kDelta) {
-    if (event.text.empty() && event.logprobs.empty()) return lines;
-    json::value logprobs = nullptr;
-    if (logprobs_) {
-      logprobs = api_ == Api::kChat ? chat_logprobs_json(event.logprobs, model_)
-                                    : completion_logprobs_json(event.logprobs, model_, 0);
-    }
-    json::object choice{{"index", index}};
-    if (api_ == Api::kChat) {
-      choice["delta"] = json::object{{"content", event.text}};
-    } else {
-      choice["text"] = event.text;
-    }
-    choice["logprobs"] = std::move(logprobs);
-    choice["finish_reason"] = nullptr;
-    return lines + chunk(choice, false);
-  }
-  usage_.prompt_tokens = event.usage.prompt_tokens;
-  usage_.completion_tokens += event.usage.completion_tokens;
-  json::object choice{{"index", index}};
-  if (api_ == Api::kChat) {
-    choice["delta"] = json::object{};
-  } else {
-    choice["text"] = "";
-  }
-  choice["logprobs"] = nullptr;
-  choice["finish_reason"] = finish_reason_name(event.finish_reason);
-  return lines + chunk(choice, false);
-}
-
-std::string ChunkWriter::finish() const {
-  std::string lines;
-  if (include_usage_) lines += chunk(json::value(nullptr), true);
-  return lines + "data: [DONE]\n\n";
 }
 
 }  // namespace weft::gateway

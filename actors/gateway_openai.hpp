@@ -7,10 +7,12 @@
 #include <boost/json/fwd.hpp>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "actors/gateway_tool_calls.hpp"
 #include "weft/engine.hpp"
 #include "weft/error.hpp"
 
@@ -26,6 +28,8 @@ struct ServedModel {
   int context_length = 0;
   // Text of one token id, for logprobs; empty for an unknown id.
   std::function<std::string(std::int32_t)> token_text;
+  // How the model writes tool calls (from its chat template, or --tool-call-format).
+  grammar::ToolCallFormat tool_call_format = grammar::ToolCallFormat::kHermes;
 };
 
 struct ParsedRequest {
@@ -33,7 +37,12 @@ struct ParsedRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;       // report logprobs (completions: `logprobs` given)
+  // Set when the request may call tools: the output is parsed for calls in this format.
+  std::optional<grammar::ToolCallFormat> tool_calls;
 };
+
+// A fresh tool call id, "call_" and 24 random letters and digits.
+std::string new_tool_call_id();
 
 // Parses and checks `body` (one JSON object). Errors are kInvalidArgument with a message that
 // starts with the parameter's name and a colon ("top_p: 1.5 is outside (0, 1]"), or kNotFound
@@ -57,7 +66,8 @@ std::string_view finish_reason_name(FinishReason reason);
 class CompletionBuilder {
  public:
   CompletionBuilder(Api api, const ServedModel& model, std::string id, std::int64_t created,
-                    int samples, bool logprobs);
+                    int samples, bool logprobs,
+                    std::optional<grammar::ToolCallFormat> tool_calls = std::nullopt);
   void add(const Event& event);
   std::string json() const;
 
@@ -67,6 +77,7 @@ class CompletionBuilder {
     std::vector<TokenLogprobs> logprobs;
     FinishReason finish_reason = FinishReason::kStop;
   };
+  std::optional<grammar::ToolCallFormat> tool_calls_;
   Api api_;
   const ServedModel& model_;
   std::string id_;
@@ -80,7 +91,8 @@ class CompletionBuilder {
 class ChunkWriter {
  public:
   ChunkWriter(Api api, const ServedModel& model, std::string id, std::int64_t created,
-              bool include_usage, bool logprobs);
+              bool include_usage, bool logprobs,
+              std::optional<grammar::ToolCallFormat> tool_calls = std::nullopt);
   // The SSE lines an event gives (chat's first delta of a choice also carries the role).
   std::string on_event(const Event& event);
   // The usage chunk (when asked for) and `data: [DONE]`.
@@ -96,7 +108,16 @@ class ChunkWriter {
   bool logprobs_;
   std::vector<bool> role_sent_;
   Usage usage_;
+  // With tools: one parser per choice, turning its text into content and tool_calls deltas.
+  std::optional<grammar::ToolCallFormat> tool_calls_;
+  std::vector<std::optional<ToolCallParser>> parsers_;
+  std::string tool_deltas(std::size_t index, const std::vector<ToolCallPiece>& pieces);
 };
+
+// The JSON of tool calls in a message: [{id, type: "function", function: {name, arguments}}].
+boost::json::value tool_calls_json(const ParsedToolCalls& parsed);
+// A choice's finish_reason: "tool_calls" when it made calls and stopped on its own.
+std::string_view finish_reason_name(FinishReason reason, int tool_calls);
 
 // Logprobs in OpenAI's shapes: completions' {tokens, token_logprobs, top_logprobs, text_offset}
 // and chat's {content: [{token, logprob, bytes, top_logprobs}]}. `text_offset` starts at

@@ -263,6 +263,7 @@ asio::awaitable<bool> serve_generation(beast::tcp_stream& stream, const Request&
   const bool streaming = parsed->stream;
   const bool include_usage = parsed->include_usage;
   const bool logprobs = parsed->logprobs;
+  const auto tool_calls = parsed->tool_calls;
   auto [e, events] = co_await state.engine.submit(std::move(parsed->generate), kTuple);
   if (e) {
     Reply reply = reply_for(as_error(e));
@@ -271,10 +272,10 @@ asio::awaitable<bool> serve_generation(beast::tcp_stream& stream, const Request&
   const std::string id = (api == Api::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(events->id());
   const std::int64_t created = unix_seconds();
   if (streaming) {
-    ChunkWriter writer(api, state.model, id, created, include_usage, logprobs);
+    ChunkWriter writer(api, state.model, id, created, include_usage, logprobs, tool_calls);
     co_return co_await stream_events(stream, req, state, events, writer, samples, keep_alive);
   }
-  CompletionBuilder builder(api, state.model, id, created, samples, logprobs);
+  CompletionBuilder builder(api, state.model, id, created, samples, logprobs, tool_calls);
   TokenTimer timer(state);
   for (int finals = 0; finals < samples;) {
     auto [ne, event] = co_await events->next(kTuple);

@@ -160,15 +160,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     auto parsed = parse_request(object, Api::kWebSocket, state_->model);
     if (!parsed) return send_error(*id, "invalid_parameter", parsed.error().what());
     live_.emplace(key, Live{});
-    asio::co_spawn(
-        ws_.get_executor(),
-        pump(shared_from_this(), key, *id, std::move(parsed->generate), parsed->logprobs),
-        asio::detached);
+    asio::co_spawn(ws_.get_executor(),
+                   pump(shared_from_this(), key, *id, std::move(parsed->generate), parsed->logprobs,
+                        parsed->tool_calls),
+                   asio::detached);
   }
 
   // Streams one request's events to the client as token and done frames.
   static asio::awaitable<void> pump(std::shared_ptr<Connection> self, std::string key,
-                                    json::value id, GenerateRequest request, bool logprobs) {
+                                    json::value id, GenerateRequest request, bool logprobs,
+                                    std::optional<grammar::ToolCallFormat> tool_format) {
     const int samples = request.sampling.n;
     ++self->state_->live_generations;
     struct Done {
@@ -200,6 +201,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     live.request_id = events->id();
     if (live.cancel_requested) self->state_->engine.cancel(events->id());
     TokenTimer timer(*self->state_);
+    // With tools, per sample: its parser and the calls so far (for the done frame).
+    std::vector<std::optional<ToolCallParser>> parsers;
+    std::vector<ParsedToolCalls> parsed_calls;
     for (int finals = 0; finals < samples;) {
       auto [ne, event] = co_await events->next(kTuple);
       if (!ne) timer.on_event(event);
@@ -208,12 +212,46 @@ class Connection : public std::enable_shared_from_this<Connection> {
         break;
       }
       json::object frame;
+      const auto index = static_cast<std::size_t>(std::max(event.index, 0));
+      std::string text = event.text;
+      std::optional<ParsedToolCalls> done_calls;
+      if (tool_format) {
+        if (parsers.size() <= index) {
+          parsers.resize(index + 1);
+          parsed_calls.resize(index + 1);
+        }
+        if (!parsers[index]) parsers[index].emplace(*tool_format, new_tool_call_id);
+        auto pieces = event.kind == Event::Kind::kDelta ? parsers[index]->feed(event.text)
+                                                        : parsers[index]->finish();
+        text.clear();
+        for (const ToolCallPiece& p : pieces) {
+          if (p.kind == ToolCallPiece::Kind::kContent) {
+            text += p.text;
+            continue;
+          }
+          json::object call{
+              {"type",
+               p.kind == ToolCallPiece::Kind::kCallStart ? "tool_call" : "tool_call_arguments"},
+              {"id", id},
+              {"call_index", p.index}};
+          if (p.kind == ToolCallPiece::Kind::kCallStart) {
+            call["call_id"] = p.id;
+            call["name"] = p.name;
+          } else {
+            call["arguments"] = p.text;
+          }
+          if (samples > 1) call["index"] = event.index;
+          self->send(std::move(call));
+        }
+        collect(pieces, parsed_calls[index]);
+        if (event.kind == Event::Kind::kFinal) done_calls = parsed_calls[index];
+      }
       if (event.kind == Event::Kind::kDelta) {
         if (event.text.empty() && event.token_ids.empty()) continue;
         json::array ids;
         for (auto t : event.token_ids)
           ids.emplace_back(t);
-        frame = {{"type", "token"}, {"id", id}, {"text", event.text}, {"token_ids", ids}};
+        frame = {{"type", "token"}, {"id", id}, {"text", text}, {"token_ids", ids}};
         if (logprobs) frame["logprobs"] = chat_logprobs_json(event.logprobs, self->state_->model);
       } else {
         ++finals;
@@ -221,10 +259,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
           frame = {
               {"type", "error"}, {"id", id}, {"code", "engine_error"}, {"message", event.error}};
         } else {
+          const int calls = done_calls ? static_cast<int>(done_calls->calls.size()) : 0;
           frame = {{"type", "done"},
                    {"id", id},
-                   {"finish_reason", finish_reason_name(event.finish_reason)},
+                   {"finish_reason", finish_reason_name(event.finish_reason, calls)},
                    {"usage", usage_object(event.usage)}};
+          if (calls > 0) frame["tool_calls"] = tool_calls_json(*done_calls);
+          if (!text.empty()) {
+            // Content held back because it might have opened a call: a last token frame.
+            json::object rest{
+                {"type", "token"}, {"id", id}, {"text", text}, {"token_ids", json::array{}}};
+            if (samples > 1) rest["index"] = event.index;
+            self->send(std::move(rest));
+          }
         }
       }
       if (samples > 1) frame["index"] = event.index;

@@ -14,6 +14,13 @@
 
 namespace weft::actors {
 
+// A conversation as the chat template receives it, as transformers passes it: a list of dicts
+// with role and content (OpenAI's null content as "", as vLLM passes it: Qwen3's template
+// fails on None), name, tool_call_id, and tool_calls as
+// [{id, type: "function", function: {name, arguments}}] with arguments a dict when they are a
+// JSON object (templates apply tojson to them, as vLLM arranges too).
+jinja::Value chat_messages_value(const std::vector<ChatMessage>& messages);
+
 class TokenizerActor : public Actor {
  public:
   // `chat_template` may be empty: requests with messages are then refused with the reason.

@@ -5,12 +5,14 @@
 #include "runtime/grammar/ebnf_parser.hpp"
 #include "runtime/grammar/json_schema_to_grammar.hpp"
 #include "runtime/grammar/regex_to_grammar.hpp"
+#include "runtime/grammar/tool_call_grammar.hpp"
 
 namespace weft::grammar {
 
 Result<Grammar> grammar_for(const ResponseFormat& format) {
   JsonGrammarOptions json;
   json.flexible_whitespace = format.flexible_whitespace;
+  json.strict = format.strict;
   switch (format.type) {
     case ResponseFormat::Type::kJsonObject:
       return json_object_grammar(json);
@@ -20,6 +22,11 @@ Result<Grammar> grammar_for(const ResponseFormat& format) {
       return regex_to_grammar(format.source);
     case ResponseFormat::Type::kGrammar:
       return parse_ebnf(format.source);
+    case ResponseFormat::Type::kToolCalls: {
+      auto spec = parse_tool_call_spec(format.source);
+      if (!spec) return spec.error();
+      return tool_call_grammar(*spec);
+    }
     case ResponseFormat::Type::kText:
       break;
   }
@@ -49,7 +56,8 @@ Result<std::shared_ptr<const CompiledGrammar>> ConstraintCompiler::compile(
     const ResponseFormat& format) {
   const auto start = std::chrono::steady_clock::now();
   std::string key = std::to_string(static_cast<int>(format.type)) +
-                    (format.flexible_whitespace ? "w" : "c") + ":" + format.source;
+                    (format.flexible_whitespace ? "w" : "c") + (format.strict ? "s" : "l") + ":" +
+                    format.source;
   {
     std::lock_guard lock(mutex_);
     if (auto it = cache_.find(key); it != cache_.end()) {

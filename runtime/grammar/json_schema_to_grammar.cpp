@@ -194,9 +194,12 @@ Result<ExprId> JsonSchemaConverter::schema(Json s, const std::string& path, int 
   std::vector<std::string> constraining;
   for (auto [key, value] : obj) {
     if (kAnnotations.count(key)) continue;
-    if (!kSupported.count(key)) return unsupported(path, std::string(key));
+    if (!kSupported.count(key)) {
+      if (!options_.strict) continue;
+      return unsupported(path, std::string(key));
+    }
     if (key == "uniqueItems") {
-      if (value.is_bool() && !bool(value)) continue;
+      if ((value.is_bool() && !bool(value)) || !options_.strict) continue;
       return unsupported(path, "uniqueItems");
     }
     constraining.emplace_back(key);

@@ -24,6 +24,11 @@ struct JsonGrammarOptions {
   // so a model cannot stall forever in whitespace.
   bool flexible_whitespace = false;
   std::uint32_t max_whitespace = 16;
+  // Strict (the default): a keyword the converter cannot enforce exactly is an error naming
+  // it and its JSON pointer. Not strict: such a keyword (and uniqueItems: true) is skipped,
+  // so the output follows the rest of the schema but may break the skipped constraint
+  // (OpenAI's json_schema with strict false or absent, docs/grammars.md).
+  bool strict = true;
 };
 
 Result<Grammar> json_schema_to_grammar(std::string_view schema_json,

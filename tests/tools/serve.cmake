@@ -33,3 +33,19 @@ set_tests_properties(weft_serve_openai_client weft_serve_websocket_client weft_s
   PROPERTIES FAIL_REGULAR_EXPRESSION "FAIL|weft serve exited with|did not stop|ThreadSanitizer|AddressSanitizer|runtime error")
 set_tests_properties(weft_serve_curl weft_serve_slow_reader weft_serve_shutdown_mid_stream
   PROPERTIES FAIL_REGULAR_EXPRESSION "FAIL|weft serve exited with|did not stop|ThreadSanitizer|AddressSanitizer|runtime error")
+# Tool calling and structured outputs (docs/http-api.md#tools): the openai package over HTTP,
+# the ws package over /ws.
+add_test(NAME weft_serve_tools_openai COMMAND ${gateway_run} node ${gateway_tests}/tools_client.js)
+add_test(NAME weft_serve_tools_websocket COMMAND ${gateway_run} node ${gateway_tests}/tools_websocket.js)
+set_tests_properties(weft_serve_tools_openai weft_serve_tools_websocket PROPERTIES
+  FIXTURES_REQUIRED gateway_node TIMEOUT 240 ENVIRONMENT WEFT_TEST_NODE=${gateway_node}
+  FAIL_REGULAR_EXPRESSION "FAIL|weft serve exited with|did not stop|ThreadSanitizer|AddressSanitizer|runtime error")
+set_tests_properties(weft_serve_tools_openai PROPERTIES PASS_REGULAR_EXPRESSION "all tools checks passed")
+set_tests_properties(weft_serve_tools_websocket PROPERTIES PASS_REGULAR_EXPRESSION "all websocket tools checks passed")
+# The same checks with the Llama 3 call format ({"name": ..., "parameters": ...}).
+add_test(NAME weft_serve_tools_openai_llama3_json COMMAND ${gateway_run} node ${gateway_tests}/tools_client.js)
+set_tests_properties(weft_serve_tools_openai_llama3_json PROPERTIES
+  FIXTURES_REQUIRED gateway_node TIMEOUT 240
+  ENVIRONMENT "WEFT_TEST_NODE=${gateway_node};WEFT_SERVE_ARGS=--tool-call-format llama3_json"
+  PASS_REGULAR_EXPRESSION "all tools checks passed"
+  FAIL_REGULAR_EXPRESSION "FAIL|weft serve exited with|did not stop|ThreadSanitizer|AddressSanitizer|runtime error")

@@ -21,6 +21,7 @@
 
 #include "actors/device_backend.hpp"
 #include "actors/gateway_server.hpp"
+#include "loaders/chat_template_file.hpp"
 #include "loaders/tokenizer_json.hpp"
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
@@ -38,6 +39,7 @@ struct ServeOptions {
   std::int64_t kv_budget_mb = 256;
   unsigned threads = 0;
   int max_running = EngineConfig{}.max_running;
+  std::string tool_call_format = "auto";
   std::string device = "auto";
   double gpu_memory_fraction = 0.0;
 };
@@ -45,6 +47,19 @@ struct ServeOptions {
 // Names the calling thread as `top` and /proc show it (15 characters at most).
 void name_thread(const char* name) {
   pthread_setname_np(pthread_self(), name);
+}
+
+// How the model writes tool calls: --tool-call-format, or read from its chat template.
+grammar::ToolCallFormat tool_call_format(const ServeOptions& opts) {
+  if (auto f = grammar::tool_call_format_from_name(opts.tool_call_format)) return *f;
+  auto file = read_chat_template_file(opts.model_dir);
+  std::string source;
+  if (file) {
+    for (const auto& [name, text] : file->templates) {
+      if (name == "tool_use" || source.empty()) source = text;
+    }
+  }
+  return grammar::detect_tool_call_format(source);
 }
 
 int run_serve(const ServeOptions& opts) {
@@ -98,6 +113,7 @@ int run_serve(const ServeOptions& opts) {
                        .filename()
                        .string();
     }
+    model.tool_call_format = tool_call_format(opts);
     model.vocab_size = engine.vocab_size();
     model.context_length = engine.context_length();
     model.token_text = [tokenizer](std::int32_t id) {
@@ -204,6 +220,12 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "memory (0: use --kv-budget-mb)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.99));
+  cmd->add_option("--tool-call-format", opts->tool_call_format,
+                  "how the model writes tool calls: hermes (<tool_call> tags, Qwen), "
+                  "llama3_json (Llama 3.x), or auto (read from the chat template; hermes when "
+                  "the template shows neither)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "hermes", "llama3_json"}));
   cmd->callback([opts, &exit_code] { exit_code = run_serve(*opts); });
 }
 

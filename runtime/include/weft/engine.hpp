@@ -73,15 +73,29 @@ struct EngineConfig {
   Result<void> validate() const;
 };
 
+// A tool call an assistant message made, as the chat template receives it (OpenAI's
+// {"id", "type": "function", "function": {"name", "arguments"}}).
+struct ChatToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // JSON text; an object reaches the template as a dict
+};
+
 struct ChatMessage {
-  std::string role;
-  std::string content;
+  std::string role;          // system, developer, user, assistant, tool
+  std::string content;       // OpenAI's null (an assistant turn with only tool calls) is empty
+  std::string name;          // optional participant name
+  std::string tool_call_id;  // role tool: the call this message answers
+  std::vector<ChatToolCall> tool_calls;  // role assistant
 };
 
 struct GenerateRequest {
   // Exactly one of these is the prompt.
-  std::string prompt;                    // text, encoded with the model's tokenizer
-  std::vector<ChatMessage> messages;     // rendered with the model's chat template
+  std::string prompt;                 // text, encoded with the model's tokenizer
+  std::vector<ChatMessage> messages;  // rendered with the model's chat template
+  // With messages: the tool definitions (a JSON array of OpenAI's {"type": "function",
+  // "function": {...}}), given to the chat template as `tools`; empty for none.
+  std::string tools;
   std::vector<std::int32_t> prompt_ids;  // token ids as they are
   bool add_special_tokens = true;        // for `prompt`: BOS etc. as the tokenizer adds them
   SamplingParams sampling;

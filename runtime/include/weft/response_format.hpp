@@ -17,12 +17,18 @@ struct ResponseFormat {
     kJsonSchema,  // `source` is a JSON Schema (OpenAI's json_schema)
     kRegex,       // `source` is a regular expression the whole output matches
     kGrammar,     // `source` is EBNF grammar text with a rule named root
+    // `source` describes tool calls (runtime/grammar/tool_call_grammar.hpp): the model
+    // family's call format, the functions and their parameter schemas, required or auto.
+    kToolCalls,
   };
   Type type = Type::kText;
   std::string source;
   // JSON output: compact (no whitespace between tokens) by default; true allows a bounded
   // run of spaces, tabs and newlines around structural characters.
   bool flexible_whitespace = false;
+  // JSON Schema: true refuses a keyword that cannot be enforced exactly (naming it and its
+  // JSON pointer); false skips it and constrains the rest.
+  bool strict = true;
 
   bool constrained() const { return type != Type::kText; }
 };

@@ -74,7 +74,9 @@ expect bad_logit_bias_key '^HTTP/1.1 400.*"param":"logit_bias\[\\"abc\\"\]"' \
   "$(post /v1/completions '{"prompt":"x","logit_bias":{"abc":1}}' | tr -d '\r' | tr '\n' ' ')"
 expect bad_message_role '^HTTP/1.1 400.*"param":"messages\[0\].role"' \
   "$(post /v1/chat/completions '{"messages":[{"role":"robot","content":"x"}]}' | tr -d '\r' | tr '\n' ' ')"
-expect unknown_param '^HTTP/1.1 400.*"message":"tools: unknown or unsupported parameter"' \
+expect unknown_param '^HTTP/1.1 400.*"message":"functions: unknown or unsupported parameter"' \
+  "$(post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"functions":[]}' | tr -d '\r' | tr '\n' ' ')"
+expect empty_tools '^HTTP/1.1 400.*"param":"tools"' \
   "$(post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"tools":[]}' | tr -d '\r' | tr '\n' ' ')"
 expect missing_prompt '^HTTP/1.1 400.*"param":"prompt"' "$(post /v1/completions '{"max_tokens":2}' | tr -d '\r' | tr '\n' ' ')"
 expect stream_options_without_stream '^HTTP/1.1 400.*"param":"stream_options"' \
