@@ -60,7 +60,8 @@ Reply reply_for(const Error& error) {
     case ErrorCode::kShutdown: {
       Reply r = error_reply(http::status::service_unavailable, error.what(), "server_error", {},
                             "overloaded");
-      r.retry_after_s = 1;
+      // A request the pool can never hold will not fit later either; shutdown passes.
+      if (error.code() == ErrorCode::kShutdown) r.retry_after_s = 1;
       return r;
     }
     default:

@@ -16,8 +16,10 @@
 //   Retry-After and OpenAI's error JSON; then the server must serve requests again, and the
 //   openai client (which honours Retry-After) must get through a second burst.
 // - slow: SLOW SSE readers that read nothing (paused sockets) on long generations: the
-//   server's RSS must grow by less than SLOW_RSS_MB, and with --send-timeout-s their requests
-//   must be cancelled (weft_gateway_send_timeouts_total) and their pages freed.
+//   server's RSS must grow by less than SLOW_RSS_MB over a warm-up of the same requests read
+//   at full speed, and with --send-timeout-s their requests must be cancelled
+//   (weft_gateway_send_timeouts_total; all of them with SLOW_EXPECT_TIMEOUTS=1) and their
+//   pages freed.
 // - soak: mixed load (streams, cancels, disconnects) for SOAK_S seconds, sampling RSS and KV
 //   pages every SAMPLE_S seconds; prints the table; fails if RSS after warm-up grows by more
 //   than SOAK_RSS_MB or pages do not return to 0.
@@ -40,7 +42,7 @@ const SETTLE_S = Number(env('SETTLE_S', 20));
 const LIVE_LIMIT = Number(env('LIVE_LIMIT', 4));
 const SLOW = Number(env('SLOW', 8));
 const SLOW_TOKENS = Number(env('SLOW_TOKENS', 900));
-const SLOW_RSS_MB = Number(env('SLOW_RSS_MB', 64));
+const SLOW_RSS_MB = Number(env('SLOW_RSS_MB', 32));
 const SOAK_S = Number(env('SOAK_S', 60));
 const SAMPLE_S = Number(env('SAMPLE_S', 10));
 const SOAK_RSS_MB = Number(env('SOAK_RSS_MB', 64));
@@ -325,6 +327,10 @@ function pausedSse(i) {
 }
 
 async function phaseSlow() {
+  // Warm-up: the same requests read at full speed, so that the KV pages and buffers they touch
+  // count in the baseline and the growth below is what the stalled readers hold.
+  await Promise.all(Array.from({ length: SLOW }, (_, i) =>
+    rawPost({ ...params(2000 + i), max_tokens: SLOW_TOKENS, logprobs: 5 })));
   const before = await metrics();
   const rss0 = rssKiB();
   const socks = await Promise.all(Array.from({ length: SLOW }, (_, i) => pausedSse(2000 + i)));
@@ -353,7 +359,8 @@ async function phaseSlow() {
   }
   for (const s of socks) s.destroy();
   const after = await settle('slow readers');
-  summary.slow = { readers: SLOW, tokens_each: SLOW_TOKENS, rss_growth_mib: Number(growthMb.toFixed(1)),
+  summary.slow = { readers: SLOW, tokens_each: SLOW_TOKENS, rss_before_mib: +(rss0 / 1024).toFixed(1),
+    rss_growth_mib: Number(growthMb.toFixed(1)),
     send_timeouts: timedOut, pages_after: after.pages };
   console.log(`ok   slow readers: ${SLOW} paused SSE readers, RSS +${growthMb.toFixed(1)} MiB, ` +
     `${timedOut} cut by the send timeout, pages back to ${after.pages}`);
