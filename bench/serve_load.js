@@ -101,9 +101,10 @@ async function settle(what) {
   return m;
 }
 
+const TEMPERATURE = Number(env('TEMPERATURE', 0.8));
 const params = (i, maxTokens = MAX_TOKENS) => ({
   model: 'weft-tiny', prompt: PROMPTS[i % PROMPTS.length], max_tokens: maxTokens,
-  temperature: 0.8, seed: i, ignore_eos: true,
+  temperature: TEMPERATURE, seed: i, ignore_eos: true,
 });
 
 // One WebSocket request: its token ids, text and done frame. `cut` (a token count) ends it
@@ -214,8 +215,10 @@ async function phaseStreams() {
       if (!same) ++mismatched;
       lost += Math.max(0, ref[i].ids.length - r.ids.length);
       tokens += r.ids.length;
-      check(same, `ws stream ${i}: ${r.error || ''} got ${r.ids.length} ids ` +
-        `${JSON.stringify(r.ids.slice(0, 8))}..., alone ${JSON.stringify(ref[i].ids.slice(0, 8))}...`);
+      const k = r.ids.findIndex((t, j) => t !== ref[i].ids[j]);
+      check(same, `ws stream ${i}: ${r.error || ''} got ${r.ids.length} ids, first difference ` +
+        `from the request alone at token ${k}: ${JSON.stringify(r.ids.slice(Math.max(0, k - 2), k + 4))} ` +
+        `alone ${JSON.stringify(ref[i].ids.slice(Math.max(0, k - 2), k + 4))}`);
     } else {
       const n = r.usage ? r.usage.completion_tokens : 0;
       const same = !r.error && r.text === ref[i].text && n === MAX_TOKENS && r.finish === 'length';
@@ -337,8 +340,8 @@ async function phaseSlow() {
   let peak = rss0;
   const samples = [];
   // Until every paused request has ended in the engine (finished or cancelled by the send
-  // timeout), or 60 s.
-  const end = Date.now() + 60000;
+  // timeout), or 120 s.
+  const end = Date.now() + 120000;
   let m;
   for (;;) {
     await sleep(250);

@@ -29,7 +29,7 @@ url=$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$log" | head -1)
 echo "serve_load: weft serve at $url (pid $server), $(nproc) cores, model $model" >&2
 set +e
 PHASES=${PHASES:-streams,cancel,slow} STREAMS=${STREAMS:-256} MAX_TOKENS=${MAX_TOKENS:-32} \
-  STORM=${STORM:-256} SLOW=${SLOW:-32} WEFT_URL=$url WEFT_SERVER_PID=$server WEFT_NODE=$node_dir \
+  STORM=${STORM:-256} SLOW=${SLOW:-8} WEFT_URL=$url WEFT_SERVER_PID=$server WEFT_NODE=$node_dir \
   node "$root/bench/serve_load.js"
 status=$?
 kill -TERM $server
