@@ -341,7 +341,8 @@ async function phaseSlow() {
   const samples = [];
   // Until every paused request has ended in the engine (finished or cancelled by the send
   // timeout), or 120 s.
-  const end = Date.now() + 120000;
+  const started = Date.now();
+  const end = started + 120000;
   let m;
   for (;;) {
     await sleep(250);
@@ -364,7 +365,8 @@ async function phaseSlow() {
   const after = await settle('slow readers');
   summary.slow = { readers: SLOW, tokens_each: SLOW_TOKENS, rss_before_mib: +(rss0 / 1024).toFixed(1),
     rss_growth_mib: Number(growthMb.toFixed(1)),
-    send_timeouts: timedOut, pages_after: after.pages };
+    send_timeouts: timedOut, pages_after: after.pages, live_when_engine_done: m.live,
+    waited_ms: Date.now() - started };
   console.log(`ok   slow readers: ${SLOW} paused SSE readers, RSS +${growthMb.toFixed(1)} MiB, ` +
     `${timedOut} cut by the send timeout, pages back to ${after.pages}`);
 }
