@@ -320,7 +320,7 @@ function pausedSse(i) {
     const net = require('net');
     const u = new URL(base);
     const sock = net.connect({ host: u.hostname, port: Number(u.port) }, () => {
-      const body = JSON.stringify({ ...params(i), max_tokens: SLOW_TOKENS, stream: true, logprobs: 5 });
+      const body = JSON.stringify({ ...params(i), max_tokens: SLOW_TOKENS, stream: true, logprobs: 20 });
       sock.write(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
         `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
     });
@@ -333,7 +333,7 @@ async function phaseSlow() {
   // Warm-up: the same requests read at full speed, so that the KV pages and buffers they touch
   // count in the baseline and the growth below is what the stalled readers hold.
   await Promise.all(Array.from({ length: SLOW }, (_, i) =>
-    rawPost({ ...params(2000 + i), max_tokens: SLOW_TOKENS, logprobs: 5 })));
+    rawPost({ ...params(2000 + i), max_tokens: SLOW_TOKENS, logprobs: 20 })));
   const before = await metrics();
   const rss0 = rssKiB();
   const socks = await Promise.all(Array.from({ length: SLOW }, (_, i) => pausedSse(2000 + i)));

@@ -46,7 +46,7 @@ set_tests_properties(weft_serve_overload PROPERTIES ENVIRONMENT
   "WEFT_TEST_NODE=${gateway_node};PHASES=overload;LIVE_LIMIT=4;LIMIT_S=150;WEFT_SERVE_ARGS=--max-live-requests 4 --max-queued-requests 2")
 add_test(NAME weft_serve_slow_sse COMMAND ${gateway_run} ${serve_load})
 set_tests_properties(weft_serve_slow_sse PROPERTIES ENVIRONMENT
-  "WEFT_TEST_NODE=${gateway_node};PHASES=slow;SLOW=6;SLOW_TOKENS=500;SLOW_EXPECT_TIMEOUTS=1;LIMIT_S=150;WEFT_SERVE_ARGS=--socket-send-buffer-bytes 8192 --send-timeout-s 2")
+  "WEFT_TEST_NODE=${gateway_node};PHASES=slow;SLOW=6;SLOW_TOKENS=800;SLOW_EXPECT_TIMEOUTS=1;LIMIT_S=150;WEFT_SERVE_ARGS=--socket-send-buffer-bytes 8192 --send-timeout-s 2")
 set_tests_properties(weft_serve_load weft_serve_overload weft_serve_slow_sse PROPERTIES
   FIXTURES_REQUIRED gateway_node TIMEOUT 180 PASS_REGULAR_EXPRESSION "all serve_load checks passed")
 add_test(NAME weft_serve_graceful_shutdown
