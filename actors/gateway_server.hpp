@@ -39,7 +39,7 @@ struct GatewayConfig {
   // in prefill); more get 429. 0: no limit.
   int max_queued_requests = 0;
   int retry_after_s = 1;  // the Retry-After header of 429 and 503 answers
-  // An SSE write that makes no progress for this long (a reader that stopped reading)
+  // An SSE event that cannot be written within this long (a reader that stopped reading)
   // cancels its request and closes the connection. 0: wait forever.
   int send_timeout_s = 60;
 };

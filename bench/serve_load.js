@@ -19,7 +19,8 @@
 //   server's RSS must grow by less than SLOW_RSS_MB over a warm-up of the same requests read
 //   at full speed, and with --send-timeout-s their requests must be cancelled
 //   (weft_gateway_send_timeouts_total; all of them with SLOW_EXPECT_TIMEOUTS=1) and their
-//   pages freed.
+//   pages freed. SLOW_HOLD=1 (with --send-timeout-s 0) keeps them paused until the engine has
+//   generated every token, and measures what the server then holds for them.
 // - soak: mixed load (streams, cancels, disconnects) for SOAK_S seconds, sampling RSS and KV
 //   pages every SAMPLE_S seconds; prints the table; fails if RSS after warm-up grows by more
 //   than SOAK_RSS_MB or pages do not return to 0.
@@ -349,7 +350,15 @@ async function phaseSlow() {
     peak = Math.max(peak, rssKiB());
     m = await metrics();
     samples.push(m.pages);
-    if (m.running === 0 && m.waiting === 0 && (m.sendTimeouts - before.sendTimeouts >= SLOW || m.live === 0)) break;
+    const engineDone = m.running === 0 && m.waiting === 0;
+    // SLOW_HOLD=1 (a server with --send-timeout-s 0): the readers stay paused; measure what
+    // the server holds once every token has been generated and waits for them.
+    if (engineDone && env('SLOW_HOLD', '0') === '1') {
+      await sleep(2000);
+      peak = Math.max(peak, rssKiB());
+      break;
+    }
+    if (engineDone && (m.sendTimeouts - before.sendTimeouts >= SLOW || m.live === 0)) break;
     if (Date.now() > end) break;
   }
   // A control request is still served while the slow readers are held.

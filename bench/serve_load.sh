@@ -4,7 +4,7 @@
 #   bench/serve_load.sh [BUILD_DIR] [MODEL_DIR]   (defaults: build/release, models/weft-tiny)
 # Environment: PHASES (default streams,cancel,slow), STREAMS (256), MAX_TOKENS (32), STORM (256)
 # and the others of serve_load.js; SERVE_ARGS adds options to `weft serve`; THREADS for the
-# forward pass (default 1).
+# forward pass (default 1); SEND_TIMEOUT_S for --send-timeout-s (default 5).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$root/build/release}" && pwd)
@@ -17,7 +17,7 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 log=$(mktemp)
 # shellcheck disable=SC2086
 "$weft" serve --model "$model" --port 0 --threads "${THREADS:-1}" --kv-budget-mb 1024 \
-  --max-running 512 --socket-send-buffer-bytes 8192 --send-timeout-s 5 ${SERVE_ARGS:-} >"$log" 2>&1 &
+  --max-running 512 --socket-send-buffer-bytes 8192 --send-timeout-s "${SEND_TIMEOUT_S:-5}" ${SERVE_ARGS:-} >"$log" 2>&1 &
 server=$!
 trap 'kill -9 $server 2>/dev/null; rm -f "$log"' EXIT
 for _ in $(seq 300); do

@@ -229,7 +229,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
   cmd->add_option("--send-timeout-s", opts->gateway.send_timeout_s,
-                  "seconds an SSE write may make no progress (a client that stopped reading) "
+                  "seconds one SSE event may take to be written (a client that stopped reading) "
                   "before its request is cancelled and the connection closed; 0: no limit")
       ->capture_default_str()
       ->check(CLI::Range(0, 86400));
