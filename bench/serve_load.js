@@ -331,10 +331,11 @@ function pausedSse(i) {
 }
 
 async function phaseSlow() {
-  // Warm-up: the same requests read at full speed, so that the KV pages and buffers they touch
-  // count in the baseline and the growth below is what the stalled readers hold.
+  // Warm-up: the same requests streamed and read at full speed, so that the KV pages and
+  // buffers they touch count in the baseline and the growth below is what the stalled readers
+  // hold (a non-streamed warm-up would build whole answers, as big as the backlog, and hide it).
   await Promise.all(Array.from({ length: SLOW }, (_, i) =>
-    rawPost({ ...params(2000 + i), max_tokens: SLOW_TOKENS, logprobs: 20 })));
+    rawPost({ ...params(2000 + i), max_tokens: SLOW_TOKENS, logprobs: 20, stream: true })));
   const before = await metrics();
   const rss0 = rssKiB();
   const socks = await Promise.all(Array.from({ length: SLOW }, (_, i) => pausedSse(2000 + i)));
