@@ -31,7 +31,7 @@ function start(args) {
     proc.stdout.on('data', onData);
     proc.stderr.on('data', onData);
     proc.on('exit', () => reject(new Error('weft serve exited early: ' + log)));
-    setTimeout(() => reject(new Error('weft serve printed no address: ' + log)), 30000);
+    setTimeout(() => reject(new Error('weft serve printed no address: ' + log)), 30000).unref();
   });
 }
 
