@@ -3,10 +3,11 @@
 //   WEFT_URL=http://127.0.0.1:PORT WEFT_SERVER_PID=PID WEFT_NODE=DIR node bench/serve_load.js
 // bench/serve_load.sh and the ctest wrappers (tests/tools/serve.cmake) start the server.
 // PHASES (comma separated, default "streams,cancel") picks what runs:
-// - streams: STREAMS seeded requests (temperature 0.8, seed = index, ignore_eos), alternately
-//   over SSE (openai client) and WebSocket (ws), all at once; each is checked against the same
-//   request run alone beforehand: WebSocket token ids equal exactly (every token once, in
-//   order), SSE text equal exactly and completion_tokens = MAX_TOKENS.
+// - streams: STREAMS requests (greedy; TEMPERATURE=0.8 makes them seeded, seed = index;
+//   ignore_eos), alternately over SSE (openai client) and WebSocket (ws), all at once; each is
+//   checked against the same request run alone beforehand: WebSocket token ids equal exactly
+//   (every token once, in order), SSE text equal exactly and completion_tokens = MAX_TOKENS.
+//   Seeded requests are not all batch-invariant on the CPU path (docs/reliability.md).
 // - cancel: STORM streams at once, of which half are cut at a random token: openai client
 //   AbortController, raw socket destroy mid-SSE, ws terminate(), ws `cancel` frame; then
 //   /metrics must show KV pages used, running, waiting and live requests back to 0 within
@@ -102,7 +103,7 @@ async function settle(what) {
   return m;
 }
 
-const TEMPERATURE = Number(env('TEMPERATURE', 0.8));
+const TEMPERATURE = Number(env('TEMPERATURE', 0));
 const params = (i, maxTokens = MAX_TOKENS) => ({
   model: 'weft-tiny', prompt: PROMPTS[i % PROMPTS.length], max_tokens: maxTokens,
   temperature: TEMPERATURE, seed: i, ignore_eos: true,
@@ -234,7 +235,7 @@ async function phaseStreams() {
     max_tokens: MAX_TOKENS, tokens_delivered: tokens, tokens_lost: lost, mismatched,
     peak_connections_seen: peakConnections, reference_ms: refMs, concurrent_ms: concMs,
     rss_delta_kib: rssKiB() - rss0 };
-  if (!mismatched) console.log(`ok   ${STREAMS} concurrent streams equal the same seeded requests run alone (${tokens} tokens)`);
+  if (!mismatched) console.log(`ok   ${STREAMS} concurrent streams equal the same requests run alone (${tokens} tokens)`);
   await settle('streams');
 }
 

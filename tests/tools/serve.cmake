@@ -33,14 +33,14 @@ set_tests_properties(weft_serve_openai_client weft_serve_websocket_client weft_s
   PROPERTIES FAIL_REGULAR_EXPRESSION "FAIL|weft serve exited with|did not stop|ThreadSanitizer|AddressSanitizer|runtime error")
 set_tests_properties(weft_serve_curl weft_serve_slow_reader weft_serve_shutdown_mid_stream
   PROPERTIES FAIL_REGULAR_EXPRESSION "FAIL|weft serve exited with|did not stop|ThreadSanitizer|AddressSanitizer|runtime error")
-# Load and faults (docs/reliability.md): seeded streams over SSE (openai) and WebSocket (ws) at
+# Load and faults (docs/reliability.md): greedy streams over SSE (openai) and WebSocket (ws) at
 # once checked against the same requests run alone, a cancel/disconnect storm that must leave
 # every KV page free, overload answered 429/503 with Retry-After then recovered, and paused
 # SSE readers bounded by --send-timeout-s. Small parameters here; bench/serve_load.sh runs 256.
 set(serve_load node ${CMAKE_SOURCE_DIR}/bench/serve_load.js)
 add_test(NAME weft_serve_load COMMAND ${gateway_run} ${serve_load})
 set_tests_properties(weft_serve_load PROPERTIES ENVIRONMENT
-  "WEFT_TEST_NODE=${gateway_node};PHASES=streams,cancel;STREAMS=48;MAX_TOKENS=12;STORM=48;LIMIT_S=150;WEFT_SERVE_ARGS=--max-running 64")
+  "WEFT_TEST_NODE=${gateway_node};PHASES=streams,cancel;STREAMS=64;MAX_TOKENS=12;STORM=64;LIMIT_S=150;WEFT_SERVE_ARGS=--max-running 64")
 add_test(NAME weft_serve_overload COMMAND ${gateway_run} ${serve_load})
 set_tests_properties(weft_serve_overload PROPERTIES ENVIRONMENT
   "WEFT_TEST_NODE=${gateway_node};PHASES=overload;LIVE_LIMIT=4;LIMIT_S=150;WEFT_SERVE_ARGS=--max-live-requests 4 --max-queued-requests 2")
