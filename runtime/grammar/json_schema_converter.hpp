@@ -29,6 +29,9 @@ class JsonSchemaConverter {
   Result<Json> resolve_ref(std::string_view ref, const std::string& path);
   Error error(const std::string& path, const std::string& what) const;
   Error unsupported(const std::string& path, const std::string& keyword) const;
+  void warn(const std::string& path, const std::string& what) const {
+    if (options_.warnings) options_.warnings->push_back("JSON Schema at '" + path + "': " + what);
+  }
 
   // Generic JSON values (json_schema_to_grammar.cpp).
   RuleId any_value();

@@ -3,6 +3,7 @@
 // format's validator (ajv-formats, full mode) accepts, or a subset of it.
 
 #include <cmath>
+#include <set>
 
 #include "runtime/grammar/json_schema_converter.hpp"
 #include "runtime/grammar/regex_to_grammar.hpp"
@@ -29,7 +30,24 @@ constexpr std::string_view kIpv4 =
 constexpr std::string_view kUri =
     "[a-zA-Z][a-zA-Z0-9+.-]*:([a-zA-Z0-9\\-._~!$&'()*+,;=:@/?#]|%[0-9a-fA-F]{2})+";
 
+// A hostname (RFC 1123 labels, as ajv-formats checks them), at most four labels of at most
+// 62 characters, so the whole stays within the 253 characters validators allow.
+constexpr std::string_view kLabel = "[a-zA-Z0-9]([a-zA-Z0-9-]{0,60}[a-zA-Z0-9])?";
+
+// Formats JSON Schema 2020-12 or ajv-formats define that Weft does not generate: refused
+// (a validator checks them). Any other format is unknown, an annotation, and ignored.
+const std::set<std::string_view> kKnownFormats{
+    "duration",      "idn-email",     "idn-hostname", "ipv6",
+    "iri",           "iri-reference", "uri-reference", "uri-template",
+    "json-pointer",  "relative-json-pointer", "regex", "url",
+    "byte",          "int32",         "int64",        "float",
+    "double",        "iso-time",      "iso-date-time"};
+
 std::optional<std::string> format_regex(std::string_view format) {
+  if (format == "hostname") {
+    std::string label(kLabel);
+    return label + "(\\." + label + "){0,3}";
+  }
   if (format == "date") return std::string(kDate);
   if (format == "time") return std::string(kTime);
   if (format == "date-time") return std::string(kDate) + "T" + std::string(kTime);
@@ -38,6 +56,19 @@ std::optional<std::string> format_regex(std::string_view format) {
   if (format == "ipv4") return std::string(kIpv4);
   if (format == "uri") return std::string(kUri);
   return std::nullopt;
+}
+
+// The lengths (in characters; every format is ASCII) of the format's strings: {min, max},
+// max empty when unbounded.
+std::pair<std::uint32_t, std::optional<std::uint32_t>> format_lengths(std::string_view format) {
+  if (format == "date") return {10, 10};
+  if (format == "time") return {9, 24};
+  if (format == "date-time") return {20, 35};
+  if (format == "uuid") return {36, 36};
+  if (format == "ipv4") return {7, 15};
+  if (format == "email") return {5, std::nullopt};
+  if (format == "hostname") return {1, 251};
+  return {3, std::nullopt};  // uri
 }
 
 }  // namespace
@@ -58,7 +89,6 @@ Result<ExprId> JsonSchemaConverter::string_schema(Json s, const std::string& pat
   if (!min_len) return min_len.error();
   auto max_len = length("maxLength");
   if (!max_len) return max_len.error();
-  bool has_length = min_len->has_value() || max_len->has_value();
   std::string_view pattern, format;
   bool has_pattern = !obj["pattern"].get(pattern);
   bool has_format = !obj["format"].get(format);
@@ -66,10 +96,35 @@ Result<ExprId> JsonSchemaConverter::string_schema(Json s, const std::string& pat
     return error(path + "/pattern", "pattern must be a string");
   if (!obj["format"].get(v) && !v.is_string())
     return error(path + "/format", "format must be a string");
-  if ((has_pattern ? 1 : 0) + (has_format ? 1 : 0) + (has_length ? 1 : 0) > 1)
-    return error(
-        path,
-        "combining pattern, format and minLength/maxLength in one string schema is not supported");
+  // An unknown format is an annotation (validators ignore it): accepted, with a warning.
+  if (has_format && kKnownFormats.count(format))
+    return Error(ErrorCode::kUnsupported, "JSON Schema at '" + path +
+                                              "/format': unsupported format '" +
+                                              std::string(format) + "'");
+  if (has_format && !format_regex(format)) {
+    warn(path + "/format", "unknown format '" + std::string(format) + "' is not enforced");
+    has_format = false;
+  }
+  // A format whose every string already meets the length limits makes them redundant.
+  if (has_format) {
+    auto [flo, fhi] = format_lengths(format);
+    if (min_len->value_or(0) <= flo && (!max_len->has_value() || (fhi && **max_len >= *fhi))) {
+      *min_len = std::nullopt;
+      *max_len = std::nullopt;
+    }
+  }
+  bool has_length = min_len->has_value() || max_len->has_value();
+  if (has_format && has_pattern)
+    return error(path, "unsupported keyword 'pattern' beside 'format' '" + std::string(format) +
+                           "' (the intersection of two patterns is not generated)");
+  if (has_format && has_length)
+    return error(path, std::string("unsupported keyword '") +
+                           (min_len->has_value() ? "minLength" : "maxLength") + "' beside 'format' '" +
+                           std::string(format) + "' whose strings may be outside the limits");
+  if (has_pattern && has_length)
+    return error(path, std::string("unsupported keyword '") +
+                           (min_len->has_value() ? "minLength" : "maxLength") +
+                           "' beside 'pattern' (the intersection is not generated)");
 
   RegexOptions ro;
   ro.json_string = true;
@@ -81,9 +136,6 @@ Result<ExprId> JsonSchemaConverter::string_schema(Json s, const std::string& pat
   }
   if (has_format) {
     auto re = format_regex(format);
-    if (!re)
-      return Error(ErrorCode::kUnsupported, "JSON Schema at '" + path + "': unsupported format '" +
-                                                std::string(format) + "'");
     auto e = regex_to_expr(g_, *re, ro);
     if (!e) return e.error();
     return g_.sequence({g_.byte('"'), *e, g_.byte('"')});

@@ -11,7 +11,9 @@
 // means "none": outputs stay within what the schema describes and still validate.
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "runtime/grammar/grammar.hpp"
 #include "weft/error.hpp"
@@ -29,6 +31,9 @@ struct JsonGrammarOptions {
   // so the output follows the rest of the schema but may break the skipped constraint
   // (OpenAI's json_schema with strict false or absent, docs/grammars.md).
   bool strict = true;
+  // When set, receives what was accepted but not enforced (an unknown `format`, an annotation
+  // in the schema's own words), each naming its JSON pointer.
+  std::vector<std::string>* warnings = nullptr;
 };
 
 Result<Grammar> json_schema_to_grammar(std::string_view schema_json,

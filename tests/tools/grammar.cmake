@@ -68,3 +68,15 @@ add_test(NAME weft_serve_response_format_websocket COMMAND ${grammar_serve} node
 set_tests_properties(weft_serve_response_format_websocket PROPERTIES TIMEOUT 120
   FIXTURES_REQUIRED gateway_node ENVIRONMENT WEFT_TEST_NODE=${CMAKE_BINARY_DIR}/test-node
   PASS_REGULAR_EXPRESSION "websocket response_format checks passed" FAIL_REGULAR_EXPRESSION "FAIL")
+
+# The JSON Schema Test Suite (draft 4 translated to 2020-12, plus suite-2020-12/ for the
+# keywords draft 4 lacks), every instance fed byte by byte through the matcher: an invalid
+# instance accepted fails the test (soundness), and so does any count below
+# suite_baseline.json (coverage regression). The data comes from scripts/fetch-test-data.
+add_executable(json_schema_suite ${grammar_tests}/json_schema_suite.cpp)
+target_include_directories(json_schema_suite PRIVATE ${CMAKE_SOURCE_DIR})
+target_link_libraries(json_schema_suite PRIVATE weft_grammar Boost::json weft_warnings)
+set(suite_data ${CMAKE_BINARY_DIR}/test-data/json-schema-test-suite/tests/draft4)
+add_test(NAME json_schema_test_suite
+         COMMAND sh -c "if [ ! -d ${suite_data} ]; then echo 'SKIP: ${suite_data} is missing: run scripts/fetch-test-data ${CMAKE_BINARY_DIR}'; exit 0; fi; node ${grammar_tests}/suite_cases.js cases ${suite_data} ${grammar_tests}/suite-2020-12 ${CMAKE_CURRENT_BINARY_DIR}/suite_cases.json && $<TARGET_FILE:json_schema_suite> suite --cases ${CMAKE_CURRENT_BINARY_DIR}/suite_cases.json --out ${CMAKE_CURRENT_BINARY_DIR}/suite_results.jsonl && node ${grammar_tests}/suite_cases.js report ${CMAKE_CURRENT_BINARY_DIR}/suite_results.jsonl ${grammar_tests}/suite_baseline.json")
+set_tests_properties(json_schema_test_suite PROPERTIES TIMEOUT 600 FAIL_REGULAR_EXPRESSION "FAIL" SKIP_REGULAR_EXPRESSION "SKIP:")
