@@ -6,6 +6,7 @@
 #include <simdjson.h>
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,7 +47,16 @@ class JsonSchemaConverter {
   Result<ExprId> array_schema(Json s, const std::string& path, int depth);
   Result<ExprId> string_schema(Json s, const std::string& path);
   Result<ExprId> number_schema(Json s, const std::string& path, bool integer);
-  Result<ExprId> all_of(Json s, const std::string& path, int depth);
+  // allOf, and $ref beside other keywords: the branches merged into one schema, a synthetic
+  // document kept alive by the converter (json_schema_merge.cpp).
+  Result<Json> merge(std::vector<std::pair<Json, std::string>> branches, const std::string& path);
+  Result<Json> synthetic(const std::string& text);
+  // Does value v meet schema s? nullopt where it cannot tell (json_schema_validate.cpp).
+  std::optional<bool> validate(Json v, Json s, int depth = 0);
+  // uniqueItems (json_schema_arrays.cpp).
+  std::optional<std::vector<Json>> finite_values(Json s, int depth = 0);
+  Result<ExprId> unique_array(const std::vector<Json>& values, std::uint64_t lo, std::uint64_t hi,
+                              const std::string& path);
   // oneOf is generated as anyOf; this refuses it unless no value can match two branches
   // (json_schema_one_of.cpp).
   Result<void> check_one_of(Json list, const std::string& path);
@@ -64,6 +74,11 @@ class JsonSchemaConverter {
   ExprId ws_ = 0;
   std::optional<RuleId> any_value_, any_string_, any_number_, string_char_;
   std::map<std::string, RuleId> ref_rules_;  // $ref target -> its rule (recursion)
+  struct Synthetic {
+    simdjson::padded_string text;
+    simdjson::dom::parser parser;
+  };
+  std::vector<std::unique_ptr<Synthetic>> synthetic_;  // merged schemas' documents
   int rule_counter_ = 0;
 
  public:
@@ -74,5 +89,9 @@ class JsonSchemaConverter {
 
 // Keyword sets, for refusing what is not implemented.
 bool is_annotation(std::string_view key);
+std::string json_type_name(Json v);
+bool json_equal(Json a, Json b);
+// A schema object's text from its keywords and their values' texts.
+std::string schema_text(const std::vector<std::pair<std::string, std::string>>& keys);
 
 }  // namespace weft::grammar::detail

@@ -37,11 +37,10 @@ constexpr std::string_view kLabel = "[a-zA-Z0-9]([a-zA-Z0-9-]{0,60}[a-zA-Z0-9])?
 // Formats JSON Schema 2020-12 or ajv-formats define that Weft does not generate: refused
 // (a validator checks them). Any other format is unknown, an annotation, and ignored.
 const std::set<std::string_view> kKnownFormats{
-    "duration",      "idn-email",     "idn-hostname", "ipv6",
-    "iri",           "iri-reference", "uri-reference", "uri-template",
-    "json-pointer",  "relative-json-pointer", "regex", "url",
-    "byte",          "int32",         "int64",        "float",
-    "double",        "iso-time",      "iso-date-time"};
+    "duration",      "idn-email",     "idn-hostname", "ipv6",         "iri",
+    "iri-reference", "uri-reference", "uri-template", "json-pointer", "relative-json-pointer",
+    "regex",         "url",           "byte",         "int32",        "int64",
+    "float",         "double",        "iso-time",     "iso-date-time"};
 
 std::optional<std::string> format_regex(std::string_view format) {
   if (format == "hostname") {
@@ -98,9 +97,9 @@ Result<ExprId> JsonSchemaConverter::string_schema(Json s, const std::string& pat
     return error(path + "/format", "format must be a string");
   // An unknown format is an annotation (validators ignore it): accepted, with a warning.
   if (has_format && kKnownFormats.count(format))
-    return Error(ErrorCode::kUnsupported, "JSON Schema at '" + path +
-                                              "/format': unsupported format '" +
-                                              std::string(format) + "'");
+    return Error(
+        ErrorCode::kUnsupported,
+        "JSON Schema at '" + path + "/format': unsupported format '" + std::string(format) + "'");
   if (has_format && !format_regex(format)) {
     warn(path + "/format", "unknown format '" + std::string(format) + "' is not enforced");
     has_format = false;
@@ -119,8 +118,9 @@ Result<ExprId> JsonSchemaConverter::string_schema(Json s, const std::string& pat
                            "' (the intersection of two patterns is not generated)");
   if (has_format && has_length)
     return error(path, std::string("unsupported keyword '") +
-                           (min_len->has_value() ? "minLength" : "maxLength") + "' beside 'format' '" +
-                           std::string(format) + "' whose strings may be outside the limits");
+                           (min_len->has_value() ? "minLength" : "maxLength") +
+                           "' beside 'format' '" + std::string(format) +
+                           "' whose strings may be outside the limits");
   if (has_pattern && has_length)
     return error(path, std::string("unsupported keyword '") +
                            (min_len->has_value() ? "minLength" : "maxLength") +

@@ -97,9 +97,8 @@ int run_suite(const fs::path& cases, const fs::path& out_path) {
     ++groups;
     const std::string schema = json::serialize(group.at("schema"));
     Compiled c = compile(schema, trie);
-    json::object base{{"file", group.at("file")},
-                      {"group", group.at("description")},
-                      {"schema", schema}};
+    json::object base{
+        {"file", group.at("file")}, {"group", group.at("description")}, {"schema", schema}};
     if (!c.grammar) {
       ++refused;
       json::object line = base;
