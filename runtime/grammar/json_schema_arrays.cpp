@@ -79,10 +79,10 @@ Result<ExprId> JsonSchemaConverter::array_schema(Json s, const std::string& path
         return error(path + "/minContains", "minContains must be a non-negative integer");
       m = static_cast<std::uint64_t>(d);
     }
-    if (m > kMaxExpandedItems) return unsupported(path, "minContains (too large)");
+    if (m > kMaxExpandedItems) return unsupported(path, "minContains", "too large");
     Json unique;
     if (m > 0 && !obj["uniqueItems"].get(unique) && unique.is_bool() && bool(unique))
-      return unsupported(path, "contains' beside 'uniqueItems");
+      return unsupported(path, "contains", "beside uniqueItems");
     lo = std::max(lo, m);
     if (lo > hi)
       return error(path, "minContains " + std::to_string(m) +
@@ -108,15 +108,14 @@ Result<ExprId> JsonSchemaConverter::array_schema(Json s, const std::string& path
   // values' order for more of them, and otherwise at most one element.
   Json unique;
   if (!obj["uniqueItems"].get(unique) && unique.is_bool() && bool(unique) && hi > 1) {
-    if (!prefix.empty()) return unsupported(path, "uniqueItems' beside 'prefixItems");
+    if (!prefix.empty()) return unsupported(path, "uniqueItems", "beside prefixItems");
     Json item_schema;
     std::optional<std::vector<Json>> values;
     if (!obj["items"].get(item_schema)) values = finite_values(item_schema);
     if (!values) {
       if (lo > 1)
-        return unsupported(path,
-                           "uniqueItems' with minItems above 1 over items that are not "
-                           "a few known values");
+        return unsupported(path, "uniqueItems",
+                           "with minItems above 1 over items that are not a few known values");
       warn(path + "/uniqueItems",
            "items that are not a few known values: at most one element is generated");
       hi = 1;

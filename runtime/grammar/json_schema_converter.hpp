@@ -30,6 +30,13 @@ class JsonSchemaConverter {
   Result<Json> resolve_ref(std::string_view ref, const std::string& path);
   Error error(const std::string& path, const std::string& what) const;
   Error unsupported(const std::string& path, const std::string& keyword) const;
+  // "unsupported keyword 'K': detail"
+  Error unsupported(const std::string& path, const std::string& keyword,
+                    const std::string& detail) const {
+    return Error(ErrorCode::kUnsupported, "JSON Schema at '" + (path.empty() ? "#" : path) +
+                                              "': unsupported keyword '" + keyword +
+                                              "': " + detail);
+  }
   void warn(const std::string& path, const std::string& what) const {
     if (options_.warnings) options_.warnings->push_back("JSON Schema at '" + path + "': " + what);
   }

@@ -248,7 +248,7 @@ Result<Json> JsonSchemaConverter::merge(std::vector<std::pair<Json, std::string>
     } else if (key == "uniqueItems") {
       out.emplace_back(key, "true");
     } else if (key == "items" || key == "contains" || key == "propertyNames") {
-      if (key == "contains") return unsupported(path, "contains (in two allOf branches)");
+      if (key == "contains") return unsupported(path, "contains", "in two allOf branches");
       std::vector<std::string> parts;
       for (auto& [v, bpath] : vs)
         parts.push_back(simdjson::minify(v));
@@ -298,8 +298,9 @@ Result<Json> JsonSchemaConverter::merge(std::vector<std::pair<Json, std::string>
           for (Json b : v.get_array()) {
             next.push_back(p.empty() ? simdjson::minify(b) : p + "," + simdjson::minify(b));
             if (next.size() > kMaxAlternatives)
-              return unsupported(path, key + " (more than " + std::to_string(kMaxAlternatives) +
-                                           " alternatives after merging allOf)");
+              return unsupported(path, key,
+                                 "more than " + std::to_string(kMaxAlternatives) +
+                                     " alternatives after merging allOf");
           }
         product = std::move(next);
       }
@@ -316,8 +317,9 @@ Result<Json> JsonSchemaConverter::merge(std::vector<std::pair<Json, std::string>
         any += (i ? "," : "") + parts[i];
       out.emplace_back("not", any + "]}");
     } else {
-      return unsupported(vs[1].second, key + "' differently in two allOf branches ('" +
-                                           vs[0].second + "' and '" + vs[1].second + "");
+      return unsupported(vs[1].second, key,
+                         "constrained differently by two allOf branches ('" + vs[0].second +
+                             "' and '" + vs[1].second + "')");
     }
   }
   return synthetic(schema_text(out));

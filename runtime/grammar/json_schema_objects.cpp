@@ -182,12 +182,12 @@ static Result<ExprId> emit_object(JsonSchemaConverter& c, ObjectSpec spec, const
     // One extra member counts toward minProperties too (a single extra name cannot repeat).
     const std::uint64_t extra_count = extra ? 1 : 0;
     if (req_left[0] + opt_left[0] + extra_count < lo)
-      return c.unsupported(path, "minProperties' above the properties that can be generated (" +
-                                     std::to_string(n) + " declared" +
-                                     (extra ? ", and extra names may repeat" : "") + ")");
+      return c.unsupported(path, "minProperties",
+                           "above the properties that can be generated (" + std::to_string(n) +
+                               " declared" + (extra ? ", and extra names may repeat" : "") + ")");
     const std::uint64_t cap = spec.max_properties ? hi : lo;  // counts saturate at cap
     if ((n + 1) * (cap + 1) > 20000)
-      return c.unsupported(path, "minProperties/maxProperties (too many states)");
+      return c.unsupported(path, "minProperties", "too many states with maxProperties");
     std::map<std::pair<std::size_t, std::uint64_t>, RuleId> rules;
     auto feasible = [&](std::size_t i, std::uint64_t k) {
       return k + req_left[i] <= hi && k + req_left[i] + opt_left[i] + extra_count >= lo;

@@ -316,7 +316,7 @@ Result<ExprId> JsonSchemaConverter::schema(Json s, const std::string& path, int 
           next.back().emplace_back(choice, path + "/dependentRequired");
         }
       if (next.size() > 16)
-        return unsupported(path, "dependentRequired (more than 4 dependencies)");
+        return unsupported(path, "dependentRequired", "more than 4 dependencies");
       product = std::move(next);
     }
     std::vector<std::pair<Json, std::string>> alts;
@@ -425,7 +425,9 @@ Result<ExprId> JsonSchemaConverter::schema(Json s, const std::string& path, int 
       if (!e) return e.error();
       return schema(*e, path, depth + 1);
     }
-    if (!only_type) return unsupported(path, "not");
+    if (!only_type)
+      return unsupported(path, "not",
+                         "only a `not` over types, or over booleans and null, is generated");
     std::vector<std::string> kept;
     for (const auto& t : base) {
       bool excluded = std::find(neg_types.begin(), neg_types.end(), t) != neg_types.end() ||
@@ -433,7 +435,7 @@ Result<ExprId> JsonSchemaConverter::schema(Json s, const std::string& path, int 
                        std::find(neg_types.begin(), neg_types.end(), "number") != neg_types.end());
       if (t == "number" &&
           std::find(neg_types.begin(), neg_types.end(), "integer") != neg_types.end() && !excluded)
-        return unsupported(path, "not (numbers that are not integers)");
+        return unsupported(path, "not", "numbers that are not integers are not generated");
       if (!excluded) kept.push_back(t);
     }
     if (kept.empty())
@@ -470,9 +472,11 @@ Result<ExprId> JsonSchemaConverter::schema(Json s, const std::string& path, int 
     for (Json v : values) {
       auto ok = validate(v, *rest);
       if (!ok)
-        return unsupported(path, std::string(key) + "' beside keywords whose value '" +
-                                     simdjson::minify(v).substr(0, 60) +
-                                     "' cannot be checked against");
+        return unsupported(
+            path, key,
+            "value '" + simdjson::minify(v).substr(0, 60) +
+                "' cannot be checked against its sibling keywords (a format, or a keyword "
+                "the converter's validator does not know)");
       if (*ok) alts.push_back(json_literal(v));
     }
     if (alts.empty())

@@ -152,7 +152,7 @@ std::string random_walk(const std::shared_ptr<const CompiledGrammar>& g, std::mt
     if (pick < 0) {
       // Stop half the time where the output may end, so short outputs are common.
       const bool can_end = allowed.back() == kEos;
-      if (can_end && rng() % 2 == 0) {
+      if (can_end && (allowed.size() == 1 || rng() % 2 == 0)) {
         pick = kEos;
       } else {
         if (can_end) allowed.pop_back();
