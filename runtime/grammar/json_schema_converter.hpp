@@ -80,7 +80,8 @@ class JsonSchemaConverter {
   Json root_;
   ExprId ws_ = 0;
   std::optional<RuleId> any_value_, any_string_, any_number_, string_char_;
-  std::map<std::string, RuleId> ref_rules_;  // $ref target -> its rule (recursion)
+  std::map<std::string, RuleId> ref_rules_;   // $ref target -> its rule (recursion)
+  std::map<std::string, Error> failed_refs_;  // $ref targets refused, with why
   struct Synthetic {
     simdjson::padded_string text;
     simdjson::dom::parser parser;

@@ -133,6 +133,7 @@ Result<Json> JsonSchemaConverter::merge(std::vector<std::pair<Json, std::string>
   std::map<std::string, std::vector<std::pair<Json, std::string>>> values;
   for (auto& [b, bpath] : *flat) {
     for (auto [key, value] : b.get_object()) {
+      if (is_annotation(key)) continue;
       std::string k(key);
       if (!values.count(k)) order.push_back(k);
       values[k].emplace_back(value, bpath);

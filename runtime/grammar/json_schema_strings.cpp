@@ -27,8 +27,13 @@ constexpr std::string_view kUuid =
 constexpr std::string_view kIpv4 =
     "((25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)";
 // scheme ":" then unreserved, sub-delims, ':' '@' '/' '?' '#', and percent-escapes.
+// scheme ":" then either "//" host, port and path, or a path that does not start with '/';
+// then a query and a fragment (one '#'). pchar: unreserved, sub-delims, ':', '@', escapes.
+#define WEFT_PCHAR "([a-zA-Z0-9\\-._~!$&'()*+,;=:@]|%[0-9a-fA-F]{2})"
 constexpr std::string_view kUri =
-    "[a-zA-Z][a-zA-Z0-9+.-]*:([a-zA-Z0-9\\-._~!$&'()*+,;=:@/?#]|%[0-9a-fA-F]{2})+";
+    "[a-zA-Z][a-zA-Z0-9+.-]*:(//[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?(:[0-9]+)?(/" WEFT_PCHAR
+    "*)*|" WEFT_PCHAR "+(/" WEFT_PCHAR "*)*)(\\?(" WEFT_PCHAR "|[/?])*)?(#(" WEFT_PCHAR "|[/?])*)?";
+#undef WEFT_PCHAR = : @ / ? #] | % [0 - 9a - fA - F]{2 }) + ";
 
 // A hostname (RFC 1123 labels, as ajv-formats checks them), at most four labels of at most
 // 62 characters, so the whole stays within the 253 characters validators allow.
@@ -36,13 +41,37 @@ constexpr std::string_view kLabel = "[a-zA-Z0-9]([a-zA-Z0-9-]{0,60}[a-zA-Z0-9])?
 
 // Formats JSON Schema 2020-12 or ajv-formats define that Weft does not generate: refused
 // (a validator checks them). Any other format is unknown, an annotation, and ignored.
-const std::set<std::string_view> kKnownFormats{
-    "duration",      "idn-email",     "idn-hostname", "ipv6",         "iri",
-    "iri-reference", "uri-reference", "uri-template", "json-pointer", "relative-json-pointer",
-    "regex",         "url",           "byte",         "int32",        "int64",
-    "float",         "double",        "iso-time",     "iso-date-time"};
+const std::set<std::string_view> kKnownFormats{"duration",
+                                               "idn-email",
+                                               "idn-hostname",
+                                               "ipv6",
+                                               "iri",
+                                               "iri-reference",
+                                               "relative-json-pointer",
+                                               "regex",
+                                               "url",
+                                               "byte",
+                                               "int32",
+                                               "int64",
+                                               "float",
+                                               "double",
+                                               "iso-time",
+                                               "iso-date-time"};
+
+// RFC 6570 templates: literals without '%' (no percent-escapes generated) and simple {name}
+// expressions, a subset of what ajv-formats accepts.
+constexpr std::string_view kUriTemplate =
+    "([a-zA-Z0-9\\-._~:/?#@!$&()*+,;=\\[\\]]|\\{[a-zA-Z0-9_]+\\})*";
+// RFC 6901: '/'-separated tokens, '~' only as ~0 or ~1.
+constexpr std::string_view kJsonPointer = "(/([^~/]|~[01])*)*";
+// A relative reference: a path of unreserved characters (no scheme, so no ':').
+constexpr std::string_view kRelativeRef = "[a-zA-Z0-9\\-._~]+(/[a-zA-Z0-9\\-._~]+)*";
 
 std::optional<std::string> format_regex(std::string_view format) {
+  if (format == "uri-template") return std::string(kUriTemplate);
+  if (format == "json-pointer") return std::string(kJsonPointer);
+  if (format == "uri-reference")
+    return "(" + std::string(kUri) + "|" + std::string(kRelativeRef) + ")";
   if (format == "hostname") {
     std::string label(kLabel);
     return label + "(\\." + label + "){0,3}";
@@ -67,6 +96,8 @@ std::pair<std::uint32_t, std::optional<std::uint32_t>> format_lengths(std::strin
   if (format == "ipv4") return {7, 15};
   if (format == "email") return {5, std::nullopt};
   if (format == "hostname") return {1, 251};
+  if (format == "json-pointer" || format == "uri-template") return {0, std::nullopt};
+  if (format == "uri-reference") return {1, std::nullopt};
   return {3, std::nullopt};  // uri
 }
 

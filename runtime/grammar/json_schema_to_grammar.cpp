@@ -20,9 +20,10 @@ namespace {
 constexpr int kMaxSchemaDepth = 64;
 
 const std::set<std::string_view> kAnnotations{
-    "title", "description", "default",    "examples",         "$schema",
-    "$id",   "$comment",    "deprecated", "readOnly",         "writeOnly",
-    "$defs", "definitions", "$anchor",    "contentMediaType", "contentEncoding"};
+    "title",       "description",    "default",          "examples",         "$schema",
+    "$id",         "$comment",       "deprecated",       "readOnly",         "writeOnly",
+    "$defs",       "definitions",    "$anchor",          "contentMediaType", "contentEncoding",
+    "$vocabulary", "$dynamicAnchor", "$recursiveAnchor", "contentSchema"};
 const std::set<std::string_view> kSupported{"type",
                                             "properties",
                                             "required",
@@ -84,8 +85,16 @@ std::string json_type_name(Json v) {
   }
 }
 
+// Keywords that constrain an instance but are not generated: refused, never ignored.
+const std::set<std::string_view> kUnsupported{
+    "multipleOf",       "patternProperties", "propertyNames", "unevaluatedProperties",
+    "unevaluatedItems", "dependentSchemas",  "dependencies",  "additionalItems",
+    "$dynamicRef",      "$recursiveRef",     "disallow",      "extends",
+    "divisibleBy"};
+
+// Annotations, and any keyword JSON Schema does not define (validators ignore those too).
 bool is_annotation(std::string_view key) {
-  return kAnnotations.count(key) > 0;
+  return kAnnotations.count(key) > 0 || (!kSupported.count(key) && !kUnsupported.count(key));
 }
 
 JsonSchemaConverter::JsonSchemaConverter(const JsonGrammarOptions& options) : options_(options) {
@@ -203,7 +212,12 @@ Result<ExprId> JsonSchemaConverter::schema(Json s, const std::string& path, int 
   std::vector<std::string> constraining;
   for (auto [key, value] : obj) {
     if (kAnnotations.count(key)) continue;
-    if (!kSupported.count(key)) return unsupported(path, std::string(key));
+    if (kUnsupported.count(key)) return unsupported(path, std::string(key));
+    if (!kSupported.count(key)) {
+      if (!key.starts_with("$") && !key.starts_with("x-"))
+        warn(path, "unknown keyword '" + std::string(key) + "' is ignored");
+      continue;
+    }
     if (key == "uniqueItems" && value.is_bool() && !bool(value)) continue;
     // then/else without if, if without either, and min/maxContains without contains do
     // nothing.
@@ -261,10 +275,22 @@ Result<ExprId> JsonSchemaConverter::schema(Json s, const std::string& path, int 
     if (it != ref_rules_.end()) return g_.ref(it->second);
     auto target = resolve_ref(ref, path);
     if (!target) return target.error();
+    auto failed = failed_refs_.find(key);
+    if (failed != failed_refs_.end()) return failed->second;
     RuleId r = new_rule(key);
+    const auto cached_before = ref_rules_;
     ref_rules_.emplace(key, r);
     auto body = schema(*target, key, depth + 1);
-    if (!body) return body.error();
+    if (!body) {
+      // Refused (perhaps inside an anyOf that leaves it out): forget every rule made for it,
+      // so nothing reachable refers to them, and give the orphans a body so the grammar stays
+      // well-formed.
+      for (const auto& [k, rule] : ref_rules_)
+        if (!cached_before.count(k) && !g_.rule(rule).body) g_.set_body(rule, g_.empty());
+      ref_rules_ = cached_before;
+      failed_refs_.emplace(key, body.error());
+      return body.error();
+    }
     g_.set_body(r, *body);
     return g_.ref(r);
   }

@@ -80,3 +80,20 @@ set(suite_data ${CMAKE_BINARY_DIR}/test-data/json-schema-test-suite/tests/draft4
 add_test(NAME json_schema_test_suite
          COMMAND sh -c "if [ ! -d ${suite_data} ]; then echo 'SKIP: ${suite_data} is missing: run scripts/fetch-test-data ${CMAKE_BINARY_DIR}'; exit 0; fi; node ${grammar_tests}/suite_cases.js cases ${suite_data} ${grammar_tests}/suite-2020-12 ${CMAKE_CURRENT_BINARY_DIR}/suite_cases.json && $<TARGET_FILE:json_schema_suite> suite --cases ${CMAKE_CURRENT_BINARY_DIR}/suite_cases.json --out ${CMAKE_CURRENT_BINARY_DIR}/suite_results.jsonl && node ${grammar_tests}/suite_cases.js report ${CMAKE_CURRENT_BINARY_DIR}/suite_results.jsonl ${grammar_tests}/suite_baseline.json")
 set_tests_properties(json_schema_test_suite PROPERTIES TIMEOUT 600 FAIL_REGULAR_EXPRESSION "FAIL" SKIP_REGULAR_EXPRESSION "SKIP:")
+
+# Random walks through the matcher (json_schema_suite sample) over the real-world corpus
+# (tests/fixtures/schemas/real-world, from npm packages by its collect.js) and over this
+# folder's schemas: ajv must accept every output, and at least as many real-world schemas as
+# the baseline must compile.
+set(real_world ${CMAKE_SOURCE_DIR}/tests/fixtures/schemas/real-world)
+foreach(corpus real_world:${real_world}:111 grammar_schemas:${grammar_tests}/schemas:75)
+  string(REPLACE ":" ";" parts ${corpus})
+  list(GET parts 0 name)
+  list(GET parts 1 dir)
+  list(GET parts 2 min_compiled)
+  set(out ${CMAKE_CURRENT_BINARY_DIR}/samples_${name}.jsonl)
+  add_test(NAME json_schema_random_walks_${name}
+           COMMAND sh -c "$<TARGET_FILE:json_schema_suite> sample --schemas ${dir} --out ${out} --samples 8 --seed 1 && node ${grammar_tests}/validate_samples.js ${dir} ${out} ${min_compiled}")
+  set_tests_properties(json_schema_random_walks_${name} PROPERTIES FIXTURES_REQUIRED grammar_ajv
+    TIMEOUT 300 ENVIRONMENT WEFT_TEST_NODE=${grammar_node} FAIL_REGULAR_EXPRESSION "FAIL")
+endforeach()

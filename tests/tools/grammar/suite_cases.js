@@ -149,6 +149,8 @@ function report(resultsFile, baselineFile, flags) {
   process.exit(failures ? 1 : 0);
 }
 
+module.exports = { translate };
+if (require.main !== module) return;
 const [cmd, ...args] = process.argv.slice(2);
 if (cmd === "cases") cases(args[0], args[1], args[2]);
 else if (cmd === "report") report(args[0], args[1], args.slice(2));
