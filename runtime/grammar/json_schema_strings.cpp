@@ -3,6 +3,7 @@
 // format's validator (ajv-formats, full mode) accepts, or a subset of it.
 
 #include <cmath>
+#include <regex>
 #include <set>
 
 #include "runtime/grammar/json_schema_converter.hpp"
@@ -101,6 +102,34 @@ std::pair<std::uint32_t, std::optional<std::uint32_t>> format_lengths(std::strin
   return {3, std::nullopt};  // uri
 }
 
+struct RepeatedCharacter {
+  std::string atom;  // one character: a class, an escape, '.', or a literal
+  std::uint32_t lo = 0, hi = kUnbounded;
+};
+
+// `^ATOM*$`, `^ATOM+$`, `^ATOM{m}$`, `^ATOM{m,}$`, `^ATOM{m,n}$` (anchored at both ends).
+std::optional<RepeatedCharacter> repeated_character(std::string_view pattern) {
+  static const std::regex shape(
+      R"(\^(\[(?:\\.|[^\]\\])+\]|\\[dDwWsS]|\\u[0-9a-fA-F]{4}|\\[^0-9bBdDwWsSux]|\.|[^\\()|*+?{}\[\]^$.])(\*|\+|\{(\d{1,5})(,(\d{0,5}))?\})\$)");
+  std::cmatch m;
+  if (!std::regex_match(pattern.data(), pattern.data() + pattern.size(), m, shape))
+    return std::nullopt;
+  RepeatedCharacter out;
+  out.atom = m[1].str();
+  const std::string q = m[2].str();
+  if (q == "*") return out;
+  if (q == "+") {
+    out.lo = 1;
+    return out;
+  }
+  out.lo = static_cast<std::uint32_t>(std::stoul(m[3].str()));
+  out.hi = !m[4].matched        ? out.lo
+           : m[5].str().empty() ? kUnbounded
+                                : static_cast<std::uint32_t>(std::stoul(m[5].str()));
+  if (out.hi < out.lo) return std::nullopt;
+  return out;
+}
+
 }  // namespace
 
 Result<ExprId> JsonSchemaConverter::string_schema(Json s, const std::string& path) {
@@ -152,10 +181,26 @@ Result<ExprId> JsonSchemaConverter::string_schema(Json s, const std::string& pat
                            (min_len->has_value() ? "minLength" : "maxLength") +
                            "' beside 'format' '" + std::string(format) +
                            "' whose strings may be outside the limits");
-  if (has_pattern && has_length)
-    return error(path, std::string("unsupported keyword '") +
-                           (min_len->has_value() ? "minLength" : "maxLength") +
-                           "' beside 'pattern' (the intersection is not generated)");
+  if (has_pattern && has_length) {
+    // A pattern that is one repeated character (`^[a-z0-9_-]+$`, `^\\d{3,}$`) meets the
+    // lengths exactly: the repetition's bounds intersected with them.
+    auto rep = repeated_character(pattern);
+    if (!rep)
+      return error(path, std::string("unsupported keyword '") +
+                             (min_len->has_value() ? "minLength" : "maxLength") +
+                             "' beside 'pattern' (the intersection is generated only for one "
+                             "repeated character, such as ^[a-z]+$)");
+    const std::uint32_t lo = std::max(rep->lo, min_len->value_or(0));
+    const std::uint32_t hi = std::min(rep->hi, max_len->value_or(kUnbounded));
+    if (lo > hi)
+      return error(path,
+                   "no string meets both 'pattern' and the length limits, so nothing matches");
+    RegexOptions one;
+    one.json_string = true;
+    auto atom = regex_to_expr(g_, rep->atom, one);
+    if (!atom) return error(path + "/pattern", atom.error().what());
+    return g_.sequence({g_.byte('"'), g_.repeat(*atom, lo, hi), g_.byte('"')});
+  }
 
   RegexOptions ro;
   ro.json_string = true;

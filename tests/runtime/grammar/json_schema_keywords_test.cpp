@@ -161,6 +161,19 @@ TEST(JsonSchemaKeywords, FormatsAndLengths) {
          {R"({"type":"string","format":"hostname"})",
           {"\"example.com\"", "\"a\""},
           {"\"-a.com\"", "\"a_b\""}}});
+  // One repeated character: the pattern's bounds and the lengths intersected.
+  check({{R"({"type":"string","pattern":"^[a-z0-9_-]+$","maxLength":3})",
+          {"\"a\"", "\"a_9\""},
+          {"\"\"", "\"abcd\"", "\"A\""}},
+         {R"({"type":"string","pattern":"^\\d{2,}$","minLength":3,"maxLength":4})",
+          {"\"123\"", "\"1234\""},
+          {"\"12\"", "\"12345\"", "\"12a\""}},
+         {R"({"type":"string","pattern":"^.*$","minLength":1,"maxLength":2})",
+          {"\"\\\"\"", "\"ab\""},
+          {"\"\"", "\"abc\""}}});
+  auto none = json_schema_to_grammar(R"({"type":"string","pattern":"^a{5}$","maxLength":3})");
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(std::string(none.error().what()).find("nothing matches"), std::string::npos);
   auto bad = json_schema_to_grammar(R"({"type":"string","format":"email","maxLength":10})");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(std::string(bad.error().what()).find("unsupported keyword 'maxLength' beside 'format'"),
