@@ -58,6 +58,21 @@ TEST(JsonSchemaKeywords, AnyOfBesideOtherKeywords) {
           {"\"ab\"", "1"}}});
 }
 
+TEST(JsonSchemaKeywords, OneOfJudgesWhatValidatorsAccept) {
+  // {"maxLength":0} generates strings but accepts any integer: 5 would match both branches.
+  auto overlap = json_schema_to_grammar(R"({"oneOf":[{"maxLength":0},{"type":"integer"}]})");
+  ASSERT_FALSE(overlap.ok());
+  EXPECT_NE(std::string(overlap.error().what()).find("branches 0 and 1 may both match"),
+            std::string::npos);
+  auto all_of =
+      json_schema_to_grammar(R"({"oneOf":[{"allOf":[{"type":"integer"}]},{"type":"number"}]})");
+  ASSERT_FALSE(all_of.ok());
+  // Strings of lengths that do not overlap are exclusive.
+  check({{R"({"type":"string","oneOf":[{"maxLength":0},{"minLength":1,"format":"x-selector"}]})",
+          {"\"\"", "\"a\""},
+          {"1"}}});
+}
+
 TEST(JsonSchemaKeywords, IfThenElse) {
   check({
       // The else branch needs "not kind=a", which is not generated: only the then branch is.
