@@ -102,6 +102,55 @@ std::pair<std::uint32_t, std::optional<std::uint32_t>> format_lengths(std::strin
   return {3, std::nullopt};  // uri
 }
 
+// `(?:^A|^B)$` (every alternative of a group spanning the pattern anchored at its start) is
+// `^(?:A|B)$`, a form the regex compiler takes; other patterns are returned as they are.
+std::string hoist_start_anchors(std::string_view p) {
+  std::size_t open = 0;
+  if (p.starts_with("(?:"))
+    open = 3;
+  else if (p.starts_with("(") && !p.starts_with("(?"))
+    open = 1;
+  else
+    return std::string(p);
+  // The top-level '|'s of the group and where it closes (escapes and classes skipped).
+  std::vector<std::size_t> bars;
+  std::size_t close = std::string_view::npos;
+  int depth = 0;
+  bool in_class = false;
+  for (std::size_t i = open; i < p.size(); ++i) {
+    const char c = p[i];
+    if (c == '\\') {
+      ++i;
+    } else if (in_class) {
+      in_class = c != ']';
+    } else if (c == '[') {
+      in_class = true;
+    } else if (c == '(') {
+      ++depth;
+    } else if (c == ')') {
+      if (depth-- == 0) {
+        close = i;
+        break;
+      }
+    } else if (c == '|' && depth == 0) {
+      bars.push_back(i);
+    }
+  }
+  if (close == std::string_view::npos) return std::string(p);
+  const std::string_view after = p.substr(close + 1);
+  if (!after.empty() && after != "$") return std::string(p);
+  std::string out = "^(?:";
+  std::size_t from = open;
+  bars.push_back(close);
+  for (std::size_t k = 0; k < bars.size(); ++k) {
+    std::string_view alt = p.substr(from, bars[k] - from);
+    if (!alt.starts_with("^")) return std::string(p);
+    out += (k ? "|" : "") + std::string(alt.substr(1));
+    from = bars[k] + 1;
+  }
+  return out + ")" + std::string(after);
+}
+
 struct RepeatedCharacter {
   std::string atom;  // one character: a class, an escape, '.', or a literal
   std::uint32_t lo = 0, hi = kUnbounded;
@@ -206,7 +255,7 @@ Result<ExprId> JsonSchemaConverter::string_schema(Json s, const std::string& pat
   ro.json_string = true;
   if (has_pattern) {
     ro.search = true;
-    auto e = regex_to_expr(g_, pattern, ro);
+    auto e = regex_to_expr(g_, hoist_start_anchors(pattern), ro);
     if (!e) return error(path + "/pattern", e.error().what());
     return g_.sequence({g_.byte('"'), *e, g_.byte('"')});
   }

@@ -186,6 +186,11 @@ TEST(JsonSchemaKeywords, FormatsAndLengths) {
          {R"({"type":"string","pattern":"^.*$","minLength":1,"maxLength":2})",
           {"\"\\\"\"", "\"ab\""},
           {"\"\"", "\"abc\""}}});
+  // Every alternative anchored at its start: the anchor is hoisted out of the group.
+  check({{R"j({"type":"string","pattern":"(?:^@[a-z]+/[a-z]+|^[a-z][^:]*)$"})j",
+          {"\"@scope/pkg\"", "\"pkg\"", "\"pkg-x\""},
+          {"\"1abc\"", "\"a:b\"", "\"@Scope/pkg\""}},
+         {R"j({"type":"string","pattern":"(^a|^b)"})j", {"\"a\"", "\"bcd\""}, {"\"ca\""}}});
   auto none = json_schema_to_grammar(R"({"type":"string","pattern":"^a{5}$","maxLength":3})");
   ASSERT_FALSE(none.ok());
   EXPECT_NE(std::string(none.error().what()).find("nothing matches"), std::string::npos);
