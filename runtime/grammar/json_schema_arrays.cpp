@@ -71,7 +71,7 @@ Result<ExprId> JsonSchemaConverter::array_schema(Json s, const std::string& path
   std::vector<std::optional<RuleId>> containing;
   if (!obj["contains"].get(v)) {
     Json n;
-    if (!obj["maxContains"].get(n)) return unsupported(path, "maxContains");
+    if (!obj["maxContains"].get(n) && options_.strict) return unsupported(path, "maxContains");
     std::uint64_t m = 1;
     if (!obj["minContains"].get(n)) {
       double d = n.is_number() ? double(n) : -1;
@@ -81,7 +81,8 @@ Result<ExprId> JsonSchemaConverter::array_schema(Json s, const std::string& path
     }
     if (m > kMaxExpandedItems) return unsupported(path, "minContains", "too large");
     Json unique;
-    if (m > 0 && !obj["uniqueItems"].get(unique) && unique.is_bool() && bool(unique))
+    if (m > 0 && options_.strict && !obj["uniqueItems"].get(unique) && unique.is_bool() &&
+        bool(unique))
       return unsupported(path, "contains", "beside uniqueItems");
     lo = std::max(lo, m);
     if (lo > hi)
@@ -107,7 +108,8 @@ Result<ExprId> JsonSchemaConverter::array_schema(Json s, const std::string& path
   // uniqueItems: exact over items of a few known values (every subset, in any order), in the
   // values' order for more of them, and otherwise at most one element.
   Json unique;
-  if (!obj["uniqueItems"].get(unique) && unique.is_bool() && bool(unique) && hi > 1) {
+  if (options_.strict && !obj["uniqueItems"].get(unique) && unique.is_bool() && bool(unique) &&
+      hi > 1) {
     if (!prefix.empty()) return unsupported(path, "uniqueItems", "beside prefixItems");
     Json item_schema;
     std::optional<std::vector<Json>> values;

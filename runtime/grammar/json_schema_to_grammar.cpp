@@ -212,13 +212,17 @@ Result<ExprId> JsonSchemaConverter::schema(Json s, const std::string& path, int 
   std::vector<std::string> constraining;
   for (auto [key, value] : obj) {
     if (kAnnotations.count(key)) continue;
-    if (kUnsupported.count(key)) return unsupported(path, std::string(key));
+    if (kUnsupported.count(key)) {
+      if (options_.strict) return unsupported(path, std::string(key));
+      warn(path, "'" + std::string(key) + "' is not enforced (not strict)");
+      continue;
+    }
     if (!kSupported.count(key)) {
       if (!key.starts_with("$") && !key.starts_with("x-"))
         warn(path, "unknown keyword '" + std::string(key) + "' is ignored");
       continue;
     }
-    if (key == "uniqueItems" && value.is_bool() && !bool(value)) continue;
+    if (key == "uniqueItems" && ((value.is_bool() && !bool(value)) || !options_.strict)) continue;
     // then/else without if, if without either, and min/maxContains without contains do
     // nothing.
     if ((key == "then" || key == "else") && !present("if")) continue;
@@ -451,17 +455,29 @@ Result<ExprId> JsonSchemaConverter::schema(Json s, const std::string& path, int 
       if (!e) return e.error();
       return schema(*e, path, depth + 1);
     }
-    if (!only_type)
+    // Not strict: a `not` that cannot be generated is skipped.
+    auto skip_not = [&]() -> Result<ExprId> {
+      warn(path + "/not", "'not' is not enforced (not strict)");
+      auto rest = without({"not"});
+      if (!rest) return rest.error();
+      return schema(*rest, path, depth + 1);
+    };
+    if (!only_type) {
+      if (!options_.strict) return skip_not();
       return unsupported(path, "not",
                          "only a `not` over types, or over booleans and null, is generated");
+    }
     std::vector<std::string> kept;
     for (const auto& t : base) {
       bool excluded = std::find(neg_types.begin(), neg_types.end(), t) != neg_types.end() ||
                       (t == "integer" &&
                        std::find(neg_types.begin(), neg_types.end(), "number") != neg_types.end());
       if (t == "number" &&
-          std::find(neg_types.begin(), neg_types.end(), "integer") != neg_types.end() && !excluded)
+          std::find(neg_types.begin(), neg_types.end(), "integer") != neg_types.end() &&
+          !excluded) {
+        if (!options_.strict) return skip_not();
         return unsupported(path, "not", "numbers that are not integers are not generated");
+      }
       if (!excluded) kept.push_back(t);
     }
     if (kept.empty())
