@@ -15,6 +15,16 @@ if(NOT WEFT_MPI STREQUAL "OFF")
   if(MPI_CXX_FOUND)
     set(WEFT_HAVE_MPI ON)
     set(WEFT_MPIEXEC ${MPIEXEC_EXECUTABLE})
+    # How the tests launch ranks: Open MPI refuses root and more ranks than cores by default
+    # (CI runs as root on 2 cores); other MPIs take no such flags.
+    set(WEFT_MPIEXEC_FLAGS "")
+    if(WEFT_MPIEXEC)
+      execute_process(COMMAND ${WEFT_MPIEXEC} --version OUTPUT_VARIABLE weft_mpiexec_version
+                      ERROR_QUIET RESULT_VARIABLE weft_mpiexec_rc)
+      if(weft_mpiexec_version MATCHES "Open MPI|OpenRTE")
+        set(WEFT_MPIEXEC_FLAGS --oversubscribe --allow-run-as-root)
+      endif()
+    endif()
   elseif(WEFT_MPI STREQUAL "ON")
     message(FATAL_ERROR "WEFT_MPI=ON but no MPI was found (install libopenmpi-dev: scripts/setup)")
   else()

@@ -132,6 +132,22 @@ int run_generate(const GenerateOptions& o) {
   load_options.tensor_parallel_size = o.tensor_parallel;
   load_options.tensor_parallel_rank = rank;
   auto loaded = load_model(o.model_dir, load_options);
+  if (world) {
+    // Ranks agree on whether any failed to load, so an error every rank meets alike (a bad
+    // folder, a shape the group does not divide) is said once and nobody is left waiting.
+    float failed = loaded ? 0.0f : 1.0f;
+    if (auto ok = world->all_reduce_sum(std::span<float>(&failed, 1)); !ok) {
+      return fail(ok.error().what());
+    }
+    if (failed > 0) {
+      const bool everyone = static_cast<int>(failed) == world->size();
+      if (!loaded && (rank == 0 || !everyone)) {
+        std::cerr << "weft generate: " << (everyone ? "" : "rank " + std::to_string(rank) + ": ")
+                  << loaded.error().what() << '\n';
+      }
+      return 1;
+    }
+  }
   if (!loaded) return fail(loaded.error().what());
   const auto& model = loaded->model;
   const int vocab = model.spec().vocab_size;
