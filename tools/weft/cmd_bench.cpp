@@ -30,6 +30,7 @@
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
 #include "tools/weft/load_progress.hpp"
+#include "tools/weft/tensor_parallel.hpp"
 #include "weft/engine.hpp"
 #include "weft/runtime.hpp"
 
@@ -41,6 +42,7 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchOptions {
   std::string model_dir;
+  int tensor_parallel = 1;
   std::string dataset;
   bool num_requests_given = false;
   int num_requests = 100;
@@ -191,6 +193,9 @@ int run_bench(const BenchOptions& o) {
   config.admission = o.admission;
   config.cpu_threads = o.threads;
   config.jump_forward = !o.no_jump_forward;
+  auto tp = start_tensor_parallel("bench", o.tensor_parallel, config);
+  if (tp.exit_code) return *tp.exit_code;
+  config.tensor_parallel = tp.group;
   Runtime runtime(RuntimeOptions{.worker_threads = 2});
   std::optional<Engine> engine;
   try {
@@ -426,6 +431,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   schema->excludes(regex)->excludes(grammar_opt)->excludes(object);
   regex->excludes(grammar_opt)->excludes(object);
   grammar_opt->excludes(object);
+  add_tensor_parallel_option(cmd, opts->tensor_parallel);
   cmd->add_option("--threads", opts->threads, "CPU threads for the forward pass (0: all cores)")
       ->capture_default_str();
   cmd->callback([opts, num_requests, &exit_code] {

@@ -29,6 +29,7 @@
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
 #include "tools/weft/load_progress.hpp"
+#include "tools/weft/tensor_parallel.hpp"
 #include "weft/engine.hpp"
 
 namespace weft::cli {
@@ -46,6 +47,7 @@ struct ServeOptions {
   std::string device = "auto";
   double gpu_memory_fraction = 0.0;
   double shutdown_timeout_s = 30;
+  int tensor_parallel = 1;
 };
 
 // Names the calling thread as `top` and /proc show it (15 characters at most).
@@ -102,6 +104,9 @@ int run_serve(const ServeOptions& opts) {
     }
     config.gpu_memory_fraction = opts.gpu_memory_fraction;
     config.max_running = opts.max_running;
+    auto tp = start_tensor_parallel("serve", opts.tensor_parallel, config);
+    if (tp.exit_code) return *tp.exit_code;
+    config.tensor_parallel = tp.group;
     auto engine_owner = std::make_unique<Engine>(engine_io.get_executor(), config);
     Engine& engine = *engine_owner;
     name_thread("weft-gateway");  // now: threads inherit the name of the one that starts them
@@ -260,6 +265,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-running", opts->max_running, "sequences in one batch at most")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
+  add_tensor_parallel_option(cmd, opts->tensor_parallel);
   cmd->add_option("--threads", opts->threads, "CPU threads for the forward pass (0: all cores)")
       ->capture_default_str();
   cmd->add_option("--device", opts->device,

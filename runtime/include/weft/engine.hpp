@@ -43,6 +43,9 @@ namespace weft {
 namespace grammar {
 class CompiledGrammar;
 }
+namespace parallel {
+class Communicator;  // runtime/parallel/communicator.hpp
+}
 
 using sampling::SamplingParams;
 
@@ -66,6 +69,11 @@ struct EngineConfig {
   // Called on the constructing thread while the weights upload to a GPU (bytes done, bytes
   // in all), e.g. for a progress bar. Not read from a config file.
   std::function<void(std::size_t done, std::size_t total)> on_load_progress;
+  // Tensor parallelism (docs/parallel.md): the group this engine leads, as rank 0, on the
+  // CPU. Each rank loads its shard; the other ranks run parallel::follow_tensor_parallel_
+  // leader (runtime/parallel/step_broadcast.hpp), started before this engine. Null or a
+  // group of one: the whole model here. Not read from a config file.
+  std::shared_ptr<parallel::Communicator> tensor_parallel;
 
   // Reads a JSON object with the fields above (unknown fields are an error naming them).
   static Result<EngineConfig> from_file(const std::filesystem::path& path);
