@@ -24,3 +24,13 @@ if(WEFT_HAVE_MPI AND WEFT_MPIEXEC)
   set_tests_properties(weft_generate_tensor_parallel_indivisible PROPERTIES TIMEOUT 120
     PASS_REGULAR_EXPRESSION "weft generate: [^\n]*llama_gqa_f32: num_heads \\(4\\) is not divisible by --tensor-parallel 3")
 endif()
+
+# weft bench leading a group of two ranks: the engine's steps reach the follower and every
+# request finishes.
+if(WEFT_HAVE_MPI AND WEFT_MPIEXEC)
+  add_test(NAME weft_bench_tensor_parallel
+           COMMAND ${tp_launch} -np 2 $<TARGET_FILE:weft> bench --model ${CMAKE_SOURCE_DIR}/models/weft-tiny
+                   --device cpu --threads 1 --tensor-parallel 2 --num-requests 3 --input-len 8 --output-len 4)
+  set_tests_properties(weft_bench_tensor_parallel PROPERTIES TIMEOUT 180
+    PASS_REGULAR_EXPRESSION "requests 3 \\(0 failed\\)[^\n]*\n[^\n]*\n[^\n]*\"output_tokens\":12,")
+endif()
