@@ -34,3 +34,12 @@ if(WEFT_HAVE_MPI AND WEFT_MPIEXEC)
   set_tests_properties(weft_bench_tensor_parallel PROPERTIES TIMEOUT 180
     PASS_REGULAR_EXPRESSION "requests 3 \\(0 failed\\)[^\n]*\n[^\n]*\n[^\n]*\"output_tokens\":12,")
 endif()
+
+# weft serve leading a group of two ranks: a greedy completion over HTTP equals weft generate.
+if(WEFT_HAVE_MPI AND WEFT_MPIEXEC)
+  add_test(NAME weft_serve_tensor_parallel
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gateway/tensor_parallel_serve.sh $<TARGET_FILE:weft>
+                   ${CMAKE_SOURCE_DIR}/models/weft-tiny ${tp_launch})
+  set_tests_properties(weft_serve_tensor_parallel PROPERTIES TIMEOUT 180
+    PASS_REGULAR_EXPRESSION "tensor-parallel serve ok" FAIL_REGULAR_EXPRESSION "FAIL")
+endif()

@@ -1,5 +1,6 @@
 #include "tools/weft/tensor_parallel.hpp"
 
+#include <csignal>
 #include <iostream>
 
 #include "loaders/model_loader.hpp"
@@ -34,7 +35,11 @@ TensorParallelStart start_tensor_parallel(const std::string& command, int ranks,
     return start;
   }
   // A follower: its shard, then the leader's steps. A failure here would leave the leader
-  // waiting in a collective, so it ends every rank.
+  // waiting in a collective, so it ends every rank. On Ctrl-C mpirun sends SIGTERM to every
+  // rank; rank 0's engine then shuts down and stops the followers, so a follower waits for
+  // that instead (mpirun still kills it with SIGKILL if rank 0 never does).
+  std::signal(SIGINT, SIG_IGN);
+  std::signal(SIGTERM, SIG_IGN);
   const int rank = group->rank();
   auto abort_all = [&](const std::string& message) {
     std::cerr << "weft " << command << ": rank " << rank << ": " << message << '\n';
