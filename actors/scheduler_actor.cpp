@@ -144,9 +144,14 @@ EngineMetrics SchedulerActor::snapshot() const {
   EngineMetrics m = metrics_;
   m.running = scheduler_.running();
   m.waiting = scheduler_.waiting();
-  m.kv_pages_used = scheduler_.pool().used_pages();
+  m.kv_pages_used = scheduler_.pool().held_pages();
   m.kv_pages_peak = scheduler_.pool().peak_used_pages();
   m.preemptions = scheduler_.preemptions();
+  const sched::PrefixCacheStats cache = scheduler_.prefix_cache_stats();
+  m.kv_pages_cached = cache.cached_pages;
+  m.prefix_cache_query_tokens = cache.query_tokens;
+  m.prefix_cache_hit_tokens = cache.hit_tokens;
+  m.prefix_cache_evictions = cache.evictions;
   m.mask_compute_us = mask_compute_ns_ / 1000;
   m.mask_wait_us = mask_wait_ns_ / 1000;
   m.constraint_accept_us = accept_ns_ / 1000;

@@ -28,7 +28,7 @@ bool PagePool::allocate(int count, std::vector<std::int32_t>& out) {
     ref_counts_[static_cast<std::size_t>(page)] = 1;
     out.push_back(page);
   }
-  peak_used_ = std::max(peak_used_, used_pages());
+  peak_used_ = std::max(peak_used_, held_pages());
   return true;
 }
 
@@ -37,7 +37,10 @@ void PagePool::retain(std::int32_t page) {
   if (count == 0) {
     throw Error(ErrorCode::kInternal, "PagePool: retain of free page " + std::to_string(page));
   }
-  if (count == 1 && cached_[static_cast<std::size_t>(page)]) --evictable_;
+  if (count == 1 && cached_[static_cast<std::size_t>(page)]) {
+    --evictable_;  // a cached page back in use
+    peak_used_ = std::max(peak_used_, held_pages());
+  }
   ++count;
 }
 

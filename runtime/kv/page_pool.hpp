@@ -26,6 +26,9 @@ class PagePool {
   int evictable_pages() const noexcept { return evictable_; }
   // What a new sequence may get: the free pages plus the evictable ones.
   int available_pages() const noexcept { return free_pages() + evictable_; }
+  // Pages some sequence holds: the used ones less those only the prefix cache holds.
+  int held_pages() const noexcept { return used_pages() - evictable_; }
+  // The most pages held at once (held_pages: cached pages nobody uses are not counted).
   int peak_used_pages() const noexcept { return peak_used_; }
   // The pages that hold `tokens` tokens (rounded up).
   int pages_for(int tokens) const noexcept { return (tokens + page_size_ - 1) / page_size_; }
@@ -48,8 +51,8 @@ class PagePool {
   void set_cached(std::int32_t page, bool cached);
   bool cached(std::int32_t page) const { return cached_.at(static_cast<std::size_t>(page)) != 0; }
 
-  // Starts a new high-water mark from the pages used now (a benchmark's measured phase).
-  void reset_peak() noexcept { peak_used_ = used_pages(); }
+  // Starts a new high-water mark from the pages held now (a benchmark's measured phase).
+  void reset_peak() noexcept { peak_used_ = held_pages(); }
 
  private:
   std::vector<int> ref_counts_;

@@ -43,6 +43,7 @@ struct ServeOptions {
   unsigned threads = 0;
   int max_running = EngineConfig{}.max_running;
   std::string tool_call_format = "auto";
+  std::string prefix_cache = "on";
   std::string device = "auto";
   double gpu_memory_fraction = 0.0;
   double shutdown_timeout_s = 30;
@@ -102,6 +103,7 @@ int run_serve(const ServeOptions& opts) {
     }
     config.gpu_memory_fraction = opts.gpu_memory_fraction;
     config.max_running = opts.max_running;
+    config.prefix_cache = opts.prefix_cache == "on";
     auto engine_owner = std::make_unique<Engine>(engine_io.get_executor(), config);
     Engine& engine = *engine_owner;
     name_thread("weft-gateway");  // now: threads inherit the name of the one that starts them
@@ -260,6 +262,11 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-running", opts->max_running, "sequences in one batch at most")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
+  cmd->add_option("--prefix-cache", opts->prefix_cache,
+                  "on: keep finished requests' full KV pages and reuse them for any request "
+                  "that starts with the same tokens (evicted LRU when the pool needs them)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--threads", opts->threads, "CPU threads for the forward pass (0: all cores)")
       ->capture_default_str();
   cmd->add_option("--device", opts->device,
