@@ -108,6 +108,7 @@ void SchedulerActor::finish(std::uint64_t id, FinishReason reason, std::string e
   event.finish_reason = reason;
   event.usage.prompt_tokens = it->second.prompt_len;
   event.usage.completion_tokens = seq != nullptr ? seq->generated() : 0;
+  event.usage.cached_tokens = seq != nullptr ? seq->cached_tokens : 0;
   event.error = std::move(error);
   scheduler_.remove(id);  // frees the KV pages now
   sampler_.remove(id);

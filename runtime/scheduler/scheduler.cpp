@@ -268,6 +268,7 @@ StepPlan Scheduler::plan_step() {
       break;
     }
     if (looked_up) {
+      if (s.preemptions == 0) s.cached_tokens = std::min(hit, s.prompt_len);
       cache_query_tokens_ += s.tokens.size();
       cache_hit_tokens_ += static_cast<std::uint64_t>(hit);
     }

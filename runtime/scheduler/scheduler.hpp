@@ -75,6 +75,7 @@ struct Sequence {
   int computed = 0;  // tokens whose KV is written
   std::vector<std::int32_t> pages;
   int preemptions = 0;
+  int cached_tokens = 0;  // prompt tokens the prefix cache gave it at its first admission
   // A sibling sample (n > 1): whose full prompt pages this sequence shares when admitted.
   std::uint64_t share_prefix_of = 0;
 

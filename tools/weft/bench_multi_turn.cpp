@@ -48,6 +48,8 @@ asio::awaitable<void> converse(Engine& engine, Conversation& c, const MultiTurnO
         const auto now = Clock::now();
         if (e.kind == Event::Kind::kFinal) {
           failed = e.finish_reason != FinishReason::kLength;
+          result.prompt_tokens_by_turn[static_cast<std::size_t>(turn)] += e.usage.prompt_tokens;
+          result.cached_tokens_by_turn[static_cast<std::size_t>(turn)] += e.usage.cached_tokens;
           break;
         }
         const double ms = std::chrono::duration<double, std::milli>(now - last).count();
@@ -89,6 +91,8 @@ MultiTurnResult run_multi_turn(Engine& engine, const asio::any_io_executor& exec
                                const MultiTurnOptions& o) {
   MultiTurnResult result;
   result.ttft_ms_by_turn.resize(static_cast<std::size_t>(o.turns));
+  result.prompt_tokens_by_turn.assign(static_cast<std::size_t>(o.turns), 0);
+  result.cached_tokens_by_turn.assign(static_cast<std::size_t>(o.turns), 0);
   std::mt19937_64 rng(o.seed);
   std::uniform_int_distribution<int> token(0, engine.vocab_size() - 1);
   std::vector<std::int32_t> system;
@@ -129,15 +133,18 @@ boost::json::object report_multi_turn(const MultiTurnResult& r, const EngineMetr
       static_cast<unsigned long long>(m.prefix_cache_hit_tokens),
       static_cast<unsigned long long>(m.prefix_cache_query_tokens), 100.0 * hit_rate,
       m.kv_pages_cached, static_cast<unsigned long long>(m.prefix_cache_evictions));
-  boost::json::array p50, p99;
+  boost::json::array p50, p99, hits;
   for (std::size_t t = 0; t < r.ttft_ms_by_turn.size(); ++t) {
     const auto& v = r.ttft_ms_by_turn[t];
     p50.push_back(percentile(v, 50));
     p99.push_back(percentile(v, 99));
+    const long prompt = r.prompt_tokens_by_turn[t];
+    const double hit = prompt > 0 ? static_cast<double>(r.cached_tokens_by_turn[t]) / prompt : 0.0;
+    hits.push_back(hit);
     std::printf(
-        "turn %zu: prompt ~%d tokens, TTFT p50 %.1f ms, p99 %.1f ms\n", t + 1,
+        "turn %zu: prompt %d tokens, %.1f%% cached, TTFT p50 %.1f ms, p99 %.1f ms\n", t + 1,
         o.system_len + static_cast<int>(t + 1) * o.user_len + static_cast<int>(t) * o.output_len,
-        percentile(v, 50), percentile(v, 99));
+        100.0 * hit, percentile(v, 50), percentile(v, 99));
   }
   std::vector<double> all;
   for (const auto& v : r.ttft_ms_by_turn)
@@ -157,6 +164,7 @@ boost::json::object report_multi_turn(const MultiTurnResult& r, const EngineMetr
           {"ttft_ms_p99", percentile(all, 99)},
           {"ttft_ms_p50_by_turn", p50},
           {"ttft_ms_p99_by_turn", p99},
+          {"prefix_cache_hit_rate_by_turn", hits},
           {"tpot_ms_p50", percentile(r.tpot_ms, 50)},
           {"itl_ms_p50", percentile(r.itl_ms, 50)},
           {"prefix_cache_hit_rate", hit_rate},

@@ -25,6 +25,8 @@ struct MultiTurnOptions {
 
 struct MultiTurnResult {
   std::vector<std::vector<double>> ttft_ms_by_turn;  // [turn][conversation]
+  std::vector<long> prompt_tokens_by_turn;           // summed over conversations
+  std::vector<long> cached_tokens_by_turn;           // of those, from the prefix cache
   std::vector<double> itl_ms;
   std::vector<double> tpot_ms;
   int requests = 0;

@@ -120,6 +120,9 @@ struct TokenLogprobs {
 struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  // Prompt tokens whose KV came from the prefix cache (not computed), as OpenAI's
+  // usage.prompt_tokens_details.cached_tokens.
+  int cached_tokens = 0;
 };
 
 struct Event {
