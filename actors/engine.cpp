@@ -163,6 +163,7 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   sc.max_running = s.config.max_running;
   sc.admission = s.config.admission == "optimistic" ? sched::AdmissionPolicy::kOptimistic
                                                     : sched::AdmissionPolicy::kReserve;
+  sc.prefix_cache = s.config.prefix_cache;
   std::vector<std::int32_t> eos(s.loaded.generation.eos_token_ids.begin(),
                                 s.loaded.generation.eos_token_ids.end());
   // The matcher's vocabulary is read from tokenizer.json when the first constrained request

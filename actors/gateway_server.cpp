@@ -179,7 +179,17 @@ std::string prometheus_text(const EngineMetrics& m, const GatewayState& state) {
   gauge("weft_requests_running", "Sequences in the running batch.", m.running);
   gauge("weft_requests_waiting", "Requests queued for admission.", m.waiting);
   gauge("weft_kv_pages_total", "KV cache pages in the pool.", m.kv_pages_total);
-  gauge("weft_kv_pages_used", "KV cache pages in use.", m.kv_pages_used);
+  gauge("weft_kv_pages_used", "KV cache pages live requests hold.", m.kv_pages_used);
+  gauge("weft_kv_pages_cached", "KV cache pages the prefix cache holds (free on demand).",
+        m.kv_pages_cached);
+  counter("weft_prefix_cache_query_tokens_total",
+          "Prompt tokens looked up in the prefix cache at admission.",
+          static_cast<double>(m.prefix_cache_query_tokens));
+  counter("weft_prefix_cache_hit_tokens_total",
+          "Prompt tokens found in the prefix cache (KV reused, not computed).",
+          static_cast<double>(m.prefix_cache_hit_tokens));
+  counter("weft_prefix_cache_evictions_total", "KV pages evicted from the prefix cache.",
+          static_cast<double>(m.prefix_cache_evictions));
   gauge("weft_kv_pages_peak", "Most KV cache pages in use at once.", m.kv_pages_peak);
   counter("weft_steps_total", "Engine steps run.", static_cast<double>(m.steps));
   counter("weft_preemptions_total", "Sequences preempted.", static_cast<double>(m.preemptions));

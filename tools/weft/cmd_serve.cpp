@@ -44,6 +44,7 @@ struct ServeOptions {
   unsigned threads = 0;
   int max_running = EngineConfig{}.max_running;
   std::string tool_call_format = "auto";
+  std::string prefix_cache = "on";
   std::string device = "auto";
   double gpu_memory_fraction = 0.0;
   double shutdown_timeout_s = 30;
@@ -107,6 +108,7 @@ int run_serve(const ServeOptions& opts) {
     auto tp = start_tensor_parallel("serve", opts.tensor_parallel, config);
     if (tp.exit_code) return *tp.exit_code;
     config.tensor_parallel = tp.group;
+    config.prefix_cache = opts.prefix_cache == "on";
     auto engine_owner = std::make_unique<Engine>(engine_io.get_executor(), config);
     Engine& engine = *engine_owner;
     name_thread("weft-gateway");  // now: threads inherit the name of the one that starts them
@@ -266,6 +268,11 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
   add_tensor_parallel_option(cmd, opts->tensor_parallel);
+  cmd->add_option("--prefix-cache", opts->prefix_cache,
+                  "on: keep finished requests' full KV pages and reuse them for any request "
+                  "that starts with the same tokens (evicted LRU when the pool needs them)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--threads", opts->threads, "CPU threads for the forward pass (0: all cores)")
       ->capture_default_str();
   cmd->add_option("--device", opts->device,
