@@ -2,6 +2,7 @@
 // a template; one that parses is rendered with a fixed conversation, tools and special tokens,
 // as the tokenizer actor renders a chat request.
 #include <cstddef>
+#include <map>
 #include <cstdint>
 
 #include "loaders/chat_template_file.hpp"

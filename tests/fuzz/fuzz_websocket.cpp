@@ -3,6 +3,7 @@
 // the gateway's message limit; each whole text message is handled as
 // actors/gateway_websocket.cpp handles a frame: JSON object with "type" and "id", and a
 // generate frame's request goes through the gateway's request parsing.
+#include <boost/asio/error.hpp>  // before the test stream, whose .ipp uses it
 #include <boost/beast/_experimental/test/stream.hpp>
 #include <boost/beast/core/buffers_to_string.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
