@@ -218,7 +218,7 @@ Result<ExprId> JsonSchemaConverter::all_of(Json s, const std::string& path, int 
     }
     for (auto& [name, sch] : spec->properties) {
       auto it = std::find_if(merged.properties.begin(), merged.properties.end(),
-                             [&](auto& p) { return p.first == name; });
+                             [&name = name](auto& p) { return p.first == name; });
       if (it == merged.properties.end()) {
         merged.properties.emplace_back(name, sch);
         schemas.push_back({sch});
