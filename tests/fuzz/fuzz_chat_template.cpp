@@ -2,8 +2,8 @@
 // a template; one that parses is rendered with a fixed conversation, tools and special tokens,
 // as the tokenizer actor renders a chat request.
 #include <cstddef>
-#include <map>
 #include <cstdint>
+#include <map>
 
 #include "loaders/chat_template_file.hpp"
 #include "runtime/text/chat_template.hpp"

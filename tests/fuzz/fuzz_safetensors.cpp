@@ -20,6 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     sink = view.data[n - 1];
   }
   (void)sink;
-  for (const auto& [k, v] : (*file)->metadata()) (void)(k.size() + v.size());
+  for (const auto& [k, v] : (*file)->metadata())
+    (void)(k.size() + v.size());
   return 0;
 }
