@@ -12,6 +12,7 @@ import json
 import os
 import struct
 import sys
+import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -166,6 +167,22 @@ def fixture_seeds(target, build_dirs):
     elif target == "fuzz_ebnf":
         for p in files("tests/tools/grammar/*.gbnf"):
             add(p)
+    elif target == "fuzz_torch_checkpoint":
+        for p in files("tests/fixtures/pickle/*/*.bin", "tests/fixtures/pickle/torch/*/*.bin"):
+            if os.path.getsize(p) <= 65536:
+                add(p)
+    elif target == "fuzz_pickle":
+        for p in files("tests/fixtures/pickle/*/*.pkl"):
+            add(p)
+        # The data.pkl of each checkpoint fixture (a zip archive).
+        for p in files("tests/fixtures/pickle/*/*.bin", "tests/fixtures/pickle/torch/*/*.bin"):
+            try:
+                with zipfile.ZipFile(p) as z:
+                    for name in z.namelist():
+                        if name.endswith("data.pkl"):
+                            add(p + "_data.pkl", z.read(name))
+            except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError):
+                pass
     return s
 
 
