@@ -181,7 +181,7 @@ def fixture_seeds(target, build_dirs):
                     for name in z.namelist():
                         if name.endswith("data.pkl"):
                             add(p + "_data.pkl", z.read(name))
-            except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError):
+            except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError):  # hostile fixtures
                 pass
     return s
 
