@@ -79,6 +79,14 @@ def generated(target):
         chat = dict(CHAT, response_format=SCHEMA_FORMAT)
         s["chat"] = b"\x01" + json.dumps(chat).encode()
         s["chat_regex"] = b"\x01" + json.dumps(dict(CHAT, response_format={"type": "regex", "regex": "[a-z]+"})).encode()
+        tools = [{"type": "function", "function": {"name": "get", "description": "weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+        s["chat_tools"] = b"\x01" + json.dumps(dict(CHAT, tools=tools, tool_choice="required")).encode()
+        s["chat_tool_calls"] = b"\x01" + json.dumps(dict(CHAT, tools=tools, tool_choice={
+            "type": "function", "function": {"name": "get"}}, messages=CHAT["messages"] + [
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+             "function": {"name": "get", "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "21"}])).encode()
         s["ws"] = b"\x02" + json.dumps(WS).encode()
         s["ws_messages"] = b"\x02" + json.dumps({"type": "generate", "id": "x", "messages": CHAT["messages"]}).encode()
     elif target == "fuzz_http_request":
