@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include "runtime/parallel/step_broadcast.hpp"
+
 #if WEFT_HAVE_CUDA
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/precision.hpp"
@@ -67,6 +69,24 @@ Result<std::unique_ptr<model::ForwardBackend>> make_forward_backend(
                "device cuda:" + std::to_string(device.index) +
                    ": this Weft was built without CUDA (configure with WEFT_CUDA=ON)");
 #endif
+}
+
+Result<std::unique_ptr<model::ForwardBackend>> make_tensor_parallel_leader(
+    const model::Model& model, const DeviceChoice& device, const model::KvLayout& layout,
+    int num_pages, unsigned cpu_threads, parallel::Communicator& group) {
+  if (device.cuda) {
+    return Error(ErrorCode::kUnsupported,
+                 "tensor parallelism runs on the CPU backend so far (device cpu); the CUDA model "
+                 "has no all-reduce yet (docs/parallel.md)");
+  }
+  if (num_pages < 1) {
+    return Error(ErrorCode::kInvalidArgument, "tensor parallel: the KV pool has no pages");
+  }
+  std::unique_ptr<model::ForwardBackend> local =
+      std::make_unique<model::CpuForwardBackend>(model, layout, num_pages, cpu_threads, &group);
+  auto leader = parallel::TensorParallelLeader::create(std::move(local), group);
+  if (!leader) return leader.error();
+  return std::unique_ptr<model::ForwardBackend>(std::move(leader.value()));
 }
 
 }  // namespace weft::actors

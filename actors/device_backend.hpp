@@ -11,6 +11,7 @@
 
 #include "runtime/model/forward_backend.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/parallel/communicator.hpp"
 #include "weft/error.hpp"
 
 namespace weft::actors {
@@ -38,5 +39,13 @@ Result<std::unique_ptr<model::ForwardBackend>> make_forward_backend(
     const model::Model& model, const DeviceChoice& device, const model::KvLayout& layout,
     int num_pages, unsigned cpu_threads, int max_tokens_per_step, double gpu_memory_fraction = 0.9,
     std::function<void(std::size_t, std::size_t)> on_progress = {});
+
+// Rank 0's backend in a tensor-parallel group (runtime/parallel/step_broadcast.hpp): its
+// shard of `model` on the CPU, each step also sent to the other ranks. A GPU is refused:
+// the CUDA model has no all-reduce yet. On an error the followers still wait for the pool:
+// the caller stops them (parallel::stop_tensor_parallel_followers).
+Result<std::unique_ptr<model::ForwardBackend>> make_tensor_parallel_leader(
+    const model::Model& model, const DeviceChoice& device, const model::KvLayout& layout,
+    int num_pages, unsigned cpu_threads, parallel::Communicator& group);
 
 }  // namespace weft::actors

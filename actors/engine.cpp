@@ -28,6 +28,7 @@
 #include "loaders/tokenizer_json.hpp"
 #include "runtime/grammar/constraint_compiler.hpp"
 #include "runtime/grammar/tokenizer_vocab.hpp"
+#include "runtime/parallel/step_broadcast.hpp"
 #include "weft/log.hpp"
 
 namespace weft {
@@ -81,7 +82,22 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
 
   LoadOptions load_options;
   load_options.spec_file = s.config.spec_file;
+  parallel::Communicator* group = s.config.tensor_parallel.get();
+  if (group != nullptr && group->size() > 1) {
+    load_options.tensor_parallel_size = group->size();
+    load_options.tensor_parallel_rank = group->rank();
+  } else {
+    group = nullptr;
+  }
   log_info("engine: loading " + s.config.model_dir);
+  // Until the leader backend exists the followers wait for the pool's size: an error before
+  // then tells them there will be none (once it exists, its destructor stops them).
+  struct StopFollowers {
+    parallel::Communicator* group;
+    ~StopFollowers() {
+      if (group != nullptr) parallel::stop_tensor_parallel_followers(*group);
+    }
+  } stop_followers{group};
   auto loaded = load_model(s.config.model_dir, load_options);
   if (!loaded) throw loaded.error();
   s.loaded = std::move(loaded.value());
@@ -113,11 +129,17 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
                     std::to_string(budget_pages) + " pages of " + std::to_string(page_bytes) +
                     " bytes; need at least one");
   }
-  auto backend = actors::make_forward_backend(
-      model, *device, layout, from_device ? 0 : static_cast<int>(budget_pages),
-      s.config.cpu_threads, s.config.max_tokens_per_step, s.config.gpu_memory_fraction,
-      s.config.on_load_progress);
+  Result<std::unique_ptr<model::ForwardBackend>> backend =
+      group != nullptr
+          ? actors::make_tensor_parallel_leader(model, *device, layout,
+                                                static_cast<int>(budget_pages),
+                                                s.config.cpu_threads, *group)
+          : actors::make_forward_backend(model, *device, layout,
+                                         from_device ? 0 : static_cast<int>(budget_pages),
+                                         s.config.cpu_threads, s.config.max_tokens_per_step,
+                                         s.config.gpu_memory_fraction, s.config.on_load_progress);
   if (!backend) throw backend.error();
+  stop_followers.group = nullptr;
   const std::int64_t num_pages = (*backend)->num_pages();
   log_info("engine: KV pool of " + std::to_string(num_pages) + " pages of " +
            std::to_string(s.config.page_size) + " tokens on " + s.config.device);
@@ -141,6 +163,7 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   sc.max_running = s.config.max_running;
   sc.admission = s.config.admission == "optimistic" ? sched::AdmissionPolicy::kOptimistic
                                                     : sched::AdmissionPolicy::kReserve;
+  sc.prefix_cache = s.config.prefix_cache;
   std::vector<std::int32_t> eos(s.loaded.generation.eos_token_ids.begin(),
                                 s.loaded.generation.eos_token_ids.end());
   // The matcher's vocabulary is read from tokenizer.json when the first constrained request

@@ -66,6 +66,13 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
       }
     } else if (key == "cpu_threads") {
       ok = as_int(c.cpu_threads);
+    } else if (key == "prefix_cache") {
+      bool v = true;
+      if (value.get(v) != simdjson::SUCCESS) {
+        ok = field_error(path, key, "true or false");
+      } else {
+        c.prefix_cache = v;
+      }
     } else if (key == "jump_forward") {
       bool v = true;
       if (value.get(v) != simdjson::SUCCESS) {
@@ -78,7 +85,7 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
                                           "\" (known: model_dir, spec_file, device, page_size, "
                                           "kv_budget_bytes, max_tokens_per_step, max_running, "
                                           "admission, cpu_threads, gpu_memory_fraction, "
-                                          "jump_forward)");
+                                          "jump_forward, prefix_cache)");
     }
     if (!ok) return ok.error();
   }

@@ -34,7 +34,9 @@ struct Reply {
   http::status status = http::status::ok;
   std::string body;
   std::string content_type = "application/json";
-  std::string allow;  // for 405
+  std::string allow;      // for 405
+  int retry_after_s = 0;  // for 429 and 503: the Retry-After header when > 0
+  bool close = false;     // Connection: close whatever the client asked (draining)
 };
 
 Reply error_reply(http::status status, std::string_view message, std::string_view type,
@@ -55,19 +57,44 @@ Reply reply_for(const Error& error) {
       return error_reply(http::status::not_found, error.what(), "invalid_request_error",
                          error_param(error), "model_not_found");
     case ErrorCode::kResourceExhausted:
-    case ErrorCode::kShutdown:
-      return error_reply(http::status::service_unavailable, error.what(), "server_error", {},
-                         "overloaded");
+    case ErrorCode::kShutdown: {
+      Reply r = error_reply(http::status::service_unavailable, error.what(), "server_error", {},
+                            "overloaded");
+      // A request the pool can never hold will not fit later either; shutdown passes.
+      if (error.code() == ErrorCode::kShutdown) r.retry_after_s = 1;
+      return r;
+    }
     default:
       return error_reply(http::status::internal_server_error, error.what(), "server_error");
   }
 }
 
-Reply overloaded_reply(int limit) {
-  return error_reply(
-      http::status::service_unavailable,
-      "the server is overloaded: " + std::to_string(limit) + " requests are in flight; retry later",
-      "server_error", {}, "overloaded");
+// The answer to a refused generation (refusal_for_new_generation), with Retry-After.
+Reply refusal_reply(Refusal why, const GatewayState& state) {
+  Reply r;
+  switch (why) {
+    case Refusal::kDraining:
+      r = error_reply(http::status::service_unavailable,
+                      "the server is shutting down and takes no new requests", "server_error", {},
+                      "shutting_down");
+      r.close = true;
+      break;
+    case Refusal::kTooManyQueued:
+      r = error_reply(
+          http::status::too_many_requests,
+          "too many requests are queued: " + std::to_string(state.config.max_queued_requests) +
+              " wait for their first token; retry later",
+          "server_error", {}, "rate_limit_exceeded");
+      break;
+    default:
+      r = error_reply(
+          http::status::service_unavailable,
+          "the server is overloaded: " + std::to_string(state.config.max_live_requests) +
+              " requests are in flight; retry later",
+          "server_error", {}, "overloaded");
+  }
+  r.retry_after_s = state.config.retry_after_s;
+  return r;
 }
 
 Error as_error(std::exception_ptr e) {
@@ -88,6 +115,9 @@ asio::awaitable<bool> write_reply(beast::tcp_stream& stream, const Request& req,
   res.set(http::field::server, "weft");
   res.set(http::field::content_type, reply.content_type);
   if (!reply.allow.empty()) res.set(http::field::allow, reply.allow);
+  if (reply.retry_after_s > 0)
+    res.set(http::field::retry_after, std::to_string(reply.retry_after_s));
+  if (reply.close) keep_alive = false;
   res.keep_alive(keep_alive);
   res.body() = reply.body;
   res.prepare_payload();
@@ -125,19 +155,41 @@ std::string prometheus_text(const EngineMetrics& m, const GatewayState& state) {
         << name << ' ' << value << '\n';
   };
   gauge("weft_gateway_connections", "TCP connections held by the gateway.", state.connections);
+  gauge("weft_gateway_live_requests", "Generations whose answer is being sent, HTTP and WebSocket.",
+        state.live_generations);
+  gauge("weft_gateway_queued_requests", "Generations submitted that have no token yet.",
+        state.queued_generations);
+  gauge("weft_gateway_draining", "1 while the server shuts down gracefully.", state.stopping);
   gauge("weft_gateway_connections_peak", "Most TCP connections held at once.",
         state.peak_connections);
   counter("weft_gateway_connections_refused_total", "Connections refused over the limit.",
           static_cast<double>(state.connections_refused));
-  counter("weft_gateway_requests_refused_total", "Requests refused with 503 over the limit.",
+  counter("weft_gateway_requests_refused_total",
+          "Requests refused with 503 (over the limit, or while draining).",
           static_cast<double>(state.requests_refused));
+  counter("weft_gateway_requests_throttled_total",
+          "Requests refused with 429 over --max-queued-requests.",
+          static_cast<double>(state.requests_throttled));
+  counter("weft_gateway_send_timeouts_total",
+          "SSE streams cancelled because the client stopped reading.",
+          static_cast<double>(state.send_timeouts));
   counter("weft_gateway_backpressure_pauses_total",
           "Times a WebSocket client's outbound queue went over its limit.",
           static_cast<double>(state.backpressure_pauses));
   gauge("weft_requests_running", "Sequences in the running batch.", m.running);
   gauge("weft_requests_waiting", "Requests queued for admission.", m.waiting);
   gauge("weft_kv_pages_total", "KV cache pages in the pool.", m.kv_pages_total);
-  gauge("weft_kv_pages_used", "KV cache pages in use.", m.kv_pages_used);
+  gauge("weft_kv_pages_used", "KV cache pages live requests hold.", m.kv_pages_used);
+  gauge("weft_kv_pages_cached", "KV cache pages the prefix cache holds (free on demand).",
+        m.kv_pages_cached);
+  counter("weft_prefix_cache_query_tokens_total",
+          "Prompt tokens looked up in the prefix cache at admission.",
+          static_cast<double>(m.prefix_cache_query_tokens));
+  counter("weft_prefix_cache_hit_tokens_total",
+          "Prompt tokens found in the prefix cache (KV reused, not computed).",
+          static_cast<double>(m.prefix_cache_hit_tokens));
+  counter("weft_prefix_cache_evictions_total", "KV pages evicted from the prefix cache.",
+          static_cast<double>(m.prefix_cache_evictions));
   gauge("weft_kv_pages_peak", "Most KV cache pages in use at once.", m.kv_pages_peak);
   counter("weft_steps_total", "Engine steps run.", static_cast<double>(m.steps));
   counter("weft_preemptions_total", "Sequences preempted.", static_cast<double>(m.preemptions));
@@ -200,7 +252,8 @@ bool is_json_content_type(std::string_view type) {
 // its request is cancelled at once so that its KV pages go back to the pool.
 asio::awaitable<bool> stream_events(beast::tcp_stream& stream, const Request& req,
                                     GatewayState& state, std::shared_ptr<RequestStream> events,
-                                    ChunkWriter& writer, int samples, bool keep_alive) {
+                                    ChunkWriter& writer, int samples, bool keep_alive,
+                                    QueuedSlot& queued) {
   http::response<http::empty_body> res{http::status::ok, req.version()};
   res.set(http::field::server, "weft");
   res.set(http::field::content_type, "text/event-stream");
@@ -216,6 +269,7 @@ asio::awaitable<bool> stream_events(beast::tcp_stream& stream, const Request& re
   TokenTimer timer(state);
   for (int finals = 0; finals < samples;) {
     auto [e, event] = co_await events->next(kTuple);
+    queued.release();
     if (!e) timer.on_event(event);
     std::string lines;
     if (e) {
@@ -231,9 +285,14 @@ asio::awaitable<bool> stream_events(beast::tcp_stream& stream, const Request& re
     }
     if (finals == samples) lines += writer.finish();
     if (lines.empty()) continue;
+    if (state.config.send_timeout_s > 0) {
+      stream.expires_after(std::chrono::seconds(state.config.send_timeout_s));
+    }
     auto [wec, wn] =
         co_await asio::async_write(stream, http::make_chunk(asio::buffer(lines)), kTuple);
+    stream.expires_never();
     if (wec) {
+      if (wec == beast::error::timeout) ++state.send_timeouts;
       state.engine.cancel(events->id());
       co_return false;
     }
@@ -249,9 +308,8 @@ asio::awaitable<bool> serve_generation(beast::tcp_stream& stream, const Request&
     GatewayState& state;
     ~Done() { --state.live_generations; }
   } done{state};
-  if (state.live_generations > state.config.max_live_requests) {
-    ++state.requests_refused;
-    Reply reply = overloaded_reply(state.config.max_live_requests);
+  if (const Refusal why = refusal_for_new_generation(state); why != Refusal::kNone) {
+    Reply reply = refusal_reply(why, state);
     co_return co_await write_reply(stream, req, reply, keep_alive);
   }
   auto parsed = parse_request(req.body(), api, state.model);
@@ -264,6 +322,7 @@ asio::awaitable<bool> serve_generation(beast::tcp_stream& stream, const Request&
   const bool include_usage = parsed->include_usage;
   const bool logprobs = parsed->logprobs;
   const auto tool_calls = parsed->tool_calls;
+  QueuedSlot queued(state);
   auto [e, events] = co_await state.engine.submit(std::move(parsed->generate), kTuple);
   if (e) {
     Reply reply = reply_for(as_error(e));
@@ -273,12 +332,14 @@ asio::awaitable<bool> serve_generation(beast::tcp_stream& stream, const Request&
   const std::int64_t created = unix_seconds();
   if (streaming) {
     ChunkWriter writer(api, state.model, id, created, include_usage, logprobs, tool_calls);
-    co_return co_await stream_events(stream, req, state, events, writer, samples, keep_alive);
+    co_return co_await stream_events(stream, req, state, events, writer, samples, keep_alive,
+                                     queued);
   }
   CompletionBuilder builder(api, state.model, id, created, samples, logprobs, tool_calls);
   TokenTimer timer(state);
   for (int finals = 0; finals < samples;) {
     auto [ne, event] = co_await events->next(kTuple);
+    queued.release();
     if (!ne) timer.on_event(event);
     if (ne) {
       Reply reply = reply_for(as_error(ne));
@@ -426,6 +487,7 @@ asio::awaitable<void> run_session(std::shared_ptr<GatewayState> state, tcp::sock
                                     std::to_string(state->config.max_connections) +
                                     " connections; retry later",
                                 "server_error", {}, "overloaded");
+      reply.retry_after_s = state->config.retry_after_s;
       co_await write_reply(stream, req, reply, false);
       break;
     }
@@ -465,6 +527,24 @@ asio::awaitable<void> accept_loop(std::shared_ptr<GatewayState> state, tcp::acce
 }
 
 }  // namespace
+
+Refusal refusal_for_new_generation(GatewayState& state) {
+  Refusal why = Refusal::kNone;
+  if (state.stopping) {
+    why = Refusal::kDraining;
+  } else if (state.live_generations > state.config.max_live_requests) {
+    why = Refusal::kTooManyLive;
+  } else if (state.config.max_queued_requests > 0 &&
+             state.queued_generations >= state.config.max_queued_requests) {
+    why = Refusal::kTooManyQueued;
+  }
+  if (why == Refusal::kTooManyQueued) {
+    ++state.requests_throttled;
+  } else if (why != Refusal::kNone) {
+    ++state.requests_refused;
+  }
+  return why;
+}
 
 void LatencyHistogram::record(double seconds) {
   std::size_t i = 0;

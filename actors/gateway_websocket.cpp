@@ -176,15 +176,30 @@ class Connection : public std::enable_shared_from_this<Connection> {
       GatewayState& state;
       ~Done() { --state.live_generations; }
     } done{*self->state_};
-    if (self->state_->live_generations > self->state_->config.max_live_requests) {
-      ++self->state_->requests_refused;
-      self->live_.erase(key);
-      self->send_error(
-          id, "overloaded",
-          "the server is overloaded: " + std::to_string(self->state_->config.max_live_requests) +
-              " requests are in flight; retry later");
-      co_return;
+    switch (refusal_for_new_generation(*self->state_)) {
+      case Refusal::kNone:
+        break;
+      case Refusal::kDraining:
+        self->live_.erase(key);
+        self->send_error(id, "shutting_down",
+                         "the server is shutting down and takes no new requests");
+        co_return;
+      case Refusal::kTooManyQueued:
+        self->live_.erase(key);
+        self->send_error(id, "rate_limited",
+                         "too many requests are queued: " +
+                             std::to_string(self->state_->config.max_queued_requests) +
+                             " wait for their first token; retry later");
+        co_return;
+      case Refusal::kTooManyLive:
+        self->live_.erase(key);
+        self->send_error(
+            id, "overloaded",
+            "the server is overloaded: " + std::to_string(self->state_->config.max_live_requests) +
+                " requests are in flight; retry later");
+        co_return;
     }
+    QueuedSlot queued(*self->state_);
     auto [e, events] = co_await self->state_->engine.submit(std::move(request), kTuple);
     if (e) {
       std::string message = "the engine refused the request";
@@ -206,6 +221,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::vector<ParsedToolCalls> parsed_calls;
     for (int finals = 0; finals < samples;) {
       auto [ne, event] = co_await events->next(kTuple);
+      queued.release();
       if (!ne) timer.on_event(event);
       if (ne) {
         self->send_error(id, "engine_error", "the request's stream failed");

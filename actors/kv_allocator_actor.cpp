@@ -12,6 +12,7 @@ KvPoolStats KvAllocatorActor::stats_now() const {
   s.total_pages = pool_.num_pages();
   s.free_pages = pool_.free_pages();
   s.used_pages = pool_.used_pages();
+  s.evictable_pages = pool_.evictable_pages();
   s.peak_used_pages = pool_.peak_used_pages();
   return s;
 }

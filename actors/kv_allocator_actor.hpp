@@ -18,6 +18,7 @@ struct KvPoolStats {
   int total_pages = 0;
   int free_pages = 0;
   int used_pages = 0;
+  int evictable_pages = 0;  // used only by the prefix cache: free on demand
   int peak_used_pages = 0;  // since start, or since the last reset_peak
 };
 

@@ -108,6 +108,7 @@ void SchedulerActor::finish(std::uint64_t id, FinishReason reason, std::string e
   event.finish_reason = reason;
   event.usage.prompt_tokens = it->second.prompt_len;
   event.usage.completion_tokens = seq != nullptr ? seq->generated() : 0;
+  event.usage.cached_tokens = seq != nullptr ? seq->cached_tokens : 0;
   event.error = std::move(error);
   scheduler_.remove(id);  // frees the KV pages now
   sampler_.remove(id);
@@ -144,9 +145,14 @@ EngineMetrics SchedulerActor::snapshot() const {
   EngineMetrics m = metrics_;
   m.running = scheduler_.running();
   m.waiting = scheduler_.waiting();
-  m.kv_pages_used = scheduler_.pool().used_pages();
+  m.kv_pages_used = scheduler_.pool().held_pages();
   m.kv_pages_peak = scheduler_.pool().peak_used_pages();
   m.preemptions = scheduler_.preemptions();
+  const sched::PrefixCacheStats cache = scheduler_.prefix_cache_stats();
+  m.kv_pages_cached = cache.cached_pages;
+  m.prefix_cache_query_tokens = cache.query_tokens;
+  m.prefix_cache_hit_tokens = cache.hit_tokens;
+  m.prefix_cache_evictions = cache.evictions;
   m.mask_compute_us = mask_compute_ns_ / 1000;
   m.mask_wait_us = mask_wait_ns_ / 1000;
   m.constraint_accept_us = accept_ns_ / 1000;

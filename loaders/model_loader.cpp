@@ -4,6 +4,8 @@
 
 #include "loaders/bundled_path.hpp"
 #include "loaders/model_spec_file.hpp"
+#include "runtime/parallel/partition_plan.hpp"
+#include "runtime/parallel/sharded_weights.hpp"
 
 namespace weft {
 
@@ -46,6 +48,24 @@ Result<LoadedModel> load_model(const std::filesystem::path& dir, const LoadOptio
                              dir.string()};
   auto model = model::Model::create(spec.value(), lookup);
   if (!model) return model.error();
+  out.full_spec = spec.value();
+  if (options.tensor_parallel_size > 1) {
+    // The whole checkpoint was checked above (binding only maps views), so a bad shape is
+    // reported against the model's numbers; now bind this rank's slices.
+    if (options.tensor_parallel_rank < 0 ||
+        options.tensor_parallel_rank >= options.tensor_parallel_size) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "tensor-parallel rank " + std::to_string(options.tensor_parallel_rank) +
+                       " is not in [0, " + std::to_string(options.tensor_parallel_size) + ")");
+    }
+    auto plan = parallel::plan_partition(spec.value(), options.tensor_parallel_size);
+    if (!plan) {
+      return Error(plan.error().code(), dir.string() + ": " + plan.error().what());
+    }
+    const auto& part = plan->ranks[static_cast<std::size_t>(options.tensor_parallel_rank)];
+    model = model::Model::create(part.spec, parallel::shard_weights(lookup, part));
+    if (!model) return model.error();
+  }
   out.model = std::move(model.value());
   return out;
 }

@@ -14,6 +14,11 @@ namespace weft {
 struct LoadOptions {
   std::filesystem::path spec_file;  // empty: choose from spec_dir by architecture
   std::filesystem::path spec_dir;   // empty: default_spec_dir()
+  // Load only this rank's shard of a tensor-parallel group (docs/parallel.md): the model's
+  // spec then holds the rank's heads and MLP slice, and its forward needs the group's
+  // communicator. Shapes the group size does not divide are refused.
+  int tensor_parallel_size = 1;
+  int tensor_parallel_rank = 0;
 };
 
 struct LoadedModel {
@@ -21,6 +26,7 @@ struct LoadedModel {
   model::GenerationDefaults generation;
   std::shared_ptr<const WeightFiles> weights;  // the mapped files the model's views point into
   model::Model model;
+  model::ModelSpec full_spec;  // the whole model's spec (model.spec() is the rank's shard)
 };
 
 // Where spec files are looked for: $WEFT_SPEC_DIR if set, else config/models of the source

@@ -6,6 +6,7 @@
 #include <simdjson.h>
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,6 +30,16 @@ class JsonSchemaConverter {
   Result<Json> resolve_ref(std::string_view ref, const std::string& path);
   Error error(const std::string& path, const std::string& what) const;
   Error unsupported(const std::string& path, const std::string& keyword) const;
+  // "unsupported keyword 'K': detail"
+  Error unsupported(const std::string& path, const std::string& keyword,
+                    const std::string& detail) const {
+    return Error(ErrorCode::kUnsupported, "JSON Schema at '" + (path.empty() ? "#" : path) +
+                                              "': unsupported keyword '" + keyword +
+                                              "': " + detail);
+  }
+  void warn(const std::string& path, const std::string& what) const {
+    if (options_.warnings) options_.warnings->push_back("JSON Schema at '" + path + "': " + what);
+  }
 
   // Generic JSON values (json_schema_to_grammar.cpp).
   RuleId any_value();
@@ -43,7 +54,16 @@ class JsonSchemaConverter {
   Result<ExprId> array_schema(Json s, const std::string& path, int depth);
   Result<ExprId> string_schema(Json s, const std::string& path);
   Result<ExprId> number_schema(Json s, const std::string& path, bool integer);
-  Result<ExprId> all_of(Json s, const std::string& path, int depth);
+  // allOf, and $ref beside other keywords: the branches merged into one schema, a synthetic
+  // document kept alive by the converter (json_schema_merge.cpp).
+  Result<Json> merge(std::vector<std::pair<Json, std::string>> branches, const std::string& path);
+  Result<Json> synthetic(const std::string& text);
+  // Does value v meet schema s? nullopt where it cannot tell (json_schema_validate.cpp).
+  std::optional<bool> validate(Json v, Json s, int depth = 0);
+  // uniqueItems (json_schema_arrays.cpp).
+  std::optional<std::vector<Json>> finite_values(Json s, int depth = 0);
+  Result<ExprId> unique_array(const std::vector<Json>& values, std::uint64_t lo, std::uint64_t hi,
+                              const std::string& path);
   // oneOf is generated as anyOf; this refuses it unless no value can match two branches
   // (json_schema_one_of.cpp).
   Result<void> check_one_of(Json list, const std::string& path);
@@ -60,7 +80,13 @@ class JsonSchemaConverter {
   Json root_;
   ExprId ws_ = 0;
   std::optional<RuleId> any_value_, any_string_, any_number_, string_char_;
-  std::map<std::string, RuleId> ref_rules_;  // $ref target -> its rule (recursion)
+  std::map<std::string, RuleId> ref_rules_;   // $ref target -> its rule (recursion)
+  std::map<std::string, Error> failed_refs_;  // $ref targets refused, with why
+  struct Synthetic {
+    simdjson::padded_string text;
+    simdjson::dom::parser parser;
+  };
+  std::vector<std::unique_ptr<Synthetic>> synthetic_;  // merged schemas' documents
   int rule_counter_ = 0;
 
  public:
@@ -71,5 +97,9 @@ class JsonSchemaConverter {
 
 // Keyword sets, for refusing what is not implemented.
 bool is_annotation(std::string_view key);
+std::string json_type_name(Json v);
+bool json_equal(Json a, Json b);
+// A schema object's text from its keywords and their values' texts.
+std::string schema_text(const std::vector<std::pair<std::string, std::string>>& keys);
 
 }  // namespace weft::grammar::detail

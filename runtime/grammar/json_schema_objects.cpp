@@ -2,6 +2,8 @@
 // skippable, and additionalProperties; allOf over object schemas, merged soundly.
 
 #include <algorithm>
+#include <functional>
+#include <map>
 #include <set>
 
 #include "runtime/grammar/json_schema_converter.hpp"
@@ -14,6 +16,7 @@ struct ObjectSpec {
   std::set<std::string> required;
   enum class Extra { kNone, kAny, kSchema } extra = Extra::kNone;
   Json extra_schema;
+  std::optional<std::uint64_t> min_properties, max_properties;
 };
 
 std::string json_key(std::string_view name) {
@@ -32,9 +35,6 @@ std::string json_key(std::string_view name) {
   }
   return out + "\"";
 }
-
-const std::set<std::string_view> kObjectKeywords{"type", "properties", "required",
-                                                 "additionalProperties"};
 
 }  // namespace
 
@@ -66,7 +66,55 @@ static Result<ObjectSpec> read_object_spec(JsonSchemaConverter& c, Json s,
                      "additionalProperties must be a boolean or a schema");
     }
   }
+  for (const char* key : {"minProperties", "maxProperties"}) {
+    if (obj[key].get(v)) continue;
+    double d = v.is_number() ? double(v) : -1;
+    if (d < 0 || d != static_cast<double>(static_cast<std::uint64_t>(d)))
+      return c.error(path + "/" + key, std::string(key) + " must be a non-negative integer");
+    (std::string_view(key) == "minProperties" ? spec.min_properties : spec.max_properties) =
+        static_cast<std::uint64_t>(d);
+  }
   return spec;
+}
+
+// A key (with its quotes) that is none of `names`: printable ASCII without escapes, so its
+// text is its value, walked along the names' trie; leaving the trie frees the rest.
+static ExprId key_not_in(JsonSchemaConverter& c, const std::set<std::string>& declared) {
+  Grammar& g = c.g_;
+  std::set<std::string> names;  // as they are written between the quotes
+  for (const auto& n : declared) {
+    std::string k = json_key(n);
+    names.insert(k.substr(1, k.size() - 2));
+  }
+  ByteSet allowed = ByteSet::range(0x20, 0x7e);
+  allowed.words['"' >> 6] &= ~(std::uint64_t{1} << ('"' & 63));
+  allowed.words['\\' >> 6] &= ~(std::uint64_t{1} << ('\\' & 63));
+  RuleId free = c.new_rule("key_free");
+  g.set_body(free, g.sequence({g.star(g.bytes(allowed)), g.byte('"')}));
+  std::function<ExprId(const std::string&)> node = [&](const std::string& prefix) -> ExprId {
+    std::set<std::uint8_t> next;
+    bool terminal = false;
+    for (const auto& n : names) {
+      if (n.size() < prefix.size() || n.compare(0, prefix.size(), prefix) != 0) continue;
+      if (n.size() == prefix.size())
+        terminal = true;
+      else
+        next.insert(static_cast<std::uint8_t>(n[prefix.size()]));
+    }
+    std::vector<ExprId> alts;
+    if (!terminal) alts.push_back(g.byte('"'));
+    ByteSet others = allowed;
+    for (std::uint8_t b : next) {
+      if (!allowed.test(b)) continue;
+      others.words[b >> 6] &= ~(std::uint64_t{1} << (b & 63));
+      RuleId r = c.new_rule("key");
+      g.set_body(r, node(prefix + static_cast<char>(b)));
+      alts.push_back(g.sequence({g.byte(b), g.ref(r)}));
+    }
+    if (!others.empty()) alts.push_back(g.sequence({g.bytes(others), g.ref(free)}));
+    return g.choice(std::move(alts));
+  };
+  return g.sequence({g.byte('"'), node("")});
 }
 
 static Result<ExprId> emit_object(JsonSchemaConverter& c, ObjectSpec spec, const std::string& path,
@@ -84,9 +132,14 @@ static Result<ExprId> emit_object(JsonSchemaConverter& c, ObjectSpec spec, const
     if (spec.extra == ObjectSpec::Extra::kAny) any_value_names.insert(name);
     spec.properties.emplace_back(name, spec.extra_schema);
   }
+  std::set<std::string> declared_names;
+  for (const auto& p : spec.properties)
+    declared_names.insert(p.first);
   std::vector<ExprId> members;
   std::vector<bool> required;
   for (const auto& [name, schema] : spec.properties) {
+    // A property whose schema is false must not appear.
+    if (schema.is_bool() && !bool(schema) && !spec.required.count(name)) continue;
     ExprId value;
     if (any_value_names.count(name)) {
       value = g.ref(c.any_value());
@@ -106,11 +159,84 @@ static Result<ExprId> emit_object(JsonSchemaConverter& c, ObjectSpec spec, const
       if (!r) return r.error();
       value = g.ref(*r);
     }
-    extra = g.sequence({g.ref(c.any_string()), c.colon(), value});
+    // Extra names differ from the declared ones (whose own schemas govern them).
+    ExprId key = declared_names.empty() ? g.ref(c.any_string()) : key_not_in(c, declared_names);
+    extra = g.sequence({key, c.colon(), value});
+  }
+  const std::size_t n = members.size();
+  if (spec.min_properties || spec.max_properties) {
+    // Counted: state (i, k) is "members i.. to go, k written". Only declared members count
+    // toward minProperties (extra names may repeat, and a validator counts distinct names);
+    // every member counts toward maxProperties.
+    const std::uint64_t lo = spec.min_properties.value_or(0);
+    const std::uint64_t hi = spec.max_properties.value_or(~std::uint64_t{0});
+    std::vector<std::size_t> req_left(n + 1, 0), opt_left(n + 1, 0);
+    for (std::size_t i = n; i-- > 0;) {
+      req_left[i] = req_left[i + 1] + (required[i] ? 1 : 0);
+      opt_left[i] = opt_left[i + 1] + (required[i] ? 0 : 1);
+    }
+    if (req_left[0] > hi)
+      return c.error(path, "maxProperties " + std::to_string(hi) + " is below the " +
+                               std::to_string(req_left[0]) +
+                               " required properties, so nothing matches");
+    // One extra member counts toward minProperties too (a single extra name cannot repeat).
+    const std::uint64_t extra_count = extra ? 1 : 0;
+    if (req_left[0] + opt_left[0] + extra_count < lo)
+      return c.unsupported(path, "minProperties",
+                           "above the properties that can be generated (" + std::to_string(n) +
+                               " declared" + (extra ? ", and extra names may repeat" : "") + ")");
+    const std::uint64_t cap = spec.max_properties ? hi : lo;  // counts saturate at cap
+    if ((n + 1) * (cap + 1) > 20000)
+      return c.unsupported(path, "minProperties", "too many states with maxProperties");
+    std::map<std::pair<std::size_t, std::uint64_t>, RuleId> rules;
+    auto feasible = [&](std::size_t i, std::uint64_t k) {
+      return k + req_left[i] <= hi && k + req_left[i] + opt_left[i] + extra_count >= lo;
+    };
+    std::function<ExprId(std::size_t, std::uint64_t)> state = [&](std::size_t i,
+                                                                  std::uint64_t k) -> ExprId {
+      auto it = rules.find({i, k});
+      if (it != rules.end()) return g.ref(it->second);
+      RuleId r = c.new_rule("obj_count");
+      rules.emplace(std::make_pair(i, k), r);
+      std::vector<ExprId> alts;
+      if (i == n) {
+        if (extra && k < hi) {
+          const std::uint64_t room = hi == ~std::uint64_t{0} ? kUnbounded : hi - k;
+          ExprId more =
+              g.repeat(g.sequence({c.comma(), *extra}), 0,
+                       static_cast<std::uint32_t>(std::min<std::uint64_t>(room, kUnbounded)));
+          if (k < lo) {  // k == lo - 1: one extra member is needed
+            ExprId first = k == 0 ? *extra : g.sequence({c.comma(), *extra});
+            alts.push_back(g.sequence(
+                {first, g.repeat(g.sequence({c.comma(), *extra}), 0,
+                                 room == kUnbounded ? kUnbounded
+                                                    : static_cast<std::uint32_t>(room - 1))}));
+          } else if (k == 0) {
+            ExprId rest =
+                g.repeat(g.sequence({c.comma(), *extra}), 0,
+                         room == kUnbounded ? kUnbounded : static_cast<std::uint32_t>(room - 1));
+            alts.push_back(g.optional(g.sequence({*extra, rest})));
+          } else {
+            alts.push_back(more);
+          }
+        } else {
+          alts.push_back(g.empty());
+        }
+      } else {
+        const std::uint64_t k1 = std::min<std::uint64_t>(k + 1, cap == hi ? hi : cap);
+        if (k + 1 <= hi && feasible(i + 1, k + 1)) {
+          ExprId m = k == 0 ? members[i] : g.sequence({c.comma(), members[i]});
+          alts.push_back(g.sequence({m, state(i + 1, k1)}));
+        }
+        if (!required[i] && feasible(i + 1, k)) alts.push_back(state(i + 1, k));
+      }
+      g.set_body(r, g.choice(std::move(alts)));
+      return g.ref(r);
+    };
+    return g.sequence({g.byte('{'), c.ws(), state(0, 0), c.ws(), g.byte('}')});
   }
   // first(i): members i.. when nothing has been written yet; after(i): when something has, so
   // each member is preceded by a comma. Both are linear in the number of properties.
-  const std::size_t n = members.size();
   RuleId after_next = c.new_rule("obj_after");
   RuleId first_next = c.new_rule("obj_first");
   if (extra) {
@@ -143,104 +269,6 @@ Result<ExprId> JsonSchemaConverter::object_schema(Json s, const std::string& pat
   auto spec = read_object_spec(*this, s, path);
   if (!spec) return spec.error();
   return emit_object(*this, std::move(*spec), path, depth);
-}
-
-// allOf is sound to merge when every branch is an object schema: the result must satisfy
-// each branch's properties and required lists, and a branch with additionalProperties false
-// limits the names to its own properties. Anything else is refused rather than approximated.
-Result<ExprId> JsonSchemaConverter::all_of(Json s, const std::string& path, int depth) {
-  std::vector<std::pair<Json, std::string>> branches;
-  Json list = s.get_object()["allOf"].value();
-  if (!list.is_array()) return error(path + "/allOf", "allOf must be an array");
-  std::size_t i = 0;
-  for (Json b : list.get_array()) {
-    std::string bpath = path + "/allOf/" + std::to_string(i++);
-    // Follow $ref chains (bounded: a cycle of references is refused).
-    for (int hops = 0; b.is_object(); ++hops) {
-      std::string_view ref;
-      if (b.get_object()["$ref"].get(ref)) break;
-      if (hops > 32) return error(bpath, "$ref chain too long or cyclic");
-      auto t = resolve_ref(ref, bpath);
-      if (!t) return t.error();
-      b = *t;
-      bpath = std::string(ref);
-    }
-    branches.emplace_back(b, bpath);
-  }
-  if (branches.empty()) return error(path + "/allOf", "allOf is empty");
-  std::vector<std::string> siblings;
-  for (auto [key, value] : s.get_object())
-    if (key != "allOf" && !is_annotation(key)) siblings.emplace_back(key);
-  if (branches.size() == 1 && siblings.empty())
-    return schema(branches[0].first, branches[0].second, depth + 1);
-  branches.emplace_back(s, path);
-
-  ObjectSpec merged;
-  std::vector<std::vector<Json>> schemas;
-  std::optional<std::set<std::string>>
-      allowed;  // names allowed by additionalProperties:false branches
-  for (auto& [b, bpath] : branches) {
-    if (!b.is_object()) return error(bpath, "allOf is supported only over object schemas");
-    for (auto [key, value] : b.get_object()) {
-      if (is_annotation(key) || key == "allOf") continue;
-      if (!kObjectKeywords.count(key))
-        return error(bpath, "allOf is supported only over object schemas; this branch has '" +
-                                std::string(key) + "'");
-      if (key == "type" && !(value.is_string() && std::string_view(value) == "object"))
-        return error(
-            bpath,
-            "allOf is supported only over object schemas; this branch's type is not 'object'");
-    }
-    if (&b == &branches.back().first) {
-      // The schema holding allOf contributes only its sibling keywords.
-      if (siblings.empty()) continue;
-    }
-    auto spec = read_object_spec(*this, b, bpath);
-    if (!spec) return spec.error();
-    if (spec->extra == ObjectSpec::Extra::kSchema)
-      return error(bpath, "additionalProperties as a schema inside allOf is not supported");
-    bool explicit_false = false;
-    Json ap;
-    if (!b.get_object()["additionalProperties"].get(ap) && ap.is_bool() && !bool(ap))
-      explicit_false = true;
-    if (explicit_false) {
-      std::set<std::string> names;
-      for (auto& p : spec->properties)
-        names.insert(p.first);
-      if (allowed) {
-        std::set<std::string> both;
-        std::set_intersection(allowed->begin(), allowed->end(), names.begin(), names.end(),
-                              std::inserter(both, both.end()));
-        allowed = both;
-      } else {
-        allowed = names;
-      }
-    }
-    for (auto& [name, sch] : spec->properties) {
-      auto it = std::find_if(merged.properties.begin(), merged.properties.end(),
-                             [&name = name](auto& p) { return p.first == name; });
-      if (it == merged.properties.end()) {
-        merged.properties.emplace_back(name, sch);
-        schemas.push_back({sch});
-      } else {
-        auto& list2 = schemas[it - merged.properties.begin()];
-        if (simdjson::minify(list2.front()) != simdjson::minify(sch))
-          return error(bpath + "/properties/" + name,
-                       "property '" + name +
-                           "' is constrained differently by two allOf branches; merging them is "
-                           "not supported");
-      }
-    }
-    merged.required.insert(spec->required.begin(), spec->required.end());
-  }
-  if (allowed) {
-    std::erase_if(merged.properties, [&](auto& p) { return !allowed->count(p.first); });
-    for (const auto& r : merged.required)
-      if (!allowed->count(r))
-        return error(path, "allOf requires property '" + r +
-                               "' that another branch forbids, so nothing matches");
-  }
-  return emit_object(*this, std::move(merged), path, depth);
 }
 
 }  // namespace weft::grammar::detail

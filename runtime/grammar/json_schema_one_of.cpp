@@ -75,13 +75,19 @@ unsigned kinds_of_type(std::string_view t) {
 }
 
 struct Summary {
+  // The kinds of value the converter generates for it (`type`, or the type its keywords imply)
+  // and the kinds a validator may accept (only `type`, enum and const say: a schema without
+  // `type` accepts every value its keywords do not apply to, `{"maxLength":0}` any number).
   unsigned kinds = kAny;
+  unsigned valid_kinds = kAny;
   std::optional<std::set<std::string>> values;  // the only values it matches, when known
   // Objects: required properties, with their values when known; declared properties; whether
   // other properties are forbidden.
   std::map<std::string, std::optional<std::set<std::string>>> required;
   std::set<std::string> declared;
   bool closed = false;
+  // Strings: the lengths allowed (minLength/maxLength).
+  double min_length = 0, max_length = INFINITY;
 };
 
 bool intersects(const std::set<std::string>& a, const std::set<std::string>& b) {
@@ -96,7 +102,7 @@ struct OneOfChecker {
   Summary summarize(Json s, const std::string& path, int depth) {
     Summary out;
     if (depth > kMaxDepth || !s.is_object()) {
-      if (s.is_bool() && !bool(s)) out.kinds = 0;
+      if (s.is_bool() && !bool(s)) out.kinds = out.valid_kinds = 0;
       return out;
     }
     auto obj = s.get_object().value();
@@ -109,7 +115,7 @@ struct OneOfChecker {
     Json v;
     if (!obj["const"].get(v)) {
       out.values = std::set<std::string>{canonical(v)};
-      out.kinds = kind_of_value(v);
+      out.kinds = out.valid_kinds = kind_of_value(v);
       return out;
     }
     if (!obj["enum"].get(v) && v.is_array()) {
@@ -119,15 +125,17 @@ struct OneOfChecker {
         out.values->insert(canonical(x));
         out.kinds |= kind_of_value(x);
       }
+      out.valid_kinds = out.kinds;
       return out;
     }
     for (const char* key : {"anyOf", "oneOf"}) {
       if (!obj[key].get(v) && v.is_array()) {
-        out.kinds = 0;
+        out.kinds = out.valid_kinds = 0;
         out.values.emplace();
         for (Json b : v.get_array()) {
           Summary sb = summarize(b, path, depth + 1);
           out.kinds |= sb.kinds;
+          out.valid_kinds |= sb.valid_kinds;
           if (sb.values && out.values) {
             out.values->insert(sb.values->begin(), sb.values->end());
           } else {
@@ -144,19 +152,36 @@ struct OneOfChecker {
         for (Json t : v.get_array())
           if (t.is_string()) out.kinds |= kinds_of_type(std::string_view(t));
       }
+      out.valid_kinds = out.kinds;
     } else {
       // The converter's inference: keywords of one type make the schema that type.
       unsigned inferred = 0;
       auto has = [&](const char* k) { return !obj[k].get(v); };
-      if (has("properties") || has("required") || has("additionalProperties") || has("allOf"))
+      if (has("properties") || has("required") || has("additionalProperties") ||
+          has("minProperties") || has("maxProperties"))
         inferred |= kObject;
-      if (has("items") || has("prefixItems") || has("minItems") || has("maxItems"))
+      if (has("items") || has("prefixItems") || has("minItems") || has("maxItems") ||
+          has("uniqueItems") || has("contains"))
         inferred |= kArray;
       if (has("minLength") || has("maxLength") || has("pattern") || has("format"))
         inferred |= kString;
       if (has("minimum") || has("maximum") || has("exclusiveMinimum") || has("exclusiveMaximum"))
         inferred |= kInteger | kFraction;
       if (inferred) out.kinds = inferred;
+    }
+    Json len;
+    if (!obj["minLength"].get(len) && len.is_number()) out.min_length = double(len);
+    if (!obj["maxLength"].get(len) && len.is_number()) out.max_length = double(len);
+    // allOf: a value meets every branch, so its kinds are in each branch's; their required
+    // properties apply too.
+    Json all;
+    std::vector<Summary> all_of;
+    if (!obj["allOf"].get(all) && all.is_array()) {
+      for (Json b : all.get_array()) {
+        all_of.push_back(summarize(b, path, depth + 1));
+        out.kinds &= all_of.back().kinds;
+        out.valid_kinds &= all_of.back().valid_kinds;
+      }
     }
     if (out.kinds & kObject) {
       Json props;
@@ -186,14 +211,22 @@ struct OneOfChecker {
         }
       }
     }
+    for (const auto& sb : all_of)
+      for (const auto& [name, values] : sb.required)
+        out.required.emplace(name, values);
     return out;
   }
 
   // True when no value matches both.
   static bool disjoint(const Summary& a, const Summary& b) {
-    const unsigned common = a.kinds & b.kinds;
+    // What one generates that the other may accept, both ways.
+    const unsigned common = (a.kinds & b.valid_kinds) | (b.kinds & a.valid_kinds);
     if (common == 0) return true;
     if (a.values && b.values) return !intersects(*a.values, *b.values);
+    // Only strings in common, of lengths that do not overlap.
+    if ((common & ~unsigned{kString}) == 0 &&
+        (a.max_length < b.min_length || b.max_length < a.min_length))
+      return true;
     if (common != kObject) return false;
     // Both may be objects, and only objects: look for a property that tells them apart.
     for (const auto& [name, values] : a.required) {

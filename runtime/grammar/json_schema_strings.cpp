@@ -3,6 +3,8 @@
 // format's validator (ajv-formats, full mode) accepts, or a subset of it.
 
 #include <cmath>
+#include <regex>
+#include <set>
 
 #include "runtime/grammar/json_schema_converter.hpp"
 #include "runtime/grammar/regex_to_grammar.hpp"
@@ -26,10 +28,55 @@ constexpr std::string_view kUuid =
 constexpr std::string_view kIpv4 =
     "((25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)";
 // scheme ":" then unreserved, sub-delims, ':' '@' '/' '?' '#', and percent-escapes.
+// scheme ":" then either "//" host, port and path, or a path that does not start with '/';
+// then a query and a fragment (one '#'). pchar: unreserved, sub-delims, ':', '@', escapes.
+#define WEFT_PCHAR "([a-zA-Z0-9\\-._~!$&'()*+,;=:@]|%[0-9a-fA-F]{2})"
 constexpr std::string_view kUri =
-    "[a-zA-Z][a-zA-Z0-9+.-]*:([a-zA-Z0-9\\-._~!$&'()*+,;=:@/?#]|%[0-9a-fA-F]{2})+";
+    "[a-zA-Z][a-zA-Z0-9+.-]*:(//[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?(:[0-9]+)?(/" WEFT_PCHAR
+    "*)*|" WEFT_PCHAR "+(/" WEFT_PCHAR "*)*)(\\?(" WEFT_PCHAR "|[/?])*)?(#(" WEFT_PCHAR "|[/?])*)?";
+#undef WEFT_PCHAR = : @ / ? #] | % [0 - 9a - fA - F]{2 }) + ";
+
+// A hostname (RFC 1123 labels, as ajv-formats checks them), at most four labels of at most
+// 62 characters, so the whole stays within the 253 characters validators allow.
+constexpr std::string_view kLabel = "[a-zA-Z0-9]([a-zA-Z0-9-]{0,60}[a-zA-Z0-9])?";
+
+// Formats JSON Schema 2020-12 or ajv-formats define that Weft does not generate: refused
+// (a validator checks them). Any other format is unknown, an annotation, and ignored.
+const std::set<std::string_view> kKnownFormats{"duration",
+                                               "idn-email",
+                                               "idn-hostname",
+                                               "ipv6",
+                                               "iri",
+                                               "iri-reference",
+                                               "relative-json-pointer",
+                                               "regex",
+                                               "url",
+                                               "byte",
+                                               "int32",
+                                               "int64",
+                                               "float",
+                                               "double",
+                                               "iso-time",
+                                               "iso-date-time"};
+
+// RFC 6570 templates: literals without '%' (no percent-escapes generated) and simple {name}
+// expressions, a subset of what ajv-formats accepts.
+constexpr std::string_view kUriTemplate =
+    "([a-zA-Z0-9\\-._~:/?#@!$&()*+,;=\\[\\]]|\\{[a-zA-Z0-9_]+\\})*";
+// RFC 6901: '/'-separated tokens, '~' only as ~0 or ~1.
+constexpr std::string_view kJsonPointer = "(/([^~/]|~[01])*)*";
+// A relative reference: a path of unreserved characters (no scheme, so no ':').
+constexpr std::string_view kRelativeRef = "[a-zA-Z0-9\\-._~]+(/[a-zA-Z0-9\\-._~]+)*";
 
 std::optional<std::string> format_regex(std::string_view format) {
+  if (format == "uri-template") return std::string(kUriTemplate);
+  if (format == "json-pointer") return std::string(kJsonPointer);
+  if (format == "uri-reference")
+    return "(" + std::string(kUri) + "|" + std::string(kRelativeRef) + ")";
+  if (format == "hostname") {
+    std::string label(kLabel);
+    return label + "(\\." + label + "){0,3}";
+  }
   if (format == "date") return std::string(kDate);
   if (format == "time") return std::string(kTime);
   if (format == "date-time") return std::string(kDate) + "T" + std::string(kTime);
@@ -38,6 +85,98 @@ std::optional<std::string> format_regex(std::string_view format) {
   if (format == "ipv4") return std::string(kIpv4);
   if (format == "uri") return std::string(kUri);
   return std::nullopt;
+}
+
+// The lengths (in characters; every format is ASCII) of the format's strings: {min, max},
+// max empty when unbounded.
+std::pair<std::uint32_t, std::optional<std::uint32_t>> format_lengths(std::string_view format) {
+  if (format == "date") return {10, 10};
+  if (format == "time") return {9, 24};
+  if (format == "date-time") return {20, 35};
+  if (format == "uuid") return {36, 36};
+  if (format == "ipv4") return {7, 15};
+  if (format == "email") return {5, std::nullopt};
+  if (format == "hostname") return {1, 251};
+  if (format == "json-pointer" || format == "uri-template") return {0, std::nullopt};
+  if (format == "uri-reference") return {1, std::nullopt};
+  return {3, std::nullopt};  // uri
+}
+
+// `(?:^A|^B)$` (every alternative of a group spanning the pattern anchored at its start) is
+// `^(?:A|B)$`, a form the regex compiler takes; other patterns are returned as they are.
+std::string hoist_start_anchors(std::string_view p) {
+  std::size_t open = 0;
+  if (p.starts_with("(?:"))
+    open = 3;
+  else if (p.starts_with("(") && !p.starts_with("(?"))
+    open = 1;
+  else
+    return std::string(p);
+  // The top-level '|'s of the group and where it closes (escapes and classes skipped).
+  std::vector<std::size_t> bars;
+  std::size_t close = std::string_view::npos;
+  int depth = 0;
+  bool in_class = false;
+  for (std::size_t i = open; i < p.size(); ++i) {
+    const char c = p[i];
+    if (c == '\\') {
+      ++i;
+    } else if (in_class) {
+      in_class = c != ']';
+    } else if (c == '[') {
+      in_class = true;
+    } else if (c == '(') {
+      ++depth;
+    } else if (c == ')') {
+      if (depth-- == 0) {
+        close = i;
+        break;
+      }
+    } else if (c == '|' && depth == 0) {
+      bars.push_back(i);
+    }
+  }
+  if (close == std::string_view::npos) return std::string(p);
+  const std::string_view after = p.substr(close + 1);
+  if (!after.empty() && after != "$") return std::string(p);
+  std::string out = "^(?:";
+  std::size_t from = open;
+  bars.push_back(close);
+  for (std::size_t k = 0; k < bars.size(); ++k) {
+    std::string_view alt = p.substr(from, bars[k] - from);
+    if (!alt.starts_with("^")) return std::string(p);
+    out += (k ? "|" : "") + std::string(alt.substr(1));
+    from = bars[k] + 1;
+  }
+  return out + ")" + std::string(after);
+}
+
+struct RepeatedCharacter {
+  std::string atom;  // one character: a class, an escape, '.', or a literal
+  std::uint32_t lo = 0, hi = kUnbounded;
+};
+
+// `^ATOM*$`, `^ATOM+$`, `^ATOM{m}$`, `^ATOM{m,}$`, `^ATOM{m,n}$` (anchored at both ends).
+std::optional<RepeatedCharacter> repeated_character(std::string_view pattern) {
+  static const std::regex shape(
+      R"(\^(\[(?:\\.|[^\]\\])+\]|\\[dDwWsS]|\\u[0-9a-fA-F]{4}|\\[^0-9bBdDwWsSux]|\.|[^\\()|*+?{}\[\]^$.])(\*|\+|\{(\d{1,5})(,(\d{0,5}))?\})\$)");
+  std::cmatch m;
+  if (!std::regex_match(pattern.data(), pattern.data() + pattern.size(), m, shape))
+    return std::nullopt;
+  RepeatedCharacter out;
+  out.atom = m[1].str();
+  const std::string q = m[2].str();
+  if (q == "*") return out;
+  if (q == "+") {
+    out.lo = 1;
+    return out;
+  }
+  out.lo = static_cast<std::uint32_t>(std::stoul(m[3].str()));
+  out.hi = !m[4].matched        ? out.lo
+           : m[5].str().empty() ? kUnbounded
+                                : static_cast<std::uint32_t>(std::stoul(m[5].str()));
+  if (out.hi < out.lo) return std::nullopt;
+  return out;
 }
 
 }  // namespace
@@ -58,7 +197,6 @@ Result<ExprId> JsonSchemaConverter::string_schema(Json s, const std::string& pat
   if (!min_len) return min_len.error();
   auto max_len = length("maxLength");
   if (!max_len) return max_len.error();
-  bool has_length = min_len->has_value() || max_len->has_value();
   std::string_view pattern, format;
   bool has_pattern = !obj["pattern"].get(pattern);
   bool has_format = !obj["format"].get(format);
@@ -66,24 +204,63 @@ Result<ExprId> JsonSchemaConverter::string_schema(Json s, const std::string& pat
     return error(path + "/pattern", "pattern must be a string");
   if (!obj["format"].get(v) && !v.is_string())
     return error(path + "/format", "format must be a string");
-  if ((has_pattern ? 1 : 0) + (has_format ? 1 : 0) + (has_length ? 1 : 0) > 1)
-    return error(
-        path,
-        "combining pattern, format and minLength/maxLength in one string schema is not supported");
+  // An unknown format is an annotation (validators ignore it): accepted, with a warning.
+  if (has_format && kKnownFormats.count(format))
+    return Error(
+        ErrorCode::kUnsupported,
+        "JSON Schema at '" + path + "/format': unsupported format '" + std::string(format) + "'");
+  if (has_format && !format_regex(format)) {
+    warn(path + "/format", "unknown format '" + std::string(format) + "' is not enforced");
+    has_format = false;
+  }
+  // A format whose every string already meets the length limits makes them redundant.
+  if (has_format) {
+    auto [flo, fhi] = format_lengths(format);
+    if (min_len->value_or(0) <= flo && (!max_len->has_value() || (fhi && **max_len >= *fhi))) {
+      *min_len = std::nullopt;
+      *max_len = std::nullopt;
+    }
+  }
+  bool has_length = min_len->has_value() || max_len->has_value();
+  if (has_format && has_pattern)
+    return error(path, "unsupported keyword 'pattern' beside 'format' '" + std::string(format) +
+                           "' (the intersection of two patterns is not generated)");
+  if (has_format && has_length)
+    return error(path, std::string("unsupported keyword '") +
+                           (min_len->has_value() ? "minLength" : "maxLength") +
+                           "' beside 'format' '" + std::string(format) +
+                           "' whose strings may be outside the limits");
+  if (has_pattern && has_length) {
+    // A pattern that is one repeated character (`^[a-z0-9_-]+$`, `^\\d{3,}$`) meets the
+    // lengths exactly: the repetition's bounds intersected with them.
+    auto rep = repeated_character(pattern);
+    if (!rep)
+      return error(path, std::string("unsupported keyword '") +
+                             (min_len->has_value() ? "minLength" : "maxLength") +
+                             "' beside 'pattern' (the intersection is generated only for one "
+                             "repeated character, such as ^[a-z]+$)");
+    const std::uint32_t lo = std::max(rep->lo, min_len->value_or(0));
+    const std::uint32_t hi = std::min(rep->hi, max_len->value_or(kUnbounded));
+    if (lo > hi)
+      return error(path,
+                   "no string meets both 'pattern' and the length limits, so nothing matches");
+    RegexOptions one;
+    one.json_string = true;
+    auto atom = regex_to_expr(g_, rep->atom, one);
+    if (!atom) return error(path + "/pattern", atom.error().what());
+    return g_.sequence({g_.byte('"'), g_.repeat(*atom, lo, hi), g_.byte('"')});
+  }
 
   RegexOptions ro;
   ro.json_string = true;
   if (has_pattern) {
     ro.search = true;
-    auto e = regex_to_expr(g_, pattern, ro);
+    auto e = regex_to_expr(g_, hoist_start_anchors(pattern), ro);
     if (!e) return error(path + "/pattern", e.error().what());
     return g_.sequence({g_.byte('"'), *e, g_.byte('"')});
   }
   if (has_format) {
     auto re = format_regex(format);
-    if (!re)
-      return Error(ErrorCode::kUnsupported, "JSON Schema at '" + path + "': unsupported format '" +
-                                                std::string(format) + "'");
     auto e = regex_to_expr(g_, *re, ro);
     if (!e) return e.error();
     return g_.sequence({g_.byte('"'), *e, g_.byte('"')});

@@ -20,9 +20,10 @@ namespace {
 constexpr int kMaxSchemaDepth = 64;
 
 const std::set<std::string_view> kAnnotations{
-    "title", "description", "default",    "examples",         "$schema",
-    "$id",   "$comment",    "deprecated", "readOnly",         "writeOnly",
-    "$defs", "definitions", "$anchor",    "contentMediaType", "contentEncoding"};
+    "title",       "description",    "default",          "examples",         "$schema",
+    "$id",         "$comment",       "deprecated",       "readOnly",         "writeOnly",
+    "$defs",       "definitions",    "$anchor",          "contentMediaType", "contentEncoding",
+    "$vocabulary", "$dynamicAnchor", "$recursiveAnchor", "contentSchema"};
 const std::set<std::string_view> kSupported{"type",
                                             "properties",
                                             "required",
@@ -45,7 +46,19 @@ const std::set<std::string_view> kSupported{"type",
                                             "maximum",
                                             "exclusiveMinimum",
                                             "exclusiveMaximum",
-                                            "uniqueItems"};
+                                            "uniqueItems",
+                                            "minProperties",
+                                            "maxProperties",
+                                            "dependentRequired",
+                                            "not",
+                                            "if",
+                                            "then",
+                                            "else",
+                                            "contains",
+                                            "minContains",
+                                            "maxContains"};
+
+}  // namespace
 
 std::string json_type_name(Json v) {
   switch (v.type()) {
@@ -72,15 +85,16 @@ std::string json_type_name(Json v) {
   }
 }
 
-bool value_has_type(Json v, std::string_view type) {
-  std::string t = json_type_name(v);
-  return t == type || (type == "number" && t == "integer");
-}
+// Keywords that constrain an instance but are not generated: refused, never ignored.
+const std::set<std::string_view> kUnsupported{
+    "multipleOf",       "patternProperties", "propertyNames", "unevaluatedProperties",
+    "unevaluatedItems", "dependentSchemas",  "dependencies",  "additionalItems",
+    "$dynamicRef",      "$recursiveRef",     "disallow",      "extends",
+    "divisibleBy"};
 
-}  // namespace
-
+// Annotations, and any keyword JSON Schema does not define (validators ignore those too).
 bool is_annotation(std::string_view key) {
-  return kAnnotations.count(key) > 0;
+  return kAnnotations.count(key) > 0 || (!kSupported.count(key) && !kUnsupported.count(key));
 }
 
 JsonSchemaConverter::JsonSchemaConverter(const JsonGrammarOptions& options) : options_(options) {
@@ -191,28 +205,73 @@ Result<ExprId> JsonSchemaConverter::schema(Json s, const std::string& path, int 
   if (!s.is_object())
     return error(path, "a schema must be an object or a boolean, not " + json_type_name(s));
   auto obj = s.get_object().value();
+  auto present = [&](std::string_view k) {
+    Json x;
+    return !obj[k].get(x);
+  };
   std::vector<std::string> constraining;
   for (auto [key, value] : obj) {
     if (kAnnotations.count(key)) continue;
+    if (kUnsupported.count(key)) {
+      if (options_.strict) return unsupported(path, std::string(key));
+      warn(path, "'" + std::string(key) + "' is not enforced (not strict)");
+      continue;
+    }
     if (!kSupported.count(key)) {
-      if (!options_.strict) continue;
-      return unsupported(path, std::string(key));
+      if (!key.starts_with("$") && !key.starts_with("x-"))
+        warn(path, "unknown keyword '" + std::string(key) + "' is ignored");
+      continue;
     }
-    if (key == "uniqueItems") {
-      if ((value.is_bool() && !bool(value)) || !options_.strict) continue;
-      return unsupported(path, "uniqueItems");
-    }
+    if (key == "uniqueItems" && ((value.is_bool() && !bool(value)) || !options_.strict)) continue;
+    // then/else without if, if without either, and min/maxContains without contains do
+    // nothing.
+    if ((key == "then" || key == "else") && !present("if")) continue;
+    if (key == "if" && !present("then") && !present("else")) continue;
+    if ((key == "minContains" || key == "maxContains") && !present("contains")) continue;
     constraining.emplace_back(key);
   }
   auto has = [&](std::string_view k) {
     return std::find(constraining.begin(), constraining.end(), k) != constraining.end();
   };
+  // The schema without some keywords (annotations dropped too).
+  auto without = [&](std::initializer_list<std::string_view> drop) -> Result<Json> {
+    std::vector<std::pair<std::string, std::string>> keys;
+    for (auto [key, value] : obj) {
+      if (std::find(drop.begin(), drop.end(), key) != drop.end()) continue;
+      if (!has(key)) continue;
+      keys.emplace_back(std::string(key), simdjson::minify(value));
+    }
+    return synthetic(schema_text(keys));
+  };
+  // Alternatives (anyOf, and what is rewritten into it): an alternative that is refused or
+  // matches nothing is left out with a warning (fewer choices are still valid outputs); all
+  // of them refused is an error.
+  auto alternatives = [&](const std::vector<std::pair<Json, std::string>>& alts) -> Result<ExprId> {
+    std::vector<ExprId> exprs;
+    std::optional<Error> first_error;
+    for (const auto& [alt, apath] : alts) {
+      auto e = schema(alt, apath, depth + 1);
+      if (e) {
+        exprs.push_back(*e);
+        continue;
+      }
+      if (!first_error) first_error = e.error();
+      warn(apath, std::string("alternative left out: ") + e.error().what());
+    }
+    if (exprs.empty()) {
+      if (first_error) return *first_error;
+      return error(path, "no alternative matches anything");
+    }
+    return g_.choice(std::move(exprs));
+  };
+
+  if (has("allOf") || (has("$ref") && constraining.size() > 1)) {
+    auto merged = merge({{s, path}}, path);
+    if (!merged) return merged.error();
+    return schema(*merged, path, depth + 1);
+  }
 
   if (has("$ref")) {
-    if (constraining.size() > 1)
-      return error(path, "$ref beside other constraints is not supported (found '" +
-                             (constraining[0] == "$ref" ? constraining[1] : constraining[0]) +
-                             "')");
     std::string_view ref;
     if (obj["$ref"].get(ref)) return error(path, "$ref must be a string");
     std::string key(ref);
@@ -220,12 +279,115 @@ Result<ExprId> JsonSchemaConverter::schema(Json s, const std::string& path, int 
     if (it != ref_rules_.end()) return g_.ref(it->second);
     auto target = resolve_ref(ref, path);
     if (!target) return target.error();
+    auto failed = failed_refs_.find(key);
+    if (failed != failed_refs_.end()) return failed->second;
     RuleId r = new_rule(key);
+    const auto cached_before = ref_rules_;
     ref_rules_.emplace(key, r);
     auto body = schema(*target, key, depth + 1);
-    if (!body) return body.error();
+    if (!body) {
+      // Refused (perhaps inside an anyOf that leaves it out): forget every rule made for it,
+      // so nothing reachable refers to them, and give the orphans a body so the grammar stays
+      // well-formed.
+      for (const auto& [k, rule] : ref_rules_)
+        if (!cached_before.count(k) && !g_.rule(rule).body) g_.set_body(rule, g_.empty());
+      ref_rules_ = cached_before;
+      failed_refs_.emplace(key, body.error());
+      return body.error();
+    }
     g_.set_body(r, *body);
     return g_.ref(r);
+  }
+
+  if (has("if")) {
+    // if/then/else is anyOf(allOf(if, then), allOf(not if, else)); the second is often not
+    // expressible (a `not` over an infinite set) and is then left out.
+    auto rest = without({"if", "then", "else"});
+    if (!rest) return rest.error();
+    Json cond = obj["if"].value(), then_s, else_s;
+    std::vector<std::pair<Json, std::string>> yes{{*rest, path}, {cond, path + "/if"}};
+    if (!obj["then"].get(then_s)) yes.emplace_back(then_s, path + "/then");
+    auto negated = synthetic("{\"not\":" + simdjson::minify(cond) + "}");
+    if (!negated) return negated.error();
+    std::vector<std::pair<Json, std::string>> no{{*rest, path}, {*negated, path + "/if"}};
+    if (!obj["else"].get(else_s)) no.emplace_back(else_s, path + "/else");
+    std::vector<std::pair<Json, std::string>> alts;
+    for (auto* branch : {&yes, &no}) {
+      auto m = merge(*branch, path);
+      if (m) alts.emplace_back(*m, branch == &yes ? path + "/then" : path + "/else");
+    }
+    return alternatives(alts);
+  }
+
+  if (has("dependentRequired")) {
+    // Each dependency is "the trigger is absent, or it and its dependents are present": the
+    // alternatives' product, each merged with the rest of the schema.
+    Json deps = obj["dependentRequired"].value();
+    if (!deps.is_object())
+      return error(path + "/dependentRequired", "dependentRequired must be an object");
+    auto rest = without({"dependentRequired"});
+    if (!rest) return rest.error();
+    std::vector<std::vector<std::pair<Json, std::string>>> product{{{*rest, path}}};
+    for (auto [trigger, list] : deps.get_object()) {
+      if (!list.is_array())
+        return error(path + "/dependentRequired", "dependentRequired values must be arrays");
+      const std::string name = schema_text({{std::string(trigger), "0"}});  // {"name":0}
+      std::string req = "[" + name.substr(1, name.size() - 4);
+      for (Json r : list.get_array())
+        req += "," + simdjson::minify(r);
+      auto off =
+          synthetic(schema_text({{"properties", schema_text({{std::string(trigger), "false"}})}}));
+      auto on = synthetic("{\"required\":" + req + "]}");
+      if (!off || !on) return error(path, "dependentRequired: bad property name");
+      std::vector<std::vector<std::pair<Json, std::string>>> next;
+      for (const auto& p : product)
+        for (Json choice : {*off, *on}) {
+          next.push_back(p);
+          next.back().emplace_back(choice, path + "/dependentRequired");
+        }
+      if (next.size() > 16)
+        return unsupported(path, "dependentRequired", "more than 4 dependencies");
+      product = std::move(next);
+    }
+    std::vector<std::pair<Json, std::string>> alts;
+    for (const auto& p : product) {
+      auto m = merge(p, path);
+      if (m) alts.emplace_back(*m, path);
+    }
+    return alternatives(alts);
+  }
+
+  if ((has("anyOf") || has("oneOf")) && !has("enum") && !has("const")) {
+    const char* key = has("anyOf") ? "anyOf" : "oneOf";
+    Json list = obj[key].value();
+    if (!list.is_array()) return error(path + "/" + key, std::string(key) + " must be an array");
+    if (std::string_view(key) == "oneOf") {
+      if (auto exclusive = check_one_of(list, path + "/oneOf"); !exclusive) {
+        return exclusive.error();
+      }
+    }
+    if (list.get_array().size() == 0)
+      return error(path + "/" + key, std::string(key) + " is empty, so nothing matches");
+    std::vector<std::pair<Json, std::string>> alts;
+    std::size_t i = 0;
+    if (constraining.size() == 1) {
+      for (Json sub : list.get_array())
+        alts.emplace_back(sub, path + "/" + key + "/" + std::to_string(i++));
+    } else {
+      // Beside other keywords: each branch merged with them.
+      auto rest = without({key});
+      if (!rest) return rest.error();
+      for (Json sub : list.get_array()) {
+        std::string bpath = path + "/" + key + "/" + std::to_string(i++);
+        auto m = merge({{*rest, path}, {sub, bpath}}, bpath);
+        if (!m) {
+          warn(bpath, std::string("alternative left out: ") + m.error().what());
+          continue;
+        }
+        alts.emplace_back(*m, bpath);
+      }
+    }
+    return alternatives(alts);
   }
 
   Json type_value;
@@ -248,8 +410,96 @@ Result<ExprId> JsonSchemaConverter::schema(Json s, const std::string& path, int 
       if (!kTypes.count(t)) return error(path + "/type", "unknown type '" + t + "'");
   }
 
+  if (has("not") && !has("enum") && !has("const")) {
+    // `not` is generated where what remains is finite (booleans, null: enumerated and
+    // filtered below) or where it excludes whole types.
+    Json neg = obj["not"].value();
+    std::vector<std::string> neg_types;
+    bool only_type = neg.is_object();
+    if (neg.is_object()) {
+      for (auto [key, value] : neg.get_object()) {
+        if (is_annotation(key)) continue;
+        if (key != "type") only_type = false;
+      }
+      Json t;
+      if (!neg.get_object()["type"].get(t)) {
+        if (t.is_string()) neg_types.emplace_back(std::string_view(t));
+        if (t.is_array())
+          for (Json x : t.get_array())
+            if (x.is_string()) neg_types.emplace_back(std::string_view(x));
+      } else {
+        only_type = false;
+      }
+    }
+    if (neg.is_bool() && bool(neg)) return error(path + "/not", "'not: true' matches nothing");
+    if (neg.is_bool()) {
+      auto rest = without({"not"});
+      if (!rest) return rest.error();
+      return schema(*rest, path, depth + 1);
+    }
+    std::vector<std::string> base = types;
+    if (base.empty()) base = {"object", "array", "string", "number", "boolean", "null"};
+    bool finite = std::all_of(base.begin(), base.end(),
+                              [](const std::string& t) { return t == "boolean" || t == "null"; });
+    if (finite) {
+      std::string values = "[";
+      for (const auto& t : base)
+        values += std::string(values.size() > 1 ? "," : "") + (t == "null" ? "null" : "true,false");
+      auto rest = without({});
+      if (!rest) return rest.error();
+      std::vector<std::pair<std::string, std::string>> keys;
+      for (auto [key, value] : rest->get_object())
+        keys.emplace_back(std::string(key), simdjson::minify(value));
+      keys.emplace_back("enum", values + "]");
+      auto e = synthetic(schema_text(keys));
+      if (!e) return e.error();
+      return schema(*e, path, depth + 1);
+    }
+    // Not strict: a `not` that cannot be generated is skipped.
+    auto skip_not = [&]() -> Result<ExprId> {
+      warn(path + "/not", "'not' is not enforced (not strict)");
+      auto rest = without({"not"});
+      if (!rest) return rest.error();
+      return schema(*rest, path, depth + 1);
+    };
+    if (!only_type) {
+      if (!options_.strict) return skip_not();
+      return unsupported(path, "not",
+                         "only a `not` over types, or over booleans and null, is generated");
+    }
+    std::vector<std::string> kept;
+    for (const auto& t : base) {
+      bool excluded = std::find(neg_types.begin(), neg_types.end(), t) != neg_types.end() ||
+                      (t == "integer" &&
+                       std::find(neg_types.begin(), neg_types.end(), "number") != neg_types.end());
+      if (t == "number" &&
+          std::find(neg_types.begin(), neg_types.end(), "integer") != neg_types.end() &&
+          !excluded) {
+        if (!options_.strict) return skip_not();
+        return unsupported(path, "not", "numbers that are not integers are not generated");
+      }
+      if (!excluded) kept.push_back(t);
+    }
+    if (kept.empty())
+      return error(path, "'not' excludes every type the schema allows, so nothing matches");
+    std::vector<std::pair<std::string, std::string>> keys;
+    for (auto [key, value] : obj) {
+      if (key == "not" || key == "type" || !has(key)) continue;
+      keys.emplace_back(std::string(key), simdjson::minify(value));
+    }
+    std::string list = "[";
+    for (const auto& t : kept)
+      list += std::string(list.size() > 1 ? "," : "") + "\"" + t + "\"";
+    keys.emplace_back("type", list + "]");
+    auto e = synthetic(schema_text(keys));
+    if (!e) return e.error();
+    return schema(*e, path, depth + 1);
+  }
+
   if (has("enum") || has("const")) {
+    // The values, each kept only where it also meets every other keyword of the schema.
     std::vector<Json> values;
+    const char* key = has("const") ? "const" : "enum";
     if (has("const")) {
       values.push_back(obj["const"].value());
     } else {
@@ -258,54 +508,37 @@ Result<ExprId> JsonSchemaConverter::schema(Json s, const std::string& path, int 
       for (Json v : e.get_array())
         values.push_back(v);
     }
+    auto rest = without({key});
+    if (!rest) return rest.error();
     std::vector<ExprId> alts;
     for (Json v : values) {
-      bool ok = types.empty();
-      for (const auto& t : types)
-        ok = ok || value_has_type(v, t);
-      if (ok) alts.push_back(json_literal(v));
+      auto ok = validate(v, *rest);
+      if (!ok)
+        return unsupported(
+            path, key,
+            "value '" + simdjson::minify(v).substr(0, 60) +
+                "' cannot be checked against its sibling keywords (a format, or a keyword "
+                "the converter's validator does not know)");
+      if (*ok) alts.push_back(json_literal(v));
     }
     if (alts.empty())
-      return error(path, has("const")
-                             ? "const value does not have the schema's type, so nothing matches"
-                             : "enum has no value (of the schema's type), so nothing matches");
+      return error(
+          path, has("const")
+                    ? "const value does not meet the schema's other keywords, so nothing matches"
+                    : "enum has no value meeting the schema's other keywords, so nothing matches");
     return g_.choice(std::move(alts));
   }
-
-  if (has("anyOf") || has("oneOf")) {
-    const char* key = has("anyOf") ? "anyOf" : "oneOf";
-    for (const auto& c : constraining)
-      if (c != key)
-        return error(path, std::string(key) +
-                               " beside other constraints is not supported (found '" + c + "')");
-    Json list = obj[key].value();
-    if (!list.is_array()) return error(path + "/" + key, std::string(key) + " must be an array");
-    if (std::string_view(key) == "oneOf") {
-      if (auto exclusive = check_one_of(list, path + "/oneOf"); !exclusive) {
-        return exclusive.error();
-      }
-    }
-    std::vector<ExprId> alts;
-    std::size_t i = 0;
-    for (Json sub : list.get_array()) {
-      auto e = schema(sub, path + "/" + key + "/" + std::to_string(i++), depth + 1);
-      if (!e) return e.error();
-      alts.push_back(*e);
-    }
-    if (alts.empty())
-      return error(path + "/" + key, std::string(key) + " is empty, so nothing matches");
-    return g_.choice(std::move(alts));
-  }
-
-  if (has("allOf")) return all_of(s, path, depth);
 
   if (types.empty()) {
     // No type: infer it from the keywords present; none at all means any value.
     auto any_of = [&](std::initializer_list<std::string_view> keys) {
       return std::any_of(keys.begin(), keys.end(), [&](std::string_view k) { return has(k); });
     };
-    if (any_of({"properties", "required", "additionalProperties"})) types.emplace_back("object");
-    if (any_of({"items", "prefixItems", "minItems", "maxItems"})) types.emplace_back("array");
+    if (any_of(
+            {"properties", "required", "additionalProperties", "minProperties", "maxProperties"}))
+      types.emplace_back("object");
+    if (any_of({"items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains"}))
+      types.emplace_back("array");
     if (any_of({"minLength", "maxLength", "pattern", "format"})) types.emplace_back("string");
     if (any_of({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}))
       types.emplace_back("number");
@@ -332,77 +565,6 @@ Result<ExprId> JsonSchemaConverter::schema(Json s, const std::string& path, int 
     alts.push_back(*e);
   }
   return g_.choice(std::move(alts));
-}
-
-RuleId JsonSchemaConverter::any_string() {
-  if (any_string_) return *any_string_;
-  RuleId r = g_.add_rule("string");
-  any_string_ = r;
-  g_.set_body(r, g_.sequence({g_.byte('"'), g_.star(string_char()), g_.byte('"')}));
-  return r;
-}
-
-ExprId JsonSchemaConverter::string_char() {
-  if (!string_char_) {
-    // Any character JSON allows unescaped, or any escape JSON defines (\uXXXX included), so
-    // free-form strings accept everything a JSON parser does.
-    ByteSet simple;
-    for (char c : std::string_view("\"\\/bfnrt"))
-      simple.set(static_cast<std::uint8_t>(c));
-    ByteSet hex = ByteSet::range('0', '9');
-    hex.set_range('a', 'f');
-    hex.set_range('A', 'F');
-    auto escape = g_.sequence(
-        {g_.byte('\\'), g_.choice({g_.bytes(simple),
-                                   g_.sequence({g_.byte('u'), g_.repeat(g_.bytes(hex), 4, 4)})})});
-    string_char_ = g_.add_rule(
-        "char", g_.choice({g_.codepoints(complement_ranges({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}})),
-                           escape}));
-  }
-  return g_.ref(*string_char_);
-}
-
-RuleId JsonSchemaConverter::any_number() {
-  if (any_number_) return *any_number_;
-  RuleId r = g_.add_rule("number");
-  any_number_ = r;
-  auto digit = g_.bytes(ByteSet::range('0', '9'));
-  auto integer =
-      g_.choice({g_.byte('0'), g_.sequence({g_.bytes(ByteSet::range('1', '9')), g_.star(digit)})});
-  ByteSet e;
-  e.set('e');
-  e.set('E');
-  ByteSet sign;
-  sign.set('+');
-  sign.set('-');
-  g_.set_body(r, g_.sequence({g_.optional(g_.byte('-')), integer,
-                              g_.optional(g_.sequence({g_.byte('.'), g_.plus(digit)})),
-                              g_.optional(g_.sequence(
-                                  {g_.bytes(e), g_.optional(g_.bytes(sign)), g_.plus(digit)}))}));
-  return r;
-}
-
-RuleId JsonSchemaConverter::any_value() {
-  if (any_value_) return *any_value_;
-  RuleId value = g_.add_rule("value");
-  any_value_ = value;
-  RuleId object = g_.add_rule("object");
-  RuleId array = g_.add_rule("array");
-  auto member = g_.sequence({g_.ref(any_string()), colon(), g_.ref(value)});
-  g_.set_body(
-      object,
-      g_.sequence({g_.byte('{'), ws(),
-                   g_.optional(g_.sequence({member, g_.star(g_.sequence({comma(), member}))})),
-                   ws(), g_.byte('}')}));
-  g_.set_body(array,
-              g_.sequence({g_.byte('['), ws(),
-                           g_.optional(g_.sequence(
-                               {g_.ref(value), g_.star(g_.sequence({comma(), g_.ref(value)}))})),
-                           ws(), g_.byte(']')}));
-  g_.set_body(value,
-              g_.choice({g_.ref(object), g_.ref(array), g_.ref(any_string()), g_.ref(any_number()),
-                         token("true"), token("false"), token("null")}));
-  return value;
 }
 
 }  // namespace detail

@@ -1,17 +1,19 @@
 #pragma once
-// JSON Schema -> Grammar. Supported: type (incl. unions), properties, required,
-// additionalProperties, items, prefixItems, minItems/maxItems, enum, const, anyOf/oneOf,
-// allOf over object schemas, $ref/$defs/definitions (recursion included), strings with
-// minLength/maxLength/pattern/format (date, time, date-time, email, uuid, ipv4, uri), integers
-// with exact bounds, numbers with integer-valued bounds, null, boolean. Annotations (title,
-// description, default, examples, $schema, $id, $comment, ...) are ignored; any other keyword
-// is refused with its name and location, so no constraint is silently dropped.
+// JSON Schema (2020-12) -> Grammar. Every keyword that constrains an instance is either
+// generated exactly, generated as a documented subset of its valid instances (never a value a
+// validator would reject), or refused with its JSON pointer and name: docs/grammars.md has the
+// table. allOf and $ref beside other keywords are merged into one schema
+// (json_schema_merge.cpp); enum/const values are checked against their sibling keywords
+// (json_schema_validate.cpp). Annotations and keywords JSON Schema does not define are ignored
+// (with a warning for the latter), as validators do; so are unknown formats.
 //
 // Like XGrammar's strict mode, a missing additionalProperties (or items after prefixItems)
 // means "none": outputs stay within what the schema describes and still validate.
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "runtime/grammar/grammar.hpp"
 #include "weft/error.hpp"
@@ -29,6 +31,9 @@ struct JsonGrammarOptions {
   // so the output follows the rest of the schema but may break the skipped constraint
   // (OpenAI's json_schema with strict false or absent, docs/grammars.md).
   bool strict = true;
+  // When set, receives what was accepted but not enforced (an unknown `format`, an annotation
+  // in the schema's own words), each naming its JSON pointer.
+  std::vector<std::string>* warnings = nullptr;
 };
 
 Result<Grammar> json_schema_to_grammar(std::string_view schema_json,

@@ -2,6 +2,11 @@
 // The KV pages of one device, counted exactly. A page holds `page_size` tokens of K and V for
 // every layer and KV head (the storage lives with the executor; this class only hands out
 // page ids). Pages are reference-counted so sequences can share a prompt's pages.
+//
+// A page may also be marked cached: the prefix cache (prefix_cache.hpp) holds one reference
+// on it. A cached page whose only reference is the cache's is evictable, and
+// evictable_pages() counts those exactly (kept up to date by retain and release), so an
+// admission check may count them as free: the cache gives them back on demand.
 
 #include <cstdint>
 #include <vector>
@@ -17,6 +22,13 @@ class PagePool {
   int page_size() const noexcept { return page_size_; }
   int free_pages() const noexcept { return static_cast<int>(free_.size()); }
   int used_pages() const noexcept { return num_pages() - free_pages(); }
+  // Cached pages no one but the cache holds (freed on demand by PrefixCache::evict).
+  int evictable_pages() const noexcept { return evictable_; }
+  // What a new sequence may get: the free pages plus the evictable ones.
+  int available_pages() const noexcept { return free_pages() + evictable_; }
+  // Pages some sequence holds: the used ones less those only the prefix cache holds.
+  int held_pages() const noexcept { return used_pages() - evictable_; }
+  // The most pages held at once (held_pages: cached pages nobody uses are not counted).
   int peak_used_pages() const noexcept { return peak_used_; }
   // The pages that hold `tokens` tokens (rounded up).
   int pages_for(int tokens) const noexcept { return (tokens + page_size_ - 1) / page_size_; }
@@ -34,14 +46,21 @@ class PagePool {
 
   int ref_count(std::int32_t page) const { return ref_counts_.at(static_cast<std::size_t>(page)); }
 
-  // Starts a new high-water mark from the pages used now (a benchmark's measured phase).
-  void reset_peak() noexcept { peak_used_ = used_pages(); }
+  // Marks (or unmarks) a held page as holding a reference of the prefix cache's. Throws
+  // weft::Error (kInternal) for a free page.
+  void set_cached(std::int32_t page, bool cached);
+  bool cached(std::int32_t page) const { return cached_.at(static_cast<std::size_t>(page)) != 0; }
+
+  // Starts a new high-water mark from the pages held now (a benchmark's measured phase).
+  void reset_peak() noexcept { peak_used_ = held_pages(); }
 
  private:
   std::vector<int> ref_counts_;
+  std::vector<std::uint8_t> cached_;
   std::vector<std::int32_t> free_;  // a stack: recently freed (cache-warm) pages go first
   int page_size_ = 1;
   int peak_used_ = 0;
+  int evictable_ = 0;  // cached pages with a reference count of 1
 };
 
 }  // namespace weft::kv

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
 
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/norm.hpp"
@@ -98,7 +99,8 @@ Result<void> check_step_batch(const ModelSpec& spec, const StepBatch& batch, con
 }
 
 Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<float>& logits,
-                            cpu::ThreadPool& pool, cpu::KernelPath path) const {
+                            cpu::ThreadPool& pool, cpu::KernelPath path,
+                            parallel::Communicator* tensor_parallel) const {
   if (auto ok = check_batch(batch, kv); !ok) return ok;
   path = cpu::resolve(path);
   const std::size_t T = batch.tokens.size();
@@ -156,6 +158,16 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
                 x.data() + t * H, H, path);
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  // Row-parallel products (o, down) hold this rank's partial sum until reduced.
+  auto reduce = [&](std::vector<float>& partial) -> Result<void> {
+    if (tensor_parallel == nullptr) return {};
+    if (tensor_parallel->device_buffers()) {
+      return Error(ErrorCode::kInvalidArgument, "the CPU forward pass reduces host memory; the " +
+                                                    tensor_parallel->name() +
+                                                    " communicator wants device buffers");
+    }
+    return tensor_parallel->all_reduce_sum(std::span<float>(partial.data(), T * H));
+  };
 
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
@@ -213,6 +225,7 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
       }
     });
     cpu::matmul(attn.data(), T, L.o, bias_or_null(L.o_bias), h.data(), &pool, path);
+    if (auto ok = reduce(h); !ok) return ok;
     for (std::size_t i = 0; i < T * H; ++i)
       x[i] += h[i];
 
@@ -236,6 +249,7 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
       cpu::activate_inplace(act, gate.data(), T * I);
     }
     cpu::matmul(gate.data(), T, L.down, bias_or_null(L.down_bias), h.data(), &pool, path);
+    if (auto ok = reduce(h); !ok) return ok;
     for (std::size_t i = 0; i < T * H; ++i)
       x[i] += h[i];
   }

@@ -59,20 +59,23 @@ inline Result<void> ForwardBackend::sample(const DeviceSamplingInput&, DeviceSam
 
 class CpuForwardBackend final : public ForwardBackend {
  public:
-  // `model` must outlive the backend.
-  CpuForwardBackend(const Model& model, KvLayout layout, int num_pages, unsigned threads)
-      : model_(model), kv_(layout, num_pages), pool_(threads) {}
+  // `model` must outlive the backend. A tensor-parallel shard also takes its group's
+  // communicator (host buffers), which must outlive the backend too.
+  CpuForwardBackend(const Model& model, KvLayout layout, int num_pages, unsigned threads,
+                    parallel::Communicator* tensor_parallel = nullptr)
+      : model_(model), kv_(layout, num_pages), pool_(threads), tensor_parallel_(tensor_parallel) {}
 
   const ModelSpec& spec() const noexcept override { return model_.spec(); }
   int num_pages() const noexcept override { return kv_.num_pages(); }
   Result<void> forward(const StepBatch& batch, std::vector<float>& logits) override {
-    return model_.forward(batch, kv_, logits, pool_);
+    return model_.forward(batch, kv_, logits, pool_, cpu::KernelPath::kAuto, tensor_parallel_);
   }
 
  private:
   const Model& model_;
   KvCache kv_;
   cpu::ThreadPool pool_;
+  parallel::Communicator* tensor_parallel_;
 };
 
 }  // namespace weft::model

@@ -13,6 +13,7 @@
 #include "runtime/model/kv_cache.hpp"
 #include "runtime/model/model_spec.hpp"
 #include "runtime/model/step_batch.hpp"
+#include "runtime/parallel/communicator.hpp"
 #include "weft/error.hpp"
 #include "weft/tensor.hpp"
 
@@ -38,8 +39,12 @@ class Model {
   // Runs one step: writes the new tokens' keys and values into their pages, and fills
   // `logits` with batch.logit_rows() rows of vocab_size floats. Invalid input (a token
   // outside the vocabulary, a position beyond the page table, a bad page id) is an error.
+  // A tensor-parallel shard (runtime/parallel/partition_plan.hpp: this model's spec holds its
+  // rank's heads and MLP slice) passes its group's communicator: the outputs of o and down
+  // are partial sums, all-reduced before the residual add, and every rank gets the logits.
   Result<void> forward(const StepBatch& batch, KvCache& kv, std::vector<float>& logits,
-                       cpu::ThreadPool& pool, cpu::KernelPath path = cpu::KernelPath::kAuto) const;
+                       cpu::ThreadPool& pool, cpu::KernelPath path = cpu::KernelPath::kAuto,
+                       parallel::Communicator* tensor_parallel = nullptr) const;
 
   // The bound weights, read-only, for other backends (the CUDA model uploads them).
   const TensorView& embedding() const noexcept { return embedding_; }

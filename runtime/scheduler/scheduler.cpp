@@ -17,6 +17,7 @@ Scheduler::Scheduler(SchedulerConfig config)
       owned_pool_(std::make_unique<kv::PagePool>(config.num_pages, std::max(1, config.page_size))),
       pool_(*owned_pool_) {
   check_config();
+  if (config_.prefix_cache) cache_ = std::make_unique<kv::PrefixCache>(pool_);
 }
 
 Scheduler::Scheduler(SchedulerConfig config, kv::PagePool& pool) : config_(config), pool_(pool) {
@@ -30,11 +31,39 @@ Scheduler::Scheduler(SchedulerConfig config, kv::PagePool& pool) : config_(confi
                     std::to_string(pool_.page_size()));
   }
   config_.num_pages = pool_.num_pages();
+  if (config_.prefix_cache) cache_ = std::make_unique<kv::PrefixCache>(pool_);
 }
 
 Scheduler::~Scheduler() {
   for (const auto& [id, seq] : sequences_)
     pool_.release_all(seq.pages);
+  cache_.reset();  // its pages go back too
+}
+
+PrefixCacheStats Scheduler::prefix_cache_stats() const {
+  PrefixCacheStats stats;
+  stats.query_tokens = cache_query_tokens_;
+  stats.hit_tokens = cache_hit_tokens_;
+  if (cache_) {
+    stats.cached_pages = cache_->cached_pages();
+    stats.evictable_pages = pool_.evictable_pages();
+    stats.evictions = cache_->evictions();
+  }
+  return stats;
+}
+
+int Scheduler::available_pages() const {
+  return cache_ ? pool_.available_pages() : pool_.free_pages();
+}
+
+// A sequence's pages go back: to the prefix cache (its full computed pages) or the pool.
+void Scheduler::release_pages(Sequence& seq) {
+  if (cache_) {
+    cache_->release(seq.tokens, seq.computed, seq.pages);
+  } else {
+    pool_.release_all(seq.pages);
+  }
+  seq.pages.clear();
 }
 
 void Scheduler::check_config() const {
@@ -107,7 +136,7 @@ void Scheduler::share_prefix(Sequence& s) {
 bool Scheduler::remove(std::uint64_t id) {
   auto it = sequences_.find(id);
   if (it == sequences_.end()) return false;
-  pool_.release_all(it->second.pages);
+  release_pages(it->second);
   sequences_.erase(it);
   if (auto r = std::find(running_.begin(), running_.end(), id); r != running_.end()) {
     running_.erase(r);
@@ -133,7 +162,9 @@ const Sequence* Scheduler::find(std::uint64_t id) const {
 
 bool Scheduler::grow_pages(Sequence& seq, int positions) {
   const int missing = pages_for(positions) - static_cast<int>(seq.pages.size());
-  return missing <= 0 || pool_.allocate(missing, seq.pages);
+  if (missing <= 0) return true;
+  if (cache_) cache_->make_free(missing);
+  return pool_.allocate(missing, seq.pages);
 }
 
 bool Scheduler::admission_allows(const Sequence& candidate) const {
@@ -151,9 +182,8 @@ bool Scheduler::admission_allows(const Sequence& candidate) const {
 
 void Scheduler::preempt(std::uint64_t id, StepPlan& plan) {
   Sequence& seq = sequences_.at(id);
-  pool_.release_all(seq.pages);
-  seq.pages.clear();
-  seq.computed = 0;  // recompute: prompt and output so far are prefilled again
+  release_pages(seq);  // with the prefix cache, its readmission may find them again
+  seq.computed = 0;    // recompute: prompt and output so far are prefilled again
   ++seq.preemptions;
   ++preemptions_;
   running_.erase(std::find(running_.begin(), running_.end(), id));
@@ -182,7 +212,7 @@ StepPlan Scheduler::plan_step() {
       if (++decodes > budget) break;
       needed += std::max(0, pages_for(s.computed + 1) - static_cast<int>(s.pages.size()));
     }
-    if (needed <= pool_.free_pages() || running_.empty()) break;
+    if (needed <= available_pages() || running_.empty()) break;
     preempt(running_.back(), plan);
   }
   for (std::uint64_t id : running_) {
@@ -198,7 +228,7 @@ StepPlan Scheduler::plan_step() {
     int chunk = std::min(static_cast<int>(s.tokens.size()) - s.computed, budget);
     // Optimistic mode may find fewer free pages than the chunk wants: take what fits.
     const int fits =
-        (static_cast<int>(s.pages.size()) + pool_.free_pages()) * config_.page_size - s.computed;
+        (static_cast<int>(s.pages.size()) + available_pages()) * config_.page_size - s.computed;
     chunk = std::min(chunk, fits);
     if (chunk <= 0 || !grow_pages(s, s.computed + chunk)) return 0;
     chosen.push_back({s.id, chunk});
@@ -222,7 +252,26 @@ StepPlan Scheduler::plan_step() {
       if (parent != sequences_.end() && parent->second.computed < shareable) break;
       share_prefix(s);
     }
-    if (prefill_chunk(s) == 0) break;
+    int hit = 0;
+    const bool looked_up = cache_ && s.computed == 0 && s.pages.empty();
+    if (looked_up) {
+      // At least the last token is computed: its logits give the next token.
+      hit = cache_->match(s.tokens, static_cast<int>(s.tokens.size()) - 1, s.pages);
+      s.computed = hit;
+    }
+    if (prefill_chunk(s) == 0) {
+      if (hit > 0) {  // not admitted after all: a waiting sequence holds no pages
+        pool_.release_all(s.pages);
+        s.pages.clear();
+        s.computed = 0;
+      }
+      break;
+    }
+    if (looked_up) {
+      if (s.preemptions == 0) s.cached_tokens = std::min(hit, s.prompt_len);
+      cache_query_tokens_ += s.tokens.size();
+      cache_hit_tokens_ += static_cast<std::uint64_t>(hit);
+    }
     waiting_.pop_front();
     running_.push_back(s.id);
   }

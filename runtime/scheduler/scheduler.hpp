@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "runtime/kv/page_pool.hpp"
+#include "runtime/kv/prefix_cache.hpp"
 #include "weft/error.hpp"
 
 namespace weft::sched {
@@ -30,6 +31,18 @@ struct SchedulerConfig {
   int max_tokens_per_step = 512;  // the step's token budget (decode + prefill chunks)
   int max_running = 256;          // sequences in one batch at most
   AdmissionPolicy admission = AdmissionPolicy::kReserve;
+  // Keep finished sequences' full pages in a radix tree (kv::PrefixCache) and start a new
+  // sequence after the longest cached prefix of its tokens.
+  bool prefix_cache = false;
+};
+
+// The prefix cache's counters.
+struct PrefixCacheStats {
+  std::uint64_t query_tokens = 0;  // tokens of admitted sequences looked up in the cache
+  std::uint64_t hit_tokens = 0;    // of those, tokens found (not computed again)
+  int cached_pages = 0;            // pages the tree holds now
+  int evictable_pages = 0;         // of those, pages no sequence holds
+  std::uint64_t evictions = 0;     // pages evicted so far
 };
 
 // One sequence's share of a step: tokens [token_begin, token_begin + token_count) of the
@@ -62,6 +75,7 @@ struct Sequence {
   int computed = 0;  // tokens whose KV is written
   std::vector<std::int32_t> pages;
   int preemptions = 0;
+  int cached_tokens = 0;  // prompt tokens the prefix cache gave it at its first admission
   // A sibling sample (n > 1): whose full prompt pages this sequence shares when admitted.
   std::uint64_t share_prefix_of = 0;
 
@@ -113,11 +127,14 @@ class Scheduler {
   int waiting() const noexcept { return static_cast<int>(waiting_.size()); }
   const kv::PagePool& pool() const noexcept { return pool_; }
   std::uint64_t preemptions() const noexcept { return preemptions_; }
+  PrefixCacheStats prefix_cache_stats() const;
 
  private:
   int pages_for(int tokens) const { return pool_.pages_for(tokens); }
   void check_config() const;
   bool grow_pages(Sequence& seq, int positions);
+  int available_pages() const;
+  void release_pages(Sequence& seq);
   bool admission_allows(const Sequence& candidate) const;
   void preempt(std::uint64_t id, StepPlan& plan);
   void share_prefix(Sequence& s);
@@ -130,6 +147,9 @@ class Scheduler {
   std::deque<std::uint64_t> waiting_;
   std::uint64_t next_step_ = 0;
   std::uint64_t preemptions_ = 0;
+  std::unique_ptr<kv::PrefixCache> cache_;  // null with prefix_cache off
+  std::uint64_t cache_query_tokens_ = 0;
+  std::uint64_t cache_hit_tokens_ = 0;
 };
 
 }  // namespace weft::sched

@@ -336,7 +336,8 @@ TEST(EngineConfigTest, FromFileReadsEveryField) {
     "admission": "optimistic",
     "cpu_threads": 3,
     "gpu_memory_fraction": 0.75,
-    "jump_forward": false
+    "jump_forward": false,
+    "prefix_cache": false
   })");
   auto read = EngineConfig::from_file(file.path);
   ASSERT_TRUE(read.ok()) << read.error().what();
@@ -352,6 +353,7 @@ TEST(EngineConfigTest, FromFileReadsEveryField) {
   EXPECT_EQ(c.cpu_threads, 3u);
   EXPECT_DOUBLE_EQ(c.gpu_memory_fraction, 0.75);
   EXPECT_FALSE(c.jump_forward);
+  EXPECT_FALSE(c.prefix_cache);
 
   // Fields left out keep their defaults.
   TempJson minimal(R"({"model_dir": "/models/tiny"})");
@@ -361,6 +363,7 @@ TEST(EngineConfigTest, FromFileReadsEveryField) {
   EXPECT_EQ(defaults.value().device, "cpu");
   EXPECT_EQ(defaults.value().admission, "reserve");
   EXPECT_TRUE(defaults.value().jump_forward);
+  EXPECT_TRUE(defaults.value().prefix_cache);
 }
 
 TEST(EngineConfigTest, FromFileNamesTheBadField) {
@@ -377,6 +380,8 @@ TEST(EngineConfigTest, FromFileNamesTheBadField) {
   EXPECT_NE(e.find("unknown field \"page_sise\""), std::string::npos) << e;
   e = error_of(R"({"model_dir": "/m", "page_size": "16"})");
   EXPECT_NE(e.find("\"page_size\" must be an integer"), std::string::npos) << e;
+  e = error_of(R"({"model_dir": "/m", "prefix_cache": "yes"})");
+  EXPECT_NE(e.find("\"prefix_cache\" must be true or false"), std::string::npos) << e;
   e = error_of(R"({"model_dir": 7})");
   EXPECT_NE(e.find("\"model_dir\" must be a string"), std::string::npos) << e;
   e = error_of(R"({"model_dir": "/m", "gpu_memory_fraction": "most"})");

@@ -44,3 +44,16 @@ if(Python3_Interpreter_FOUND)
   set_tests_properties(weft_bench_sharegpt_workload PROPERTIES PASS_REGULAR_EXPRESSION
     "input: mean 2[0-9][0-9]\\.[0-9], median.*wrote 200 requests.*\"requests\":3,\"failed\":0,")
 endif()
+
+# --multi-turn: conversations sharing a system prompt; from turn 2 on, the previous turn's
+# pages are reused (here 32 of 52 and 48 of 64 prompt tokens), and none with the cache off.
+add_test(NAME weft_bench_multi_turn
+         COMMAND weft bench --multi-turn 3 --num-requests 2 --system-prompt-len 32 --input-len 8 --output-len 4 --threads 1)
+set_tests_properties(weft_bench_multi_turn PROPERTIES PASS_REGULAR_EXPRESSION
+                     "\"failed\":0,.*\"prefix_cache_hit_rate_by_turn\":\\[0E0,6\\.15[0-9]*E-1,7\\.5E-1\\]")
+add_test(NAME weft_bench_multi_turn_no_cache
+         COMMAND weft bench --multi-turn 2 --num-requests 2 --system-prompt-len 32 --input-len 8 --output-len 4 --threads 1 --prefix-cache off)
+set_tests_properties(weft_bench_multi_turn_no_cache PROPERTIES PASS_REGULAR_EXPRESSION
+                     "\"failed\":0,.*\"prefix_cache_hit_rate_by_turn\":\\[0E0,0E0\\]")
+add_test(NAME weft_bench_system_prompt_needs_multi_turn COMMAND weft bench --system-prompt-len 8)
+set_tests_properties(weft_bench_system_prompt_needs_multi_turn PROPERTIES WILL_FAIL TRUE)

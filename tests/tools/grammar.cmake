@@ -47,9 +47,9 @@ add_test(NAME weft_generate_bad_grammar COMMAND ${grammar_generate} --grammar ${
 set_tests_properties(weft_generate_bad_grammar PROPERTIES PASS_REGULAR_EXPRESSION
   "^weft generate: --grammar: grammar line 3, column 1: expected '\\)' to close the group opened at line 2, column 16\n$")
 add_test(NAME weft_generate_unsupported_schema
-         COMMAND ${grammar_generate} --json-schema ${grammar_tests}/unsupported/not.json)
+         COMMAND ${grammar_generate} --json-schema ${grammar_tests}/unsupported/multiple_of.json)
 set_tests_properties(weft_generate_unsupported_schema PROPERTIES PASS_REGULAR_EXPRESSION
-  "^weft generate: --json-schema: JSON Schema at '#/properties/a': unsupported keyword 'not'\n$")
+  "^weft generate: --json-schema: JSON Schema at '#': unsupported keyword 'multipleOf'\n$")
 add_test(NAME weft_generate_bad_regex COMMAND ${grammar_generate} --regex "a(?=b)")
 set_tests_properties(weft_generate_bad_regex PROPERTIES PASS_REGULAR_EXPRESSION
   "^weft generate: --regex: regex at offset 1: lookaround")
@@ -68,3 +68,32 @@ add_test(NAME weft_serve_response_format_websocket COMMAND ${grammar_serve} node
 set_tests_properties(weft_serve_response_format_websocket PROPERTIES TIMEOUT 120
   FIXTURES_REQUIRED gateway_node ENVIRONMENT WEFT_TEST_NODE=${CMAKE_BINARY_DIR}/test-node
   PASS_REGULAR_EXPRESSION "websocket response_format checks passed" FAIL_REGULAR_EXPRESSION "FAIL")
+
+# The JSON Schema Test Suite (draft 4 translated to 2020-12, plus suite-2020-12/ for the
+# keywords draft 4 lacks), every instance fed byte by byte through the matcher: an invalid
+# instance accepted fails the test (soundness), and so does any count below
+# suite_baseline.json (coverage regression). The data comes from scripts/fetch-test-data.
+add_executable(json_schema_suite ${grammar_tests}/json_schema_suite.cpp)
+target_include_directories(json_schema_suite PRIVATE ${CMAKE_SOURCE_DIR})
+target_link_libraries(json_schema_suite PRIVATE weft_grammar Boost::json weft_warnings)
+set(suite_data ${CMAKE_BINARY_DIR}/test-data/json-schema-test-suite/tests/draft4)
+add_test(NAME json_schema_test_suite
+         COMMAND sh -c "if [ ! -d ${suite_data} ]; then echo 'SKIP: ${suite_data} is missing: run scripts/fetch-test-data ${CMAKE_BINARY_DIR}'; exit 0; fi; node ${grammar_tests}/suite_cases.js cases ${suite_data} ${grammar_tests}/suite-2020-12 ${CMAKE_CURRENT_BINARY_DIR}/suite_cases.json && $<TARGET_FILE:json_schema_suite> suite --cases ${CMAKE_CURRENT_BINARY_DIR}/suite_cases.json --out ${CMAKE_CURRENT_BINARY_DIR}/suite_results.jsonl && node ${grammar_tests}/suite_cases.js report ${CMAKE_CURRENT_BINARY_DIR}/suite_results.jsonl ${grammar_tests}/suite_baseline.json")
+set_tests_properties(json_schema_test_suite PROPERTIES TIMEOUT 600 FAIL_REGULAR_EXPRESSION "FAIL" SKIP_REGULAR_EXPRESSION "SKIP:")
+
+# Random walks through the matcher (json_schema_suite sample) over the real-world corpus
+# (tests/fixtures/schemas/real-world, from npm packages by its collect.js) and over this
+# folder's schemas: ajv must accept every output, and at least as many real-world schemas as
+# the baseline must compile.
+set(real_world ${CMAKE_SOURCE_DIR}/tests/fixtures/schemas/real-world)
+foreach(corpus real_world:${real_world}:117 grammar_schemas:${grammar_tests}/schemas:75)
+  string(REPLACE ":" ";" parts ${corpus})
+  list(GET parts 0 name)
+  list(GET parts 1 dir)
+  list(GET parts 2 min_compiled)
+  set(out ${CMAKE_CURRENT_BINARY_DIR}/samples_${name}.jsonl)
+  add_test(NAME json_schema_random_walks_${name}
+           COMMAND sh -c "$<TARGET_FILE:json_schema_suite> sample --schemas ${dir} --out ${out} --samples 8 --seed 1 && node ${grammar_tests}/validate_samples.js ${dir} ${out} ${min_compiled}")
+  set_tests_properties(json_schema_random_walks_${name} PROPERTIES FIXTURES_REQUIRED grammar_ajv
+    TIMEOUT 300 ENVIRONMENT WEFT_TEST_NODE=${grammar_node} FAIL_REGULAR_EXPRESSION "FAIL")
+endforeach()

@@ -49,3 +49,25 @@ set_tests_properties(weft_serve_tools_openai_llama3_json PROPERTIES
   ENVIRONMENT "WEFT_TEST_NODE=${gateway_node};WEFT_SERVE_ARGS=--tool-call-format llama3_json"
   PASS_REGULAR_EXPRESSION "all tools checks passed"
   FAIL_REGULAR_EXPRESSION "FAIL|weft serve exited with|did not stop|ThreadSanitizer|AddressSanitizer|runtime error")
+# Load and faults (docs/reliability.md): greedy streams over SSE (openai) and WebSocket (ws) at
+# once checked against the same requests run alone, a cancel/disconnect storm that must leave
+# every KV page free, overload answered 429/503 with Retry-After then recovered, and paused
+# SSE readers bounded by --send-timeout-s. Small parameters here; bench/serve_load.sh runs 256.
+set(serve_load node ${CMAKE_SOURCE_DIR}/bench/serve_load.js)
+add_test(NAME weft_serve_load COMMAND ${gateway_run} ${serve_load})
+set_tests_properties(weft_serve_load PROPERTIES ENVIRONMENT
+  "WEFT_TEST_NODE=${gateway_node};PHASES=streams,cancel;STREAMS=64;MAX_TOKENS=12;STORM=64;LIMIT_S=150;WEFT_SERVE_ARGS=--max-running 64")
+add_test(NAME weft_serve_overload COMMAND ${gateway_run} ${serve_load})
+set_tests_properties(weft_serve_overload PROPERTIES ENVIRONMENT
+  "WEFT_TEST_NODE=${gateway_node};PHASES=overload;LIVE_LIMIT=4;LIMIT_S=150;WEFT_SERVE_ARGS=--max-live-requests 4 --max-queued-requests 2")
+add_test(NAME weft_serve_slow_sse COMMAND ${gateway_run} ${serve_load})
+set_tests_properties(weft_serve_slow_sse PROPERTIES ENVIRONMENT
+  "WEFT_TEST_NODE=${gateway_node};PHASES=slow;SLOW=6;SLOW_TOKENS=800;SLOW_EXPECT_TIMEOUTS=1;LIMIT_S=150;WEFT_SERVE_ARGS=--socket-send-buffer-bytes 8192 --send-timeout-s 2")
+set_tests_properties(weft_serve_load weft_serve_overload weft_serve_slow_sse PROPERTIES
+  FIXTURES_REQUIRED gateway_node TIMEOUT 180 PASS_REGULAR_EXPRESSION "all serve_load checks passed")
+add_test(NAME weft_serve_graceful_shutdown
+         COMMAND node ${gateway_tests}/graceful_shutdown.js $<TARGET_FILE:weft> ${CMAKE_SOURCE_DIR}/models/weft-tiny)
+set_tests_properties(weft_serve_graceful_shutdown PROPERTIES FIXTURES_REQUIRED gateway_node TIMEOUT 150
+  ENVIRONMENT WEFT_TEST_NODE=${gateway_node} PASS_REGULAR_EXPRESSION "graceful shutdown checks passed")
+set_tests_properties(weft_serve_load weft_serve_overload weft_serve_slow_sse weft_serve_graceful_shutdown
+  PROPERTIES FAIL_REGULAR_EXPRESSION "FAIL|weft serve exited with|did not stop|ThreadSanitizer|AddressSanitizer|runtime error")

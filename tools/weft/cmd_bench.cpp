@@ -27,9 +27,11 @@
 
 #include "actors/device_backend.hpp"
 #include "tools/weft/bench_dataset.hpp"
+#include "tools/weft/bench_multi_turn.hpp"
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
 #include "tools/weft/load_progress.hpp"
+#include "tools/weft/tensor_parallel.hpp"
 #include "weft/engine.hpp"
 #include "weft/runtime.hpp"
 
@@ -41,6 +43,7 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchOptions {
   std::string model_dir;
+  int tensor_parallel = 1;
   std::string dataset;
   bool num_requests_given = false;
   int num_requests = 100;
@@ -65,6 +68,9 @@ struct BenchOptions {
   std::string regex;
   std::string grammar_file;
   bool json_object = false;
+  std::string prefix_cache = "on";
+  int multi_turn = 0;  // turns per conversation; 0: independent requests
+  int system_prompt_len = 256;
 };
 
 struct RequestTimes {
@@ -191,6 +197,10 @@ int run_bench(const BenchOptions& o) {
   config.admission = o.admission;
   config.cpu_threads = o.threads;
   config.jump_forward = !o.no_jump_forward;
+  auto tp = start_tensor_parallel("bench", o.tensor_parallel, config);
+  if (tp.exit_code) return *tp.exit_code;
+  config.tensor_parallel = tp.group;
+  config.prefix_cache = o.prefix_cache == "on";
   Runtime runtime(RuntimeOptions{.worker_threads = 2});
   std::optional<Engine> engine;
   try {
@@ -198,6 +208,19 @@ int run_bench(const BenchOptions& o) {
   } catch (const Error& e) {
     std::cerr << "weft bench: " << e.what() << '\n';
     return 1;
+  }
+  if (o.multi_turn > 0) {
+    const MultiTurnOptions mt{o.num_requests, o.multi_turn, o.system_prompt_len, o.input_len,
+                              o.output_len,   o.seed,       o.temperature};
+    const MultiTurnResult result = run_multi_turn(*engine, runtime.executor(), mt);
+    const EngineMetrics metrics = engine->metrics(asio::use_future).get();
+    engine->shutdown(asio::use_future).get();
+    boost::json::object out = report_multi_turn(result, metrics, mt);
+    out["prefix_cache"] = o.prefix_cache;
+    out["device"] = resolved_device;
+    out["model"] = o.model_dir;
+    std::cout << boost::json::serialize(out) << std::endl;
+    return result.failed == 0 ? 0 : 1;
   }
   // Requests: random ids (as vLLM's random dataset), lengths uniform in L*(1 +- ratio).
   std::mt19937_64 rng(o.seed);
@@ -309,6 +332,11 @@ int run_bench(const BenchOptions& o) {
                           {"mask_wait_ms", metrics.mask_wait_us / 1000.0},
                           {"constraint_accept_ms", metrics.constraint_accept_us / 1000.0},
                           {"jump_forward_tokens", metrics.jump_forward_tokens},
+                          {"prefix_cache", o.prefix_cache},
+                          {"prefix_cache_hit_tokens", metrics.prefix_cache_hit_tokens},
+                          {"prefix_cache_query_tokens", metrics.prefix_cache_query_tokens},
+                          {"prefix_cache_evictions", metrics.prefix_cache_evictions},
+                          {"kv_pages_cached", metrics.kv_pages_cached},
                           {"model", o.model_dir}};
   std::printf("requests %d (%d failed) in %.2f s: %.2f req/s, %.1f output tok/s\n", num_requests,
               failed, seconds, num_requests / seconds,
@@ -426,8 +454,26 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   schema->excludes(regex)->excludes(grammar_opt)->excludes(object);
   regex->excludes(grammar_opt)->excludes(object);
   grammar_opt->excludes(object);
+  add_tensor_parallel_option(cmd, opts->tensor_parallel);
   cmd->add_option("--threads", opts->threads, "CPU threads for the forward pass (0: all cores)")
       ->capture_default_str();
+  cmd->add_option("--prefix-cache", opts->prefix_cache,
+                  "on: reuse the KV pages of earlier requests' common prefixes (radix tree, "
+                  "LRU eviction); off: compute every prompt in full")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
+  auto* multi_turn =
+      cmd->add_option("--multi-turn", opts->multi_turn,
+                      "chat mode: --num-requests conversations of N turns sharing one system "
+                      "prompt; turn k+1's prompt is turn k's prompt + output + --input-len new "
+                      "tokens; --output-len tokens per turn; TTFT is reported per turn")
+          ->check(CLI::Range(1, 10000));
+  cmd->add_option("--system-prompt-len", opts->system_prompt_len,
+                  "with --multi-turn: tokens of the system prompt all conversations share")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20))
+      ->needs(multi_turn);
+  multi_turn->excludes("--dataset")->excludes(range_ratio)->excludes("--request-rate");
   cmd->callback([opts, num_requests, &exit_code] {
     opts->num_requests_given = num_requests->count() > 0;
     exit_code = run_bench(*opts);

@@ -18,6 +18,7 @@
 #include "runtime/grammar/constraint_compiler.hpp"
 #include "runtime/grammar/token_constraint.hpp"
 #include "runtime/grammar/tokenizer_vocab.hpp"
+#include "runtime/parallel/mpi_communicator.hpp"
 #include "runtime/sampling/sequence_sampler.hpp"
 #include "runtime/text/detokenizer.hpp"
 #include "tools/weft/commands.hpp"
@@ -50,6 +51,7 @@ struct GenerateOptions {
   bool ignore_eos = false;
   unsigned threads = 0;
   int page_size = 16;
+  int tensor_parallel = 1;
   std::string json_schema_file;
   std::string regex;
   std::string grammar_file;
@@ -90,15 +92,62 @@ Result<ResponseFormat> response_format(const GenerateOptions& o) {
 }
 
 int run_generate(const GenerateOptions& o) {
-  auto fail = [](const std::string& message) {
-    std::cerr << "weft generate: " << message << '\n';
+  // With --tensor-parallel N, N processes started by mpirun run this function together:
+  // each loads its shard and runs every forward step (the all-reduces join them), rank 0
+  // samples, prints, and broadcasts each token and whether to stop (docs/parallel.md).
+  std::unique_ptr<parallel::Communicator> world;
+  int rank = 0;
+  auto fail = [&world, &rank](const std::string& message) {
+    const bool group = world != nullptr && world->size() > 1;
+    std::cerr << "weft generate: " << (group ? "rank " + std::to_string(rank) + ": " : "")
+              << message << '\n';
+    // A rank that stops alone would leave the others waiting in a collective.
+    if (group) parallel::mpi_abort_world(1);
     return 1;
   };
   auto device = actors::parse_device(o.device);
   if (!device) return fail(std::string("--device: ") + device.error().what());
+  if (o.tensor_parallel > 1) {
+    if (device->cuda) {
+      return fail(
+          "--tensor-parallel runs on the CPU backend so far (pass --device cpu); the "
+          "CUDA model has no all-reduce yet (docs/parallel.md)");
+    }
+    auto opened = parallel::mpi_world();
+    if (!opened) return fail("--tensor-parallel: " + std::string(opened.error().what()));
+    world = std::move(opened.value());
+    rank = world->rank();
+    if (world->size() != o.tensor_parallel) {
+      const int started = world->size();
+      if (rank != 0) return 1;  // every rank sees this; rank 0 says it
+      world.reset();
+      return fail("--tensor-parallel " + std::to_string(o.tensor_parallel) + " needs " +
+                  std::to_string(o.tensor_parallel) + " processes, one per rank, but MPI started " +
+                  std::to_string(started) + ": launch with mpirun -np " +
+                  std::to_string(o.tensor_parallel) + " weft generate ...");
+    }
+  }
   LoadOptions load_options;
   load_options.spec_file = o.spec_file;
+  load_options.tensor_parallel_size = o.tensor_parallel;
+  load_options.tensor_parallel_rank = rank;
   auto loaded = load_model(o.model_dir, load_options);
+  if (world) {
+    // Ranks agree on whether any failed to load, so an error every rank meets alike (a bad
+    // folder, a shape the group does not divide) is said once and nobody is left waiting.
+    float failed = loaded ? 0.0f : 1.0f;
+    if (auto ok = world->all_reduce_sum(std::span<float>(&failed, 1)); !ok) {
+      return fail(ok.error().what());
+    }
+    if (failed > 0) {
+      const bool everyone = static_cast<int>(failed) == world->size();
+      if (!loaded && (rank == 0 || !everyone)) {
+        std::cerr << "weft generate: " << (everyone ? "" : "rank " + std::to_string(rank) + ": ")
+                  << loaded.error().what() << '\n';
+      }
+      return 1;
+    }
+  }
   if (!loaded) return fail(loaded.error().what());
   const auto& model = loaded->model;
   const int vocab = model.spec().vocab_size;
@@ -164,11 +213,17 @@ int run_generate(const GenerateOptions& o) {
   }
   std::unique_ptr<model::ForwardBackend> backend;
   try {
-    auto made = actors::make_forward_backend(
-        model, *device, layout, static_cast<int>(pages), o.threads, static_cast<int>(prompt.size()),
-        0.9, device->cuda ? upload_progress(actors::device_name(*device)) : nullptr);
-    if (!made) return fail(made.error().what());
-    backend = std::move(made.value());
+    if (world) {
+      backend = std::make_unique<model::CpuForwardBackend>(model, layout, static_cast<int>(pages),
+                                                           o.threads, world.get());
+    } else {
+      auto made = actors::make_forward_backend(
+          model, *device, layout, static_cast<int>(pages), o.threads,
+          static_cast<int>(prompt.size()), 0.9,
+          device->cuda ? upload_progress(actors::device_name(*device)) : nullptr);
+      if (!made) return fail(made.error().what());
+      backend = std::move(made.value());
+    }
   } catch (const std::bad_alloc&) {
     return fail("not enough memory for a KV cache of " + std::to_string(capacity) + " tokens");
   }
@@ -217,59 +272,70 @@ int run_generate(const GenerateOptions& o) {
     if (!ok) return fail(ok.error().what());
     (generated == 0 ? prefill_s : decode_s) +=
         std::chrono::duration<double>(clock::now() - start).count();
-    const std::uint32_t* allowed = constraint ? constraint->next_mask().data() : nullptr;
-    auto sampled = sampler.try_sample(
-        std::span<float>(logits.data(), static_cast<std::size_t>(vocab)), allowed);
-    if (!sampled) return fail(sampled.error().what());
-    const sampling::SampledToken& choice = sampled.value();
     ++generated;
-    bool stop = !o.ignore_eos && std::find(eos.begin(), eos.end(), choice.id) != eos.end();
-    if (constraint) {
-      // The output is complete when the grammar has matched and allows nothing more.
-      const auto verdict = constraint->accept(choice.id);
-      if (verdict == grammar::TokenConstraint::Verdict::kRejected) {
-        return fail("internal: the sampled token " + std::to_string(choice.id) +
-                    " is not allowed by the constraint");
+    // The token rank 0 chose, and 1 when generation stops there.
+    std::int32_t next[2] = {0, 0};
+    if (rank == 0) {
+      const std::uint32_t* allowed = constraint ? constraint->next_mask().data() : nullptr;
+      auto sampled = sampler.try_sample(
+          std::span<float>(logits.data(), static_cast<std::size_t>(vocab)), allowed);
+      if (!sampled) return fail(sampled.error().what());
+      const sampling::SampledToken& choice = sampled.value();
+      bool stop = !o.ignore_eos && std::find(eos.begin(), eos.end(), choice.id) != eos.end();
+      if (constraint) {
+        // The output is complete when the grammar has matched and allows nothing more.
+        const auto verdict = constraint->accept(choice.id);
+        if (verdict == grammar::TokenConstraint::Verdict::kRejected) {
+          return fail("internal: the sampled token " + std::to_string(choice.id) +
+                      " is not allowed by the constraint");
+        }
+        stop = stop || verdict == grammar::TokenConstraint::Verdict::kComplete;
       }
-      stop = stop || verdict == grammar::TokenConstraint::Verdict::kComplete;
-    }
-    const bool last = stop || generated == o.max_tokens;
-    std::string piece;
-    if (detokenizer) {
-      auto delta = detokenizer->push(static_cast<std::uint32_t>(choice.id));
-      if (!delta) return fail(delta.error().what());
-      piece = std::move(delta.value());
-      if (last) {
-        auto rest = detokenizer->finish();
-        if (!rest) return fail(rest.error().what());
-        piece += rest.value();
+      const bool last = stop || generated == o.max_tokens;
+      std::string piece;
+      if (detokenizer) {
+        auto delta = detokenizer->push(static_cast<std::uint32_t>(choice.id));
+        if (!delta) return fail(delta.error().what());
+        piece = std::move(delta.value());
+        if (last) {
+          auto rest = detokenizer->finish();
+          if (!rest) return fail(rest.error().what());
+          piece += rest.value();
+        }
       }
-    }
-    if (json) {
-      boost::json::object event{{"id", choice.id}};
-      if (detokenizer) event["text"] = piece;
-      event["logprob"] = choice.logprob;
-      if (o.top_logprobs > 0) {
-        boost::json::array top;
-        for (const auto& t : choice.top)
-          top.push_back({{"id", t.id}, {"logprob", t.logprob}});
-        event["top_logprobs"] = std::move(top);
+      if (json) {
+        boost::json::object event{{"id", choice.id}};
+        if (detokenizer) event["text"] = piece;
+        event["logprob"] = choice.logprob;
+        if (o.top_logprobs > 0) {
+          boost::json::array top;
+          for (const auto& t : choice.top)
+            top.push_back({{"id", t.id}, {"logprob", t.logprob}});
+          event["top_logprobs"] = std::move(top);
+        }
+        std::cout << boost::json::serialize(event) << '\n' << std::flush;
+      } else if (detokenizer) {
+        std::cout << piece << std::flush;
+      } else {
+        std::cout << (generated > 1 ? " " : "") << choice.id << std::flush;
       }
-      std::cout << boost::json::serialize(event) << '\n' << std::flush;
-    } else if (detokenizer) {
-      std::cout << piece << std::flush;
-    } else {
-      std::cout << (generated > 1 ? " " : "") << choice.id << std::flush;
+      next[0] = choice.id;
+      next[1] = stop ? 1 : 0;
     }
-    if (stop) {
+    if (world) {
+      auto sent = world->broadcast(std::as_writable_bytes(std::span<std::int32_t>(next)), 0);
+      if (!sent) return fail(sent.error().what());
+    }
+    if (next[1] != 0) {
       finish = "stop";
       break;
     }
     const int pos = static_cast<int>(prompt.size()) + generated - 1;
-    step.tokens = {choice.id};
+    step.tokens = {next[0]};
     step.positions = {pos};
     step.sequences[0].token_count = 1;
   }
+  if (rank != 0) return 0;
   if (json) {
     boost::json::object done{{"finish_reason", finish},
                              {"prompt_tokens", prompt.size()},
@@ -362,6 +428,11 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--page-size", opts->page_size, "KV cache page size in tokens")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  cmd->add_option("--tensor-parallel", opts->tensor_parallel,
+                  "split the model over N processes started by mpirun -np N (Megatron layout: "
+                  "heads and MLP split per rank; CPU backend; docs/parallel.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   cmd->callback([opts, &exit_code] { exit_code = run_generate(*opts); });
 }
 

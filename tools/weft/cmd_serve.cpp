@@ -1,7 +1,9 @@
 // `weft serve`: the OpenAI-compatible HTTP API and the WebSocket protocol on one port, in
-// front of one Engine (docs/http-api.md, docs/websocket.md). Prints the address it listens on;
-// SIGINT or SIGTERM stops accepting and shuts the engine down gracefully (live requests end
-// with finish reason "shutdown").
+// front of one Engine (docs/http-api.md, docs/websocket.md). Prints the address it listens on.
+// SIGINT or SIGTERM drains: the server stops accepting, new generations get 503, live ones run
+// on for up to --shutdown-timeout seconds, then the engine shuts down (those still live end
+// with finish reason "shutdown") and the process exits 0. A second signal exits at once with
+// 128 + the signal's number.
 
 #include <pthread.h>
 
@@ -12,6 +14,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -26,6 +29,7 @@
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
 #include "tools/weft/load_progress.hpp"
+#include "tools/weft/tensor_parallel.hpp"
 #include "weft/engine.hpp"
 
 namespace weft::cli {
@@ -40,8 +44,11 @@ struct ServeOptions {
   unsigned threads = 0;
   int max_running = EngineConfig{}.max_running;
   std::string tool_call_format = "auto";
+  std::string prefix_cache = "on";
   std::string device = "auto";
   double gpu_memory_fraction = 0.0;
+  double shutdown_timeout_s = 30;
+  int tensor_parallel = 1;
 };
 
 // Names the calling thread as `top` and /proc show it (15 characters at most).
@@ -98,6 +105,10 @@ int run_serve(const ServeOptions& opts) {
     }
     config.gpu_memory_fraction = opts.gpu_memory_fraction;
     config.max_running = opts.max_running;
+    auto tp = start_tensor_parallel("serve", opts.tensor_parallel, config);
+    if (tp.exit_code) return *tp.exit_code;
+    config.tensor_parallel = tp.group;
+    config.prefix_cache = opts.prefix_cache == "on";
     auto engine_owner = std::make_unique<Engine>(engine_io.get_executor(), config);
     Engine& engine = *engine_owner;
     name_thread("weft-gateway");  // now: threads inherit the name of the one that starts them
@@ -143,13 +154,41 @@ int run_serve(const ServeOptions& opts) {
       drain_timer.expires_after(std::chrono::milliseconds(10));
       drain_timer.async_wait([&](const boost::system::error_code&) { drain(); });
     };
+    // Before that, live generations run on (new ones are refused) until they end or the
+    // shutdown timeout passes.
+    auto live_deadline = std::chrono::steady_clock::now();  // set when the signal comes
+    std::function<void()> let_finish = [&] {
+      if (server.live_generations() == 0 || std::chrono::steady_clock::now() >= live_deadline) {
+        if (server.live_generations() > 0) {
+          std::cerr << "weft serve: " << server.live_generations()
+                    << " requests still live after the shutdown timeout; cancelling them"
+                    << std::endl;
+        }
+        engine.shutdown(asio::bind_executor(io, [&](std::exception_ptr) { drain(); }));
+        return;
+      }
+      drain_timer.expires_after(std::chrono::milliseconds(10));
+      drain_timer.async_wait([&](const boost::system::error_code&) { let_finish(); });
+    };
     asio::signal_set signals(io, SIGINT, SIGTERM);
-    signals.async_wait([&](const boost::system::error_code& ec, int) {
-      if (ec) return;
-      std::cerr << "weft serve: shutting down" << std::endl;
-      server.stop();
-      engine.shutdown(asio::bind_executor(io, [&](std::exception_ptr) { drain(); }));
-    });
+    std::function<void(const boost::system::error_code&, int)> on_signal =
+        [&](const boost::system::error_code& ec, int signo) {
+          if (ec) return;
+          if (server.stopping()) {
+            std::cerr << "weft serve: second signal; exiting now" << std::endl;
+            std::_Exit(128 + signo);
+          }
+          std::cerr << "weft serve: shutting down; " << server.live_generations()
+                    << " requests live, waiting up to " << opts.shutdown_timeout_s
+                    << " s for them (a second signal exits at once)" << std::endl;
+          server.stop();
+          live_deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(opts.shutdown_timeout_s));
+          signals.async_wait(on_signal);
+          let_finish();
+        };
+    signals.async_wait(on_signal);
     io.run();
     // ~Engine hands its actors' last work to the engine's loop, which still runs.
     engine_owner.reset();
@@ -203,12 +242,37 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "(WebSocket: an `overloaded` error frame)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-queued-requests", opts->gateway.max_queued_requests,
+                  "generations waiting for their first token (queued or in prefill); more are "
+                  "answered 429 (WebSocket: a `rate_limited` error frame); 0: no limit")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--retry-after-s", opts->gateway.retry_after_s,
+                  "the Retry-After header of 429 and 503 answers")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
+  cmd->add_option("--send-timeout-s", opts->gateway.send_timeout_s,
+                  "seconds one SSE event may take to be written (a client that stopped reading) "
+                  "before its request is cancelled and the connection closed; 0: no limit")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 86400));
+  cmd->add_option("--shutdown-timeout", opts->shutdown_timeout_s,
+                  "on SIGINT/SIGTERM, seconds live requests may run on before they are "
+                  "cancelled (finish reason `shutdown`); 0 cancels them at once")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 86400.0));
   cmd->add_option("--kv-budget-mb", opts->kv_budget_mb, "KV pool size in MiB")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-running", opts->max_running, "sequences in one batch at most")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
+  add_tensor_parallel_option(cmd, opts->tensor_parallel);
+  cmd->add_option("--prefix-cache", opts->prefix_cache,
+                  "on: keep finished requests' full KV pages and reuse them for any request "
+                  "that starts with the same tokens (evicted LRU when the pool needs them)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--threads", opts->threads, "CPU threads for the forward pass (0: all cores)")
       ->capture_default_str();
   cmd->add_option("--device", opts->device,

@@ -43,6 +43,9 @@ namespace weft {
 namespace grammar {
 class CompiledGrammar;
 }
+namespace parallel {
+class Communicator;  // runtime/parallel/communicator.hpp
+}
 
 using sampling::SamplingParams;
 
@@ -63,9 +66,18 @@ struct EngineConfig {
   // Constrained generation: where the grammar admits exactly one continuation, append its
   // tokens without sampling them (jump-forward decoding, docs/grammars.md).
   bool jump_forward = true;
+  // Prefix caching: finished requests' full KV pages stay in a radix tree, shared by every
+  // later request that starts with the same tokens (docs/engine.md#prefix-caching); the
+  // pages are evicted, least recently used first, when the pool needs them.
+  bool prefix_cache = true;
   // Called on the constructing thread while the weights upload to a GPU (bytes done, bytes
   // in all), e.g. for a progress bar. Not read from a config file.
   std::function<void(std::size_t done, std::size_t total)> on_load_progress;
+  // Tensor parallelism (docs/parallel.md): the group this engine leads, as rank 0, on the
+  // CPU. Each rank loads its shard; the other ranks run parallel::follow_tensor_parallel_
+  // leader (runtime/parallel/step_broadcast.hpp), started before this engine. Null or a
+  // group of one: the whole model here. Not read from a config file.
+  std::shared_ptr<parallel::Communicator> tensor_parallel;
 
   // Reads a JSON object with the fields above (unknown fields are an error naming them).
   static Result<EngineConfig> from_file(const std::filesystem::path& path);
@@ -116,6 +128,9 @@ struct TokenLogprobs {
 struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  // Prompt tokens whose KV came from the prefix cache (not computed), as OpenAI's
+  // usage.prompt_tokens_details.cached_tokens.
+  int cached_tokens = 0;
 };
 
 struct Event {
@@ -168,8 +183,14 @@ struct EngineMetrics {
   int running = 0;
   int waiting = 0;
   int kv_pages_total = 0;
-  int kv_pages_used = 0;
+  int kv_pages_used = 0;  // pages live requests hold (cached pages nobody uses not counted)
   int kv_pages_peak = 0;
+  // Prefix caching: pages the cache holds (some may be in use too), prompt tokens looked up
+  // at admission and the part found (not computed again), pages evicted for new work.
+  int kv_pages_cached = 0;
+  std::uint64_t prefix_cache_query_tokens = 0;
+  std::uint64_t prefix_cache_hit_tokens = 0;
+  std::uint64_t prefix_cache_evictions = 0;
   std::uint64_t steps = 0;
   std::uint64_t preemptions = 0;
   std::uint64_t prompt_tokens = 0;

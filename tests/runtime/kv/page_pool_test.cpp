@@ -112,6 +112,38 @@ TEST(PagePool, PeakIsTheHighWaterMark) {
   EXPECT_EQ(pool.peak_used_pages(), 8);
 }
 
+// The prefix cache's reference: a cached page only the cache holds is evictable, counts as
+// available, and is not in the held peak.
+TEST(PagePool, CachedPagesWithOneReferenceAreEvictable) {
+  PagePool pool(6, 4);
+  std::vector<std::int32_t> a;
+  ASSERT_TRUE(pool.allocate(3, a));
+  EXPECT_EQ(pool.peak_used_pages(), 3);
+  pool.retain(a[0]);  // a second holder of page a[0]
+  pool.set_cached(a[0], true);
+  pool.set_cached(a[1], true);
+  EXPECT_TRUE(pool.cached(a[0]));
+  EXPECT_EQ(pool.evictable_pages(), 1) << "a[1]: only the cache's reference is left";
+  EXPECT_EQ(pool.available_pages(), 4);
+  EXPECT_EQ(pool.held_pages(), 2);
+  pool.release(a[0]);
+  EXPECT_EQ(pool.evictable_pages(), 2);
+  pool.reset_peak();
+  EXPECT_EQ(pool.peak_used_pages(), 1);
+  pool.retain(a[1]);  // a match takes it back into use
+  EXPECT_EQ(pool.evictable_pages(), 1);
+  EXPECT_EQ(pool.peak_used_pages(), 2);
+  EXPECT_THROW(pool.release(a[0]), Error) << "the cache's own reference goes only unmarked";
+  pool.set_cached(a[0], false);
+  EXPECT_EQ(pool.evictable_pages(), 0);
+  pool.release(a[0]);
+  EXPECT_EQ(pool.free_pages(), 4);
+  std::vector<std::int32_t> fresh;
+  ASSERT_TRUE(pool.allocate(1, fresh));
+  EXPECT_FALSE(pool.cached(fresh[0])) << "a reused page starts uncached";
+  EXPECT_THROW(pool.set_cached(5, true), Error) << "a free page";
+}
+
 // page_size 1 is LightLLM's token-level cache: one page per token, nothing rounded.
 TEST(PagePool, PageSizeOneIsOnePagePerToken) {
   PagePool pool(100, 1);

@@ -29,7 +29,7 @@ function request(method, route, body) {
     }, (res) => {
       let text = '';
       res.on('data', (d) => { text += d; });
-      res.on('end', () => resolve({ status: res.statusCode, text }));
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, text }));
     });
     req.on('error', reject);
     if (body) req.write(JSON.stringify(body));
@@ -70,6 +70,7 @@ async function liveRequestLimit() {
   const refused = await request('POST', '/v1/completions', { prompt: 'x', max_tokens: 2 });
   assert.strictEqual(refused.status, 503, refused.text);
   assert.strictEqual(JSON.parse(refused.text).error.code, 'overloaded');
+  assert.strictEqual(refused.headers['retry-after'], '1', 'Retry-After on 503');
   const refusedIds = errors.map((f) => f.id);
   const accepted = [0, 1, 2, 3, 4, 5].filter((id) => !refusedIds.includes(id));
   for (const id of accepted) ws.send(JSON.stringify({ type: 'cancel', id }));
@@ -100,6 +101,7 @@ async function connectionLimit() {
   const refused = await request('GET', '/health');
   assert.strictEqual(refused.status, 503, refused.text);
   assert.strictEqual(JSON.parse(refused.text).error.code, 'overloaded');
+  assert.strictEqual(refused.headers['retry-after'], '1', 'Retry-After on 503');
   assert.ok((await Promise.allSettled([open()]))[0].status === 'rejected', 'WebSocket refused too');
   for (const ws of held) ws.close();
   await eventually(async () => (await request('GET', '/health')).status === 200,

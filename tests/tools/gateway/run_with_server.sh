@@ -9,7 +9,7 @@ model=${2:?}
 shift 2
 log=$(mktemp)
 # shellcheck disable=SC2086
-"$weft" serve --model "$model" --port 0 --threads 1 ${WEFT_SERVE_ARGS:-} >"$log" 2>&1 &
+"$weft" serve --model "$model" --port 0 --threads 1 --shutdown-timeout 3 ${WEFT_SERVE_ARGS:-} >"$log" 2>&1 &
 server=$!
 trap 'kill -9 $server 2>/dev/null; rm -f "$log"' EXIT
 for _ in $(seq 300); do

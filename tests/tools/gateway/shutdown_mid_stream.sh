@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# SIGTERM while a request streams: the client gets its final chunk with finish_reason
+# SIGTERM with --shutdown-timeout 0 while a request streams: the client gets its final chunk with finish_reason
 # "shutdown" and `data: [DONE]`, and `weft serve` exits 0 within 5 s.
 set -uo pipefail
 weft=${1:?usage: shutdown_mid_stream.sh WEFT MODEL}
 model=${2:?}
 log=$(mktemp); out=$(mktemp)
-"$weft" serve --model "$model" --port 0 --threads 1 >"$log" 2>&1 &
+"$weft" serve --model "$model" --port 0 --threads 1 --shutdown-timeout 0 >"$log" 2>&1 &
 server=$!
 trap 'kill -9 $server 2>/dev/null; rm -f "$log" "$out"' EXIT
 for _ in $(seq 300); do grep -q 'on http://' "$log" && break; sleep 0.1; done

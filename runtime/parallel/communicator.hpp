@@ -1,0 +1,84 @@
+#pragma once
+// A group of processes (one per device) that reduce, gather and broadcast together: the
+// collectives tensor parallelism needs (docs/parallel.md). Backends: LocalCommunicator (one
+// process, nothing to exchange), MpiCommunicator (host buffers, MPI_Allreduce and friends,
+// runtime/parallel/mpi_communicator.hpp) and NcclCommunicator (device buffers on a CUDA
+// stream, runtime/parallel/nccl_communicator.hpp). The executor of a device owns one.
+//
+// Every member of the group must make the same calls in the same order with the same sizes;
+// a collective returns once this rank's part is done (NCCL: once it is enqueued on the
+// communicator's stream). Buffers are host memory unless device_buffers() says otherwise.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+
+#include "weft/error.hpp"
+
+namespace weft::parallel {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const noexcept = 0;
+  virtual int size() const noexcept = 0;
+  // The backend's name for messages: "local", "mpi", "nccl".
+  virtual std::string name() const = 0;
+  // True when buffers must be device memory of the communicator's GPU (NCCL).
+  virtual bool device_buffers() const noexcept { return false; }
+
+  // data[i] = the sum over ranks of data[i], on every rank.
+  virtual Result<void> all_reduce_sum(std::span<float> data) = 0;
+  // The same over bf16 values held as their 16 bits (DType::kBF16's layout); each partial
+  // sum is rounded to bf16, as NCCL's bf16 reduction does.
+  virtual Result<void> all_reduce_sum_bf16(std::span<std::uint16_t> data) = 0;
+  // all = rank 0's mine, then rank 1's, ...; all.size() must be size() * mine.size().
+  virtual Result<void> all_gather(std::span<const float> mine, std::span<float> all) = 0;
+  // root's bytes to every rank.
+  virtual Result<void> broadcast(std::span<std::byte> data, int root) = 0;
+  virtual Result<void> barrier() = 0;
+};
+
+// The checks every backend makes before a collective; the error names the call.
+inline Result<void> check_gather_sizes(const Communicator& comm, std::size_t mine,
+                                       std::size_t all) {
+  if (all != mine * static_cast<std::size_t>(comm.size())) {
+    return Error(ErrorCode::kInvalidArgument, comm.name() + " all_gather: the output holds " +
+                                                  std::to_string(all) + " values, expected " +
+                                                  std::to_string(comm.size()) + " ranks x " +
+                                                  std::to_string(mine));
+  }
+  return {};
+}
+inline Result<void> check_root(const Communicator& comm, int root) {
+  if (root < 0 || root >= comm.size()) {
+    return Error(ErrorCode::kInvalidArgument, comm.name() + " broadcast: root " +
+                                                  std::to_string(root) + " is not in [0, " +
+                                                  std::to_string(comm.size()) + ")");
+  }
+  return {};
+}
+
+// A group of one: reductions and broadcasts leave the data as it is.
+class LocalCommunicator final : public Communicator {
+ public:
+  int rank() const noexcept override { return 0; }
+  int size() const noexcept override { return 1; }
+  std::string name() const override { return "local"; }
+  Result<void> all_reduce_sum(std::span<float>) override { return {}; }
+  Result<void> all_reduce_sum_bf16(std::span<std::uint16_t>) override { return {}; }
+  Result<void> all_gather(std::span<const float> mine, std::span<float> all) override {
+    if (auto ok = check_gather_sizes(*this, mine.size(), all.size()); !ok) return ok;
+    if (!mine.empty()) std::memmove(all.data(), mine.data(), mine.size_bytes());
+    return {};
+  }
+  Result<void> broadcast(std::span<std::byte>, int root) override {
+    return check_root(*this, root);
+  }
+  Result<void> barrier() override { return {}; }
+};
+
+}  // namespace weft::parallel

@@ -1,0 +1,132 @@
+#include "runtime/parallel/step_broadcast.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace weft::parallel {
+namespace {
+
+// What the leader sends before each message's payload.
+enum Kind : std::int64_t { kStop = 0, kStep = 1, kPool = 2 };
+struct Header {
+  std::int64_t kind = kStop;
+  std::int64_t tokens = 0;
+  std::int64_t sequences = 0;
+  std::int64_t page_entries = 0;  // kPool: the page count
+};
+
+template <class T>
+std::span<std::byte> bytes(std::vector<T>& v) {
+  return std::as_writable_bytes(std::span<T>(v));
+}
+
+Result<void> send_header(Communicator& comm, Header& h) {
+  return comm.broadcast(std::as_writable_bytes(std::span<Header>(&h, 1)), 0);
+}
+
+// The batch as int32s: tokens, positions, then per sequence (begin, count, all_logits,
+// pages), then every sequence's page ids.
+std::vector<std::int32_t> pack(const model::StepBatch& b) {
+  std::vector<std::int32_t> out(b.tokens.begin(), b.tokens.end());
+  out.insert(out.end(), b.positions.begin(), b.positions.end());
+  for (const auto& s : b.sequences) {
+    out.insert(out.end(), {s.token_begin, s.token_count, s.all_logits ? 1 : 0,
+                           static_cast<std::int32_t>(s.page_table.size())});
+  }
+  for (const auto& s : b.sequences)
+    out.insert(out.end(), s.page_table.begin(), s.page_table.end());
+  return out;
+}
+
+Result<model::StepBatch> unpack(const Header& h, const std::vector<std::int32_t>& in) {
+  model::StepBatch b;
+  const auto T = static_cast<std::size_t>(h.tokens), S = static_cast<std::size_t>(h.sequences);
+  auto at = in.begin();
+  b.tokens.assign(at, at + static_cast<std::ptrdiff_t>(T));
+  at += static_cast<std::ptrdiff_t>(T);
+  b.positions.assign(at, at + static_cast<std::ptrdiff_t>(T));
+  at += static_cast<std::ptrdiff_t>(T);
+  std::vector<std::int32_t> pages(S);
+  for (std::size_t s = 0; s < S; ++s, at += 4) {
+    b.sequences.push_back({at[0], at[1], {}, at[2] != 0});
+    pages[s] = at[3];
+  }
+  for (std::size_t s = 0; s < S; ++s) {
+    if (pages[s] < 0 || in.end() - at < pages[s]) {
+      return Error(ErrorCode::kInternal, "tensor parallel: a step's page tables are cut short");
+    }
+    b.sequences[s].page_table.assign(at, at + pages[s]);
+    at += pages[s];
+  }
+  return b;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<TensorParallelLeader>> TensorParallelLeader::create(
+    std::unique_ptr<model::ForwardBackend> local, Communicator& comm) {
+  if (comm.rank() != 0) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "tensor parallel: the leader is rank 0, not rank " + std::to_string(comm.rank()));
+  }
+  Header h{kPool, 0, 0, local->num_pages()};
+  if (auto ok = send_header(comm, h); !ok) return ok.error();
+  return std::unique_ptr<TensorParallelLeader>(new TensorParallelLeader(std::move(local), comm));
+}
+
+TensorParallelLeader::~TensorParallelLeader() {
+  Header h{kStop, 0, 0, 0};
+  (void)send_header(comm_, h);
+}
+
+void stop_tensor_parallel_followers(Communicator& comm) {
+  Header h{kStop, 0, 0, 0};
+  (void)send_header(comm, h);
+}
+
+Result<void> TensorParallelLeader::forward(const model::StepBatch& batch,
+                                           std::vector<float>& logits) {
+  auto payload = pack(batch);
+  std::int64_t entries = 0;
+  for (const auto& s : batch.sequences)
+    entries += static_cast<std::int64_t>(s.page_table.size());
+  Header h{kStep, static_cast<std::int64_t>(batch.tokens.size()),
+           static_cast<std::int64_t>(batch.sequences.size()), entries};
+  // Sizes a follower cannot rebuild the batch from fail here, before anything is sent.
+  if (batch.positions.size() != batch.tokens.size()) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "step batch has " + std::to_string(batch.tokens.size()) + " tokens but " +
+                     std::to_string(batch.positions.size()) + " positions");
+  }
+  if (auto ok = send_header(comm_, h); !ok) return ok;
+  if (auto ok = comm_.broadcast(bytes(payload), 0); !ok) return ok;
+  return local_->forward(batch, logits);
+}
+
+Result<void> follow_tensor_parallel_leader(
+    Communicator& comm,
+    const std::function<Result<std::unique_ptr<model::ForwardBackend>>(int num_pages)>&
+        make_backend) {
+  Header h;
+  if (auto ok = send_header(comm, h); !ok) return ok;
+  if (h.kind != kPool) {
+    // The leader stopped before it had a pool (its engine failed to start).
+    if (h.kind == kStop) return {};
+    return Error(ErrorCode::kInternal, "tensor parallel: expected the pool size first");
+  }
+  auto backend = make_backend(static_cast<int>(h.page_entries));
+  if (!backend) return backend.error();
+  std::vector<float> logits;
+  std::vector<std::int32_t> payload;
+  for (;;) {
+    if (auto ok = send_header(comm, h); !ok) return ok;
+    if (h.kind == kStop) return {};
+    payload.assign(static_cast<std::size_t>(2 * h.tokens + 4 * h.sequences + h.page_entries), 0);
+    if (auto ok = comm.broadcast(bytes(payload), 0); !ok) return ok;
+    auto batch = unpack(h, payload);
+    if (!batch) return batch.error();
+    (void)(*backend)->forward(*batch, logits);
+  }
+}
+
+}  // namespace weft::parallel

@@ -1,0 +1,51 @@
+#pragma once
+// Tensor parallelism behind one engine (docs/parallel.md). Rank 0 runs the whole engine —
+// scheduler, sampler, detokenizer — and its executor's backend is a TensorParallelLeader: it
+// sends each step's batch to the other ranks, then runs its own shard; the all-reduces
+// inside the forward pass join the ranks. The other ranks run follow_tensor_parallel_leader:
+// they receive each batch and run their shard of it, and never sample. Every rank's KV pool
+// has the leader's page count, so the scheduler's page ids are valid everywhere.
+
+#include <functional>
+#include <memory>
+
+#include "runtime/model/forward_backend.hpp"
+#include "runtime/parallel/communicator.hpp"
+
+namespace weft::parallel {
+
+class TensorParallelLeader final : public model::ForwardBackend {
+ public:
+  // `local` runs rank 0's shard with `comm` (host buffers); `comm` must outlive this. Tells
+  // the followers the pool's page count, so it must be made after they started following.
+  static Result<std::unique_ptr<TensorParallelLeader>> create(
+      std::unique_ptr<model::ForwardBackend> local, Communicator& comm);
+  // Tells the followers to stop.
+  ~TensorParallelLeader() override;
+  TensorParallelLeader(const TensorParallelLeader&) = delete;
+  TensorParallelLeader& operator=(const TensorParallelLeader&) = delete;
+
+  const model::ModelSpec& spec() const noexcept override { return local_->spec(); }
+  int num_pages() const noexcept override { return local_->num_pages(); }
+  Result<void> forward(const model::StepBatch& batch, std::vector<float>& logits) override;
+
+ private:
+  TensorParallelLeader(std::unique_ptr<model::ForwardBackend> local, Communicator& comm)
+      : local_(std::move(local)), comm_(comm) {}
+  std::unique_ptr<model::ForwardBackend> local_;
+  Communicator& comm_;
+};
+
+// For a leader that fails before it has a pool: the followers' loops return.
+void stop_tensor_parallel_followers(Communicator& comm);
+
+// A follower's loop: waits for the leader's page count, makes its backend with
+// make_backend(num_pages), then runs every batch the leader sends until the leader stops.
+// A step that fails here failed alike on the leader (the same checks on the same batch), so
+// the loop goes on; an error of the communicator or of make_backend ends it.
+Result<void> follow_tensor_parallel_leader(
+    Communicator& comm,
+    const std::function<Result<std::unique_ptr<model::ForwardBackend>>(int num_pages)>&
+        make_backend);
+
+}  // namespace weft::parallel

@@ -1,0 +1,45 @@
+# weft generate --tensor-parallel 2 under mpirun (docs/parallel.md): the same greedy tokens as
+# one process on every fixture model, and clear errors for a bad launch.
+if(WEFT_HAVE_MPI AND WEFT_MPIEXEC)
+  set(tp_launch ${WEFT_MPIEXEC} ${WEFT_MPIEXEC_FLAGS})
+  string(REPLACE ";" " " tp_launch_text "${tp_launch}")
+  file(GLOB tp_fixtures LIST_DIRECTORIES true ${fixture_models}/*)
+  foreach(dir ${tp_fixtures})
+    if(NOT EXISTS ${dir}/config.json)
+      continue()
+    endif()
+    get_filename_component(name ${dir} NAME)
+    set(tp_args "generate --model ${dir} --prompt-ids 5,17,42,99,3,201,64 --max-tokens 16 --ignore-eos --device cpu --threads 1")
+    add_test(NAME weft_generate_tensor_parallel_${name}
+             COMMAND sh -c "one=$($<TARGET_FILE:weft> ${tp_args}) && two=$(${tp_launch_text} -np 2 $<TARGET_FILE:weft> ${tp_args} --tensor-parallel 2) && echo \"tp1: $one\" && echo \"tp2: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]")
+    set_tests_properties(weft_generate_tensor_parallel_${name} PROPERTIES TIMEOUT 120)
+  endforeach()
+  add_test(NAME weft_generate_tensor_parallel_needs_mpirun
+           COMMAND weft generate --model ${fixture_models}/llama_gqa_f32 --prompt-ids 5 --device cpu --tensor-parallel 2)
+  set_tests_properties(weft_generate_tensor_parallel_needs_mpirun PROPERTIES PASS_REGULAR_EXPRESSION
+    "--tensor-parallel 2 needs 2 processes, one per rank, but MPI started 1: launch with mpirun -np 2")
+  add_test(NAME weft_generate_tensor_parallel_indivisible
+           COMMAND ${tp_launch} -np 3 $<TARGET_FILE:weft> generate --model ${fixture_models}/llama_gqa_f32
+                   --prompt-ids 5 --device cpu --threads 1 --tensor-parallel 3)
+  set_tests_properties(weft_generate_tensor_parallel_indivisible PROPERTIES TIMEOUT 120
+    PASS_REGULAR_EXPRESSION "weft generate: [^\n]*llama_gqa_f32: num_heads \\(4\\) is not divisible by --tensor-parallel 3")
+endif()
+
+# weft bench leading a group of two ranks: the engine's steps reach the follower and every
+# request finishes.
+if(WEFT_HAVE_MPI AND WEFT_MPIEXEC)
+  add_test(NAME weft_bench_tensor_parallel
+           COMMAND ${tp_launch} -np 2 $<TARGET_FILE:weft> bench --model ${CMAKE_SOURCE_DIR}/models/weft-tiny
+                   --device cpu --threads 1 --tensor-parallel 2 --num-requests 3 --input-len 8 --output-len 4)
+  set_tests_properties(weft_bench_tensor_parallel PROPERTIES TIMEOUT 180
+    PASS_REGULAR_EXPRESSION "requests 3 \\(0 failed\\)[^\n]*\n[^\n]*\n[^\n]*\"output_tokens\":12,")
+endif()
+
+# weft serve leading a group of two ranks: a greedy completion over HTTP equals weft generate.
+if(WEFT_HAVE_MPI AND WEFT_MPIEXEC)
+  add_test(NAME weft_serve_tensor_parallel
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gateway/tensor_parallel_serve.sh $<TARGET_FILE:weft>
+                   ${CMAKE_SOURCE_DIR}/models/weft-tiny ${tp_launch})
+  set_tests_properties(weft_serve_tensor_parallel PROPERTIES TIMEOUT 180
+    PASS_REGULAR_EXPRESSION "tensor-parallel serve ok" FAIL_REGULAR_EXPRESSION "FAIL")
+endif()

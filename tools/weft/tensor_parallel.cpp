@@ -1,0 +1,75 @@
+#include "tools/weft/tensor_parallel.hpp"
+
+#include <csignal>
+#include <iostream>
+
+#include "loaders/model_loader.hpp"
+#include "runtime/parallel/mpi_communicator.hpp"
+#include "runtime/parallel/step_broadcast.hpp"
+
+namespace weft::cli {
+
+TensorParallelStart start_tensor_parallel(const std::string& command, int ranks,
+                                          const EngineConfig& config) {
+  TensorParallelStart start;
+  if (ranks <= 1) return start;
+  auto fail = [&](const std::string& message) {
+    std::cerr << "weft " << command << ": " << message << '\n';
+    start.exit_code = 1;
+    return start;
+  };
+  auto world = parallel::mpi_world();
+  if (!world) return fail("--tensor-parallel: " + std::string(world.error().what()));
+  std::shared_ptr<parallel::Communicator> group = std::move(world.value());
+  if (group->size() != ranks) {
+    if (group->rank() != 0) {
+      start.exit_code = 1;  // every rank sees this; rank 0 says it
+      return start;
+    }
+    return fail("--tensor-parallel " + std::to_string(ranks) + " needs " + std::to_string(ranks) +
+                " processes, one per rank, but MPI started " + std::to_string(group->size()) +
+                ": launch with mpirun -np " + std::to_string(ranks) + " weft " + command + " ...");
+  }
+  if (group->rank() == 0) {
+    start.group = std::move(group);
+    return start;
+  }
+  // A follower: its shard, then the leader's steps. A failure here would leave the leader
+  // waiting in a collective, so it ends every rank. On Ctrl-C mpirun sends SIGTERM to every
+  // rank; rank 0's engine then shuts down and stops the followers, so a follower waits for
+  // that instead (mpirun still kills it with SIGKILL if rank 0 never does).
+  std::signal(SIGINT, SIG_IGN);
+  std::signal(SIGTERM, SIG_IGN);
+  const int rank = group->rank();
+  auto abort_all = [&](const std::string& message) {
+    std::cerr << "weft " << command << ": rank " << rank << ": " << message << '\n';
+    parallel::mpi_abort_world(1);
+    return fail(message);
+  };
+  LoadOptions options;
+  options.spec_file = config.spec_file;
+  options.tensor_parallel_size = ranks;
+  options.tensor_parallel_rank = rank;
+  auto loaded = load_model(config.model_dir, options);
+  if (!loaded) return abort_all(loaded.error().what());
+  const auto layout = loaded->model.kv_layout(config.page_size);
+  auto followed = parallel::follow_tensor_parallel_leader(
+      *group, [&](int num_pages) -> Result<std::unique_ptr<model::ForwardBackend>> {
+        return std::unique_ptr<model::ForwardBackend>(std::make_unique<model::CpuForwardBackend>(
+            loaded->model, layout, num_pages, config.cpu_threads, group.get()));
+      });
+  if (!followed) return abort_all(followed.error().what());
+  start.exit_code = 0;
+  return start;
+}
+
+void add_tensor_parallel_option(CLI::App* cmd, int& ranks) {
+  cmd->add_option("--tensor-parallel", ranks,
+                  "split the model over N processes started by mpirun -np N (Megatron layout: "
+                  "heads and MLP split per rank; rank 0 runs the engine; CPU backend; "
+                  "docs/parallel.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+}
+
+}  // namespace weft::cli
