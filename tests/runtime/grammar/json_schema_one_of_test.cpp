@@ -60,8 +60,7 @@ TEST(JsonSchemaOneOf, PossiblyOverlappingBranchesAreRefused) {
 // Found by tests/fuzz/fuzz_json_schema: an object branch with "required" but no "properties"
 // read an element that had no document (a null dereference).
 TEST(JsonSchemaOneOf, RequiredWithoutProperties) {
-  expect_refused(R"({"oneOf":[{"type":"object","required":["a"]},{"type":"string"}]})",
-                 "'#/oneOf/0': required property 'a' is not among the properties");
+  expect_exclusive(R"({"oneOf":[{"type":"object","required":["a"]},{"type":"string"}]})");
   expect_refused(R"({"type":"array","items":{"oneOf":[
     {"type":"object","propertiez":{"t":{"type":"string"}},"required":["t"]},
     {"type":"object","properties":{"i":{"type":"string"}},"required":["i"]}]}})",
