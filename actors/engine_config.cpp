@@ -28,13 +28,13 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
   }
   EngineConfig c;
   for (auto [key, value] : object) {
-    auto as_string = [&](std::string& out) -> Result<void> {
+    auto as_string = [&, key = key, value = value](std::string& out) -> Result<void> {
       std::string_view v;
       if (value.get(v) != simdjson::SUCCESS) return field_error(path, key, "a string");
       out = std::string(v);
       return {};
     };
-    auto as_int = [&](auto& out) -> Result<void> {
+    auto as_int = [&, key = key, value = value](auto& out) -> Result<void> {
       std::int64_t v = 0;
       if (value.get(v) != simdjson::SUCCESS) return field_error(path, key, "an integer");
       out = static_cast<std::remove_reference_t<decltype(out)>>(v);

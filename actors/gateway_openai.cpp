@@ -306,14 +306,14 @@ Result<ParsedRequest> parse_request(const json::object& object, Api api, const S
   for (const auto& [key_view, v] : object) {
     const std::string key(key_view);
     Result<void> r;
-    auto num = [&](float& field) -> Result<void> {
+    auto num = [&, &v = v](float& field) -> Result<void> {
       if (v.is_null()) return {};
       auto x = number(v, key);
       if (!x) return x.error();
       field = static_cast<float>(*x);
       return {};
     };
-    auto intf = [&](int& field, std::int64_t lo, std::int64_t hi) -> Result<void> {
+    auto intf = [&, &v = v](int& field, std::int64_t lo, std::int64_t hi) -> Result<void> {
       if (v.is_null()) return {};
       auto x = integer(v, key, lo, hi);
       if (!x) return x.error();

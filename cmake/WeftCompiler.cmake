@@ -9,8 +9,22 @@ add_library(weft_warnings INTERFACE)
 target_compile_options(weft_warnings INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wno-missing-field-initializers>)
 
+# WEFT_FUZZ (clang only) adds libFuzzer's coverage hooks to every library and builds the fuzz
+# targets of tests/fuzz; it goes with WEFT_SANITIZE=address (the asan and fuzz presets).
+if(WEFT_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "WEFT_FUZZ needs clang (the asan and fuzz presets use clang++-14)")
+  endif()
+  if(NOT WEFT_SANITIZE STREQUAL "address")
+    message(FATAL_ERROR "WEFT_FUZZ goes with WEFT_SANITIZE=address, not '${WEFT_SANITIZE}'")
+  endif()
+  set(WEFT_SANITIZE_FLAG "-fsanitize=fuzzer-no-link,address,undefined")
+else()
+  set(WEFT_SANITIZE_FLAG "-fsanitize=address,undefined")
+endif()
+
 if(WEFT_SANITIZE STREQUAL "address")
-  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined>
+  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:${WEFT_SANITIZE_FLAG}>
                       $<$<COMPILE_LANGUAGE:CXX>:-fno-omit-frame-pointer>
                       $<$<COMPILE_LANGUAGE:CXX>:-fno-sanitize-recover=undefined>)
   add_link_options(-fsanitize=address,undefined)

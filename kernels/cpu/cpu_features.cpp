@@ -2,6 +2,10 @@
 
 #include <thread>
 
+#if defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
+#include <cpuid.h>
+#endif
+
 namespace weft::cpu {
 
 const CpuFeatures& cpu_features() noexcept {
@@ -11,7 +15,14 @@ const CpuFeatures& cpu_features() noexcept {
     __builtin_cpu_init();
     f.avx2 = __builtin_cpu_supports("avx2");
     f.fma = __builtin_cpu_supports("fma");
+#if defined(__clang__)
+    // clang 14's __builtin_cpu_supports does not know "f16c": read CPUID leaf 1 (ECX bit 29).
+    // AVX2 stands for the OS saving the YMM registers, which F16C's instructions use.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    f.f16c = f.avx2 && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+#else
     f.f16c = __builtin_cpu_supports("f16c");
+#endif
     f.avx512f = __builtin_cpu_supports("avx512f");
 #endif
     f.logical_cores = std::max(1u, std::thread::hardware_concurrency());

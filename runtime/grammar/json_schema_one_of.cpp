@@ -185,7 +185,9 @@ struct OneOfChecker {
     }
     if (out.kinds & kObject) {
       Json props;
-      if (!obj["properties"].get(props) && props.is_object()) {
+      // A default element has no document: test it only once "properties" was found.
+      const bool have_props = !obj["properties"].get(props) && props.is_object();
+      if (have_props) {
         for (auto [name, sub] : props.get_object())
           out.declared.emplace(name);
       }
@@ -200,7 +202,7 @@ struct OneOfChecker {
           const std::string name{std::string_view(r)};
           std::optional<std::set<std::string>> values;
           Json sub;
-          if (!props.is_object() || props.get_object()[name].get(sub)) {
+          if (!have_props || props.get_object()[name].get(sub)) {
             out.required.emplace(name, std::nullopt);
             continue;
           }

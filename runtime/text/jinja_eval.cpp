@@ -18,6 +18,10 @@ constexpr int kMaxCallDepth = 100;
 constexpr std::size_t kMaxOutputBytes = std::size_t{256} << 20;
 constexpr std::size_t kMaxListItems = std::size_t{16} << 20;
 constexpr std::uint32_t kMaxValueDepth = 128;
+// Loop iterations and macro calls of one render: nested loops or a macro calling itself twice
+// would otherwise run for ages within the other bounds (found by tests/fuzz). Real chat
+// templates loop over the messages and stay far below.
+constexpr std::uint64_t kMaxSteps = 1000000;
 
 // Whether `v` holds a namespace anywhere: a namespace stored into a namespace could make a
 // cycle, which printing would follow forever.
@@ -199,6 +203,7 @@ class Evaluator {
                                  : Value::undefined("there is no previous item"));
       loop.set("nextitem", i + 1 < n ? items[static_cast<std::size_t>(i + 1)]
                                      : Value::undefined("there is no next item"));
+      if (++steps_ > kMaxSteps) fail_at(s.line, s.column, steps_message());
       scopes_.emplace_back();
       scopes_.back()["loop"] = Value(std::move(loop));
       bind(s.targets, items[static_cast<std::size_t>(i)], s);
@@ -316,6 +321,7 @@ class Evaluator {
       fail("macro '" + def.text + "' takes at most " + std::to_string(def.params.size()) +
            " arguments, " + std::to_string(a.args.size()) + " given");
     }
+    if (++steps_ > kMaxSteps) fail(steps_message());
     if (++call_depth_ > kMaxCallDepth) fail("macro calls nest deeper than 100");
     scopes_.emplace_back();
     for (std::size_t i = 0; i < def.params.size(); ++i) {
@@ -473,8 +479,14 @@ class Evaluator {
     return Value(true);
   }
 
+  static std::string steps_message() {
+    return "the template ran more than " + std::to_string(kMaxSteps) +
+           " loop iterations and macro calls";
+  }
+
   std::vector<Scope> scopes_;
   int call_depth_ = 0;
+  std::uint64_t steps_ = 0;
 };
 
 }  // namespace

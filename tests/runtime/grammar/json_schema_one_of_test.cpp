@@ -57,5 +57,15 @@ TEST(JsonSchemaOneOf, PossiblyOverlappingBranchesAreRefused) {
   expect_exclusive(R"({"anyOf":[{"type":"integer"},{"type":"number"}]})");
 }
 
+// Found by tests/fuzz/fuzz_json_schema: an object branch with "required" but no "properties"
+// read an element that had no document (a null dereference).
+TEST(JsonSchemaOneOf, RequiredWithoutProperties) {
+  expect_exclusive(R"({"oneOf":[{"type":"object","required":["a"]},{"type":"string"}]})");
+  expect_refused(R"({"type":"array","items":{"oneOf":[
+    {"type":"object","propertiez":{"t":{"type":"string"}},"required":["t"]},
+    {"type":"object","properties":{"i":{"type":"string"}},"required":["i"]}]}})",
+                 "'#/items/oneOf': branches 0 and 1 may both match");
+}
+
 }  // namespace
 }  // namespace weft::grammar

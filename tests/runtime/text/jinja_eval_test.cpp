@@ -121,6 +121,16 @@ TEST(JinjaEvalTest, HostileInputFailsCleanly) {
   EXPECT_NE(render("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}").find("nest deeper"),
             std::string::npos);
   EXPECT_NE(render("{{ range(1000000) | length }}").find("range too big"), std::string::npos);
+  // Work that stays within every other bound but would run for ages: nested loops, and a
+  // macro that calls itself twice (2^60 calls within the depth bound).
+  EXPECT_NE(render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+                   "{% endfor %}")
+                .find("more than 1000000 loop iterations and macro calls"),
+            std::string::npos);
+  EXPECT_NE(render("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}"
+                   "{% endmacro %}{{ f(60) }}")
+                .find("more than 1000000 loop iterations"),
+            std::string::npos);
   EXPECT_NE(render("{{ 'x' * 1000000000000 }}").find("256 MiB"), std::string::npos);
   EXPECT_NE(render("{% set ns = namespace(l=[]) %}{% for i in range(1000) %}{% set ns.l = [ns.l] "
                    "%}{% endfor %}{{ ns.l }}")

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus of one fuzz target into OUT_DIR, from the repository's test fixtures
+(tests/fixtures, tests/tools/grammar, test-data tokenizers fetched into a build folder) plus a
+few hand-made inputs for the formats that have no fixture files (raw HTTP, WebSocket frames,
+small safetensors files).
+
+Usage: tests/fuzz/make_seeds.py TARGET OUT_DIR [BUILD_DIR...]
+"""
+import glob
+import hashlib
+import json
+import os
+import struct
+import sys
+import zipfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def files(*patterns):
+    out = []
+    for p in patterns:
+        out += sorted(glob.glob(os.path.join(ROOT, p)))
+    return out
+
+
+def safetensors(tensors, metadata=None):
+    header, data = {}, b""
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    h = json.dumps(header).encode()
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def ws_frame(payload, opcode=1, fin=True, mask=b"\x01\x02\x03\x04"):
+    if isinstance(payload, str):
+        payload = payload.encode()
+    b0 = (0x80 if fin else 0) | opcode
+    n = len(payload)
+    if n < 126:
+        head = bytes([b0, 0x80 | n])
+    elif n < 65536:
+        head = bytes([b0, 0x80 | 126]) + struct.pack(">H", n)
+    else:
+        head = bytes([b0, 0x80 | 127]) + struct.pack(">Q", n)
+    masked = bytes(c ^ mask[i % 4] for i, c in enumerate(payload))
+    return head + mask + masked
+
+
+CHAT = {"model": "weft-tiny", "messages": [{"role": "system", "content": "Be brief."},
+                                          {"role": "user", "content": "Hi"}],
+        "max_tokens": 8, "temperature": 0.7, "top_p": 0.9, "stop": ["\n"], "stream": True,
+        "stream_options": {"include_usage": True}, "seed": 3, "logprobs": True, "top_logprobs": 2}
+COMPLETION = {"model": "weft-tiny", "prompt": "Once upon", "max_tokens": 16, "n": 2,
+              "logprobs": 1, "echo": False, "presence_penalty": 0.5, "frequency_penalty": 0.1,
+              "logit_bias": {"5": -100}, "stop": "END"}
+SCHEMA_FORMAT = {"type": "json_schema", "json_schema": {"name": "p", "schema": {
+    "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}
+WS = {"type": "generate", "id": 1, "prompt": "Hello", "max_tokens": 4, "temperature": 0}
+
+
+def generated(target):
+    """Hand-made seeds: {name: bytes}."""
+    s = {}
+    if target == "fuzz_safetensors":
+        s["two_f32"] = safetensors({"a": ("F32", [2, 2], struct.pack("<4f", 1, 2, 3, 4)),
+                                    "b.weight": ("F32", [3], struct.pack("<3f", 5, 6, 7))},
+                                   {"format": "pt"})
+        s["bf16_f16"] = safetensors({"x": ("BF16", [1, 3], b"\x80\x3f" * 3),
+                                     "y": ("F16", [2], b"\x00\x3c" * 2), "z": ("I64", [1], b"\x07" + b"\0" * 7)})
+        s["empty"] = safetensors({})
+        s["scalar_and_zero"] = safetensors({"s": ("F32", [], struct.pack("<f", 1)),
+                                            "e": ("F32", [0, 4], b"")})
+    elif target == "fuzz_openai_request":
+        s["completion"] = b"\x00" + json.dumps(COMPLETION).encode()
+        chat = dict(CHAT, response_format=SCHEMA_FORMAT)
+        s["chat"] = b"\x01" + json.dumps(chat).encode()
+        s["chat_regex"] = b"\x01" + json.dumps(dict(CHAT, response_format={"type": "regex", "regex": "[a-z]+"})).encode()
+        tools = [{"type": "function", "function": {"name": "get", "description": "weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+        s["chat_tools"] = b"\x01" + json.dumps(dict(CHAT, tools=tools, tool_choice="required")).encode()
+        s["chat_tool_calls"] = b"\x01" + json.dumps(dict(CHAT, tools=tools, tool_choice={
+            "type": "function", "function": {"name": "get"}}, messages=CHAT["messages"] + [
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+             "function": {"name": "get", "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "21"}])).encode()
+        s["ws"] = b"\x02" + json.dumps(WS).encode()
+        s["ws_messages"] = b"\x02" + json.dumps({"type": "generate", "id": "x", "messages": CHAT["messages"]}).encode()
+    elif target == "fuzz_http_request":
+        body = json.dumps(CHAT).encode()
+        s["chat"] = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body)) + body
+        body = json.dumps(COMPLETION).encode()
+        s["completion_chunked"] = (b"POST /v1/completions?x=1 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                   b"Transfer-Encoding: chunked\r\n\r\n%x\r\n" % len(body)) + body + b"\r\n0\r\n\r\n"
+        s["keepalive"] = (b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+                          b"POST /v1/completions HTTP/1.0\r\nContent-Length: 2\r\n\r\n{}")
+        s["upgrade"] = (b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    elif target == "fuzz_websocket":
+        s["generate"] = ws_frame(json.dumps(WS))
+        s["two_and_cancel"] = (ws_frame(json.dumps(WS)) + ws_frame(json.dumps(dict(WS, id=2, messages=CHAT["messages"])))
+                               + ws_frame(json.dumps({"type": "cancel", "id": 1})))
+        s["fragmented"] = (ws_frame('{"type":"gener', fin=False) + ws_frame(b"", opcode=9)
+                           + ws_frame('ate","id":3,"prompt":"x"}', opcode=0))
+        s["binary_ping_close"] = (ws_frame(b"\x00\x01", opcode=2) + ws_frame(b"hi", opcode=9)
+                                  + ws_frame(struct.pack(">H", 1000) + b"bye", opcode=8))
+        s["long"] = ws_frame(json.dumps(dict(WS, prompt="a" * 300)))
+    elif target == "fuzz_regex":
+        for i, r in enumerate([r"[a-z]+", r"\d{3}-\d{4}", r"(foo|bar)*baz?", r"^[A-Z][a-z]{2,8}$",
+                               r"[^\x00-\x1f\"\\]{0,20}", r"\p{L}+\s\w*", r"(a(b(c)?)+)+", r"[\u00e9\u4e00-\u9fff]",
+                               r"x{2,}y{,3}z{4}", r".*?(?:ab|cd)+", r"\\[tn]|\.\*\+", r"[[:alpha:]]"]):
+            s["r%02d" % i] = r.encode()
+    elif target == "fuzz_ebnf":
+        s["json_like"] = (b'root ::= obj\nobj ::= "{" ws (pair ("," ws pair)*)? "}"\n'
+                          b'pair ::= str ws ":" ws val\nval ::= str | [0-9]+ | obj | "true"\n'
+                          b'str ::= "\\"" [^"\\\\]* "\\""\nws ::= [ \\t\\n]*\n')
+        s["repeat"] = b'root ::= ("ab" | [x-z]){2,5} "." item?\nitem ::= "\\u00e9"+ # comment\n'
+    return s
+
+
+def fixture_seeds(target, build_dirs):
+    """Fixture files: {name: bytes}."""
+    s = {}
+
+    def add(path, data=None):
+        if data is None:
+            with open(path, "rb") as f:
+                data = f.read()
+        s[os.path.relpath(path, ROOT).replace("/", "_")] = data
+
+    fetched = []
+    for b in build_dirs:
+        fetched += sorted(glob.glob(os.path.join(b, "test-data/tokenizers/*/tokenizer_config.json")))
+    if target == "fuzz_config_json":
+        for p in files("tests/fixtures/models/*/config.json", "tests/fixtures/models/*/generation_config.json"):
+            add(p)
+    elif target == "fuzz_tokenizer_json":
+        for p in files("tests/fixtures/tokenizers/*.json", "tests/fixtures/tokenizers/bad/*.json"):
+            add(p)
+    elif target == "fuzz_chat_template":
+        for p in files("tests/fixtures/chat_templates/*/tokenizer_config.json") + fetched:
+            t = json.load(open(p)).get("chat_template")
+            if isinstance(t, list):
+                for i, entry in enumerate(t):
+                    add(p + str(i), entry.get("template", "").encode())
+            elif isinstance(t, str):
+                add(p, t.encode())
+        for p in files("tests/fixtures/chat_templates/jinja_snippets.json"):
+            for entry in json.load(open(p)):
+                if isinstance(entry, dict) and isinstance(entry.get("template"), str):
+                    add(p + "_" + entry.get("name", str(len(s))), entry["template"].encode())
+    elif target == "fuzz_json_schema":
+        for p in files("tests/tools/grammar/schemas/*.json", "tests/tools/grammar/unsupported/*.json"):
+            add(p)
+    elif target == "fuzz_regex":
+        for p in files("tests/tools/grammar/schemas/*.json"):
+            text = open(p).read()
+            for key in ("pattern",):
+                try:
+                    stack = [json.loads(text)]
+                except ValueError:
+                    continue
+                while stack:
+                    v = stack.pop()
+                    if isinstance(v, dict):
+                        if isinstance(v.get(key), str):
+                            add(p + "_pattern", v[key].encode())
+                        stack += list(v.values())
+                    elif isinstance(v, list):
+                        stack += v
+    elif target == "fuzz_ebnf":
+        for p in files("tests/tools/grammar/*.gbnf"):
+            add(p)
+    elif target == "fuzz_torch_checkpoint":
+        for p in files("tests/fixtures/pickle/*/*.bin", "tests/fixtures/pickle/torch/*/*.bin"):
+            if os.path.getsize(p) <= 65536:
+                add(p)
+    elif target == "fuzz_pickle":
+        for p in files("tests/fixtures/pickle/*/*.pkl"):
+            add(p)
+        # The data.pkl of each checkpoint fixture (a zip archive).
+        for p in files("tests/fixtures/pickle/*/*.bin", "tests/fixtures/pickle/torch/*/*.bin"):
+            try:
+                with zipfile.ZipFile(p) as z:
+                    for name in z.namelist():
+                        if name.endswith("data.pkl"):
+                            add(p + "_data.pkl", z.read(name))
+            except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError):  # hostile fixtures
+                pass
+    return s
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    target, out = sys.argv[1], sys.argv[2]
+    os.makedirs(out, exist_ok=True)
+    seeds = fixture_seeds(target, sys.argv[3:])
+    seeds.update(generated(target))
+    for name, data in seeds.items():
+        # libFuzzer names corpus files by content hash; keep a readable prefix.
+        h = hashlib.sha1(data).hexdigest()[:12]
+        with open(os.path.join(out, "%s-%s" % (name[-60:], h)), "wb") as f:
+            f.write(data)
+    print("%s: %d seeds" % (target, len(seeds)))
+
+
+if __name__ == "__main__":
+    main()
