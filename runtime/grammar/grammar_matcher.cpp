@@ -146,6 +146,29 @@ void CompiledGrammar::precompute_all() const {
   }
 }
 
+std::int32_t CompiledGrammar::Scratch::intern(const StackSet& s) {
+  key.clear();
+  auto put = [&](std::uint32_t x) { key.append(reinterpret_cast<const char*>(&x), sizeof x); };
+  put(static_cast<std::uint32_t>(s.accepted) | static_cast<std::uint32_t>(s.left_context) << 1);
+  for (const Cursor& c : s.cursors) {
+    put(c.base);
+    put(c.len);
+    for (std::uint32_t i = 0; i < c.len; ++i) {
+      const Frame& f = s.frames[c.begin + i];
+      put(f.rule);
+      put(f.alt);
+      put(f.pos);
+    }
+  }
+  if (auto it = index.find(key); it != index.end()) return it->second;
+  if (states.size() >= kMaxStates) return -1;
+  const auto id = static_cast<std::int32_t>(states.size());
+  states.push_back(s);
+  next.resize(next.size() + 256, -1);
+  index.emplace(key, id);
+  return id;
+}
+
 std::size_t CompiledGrammar::computed_mask_count() const {
   std::size_t n = 0;
   for (std::size_t i = 0; i < specs_.size(); ++i)
@@ -289,44 +312,68 @@ void CompiledGrammar::precompute(std::uint32_t rule, std::uint32_t alt, std::uin
   levels[0].cursors.push_back(
       Cursor{ctx.bottom, 0, static_cast<std::uint32_t>(levels[0].frames.size())});
 
-  std::function<void(std::uint32_t, std::size_t, bool)> walk = [&](std::uint32_t v, std::size_t d,
-                                                                   bool uncertain) {
-    const auto& node = trie.node(v);
-    for (std::uint32_t ci = 0; ci < node.child_count; ++ci) {
-      std::uint32_t c = node.first_child + ci;
-      const auto& child = trie.node(c);
-      // Only tokens longer than skip_len are decided here (ref has the others).
-      if (trie.deepest(c) <= skip_len) continue;
-      const StackSet& cur = levels[d];
-      bool uncertain_here = uncertain || (cur.left_context && follow.test(child.byte));
-      StackSet& next = levels[d + 1];
-      if (cur.empty()) {
-        next.clear();
-      } else {
-        pda.step(cur, child.byte, next);
-      }
-      bool alive = !next.empty() || next.left_context || next.accepted;
-      if (child.token >= 0 && d + 1 > skip_len) {
-        std::uint8_t k = alive ? kAccept : (uncertain_here ? kUncertain : kReject);
-        if (k != kReject) {
-          kind[child.token] = k;
-          touched.push_back(child.token);
+  if (scratch.states.size() >= Scratch::kMaxStates) {
+    scratch.states.clear();
+    scratch.index.clear();
+    scratch.next.clear();
+  }
+  auto& states = scratch.states;
+  auto& next_id = scratch.next;
+  // `id`: the memo id of the set at depth d (then levels[d] is unused), or -1 when the memo
+  // is full and the set lives in levels[d].
+  std::function<void(std::uint32_t, std::size_t, bool, std::int32_t)> walk =
+      [&](std::uint32_t v, std::size_t d, bool uncertain, std::int32_t id) {
+        const auto& node = trie.node(v);
+        const StackSet& cur = id >= 0 ? states[static_cast<std::size_t>(id)] : levels[d];
+        for (std::uint32_t ci = 0; ci < node.child_count; ++ci) {
+          std::uint32_t c = node.first_child + ci;
+          const auto& child = trie.node(c);
+          // Only tokens longer than skip_len are decided here (ref has the others).
+          if (trie.deepest(c) <= skip_len) continue;
+          bool uncertain_here = uncertain || (cur.left_context && follow.test(child.byte));
+          std::int32_t nid = -1;
+          const StackSet* next = nullptr;
+          if (id >= 0) nid = next_id[static_cast<std::size_t>(id) * 256 + child.byte];
+          if (nid >= 0) {
+            next = &states[static_cast<std::size_t>(nid)];
+          } else {
+            StackSet& out = levels[d + 1];
+            if (cur.empty()) {
+              out.clear();
+            } else {
+              pda.step(cur, child.byte, out);
+            }
+            next = &out;
+            if (id >= 0) {
+              nid = scratch.intern(out);
+              if (nid >= 0) {
+                next_id[static_cast<std::size_t>(id) * 256 + child.byte] = nid;
+                next = &states[static_cast<std::size_t>(nid)];
+              }
+            }
+          }
+          bool alive = !next->empty() || next->left_context || next->accepted;
+          if (child.token >= 0 && d + 1 > skip_len) {
+            std::uint8_t k = alive ? kAccept : (uncertain_here ? kUncertain : kReject);
+            if (k != kReject) {
+              kind[child.token] = k;
+              touched.push_back(child.token);
+            }
+          }
+          if (alive) {
+            walk(c, d + 1, uncertain_here, nid);
+          } else if (uncertain_here) {
+            for (std::uint32_t i = child.subtree_begin + (child.token >= 0 ? 1 : 0);
+                 i < child.subtree_end; ++i) {
+              const std::int32_t t = trie.order()[i];
+              if (trie.vocab().tokens[static_cast<std::size_t>(t)].size() <= skip_len) continue;
+              kind[t] = kUncertain;
+              touched.push_back(t);
+            }
+          }
         }
-      }
-      if (alive) {
-        walk(c, d + 1, uncertain_here);
-      } else if (uncertain_here) {
-        for (std::uint32_t i = child.subtree_begin + (child.token >= 0 ? 1 : 0);
-             i < child.subtree_end; ++i) {
-          const std::int32_t t = trie.order()[i];
-          if (trie.vocab().tokens[static_cast<std::size_t>(t)].size() <= skip_len) continue;
-          kind[t] = kUncertain;
-          touched.push_back(t);
-        }
-      }
-    }
-  };
-  walk(trie.root(), 0, false);
+      };
+  walk(trie.root(), 0, false, scratch.intern(levels[0]));
   if (ref != nullptr) {
     // The short tokens' verdicts: those of the outermost copy.
     auto short_token = [&](std::int32_t t) {

@@ -21,6 +21,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/grammar/grammar.hpp"
@@ -95,6 +96,17 @@ class CompiledGrammar {
     Pushdown pda;
     std::vector<StackSet> levels;
     std::vector<std::uint8_t> kind;
+    // The walks' transitions, memoized: each distinct stack set met gets an id, and
+    // next[id * 256 + byte] the id of the set one byte later (-1 unknown). A step depends only
+    // on the set's contents, so the memo holds across the masks of one grammar; a JSON string
+    // character loops on one set, so the ~100K tokens inside a string cost a lookup per trie
+    // node instead of a pushdown step. Bounded by kMaxStates (then cleared).
+    static constexpr std::size_t kMaxStates = 4096;
+    std::deque<StackSet> states;
+    std::unordered_map<std::string, std::int32_t> index;
+    std::vector<std::int32_t> next;
+    std::string key;
+    std::int32_t intern(const StackSet& s);
   };
   void compute_contexts();
   // `ref`, when given, is the mask of the same position in the outermost copy of a bounded
