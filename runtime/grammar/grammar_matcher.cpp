@@ -137,10 +137,11 @@ bool CompiledGrammar::per_site(std::uint32_t r) const {
   return mode == 2;
 }
 
-void CompiledGrammar::precompute_all() const {
-  for (std::uint32_t r = 0; r < g_.rules.size(); ++r)
+void CompiledGrammar::precompute_all(const std::atomic<bool>* cancel) const {
+  auto cancelled = [&] { return cancel != nullptr && cancel->load(std::memory_order_relaxed); };
+  for (std::uint32_t r = 0; r < g_.rules.size() && !cancelled(); ++r)
     per_site(r);
-  for (std::uint32_t i = 0; i < specs_.size(); ++i) {
+  for (std::uint32_t i = 0; i < specs_.size() && !cancelled(); ++i) {
     const MaskSpec& spec = specs_[i];
     if (spec.site < 0 || per_site(spec.frame.rule)) mask(i);
   }
@@ -337,15 +338,15 @@ void CompiledGrammar::precompute(std::uint32_t rule, std::uint32_t alt, std::uin
           if (nid >= 0) {
             next = &states[static_cast<std::size_t>(nid)];
           } else {
-            StackSet& out = levels[d + 1];
+            StackSet& stepped = levels[d + 1];
             if (cur.empty()) {
-              out.clear();
+              stepped.clear();
             } else {
-              pda.step(cur, child.byte, out);
+              pda.step(cur, child.byte, stepped);
             }
-            next = &out;
+            next = &stepped;
             if (id >= 0) {
-              nid = scratch.intern(out);
+              nid = scratch.intern(stepped);
               if (nid >= 0) {
                 next_id[static_cast<std::size_t>(id) * 256 + child.byte] = nid;
                 next = &states[static_cast<std::size_t>(nid)];

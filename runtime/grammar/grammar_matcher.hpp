@@ -47,8 +47,8 @@ class CompiledGrammar {
 
   // Computes every mask not computed yet (what compile() did before masks were lazy): for
   // warming a grammar in the background, and for tests and diagnostics. Safe to call while
-  // matchers run on other threads.
-  void precompute_all() const;
+  // matchers run on other threads. Returns early once *cancel is true.
+  void precompute_all(const std::atomic<bool>* cancel = nullptr) const;
 
   const FlatGrammar& flat() const { return g_; }
   const TokenTrie& trie() const { return *trie_; }

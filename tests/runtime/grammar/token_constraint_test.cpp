@@ -196,7 +196,9 @@ TEST(ConstraintCompiler, ConcurrentRequestsShareOneCompilationPerSchema) {
   for (std::size_t i = 0; i < got.size(); ++i) {
     ASSERT_NE(got[i], nullptr) << i;
     EXPECT_EQ(got[i], got[i % sources.size()]) << i;
-    if (i >= 1 && i < sources.size()) EXPECT_NE(got[i], got[0]);
+    if (i >= 1 && i < sources.size()) {
+      EXPECT_NE(got[i], got[0]);
+    }
   }
   // Later requests hit the cache.
   auto again = compiler.compile(format(ResponseFormat::Type::kRegex, "a+"));
