@@ -56,10 +56,14 @@ struct Engine::Impl {
   // made first and destroyed last.
   std::unique_ptr<actors::KvAllocatorActor> kv_allocator;
   std::unique_ptr<actors::SchedulerActor> scheduler;
-  // Response formats compile here, off the actors' executor: a large schema takes
-  // milliseconds to seconds, and the step loop must not wait for it.
+  // Response formats compile here, off the actors' executor, so the step loop never waits for
+  // one; two threads, so a request waits for its own grammar rather than for another's.
   std::unique_ptr<grammar::ConstraintCompiler> constraint_compiler;
-  asio::thread_pool compile_pool{1};
+  asio::thread_pool compile_pool{2};
+  // After a compile, the grammar's masks are computed here in the background, so fewer of
+  // them are computed on first use on the constraint actor's strand (where every constrained
+  // sequence's masks are made). Stops early when the engine stops.
+  asio::thread_pool warm_pool{1};
 
   std::atomic<bool> stopping{false};
   std::atomic<bool> stopped{false};
@@ -201,6 +205,7 @@ Engine::~Engine() {
   // A compile still running holds a request that must see the engine stopped, not the actors
   // gone.
   s.compile_pool.join();
+  s.warm_pool.join();
   flush(s.sampler);
   flush(s.detokenizer);
   flush(s.constraint);
@@ -267,6 +272,8 @@ void Engine::submit_impl(GenerateRequest request,
     if (s.stopping.load()) {
       return fail(std::move(handler), Error(ErrorCode::kShutdown, "the engine is shutting down"));
     }
+    asio::post(s.warm_pool,
+               [&s, grammar = compiled.value()] { grammar->precompute_all(&s.stopping); });
     start(std::move(request), std::move(compiled.value()), std::move(handler));
   });
 }

@@ -58,34 +58,52 @@ Result<std::shared_ptr<const CompiledGrammar>> ConstraintCompiler::compile(
   std::string key = std::to_string(static_cast<int>(format.type)) +
                     (format.flexible_whitespace ? "w" : "c") + (format.strict ? "s" : "l") + ":" +
                     format.source;
+  std::promise<Result<std::shared_ptr<const CompiledGrammar>>> promise;
   {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     if (auto it = cache_.find(key); it != cache_.end()) {
       lru_.splice(lru_.end(), lru_, it->second);
       last_compile_us_ = 0;
       return it->second->second;
     }
+    if (auto it = in_flight_.find(key); it != in_flight_.end()) {
+      auto pending = it->second;
+      lock.unlock();
+      return pending.get();
+    }
+    in_flight_.emplace(key, promise.get_future().share());
+    ++compile_count_;
   }
-  auto t = trie();
-  if (!t) return t.error();
-  auto grammar = grammar_for(format);
-  if (!grammar) return grammar.error();
-  auto compiled = CompiledGrammar::compile(*grammar, t.value());
-  if (!compiled) return compiled.error();
-  std::lock_guard lock(mutex_);
-  last_compile_us_ =
-      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                     std::chrono::steady_clock::now() - start)
-                                     .count());
-  if (cache_.find(key) == cache_.end()) {
-    lru_.emplace_back(key, compiled.value());
-    cache_.emplace(std::move(key), std::prev(lru_.end()));
-    if (lru_.size() > capacity_) {
-      cache_.erase(lru_.front().first);
-      lru_.pop_front();
+  auto result = [&]() -> Result<std::shared_ptr<const CompiledGrammar>> {
+    auto t = trie();
+    if (!t) return t.error();
+    auto grammar = grammar_for(format);
+    if (!grammar) return grammar.error();
+    return CompiledGrammar::compile(*grammar, t.value());
+  }();
+  {
+    std::lock_guard lock(mutex_);
+    in_flight_.erase(key);
+    if (result) {
+      last_compile_us_ =
+          static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                         std::chrono::steady_clock::now() - start)
+                                         .count());
+      lru_.emplace_back(key, result.value());
+      cache_.emplace(std::move(key), std::prev(lru_.end()));
+      if (lru_.size() > capacity_) {
+        cache_.erase(lru_.front().first);
+        lru_.pop_front();
+      }
     }
   }
-  return compiled.value();
+  promise.set_value(result);
+  return result;
+}
+
+std::uint64_t ConstraintCompiler::compile_count() const {
+  std::lock_guard lock(mutex_);
+  return compile_count_;
 }
 
 std::uint64_t ConstraintCompiler::last_compile_us() const {

@@ -2,11 +2,15 @@
 // From a request's ResponseFormat to a CompiledGrammar bound to the model's vocabulary. The
 // vocabulary trie is built once, when the first constrained request arrives (an unconstrained
 // server never pays for it), and compiled grammars are cached by their source, so the many
-// requests of one API client sharing a schema compile it once. Thread-safe: the engine
-// compiles on a thread of its own so a slow schema never stalls the step loop.
+// requests of one API client sharing a schema compile it once; requests arriving while that
+// schema is being compiled wait for that one compilation rather than starting their own.
+// Compiling computes no mask (CompiledGrammar computes each on first use), so it takes
+// milliseconds. Thread-safe (different schemas compile in parallel when called from several
+// threads): the engine compiles on a thread of its own so a schema never stalls the step loop.
 
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -41,6 +45,8 @@ class ConstraintCompiler {
   // Microseconds the last compile() took (0 for a cache hit): what a client waits for before
   // generation starts.
   std::uint64_t last_compile_us() const;
+  // How many compilations ran (cache misses that were not already being compiled).
+  std::uint64_t compile_count() const;
 
  private:
   mutable std::mutex mutex_;
@@ -52,6 +58,11 @@ class ConstraintCompiler {
   std::list<std::pair<std::string, std::shared_ptr<const CompiledGrammar>>> lru_;
   std::unordered_map<std::string, decltype(lru_)::iterator> cache_;
   std::uint64_t last_compile_us_ = 0;
+  std::uint64_t compile_count_ = 0;
+  // Keys being compiled now: later requests for them wait on the first one's result.
+  std::unordered_map<std::string,
+                     std::shared_future<Result<std::shared_ptr<const CompiledGrammar>>>>
+      in_flight_;
 };
 
 }  // namespace weft::grammar

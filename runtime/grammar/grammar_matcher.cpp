@@ -30,90 +30,151 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(
     }
   }
   cg->slot_mask_.assign(slots, -1);
+  cg->slot_site_base_.assign(slots, -1);
   cg->compute_contexts();
-  Pushdown pda(g, cg->sentinels_);
-  std::vector<StackSet> levels(cg->trie_->max_token_bytes() + 2);
-  std::vector<std::uint8_t> kind(cg->trie_->vocab_size(), kReject);
-  {
-    // The trie is breadth-first: children come after their parent.
-    const TokenTrie& t = *cg->trie_;
-    std::vector<std::uint16_t> depth(t.node_count(), 0);
-    cg->deepest_.assign(t.node_count(), 0);
-    for (std::uint32_t v = 0; v < t.node_count(); ++v)
-      for (std::uint32_t c = 0; c < t.node(v).child_count; ++c)
-        depth[t.node(v).first_child + c] = static_cast<std::uint16_t>(depth[v] + 1);
-    for (std::uint32_t v = static_cast<std::uint32_t>(t.node_count()); v-- > 0;) {
-      if (t.node(v).token >= 0) cg->deepest_[v] = std::max(cg->deepest_[v], depth[v]);
-      for (std::uint32_t c = 0; c < t.node(v).child_count; ++c)
-        cg->deepest_[v] = std::max(cg->deepest_[v], cg->deepest_[t.node(v).first_child + c]);
-    }
-  }
-  // Inner copies of a bounded repetition last: they reuse their outermost copy's masks.
-  auto inner_copy = [&](std::uint32_t r) {
-    return g.repeat_outer[r] != FlatGrammar::kNoRule && g.repeat_outer[r] != r;
-  };
-  for (int pass = 0; pass < 2; ++pass)
-    for (std::uint32_t r = 0; r < g.rules.size(); ++r) {
-      if (inner_copy(r) != (pass == 1)) continue;
-      for (std::uint32_t a = 0; a < g.rules[r].alts.size(); ++a)
-        for (std::uint32_t p = 0; p < g.rules[r].alts[a].size(); ++p) {
-          if (g.rules[r].alts[a][p].is_rule) continue;
-          cg->slot_mask_[cg->slot(Frame{r, a, p})] = static_cast<std::int32_t>(cg->masks_.size());
-          cg->masks_.emplace_back();
-          const PositionMask* ref = nullptr;
-          if (pass == 1) {
-            // Same alternative and element in the outermost copy (copies differ only in the
-            // rule element that chains to the next copy, which comes last).
-            ref = &cg->masks_[static_cast<std::size_t>(
-                cg->slot_mask_[cg->slot(Frame{g.repeat_outer[r], a, p})])];
-          }
-          cg->precompute(r, a, p, cg->contexts_[r], cg->masks_.back(), pda, levels, kind, ref,
-                         ref ? g.repeat_left[r] : 0);
-        }
-    }
-  // Rules used from a few places whose positions leave many tokens stack-dependent (a shared
-  // x inside x{0,n}, for one) get a mask per place instead, most stack-dependent first, within
-  // a budget of extra precomputations so compile time stays bounded.
-  constexpr std::size_t kMinUncertain = 256;
-  constexpr std::size_t kMaxExtraMasks = 2048;
-  std::vector<std::pair<std::size_t, std::uint32_t>> candidates;
-  for (std::uint32_t r = 0; r < g.rules.size(); ++r) {
-    if (cg->rule_sites_[r].empty()) continue;
-    std::size_t uncertain = 0;
-    for (std::uint32_t a = 0; a < g.rules[r].alts.size(); ++a)
-      for (std::uint32_t p = 0; p < g.rules[r].alts[a].size(); ++p)
-        if (!g.rules[r].alts[a][p].is_rule)
-          uncertain += cg->masks_[cg->slot_mask_[cg->slot(Frame{r, a, p})]].uncertain.size();
-    if (uncertain >= kMinUncertain) candidates.push_back({uncertain, r});
-  }
-  std::sort(candidates.rbegin(), candidates.rend());
-  std::size_t extra = 0;
-  std::vector<bool> per_site(g.rules.size(), false);
-  for (auto [uncertain, r] : candidates) {
-    std::size_t positions = 0;
-    for (const auto& seq : g.rules[r].alts)
-      for (const auto& e : seq)
-        positions += !e.is_rule;
-    if (extra + positions * cg->rule_sites_[r].size() > kMaxExtraMasks) continue;
-    extra += positions * cg->rule_sites_[r].size();
-    per_site[r] = true;
+  // Mask indices: every byte position's own mask first, then the per-place ones of the rules
+  // that have places (rule_sites_), one per position and place.
+  for (std::uint32_t r = 0; r < g.rules.size(); ++r)
     for (std::uint32_t a = 0; a < g.rules[r].alts.size(); ++a)
       for (std::uint32_t p = 0; p < g.rules[r].alts[a].size(); ++p) {
         if (g.rules[r].alts[a][p].is_rule) continue;
-        auto& slot_mask = cg->slot_mask_[cg->slot(Frame{r, a, p})];
-        cg->masks_[slot_mask] = PositionMask{};  // replaced by the per-place masks
-        slot_mask = static_cast<std::int32_t>(cg->masks_.size());
-        for (const Frame& site : cg->rule_sites_[r]) {
-          StaticContext ctx = cg->contexts_[site.rule];
-          ctx.frames.push_back(site);
-          cg->masks_.emplace_back();
-          cg->precompute(r, a, p, ctx, cg->masks_.back(), pda, levels, kind);
-        }
+        cg->slot_mask_[cg->slot(Frame{r, a, p})] = static_cast<std::int32_t>(cg->specs_.size());
+        cg->specs_.push_back(MaskSpec{Frame{r, a, p}, -1});
+      }
+  cg->slot_positions_ = cg->specs_.size();
+  for (std::uint32_t r = 0; r < g.rules.size(); ++r) {
+    const auto sites = static_cast<std::int32_t>(cg->rule_sites_[r].size());
+    if (sites == 0) continue;
+    for (std::uint32_t a = 0; a < g.rules[r].alts.size(); ++a)
+      for (std::uint32_t p = 0; p < g.rules[r].alts[a].size(); ++p) {
+        if (g.rules[r].alts[a][p].is_rule) continue;
+        cg->slot_site_base_[cg->slot(Frame{r, a, p})] =
+            static_cast<std::int32_t>(cg->specs_.size());
+        for (std::int32_t i = 0; i < sites; ++i)
+          cg->specs_.push_back(MaskSpec{Frame{r, a, p}, i});
       }
   }
-  for (std::uint32_t r = 0; r < g.rules.size(); ++r)
-    if (!per_site[r]) cg->rule_sites_[r].clear();
+  cg->masks_ = std::make_unique<std::atomic<const PositionMask*>[]>(cg->specs_.size());
+  for (std::size_t i = 0; i < cg->specs_.size(); ++i)
+    cg->masks_[i].store(nullptr, std::memory_order_relaxed);
+  cg->rule_mode_ = std::make_unique<std::atomic<std::uint8_t>[]>(g.rules.size());
+  for (std::size_t r = 0; r < g.rules.size(); ++r)
+    cg->rule_mode_[r].store(0, std::memory_order_relaxed);
   return std::shared_ptr<const CompiledGrammar>(std::move(cg));
+}
+
+CompiledGrammar::~CompiledGrammar() {
+  if (!masks_) return;
+  for (std::size_t i = 0; i < specs_.size(); ++i)
+    delete masks_[i].load(std::memory_order_acquire);
+}
+
+const CompiledGrammar::PositionMask& CompiledGrammar::mask(std::uint32_t i) const {
+  if (const PositionMask* m = masks_[i].load(std::memory_order_acquire)) return *m;
+  const MaskSpec& spec = specs_[i];
+  const Frame& f = spec.frame;
+  // Inner copies of a bounded repetition reuse their outermost copy's verdicts for the tokens
+  // short enough not to tell them apart (same alternative and element: copies differ only in
+  // the rule element that chains to the next copy, which comes last).
+  const PositionMask* ref = nullptr;
+  std::size_t skip_len = 0;
+  const std::uint32_t outer = g_.repeat_outer[f.rule];
+  if (spec.site < 0 && outer != FlatGrammar::kNoRule && outer != f.rule) {
+    ref = &mask(static_cast<std::uint32_t>(slot_mask_[slot(Frame{outer, f.alt, f.pos})]));
+    skip_len = g_.repeat_left[f.rule];
+  }
+  std::unique_ptr<Scratch> scratch;
+  {
+    std::lock_guard lock(scratch_mutex_);
+    if (!scratch_.empty()) {
+      scratch = std::move(scratch_.back());
+      scratch_.pop_back();
+    }
+  }
+  if (!scratch)
+    scratch = std::make_unique<Scratch>(g_, sentinels_, trie_->max_token_bytes() + 2,
+                                        trie_->vocab_size());
+  auto computed = std::make_unique<PositionMask>();
+  if (spec.site < 0) {
+    precompute(f.rule, f.alt, f.pos, contexts_[f.rule], *computed, *scratch, ref, skip_len);
+  } else {
+    const Frame& site = rule_sites_[f.rule][static_cast<std::size_t>(spec.site)];
+    StaticContext ctx = contexts_[site.rule];
+    ctx.frames.push_back(site);
+    precompute(f.rule, f.alt, f.pos, ctx, *computed, *scratch);
+  }
+  {
+    std::lock_guard lock(scratch_mutex_);
+    scratch_.push_back(std::move(scratch));
+  }
+  // Another thread may have finished the same mask meanwhile: the first one stays.
+  const PositionMask* expected = nullptr;
+  if (masks_[i].compare_exchange_strong(expected, computed.get(), std::memory_order_acq_rel,
+                                        std::memory_order_acquire))
+    return *computed.release();
+  return *expected;
+}
+
+bool CompiledGrammar::per_site(std::uint32_t r) const {
+  if (rule_sites_[r].empty()) return false;
+  std::uint8_t mode = rule_mode_[r].load(std::memory_order_acquire);
+  if (mode != 0) return mode == 2;
+  // Rules used from a few places whose positions leave many tokens stack-dependent (a shared
+  // x inside x{0,n}, for one) use a mask per place instead, within a bound on the masks one
+  // rule adds, so a first use stays bounded.
+  constexpr std::size_t kMinUncertain = 256;
+  constexpr std::size_t kMaxExtraMasks = 2048;
+  std::size_t uncertain = 0, positions = 0;
+  for (std::uint32_t a = 0; a < g_.rules[r].alts.size(); ++a)
+    for (std::uint32_t p = 0; p < g_.rules[r].alts[a].size(); ++p)
+      if (!g_.rules[r].alts[a][p].is_rule) {
+        ++positions;
+        uncertain +=
+            mask(static_cast<std::uint32_t>(slot_mask_[slot(Frame{r, a, p})])).uncertain.size();
+      }
+  mode = uncertain >= kMinUncertain && positions * rule_sites_[r].size() <= kMaxExtraMasks ? 2 : 1;
+  rule_mode_[r].store(mode, std::memory_order_release);
+  return mode == 2;
+}
+
+void CompiledGrammar::precompute_all(const std::atomic<bool>* cancel) const {
+  auto cancelled = [&] { return cancel != nullptr && cancel->load(std::memory_order_relaxed); };
+  for (std::uint32_t r = 0; r < g_.rules.size() && !cancelled(); ++r)
+    per_site(r);
+  for (std::uint32_t i = 0; i < specs_.size() && !cancelled(); ++i) {
+    const MaskSpec& spec = specs_[i];
+    if (spec.site < 0 || per_site(spec.frame.rule)) mask(i);
+  }
+}
+
+std::int32_t CompiledGrammar::Scratch::intern(const StackSet& s) {
+  key.clear();
+  auto put = [&](std::uint32_t x) { key.append(reinterpret_cast<const char*>(&x), sizeof x); };
+  put(static_cast<std::uint32_t>(s.accepted) | static_cast<std::uint32_t>(s.left_context) << 1);
+  for (const Cursor& c : s.cursors) {
+    put(c.base);
+    put(c.len);
+    for (std::uint32_t i = 0; i < c.len; ++i) {
+      const Frame& f = s.frames[c.begin + i];
+      put(f.rule);
+      put(f.alt);
+      put(f.pos);
+    }
+  }
+  if (auto it = index.find(key); it != index.end()) return it->second;
+  if (states.size() >= kMaxStates) return -1;
+  const auto id = static_cast<std::int32_t>(states.size());
+  states.push_back(s);
+  next.resize(next.size() + 256, -1);
+  index.emplace(key, id);
+  return id;
+}
+
+std::size_t CompiledGrammar::computed_mask_count() const {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < specs_.size(); ++i)
+    n += masks_[i].load(std::memory_order_acquire) != nullptr;
+  return n;
 }
 
 void CompiledGrammar::compute_contexts() {
@@ -195,32 +256,40 @@ void CompiledGrammar::compute_contexts() {
 
 std::uint32_t CompiledGrammar::mask_index(const StackArena& arena, NodeId top) const {
   const Frame& f = arena[top].frame;
-  auto base = static_cast<std::uint32_t>(slot_mask_[slot(f)]);
+  const std::uint32_t s = slot(f);
+  auto base = static_cast<std::uint32_t>(slot_mask_[s]);
+  if (slot_site_base_[s] < 0 || !per_site(f.rule)) return base;
   const auto& sites = rule_sites_[f.rule];
-  if (sites.empty()) return base;
   const Frame& below = arena[arena[top].parent].frame;
   for (std::uint32_t i = 0; i < sites.size(); ++i)
-    if (sites[i] == below) return base + i;
+    if (sites[i] == below) return static_cast<std::uint32_t>(slot_site_base_[s]) + i;
   return base;  // unreachable when the sites are complete
 }
 
 std::pair<std::string, std::size_t> CompiledGrammar::largest_uncertain() const {
+  precompute_all();
   std::pair<std::string, std::size_t> best{"", 0};
   for (std::uint32_t r = 0; r < g_.rules.size(); ++r)
     for (std::uint32_t a = 0; a < g_.rules[r].alts.size(); ++a)
       for (std::uint32_t p = 0; p < g_.rules[r].alts[a].size(); ++p) {
-        auto mi = rule_sites_[r].empty() ? slot_mask_[slot(Frame{r, a, p})] : -1;
-        if (mi >= 0 && masks_[mi].uncertain.size() > best.second)
+        auto mi = per_site(r) ? -1 : slot_mask_[slot(Frame{r, a, p})];
+        if (mi < 0) continue;
+        const auto& m = mask(static_cast<std::uint32_t>(mi));
+        if (m.uncertain.size() > best.second)
           best = {g_.rules[r].name + " alt " + std::to_string(a) + " pos " + std::to_string(p),
-                  masks_[mi].uncertain.size()};
+                  m.uncertain.size()};
       }
   return best;
 }
 
 std::size_t CompiledGrammar::uncertain_count() const {
+  precompute_all();
   std::size_t n = 0;
-  for (const auto& m : masks_)
-    n += m.uncertain.size();
+  for (std::uint32_t i = 0; i < specs_.size(); ++i) {
+    const MaskSpec& spec = specs_[i];
+    // A rule using per-place masks never consults its shared ones.
+    if ((spec.site < 0) != per_site(spec.frame.rule)) n += mask(i).uncertain.size();
+  }
   return n;
 }
 
@@ -230,10 +299,12 @@ std::size_t CompiledGrammar::uncertain_count() const {
 // uncertain when a path leaves the rule with bytes to spare and the next byte can follow the
 // rule somewhere; otherwise it is rejected everywhere.
 void CompiledGrammar::precompute(std::uint32_t rule, std::uint32_t alt, std::uint32_t pos,
-                                 const StaticContext& ctx, PositionMask& out, Pushdown& pda,
-                                 std::vector<StackSet>& levels, std::vector<std::uint8_t>& kind,
+                                 const StaticContext& ctx, PositionMask& out, Scratch& scratch,
                                  const PositionMask* ref, std::size_t skip_len) const {
   const TokenTrie& trie = *trie_;
+  Pushdown& pda = scratch.pda;
+  auto& levels = scratch.levels;
+  auto& kind = scratch.kind;
   const ByteSet& follow = g_.follow[ctx.bottom_rule];
   std::vector<std::int32_t> touched;
   levels[0].clear();
@@ -242,44 +313,68 @@ void CompiledGrammar::precompute(std::uint32_t rule, std::uint32_t alt, std::uin
   levels[0].cursors.push_back(
       Cursor{ctx.bottom, 0, static_cast<std::uint32_t>(levels[0].frames.size())});
 
-  std::function<void(std::uint32_t, std::size_t, bool)> walk = [&](std::uint32_t v, std::size_t d,
-                                                                   bool uncertain) {
-    const auto& node = trie.node(v);
-    for (std::uint32_t ci = 0; ci < node.child_count; ++ci) {
-      std::uint32_t c = node.first_child + ci;
-      const auto& child = trie.node(c);
-      // Only tokens longer than skip_len are decided here (ref has the others).
-      if (deepest_[c] <= skip_len) continue;
-      const StackSet& cur = levels[d];
-      bool uncertain_here = uncertain || (cur.left_context && follow.test(child.byte));
-      StackSet& next = levels[d + 1];
-      if (cur.empty()) {
-        next.clear();
-      } else {
-        pda.step(cur, child.byte, next);
-      }
-      bool alive = !next.empty() || next.left_context || next.accepted;
-      if (child.token >= 0 && d + 1 > skip_len) {
-        std::uint8_t k = alive ? kAccept : (uncertain_here ? kUncertain : kReject);
-        if (k != kReject) {
-          kind[child.token] = k;
-          touched.push_back(child.token);
+  if (scratch.states.size() >= Scratch::kMaxStates) {
+    scratch.states.clear();
+    scratch.index.clear();
+    scratch.next.clear();
+  }
+  auto& states = scratch.states;
+  auto& next_id = scratch.next;
+  // `id`: the memo id of the set at depth d (then levels[d] is unused), or -1 when the memo
+  // is full and the set lives in levels[d].
+  std::function<void(std::uint32_t, std::size_t, bool, std::int32_t)> walk =
+      [&](std::uint32_t v, std::size_t d, bool uncertain, std::int32_t id) {
+        const auto& node = trie.node(v);
+        const StackSet& cur = id >= 0 ? states[static_cast<std::size_t>(id)] : levels[d];
+        for (std::uint32_t ci = 0; ci < node.child_count; ++ci) {
+          std::uint32_t c = node.first_child + ci;
+          const auto& child = trie.node(c);
+          // Only tokens longer than skip_len are decided here (ref has the others).
+          if (trie.deepest(c) <= skip_len) continue;
+          bool uncertain_here = uncertain || (cur.left_context && follow.test(child.byte));
+          std::int32_t nid = -1;
+          const StackSet* next = nullptr;
+          if (id >= 0) nid = next_id[static_cast<std::size_t>(id) * 256 + child.byte];
+          if (nid >= 0) {
+            next = &states[static_cast<std::size_t>(nid)];
+          } else {
+            StackSet& stepped = levels[d + 1];
+            if (cur.empty()) {
+              stepped.clear();
+            } else {
+              pda.step(cur, child.byte, stepped);
+            }
+            next = &stepped;
+            if (id >= 0) {
+              nid = scratch.intern(stepped);
+              if (nid >= 0) {
+                next_id[static_cast<std::size_t>(id) * 256 + child.byte] = nid;
+                next = &states[static_cast<std::size_t>(nid)];
+              }
+            }
+          }
+          bool alive = !next->empty() || next->left_context || next->accepted;
+          if (child.token >= 0 && d + 1 > skip_len) {
+            std::uint8_t k = alive ? kAccept : (uncertain_here ? kUncertain : kReject);
+            if (k != kReject) {
+              kind[child.token] = k;
+              touched.push_back(child.token);
+            }
+          }
+          if (alive) {
+            walk(c, d + 1, uncertain_here, nid);
+          } else if (uncertain_here) {
+            for (std::uint32_t i = child.subtree_begin + (child.token >= 0 ? 1 : 0);
+                 i < child.subtree_end; ++i) {
+              const std::int32_t t = trie.order()[i];
+              if (trie.vocab().tokens[static_cast<std::size_t>(t)].size() <= skip_len) continue;
+              kind[t] = kUncertain;
+              touched.push_back(t);
+            }
+          }
         }
-      }
-      if (alive) {
-        walk(c, d + 1, uncertain_here);
-      } else if (uncertain_here) {
-        for (std::uint32_t i = child.subtree_begin + (child.token >= 0 ? 1 : 0);
-             i < child.subtree_end; ++i) {
-          const std::int32_t t = trie.order()[i];
-          if (trie.vocab().tokens[static_cast<std::size_t>(t)].size() <= skip_len) continue;
-          kind[t] = kUncertain;
-          touched.push_back(t);
-        }
-      }
-    }
-  };
-  walk(trie.root(), 0, false);
+      };
+  walk(trie.root(), 0, false, scratch.intern(levels[0]));
   if (ref != nullptr) {
     // The short tokens' verdicts: those of the outermost copy.
     auto short_token = [&](std::int32_t t) {
@@ -338,7 +433,7 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar,
   StackSet start;
   pda_.start(start);
   history_.push_back(commit(start));
-  slot_epoch_.assign(grammar_->masks_.size(), 0);
+  slot_epoch_.assign(grammar_->mask_count(), 0);
 }
 
 void GrammarMatcher::load(const State& s, StackSet& out) const {
@@ -407,7 +502,7 @@ void GrammarMatcher::fill_next_token_bitmask(std::span<std::uint32_t> words) {
   }
   const std::size_t n_words = std::min(words.size(), bitmask_words());
   for (auto mi : seen_slots_) {
-    const auto& m = cg.masks_[mi];
+    const auto& m = cg.mask(mi);
     if (!m.accepted_bits.empty()) {
       const std::uint32_t* src = m.accepted_bits.data();
       std::uint32_t* dst = words.data();
@@ -422,7 +517,7 @@ void GrammarMatcher::fill_next_token_bitmask(std::span<std::uint32_t> words) {
   // sharing the steps of common prefixes and skipping subtrees with none of them.
   if (levels_.empty()) levels_.resize(trie.max_token_bytes() + 2);
   for (auto mi : seen_slots_) {
-    const auto& m = cg.masks_[mi];
+    const auto& m = cg.mask(mi);
     if (m.uncertain.empty()) continue;
     StackSet& start = levels_[0];
     start.clear();

@@ -4,20 +4,24 @@
 // CompiledGrammar is a grammar bound to one vocabulary, shareable between requests: the flat
 // grammar, and for every position of every rule (a byte-set element inside an alternative)
 // the split of the vocabulary that XGrammar introduced: tokens accepted there whatever the
-// stack below (a precomputed bitmask), tokens rejected whatever the stack, and the few whose
-// fate depends on the stack because they run past the end of the rule ("uncertain": checked
-// at run time against the real stack). FOLLOW sets cut the uncertain list down: a token that
-// leaves the rule with a byte nothing can follow the rule with is rejected up front.
+// stack below (a bitmask computed on the position's first use and kept), tokens rejected
+// whatever the stack, and the few whose fate depends on the stack because they run past the
+// end of the rule ("uncertain": checked at run time against the real stack). FOLLOW sets cut the
+// uncertain list down: a token that leaves the rule with a byte nothing can follow the rule with is
+// rejected up front.
 //
 // GrammarMatcher is one sequence's state: a set of stacks, the history for rollback, and the
 // next-token bitmask (32-bit words, bit i%32 of word i/32 = token i allowed).
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/grammar/grammar.hpp"
@@ -30,26 +34,37 @@ namespace weft::grammar {
 
 class CompiledGrammar {
  public:
+  // Flattens and checks the grammar and lays out its positions; no mask is computed here.
+  // Each position's mask is computed the first time a matcher needs it and then kept for
+  // every matcher of this grammar (thread-safe, lock-free to read): compiling costs
+  // milliseconds, and a position's first use costs one walk over the vocabulary.
   static Result<std::shared_ptr<const CompiledGrammar>> compile(
       const Grammar& grammar, std::shared_ptr<const TokenTrie> trie,
       const CompileLimits& limits = {});
+  ~CompiledGrammar();
+  CompiledGrammar(const CompiledGrammar&) = delete;
+  CompiledGrammar& operator=(const CompiledGrammar&) = delete;
+
+  // Computes every mask not computed yet (what compile() did before masks were lazy): for
+  // warming a grammar in the background, and for tests and diagnostics. Safe to call while
+  // matchers run on other threads. Returns early once *cancel is true.
+  void precompute_all(const std::atomic<bool>* cancel = nullptr) const;
 
   const FlatGrammar& flat() const { return g_; }
   const TokenTrie& trie() const { return *trie_; }
-  std::size_t position_count() const { return masks_.size(); }
+  // Byte-set positions of the grammar (each has a mask, computed on first use).
+  std::size_t position_count() const { return slot_positions_; }
+  // Masks computed so far (positions' and per-place ones).
+  std::size_t computed_mask_count() const;
   // Total uncertain (stack-dependent) entries over all positions: what a step may check.
+  // Computes every mask first.
   std::size_t uncertain_count() const;
-  // How many rules have a mask per place they are used from (see rule_sites_).
-  std::size_t per_place_rule_count() const {
-    std::size_t n = 0;
-    for (const auto& s : rule_sites_)
-      n += !s.empty();
-    return n;
-  }
-  // The rule name and uncertain-token count of the position with the most (diagnostics).
+  // The rule name and uncertain-token count of the position with the most (diagnostics;
+  // computes every mask first).
   std::pair<std::string, std::size_t> largest_uncertain() const;
 
  private:
+  CompiledGrammar() = default;
   friend class GrammarMatcher;
   struct PositionMask {
     std::vector<std::uint32_t> accepted_bits;  // full bitmask, or empty when ids are used
@@ -57,6 +72,12 @@ class CompiledGrammar {
     // Stack-dependent tokens as indices into the trie's order(), sorted, so the run-time
     // check can walk the trie and skip subtrees holding none of them.
     std::vector<std::uint32_t> uncertain;
+  };
+  // What mask index i is: the position `frame`, with its rule's static context below it
+  // (site < 0), or with place `site` of rule_sites_[frame.rule] below it.
+  struct MaskSpec {
+    Frame frame;
+    std::int32_t site = -1;
   };
   std::uint32_t slot(const Frame& f) const { return alt_base_[rule_base_[f.rule] + f.alt] + f.pos; }
   // The frames every stack has below a frame of a rule, when the grammar fixes them: a rule
@@ -68,32 +89,64 @@ class CompiledGrammar {
     std::vector<Frame> frames;      // bottom to top
     std::uint32_t bottom_rule = 0;  // whose FOLLOW applies when the context is left
   };
+  // Scratch for one precomputation; a pool of them lets threads compute masks at once.
+  struct Scratch {
+    Scratch(const FlatGrammar& g, const StackArena& arena, std::size_t depth, std::size_t vocab)
+        : pda(g, arena), levels(depth), kind(vocab, 0) {}
+    Pushdown pda;
+    std::vector<StackSet> levels;
+    std::vector<std::uint8_t> kind;
+    // The walks' transitions, memoized: each distinct stack set met gets an id, and
+    // next[id * 256 + byte] the id of the set one byte later (-1 unknown). A step depends only
+    // on the set's contents, so the memo holds across the masks of one grammar; a JSON string
+    // character loops on one set, so the ~100K tokens inside a string cost a lookup per trie
+    // node instead of a pushdown step. Bounded by kMaxStates (then cleared).
+    static constexpr std::size_t kMaxStates = 4096;
+    std::deque<StackSet> states;
+    std::unordered_map<std::string, std::int32_t> index;
+    std::vector<std::int32_t> next;
+    std::string key;
+    std::int32_t intern(const StackSet& s);
+  };
   void compute_contexts();
   // `ref`, when given, is the mask of the same position in the outermost copy of a bounded
   // repetition (FlatGrammar::repeat_outer), and `skip_len` this copy's copies left: tokens of
   // at most skip_len bytes take ref's verdict and only the longer ones are walked.
   void precompute(std::uint32_t rule, std::uint32_t alt, std::uint32_t pos,
-                  const StaticContext& ctx, PositionMask& out, Pushdown& pda,
-                  std::vector<StackSet>& levels, std::vector<std::uint8_t>& kind,
+                  const StaticContext& ctx, PositionMask& out, Scratch& scratch,
                   const PositionMask* ref = nullptr, std::size_t skip_len = 0) const;
+  // Mask i, computed now if no thread has computed it yet.
+  const PositionMask& mask(std::uint32_t i) const;
+  // Whether rule r (with rule_sites_) uses its per-place masks; decided on first use from
+  // how many tokens its positions' shared masks leave stack-dependent.
+  bool per_site(std::uint32_t r) const;
+  std::size_t mask_count() const { return specs_.size(); }
   // The mask of a committed stack top: its position's, or for a rule used from a few places
-  // (rule_sites_), the one precomputed for the frame below it.
+  // (rule_sites_) that uses per-place masks, the one for the frame below it.
   std::uint32_t mask_index(const StackArena& arena, NodeId top) const;
   std::vector<StaticContext> contexts_;  // per rule
-  // Per rule used from 2..kMaxSites places: those places' frames. Its positions then have one
-  // mask per place, each precomputed with that place as the stack below, because a bounded
+  // Per rule used from 2..kMaxSites places: those places' frames. Its positions may then have
+  // one mask per place, each precomputed with that place as the stack below, because a bounded
   // repetition (x{0,n} lowered as n rules using x) makes the shared x rule's masks depend on
   // which copy it sits in.
   std::vector<std::vector<Frame>> rule_sites_;
 
   FlatGrammar g_;
   std::shared_ptr<const TokenTrie> trie_;
-  std::vector<std::uint32_t> rule_base_;  // rule -> index of its first alternative
-  std::vector<std::uint32_t> alt_base_;   // alternative -> first slot
-  std::vector<std::int32_t> slot_mask_;   // slot -> index into masks_, -1 for rule elements
-  std::vector<PositionMask> masks_;
-  std::vector<std::uint16_t> deepest_;  // per trie node: the longest token below it, in bytes
-  StackArena sentinels_;                // only kRootNode and kContextNode, for precomputation
+  std::vector<std::uint32_t> rule_base_;      // rule -> index of its first alternative
+  std::vector<std::uint32_t> alt_base_;       // alternative -> first slot
+  std::vector<std::int32_t> slot_mask_;       // slot -> its position's mask index, -1 for rules
+  std::vector<std::int32_t> slot_site_base_;  // slot -> first of its per-place masks, or -1
+  std::size_t slot_positions_ = 0;
+  std::vector<MaskSpec> specs_;  // mask index -> what it is
+  // Mask index -> the mask once computed (null before). Written once (compare-and-swap: a
+  // thread that loses the race drops its copy), so readers never lock.
+  std::unique_ptr<std::atomic<const PositionMask*>[]> masks_;
+  // Per rule: 0 undecided, 1 shared masks, 2 per-place masks (see per_site).
+  std::unique_ptr<std::atomic<std::uint8_t>[]> rule_mode_;
+  mutable std::mutex scratch_mutex_;
+  mutable std::vector<std::unique_ptr<Scratch>> scratch_;
+  StackArena sentinels_;  // only kRootNode and kContextNode, for precomputation
 };
 
 class GrammarMatcher {

@@ -90,6 +90,22 @@ Result<std::shared_ptr<const TokenTrie>> TokenTrie::build(TokenizerVocab vocab) 
   for (std::size_t i = 0; i < n; ++i)
     if (!vocab.special[i])
       trie->max_token_bytes_ = std::max(trie->max_token_bytes_, vocab.tokens[i].size());
+  {
+    // The longest token below each node, in bytes: schema-independent, so made once per
+    // vocabulary (the mask precomputation of every grammar uses it). The trie is breadth-first:
+    // children come after their parent.
+    std::vector<std::uint16_t> depth(nodes.size(), 0);
+    auto& deepest = trie->deepest_;
+    deepest.assign(nodes.size(), 0);
+    for (std::size_t v = 0; v < nodes.size(); ++v)
+      for (std::uint32_t c = 0; c < nodes[v].child_count; ++c)
+        depth[nodes[v].first_child + c] = static_cast<std::uint16_t>(depth[v] + 1);
+    for (std::size_t v = nodes.size(); v-- > 0;) {
+      if (nodes[v].token >= 0) deepest[v] = std::max(deepest[v], depth[v]);
+      for (std::uint32_t c = 0; c < nodes[v].child_count; ++c)
+        deepest[v] = std::max(deepest[v], deepest[nodes[v].first_child + c]);
+    }
+  }
   trie->order_index_.assign(n, -1);
   for (std::size_t i = 0; i < order.size(); ++i)
     trie->order_index_[order[i]] = static_cast<std::int32_t>(i);

@@ -43,6 +43,8 @@ class TokenTrie {
   std::size_t vocab_size() const { return vocab_.tokens.size(); }
   std::size_t node_count() const { return nodes_.size(); }
   std::size_t max_token_bytes() const { return max_token_bytes_; }
+  // The length in bytes of the longest token in node i's subtree (its own included).
+  std::uint16_t deepest(std::uint32_t i) const { return deepest_[i]; }
   bool is_eos(std::int32_t id) const;
   // The longest token that is a prefix of `text`: (id, length), or (-1, 0) when none. Greedy
   // tokenization for tests and benchmarks, and for re-tokenizing a jump-forward string.
@@ -54,6 +56,7 @@ class TokenTrie {
   TokenizerVocab vocab_;
   std::vector<Node> nodes_;
   std::vector<std::int32_t> order_;
+  std::vector<std::uint16_t> deepest_;
   std::vector<std::int32_t> order_index_;
   std::vector<std::pair<std::int32_t, std::int32_t>> aliases_;
   std::size_t max_token_bytes_ = 0;

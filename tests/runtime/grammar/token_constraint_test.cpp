@@ -1,6 +1,8 @@
 #include "runtime/grammar/token_constraint.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "runtime/grammar/constraint_compiler.hpp"
 #include "tests/runtime/grammar/grammar_test_util.hpp"
@@ -168,6 +170,41 @@ TEST(ConstraintCompiler, CachesBySourceAndReportsErrors) {
   EXPECT_NE(std::string(schema.error().what()).find("'#/properties/a': unsupported keyword 'not'"),
             std::string::npos)
       << schema.error().what();
+}
+
+// Requests racing on one schema share one compilation (the vocabulary load is slowed so they
+// all arrive while it runs); different schemas each compile once, from parallel threads.
+TEST(ConstraintCompiler, ConcurrentRequestsShareOneCompilationPerSchema) {
+  TokenizerVocab vocab = byte_vocab();
+  ConstraintCompiler compiler(
+      [&]() -> Result<TokenizerVocab> {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        return vocab;
+      },
+      vocab.eos_ids);
+  const std::vector<std::string> sources = {"a+", "(ab)*c", "[0-9]{2,4}", "x|y|z"};
+  std::vector<std::shared_ptr<const CompiledGrammar>> got(16);
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    threads.emplace_back([&, i] {
+      auto r = compiler.compile(format(ResponseFormat::Type::kRegex, sources[i % sources.size()]));
+      if (r) got[i] = *r;
+    });
+  for (auto& t : threads)
+    t.join();
+  EXPECT_EQ(compiler.compile_count(), sources.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NE(got[i], nullptr) << i;
+    EXPECT_EQ(got[i], got[i % sources.size()]) << i;
+    if (i >= 1 && i < sources.size()) {
+      EXPECT_NE(got[i], got[0]);
+    }
+  }
+  // Later requests hit the cache.
+  auto again = compiler.compile(format(ResponseFormat::Type::kRegex, "a+"));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->get(), got[0].get());
+  EXPECT_EQ(compiler.compile_count(), sources.size());
 }
 
 }  // namespace
