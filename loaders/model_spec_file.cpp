@@ -155,7 +155,10 @@ class SpecReader {
       // An integral double (e.g. 1e4) is fine; a fractional one is not an integer.
       if (v.element.is_double()) {
         const double d = v.element.get_double().value();
-        if (d == static_cast<double>(static_cast<std::int64_t>(d)))
+        // Only inside int64's range may the double be converted (1e28 would be undefined
+        // behaviour; found by fuzz_config_json).
+        constexpr double kTwo63 = 9223372036854775808.0;
+        if (d >= -kTwo63 && d < kTwo63 && d == static_cast<double>(static_cast<std::int64_t>(d)))
           return static_cast<std::int64_t>(d);
       }
     } else if constexpr (std::is_same_v<T, bool>) {

@@ -73,7 +73,9 @@ std::string json_type_name(Json v) {
       return "integer";
     case simdjson::dom::element_type::DOUBLE: {
       double d = double(v);
-      return d == static_cast<double>(static_cast<long long>(d)) && std::abs(d) < 9e15 ? "integer"
+      // The magnitude test comes first: converting a double beyond long long's range (1e300)
+      // is undefined behaviour (found by fuzz_openai_request).
+      return std::abs(d) < 9e15 && d == static_cast<double>(static_cast<long long>(d)) ? "integer"
                                                                                        : "number";
     }
     case simdjson::dom::element_type::BOOL:

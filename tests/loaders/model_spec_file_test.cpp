@@ -159,6 +159,13 @@ TEST(ModelSpecFile, ConfigFieldOfTheWrongType) {
   ASSERT_FALSE(s.ok());
   expect_mentions(s.error().what(), {"longrope", "yarn"});
 
+  // A whole double beyond int64's range is not an integer (converting it was undefined
+  // behaviour; found by fuzz_config_json under UBSan).
+  config = scratch_config("huge", "{" + base + R"(,"hidden_size":1e28})");
+  s = read_model_spec(kSpecs / "llama.json", config);
+  ASSERT_FALSE(s.ok());
+  expect_mentions(s.error().what(), {"\"hidden_size\"", "expected an integer"});
+
   config = scratch_config("not_json", "{\"architectures\": [");
   s = read_model_spec(kSpecs / "llama.json", config);
   ASSERT_FALSE(s.ok());

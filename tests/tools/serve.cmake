@@ -61,6 +61,11 @@ add_test(NAME weft_serve_overload COMMAND ${gateway_run} ${serve_load})
 set_tests_properties(weft_serve_overload PROPERTIES ENVIRONMENT
   "WEFT_TEST_NODE=${gateway_node};PHASES=overload;LIVE_LIMIT=4;LIMIT_S=150;WEFT_SERVE_ARGS=--max-live-requests 4 --max-queued-requests 2")
 add_test(NAME weft_serve_slow_sse COMMAND ${gateway_run} ${serve_load})
+if(WEFT_SANITIZE)
+  # It measures RSS and waits for socket buffers to fill at release speed: under a sanitizer's
+  # allocator and slowdown neither holds (0 of 6 readers reached the send timeout under asan).
+  set_tests_properties(weft_serve_slow_sse PROPERTIES DISABLED TRUE)
+endif()
 set_tests_properties(weft_serve_slow_sse PROPERTIES ENVIRONMENT
   "WEFT_TEST_NODE=${gateway_node};PHASES=slow;SLOW=6;SLOW_TOKENS=800;SLOW_EXPECT_TIMEOUTS=1;LIMIT_S=150;WEFT_SERVE_ARGS=--socket-send-buffer-bytes 8192 --send-timeout-s 2")
 set_tests_properties(weft_serve_load weft_serve_overload weft_serve_slow_sse PROPERTIES
