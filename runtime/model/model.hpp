@@ -27,6 +27,12 @@ struct WeightLookup {
   std::string where;
 };
 
+// The tensor names Model::create binds: a spec pattern with "{layer}" replaced by the layer,
+// and the bias beside a weight ("x.weight" -> "x.bias", otherwise "x" -> "x.bias"). Shared
+// with whatever must name the same tensors (the tensor-parallel partition planner).
+std::string layer_tensor_name(const std::string& pattern, int layer);
+std::string bias_tensor_name(const std::string& weight_name);
+
 class Model {
  public:
   // Binds and checks every tensor the spec needs: present, a float dtype, the shape the

@@ -11,24 +11,6 @@
 namespace weft::model {
 namespace {
 
-std::string layer_name(const std::string& pattern, int layer) {
-  std::string out = pattern;
-  const std::string key = "{layer}";
-  for (auto pos = out.find(key); pos != std::string::npos; pos = out.find(key)) {
-    out.replace(pos, key.size(), std::to_string(layer));
-  }
-  return out;
-}
-
-std::string bias_name(const std::string& weight_name) {
-  const std::string suffix = ".weight";
-  if (weight_name.size() > suffix.size() &&
-      weight_name.compare(weight_name.size() - suffix.size(), suffix.size(), suffix) == 0) {
-    return weight_name.substr(0, weight_name.size() - suffix.size()) + ".bias";
-  }
-  return weight_name + ".bias";
-}
-
 bool is_float(DType d) {
   return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16;
 }
@@ -133,8 +115,8 @@ Result<Model> Model::create(const ModelSpec& spec, const WeightLookup& weights) 
   auto norm = [&](const std::string& name, std::vector<float>& weight, std::vector<float>& bias,
                   const char* block) -> Result<void> {
     WEFT_TRY_ASSIGN(weight, bind.vector(name, hidden, block));
-    if (layer_norm && weights.find(bias_name(name)) != nullptr) {
-      WEFT_TRY_ASSIGN(bias, bind.vector(bias_name(name), hidden, block));
+    if (layer_norm && weights.find(bias_tensor_name(name)) != nullptr) {
+      WEFT_TRY_ASSIGN(bias, bind.vector(bias_tensor_name(name), hidden, block));
     }
     return {};
   };
@@ -142,7 +124,7 @@ Result<Model> Model::create(const ModelSpec& spec, const WeightLookup& weights) 
                     cpu::WeightMatrix& w, std::vector<float>& b,
                     const char* block) -> Result<void> {
     WEFT_TRY_ASSIGN(w, bind.matrix(name, rows, cols, block));
-    if (with_bias) WEFT_TRY_ASSIGN(b, bind.vector(bias_name(name), rows, block));
+    if (with_bias) WEFT_TRY_ASSIGN(b, bind.vector(bias_tensor_name(name), rows, block));
     return {};
   };
 
@@ -165,7 +147,7 @@ Result<Model> Model::create(const ModelSpec& spec, const WeightLookup& weights) 
   m.layers_.resize(static_cast<std::size_t>(spec.num_layers));
   for (int i = 0; i < spec.num_layers; ++i) {
     Layer& L = m.layers_[static_cast<std::size_t>(i)];
-    auto name = [&](const std::string& pattern) { return layer_name(pattern, i); };
+    auto name = [&](const std::string& pattern) { return layer_tensor_name(pattern, i); };
     std::vector<Result<void>> steps;
     steps.push_back(norm(name(n.attn_norm), L.attn_norm, L.attn_norm_bias, "attention norm"));
     steps.push_back(norm(name(n.mlp_norm), L.mlp_norm, L.mlp_norm_bias, "mlp norm"));
@@ -203,6 +185,24 @@ Result<Model> Model::create(const ModelSpec& spec, const WeightLookup& weights) 
 
 KvLayout Model::kv_layout(int page_size) const {
   return KvLayout{spec_.num_layers, spec_.num_kv_heads, spec_.head_dim, page_size};
+}
+
+std::string layer_tensor_name(const std::string& pattern, int layer) {
+  std::string out = pattern;
+  const std::string key = "{layer}";
+  for (auto pos = out.find(key); pos != std::string::npos; pos = out.find(key)) {
+    out.replace(pos, key.size(), std::to_string(layer));
+  }
+  return out;
+}
+
+std::string bias_tensor_name(const std::string& weight_name) {
+  const std::string suffix = ".weight";
+  if (weight_name.size() > suffix.size() &&
+      weight_name.compare(weight_name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    return weight_name.substr(0, weight_name.size() - suffix.size()) + ".bias";
+  }
+  return weight_name + ".bias";
 }
 
 }  // namespace weft::model

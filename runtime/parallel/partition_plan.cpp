@@ -2,27 +2,10 @@
 
 #include <sstream>
 
+#include "runtime/model/model.hpp"
+
 namespace weft::parallel {
 namespace {
-
-std::string layer_name(const std::string& pattern, std::int64_t layer) {
-  std::string out = pattern;
-  const std::string key = "{layer}";
-  for (auto pos = out.find(key); pos != std::string::npos; pos = out.find(key)) {
-    out.replace(pos, key.size(), std::to_string(layer));
-  }
-  return out;
-}
-
-// The bias beside a weight, named as Model::create names it.
-std::string bias_name(const std::string& weight_name) {
-  const std::string suffix = ".weight";
-  if (weight_name.size() > suffix.size() &&
-      weight_name.compare(weight_name.size() - suffix.size(), suffix.size(), suffix) == 0) {
-    return weight_name.substr(0, weight_name.size() - suffix.size()) + ".bias";
-  }
-  return weight_name + ".bias";
-}
 
 std::string range_text(const IndexRange& r) {
   return "[" + std::to_string(r.begin) + ", " + std::to_string(r.begin + r.count) + ")";
@@ -100,12 +83,14 @@ Result<PartitionPlan> plan_partition(const model::ModelSpec& spec, int tp, int p
         if (weight.empty()) return;
         part.tensors[weight] = {kind, ranges};
         // Column-parallel biases follow their rows; a row-parallel bias is added once.
-        part.tensors[bias_name(weight)] = bias_kind == ShardKind::kFirstRankOnly
-                                              ? TensorShard{bias_kind, {}}
-                                              : TensorShard{bias_kind, std::move(ranges)};
+        part.tensors[model::bias_tensor_name(weight)] =
+            bias_kind == ShardKind::kFirstRankOnly ? TensorShard{bias_kind, {}}
+                                                   : TensorShard{bias_kind, std::move(ranges)};
       };
       for (int l = first; l < first + count; ++l) {
-        auto name = [&](const std::string& p) { return p.empty() ? p : layer_name(p, l); };
+        auto name = [&](const std::string& p) {
+          return p.empty() ? p : model::layer_tensor_name(p, l);
+        };
         if (spec.qkv_layout == model::QkvLayout::kSeparate) {
           add(name(n.q), ShardKind::kRows, {q}, ShardKind::kRows);
           add(name(n.k), ShardKind::kRows, {kv}, ShardKind::kRows);

@@ -11,6 +11,8 @@
 #include <future>
 #include <random>
 
+#include "tools/weft/bench_stats.hpp"
+
 namespace weft::cli {
 namespace {
 
@@ -74,15 +76,6 @@ asio::awaitable<void> converse(Engine& engine, Conversation& c, const MultiTurnO
       co_return;  // the conversation cannot go on without this turn's output
     }
   }
-}
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double rank = p / 100.0 * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<std::size_t>(rank);
-  const std::size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
 }
 
 }  // namespace

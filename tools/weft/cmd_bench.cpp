@@ -28,6 +28,7 @@
 #include "actors/device_backend.hpp"
 #include "tools/weft/bench_dataset.hpp"
 #include "tools/weft/bench_multi_turn.hpp"
+#include "tools/weft/bench_stats.hpp"
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
 #include "tools/weft/load_progress.hpp"
@@ -81,15 +82,6 @@ struct RequestTimes {
   int input_tokens = 0;
   bool failed = false;
 };
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double rank = p / 100.0 * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<std::size_t>(rank);
-  const std::size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
-}
 
 class ProgressBar {
  public:
