@@ -102,4 +102,7 @@ bool json_equal(Json a, Json b);
 // A schema object's text from its keywords and their values' texts.
 std::string schema_text(const std::vector<std::pair<std::string, std::string>>& keys);
 
+// `s` as a JSON string literal: quotes, \" and \\ escaped, control bytes as \u00XX.
+std::string json_string_literal(std::string_view s);
+
 }  // namespace weft::grammar::detail

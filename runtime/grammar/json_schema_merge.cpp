@@ -17,23 +17,6 @@ namespace {
 // Cross products of anyOf lists (allOf of two anyOfs) are expanded up to this many branches.
 constexpr std::size_t kMaxAlternatives = 64;
 
-std::string quote(std::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
-
 std::string all_of_text(const std::vector<std::string>& parts) {
   if (parts.size() == 1) return parts[0];
   std::string out = "{\"allOf\":[";
@@ -59,7 +42,7 @@ std::set<std::string> type_set(Json t) {
 std::string schema_text(const std::vector<std::pair<std::string, std::string>>& keys) {
   std::string out = "{";
   for (std::size_t i = 0; i < keys.size(); ++i)
-    out += (i ? "," : "") + quote(keys[i].first) + ":" + keys[i].second;
+    out += (i ? "," : "") + json_string_literal(keys[i].first) + ":" + keys[i].second;
   return out + "}";
 }
 
@@ -180,7 +163,7 @@ Result<Json> JsonSchemaConverter::merge(std::vector<std::pair<Json, std::string>
         parts.erase(std::unique(parts.begin(), parts.end()), parts.end());
         std::erase(parts, "true");
         std::erase(parts, "{}");
-        props += (first ? "" : ",") + quote(name) + ":" +
+        props += (first ? "" : ",") + json_string_literal(name) + ":" +
                  (forbidden       ? "false"
                   : parts.empty() ? "{}"
                                   : all_of_text(parts));
@@ -219,7 +202,7 @@ Result<Json> JsonSchemaConverter::merge(std::vector<std::pair<Json, std::string>
       if (types.empty()) return error(path, "allOf: the branches' types have nothing in common");
       std::string list = "[";
       for (const auto& t : types)
-        list += (list.size() > 1 ? "," : "") + quote(t);
+        list += (list.size() > 1 ? "," : "") + json_string_literal(t);
       out.emplace_back("type", list + "]");
     } else if (key == "required") {
       std::vector<std::string> req;
@@ -227,7 +210,7 @@ Result<Json> JsonSchemaConverter::merge(std::vector<std::pair<Json, std::string>
         if (v.is_array())
           for (Json r : v.get_array())
             if (r.is_string()) {
-              std::string n = quote(std::string_view(r));
+              std::string n = json_string_literal(std::string_view(r));
               if (std::find(req.begin(), req.end(), n) == req.end()) req.push_back(n);
             }
       std::string list = "[";
@@ -266,8 +249,8 @@ Result<Json> JsonSchemaConverter::merge(std::vector<std::pair<Json, std::string>
       for (const auto& [name, list] : deps) {
         std::string l = "[";
         for (const auto& r : list)
-          l += (l.size() > 1 ? "," : "") + quote(r);
-        obj += (obj.size() > 1 ? "," : "") + quote(name) + ":" + l + "]";
+          l += (l.size() > 1 ? "," : "") + json_string_literal(r);
+        obj += (obj.size() > 1 ? "," : "") + json_string_literal(name) + ":" + l + "]";
       }
       out.emplace_back(key, obj + "}");
     } else if (key == "enum") {

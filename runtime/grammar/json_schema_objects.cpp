@@ -19,23 +19,6 @@ struct ObjectSpec {
   std::optional<std::uint64_t> min_properties, max_properties;
 };
 
-std::string json_key(std::string_view name) {
-  std::string out = "\"";
-  for (unsigned char c : name) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
-
 }  // namespace
 
 static Result<ObjectSpec> read_object_spec(JsonSchemaConverter& c, Json s,
@@ -83,7 +66,7 @@ static ExprId key_not_in(JsonSchemaConverter& c, const std::set<std::string>& de
   Grammar& g = c.g_;
   std::set<std::string> names;  // as they are written between the quotes
   for (const auto& n : declared) {
-    std::string k = json_key(n);
+    std::string k = json_string_literal(n);
     names.insert(k.substr(1, k.size() - 2));
   }
   ByteSet allowed = ByteSet::range(0x20, 0x7e);
@@ -148,7 +131,7 @@ static Result<ExprId> emit_object(JsonSchemaConverter& c, ObjectSpec spec, const
       if (!r) return r.error();
       value = g.ref(*r);
     }
-    members.push_back(g.sequence({c.token(json_key(name)), c.colon(), value}));
+    members.push_back(g.sequence({c.token(json_string_literal(name)), c.colon(), value}));
     required.push_back(spec.required.count(name) > 0);
   }
   std::optional<ExprId> extra;
@@ -269,6 +252,23 @@ Result<ExprId> JsonSchemaConverter::object_schema(Json s, const std::string& pat
   auto spec = read_object_spec(*this, s, path);
   if (!spec) return spec.error();
   return emit_object(*this, std::move(*spec), path, depth);
+}
+
+std::string json_string_literal(std::string_view name) {
+  std::string out = "\"";
+  for (unsigned char c : name) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
 }
 
 }  // namespace weft::grammar::detail
