@@ -3,7 +3,7 @@
 # a random bf16 folder with the Llama-3 tokenizer (bench/make_random_model.py), the forward
 # bench (GEMM peak, prefill, decode sampled on the GPU, and decode with logits to the host),
 # weft bench with 1000 requests, the transformers baseline, and constrained vs unconstrained
-# decoding. Results go to $OUT (default build/gpu-8b).
+# decoding (bench/gpu_constrained.sh). Results go to $OUT (default build/gpu-8b).
 #
 # Here:  scripts/gpu-check --stage   (binaries into .devcarry/gpu)
 #        mkdir -p .devcarry/l3 && gzip -c build/release/test-data/tokenizers/llama3/tokenizer.json \
@@ -35,14 +35,6 @@ grep -E "weights ->" "$OUT/weft_bench_8b.err" | tail -1
 stamp "weft bench done"
 timeout 150 python3 bench/hf_decode_bench.py --shape 8b --batch 1 64 --steps 16 2>&1 | tail -3
 stamp "transformers done"
-S=tests/tools/grammar/schemas/44_order_document.json
-R="[a-zA-Z ,.;:'!?-]*"
-for b in 1 32; do
-  if [ $b = 1 ]; then A="--num-requests 8 --max-running 1"; else A="--num-requests 64 --max-running 32"; fi
-  for f in none schema regex; do
-    case $f in none) F=();; schema) F=(--json-schema $S);; regex) F=(--regex "$R");; esac
-    echo "== 8b batch $b format $f"
-    timeout 60 $B/weft bench --model "$M" $A --input-len 32 --output-len 64 --seed 1 --kv-budget-mb 4096 "${F[@]}" 2>/dev/null | tail -1
-  done
-done 2>&1 | tee "$OUT/constrained_8b.txt"
+# Constrained against unconstrained on the same work: output tok/s, TTFT and ITL per format.
+MODEL_DIR=$M OUT=$OUT bash bench/gpu_constrained.sh 2>&1 | tail -12
 stamp "constrained done"

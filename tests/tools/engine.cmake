@@ -29,6 +29,15 @@ add_test(NAME weft_bench_dataset_bad_token
          COMMAND weft bench --dataset ${bench_data}/bad_token.jsonl)
 set_tests_properties(weft_bench_dataset_bad_token PROPERTIES PASS_REGULAR_EXPRESSION
   "bad_token.jsonl:2: prompt_ids\\[1\\] = 99999999 is not a token id in \\[0, [0-9]+\\)")
+# A different schema per request (--json-schema-dir) and the replay of the same work without
+# a constraint (--write-dataset, then --dataset): same requests, prompt and output tokens.
+add_test(NAME weft_bench_schema_dir_replay
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/bench/replay_check.sh $<TARGET_FILE:weft>
+                 ${bench_data}/schemas ${CMAKE_CURRENT_BINARY_DIR}/bench_replay)
+set_tests_properties(weft_bench_schema_dir_replay PROPERTIES PASS_REGULAR_EXPRESSION "replay matches")
+add_test(NAME weft_bench_schema_dir_empty COMMAND weft bench --json-schema-dir ${bench_data})
+set_tests_properties(weft_bench_schema_dir_empty PROPERTIES PASS_REGULAR_EXPRESSION
+  "weft bench: --json-schema-dir: [^\n]*bench: no \\*.json files")
 add_test(NAME weft_bench_dataset_missing COMMAND weft bench --dataset /nonexistent/workload.jsonl)
 set_tests_properties(weft_bench_dataset_missing PROPERTIES PASS_REGULAR_EXPRESSION
   "weft bench: --dataset: /nonexistent/workload.jsonl: cannot be read")

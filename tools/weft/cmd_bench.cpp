@@ -3,9 +3,10 @@
 // a workload file, --dataset) arrive all at once or at a Poisson rate; each streams through
 // the Engine's public API. The last stdout line is
 // one JSON object with the figures; a progress bar goes to stderr. With a response format
-// (--json-schema, --regex, --grammar, --json-object) every request is constrained and the
-// summary adds where the time of the masks went: computed under the forward pass, or waited
-// for after it.
+// (--json-schema, --json-schema-dir, --regex, --grammar, --json-object) every request is
+// constrained and the summary adds where the time of the masks went: computed under the forward
+// pass, or waited for after it. --write-dataset records each request's prompt and the number of
+// tokens it produced, so that an unconstrained run (--dataset) can replay exactly the same work.
 
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include <boost/json.hpp>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <mutex>
@@ -65,6 +67,8 @@ struct BenchOptions {
   std::string admission = "reserve";
   unsigned threads = 0;
   std::string json_schema_file;
+  std::string json_schema_dir;
+  std::string write_dataset;
   bool no_jump_forward = false;
   std::string regex;
   std::string grammar_file;
@@ -147,8 +151,45 @@ asio::awaitable<void> run_request(Engine& engine, GenerateRequest request, Clock
   progress.tick();
 }
 
+// The *.json files of a folder, in name order: request i is constrained by schema i mod N.
+Result<std::vector<std::string>> read_schema_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<fs::path> paths;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().extension() == ".json") paths.push_back(it->path());
+  if (ec) return Error(ErrorCode::kInvalidArgument, dir + ": " + ec.message());
+  if (paths.empty()) return Error(ErrorCode::kInvalidArgument, dir + ": no *.json files");
+  std::sort(paths.begin(), paths.end());
+  std::vector<std::string> schemas;
+  for (const auto& path : paths) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (!in) return Error(ErrorCode::kInvalidArgument, path.string() + ": cannot be read");
+    schemas.push_back(text.str());
+  }
+  return schemas;
+}
+
+// One JSON line per request, in the format --dataset reads: its prompt and the tokens it made.
+bool write_dataset_file(const std::string& path,
+                        const std::vector<std::vector<std::int32_t>>& prompts,
+                        const std::vector<RequestTimes>& times) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    boost::json::array ids(prompts[i].begin(), prompts[i].end());
+    boost::json::object line{{"prompt_ids", std::move(ids)},
+                             {"output_len", std::max(1, times[i].output_tokens)}};
+    out << boost::json::serialize(line) << '\n';
+  }
+  out.flush();
+  return static_cast<bool>(out);
+}
+
 int run_bench(const BenchOptions& o) {
   ResponseFormat format;
+  std::vector<std::string> schemas;  // --json-schema-dir: one per request, round robin
   auto read_file = [](const std::string& path, std::string& out) {
     std::ifstream in(path, std::ios::binary);
     if (!in) return false;
@@ -165,6 +206,15 @@ int run_bench(const BenchOptions& o) {
       std::cerr << "weft bench: " << path << ": cannot be read\n";
       return 1;
     }
+  } else if (!o.json_schema_dir.empty()) {
+    auto read = read_schema_dir(o.json_schema_dir);
+    if (!read) {
+      std::cerr << "weft bench: --json-schema-dir: " << read.error().what() << '\n';
+      return 1;
+    }
+    schemas = std::move(*read);
+    format.type = ResponseFormat::Type::kJsonSchema;
+    format.source = schemas.front();
   } else if (!o.regex.empty()) {
     format.type = ResponseFormat::Type::kRegex;
     format.source = o.regex;
@@ -248,6 +298,7 @@ int run_bench(const BenchOptions& o) {
   const auto start = Clock::now() + std::chrono::milliseconds(20);
   double offset_s = 0;
   std::vector<std::future<void>> done;
+  std::vector<std::vector<std::int32_t>> prompts;  // for --write-dataset
   for (int i = 0; i < num_requests; ++i) {
     GenerateRequest r;
     auto& shape = shapes[static_cast<std::size_t>(i)];
@@ -261,6 +312,9 @@ int run_bench(const BenchOptions& o) {
     r.sampling.top_k = o.top_k;
     r.sampling.seed = o.seed * 1000003u + static_cast<std::uint64_t>(i);
     r.response_format = format;
+    if (!schemas.empty())
+      r.response_format.source = schemas[static_cast<std::size_t>(i) % schemas.size()];
+    if (!o.write_dataset.empty()) prompts.push_back(r.prompt_ids);
     if (o.request_rate > 0) offset_s += gap(rng);
     const auto at = start + std::chrono::duration_cast<Clock::duration>(
                                 std::chrono::duration<double>(offset_s));
@@ -274,6 +328,10 @@ int run_bench(const BenchOptions& o) {
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   EngineMetrics metrics = engine->metrics(asio::use_future).get();
   engine->shutdown(asio::use_future).get();
+  if (!o.write_dataset.empty() && !write_dataset_file(o.write_dataset, prompts, times)) {
+    std::cerr << "weft bench: --write-dataset: " << o.write_dataset << ": cannot be written\n";
+    return 1;
+  }
 
   // TPOT as vLLM and SGLang report it: per request, the time from its first token to its
   // last over the tokens after the first; requests of one token have none.
@@ -288,48 +346,51 @@ int run_bench(const BenchOptions& o) {
     output_tokens += t.output_tokens;
     input_tokens += t.input_tokens;
   }
-  boost::json::object out{{"requests", num_requests},
-                          {"failed", failed},
-                          {"duration_s", seconds},
-                          {"requests_per_s", num_requests / seconds},
-                          {"input_tokens_per_s", static_cast<double>(input_tokens) / seconds},
-                          {"output_tokens_per_s", static_cast<double>(output_tokens) / seconds},
-                          {"ttft_ms_p50", percentile(ttft, 50)},
-                          {"ttft_ms_p99", percentile(ttft, 99)},
-                          {"tpot_ms_p50", percentile(tpot, 50)},
-                          {"tpot_ms_p99", percentile(tpot, 99)},
-                          {"itl_ms_p50", percentile(itl, 50)},
-                          {"itl_ms_p99", percentile(itl, 99)},
-                          {"peak_kv_pages", metrics.kv_pages_peak},
-                          {"kv_pages_total", metrics.kv_pages_total},
-                          {"preemptions", metrics.preemptions},
-                          {"steps", metrics.steps},
-                          {"input_tokens", input_tokens},
-                          {"output_tokens", output_tokens},
-                          {"dataset", o.dataset},
-                          {"input_len", o.input_len},
-                          {"output_len", o.output_len},
-                          {"range_ratio", o.range_ratio},
-                          {"request_rate", o.request_rate},
-                          {"device", resolved_device},
-                          {"temperature", o.temperature},
-                          {"top_p", o.top_p},
-                          {"top_k", o.top_k},
-                          {"constrained", format.constrained()},
-                          {"finished_stop", metrics.finished_stop},
-                          {"forward_ms", metrics.forward_us / 1000.0},
-                          {"constrained_steps", metrics.constrained_steps},
-                          {"masks_computed", metrics.masks_computed},
-                          {"mask_compute_ms", metrics.mask_compute_us / 1000.0},
-                          {"mask_wait_ms", metrics.mask_wait_us / 1000.0},
-                          {"constraint_accept_ms", metrics.constraint_accept_us / 1000.0},
-                          {"jump_forward_tokens", metrics.jump_forward_tokens},
-                          {"prefix_cache", o.prefix_cache},
-                          {"prefix_cache_hit_tokens", metrics.prefix_cache_hit_tokens},
-                          {"prefix_cache_query_tokens", metrics.prefix_cache_query_tokens},
-                          {"prefix_cache_evictions", metrics.prefix_cache_evictions},
-                          {"kv_pages_cached", metrics.kv_pages_cached},
-                          {"model", o.model_dir}};
+  boost::json::object out{
+      {"requests", num_requests},
+      {"failed", failed},
+      {"duration_s", seconds},
+      {"requests_per_s", num_requests / seconds},
+      {"input_tokens_per_s", static_cast<double>(input_tokens) / seconds},
+      {"output_tokens_per_s", static_cast<double>(output_tokens) / seconds},
+      {"ttft_ms_p50", percentile(ttft, 50)},
+      {"ttft_ms_p99", percentile(ttft, 99)},
+      {"tpot_ms_p50", percentile(tpot, 50)},
+      {"tpot_ms_p99", percentile(tpot, 99)},
+      {"itl_ms_p50", percentile(itl, 50)},
+      {"itl_ms_p99", percentile(itl, 99)},
+      {"peak_kv_pages", metrics.kv_pages_peak},
+      {"kv_pages_total", metrics.kv_pages_total},
+      {"preemptions", metrics.preemptions},
+      {"steps", metrics.steps},
+      {"input_tokens", input_tokens},
+      {"output_tokens", output_tokens},
+      {"dataset", o.dataset},
+      {"input_len", o.input_len},
+      {"output_len", o.output_len},
+      {"range_ratio", o.range_ratio},
+      {"request_rate", o.request_rate},
+      {"device", resolved_device},
+      {"temperature", o.temperature},
+      {"top_p", o.top_p},
+      {"top_k", o.top_k},
+      {"constrained", format.constrained()},
+      {"schemas", schemas.empty() ? (format.type == ResponseFormat::Type::kJsonSchema ? 1 : 0)
+                                  : static_cast<int>(schemas.size())},
+      {"finished_stop", metrics.finished_stop},
+      {"forward_ms", metrics.forward_us / 1000.0},
+      {"constrained_steps", metrics.constrained_steps},
+      {"masks_computed", metrics.masks_computed},
+      {"mask_compute_ms", metrics.mask_compute_us / 1000.0},
+      {"mask_wait_ms", metrics.mask_wait_us / 1000.0},
+      {"constraint_accept_ms", metrics.constraint_accept_us / 1000.0},
+      {"jump_forward_tokens", metrics.jump_forward_tokens},
+      {"prefix_cache", o.prefix_cache},
+      {"prefix_cache_hit_tokens", metrics.prefix_cache_hit_tokens},
+      {"prefix_cache_query_tokens", metrics.prefix_cache_query_tokens},
+      {"prefix_cache_evictions", metrics.prefix_cache_evictions},
+      {"kv_pages_cached", metrics.kv_pages_cached},
+      {"model", o.model_dir}};
   std::printf("requests %d (%d failed) in %.2f s: %.2f req/s, %.1f output tok/s\n", num_requests,
               failed, seconds, num_requests / seconds,
               static_cast<double>(output_tokens) / seconds);
@@ -436,6 +497,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"reserve", "optimistic"}));
   auto* schema = cmd->add_option("--json-schema", opts->json_schema_file,
                                  "constrain every request by this JSON Schema file");
+  auto* schema_dir = cmd->add_option(
+      "--json-schema-dir", opts->json_schema_dir,
+      "constrain request i by the i-th (mod N) *.json schema of this folder, in name order: a "
+      "different schema per request");
   auto* regex = cmd->add_option("--regex", opts->regex, "constrain every request by this regex");
   auto* grammar_opt =
       cmd->add_option("--grammar", opts->grammar_file, "constrain every request by this EBNF file");
@@ -443,7 +508,11 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       cmd->add_flag("--json-object", opts->json_object, "constrain every request to a JSON object");
   cmd->add_flag("--no-jump-forward", opts->no_jump_forward,
                 "sample every token, even where the grammar forces it");
-  schema->excludes(regex)->excludes(grammar_opt)->excludes(object);
+  cmd->add_option("--write-dataset", opts->write_dataset,
+                  "after the run, write each request's prompt ids and the number of tokens it "
+                  "produced as a --dataset file, to replay the same work (e.g. unconstrained)");
+  schema->excludes(schema_dir)->excludes(regex)->excludes(grammar_opt)->excludes(object);
+  schema_dir->excludes(regex)->excludes(grammar_opt)->excludes(object);
   regex->excludes(grammar_opt)->excludes(object);
   grammar_opt->excludes(object);
   add_tensor_parallel_option(cmd, opts->tensor_parallel);
