@@ -7,7 +7,9 @@
 # constrained output ends early. Formats: one schema for every request (schema), a different
 # schema per request (schemas: the 75 of tests/tools/grammar/schemas, round robin), the same
 # without jump-forward (schemas-nojf), and a regex. Batch 1 is 8 requests one at a time, batch
-# 32 is 64 requests 32 at a time. Order alternates per repetition (REPS, default 1).
+# 32 is 96 requests from 32 clients (--max-concurrency: each client sends its next request when
+# its last one finished, so TTFT has no queueing in it). Order alternates per repetition (REPS,
+# default 1).
 # Afterwards grammar_bench's mask times on this machine's CPU (if carried).
 #
 # Here:  scripts/gpu-check --stage; Llama-3 tokenizer into .devcarry/l3 (see bench/gpu_8b.sh)
@@ -39,7 +41,7 @@ bench() {  # TAG ARGS...: one weft bench run, its JSON line tagged into $RUNS
 }
 for rep in $(seq 1 "$REPS"); do
   for b in 1 32; do
-    if [ $b = 1 ]; then A=(--num-requests 8 --max-running 1); else A=(--num-requests 64 --max-running 32); fi
+    if [ $b = 1 ]; then A=(--num-requests 8 --max-concurrency 1); else A=(--num-requests 96 --max-concurrency 32); fi
     for f in schema schemas schemas-nojf regex; do
       case $f in
         schema) F=(--json-schema tests/tools/grammar/schemas/44_order_document.json) ;;

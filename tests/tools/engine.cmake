@@ -6,6 +6,15 @@ set_tests_properties(weft_bench_small PROPERTIES PASS_REGULAR_EXPRESSION
 add_test(NAME weft_bench_poisson_optimistic
          COMMAND weft bench --num-requests 6 --input-len 40 --output-len 6 --request-rate 50 --admission optimistic --kv-budget-mb 1 --threads 1)
 set_tests_properties(weft_bench_poisson_optimistic PROPERTIES PASS_REGULAR_EXPRESSION "\"failed\":0,")
+# Closed loop (--max-concurrency): two clients, each sending its next request when its last
+# one finished; every request finishes.
+add_test(NAME weft_bench_max_concurrency
+         COMMAND weft bench --num-requests 5 --input-len 6 --output-len 4 --max-concurrency 2 --threads 1)
+set_tests_properties(weft_bench_max_concurrency PROPERTIES PASS_REGULAR_EXPRESSION
+  "\"requests\":5,\"failed\":0,.*\"output_tokens\":20,.*\"max_concurrency\":2")
+add_test(NAME weft_bench_max_concurrency_excludes_rate
+         COMMAND weft bench --max-concurrency 2 --request-rate 5)
+set_tests_properties(weft_bench_max_concurrency_excludes_rate PROPERTIES WILL_FAIL TRUE)
 add_test(NAME weft_bench_bad_admission COMMAND weft bench --admission lazy)
 set_tests_properties(weft_bench_bad_admission PROPERTIES WILL_FAIL TRUE)
 

@@ -54,6 +54,7 @@ struct BenchOptions {
   int output_len = 128;
   double range_ratio = 0.0;
   double request_rate = 0.0;  // requests per second; 0: all at once
+  int max_concurrency = 0;    // requests in flight at most (closed loop); 0: no limit
   std::uint64_t seed = 0;
   std::string device = "auto";
   double gpu_memory_fraction = 0.0;
@@ -299,6 +300,8 @@ int run_bench(const BenchOptions& o) {
   double offset_s = 0;
   std::vector<std::future<void>> done;
   std::vector<std::vector<std::int32_t>> prompts;  // for --write-dataset
+  std::vector<GenerateRequest> requests;
+  std::vector<Clock::time_point> arrivals;
   for (int i = 0; i < num_requests; ++i) {
     GenerateRequest r;
     auto& shape = shapes[static_cast<std::size_t>(i)];
@@ -316,12 +319,31 @@ int run_bench(const BenchOptions& o) {
       r.response_format.source = schemas[static_cast<std::size_t>(i) % schemas.size()];
     if (!o.write_dataset.empty()) prompts.push_back(r.prompt_ids);
     if (o.request_rate > 0) offset_s += gap(rng);
-    const auto at = start + std::chrono::duration_cast<Clock::duration>(
-                                std::chrono::duration<double>(offset_s));
-    done.push_back(asio::co_spawn(
-        runtime.executor(),
-        run_request(*engine, std::move(r), at, times[static_cast<std::size_t>(i)], progress),
-        asio::use_future));
+    arrivals.push_back(start + std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double>(offset_s)));
+    requests.push_back(std::move(r));
+  }
+  if (o.max_concurrency > 0) {
+    // Closed loop: N clients, each sending its next request (in order, from a shared counter)
+    // when its previous one has finished, so no request queues in the engine behind others.
+    auto next = std::make_shared<std::atomic<int>>(0);
+    auto client = [&, next]() -> asio::awaitable<void> {
+      for (int i; (i = next->fetch_add(1)) < num_requests;) {
+        const auto k = static_cast<std::size_t>(i);
+        co_await run_request(*engine, std::move(requests[k]), std::max(start, Clock::now()),
+                             times[k], progress);
+      }
+    };
+    for (int c = 0; c < std::min(o.max_concurrency, num_requests); ++c)
+      done.push_back(asio::co_spawn(runtime.executor(), client(), asio::use_future));
+  } else {
+    for (int i = 0; i < num_requests; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      done.push_back(asio::co_spawn(
+          runtime.executor(),
+          run_request(*engine, std::move(requests[k]), arrivals[k], times[k], progress),
+          asio::use_future));
+    }
   }
   for (auto& f : done)
     f.get();
@@ -370,6 +392,7 @@ int run_bench(const BenchOptions& o) {
       {"output_len", o.output_len},
       {"range_ratio", o.range_ratio},
       {"request_rate", o.request_rate},
+      {"max_concurrency", o.max_concurrency},
       {"device", resolved_device},
       {"temperature", o.temperature},
       {"top_p", o.top_p},
@@ -459,6 +482,12 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                   "Poisson arrival rate in requests/s; 0: all requests at once")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-concurrency", opts->max_concurrency,
+                  "closed loop: N clients, each sending its next request when its last one "
+                  "finished (TTFT without queueing behind other requests); 0: no limit")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000))
+      ->excludes("--request-rate");
   cmd->add_option("--seed", opts->seed, "seed for lengths, tokens and arrivals")
       ->capture_default_str();
   cmd->add_option("--device", opts->device,
