@@ -170,6 +170,29 @@ std::int32_t CompiledGrammar::Scratch::intern(const StackSet& s) {
   return id;
 }
 
+std::size_t CompiledGrammar::KeyHash::operator()(
+    const std::vector<std::uint32_t>& key) const noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (std::uint32_t v : key)
+    h = (h ^ v) * 0x100000001b3ull;
+  return static_cast<std::size_t>(h ^ (h >> 32));
+}
+
+bool CompiledGrammar::find_dependent(const std::vector<std::uint32_t>& key,
+                                     std::vector<std::int32_t>& tokens) const {
+  std::lock_guard lock(dependent_mutex_);
+  auto it = dependent_.find(key);
+  if (it == dependent_.end()) return false;
+  tokens = it->second;
+  return true;
+}
+
+void CompiledGrammar::store_dependent(const std::vector<std::uint32_t>& key,
+                                      const std::vector<std::int32_t>& tokens) const {
+  std::lock_guard lock(dependent_mutex_);
+  if (dependent_.size() < kMaxDependent) dependent_.try_emplace(key, tokens);
+}
+
 std::size_t CompiledGrammar::computed_mask_count() const {
   std::size_t n = 0;
   for (std::size_t i = 0; i < specs_.size(); ++i)
@@ -516,14 +539,30 @@ void GrammarMatcher::fill_next_token_bitmask(std::span<std::uint32_t> words) {
   // The stack-dependent tokens: one walk over the trie from the stacks at that position,
   // sharing the steps of common prefixes and skipping subtrees with none of them.
   if (levels_.empty()) levels_.resize(trie.max_token_bytes() + 2);
+  // Their verdicts depend only on the full stacks, so they are looked up first by those.
   for (auto mi : seen_slots_) {
     const auto& m = cg.mask(mi);
     if (m.uncertain.empty()) continue;
     StackSet& start = levels_[0];
     start.clear();
-    for (NodeId n : s.tops)
-      if (cg.mask_index(arena_, n) == mi) start.cursors.push_back(Cursor{n, 0, 0});
-    check_uncertain(trie.root(), 0, m.uncertain, words);
+    dependent_key_.assign(1, mi);
+    for (NodeId n : s.tops) {
+      if (cg.mask_index(arena_, n) != mi) continue;
+      start.cursors.push_back(Cursor{n, 0, 0});
+      NodeId p = n;
+      for (; p > kContextNode; p = arena_[p].parent) {
+        const Frame& f = arena_[p].frame;
+        dependent_key_.insert(dependent_key_.end(), {f.rule, f.alt, f.pos});
+      }
+      dependent_key_.push_back(~p);  // the bottom, which also ends this stack in the key
+    }
+    dependent_tokens_.clear();
+    if (!cg.find_dependent(dependent_key_, dependent_tokens_)) {
+      check_uncertain(trie.root(), 0, m.uncertain);
+      cg.store_dependent(dependent_key_, dependent_tokens_);
+    }
+    for (auto t : dependent_tokens_)
+      words[t >> 5] |= 1u << (t & 31);
   }
   for (auto [tok, owner] : trie.aliases())
     if (words[owner >> 5] >> (owner & 31) & 1) words[tok >> 5] |= 1u << (tok & 31);
@@ -533,8 +572,7 @@ void GrammarMatcher::fill_next_token_bitmask(std::span<std::uint32_t> words) {
 }
 
 void GrammarMatcher::check_uncertain(std::uint32_t v, std::size_t depth,
-                                     const std::vector<std::uint32_t>& ords,
-                                     std::span<std::uint32_t> words) {
+                                     const std::vector<std::uint32_t>& ords) {
   const TokenTrie& trie = grammar_->trie();
   const auto& node = trie.node(v);
   for (std::uint32_t ci = 0; ci < node.child_count; ++ci) {
@@ -545,8 +583,8 @@ void GrammarMatcher::check_uncertain(std::uint32_t v, std::size_t depth,
     StackSet& next = levels_[depth + 1];
     pda_.step(levels_[depth], child.byte, next);
     if (child.token >= 0 && *it == child.subtree_begin && (!next.empty() || next.accepted))
-      words[child.token >> 5] |= 1u << (child.token & 31);
-    if (!next.empty()) check_uncertain(c, depth + 1, ords, words);
+      dependent_tokens_.push_back(child.token);
+    if (!next.empty()) check_uncertain(c, depth + 1, ords);
   }
 }
 

@@ -146,6 +146,23 @@ class CompiledGrammar {
   std::unique_ptr<std::atomic<std::uint8_t>[]> rule_mode_;
   mutable std::mutex scratch_mutex_;
   mutable std::vector<std::unique_ptr<Scratch>> scratch_;
+  // Stack-dependent verdicts, shared by every matcher of the grammar: the key is a mask index
+  // and the full stacks at it (each stack's frames top to bottom, then its bottom node), the
+  // value the uncertain tokens the walk allowed from those stacks. The walk's outcome depends
+  // on nothing else, and a JSON string's characters meet the same key at every step, so a
+  // position with ~100 stack-dependent tokens costs a lookup instead of ~100 µs of walking.
+  // At most kMaxDependent entries (later keys are walked every time).
+  struct KeyHash {
+    std::size_t operator()(const std::vector<std::uint32_t>& key) const noexcept;
+  };
+  static constexpr std::size_t kMaxDependent = 16384;
+  bool find_dependent(const std::vector<std::uint32_t>& key,
+                      std::vector<std::int32_t>& tokens) const;
+  void store_dependent(const std::vector<std::uint32_t>& key,
+                       const std::vector<std::int32_t>& tokens) const;
+  mutable std::mutex dependent_mutex_;
+  mutable std::unordered_map<std::vector<std::uint32_t>, std::vector<std::int32_t>, KeyHash>
+      dependent_;
   StackArena sentinels_;  // only kRootNode and kContextNode, for precomputation
 };
 
@@ -187,8 +204,10 @@ class GrammarMatcher {
   State commit(const StackSet& set);
   bool run_bytes(StackSet& set, std::string_view bytes);
   void push_state(State s);
+  // Appends to dependent_tokens_ the tokens of `ords` (below trie node `node`) that the
+  // stacks of levels_[depth] allow.
   void check_uncertain(std::uint32_t node, std::size_t depth,
-                       const std::vector<std::uint32_t>& ords, std::span<std::uint32_t> words);
+                       const std::vector<std::uint32_t>& ords);
 
   std::shared_ptr<const CompiledGrammar> grammar_;
   std::size_t max_rollback_;
@@ -200,6 +219,8 @@ class GrammarMatcher {
   StackSet a_, b_;
   std::vector<StackSet> levels_;  // per byte depth, for check_uncertain
   std::vector<std::uint32_t> seen_slots_;
+  std::vector<std::uint32_t> dependent_key_;    // see CompiledGrammar::find_dependent
+  std::vector<std::int32_t> dependent_tokens_;  // the tokens check_uncertain allowed
   std::vector<std::uint32_t> slot_epoch_;
   std::uint32_t epoch_ = 0;
 };
