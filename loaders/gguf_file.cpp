@@ -51,8 +51,7 @@ class Reader {
 
   Error truncated(const std::string& what, std::uint64_t need) const {
     return error("file ends while reading " + what + " (" + std::to_string(need) +
-                 " bytes needed, " + std::to_string(remaining()) +
-                 " remain): truncated file?");
+                 " bytes needed, " + std::to_string(remaining()) + " remain): truncated file?");
   }
 
  private:
@@ -191,7 +190,8 @@ Result<Value> read_value(Reader& r, ValueType type, const std::string& what, int
     }
   } else if (value.element_type == ValueType::kArray) {
     for (std::uint64_t i = 0; i < *count; ++i) {
-      auto inner = read_value(r, ValueType::kArray, what + "[" + std::to_string(i) + "]", depth + 1);
+      auto inner =
+          read_value(r, ValueType::kArray, what + "[" + std::to_string(i) + "]", depth + 1);
       if (!inner) return inner.error();
     }
   } else {
@@ -235,9 +235,9 @@ std::vector<std::int64_t> TensorInfo::shape() const {
 }
 
 std::string_view value_type_name(ValueType type) noexcept {
-  static constexpr const char* kNames[] = {"uint8", "int8",  "uint16", "int16",  "uint32",
-                                           "int32", "float32", "bool", "string", "array",
-                                           "uint64", "int64", "float64"};
+  static constexpr const char* kNames[] = {"uint8",  "int8",    "uint16", "int16",  "uint32",
+                                           "int32",  "float32", "bool",   "string", "array",
+                                           "uint64", "int64",   "float64"};
   const auto i = static_cast<std::uint32_t>(type);
   return i < std::size(kNames) ? kNames[i] : "unknown";
 }
@@ -267,8 +267,8 @@ Result<std::shared_ptr<const File>> File::parse(std::span<const std::byte> bytes
     std::memcpy(shown, bytes.data(), 4);
     for (char& c : std::span(shown, 4))
       if (c < 32 || c > 126) c = '?';
-    return r.error_at(0, std::string("bad magic \"") + shown +
-                             "\": expected \"GGUF\" (not a GGUF file)");
+    return r.error_at(
+        0, std::string("bad magic \"") + shown + "\": expected \"GGUF\" (not a GGUF file)");
   }
   auto version = r.read<std::uint32_t>("the version");
   if (!version) return version.error();
@@ -279,8 +279,8 @@ Result<std::shared_ptr<const File>> File::parse(std::span<const std::byte> bytes
     } else if (*version == 1) {
       hint = " (GGUF v1 used 32-bit counts; convert the file again with a current llama.cpp)";
     }
-    return r.error_at(4, "unsupported GGUF version " + std::to_string(*version) +
-                             ", expected 3 (or 2)" + hint);
+    return r.error_at(
+        4, "unsupported GGUF version " + std::to_string(*version) + ", expected 3 (or 2)" + hint);
   }
   file->version_ = *version;
   auto tensor_count = r.read<std::uint64_t>("the tensor count");
@@ -303,8 +303,8 @@ Result<std::shared_ptr<const File>> File::parse(std::span<const std::byte> bytes
     auto type = r.read<std::uint32_t>((what + " value type").c_str());
     if (!type) return type.error();
     if (!valid_value_type(*type)) {
-      return r.error_at(type_at, what + ": unknown value type " + std::to_string(*type) +
-                                     " (expected 0-12)");
+      return r.error_at(
+          type_at, what + ": unknown value type " + std::to_string(*type) + " (expected 0-12)");
     }
     auto value = read_value(r, static_cast<ValueType>(*type), what, 0);
     if (!value) return value.error();
@@ -321,8 +321,8 @@ Result<std::shared_ptr<const File>> File::parse(std::span<const std::byte> bytes
   }
 
   if (*tensor_count > r.remaining() / 24) {
-    return r.error_at(8, "tensor count " + std::to_string(*tensor_count) +
-                             " cannot fit in the " + std::to_string(r.remaining()) +
+    return r.error_at(8, "tensor count " + std::to_string(*tensor_count) + " cannot fit in the " +
+                             std::to_string(r.remaining()) +
                              " bytes that remain (truncated or corrupt file)");
   }
   file->tensors_.reserve(*tensor_count);
@@ -337,8 +337,8 @@ Result<std::shared_ptr<const File>> File::parse(std::span<const std::byte> bytes
     auto n_dims = r.read<std::uint32_t>((what + " dimension count").c_str());
     if (!n_dims) return n_dims.error();
     if (*n_dims == 0 || *n_dims > kMaxDims) {
-      return r.error_at(dims_at, what + ": " + std::to_string(*n_dims) +
-                                     " dimensions, expected 1 to 4");
+      return r.error_at(dims_at,
+                        what + ": " + std::to_string(*n_dims) + " dimensions, expected 1 to 4");
     }
     std::uint64_t numel = 1;
     for (std::uint32_t d = 0; d < *n_dims; ++d) {
@@ -359,16 +359,17 @@ Result<std::shared_ptr<const File>> File::parse(std::span<const std::byte> bytes
     if (!type) return type.error();
     auto known = tensor_type_from_id(*type);
     if (!known) {
-      return Error(ErrorCode::kUnsupported,
-                   file->source_ + ": at byte " + std::to_string(type_at) + ": " + what +
-                       " has tensor type " + ggml_type_name(*type) +
-                       ", which Weft does not read (supported: " +
-                       std::string(supported_tensor_types()) + ")");
+      return Error(ErrorCode::kUnsupported, file->source_ + ": at byte " + std::to_string(type_at) +
+                                                ": " + what + " has tensor type " +
+                                                ggml_type_name(*type) +
+                                                ", which Weft does not read (supported: " +
+                                                std::string(supported_tensor_types()) + ")");
     }
     t.type = *known;
     const BlockGeometry g = block_geometry(t.type);
     if (t.dims[0] % g.block_elements != 0) {
-      return r.error_at(dims_at, what + ": rows of " + std::to_string(t.dims[0]) + " values are not whole " +
+      return r.error_at(dims_at, what + ": rows of " + std::to_string(t.dims[0]) +
+                                     " values are not whole " +
                                      std::string(tensor_type_name(t.type)) + " blocks of " +
                                      std::to_string(g.block_elements));
     }
@@ -393,12 +394,12 @@ Result<std::shared_ptr<const File>> File::parse(std::span<const std::byte> bytes
   for (TensorInfo& t : file->tensors_) {
     if (data_start > size || t.data_offset > size - data_start ||
         t.data_bytes > size - data_start - t.data_offset) {
-      return Error(ErrorCode::kParse,
-                   file->source_ + ": tensor \"" + t.name + "\" (" +
-                       std::string(tensor_type_name(t.type)) + ", " +
-                       std::to_string(t.data_bytes) + " bytes) at byte " +
-                       std::to_string(data_start + t.data_offset) + " runs past the end of the " +
-                       std::to_string(size) + "-byte file (truncated file?)");
+      return Error(ErrorCode::kParse, file->source_ + ": tensor \"" + t.name + "\" (" +
+                                          std::string(tensor_type_name(t.type)) + ", " +
+                                          std::to_string(t.data_bytes) + " bytes) at byte " +
+                                          std::to_string(data_start + t.data_offset) +
+                                          " runs past the end of the " + std::to_string(size) +
+                                          "-byte file (truncated file?)");
     }
     t.data_offset += data_start;
   }

@@ -49,7 +49,9 @@ struct Value {
   std::uint64_t size = 0;            // array length
 
   bool is_integer() const;
-  bool is_number() const { return is_integer() || type == ValueType::kF32 || type == ValueType::kF64; }
+  bool is_number() const {
+    return is_integer() || type == ValueType::kF32 || type == ValueType::kF64;
+  }
 };
 
 struct TensorInfo {

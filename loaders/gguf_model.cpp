@@ -82,10 +82,10 @@ class TensorSource {
     if (permuted) {
       head_dim = rows / rope->second;
       if (rope->second <= 0 || rows % rope->second != 0 || head_dim % 2 != 0) {
-        return Error(ErrorCode::kInvalidArgument,
-                     file_->source() + ": tensor \"" + info.name + "\" has " +
-                         std::to_string(rows) + " rows, not " + std::to_string(rope->second) +
-                         " heads of an even head size");
+        return Error(ErrorCode::kInvalidArgument, file_->source() + ": tensor \"" + info.name +
+                                                      "\" has " + std::to_string(rows) +
+                                                      " rows, not " + std::to_string(rope->second) +
+                                                      " heads of an even head size");
       }
     }
     switch (info.type) {
@@ -215,9 +215,9 @@ Result<model::ModelSpec> gguf_model_spec(const gguf::File& file) {
   s.rope.max_position_embeddings = context;
   GGUF_TRY(rotary, positive_int(file, p + "rope.dimension_count", head_dim));
   if (rotary > head_dim) {
-    return key_error(file, p + "rope.dimension_count",
-                     "is " + std::to_string(rotary) + ", larger than the head size " +
-                         std::to_string(head_dim));
+    return key_error(
+        file, p + "rope.dimension_count",
+        "is " + std::to_string(rotary) + ", larger than the head size " + std::to_string(head_dim));
   }
   s.rope.partial_rotary_factor = static_cast<double>(rotary) / head_dim;
   auto scaling = file.get_string(p + "rope.scaling.type");
@@ -316,9 +316,8 @@ Result<LoadedModel> load_gguf_model(const std::filesystem::path& path, const Loa
   auto source = std::make_shared<TensorSource>(file.value(), gguf_options.dequantize_to,
                                                std::move(rope_heads));
   const std::string where = path.string();
-  model::WeightLookup lookup{
-      [source](const std::string& name) { return source->find(name); },
-      [where](const std::string&) { return where; }, where};
+  model::WeightLookup lookup{[source](const std::string& name) { return source->find(name); },
+                             [where](const std::string&) { return where; }, where};
   LoadedModel out;
   out.spec_file = path;
   out.generation = std::move(generation.value());

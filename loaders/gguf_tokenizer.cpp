@@ -60,7 +60,8 @@ const char* kQwen2Regex =
 std::string split_then_byte_level(const char* regex) {
   std::string out = R"({"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":)";
   append_json_string(out, regex);
-  out += R"(},"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":false}]})";
+  out +=
+      R"(},"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":false}]})";
   return out;
 }
 
@@ -77,8 +78,8 @@ std::string byte_level_pre_tokenizer(const gguf::File& file, const std::string& 
 }
 
 // A TemplateProcessing post-processor adding bos and/or eos around one sequence.
-std::string special_post_processor(const std::vector<std::string>& tokens,
-                                   std::optional<int> bos, std::optional<int> eos) {
+std::string special_post_processor(const std::vector<std::string>& tokens, std::optional<int> bos,
+                                   std::optional<int> eos) {
   std::string single, specials;
   auto add_special = [&](int id) {
     const std::string& name = tokens[static_cast<std::size_t>(id)];
@@ -110,14 +111,14 @@ Result<std::string> gguf_tokenizer_json(const gguf::File& file) {
   if (!kind) return kind.error();
   if (!kind->has_value()) {
     return Error(ErrorCode::kNotFound,
-                 file.source() + ": metadata \"tokenizer.ggml.model\" is missing (the file "
-                                 "carries no tokenizer)");
+                 file.source() +
+                     ": metadata \"tokenizer.ggml.model\" is missing (the file "
+                     "carries no tokenizer)");
   }
   const std::string model = **kind;
   if (model != "gpt2" && model != "llama") {
-    return Error(ErrorCode::kUnsupported,
-                 file.source() + ": tokenizer.ggml.model \"" + model +
-                     "\" is not supported (supported: gpt2, llama)");
+    return Error(ErrorCode::kUnsupported, file.source() + ": tokenizer.ggml.model \"" + model +
+                                              "\" is not supported (supported: gpt2, llama)");
   }
   const gguf::Value* tokens_value = file.find("tokenizer.ggml.tokens");
   if (tokens_value == nullptr || tokens_value->type != gguf::ValueType::kArray ||
@@ -151,9 +152,9 @@ Result<std::string> gguf_tokenizer_json(const gguf::File& file) {
     if (!v) return v.error();
     if (!v->has_value()) return std::optional<int>();
     if (**v < 0 || static_cast<std::uint64_t>(**v) >= n) {
-      return key_error(file, key,
-                       "is " + std::to_string(**v) + ", outside the " + std::to_string(n) +
-                           " tokens");
+      return key_error(
+          file, key,
+          "is " + std::to_string(**v) + ", outside the " + std::to_string(n) + " tokens");
     }
     return std::optional<int>(static_cast<int>(**v));
   };
@@ -200,11 +201,12 @@ Result<std::string> gguf_tokenizer_json(const gguf::File& file) {
   const bool eos_on = add_eos->value_or(false) && eos->has_value();
   json += R"("post_processor":)";
   if (bos_on || eos_on) {
-    json += special_post_processor(tokens, bos_on ? *bos : std::nullopt,
-                                   eos_on ? *eos : std::nullopt);
+    json +=
+        special_post_processor(tokens, bos_on ? *bos : std::nullopt, eos_on ? *eos : std::nullopt);
   } else {
-    json += spm ? "null"
-                : R"({"type":"ByteLevel","add_prefix_space":true,"trim_offsets":false,"use_regex":true})";
+    json +=
+        spm ? "null"
+            : R"({"type":"ByteLevel","add_prefix_space":true,"trim_offsets":false,"use_regex":true})";
   }
   json += ",";
   if (spm) {
@@ -213,7 +215,8 @@ Result<std::string> gguf_tokenizer_json(const gguf::File& file) {
     if (add_space->value_or(true)) json += R"(,{"type":"Strip","content":" ","start":1,"stop":0})";
     json += "]},";
   } else {
-    json += R"("decoder":{"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true},)";
+    json +=
+        R"("decoder":{"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true},)";
   }
   json += R"("model":{"type":"BPE","dropout":null,"unk_token":)";
   if (unk->has_value()) {
@@ -296,9 +299,9 @@ Result<std::string> gguf_tokenizer_json(const gguf::File& file) {
       const std::string& m = merges->strings[i];
       const std::size_t space = m.find(' ', 1);
       if (space == std::string::npos) {
-        return key_error(file, "tokenizer.ggml.merges",
-                         "entry " + std::to_string(i) + " \"" + m +
-                             "\" is not two tokens separated by a space");
+        return key_error(
+            file, "tokenizer.ggml.merges",
+            "entry " + std::to_string(i) + " \"" + m + "\" is not two tokens separated by a space");
       }
       add_merge(std::string_view(m).substr(0, space), std::string_view(m).substr(space + 1));
     }

@@ -66,11 +66,11 @@ std::string_view tensor_type_name(TensorType type) noexcept {
 std::string ggml_type_name(std::uint32_t id) {
   // ggml's numbering (ids 4 and 5, the removed Q4_2/Q4_3, have no name).
   static constexpr const char* kNames[] = {
-      "F32",     "F16",    "Q4_0",    "Q4_1",  "",      "",      "Q5_0",   "Q5_1",
-      "Q8_0",    "Q8_1",   "Q2_K",    "Q3_K",  "Q4_K",  "Q5_K",  "Q6_K",   "Q8_K",
-      "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S",  "IQ4_XS",
-      "I8",      "I16",    "I32",     "I64",   "F64",   "IQ1_M", "BF16",   "",
-      "",        "",       "TQ1_0",   "TQ2_0", "",      "",      "",       "MXFP4"};
+      "F32",     "F16",    "Q4_0",    "Q4_1",  "",       "",      "Q5_0",  "Q5_1",
+      "Q8_0",    "Q8_1",   "Q2_K",    "Q3_K",  "Q4_K",   "Q5_K",  "Q6_K",  "Q8_K",
+      "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS",
+      "I8",      "I16",    "I32",     "I64",   "F64",    "IQ1_M", "BF16",  "",
+      "",        "",       "TQ1_0",   "TQ2_0", "",       "",      "",      "MXFP4"};
   if (id < std::size(kNames) && kNames[id][0] != '\0') {
     return std::string(kNames[id]) + " (type " + std::to_string(id) + ")";
   }
