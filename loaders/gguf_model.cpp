@@ -74,20 +74,6 @@ class TensorSource {
     TensorView view;
     view.shape = info.shape();
     const auto bytes = file_->data(info);
-    const std::int64_t cols = static_cast<std::int64_t>(info.dims[0]);
-    const std::int64_t rows = static_cast<std::int64_t>(info.numel()) / cols;
-    const auto rope = rope_heads_.find(info.name);
-    const bool permuted = rope != rope_heads_.end();
-    std::int64_t head_dim = 0;
-    if (permuted) {
-      head_dim = rows / rope->second;
-      if (rope->second <= 0 || rows % rope->second != 0 || head_dim % 2 != 0) {
-        return Error(ErrorCode::kInvalidArgument, file_->source() + ": tensor \"" + info.name +
-                                                      "\" has " + std::to_string(rows) +
-                                                      " rows, not " + std::to_string(rope->second) +
-                                                      " heads of an even head size");
-      }
-    }
     switch (info.type) {
       case gguf::TensorType::kF32:
         view.dtype = DType::kF32;
@@ -101,35 +87,56 @@ class TensorSource {
       default:
         view.dtype = dequantize_to_;
     }
+    const auto rope = rope_heads_.find(info.name);
+    const bool permuted = rope != rope_heads_.end();
     const bool quantized = gguf::block_geometry(info.type).block_elements > 1;
     if (!quantized && !permuted) {
       view.data = bytes.data();
       view.owner = file_;
       return view;
     }
-    const std::size_t out_row_bytes = static_cast<std::size_t>(cols) * dtype_size(view.dtype);
-    const std::size_t in_row_bytes = bytes.size() / static_cast<std::size_t>(rows);
-    auto buffer = std::make_shared<std::vector<std::uint64_t>>(
-        (out_row_bytes * static_cast<std::size_t>(rows) + 7) / 8);
+    const std::size_t element = dtype_size(view.dtype);
+    const std::size_t total = static_cast<std::size_t>(info.numel()) * element;
+    auto buffer = std::make_shared<std::vector<std::uint64_t>>((total + 7) / 8);
     auto* out = reinterpret_cast<std::byte*>(buffer->data());
-    std::vector<float> row(static_cast<std::size_t>(cols));
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const std::int64_t src_row = permuted ? gguf_rope_row(r, head_dim) : r;
-      const std::byte* src = bytes.data() + static_cast<std::size_t>(src_row) * in_row_bytes;
-      std::byte* dst = out + static_cast<std::size_t>(r) * out_row_bytes;
-      if (!quantized) {
-        std::memcpy(dst, src, out_row_bytes);
-        continue;
-      }
-      gguf::dequantize(info.type, {src, in_row_bytes}, row);
-      if (view.dtype == DType::kF32) {
-        std::memcpy(dst, row.data(), out_row_bytes);
-      } else {
-        auto* half = reinterpret_cast<std::uint16_t*>(dst);
-        for (std::int64_t c = 0; c < cols; ++c) {
-          half[c] = view.dtype == DType::kBF16 ? cpu::f32_to_bf16(row[static_cast<std::size_t>(c)])
-                                               : cpu::f32_to_f16(row[static_cast<std::size_t>(c)]);
+    if (quantized) {
+      const auto cols = static_cast<std::size_t>(info.dims[0]);
+      const std::size_t rows = static_cast<std::size_t>(info.numel()) / cols;
+      const std::size_t in_row_bytes = bytes.size() / rows;
+      std::vector<float> row(cols);
+      for (std::size_t r = 0; r < rows; ++r) {
+        gguf::dequantize(info.type, bytes.subspan(r * in_row_bytes, in_row_bytes), row);
+        std::byte* dst = out + r * cols * element;
+        if (view.dtype == DType::kF32) {
+          std::memcpy(dst, row.data(), cols * element);
+          continue;
         }
+        auto* half = reinterpret_cast<std::uint16_t*>(dst);
+        for (std::size_t c = 0; c < cols; ++c) {
+          half[c] = view.dtype == DType::kBF16 ? cpu::f32_to_bf16(row[c]) : cpu::f32_to_f16(row[c]);
+        }
+      }
+    } else {
+      std::memcpy(out, bytes.data(), total);
+    }
+    if (permuted) {
+      // Undo the converter's interleaving along the outermost dimension (rows of a weight,
+      // elements of a bias), head by head.
+      const std::int64_t outer = view.shape[0];
+      const int heads = rope->second;
+      if (heads <= 0 || outer % heads != 0 || (outer / heads) % 2 != 0) {
+        return Error(ErrorCode::kInvalidArgument, file_->source() + ": tensor \"" + info.name +
+                                                      "\" has " + std::to_string(outer) +
+                                                      " rows, not " + std::to_string(heads) +
+                                                      " heads of an even head size");
+      }
+      const std::size_t unit = total / static_cast<std::size_t>(outer);
+      std::vector<std::byte> gguf_order(out, out + total);
+      for (std::int64_t r = 0; r < outer; ++r) {
+        std::memcpy(
+            out + static_cast<std::size_t>(r) * unit,
+            gguf_order.data() + static_cast<std::size_t>(gguf_rope_row(r, outer / heads)) * unit,
+            unit);
       }
     }
     view.data = out;
