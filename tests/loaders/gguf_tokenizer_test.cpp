@@ -5,6 +5,9 @@
 #include "loaders/gguf_tokenizer.hpp"
 
 #include <gtest/gtest.h>
+#include <simdjson.h>
+
+#include <unordered_map>
 
 #include "tests/loaders/gguf_test_models.hpp"
 
@@ -222,6 +225,129 @@ TEST(GgufTokenizer, BadTokenizerMetadataIsANamedError) {
     EXPECT_NE(message.find(path.string()), std::string::npos) << c.name << ": " << message;
     EXPECT_NE(message.find(c.message_has), std::string::npos) << c.name << ": " << message;
   }
+}
+
+// Real vocabularies (scripts/fetch-test-data): written into GGUF metadata the way llama.cpp's
+// converter writes them, they must encode like their tokenizer.json.
+std::filesystem::path fetched(const std::string& name) {
+  return std::filesystem::path(WEFT_BINARY_DIR) / "test-data/tokenizers" / name;
+}
+
+struct JsonVocabulary {
+  std::vector<std::string> tokens;
+  std::vector<std::int32_t> types;
+  std::vector<std::string> merges;
+};
+
+JsonVocabulary read_vocabulary(const std::filesystem::path& tokenizer_json) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element root = parser.load(tokenizer_json.string()).value();
+  JsonVocabulary v;
+  auto put = [&](std::size_t id, std::string_view text, std::int32_t type) {
+    if (id >= v.tokens.size()) {
+      v.tokens.resize(id + 1);
+      v.types.resize(id + 1, 1);
+    }
+    v.tokens[id] = std::string(text);
+    v.types[id] = type;
+  };
+  for (auto field : root["model"]["vocab"].get_object()) {
+    const std::string_view token = field.key;
+    const bool byte = token.size() == 6 && token.substr(0, 3) == "<0x" && token.back() == '>';
+    put(field.value.get_uint64().value(), token, byte ? 6 : 1);
+  }
+  for (auto added : root["added_tokens"].get_array()) {
+    const bool special = added["special"].get_bool().value();
+    put(added["id"].get_uint64().value(), added["content"].get_string().value(), special ? 3 : 4);
+  }
+  for (auto m : root["model"]["merges"].get_array()) {
+    std::string_view text;
+    if (!m.get(text)) {
+      v.merges.emplace_back(text);
+    } else {
+      v.merges.push_back(std::string(m.at(0).get_string().value()) + " " +
+                         std::string(m.at(1).get_string().value()));
+    }
+  }
+  return v;
+}
+
+void expect_same_encoding(const text::Tokenizer& got, const text::Tokenizer& want) {
+  std::vector<std::string> samples = kSamples;
+  samples.push_back("   multiple   spaces\n\n\nand newlines  ");
+  samples.push_back("<s>[INST] What's 2+2? [/INST]");
+  samples.push_back("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
+  samples.push_back(
+      "Fran\xc3\xa7"
+      "ais, \xd0\xa0\xd1\x83\xd1\x81\xd1\x81\xd0\xba\xd0\xb8\xd0\xb9, "
+      "\xe4\xb8\xad\xe6\x96\x87, \xf0\x9f\xa6\x80 and code: for (int i=0;i<10;++i){}");
+  for (const auto& text : samples) {
+    for (bool special : {false, true}) {
+      auto a = got.encode(text, special);
+      auto b = want.encode(text, special);
+      ASSERT_TRUE(a && b) << text;
+      EXPECT_EQ(*a, *b) << "\"" << text << "\" special " << special;
+      EXPECT_EQ(got.decode(*a, false).value(), want.decode(*b, false).value()) << text;
+    }
+  }
+}
+
+TEST(GgufTokenizer, RealLlama2VocabularyAsSentencePieceEncodesLikeItsTokenizerJson) {
+  const auto json = fetched("llama2") / "tokenizer.json";
+  if (!std::filesystem::exists(json)) {
+    GTEST_SKIP() << json << " is missing: run scripts/fetch-test-data " << WEFT_BINARY_DIR;
+  }
+  const JsonVocabulary v = read_vocabulary(json);
+  // tokenizer.json keeps no scores. A piece's score is the rank of the first merge that makes
+  // it, negated (what SentencePiece's scores order; Llama's whitespace pieces, scored -1e9 in
+  // its tokenizer.model, sit at the end of the merges): the derived merges must then reproduce
+  // tokenizer.json's, and the whole pipeline its ids.
+  std::vector<float> scores(v.tokens.size(), -1e9f);
+  std::vector<std::int32_t> types = v.types;
+  types[0] = 2;  // <unk>
+  std::unordered_map<std::string, std::size_t> ids;
+  for (std::size_t id = 0; id < v.tokens.size(); ++id)
+    ids.emplace(v.tokens[id], id);
+  for (std::size_t rank = v.merges.size(); rank-- > 0;) {
+    const std::string& m = v.merges[rank];
+    const std::size_t space = m.find(' ', 1);
+    auto it = ids.find(m.substr(0, space) + m.substr(space + 1));
+    if (it != ids.end()) scores[it->second] = -static_cast<float>(rank);
+  }
+  Writer w;
+  w.add_string("tokenizer.ggml.model", "llama");
+  w.add_strings("tokenizer.ggml.tokens", v.tokens);
+  w.add_f32s("tokenizer.ggml.scores", scores);
+  w.add_i32s("tokenizer.ggml.token_type", types);
+  w.add_u32("tokenizer.ggml.bos_token_id", 1);
+  w.add_u32("tokenizer.ggml.eos_token_id", 2);
+  w.add_u32("tokenizer.ggml.unknown_token_id", 0);
+  w.add_bool("tokenizer.ggml.add_bos_token", true);
+  const auto got = load_spm("llama2-spm", w);
+  auto want = loaders::load_tokenizer(json);
+  ASSERT_TRUE(want) << want.error().what();
+  expect_same_encoding(*got, *want->tokenizer);
+}
+
+TEST(GgufTokenizer, RealLlama3VocabularyAsGpt2WithLlamaBpeEncodesLikeItsTokenizerJson) {
+  const auto json = fetched("llama3") / "tokenizer.json";
+  if (!std::filesystem::exists(json)) {
+    GTEST_SKIP() << json << " is missing: run scripts/fetch-test-data " << WEFT_BINARY_DIR;
+  }
+  const JsonVocabulary v = read_vocabulary(json);
+  Writer w;
+  w.add_string("tokenizer.ggml.model", "gpt2");
+  w.add_string("tokenizer.ggml.pre", "llama-bpe");
+  w.add_strings("tokenizer.ggml.tokens", v.tokens);
+  w.add_i32s("tokenizer.ggml.token_type", v.types);
+  w.add_strings("tokenizer.ggml.merges", v.merges);
+  w.add_u32("tokenizer.ggml.bos_token_id", 128000);
+  w.add_u32("tokenizer.ggml.eos_token_id", 128001);
+  w.add_bool("tokenizer.ggml.add_bos_token", false);  // this tokenizer.json adds no bos
+  const auto got = load_spm("llama3-bpe", w);
+  auto want = loaders::load_tokenizer(json);
+  ASSERT_TRUE(want) << want.error().what();
+  expect_same_encoding(*got, *want->tokenizer);
 }
 
 }  // namespace
