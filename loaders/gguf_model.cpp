@@ -1,9 +1,12 @@
 #include "loaders/gguf_model.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 #include "kernels/cpu/vector_math.hpp"
 #include "loaders/gguf_dequantize.hpp"
@@ -103,18 +106,37 @@ class TensorSource {
       const auto cols = static_cast<std::size_t>(info.dims[0]);
       const std::size_t rows = static_cast<std::size_t>(info.numel()) / cols;
       const std::size_t in_row_bytes = bytes.size() / rows;
-      std::vector<float> row(cols);
-      for (std::size_t r = 0; r < rows; ++r) {
-        gguf::dequantize(info.type, bytes.subspan(r * in_row_bytes, in_row_bytes), row);
-        std::byte* dst = out + r * cols * element;
-        if (view.dtype == DType::kF32) {
-          std::memcpy(dst, row.data(), cols * element);
-          continue;
+      const DType dtype = view.dtype;
+      auto run = [&, dtype](std::size_t begin, std::size_t end) {
+        std::vector<float> row(cols);
+        for (std::size_t r = begin; r < end; ++r) {
+          gguf::dequantize(info.type, bytes.subspan(r * in_row_bytes, in_row_bytes), row);
+          std::byte* dst = out + r * cols * element;
+          if (dtype == DType::kF32) {
+            std::memcpy(dst, row.data(), cols * element);
+            continue;
+          }
+          auto* half = reinterpret_cast<std::uint16_t*>(dst);
+          for (std::size_t c = 0; c < cols; ++c) {
+            half[c] = dtype == DType::kBF16 ? cpu::f32_to_bf16(row[c]) : cpu::f32_to_f16(row[c]);
+          }
         }
-        auto* half = reinterpret_cast<std::uint16_t*>(dst);
-        for (std::size_t c = 0; c < cols; ++c) {
-          half[c] = view.dtype == DType::kBF16 ? cpu::f32_to_bf16(row[c]) : cpu::f32_to_f16(row[c]);
+      };
+      // Large tensors (an 8B model's are 16-500M values) dequantize on several threads: a
+      // single core would take most of a minute for the whole model.
+      const std::size_t threads = std::min<std::size_t>(
+          {std::max(1u, std::thread::hardware_concurrency()), 16,
+           static_cast<std::size_t>(info.numel() / (std::size_t{1} << 20)) + 1});
+      if (threads <= 1) {
+        run(0, rows);
+      } else {
+        std::vector<std::thread> workers;
+        const std::size_t per = (rows + threads - 1) / threads;
+        for (std::size_t t = 0; t < threads && t * per < rows; ++t) {
+          workers.emplace_back(run, t * per, std::min(rows, (t + 1) * per));
         }
+        for (auto& w : workers)
+          w.join();
       }
     } else {
       std::memcpy(out, bytes.data(), total);
