@@ -71,6 +71,47 @@ void dequantize_q4_0(const std::byte* block, float* out) {
   }
 }
 
+// Q4_1: f16 scale and f16 minimum, then nibbles as Q4_0's, unsigned.
+void dequantize_q4_1(const std::byte* block, float* out) {
+  const float d = half_at(block);
+  const float m = half_at(block + 2);
+  const std::uint8_t* q = u8(block + 4);
+  for (int i = 0; i < 16; ++i) {
+    out[i] = d * static_cast<float>(q[i] & 0xF) + m;
+    out[i + 16] = d * static_cast<float>(q[i] >> 4) + m;
+  }
+}
+
+namespace {
+
+// Q5_0 and Q5_1: nibbles as Q4_0's plus a 32-bit word of fifth bits, bit i for value i.
+template <bool kWithMin>
+void dequantize_q5(const std::byte* block, float* out) {
+  const float d = half_at(block);
+  const float m = kWithMin ? half_at(block + 2) : 0.0f;
+  const std::byte* rest = block + (kWithMin ? 4 : 2);
+  std::uint32_t qh;
+  std::memcpy(&qh, rest, 4);
+  const std::uint8_t* q = u8(rest + 4);
+  const int offset = kWithMin ? 0 : 16;
+  for (int i = 0; i < 16; ++i) {
+    const int lo = (q[i] & 0xF) | static_cast<int>(((qh >> i) & 1u) << 4);
+    const int hi = (q[i] >> 4) | static_cast<int>(((qh >> (i + 16)) & 1u) << 4);
+    out[i] = d * static_cast<float>(lo - offset) + m;
+    out[i + 16] = d * static_cast<float>(hi - offset) + m;
+  }
+}
+
+}  // namespace
+
+void dequantize_q5_0(const std::byte* block, float* out) {
+  dequantize_q5<false>(block, out);
+}
+
+void dequantize_q5_1(const std::byte* block, float* out) {
+  dequantize_q5<true>(block, out);
+}
+
 // Q8_0: f16 scale, then 32 signed bytes.
 void dequantize_q8_0(const std::byte* block, float* out) {
   const float d = half_at(block);
@@ -139,6 +180,15 @@ bool dequantize(TensorType type, std::span<const std::byte> blocks, std::span<fl
   switch (type) {
     case TensorType::kQ4_0:
       one = dequantize_q4_0;
+      break;
+    case TensorType::kQ4_1:
+      one = dequantize_q4_1;
+      break;
+    case TensorType::kQ5_0:
+      one = dequantize_q5_0;
+      break;
+    case TensorType::kQ5_1:
+      one = dequantize_q5_1;
       break;
     case TensorType::kQ8_0:
       one = dequantize_q8_0;

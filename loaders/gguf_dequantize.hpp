@@ -20,6 +20,9 @@ bool dequantize(TensorType type, std::span<const std::byte> blocks, std::span<fl
 
 // One block each: `block` points at block_bytes bytes, `out` at block_elements floats.
 void dequantize_q4_0(const std::byte* block, float* out);
+void dequantize_q4_1(const std::byte* block, float* out);
+void dequantize_q5_0(const std::byte* block, float* out);
+void dequantize_q5_1(const std::byte* block, float* out);
 void dequantize_q8_0(const std::byte* block, float* out);
 void dequantize_q4_k(const std::byte* block, float* out);
 void dequantize_q5_k(const std::byte* block, float* out);

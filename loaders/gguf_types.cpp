@@ -9,6 +9,9 @@ std::optional<TensorType> tensor_type_from_id(std::uint32_t id) noexcept {
     case 0:
     case 1:
     case 2:
+    case 3:
+    case 6:
+    case 7:
     case 8:
     case 12:
     case 13:
@@ -29,6 +32,12 @@ BlockGeometry block_geometry(TensorType type) noexcept {
       return {1, 2};
     case TensorType::kQ4_0:
       return {kBlock32, 2 + kBlock32 / 2};  // f16 scale, 32 nibbles
+    case TensorType::kQ4_1:
+      return {kBlock32, 2 + 2 + kBlock32 / 2};  // f16 scale and minimum, 32 nibbles
+    case TensorType::kQ5_0:
+      return {kBlock32, 2 + 4 + kBlock32 / 2};  // f16 scale, 32 fifth bits, 32 nibbles
+    case TensorType::kQ5_1:
+      return {kBlock32, 2 + 2 + 4 + kBlock32 / 2};
     case TensorType::kQ8_0:
       return {kBlock32, 2 + kBlock32};  // f16 scale, 32 int8
     case TensorType::kQ4_K:
@@ -51,6 +60,12 @@ std::string_view tensor_type_name(TensorType type) noexcept {
       return "BF16";
     case TensorType::kQ4_0:
       return "Q4_0";
+    case TensorType::kQ4_1:
+      return "Q4_1";
+    case TensorType::kQ5_0:
+      return "Q5_0";
+    case TensorType::kQ5_1:
+      return "Q5_1";
     case TensorType::kQ8_0:
       return "Q8_0";
     case TensorType::kQ4_K:
@@ -78,7 +93,7 @@ std::string ggml_type_name(std::uint32_t id) {
 }
 
 std::string_view supported_tensor_types() noexcept {
-  return "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K";
+  return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K";
 }
 
 }  // namespace weft::gguf

@@ -28,6 +28,9 @@ constexpr std::uint16_t kHalfOne = 0x3C00, kHalfHalf = 0x3800, kHalfTwo = 0x4000
 TEST(GgufDequantize, BlockSizesFollowTheSpecification) {
   EXPECT_EQ(block_geometry(TensorType::kQ4_0).block_bytes, 18u);
   EXPECT_EQ(block_geometry(TensorType::kQ8_0).block_bytes, 34u);
+  EXPECT_EQ(block_geometry(TensorType::kQ4_1).block_bytes, 20u);
+  EXPECT_EQ(block_geometry(TensorType::kQ5_0).block_bytes, 22u);
+  EXPECT_EQ(block_geometry(TensorType::kQ5_1).block_bytes, 24u);
   EXPECT_EQ(block_geometry(TensorType::kQ4_K).block_bytes, 144u);
   EXPECT_EQ(block_geometry(TensorType::kQ5_K).block_bytes, 176u);
   EXPECT_EQ(block_geometry(TensorType::kQ6_K).block_bytes, 210u);
@@ -62,6 +65,46 @@ TEST(GgufDequantize, Q4_0KeepsValueIInTheLowNibbleAndIPlus16InTheHigh) {
   EXPECT_EQ(out[1], 0.0f);
   EXPECT_EQ(out[17], 2.0f);
   EXPECT_EQ(out[2], -16.0f);  // a zero byte is -8 * d
+}
+
+TEST(GgufDequantize, Q4_1AddsTheMinimum) {
+  std::vector<std::byte> block(20);
+  set_half(block, 0, kHalfTwo);  // d = 2
+  set_half(block, 2, 0xBC00);    // m = -1
+  set(block, 4, 0xF0);           // value 0: 0; value 16: 15
+  set(block, 5, 0x31);           // value 1: 1; value 17: 3
+  std::vector<float> out(32);
+  ASSERT_TRUE(dequantize(TensorType::kQ4_1, block, out));
+  EXPECT_EQ(out[0], -1.0f);
+  EXPECT_EQ(out[16], 29.0f);
+  EXPECT_EQ(out[1], 1.0f);
+  EXPECT_EQ(out[17], 5.0f);
+}
+
+// Q5_0 and Q5_1 keep value i's fifth bit at bit i of a little-endian 32-bit word.
+TEST(GgufDequantize, Q5_0And5_1TakeTheFifthBitFromTheWord) {
+  std::vector<std::byte> q50(22);
+  set_half(q50, 0, kHalfHalf);  // d = 0.5
+  set(q50, 2, 0x01);            // bit 0: value 0
+  set(q50, 5, 0x80);            // bit 31: value 31
+  set(q50, 6, 0x0F);            // value 0 low 15 (+16 = 31); value 16 low 0
+  set(q50, 6 + 15, 0x70);       // value 15 low 0; value 31 low 7 (+16 = 23)
+  std::vector<float> out(32);
+  ASSERT_TRUE(dequantize(TensorType::kQ5_0, q50, out));
+  EXPECT_EQ(out[0], 0.5f * (31 - 16));
+  EXPECT_EQ(out[16], 0.5f * (0 - 16));
+  EXPECT_EQ(out[15], 0.5f * (0 - 16));
+  EXPECT_EQ(out[31], 0.5f * (23 - 16));
+
+  std::vector<std::byte> q51(24);
+  set_half(q51, 0, kHalfOne);  // d = 1
+  set_half(q51, 2, kHalfTwo);  // m = 2
+  set(q51, 4 + 2, 0x01);       // bit 16: value 16
+  set(q51, 8 + 0, 0x53);       // value 0 low 3; value 16 low 5 (+16 = 21)
+  ASSERT_TRUE(dequantize(TensorType::kQ5_1, q51, out));
+  EXPECT_EQ(out[0], 3.0f + 2.0f);
+  EXPECT_EQ(out[16], 21.0f + 2.0f);
+  EXPECT_EQ(out[1], 2.0f);
 }
 
 // Scales: sub-block 0 sc 2 m 4, sub-block 1 sc 1 m 0, sub-block 5 sc 37 (0b10'0101) and

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 
 #include "kernels/cpu/thread_pool.hpp"
 #include "tests/loaders/gguf_test_models.hpp"
@@ -108,11 +109,14 @@ TEST_F(TinyGguf, QuantizedFilesStayCloseToTheFolderModel) {
     const char* type;
     double max_relative_rms;
   };
-  for (const Case c : {Case{"q8_0", 0.02}, Case{"q4_0", 0.2}, Case{"f16", 0.01}}) {
+  // Measured: Q8_0 0.0044, Q4_0 0.069, Q4_1 0.057, Q5_0 0.032, Q5_1 0.030, F16 2e-7.
+  for (const Case c : {Case{"q8_0", 0.015}, Case{"q4_0", 0.15}, Case{"q4_1", 0.15},
+                       Case{"q5_0", 0.08}, Case{"q5_1", 0.08}, Case{"f16", 1e-4}}) {
     const auto loaded = load_or_throw(converted("models/weft-tiny", c.type), DType::kF32);
     const Comparison cmp = compare(prefill_logits(loaded.model, kTinyPrompt), *reference_, 8192);
     EXPECT_LT(cmp.relative_rms, c.max_relative_rms) << c.type;
     EXPECT_GT(cmp.relative_rms, 0.0) << c.type << ": identical logits, was it quantized?";
+    std::cout << c.type << ": logits' relative rms error " << cmp.relative_rms << '\n';
   }
 }
 
