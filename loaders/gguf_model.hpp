@@ -1,10 +1,10 @@
 #pragma once
 // Loads a GGUF file (llama.cpp's single-file format) as a Model: the hyperparameters from the
 // `llama.*` metadata, the tensors by their GGUF names (token_embd, blk.N.attn_q, ...). F32,
-// F16 and BF16 tensors stay zero-copy views into the mapped file; quantized tensors (Q8_0,
-// Q4_0, Q4_K, Q5_K, Q6_K) are dequantized once at load into `dequantize_to`. The Q and K
-// projections, which llama.cpp's converter permutes for its interleaved rope, are permuted
-// back, so the model computes exactly what the Hugging Face checkpoint does.
+// F16 and BF16 tensors stay zero-copy views into the mapped file; quantized tensors (Q8_0, Q4_0,
+// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) are dequantized once at load into `dequantize_to`. The Q and
+// K projections, which llama.cpp's converter permutes for its interleaved rope, are permuted back,
+// so the model computes exactly what the Hugging Face checkpoint does.
 
 #include <filesystem>
 
