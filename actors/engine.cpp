@@ -26,6 +26,8 @@
 #include "actors/scheduler_actor.hpp"
 #include "actors/tokenizer_actor.hpp"
 #include "loaders/chat_template_file.hpp"
+#include "loaders/gguf_model.hpp"
+#include "loaders/gguf_tokenizer.hpp"
 #include "loaders/model_loader.hpp"
 #include "loaders/tokenizer_json.hpp"
 #include "runtime/grammar/constraint_compiler.hpp"
@@ -113,17 +115,16 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   s.vocab_size = model.spec().vocab_size;
   std::vector<std::int32_t> eos(s.loaded.generation.eos_token_ids.begin(),
                                 s.loaded.generation.eos_token_ids.end());
-  // The matcher's vocabulary is read from tokenizer.json and its token trie built (~0.1-0.2 s
-  // for 128K tokens) while the weights go to the device; the constructor waits for it at the
-  // end, so the first constrained request does not pay for it in its time to first token.
-  const auto tokenizer_path = std::filesystem::path(s.config.model_dir) / "tokenizer.json";
+  // The matcher's vocabulary is read from tokenizer.json (or a GGUF file's tokenizer metadata)
+  // and its token trie built (~0.1-0.2 s for 128K tokens) while the weights go to the device;
+  // the constructor waits for it at the end, so the first constrained request does not pay
+  // for it in its time to first token.
+  const auto model_path = std::filesystem::path(s.config.model_dir);
   s.constraint_compiler = std::make_unique<grammar::ConstraintCompiler>(
-      [tokenizer_path]() -> Result<grammar::TokenizerVocab> {
-        std::ifstream in(tokenizer_path, std::ios::binary);
-        if (!in) return Error(ErrorCode::kIo, tokenizer_path.string() + ": cannot be read");
-        std::ostringstream text;
-        text << in.rdbuf();
-        return grammar::vocab_from_tokenizer_json(text.str());
+      [model_path]() -> Result<grammar::TokenizerVocab> {
+        auto text = read_tokenizer_json_text(model_path);
+        if (!text) return text.error();
+        return grammar::vocab_from_tokenizer_json(*text);
       },
       eos);
   // (A failure is not kept: the first constrained request tries again and reports it.)

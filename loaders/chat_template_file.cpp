@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "loaders/gguf_model.hpp"
+#include "loaders/gguf_tokenizer.hpp"
 #include "loaders/mapped_file.hpp"
 
 namespace weft {
@@ -163,6 +165,7 @@ Result<jinja::Value> read_json_value_file(const std::filesystem::path& path) {
 }
 
 Result<ChatTemplateFile> read_chat_template_file(const std::filesystem::path& path) {
+  if (is_gguf_file(path)) return read_gguf_chat_template(path);
   std::error_code ec;
   // A missing tokenizer_config.json is fine when chat_template.jinja lies beside it; a path
   // that is neither is named as it was given, not as the folder above it.

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "loaders/bundled_path.hpp"
+#include "loaders/gguf_model.hpp"
 #include "loaders/model_spec_file.hpp"
 #include "runtime/parallel/partition_plan.hpp"
 #include "runtime/parallel/sharded_weights.hpp"
@@ -15,6 +16,7 @@ std::filesystem::path default_spec_dir() {
 }
 
 Result<LoadedModel> load_model(const std::filesystem::path& dir, const LoadOptions& options) {
+  if (is_gguf_file(dir)) return load_gguf_model(dir, options);
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
     return Error(ErrorCode::kNotFound, dir.string() + ": not a model folder (no such directory)");

@@ -1,6 +1,7 @@
 #pragma once
 // Loads a Hugging Face model folder: picks the spec from config.json's "architectures" (or
-// takes one given explicitly), maps the safetensors weights and binds them into a Model.
+// takes one given explicitly), maps the safetensors weights and binds them into a Model. A
+// GGUF file given instead of a folder loads through loaders/gguf_model.hpp.
 
 #include <filesystem>
 #include <memory>

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "loaders/gguf_model.hpp"
+#include "loaders/gguf_tokenizer.hpp"
 #include "loaders/tokenizer_json_components.hpp"
 
 namespace weft::loaders {
@@ -88,6 +90,7 @@ Result<std::unique_ptr<text::Tokenizer>> parse_tokenizer_json(std::string_view j
 }
 
 Result<LoadedTokenizer> load_tokenizer(const std::filesystem::path& path) {
+  if (is_gguf_file(path)) return load_gguf_tokenizer(path);
   std::error_code ec;
   const std::filesystem::path file =
       std::filesystem::is_directory(path, ec) ? path / "tokenizer.json" : path;

@@ -62,9 +62,96 @@ SCHEMA_FORMAT = {"type": "json_schema", "json_schema": {"name": "p", "schema": {
 WS = {"type": "generate", "id": 1, "prompt": "Hello", "max_tokens": 4, "temperature": 0}
 
 
+def gguf(metadata, tensors):
+    """A GGUF v3 file: metadata {key: (type id, value)}, tensors [(name, dims, type id, raw)]."""
+    def string(v):
+        b = v.encode()
+        return struct.pack("<Q", len(b)) + b
+
+    scalar = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
+              11: "<q", 12: "<d"}
+
+    def value(t, v):
+        if t == 8:
+            return string(v)
+        if t == 9:
+            et, items = v
+            return struct.pack("<IQ", et, len(items)) + b"".join(value(et, i) for i in items)
+        return struct.pack(scalar[t], v)
+
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(metadata))
+    for k, (t, v) in metadata.items():
+        out += string(k) + struct.pack("<I", t) + value(t, v)
+    offset, data = 0, b""
+    for name, dims, t, raw in tensors:
+        out += string(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        out += struct.pack("<IQ", t, offset)
+        raw += b"\0" * (-len(raw) % 32)
+        data += raw
+        offset += len(raw)
+    return out + b"\0" * (-len(out) % 32) + data
+
+
+def gguf_raw(rows, cols, typ, block_bytes, block_elems):
+    return bytes((i * 37 + 11) % 256 for i in range(rows * cols // block_elems * block_bytes))
+
+
+def gguf_llama(tensor_type, block_bytes, block_elems, tokenizer):
+    """A one-layer Llama (hidden 32) in F32 or a 32-block type, with a tokenizer."""
+    hidden, ffn, heads, vocab = 32, 64, 2, 6
+    meta = {"general.architecture": (8, "llama"), "llama.embedding_length": (4, hidden),
+            "llama.block_count": (4, 1), "llama.feed_forward_length": (4, ffn),
+            "llama.attention.head_count": (4, heads), "llama.attention.head_count_kv": (4, 1),
+            "llama.rope.freq_base": (6, 10000.0), "llama.context_length": (4, 64)}
+    meta.update(tokenizer)
+
+    def t(name, rows, cols, typ=tensor_type):
+        if typ == 0:
+            return (name, [cols, rows], 0, struct.pack("<%df" % (rows * cols), *([0.5] * (rows * cols))))
+        return (name, [cols, rows], typ, gguf_raw(rows, cols, typ, block_bytes, block_elems))
+
+    hd = hidden // heads
+    tensors = [t("token_embd.weight", vocab, hidden), t("output_norm.weight", 1, hidden, 0)]
+    for n, r, c in [("attn_q", hidden, hidden), ("attn_k", hd, hidden), ("attn_v", hd, hidden),
+                    ("attn_output", hidden, hidden), ("ffn_gate", ffn, hidden), ("ffn_up", ffn, hidden),
+                    ("ffn_down", hidden, ffn)]:
+        tensors.append(t("blk.0.%s.weight" % n, r, c))
+    tensors += [t("blk.0.attn_norm.weight", 1, hidden, 0), t("blk.0.ffn_norm.weight", 1, hidden, 0)]
+    return gguf(meta, tensors)
+
+
+def gguf_k(tensor_type, block_bytes, tokenizer):
+    """K-quant tensors (rows of 256) with a tokenizer: no whole model, to stay small."""
+    tensors = [("a.weight", [256, 2], tensor_type, gguf_raw(2, 256, tensor_type, block_bytes, 256)),
+               ("b.weight", [512, 1], tensor_type, gguf_raw(1, 512, tensor_type, block_bytes, 256))]
+    return gguf(dict(tokenizer, **{"general.architecture": (8, "llama")}), tensors)
+
+
+GPT2_TOKENIZER = {"tokenizer.ggml.model": (8, "gpt2"), "tokenizer.ggml.pre": (8, "llama-bpe"),
+                  "tokenizer.ggml.tokens": (9, (8, ["<s>", "H", "e", "He", "\u0120", "llo"])),
+                  "tokenizer.ggml.token_type": (9, (5, [3, 1, 1, 1, 1, 1])),
+                  "tokenizer.ggml.merges": (9, (8, ["H e"])), "tokenizer.ggml.bos_token_id": (4, 0),
+                  "tokenizer.ggml.add_bos_token": (7, True),
+                  "tokenizer.chat_template": (8, "{% for m in messages %}{{ m.content }}{% endfor %}")}
+SPM_TOKENIZER = {"tokenizer.ggml.model": (8, "llama"),
+                 "tokenizer.ggml.tokens": (9, (8, ["<unk>", "<s>", "</s>", "\u2581", "h", "\u2581h"])),
+                 "tokenizer.ggml.scores": (9, (6, [0.0, 0.0, 0.0, -1.0, -2.0, -0.5])),
+                 "tokenizer.ggml.token_type": (9, (5, [2, 3, 3, 1, 1, 1])),
+                 "tokenizer.ggml.unknown_token_id": (4, 0), "tokenizer.ggml.eos_token_id": (4, 2)}
+
+
 def generated(target):
     """Hand-made seeds: {name: bytes}."""
     s = {}
+    if target == "fuzz_gguf":
+        s["f32_gpt2"] = gguf_llama(0, 4, 1, GPT2_TOKENIZER)
+        s["q8_0_spm"] = gguf_llama(8, 34, 32, SPM_TOKENIZER)
+        s["q4_0"] = gguf_llama(2, 18, 32, GPT2_TOKENIZER)
+        s["q4_k"] = gguf_k(12, 144, SPM_TOKENIZER)
+        s["q5_k"] = gguf_k(13, 176, GPT2_TOKENIZER)
+        s["q6_k"] = gguf_k(14, 210, SPM_TOKENIZER)
+        s["metadata_only"] = gguf({"general.alignment": (4, 64), "nested": (9, (9, [(4, [1, 2]), (8, ["x"])])),
+                                   "i64": (11, -5), "f64": (12, 2.5), "u16": (2, 7)}, [])
     if target == "fuzz_safetensors":
         s["two_f32"] = safetensors({"a": ("F32", [2, 2], struct.pack("<4f", 1, 2, 3, 4)),
                                     "b.weight": ("F32", [3], struct.pack("<3f", 5, 6, 7))},

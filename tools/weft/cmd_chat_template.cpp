@@ -84,7 +84,8 @@ void add_chat_template_command(CLI::App& app, int& exit_code) {
       "Render a conversation with a model's chat template (tokenizer_config.json's "
       "\"chat_template\" or chat_template.jinja) and print the prompt, as transformers' "
       "apply_chat_template(tokenize=False) does.");
-  cmd->add_option("--model", opts->model, "Model folder, or its tokenizer_config.json")->required();
+  cmd->add_option("--model", opts->model, "Model folder, its tokenizer_config.json, or a GGUF file")
+      ->required();
   cmd->add_option("--messages", opts->messages_file,
                   "JSON file ('-' for stdin): a list of {\"role\", \"content\", ...} messages, "
                   "or an object with \"messages\" and optionally \"tools\" and other template "

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "actors/device_backend.hpp"
+#include "loaders/gguf_model.hpp"
+#include "loaders/gguf_tokenizer.hpp"
 #include "loaders/model_loader.hpp"
 #include "loaders/tokenizer_json.hpp"
 #include "runtime/grammar/constraint_compiler.hpp"
@@ -153,7 +155,10 @@ int run_generate(const GenerateOptions& o) {
   const int vocab = model.spec().vocab_size;
 
   std::shared_ptr<const text::Tokenizer> tokenizer;
-  const auto tokenizer_json = std::filesystem::path(o.model_dir) / "tokenizer.json";
+  // A GGUF file carries its tokenizer in its metadata; a folder has tokenizer.json.
+  const bool gguf = is_gguf_file(o.model_dir);
+  const auto tokenizer_json = gguf ? std::filesystem::path(o.model_dir)
+                                   : std::filesystem::path(o.model_dir) / "tokenizer.json";
   std::error_code ec;
   if (std::filesystem::exists(tokenizer_json, ec)) {
     auto t = loaders::load_tokenizer(tokenizer_json);
@@ -175,7 +180,7 @@ int run_generate(const GenerateOptions& o) {
     const auto& eos_ids = loaded->generation.eos_token_ids;
     grammar::ConstraintCompiler compiler(
         [&tokenizer_json]() -> Result<grammar::TokenizerVocab> {
-          auto text = read_text(tokenizer_json.string());
+          auto text = read_tokenizer_json_text(tokenizer_json);
           if (!text) return text.error();
           return grammar::vocab_from_tokenizer_json(*text);
         },

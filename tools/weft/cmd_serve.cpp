@@ -117,6 +117,9 @@ int run_serve(const ServeOptions& opts) {
     auto tokenizer = loaders::load_tokenizer(opts.model_dir).value().tokenizer;
     gateway::ServedModel model;
     model.name = std::filesystem::path(opts.model_dir).lexically_normal().filename().string();
+    if (std::filesystem::path(opts.model_dir).extension() == ".gguf") {
+      model.name = std::filesystem::path(opts.model_dir).stem().string();  // x.gguf serves "x"
+    }
     if (model.name.empty()) {
       model.name = std::filesystem::path(opts.model_dir)
                        .lexically_normal()

@@ -16,7 +16,7 @@ CLI::Option* add_model_option(CLI::App* cmd, std::string& dir) {
   return cmd
       ->add_option("--model", dir,
                    "Hugging Face model folder (config.json, *.safetensors or pytorch_model.bin, "
-                   "tokenizer.json); "
+                   "tokenizer.json), or a GGUF file (docs/loading.md); "
                    "default: $WEFT_MODEL, else the bundled weft-tiny")
       ->default_str(dir);
 }

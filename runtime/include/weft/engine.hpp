@@ -50,8 +50,8 @@ class Communicator;  // runtime/parallel/communicator.hpp
 using sampling::SamplingParams;
 
 struct EngineConfig {
-  std::string model_dir;  // a Hugging Face folder: config.json, *.safetensors or pytorch_model.bin
-                          // (docs/loading.md), tokenizer.json
+  std::string model_dir;  // a Hugging Face folder (config.json, *.safetensors or
+                          // pytorch_model.bin, tokenizer.json) or a .gguf file (docs/loading.md)
   std::string spec_file;  // empty: chosen by config.json's architectures
   std::string device = "cpu";
   int page_size = 16;                          // tokens per KV page; 1 is token-level
