@@ -237,3 +237,109 @@ TEST(Fsd, ParametersAreValidated) {
 
 }  // namespace
 }  // namespace weft::sampling
+
+namespace weft::sampling {
+namespace {
+
+// What kernels/cuda/sampling.cu returns for a kTopK/kFloor row with kHostFinish when the
+// candidates fit: every token at or above the threshold with exp((x - max) / T).
+struct SimulatedDevice {
+  std::vector<DeviceCandidate> candidates;
+  DeviceSampleResult result;
+};
+SimulatedDevice simulate(const std::vector<float>& row, const DeviceSampleRow& r) {
+  SimulatedDevice d;
+  const float max = *std::max_element(row.begin(), row.end());
+  float threshold = -INFINITY;
+  if (r.mode == DeviceSampleMode::kTopK) {
+    std::vector<float> sorted = row;
+    std::sort(sorted.begin(), sorted.end(), std::greater<>());
+    threshold = sorted[static_cast<std::size_t>(r.top_k - 1)];
+  }
+  double raw_sum = 0.0;
+  for (std::size_t i = 0; i < row.size(); ++i) {
+    raw_sum += std::exp(row[i] - max);
+    const float w = std::exp((row[i] - max) / r.temperature);
+    if (row[i] >= threshold && w > 0.0f) {
+      d.candidates.push_back({static_cast<std::int32_t>(i), w, row[i]});
+      d.result.total += w;
+    }
+  }
+  d.result.candidates = static_cast<std::int32_t>(d.candidates.size());
+  d.result.offset = 0;
+  d.result.raw_max = max;
+  d.result.raw_sum = raw_sum;
+  return d;
+}
+
+TEST(FsdOnADevice, TheHostFinishGivesTheCpuPathsTokens) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  SamplingParams p = fsd_params(0.5f, 4, 7);
+  p.temperature = 0.8f;
+  const std::vector<std::int32_t> prompt = {1, 2, 3, 1, 2};
+  SequenceSampler cpu(p, prompt, 1), device(p, prompt, 1), fallback(p, prompt, 1);
+  for (int step = 0; step < 30; ++step) {
+    std::vector<float> row(40);
+    for (auto& x : row)
+      x = normal(rng);
+    std::vector<DeviceSampleEdit> edits;
+    auto r = device.device_row(40, edits);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->mode, DeviceSampleMode::kTopK);
+    EXPECT_EQ(r->top_k, 7);
+    EXPECT_EQ(r->flags, kHostFinish);
+    SimulatedDevice d = simulate(row, *r);
+    auto a = row;
+    const std::int32_t want = cpu.sample(a).id;
+    auto got = device.finish_device(d.result, d.candidates, {}, {});
+    ASSERT_TRUE(got.ok()) << got.error().what();
+    EXPECT_EQ(got->id, want) << "step " << step;
+    // A pool too wide for the candidate buffer comes back as the raw row.
+    DeviceSampleResult host;
+    host.status = DeviceSampleStatus::kHostRow;
+    auto raw = row;
+    auto viahost = fallback.finish_device(host, {}, {}, raw);
+    ASSERT_TRUE(viahost.ok());
+    EXPECT_EQ(viahost->id, want);
+  }
+}
+
+TEST(BeamRowsOnADevice, TheHostFinishGivesTheCpuPathsCandidates) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  SamplingParams p;
+  p.beam_width = 3;
+  SequenceSampler sampler(p, std::vector<std::int32_t>{1, 2}, 1);
+  for (int trial = 0; trial < 10; ++trial) {
+    std::vector<float> row(50);
+    for (auto& x : row)
+      x = normal(rng);
+    std::vector<DeviceSampleEdit> edits;
+    auto r = sampler.beam_device_row(50, edits);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->mode, DeviceSampleMode::kFloor);
+    EXPECT_EQ(r->flags, kHostFinish);
+    SimulatedDevice d = simulate(row, *r);
+    auto a = row;
+    auto want = sampler.beam_candidates(a, nullptr, 5);
+    auto got = sampler.finish_beam_device(d.result, d.candidates, {}, 5);
+    ASSERT_TRUE(want.ok() && got.ok());
+    ASSERT_EQ(want->size(), 5u);
+    ASSERT_EQ(got->size(), 5u);
+    for (std::size_t i = 0; i < 5; ++i) {
+      EXPECT_EQ((*got)[i].id, (*want)[i].id);
+      EXPECT_NEAR((*got)[i].logprob, (*want)[i].logprob, 1e-5);
+    }
+    // The log-softmax itself, written out.
+    double z = 0.0;
+    for (float x : row)
+      z += std::exp(static_cast<double>(x));
+    const auto best = std::max_element(row.begin(), row.end());
+    EXPECT_EQ((*want)[0].id, best - row.begin());
+    EXPECT_NEAR((*want)[0].logprob, *best - std::log(z), 1e-5);
+  }
+}
+
+}  // namespace
+}  // namespace weft::sampling
