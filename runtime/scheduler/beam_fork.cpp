@@ -33,11 +33,13 @@ Result<void> Scheduler::add_beam(std::uint64_t id, std::vector<std::int32_t> pro
 Result<void> Scheduler::fork(std::uint64_t parent_id, std::uint64_t child,
                              std::span<const std::int32_t> extra) {
   auto it = sequences_.find(parent_id);
-  if (it == sequences_.end() || it->second.beam_group == 0 ||
-      std::find(running_.begin(), running_.end(), parent_id) == running_.end()) {
-    return Error(ErrorCode::kInvalidArgument, "scheduler: fork of " + std::to_string(parent_id) +
-                                                  ", which is not a running beam");
+  if (it == sequences_.end() || it->second.beam_group == 0) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "scheduler: fork of " + std::to_string(parent_id) + ", which is not a beam");
   }
+  // A parent not running (preempted under optimistic admission since its row was sampled)
+  // has no pages: the child then waits, as it does, to be prefilled from scratch.
+  const bool running = std::find(running_.begin(), running_.end(), parent_id) != running_.end();
   if (sequences_.count(child) != 0) {
     return Error(ErrorCode::kInvalidArgument,
                  "scheduler: request id " + std::to_string(child) + " is already live");
@@ -64,7 +66,11 @@ Result<void> Scheduler::fork(std::uint64_t parent_id, std::uint64_t child,
   seq.computed = pages * config_.page_size;
   ++beam_groups_[seq.beam_group].members;
   sequences_.emplace(child, std::move(seq));
-  running_.push_back(child);  // the group's admission reserved its KV
+  if (running) {
+    running_.push_back(child);  // the group's admission reserved its KV
+  } else {
+    waiting_.push_front(child);
+  }
   return {};
 }
 

@@ -117,12 +117,14 @@ class Scheduler {
   // (kResourceExhausted) when `width` such sequences could never fit.
   Result<void> add_beam(std::uint64_t id, std::vector<std::int32_t> prompt, int max_new_tokens,
                         int width);
-  // Starts `child` as a running copy of the running beam `parent` (same group, same tokens,
-  // then `extra` appended): it shares every page of the parent that is full and computed
-  // (reference-counted, never written again) and recomputes only the tokens after them (at
-  // most page_size - 1, plus `extra`) in pages of its own, so no KV is copied. Fails
-  // (kInvalidArgument) for an unknown or non-running parent, a live child id, or a parent
-  // that is not a beam.
+  // Starts `child` as a copy of the beam `parent` (same group, same tokens, then `extra`
+  // appended), running at once (the group's admission reserved it; max_running does not
+  // apply): it shares every page of the parent that is full and computed (reference-counted,
+  // never written again) and recomputes only the tokens after them (at most page_size - 1,
+  // plus `extra`) in pages of its own, so no KV is copied. A parent that is not running
+  // (preempted under optimistic admission) shares nothing, and the child waits to be
+  // prefilled like it. Fails (kInvalidArgument) for an unknown parent, one that is not a
+  // beam, or a live child id.
   Result<void> fork(std::uint64_t parent, std::uint64_t child, std::span<const std::int32_t> extra);
 
   // Ends a sequence (finished, cancelled, stopped) and frees its pages at once. Unknown ids
