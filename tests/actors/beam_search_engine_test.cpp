@@ -108,6 +108,72 @@ TEST_F(BeamSearchEngineTest, MatchesASearchThatRecomputesEveryPrefix) {
   EXPECT_EQ(m.running, 0);
 }
 
+// A single-token request's top 20 logprobs after prompt + prefix, computed from scratch.
+std::vector<sampling::TokenLogprob> fresh_row(Engine& engine, std::vector<std::int32_t> ids) {
+  GenerateRequest r;
+  r.prompt_ids = std::move(ids);
+  r.sampling.temperature = 0;
+  r.sampling.max_tokens = 1;
+  r.sampling.ignore_eos = true;
+  r.sampling.logprobs = 20;
+  auto c = test_support::collect(engine.submit(r, asio::use_future).get());
+  EXPECT_EQ(c.logprobs.size(), 1u);
+  return c.logprobs.empty() ? std::vector<sampling::TokenLogprob>{} : c.logprobs[0].top;
+}
+
+TEST_F(BeamSearchEngineTest, StopTokensEndHypothesesAsTheReferenceDoes) {
+  EngineConfig config = tiny_config();
+  config.prefix_cache = false;
+  Engine engine(runtime.executor(), config);
+  const std::vector<std::int32_t> prompt = prompt_ids(17);
+  // The stop token: greedy's second token, so that some hypotheses end with it (finish
+  // reason stop) while others run to max_tokens.
+  GenerateRequest g;
+  g.prompt_ids = prompt;
+  g.sampling.temperature = 0;
+  g.sampling.max_tokens = 2;
+  g.sampling.ignore_eos = true;
+  const auto greedy = test_support::collect(engine.submit(g, asio::use_future).get());
+  ASSERT_EQ(greedy.ids.size(), 2u);
+  const std::int32_t stop = greedy.ids[1];
+
+  const int width = 3, max_tokens = 5;
+  GenerateRequest request;
+  request.prompt_ids = prompt;
+  request.sampling.beam_width = width;
+  request.sampling.n = width;
+  request.sampling.max_tokens = max_tokens;
+  request.sampling.ignore_eos = true;
+  request.sampling.stop_token_ids = {stop};
+  request.sampling.length_penalty = 0.0f;
+  const std::vector<Beam> got =
+      collect_beams(engine.submit(request, asio::use_future).get(), width);
+
+  sampling::BeamSearch search({width, 0.0f, max_tokens, {stop}});
+  while (!search.done()) {
+    std::vector<std::vector<sampling::TokenLogprob>> rows;
+    for (const auto& beam : search.live()) {
+      std::vector<std::int32_t> ids = prompt;
+      ids.insert(ids.end(), beam.tokens.begin(), beam.tokens.end());
+      rows.push_back(fresh_row(engine, ids));
+    }
+    search.step(rows);
+  }
+  const auto want = search.best(width);
+  ASSERT_EQ(want.size(), static_cast<std::size_t>(width));
+  int stopped = 0;
+  for (int i = 0; i < width; ++i) {
+    const Beam& b = got[static_cast<std::size_t>(i)];
+    const auto& w = want[static_cast<std::size_t>(i)];
+    EXPECT_EQ(b.ids, w.beam.tokens) << "beam " << i;
+    EXPECT_NEAR(b.sum, w.beam.sum, 1e-3) << "beam " << i;
+    EXPECT_EQ(b.reason, w.stopped ? FinishReason::kStop : FinishReason::kLength) << "beam " << i;
+    stopped += w.stopped ? 1 : 0;
+  }
+  EXPECT_GE(stopped, 1) << "no hypothesis ended with the stop token: the test lost its point";
+  EXPECT_EQ(engine.metrics(asio::use_future).get().kv_pages_used, 0);
+}
+
 TEST_F(BeamSearchEngineTest, SharesThePromptsFullPagesAndFreesThemAll) {
   EngineConfig config = tiny_config();
   config.prefix_cache = false;
