@@ -264,6 +264,12 @@ void Engine::submit_impl(GenerateRequest request,
   if (auto ok = sampling::validate(request.sampling, s.vocab_size); !ok) {
     return fail(std::move(handler), ok.error());
   }
+  if (request.sampling.beam_width > 1 && request.response_format.constrained()) {
+    return fail(std::move(handler),
+                Error(ErrorCode::kInvalidArgument,
+                      "beam_width: cannot be combined with response_format (beams would each "
+                      "need a grammar matcher of their own)"));
+  }
   if (!request.response_format.constrained()) {
     return start(std::move(request), nullptr, std::move(handler));
   }

@@ -302,6 +302,8 @@ Result<ParsedRequest> parse_request(const json::object& object, Api api, const S
   int top_logprobs = -1;
   bool chat_logprobs = false;
   ToolsRequest tools;
+  bool use_beam_search = false;
+  int best_of = 0;  // with use_beam_search: the beam width
 
   for (const auto& [key_view, v] : object) {
     const std::string key(key_view);
@@ -355,6 +357,48 @@ Result<ParsedRequest> parse_request(const json::object& object, Api api, const S
       r = num(s.mirostat_tau);
     } else if (key == "mirostat_eta") {
       r = num(s.mirostat_eta);
+    } else if (key == "fsd") {
+      // Inferflow's strategy names (docs/sampling.md#fsd).
+      if (!v.is_null()) {
+        auto name = string(v, key);
+        if (!name) return name.error();
+        if (*name == "off") {
+          s.fsd = sampling::Fsd::kOff;
+        } else if (*name == "fsd") {
+          s.fsd = sampling::Fsd::kFsd;
+        } else if (*name == "random_fsd") {
+          s.fsd = sampling::Fsd::kRandomized;
+        } else {
+          return bad(key, "\"" + *name + "\" is not one of off, fsd, random_fsd");
+        }
+      }
+    } else if (key == "fsd_k") {
+      r = intf(s.fsd_k, 1, kMaxInt);
+    } else if (key == "fsd_alpha") {
+      r = num(s.fsd_alpha);
+    } else if (key == "fsd_n") {
+      r = intf(s.fsd_n, 1, kMaxInt);
+    } else if (key == "fsd_beta") {
+      r = num(s.fsd_beta);
+    } else if (key == "fsd_pool_size") {
+      r = intf(s.fsd_pool_size, 1, kMaxInt);
+    } else if (key == "fsd_random_steps") {
+      r = intf(s.fsd_random_steps, 0, kMaxInt);
+    } else if (key == "fsd_random_prob") {
+      r = num(s.fsd_random_prob);
+    } else if (key == "beam_width") {
+      r = intf(s.beam_width, 1, sampling::SamplingParams::kMaxBeamWidth);
+    } else if (key == "length_penalty") {
+      r = num(s.length_penalty);
+    } else if (key == "use_beam_search") {
+      // vLLM's former spelling: beam search with best_of (else n) beams.
+      if (!v.is_null()) {
+        auto b = boolean(v, key);
+        if (!b) return b.error();
+        use_beam_search = *b;
+      }
+    } else if (key == "best_of") {
+      r = intf(best_of, 1, sampling::SamplingParams::kMaxBeamWidth);
     } else if (key == "repetition_penalty") {
       r = num(s.repetition_penalty);
     } else if (key == "presence_penalty") {
@@ -490,6 +534,13 @@ Result<ParsedRequest> parse_request(const json::object& object, Api api, const S
     }
     out.logprobs = chat_logprobs;
     if (chat_logprobs) s.logprobs = std::max(top_logprobs, 0);
+  }
+  if (best_of > 0 && !use_beam_search) {
+    return bad("best_of", "is only supported with use_beam_search (beam_width is the same)");
+  }
+  if (use_beam_search) {
+    s.beam_width = best_of > 0 ? best_of : s.n;
+    if (s.beam_width < 2) return bad("use_beam_search", "needs best_of (or n) of at least 2");
   }
   if (stream_options) {
     if (!out.stream) return bad("stream_options", "is only allowed when stream is true");

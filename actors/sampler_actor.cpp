@@ -22,6 +22,13 @@ void SamplerActor::accept(std::uint64_t id, std::vector<std::int32_t> tokens) {
   });
 }
 
+void SamplerActor::fork(std::uint64_t parent, std::uint64_t child) {
+  post([this, parent, child] {
+    auto it = samplers_.find(parent);
+    if (it != samplers_.end()) samplers_.insert_or_assign(child, it->second);
+  });
+}
+
 // Why a row cannot be sampled before looking at its logits (empty: it can), and its sampler.
 std::string SamplerActor::check_row(const SampleRow& r, std::size_t vocab,
                                     sampling::SequenceSampler*& sampler) {
@@ -47,6 +54,17 @@ std::vector<SampleOutcome> SamplerActor::sample_rows(StepLogits& logits,
     outcome.error = check_row(r, vocab, sampler);
     if (outcome.error.empty()) {
       std::span<float> row(logits.values.data() + static_cast<std::size_t>(r.row) * vocab, vocab);
+      const std::uint32_t* allowed = r.allowed.empty() ? nullptr : r.allowed.data();
+      if (r.beam_k > 0) {
+        auto top = sampler->beam_candidates(row, allowed, r.beam_k);
+        if (top) {
+          outcome.beam = std::move(top.value());
+        } else {
+          outcome.error = top.error().what();
+        }
+        out.push_back(std::move(outcome));
+        continue;
+      }
       auto token = sampler->try_sample(row, r.allowed.empty() ? nullptr : r.allowed.data());
       if (token) {
         outcome.token = std::move(token.value());
@@ -65,10 +83,12 @@ DeviceSamplePlan SamplerActor::prepare_rows(std::vector<SampleRow>& rows, int vo
     plan.ids.push_back(r.id);
     plan.device_row.push_back(-1);
     plan.errors.emplace_back();
+    plan.beam_k.push_back(r.beam_k);
     sampling::SequenceSampler* sampler = nullptr;
     plan.errors.back() = check_row(r, static_cast<std::size_t>(vocab), sampler);
     if (!plan.errors.back().empty()) continue;
-    auto row = sampler->device_row(vocab, plan.input.edits);
+    auto row = r.beam_k > 0 ? sampler->beam_device_row(vocab, plan.input.edits)
+                            : sampler->device_row(vocab, plan.input.edits);
     if (!row) {
       plan.errors.back() = row.error().what();
       continue;
@@ -104,6 +124,17 @@ std::vector<SampleOutcome> SamplerActor::finish_rows(const DeviceSamplePlan& pla
       outcome.error = "the device returned no result for request " + std::to_string(outcome.id);
     } else {
       const auto at = static_cast<std::size_t>(d);
+      if (k < plan.beam_k.size() && plan.beam_k[k] > 0) {
+        auto beam = it->second.finish_beam_device(output.results[at], output.candidates,
+                                                  output.host_rows[at], plan.beam_k[k]);
+        if (beam) {
+          outcome.beam = std::move(beam.value());
+        } else {
+          outcome.error = beam.error().what();
+        }
+        out.push_back(std::move(outcome));
+        continue;
+      }
       const auto top = std::span<const sampling::DeviceCandidate>(output.top)
                            .subspan(at * sampling::kDeviceTopEntries, sampling::kDeviceTopEntries);
       auto token = it->second.finish_device(output.results[at], output.candidates, top,

@@ -21,12 +21,16 @@ struct SampleRow {
   // Constrained generation: the allowed tokens (ceil(vocab / 32) words from the constraint
   // actor), applied to the row before anything else; empty: unconstrained.
   std::vector<std::uint32_t> allowed;
+  // Beam search: > 0 asks for the row's beam_k most likely tokens and their logprobs
+  // (SequenceSampler::beam_candidates) instead of a sampled token.
+  int beam_k = 0;
 };
 
 struct SampleOutcome {
   std::uint64_t id = 0;
   std::optional<sampling::SampledToken> token;
   std::string error;  // why the row could not be sampled (the request then ends in error)
+  std::vector<sampling::TokenLogprob> beam;  // a beam row's candidates (SampleRow::beam_k)
 };
 
 // A step's rows prepared for sampling on the device: the backend's input, and for each row
@@ -36,6 +40,7 @@ struct DeviceSamplePlan {
   std::vector<std::uint64_t> ids;   // per row of the step
   std::vector<int> device_row;      // per row of the step; -1: see errors
   std::vector<std::string> errors;  // per row of the step
+  std::vector<int> beam_k;          // per row of the step (SampleRow::beam_k)
 };
 
 class SamplerActor : public Actor {
@@ -48,6 +53,9 @@ class SamplerActor : public Actor {
   // Tokens appended without sampling (jump-forward): counted for the penalties and the draw
   // counter as if they had been sampled. Unknown ids are ignored.
   void accept(std::uint64_t id, std::vector<std::int32_t> tokens);
+  // Beam search: `child` starts as a copy of `parent`'s sampler (its penalties' counts). An
+  // unknown parent is ignored.
+  void fork(std::uint64_t parent, std::uint64_t child);
 
   // Replies once every message posted before it has run.
   template <class Token>

@@ -41,6 +41,11 @@ void SchedulerActor::add_request(std::uint64_t id, std::vector<std::int32_t> pro
                                  SamplingParams params, std::shared_ptr<RequestStream> stream,
                                  bool constrained) {
   if (stopping_) throw Error(ErrorCode::kShutdown, "the engine is shutting down");
+  if (params.beam_width > 1) {
+    add_beam_request(id, std::move(prompt), params, std::move(stream));
+    wake_.cancel();
+    return;
+  }
   const int prompt_len = static_cast<int>(prompt.size());
   const int n = std::max(1, params.n);
   auto added = scheduler_.add(id, std::move(prompt), params.max_tokens);
@@ -98,16 +103,40 @@ bool SchedulerActor::is_stop_token(const LiveRequest& request, std::int32_t toke
          std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
 }
 
-void SchedulerActor::finish(std::uint64_t id, FinishReason reason, std::string error) {
+void SchedulerActor::finish(std::uint64_t id, FinishReason reason, std::string error,
+                            int completion_tokens) {
   auto it = live_.find(id);
-  if (it == live_.end()) return;
+  if (it == live_.end()) {
+    // A beam forked inside the engine ends its whole request (a failed step, a row in error).
+    if (auto b = beam_of_.find(id); b != beam_of_.end()) {
+      const std::uint64_t request = b->second;
+      drop_beams(request);
+      if (auto r = samples_.find(request); r != samples_.end()) {
+        for (std::uint64_t slot : std::vector<std::uint64_t>(r->second))
+          finish(slot, reason, error);
+      }
+    }
+    return;
+  }
+  if (beam_groups_.count(it->second.request_id) != 0) {
+    // Before the search is done, one sample ending ends them all.
+    const std::uint64_t request = it->second.request_id;
+    drop_beams(request);
+    if (auto r = samples_.find(request); r != samples_.end()) {
+      for (std::uint64_t slot : std::vector<std::uint64_t>(r->second))
+        if (slot != id) finish(slot, reason, error);
+    }
+    it = live_.find(id);
+    if (it == live_.end()) return;
+  }
   const sched::Sequence* seq = scheduler_.find(id);
   Event event;
   event.kind = Event::Kind::kFinal;
   event.index = it->second.index;
   event.finish_reason = reason;
   event.usage.prompt_tokens = it->second.prompt_len;
-  event.usage.completion_tokens = seq != nullptr ? seq->generated() : 0;
+  event.usage.completion_tokens =
+      completion_tokens >= 0 ? completion_tokens : (seq != nullptr ? seq->generated() : 0);
   event.usage.cached_tokens = seq != nullptr ? seq->cached_tokens : 0;
   event.error = std::move(error);
   scheduler_.remove(id);  // frees the KV pages now
@@ -185,7 +214,7 @@ asio::awaitable<void> SchedulerActor::loop() {
         constrained_ids.push_back(s.id);
         constrained_rows.push_back(rows.size());
       }
-      rows.push_back({s.id, static_cast<int>(i), {}});
+      rows.push_back({s.id, static_cast<int>(i), {}, beam_row_k(s.id)});
     }
     ++metrics_.steps;
 
@@ -281,6 +310,7 @@ asio::awaitable<void> SchedulerActor::loop() {
     for (const auto& o : outcomes)
       sampled.push_back(o.token ? o.token->id : -1);
     scheduler_.complete_step(plan, sampled);
+    co_await advance_beams(outcomes);  // beam rows leave `outcomes` here
 
     // Advance the matchers now, so the next step's masks can be computed while it runs.
     // Jump-forward: the constraint actor also accepts the tokens the grammar forces after a

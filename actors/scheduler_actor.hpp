@@ -20,6 +20,7 @@
 #include "actors/executor_actor.hpp"
 #include "actors/kv_allocator_actor.hpp"
 #include "actors/sampler_actor.hpp"
+#include "runtime/sampling/beam_search.hpp"
 #include "runtime/scheduler/scheduler.hpp"
 #include "weft/actor.hpp"
 #include "weft/engine.hpp"
@@ -82,7 +83,29 @@ class SchedulerActor : public Actor {
   asio::awaitable<void> loop();
   void add_request(std::uint64_t id, std::vector<std::int32_t> prompt, SamplingParams params,
                    std::shared_ptr<RequestStream> stream, bool constrained);
-  void finish(std::uint64_t id, FinishReason reason, std::string error = {});
+  // `completion_tokens` >= 0 overrides the count the scheduler's sequence gives (beam search:
+  // the returned hypothesis's length).
+  void finish(std::uint64_t id, FinishReason reason, std::string error = {},
+              int completion_tokens = -1);
+
+  // Beam search (scheduler_actor_beam.cpp). A request with beam_width > 1 is one group: its
+  // live beams are sequences (the first is the request's id, forks get ids from
+  // kFirstForkId on) whose rows are collected until every live beam has one; then the
+  // BeamSearch steps, and its choices fork, continue or drop the sequences. Once done, the n
+  // best hypotheses stream out as samples 0..n-1 of the request.
+  struct BeamGroupState {
+    sampling::BeamSearch search;
+    std::vector<std::uint64_t> beams;  // the sequence of search.live()[i]
+    std::unordered_map<std::uint64_t, std::vector<sampling::TokenLogprob>> rows;  // this step's
+  };
+  static constexpr std::uint64_t kFirstForkId = 1ull << 62;  // above every engine id
+  void add_beam_request(std::uint64_t id, std::vector<std::int32_t> prompt,
+                        const SamplingParams& params, std::shared_ptr<RequestStream> stream);
+  // Takes the beam rows out of a step's outcomes and advances their groups.
+  asio::awaitable<void> advance_beams(std::vector<SampleOutcome>& outcomes);
+  // Removes a group's live beams from the scheduler and the sampler (not its output slots).
+  void drop_beams(std::uint64_t request_id);
+  int beam_row_k(std::uint64_t sequence) const;  // 0: not a beam
   bool is_stop_token(const LiveRequest& request, std::int32_t token) const;
   EngineMetrics snapshot() const;
 
@@ -94,6 +117,9 @@ class SchedulerActor : public Actor {
   std::vector<std::int32_t> eos_ids_;
   std::unordered_map<std::uint64_t, LiveRequest> live_;                    // by sequence id
   std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> samples_;  // request -> sequences
+  std::unordered_map<std::uint64_t, BeamGroupState> beam_groups_;          // by request id
+  std::unordered_map<std::uint64_t, std::uint64_t> beam_of_;  // beam sequence -> request
+  std::uint64_t next_fork_id_ = kFirstForkId;
   asio::steady_timer wake_;
   asio::steady_timer masks_ready_;  // cancelled when a step's masks arrive
   bool started_ = false;

@@ -36,6 +36,71 @@ bool in_left_open(float v, float lo, float hi) {
   return v > lo && v <= hi;
 }
 
+// FSD's and beam search's fields, and what they cannot be combined with.
+Result<void> validate_fsd_and_beam(const SamplingParams& p) {
+  if (p.fsd_pool_size < 1 || p.fsd_pool_size > 1000) {
+    return outside("fsd_pool_size", std::to_string(p.fsd_pool_size), "[1, 1000]");
+  }
+  if (p.fsd_k < 1 || p.fsd_k > p.fsd_pool_size) {
+    return outside("fsd_k", std::to_string(p.fsd_k),
+                   "[1, fsd_pool_size = " + std::to_string(p.fsd_pool_size) + "]");
+  }
+  if (!in_closed(p.fsd_alpha, 0.0f, 1.0f)) {
+    return outside("fsd_alpha", p.fsd_alpha, "[0, 1]");
+  }
+  if (p.fsd_n < 1 || p.fsd_n > 8) {
+    return outside("fsd_n", std::to_string(p.fsd_n), "[1, 8]");
+  }
+  if (!in_closed(p.fsd_beta, 0.0f, 1.0f)) {
+    return outside("fsd_beta", p.fsd_beta, "[0, 1]");
+  }
+  if (p.fsd_random_steps < 0) {
+    return outside("fsd_random_steps", std::to_string(p.fsd_random_steps), "[0, inf)");
+  }
+  if (!in_closed(p.fsd_random_prob, 0.0f, 1.0f)) {
+    return outside("fsd_random_prob", p.fsd_random_prob, "[0, 1]");
+  }
+  if (p.fsd != Fsd::kOff) {
+    const bool plain = p.fsd == Fsd::kFsd;
+    const char* other = p.mirostat != 0               ? "mirostat"
+                        : plain && p.top_k > 0        ? "top_k"
+                        : plain && p.top_p < 1.0f     ? "top_p"
+                        : plain && p.min_p > 0.0f     ? "min_p"
+                        : plain && p.typical_p < 1.0f ? "typical_p"
+                        : plain && p.tfs_z < 1.0f     ? "tfs_z"
+                                                      : nullptr;
+    if (other != nullptr) {
+      return Error(ErrorCode::kInvalidArgument,
+                   std::string("fsd: cannot be combined with ") + other +
+                       " (FSD chooses among its own fsd_k candidates; turn " + other + " off)");
+    }
+  }
+  if (p.beam_width < 1 || p.beam_width > SamplingParams::kMaxBeamWidth) {
+    return outside("beam_width", std::to_string(p.beam_width), "[1, 16] (1 is off)");
+  }
+  if (!in_closed(p.length_penalty, -10.0f, 10.0f)) {
+    return outside("length_penalty", p.length_penalty, "[-10, 10]");
+  }
+  if (p.beam_width > 1) {
+    if (p.n > p.beam_width) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "n: " + std::to_string(p.n) + " is more than beam_width " +
+                       std::to_string(p.beam_width) + " (beam search returns the n best beams)");
+    }
+    const char* other = p.fsd != Fsd::kOff ? "fsd"
+                        : p.mirostat != 0  ? "mirostat"
+                        : truncates(p)     ? "top_k/top_p/min_p/typical_p/tfs_z"
+                        : p.logprobs > 0   ? "top_logprobs"
+                                           : nullptr;
+    if (other != nullptr) {
+      return Error(ErrorCode::kInvalidArgument,
+                   std::string("beam_width: cannot be combined with ") + other +
+                       " (beam search ranks whole sequences by their log-probability)");
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 bool truncates(const SamplingParams& params) {
@@ -87,6 +152,9 @@ Result<void> validate(const SamplingParams& p, int vocab_size) {
                    std::string("mirostat: cannot be combined with ") + other +
                        " (mirostat sets its own truncation; turn " + other + " off)");
     }
+  }
+  if (auto fsd = validate_fsd_and_beam(p); !fsd) {
+    return fsd;
   }
   if (!(p.repetition_penalty > 0.0f && std::isfinite(p.repetition_penalty))) {
     return outside("repetition_penalty", p.repetition_penalty, "(0, inf) (1 is off)");

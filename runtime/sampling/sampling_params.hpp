@@ -13,6 +13,10 @@
 
 namespace weft::sampling {
 
+// Inferflow's FSD strategies (runtime/sampling/fsd.hpp): off, Frustratingly Simple Decoding,
+// or randomized FSD.
+enum class Fsd : std::uint8_t { kOff, kFsd, kRandomized };
+
 struct SamplingParams {
   float temperature = 1.0f;  // [0, inf); 0: greedy (argmax, lowest id on ties)
   int top_k = 0;             // 0 or -1: off; otherwise keep the k most likely (ties kept)
@@ -23,8 +27,22 @@ struct SamplingParams {
   // Mirostat (Basu et al. 2021): 0 off, 1 (Zipf-estimated top-k) or 2 (surprise threshold).
   // It sets its own truncation, so top_k, top_p, min_p, typical_p and tfs_z must be off.
   int mirostat = 0;
-  float mirostat_tau = 5.0f;        // target surprise in bits, (0, 100]
-  float mirostat_eta = 0.1f;        // learning rate, (0, 1]
+  float mirostat_tau = 5.0f;  // target surprise in bits, (0, 100]
+  float mirostat_eta = 0.1f;  // learning rate, (0, 1]
+  // FSD (fsd.hpp), with Inferflow's defaults. Plain FSD sets its own choice, so the
+  // truncations and mirostat must be off; randomized FSD's sampling steps use them.
+  Fsd fsd = Fsd::kOff;
+  int fsd_k = 6;                 // tokens scored, [1, fsd_pool_size]
+  float fsd_alpha = 0.5f;        // weight of the anti-LM, [0, 1]
+  int fsd_n = 3;                 // the anti-LM's n-gram order, [1, 8]
+  float fsd_beta = 0.9f;         // the anti-LM's back-off weight, [0, 1]
+  int fsd_pool_size = 50;        // tokens P_theta is normalised over, [1, 1000]
+  int fsd_random_steps = 10;     // randomized FSD: the first output tokens that may sample
+  float fsd_random_prob = 0.5f;  // randomized FSD: the chance each of them samples, [0, 1]
+  // Beam search (runtime/sampling/beam_search.hpp): 1 is off; n <= beam_width best beams
+  // are returned. Deterministic: temperature is not used; no truncation, mirostat or FSD.
+  int beam_width = 1;               // [1, 16]
+  float length_penalty = 1.0f;      // score = sum of logprobs / length^length_penalty, [-10, 10]
   float repetition_penalty = 1.0f;  // (0, inf); HF/vLLM semantics over prompt + output tokens
   float presence_penalty = 0.0f;    // [-2, 2], OpenAI semantics over output tokens
   float frequency_penalty = 0.0f;   // [-2, 2]
@@ -39,6 +57,7 @@ struct SamplingParams {
   int logprobs = 0;  // top-k logprobs per token, [0, 20]; the chosen token's is always reported
 
   static constexpr int kMaxN = 128;
+  static constexpr int kMaxBeamWidth = 16;
   static constexpr int kMaxLogprobs = 20;
   static constexpr std::size_t kMaxStopStrings = 16;
   static constexpr float kMaxAbsLogitBias = 100.0f;

@@ -92,7 +92,19 @@ SequenceSampler::SequenceSampler(const SamplingParams& params, std::span<const s
       mirostat_mu_(2.0 * static_cast<double>(params.mirostat_tau)),
       seed_(seed),
       sample_index_(static_cast<std::uint32_t>(sample_index)),
-      history_(params, prompt) {}
+      history_(params, prompt) {
+  if (params.fsd != Fsd::kOff) anti_lm_.emplace(params.fsd_n, params.fsd_beta, prompt);
+}
+
+void SequenceSampler::record(std::int32_t token) {
+  history_.record_output(token);
+  if (anti_lm_) anti_lm_->push(token);
+  ++generated_;
+}
+
+bool SequenceSampler::fsd_step() const {
+  return anti_lm_.has_value() && !fsd_samples_at(params_, seed_, sample_index_, generated_);
+}
 
 std::pair<std::int32_t, double> SequenceSampler::draw_candidates(std::vector<Candidate>& c,
                                                                  double u, int vocab) const {
@@ -116,8 +128,7 @@ void SequenceSampler::update_mirostat(double surprise) {
 }
 
 void SequenceSampler::accept(std::int32_t token) {
-  history_.record_output(token);
-  ++generated_;
+  record(token);
 }
 
 SampledToken SequenceSampler::sample(std::span<float> logits, const std::uint32_t* allowed) {
@@ -144,8 +155,7 @@ Result<SampledToken> SequenceSampler::try_sample(std::span<float> logits,
       t.logprob = static_cast<float>(t.logprob - log_z);
     }
   }
-  history_.record_output(out.id);
-  ++generated_;
+  record(out.id);
   update_mirostat(choice->surprise);
   return out;
 }
@@ -202,6 +212,32 @@ Result<SequenceSampler::Choice> SequenceSampler::choose(std::span<float> logits,
 
   Choice out;
   out.raw_max = raw.max;
+  if (fsd_step()) {
+    // FSD: the pool of most likely tokens at FSD's temperature (never greedy), then its score.
+    const RowMax shifted = row_max(x, vocab);
+    if (shifted.non_finite) {
+      return row_error(ErrorCode::kInvalidArgument,
+                       "logit_bias or a penalty made a logit +inf (logits must stay finite)");
+    }
+    if (shifted.max == -kInf) {
+      return row_error(ErrorCode::kInvalidArgument,
+                       "logit_bias or a penalty left no finite logit (at least one must be)");
+    }
+    const float inv_t = 1.0f / fsd_temperature(params_);
+    Scratch& s = scratch();
+    s.ids.clear();
+    s.candidates.clear();
+    const int pool = std::min(params_.fsd_pool_size, static_cast<int>(vocab));
+    const float kth = kth_largest(x, vocab, pool);
+    collect_at_least(x, vocab, kth == -kInf ? std::numeric_limits<float>::lowest() : kth, s.ids);
+    for (const auto id : s.ids) {
+      const float w = std::exp((x[static_cast<std::size_t>(id)] - shifted.max) * inv_t);
+      s.candidates.push_back({0.0f, w, id});
+    }
+    out.id = fsd_choose(s.candidates, *anti_lm_, params_);
+    if (dist_out) dist_out->push_back({out.id, 1.0f});
+    return out;
+  }
   // A temperature so small that 1 / T overflows leaves only the maximum: greedy.
   if (params_.temperature == 0.0f || !std::isfinite(1.0f / params_.temperature)) {
     // An unchanged row keeps the raw maximum.
@@ -315,6 +351,19 @@ Result<DeviceSampleRow> SequenceSampler::device_row(int vocab,
   r.presence_penalty = params_.presence_penalty;
   r.frequency_penalty = params_.frequency_penalty;
   // The same branches as choose().
+  if (fsd_step()) {
+    // The pool's weights (the top-k set at FSD's temperature) come back as candidates; the
+    // host scores them. A pool too large for the candidate buffer comes back as the raw row.
+    r.temperature = fsd_temperature(params_);
+    if (params_.fsd_pool_size < vocab) {
+      r.mode = DeviceSampleMode::kTopK;
+      r.top_k = params_.fsd_pool_size;
+    } else {
+      r.mode = DeviceSampleMode::kFloor;
+    }
+    r.flags = kHostFinish;
+    return r;
+  }
   if (params_.temperature == 0.0f || !std::isfinite(1.0f / params_.temperature)) {
     r.mode = DeviceSampleMode::kGreedy;
     return r;
@@ -371,10 +420,14 @@ Result<SampledToken> SequenceSampler::finish_device(const DeviceSampleResult& re
     s.candidates.clear();
     for (const auto& c : candidates)
       s.candidates.push_back({0.0f, c.weight, c.id});
-    truncate(s.candidates, result.total, params_);
-    std::tie(out.id, surprise) = draw_candidates(
-        s.candidates, philox_uniform(seed_, sample_index_, static_cast<std::uint64_t>(generated_)),
-        vocab_);
+    if (fsd_step()) {
+      out.id = fsd_choose(s.candidates, *anti_lm_, params_);
+    } else {
+      truncate(s.candidates, result.total, params_);
+      std::tie(out.id, surprise) = draw_candidates(
+          s.candidates,
+          philox_uniform(seed_, sample_index_, static_cast<std::uint64_t>(generated_)), vocab_);
+    }
     chosen_raw = 0.0f;
     for (int k = 0; k < result.candidates; ++k) {
       if (candidates[static_cast<std::size_t>(k)].id == out.id) {
@@ -401,8 +454,7 @@ Result<SampledToken> SequenceSampler::finish_device(const DeviceSampleResult& re
       t.logprob = static_cast<float>(t.logprob - log_z);
     out.top = std::move(entries);
   }
-  history_.record_output(out.id);
-  ++generated_;
+  record(out.id);
   update_mirostat(surprise);
   return out;
 }

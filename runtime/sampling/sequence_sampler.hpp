@@ -29,6 +29,9 @@
 //      token moves by -mirostat_eta * (surprise - mirostat_tau), the surprise being
 //      -log2 of the token's probability among the kept tokens. Tokens appended without
 //      sampling (accept()) leave mu as it is.
+//   9c. FSD (fsd.hpp; instead of steps 5-10 at the steps it chooses): the best FSD score among
+//      the fsd_k most likely tokens, deterministic. Randomized FSD runs steps 5-10 instead at
+//      the steps fsd_samples_at() picks.
 //  10. draw one token by inverse CDF with a uniform from Philox4x32-10 keyed by the seed at
 //      counter (sample_index, step): the same request and seed give the same tokens whatever
 //      else is in the batch, and the n samples of one request differ.
@@ -36,10 +39,12 @@
 // function of the logits alone.
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "runtime/sampling/device_sampling.hpp"
+#include "runtime/sampling/fsd.hpp"
 #include "runtime/sampling/sampling_params.hpp"
 #include "runtime/sampling/sampling_types.hpp"
 #include "runtime/sampling/token_history.hpp"
@@ -89,6 +94,19 @@ class SequenceSampler {
                                      std::span<const DeviceCandidate> top,
                                      std::span<float> host_row);
 
+  // Beam search (beam_search.hpp; sequence_sampler_beam.cpp): the `k` most likely tokens of
+  // the row after steps 1-4 (bitmask, bias, penalties), with their log-softmax at temperature
+  // 1 over that whole row, most likely first (lower id on ties). Records nothing: the beam's
+  // token is recorded with accept() once the search has chosen it. Errors as try_sample's.
+  Result<std::vector<TokenLogprob>> beam_candidates(std::span<float> logits,
+                                                    const std::uint32_t* allowed, int k);
+  // The same on a device: the row's description (the device collects every token of nonzero
+  // weight, or hands back the raw row), and the result from the device's candidates or raw row.
+  Result<DeviceSampleRow> beam_device_row(int vocab, std::vector<DeviceSampleEdit>& edits) const;
+  Result<std::vector<TokenLogprob>> finish_beam_device(const DeviceSampleResult& result,
+                                                       std::span<const DeviceCandidate> candidates,
+                                                       std::span<float> host_row, int k);
+
   // A token appended without sampling (jump-forward decoding, or a replayed token after a
   // preemption): counted for the penalties and advances the step counter, so the tokens that
   // follow are drawn as if it had been sampled.
@@ -111,6 +129,10 @@ class SequenceSampler {
   std::pair<std::int32_t, double> draw_candidates(std::vector<Candidate>& c, double u,
                                                   int vocab) const;
   void update_mirostat(double surprise);
+  // The token becomes part of the sequence: penalties, the anti-LM, the step counter.
+  void record(std::int32_t token);
+  // Whether the next token is FSD's choice (FSD on, and not a sampling step of randomized FSD).
+  bool fsd_step() const;
 
   SamplingParams params_;
   double mirostat_mu_;     // mirostat's target surprise (bits), 2 * tau at first
@@ -119,7 +141,8 @@ class SequenceSampler {
   std::uint32_t sample_index_;
   int generated_ = 0;
   TokenHistory history_;
-  LogitUndoLog undo_;  // reused between steps
+  std::optional<AntiLm> anti_lm_;  // with FSD on
+  LogitUndoLog undo_;              // reused between steps
 };
 
 }  // namespace weft::sampling

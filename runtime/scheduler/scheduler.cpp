@@ -136,6 +136,7 @@ void Scheduler::share_prefix(Sequence& s) {
 bool Scheduler::remove(std::uint64_t id) {
   auto it = sequences_.find(id);
   if (it == sequences_.end()) return false;
+  leave_beam_group(it->second);
   release_pages(it->second);
   sequences_.erase(it);
   if (auto r = std::find(running_.begin(), running_.end(), id); r != running_.end()) {
@@ -173,10 +174,15 @@ bool Scheduler::admission_allows(const Sequence& candidate) const {
   demands.reserve(running_.size() + 1);
   for (std::uint64_t id : running_) {
     const Sequence& s = sequences_.at(id);
-    demands.push_back({static_cast<int>(s.tokens.size()), s.max_new_tokens - s.generated()});
+    if (s.beam_group == 0) {
+      demands.push_back({static_cast<int>(s.tokens.size()), s.max_new_tokens - s.generated()});
+    }
   }
-  demands.push_back({static_cast<int>(candidate.tokens.size()),
-                     candidate.max_new_tokens - candidate.generated()});
+  add_beam_demands(demands, &candidate);
+  if (candidate.beam_group == 0) {
+    demands.push_back({static_cast<int>(candidate.tokens.size()),
+                       candidate.max_new_tokens - candidate.generated()});
+  }
   return peak_pages(std::move(demands), config_.page_size) <= config_.num_pages;
 }
 

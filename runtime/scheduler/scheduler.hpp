@@ -19,6 +19,7 @@
 
 #include "runtime/kv/page_pool.hpp"
 #include "runtime/kv/prefix_cache.hpp"
+#include "runtime/scheduler/admission.hpp"
 #include "weft/error.hpp"
 
 namespace weft::sched {
@@ -78,6 +79,9 @@ struct Sequence {
   int cached_tokens = 0;  // prompt tokens the prefix cache gave it at its first admission
   // A sibling sample (n > 1): whose full prompt pages this sequence shares when admitted.
   std::uint64_t share_prefix_of = 0;
+  // Beam search: the group's first sequence (whose admission reserved the whole width); 0
+  // for a sequence of its own.
+  std::uint64_t beam_group = 0;
 
   int generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
 };
@@ -106,6 +110,22 @@ class Scheduler {
   // page in a page of its own, so no KV is ever copied. If the parent is gone or was
   // preempted by then, it simply prefills from scratch.
   Result<void> add_sibling(std::uint64_t id, std::uint64_t parent);
+
+  // Beam search (beam_fork.cpp). add_beam queues the first beam of a group of `width`: its
+  // admission reserves KV for `width` sequences (each counted at the group's longest), so the
+  // beams forked from it later never over-commit the pool. Fails as add() does, and
+  // (kResourceExhausted) when `width` such sequences could never fit.
+  Result<void> add_beam(std::uint64_t id, std::vector<std::int32_t> prompt, int max_new_tokens,
+                        int width);
+  // Starts `child` as a copy of the beam `parent` (same group, same tokens, then `extra`
+  // appended), running at once (the group's admission reserved it; max_running does not
+  // apply): it shares every page of the parent that is full and computed (reference-counted,
+  // never written again) and recomputes only the tokens after them (at most page_size - 1,
+  // plus `extra`) in pages of its own, so no KV is copied. A parent that is not running
+  // (preempted under optimistic admission) shares nothing, and the child waits to be
+  // prefilled like it. Fails (kInvalidArgument) for an unknown parent, one that is not a
+  // beam, or a live child id.
+  Result<void> fork(std::uint64_t parent, std::uint64_t child, std::span<const std::int32_t> extra);
 
   // Ends a sequence (finished, cancelled, stopped) and frees its pages at once. Unknown ids
   // are a no-op that returns false.
@@ -138,6 +158,10 @@ class Scheduler {
   bool admission_allows(const Sequence& candidate) const;
   void preempt(std::uint64_t id, StepPlan& plan);
   void share_prefix(Sequence& s);
+  void leave_beam_group(const Sequence& s);
+  // Each beam group with a running member (or `candidate`'s) as `width` sequences of its
+  // longest member's demand.
+  void add_beam_demands(std::vector<KvDemand>& demands, const Sequence* candidate) const;
 
   SchedulerConfig config_;
   std::unique_ptr<kv::PagePool> owned_pool_;  // null when the pool is lent
@@ -148,6 +172,11 @@ class Scheduler {
   std::uint64_t next_step_ = 0;
   std::uint64_t preemptions_ = 0;
   std::unique_ptr<kv::PrefixCache> cache_;  // null with prefix_cache off
+  struct BeamGroup {
+    int width = 1;
+    int members = 0;
+  };
+  std::unordered_map<std::uint64_t, BeamGroup> beam_groups_;  // by the group's first id
   std::uint64_t cache_query_tokens_ = 0;
   std::uint64_t cache_hit_tokens_ = 0;
 };

@@ -25,6 +25,7 @@
 #include "runtime/text/detokenizer.hpp"
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
+#include "tools/weft/generate_beam.hpp"
 #include "tools/weft/load_progress.hpp"
 
 namespace weft::cli {
@@ -48,6 +49,17 @@ struct GenerateOptions {
   float mirostat_tau = 5.0f;
   float mirostat_eta = 0.1f;
   float repetition_penalty = 1.0f;
+  std::string fsd = "off";
+  int fsd_k = 6;
+  float fsd_alpha = 0.5f;
+  int fsd_n = 3;
+  float fsd_beta = 0.9f;
+  int fsd_pool_size = 50;
+  int fsd_random_steps = 10;
+  float fsd_random_prob = 0.5f;
+  int beam_width = 1;
+  float length_penalty = 1.0f;
+  int n_best = 1;
   std::string device = "auto";
   std::string format = "text";
   bool ignore_eos = false;
@@ -93,7 +105,72 @@ Result<ResponseFormat> response_format(const GenerateOptions& o) {
   return f;
 }
 
+// The options' sampling parameters (validated by the caller).
+sampling::SamplingParams sampling_params(const GenerateOptions& o) {
+  sampling::SamplingParams params;
+  params.temperature = o.temperature;
+  params.top_k = o.top_k;
+  params.top_p = o.top_p;
+  params.min_p = o.min_p;
+  params.typical_p = o.typical_p;
+  params.tfs_z = o.tfs_z;
+  params.mirostat = o.mirostat;
+  params.mirostat_tau = o.mirostat_tau;
+  params.mirostat_eta = o.mirostat_eta;
+  params.repetition_penalty = o.repetition_penalty;
+  params.fsd = o.fsd == "fsd"          ? sampling::Fsd::kFsd
+               : o.fsd == "random_fsd" ? sampling::Fsd::kRandomized
+                                       : sampling::Fsd::kOff;
+  params.fsd_k = o.fsd_k;
+  params.fsd_alpha = o.fsd_alpha;
+  params.fsd_n = o.fsd_n;
+  params.fsd_beta = o.fsd_beta;
+  params.fsd_pool_size = o.fsd_pool_size;
+  params.fsd_random_steps = o.fsd_random_steps;
+  params.fsd_random_prob = o.fsd_random_prob;
+  params.beam_width = o.beam_width;
+  params.length_penalty = o.length_penalty;
+  params.n = o.n_best;
+  params.logprobs = o.top_logprobs;
+  params.max_tokens = std::max(1, o.max_tokens);
+  params.seed = o.seed;
+  params.ignore_eos = o.ignore_eos;
+  return params;
+}
+
+// Beam search runs through the engine (generate_beam.hpp).
+int run_generate_beams(const GenerateOptions& o) {
+  auto fail = [](const std::string& message) {
+    std::cerr << "weft generate: " << message << '\n';
+    return 1;
+  };
+  if (o.tensor_parallel > 1) return fail("--beam-width: not with --tensor-parallel");
+  auto format = response_format(o);
+  if (!format) return fail(format.error().what());
+  if (format->constrained()) {
+    return fail("--beam-width: not with --json-schema, --regex, --grammar or --json-object");
+  }
+  auto device = actors::parse_device(o.device);
+  if (!device) return fail(std::string("--device: ") + device.error().what());
+  EngineConfig config;
+  config.model_dir = o.model_dir;
+  config.spec_file = o.spec_file;
+  config.device = actors::device_name(*device);
+  if (device->cuda) config.gpu_memory_fraction = 0.9;
+  config.page_size = o.page_size;
+  config.cpu_threads = o.threads;
+  GenerateRequest request;
+  if (o.prompt) {
+    request.prompt = *o.prompt;
+  } else {
+    request.prompt_ids.assign(o.prompt_ids.begin(), o.prompt_ids.end());
+  }
+  request.sampling = sampling_params(o);
+  return run_generate_beam(std::move(config), std::move(request), o.format);
+}
+
 int run_generate(const GenerateOptions& o) {
+  if (o.beam_width > 1) return run_generate_beams(o);
   // With --tensor-parallel N, N processes started by mpirun run this function together:
   // each loads its shard and runs every forward step (the all-reduces join them), rank 0
   // samples, prints, and broadcasts each token and whether to stop (docs/parallel.md).
@@ -244,20 +321,7 @@ int run_generate(const GenerateOptions& o) {
 
   // The engine's sampler (runtime/sampling): the same seed gives the same tokens here and
   // through the engine.
-  sampling::SamplingParams params;
-  params.temperature = o.temperature;
-  params.top_k = o.top_k;
-  params.top_p = o.top_p;
-  params.min_p = o.min_p;
-  params.typical_p = o.typical_p;
-  params.tfs_z = o.tfs_z;
-  params.mirostat = o.mirostat;
-  params.mirostat_tau = o.mirostat_tau;
-  params.mirostat_eta = o.mirostat_eta;
-  params.repetition_penalty = o.repetition_penalty;
-  params.logprobs = o.top_logprobs;
-  params.max_tokens = std::max(1, o.max_tokens);
-  params.seed = o.seed;
+  sampling::SamplingParams params = sampling_params(o);
   if (auto ok = sampling::validate(params, vocab); !ok) return fail(ok.error().what());
   const std::vector<std::int32_t> prompt_ids(prompt.begin(), prompt.end());
   sampling::SequenceSampler sampler(params, prompt_ids, o.seed);
@@ -403,6 +467,39 @@ void add_generate_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--repetition-penalty", opts->repetition_penalty,
                   "penalize tokens already in the prompt or output (> 0; 1: off)")
+      ->capture_default_str();
+  cmd->add_option("--fsd", opts->fsd,
+                  "Inferflow's FSD decoding (docs/sampling.md#fsd): off, fsd, or random_fsd "
+                  "(sampling at some of the first --fsd-random-steps tokens)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"off", "fsd", "random_fsd"}));
+  cmd->add_option("--fsd-k", opts->fsd_k, "FSD: the most likely tokens scored")
+      ->capture_default_str();
+  cmd->add_option("--fsd-alpha", opts->fsd_alpha, "FSD: the anti-LM's weight, in [0, 1]")
+      ->capture_default_str();
+  cmd->add_option("--fsd-n", opts->fsd_n, "FSD: the anti-LM's n-gram order, in [1, 8]")
+      ->capture_default_str();
+  cmd->add_option("--fsd-beta", opts->fsd_beta, "FSD: the anti-LM's back-off weight, in [0, 1]")
+      ->capture_default_str();
+  cmd->add_option("--fsd-pool-size", opts->fsd_pool_size,
+                  "FSD: the most likely tokens its probabilities are normalised over")
+      ->capture_default_str();
+  cmd->add_option("--fsd-random-steps", opts->fsd_random_steps,
+                  "random_fsd: the first output tokens that may be sampled instead")
+      ->capture_default_str();
+  cmd->add_option("--fsd-random-prob", opts->fsd_random_prob,
+                  "random_fsd: the chance each of them is sampled, in [0, 1]")
+      ->capture_default_str();
+  cmd->add_option("--beam-width", opts->beam_width,
+                  "beam search with this many beams (1: off; runs through the engine, "
+                  "docs/sampling.md#beam-search)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
+  cmd->add_option("--length-penalty", opts->length_penalty,
+                  "beam search: score = sum of logprobs / length^length_penalty")
+      ->capture_default_str();
+  cmd->add_option("--n-best", opts->n_best,
+                  "beam search: print this many best beams, in [1, --beam-width]")
       ->capture_default_str();
   cmd->add_option("--device", opts->device,
                   "where to run: auto (GPU 0 when one is visible, else cpu), cpu, cuda or cuda:N "
