@@ -46,6 +46,7 @@ struct ServeOptions {
   std::string tool_call_format = "auto";
   std::string prefix_cache = "on";
   std::string device = "auto";
+  std::string kv_cache_dtype = "auto";
   double gpu_memory_fraction = 0.0;
   double shutdown_timeout_s = 30;
   int tensor_parallel = 1;
@@ -105,6 +106,7 @@ int run_serve(const ServeOptions& opts) {
     }
     config.gpu_memory_fraction = opts.gpu_memory_fraction;
     config.max_running = opts.max_running;
+    config.kv_cache_dtype = opts.kv_cache_dtype;
     auto tp = start_tensor_parallel("serve", opts.tensor_parallel, config);
     if (tp.exit_code) return *tp.exit_code;
     config.tensor_parallel = tp.group;
@@ -267,6 +269,8 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-running", opts->max_running, "sequences in one batch at most")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
+  cmd->add_option("--kv-cache-dtype", opts->kv_cache_dtype, kKvCacheDtypeHelp)
+      ->capture_default_str();
   add_tensor_parallel_option(cmd, opts->tensor_parallel);
   cmd->add_option("--prefix-cache", opts->prefix_cache,
                   "on: keep finished requests' full KV pages and reuse them for any request "
