@@ -133,25 +133,26 @@ TEST(KvQuant, FloatTypesStoreExactlyWhatTheyCanHold) {
 // The fused products equal the widened row's within float summation order.
 TEST(KvQuant, DotAndAxpyMatchTheDequantizedRow) {
   std::mt19937 rng(3);
-  const std::size_t n = 96;
-  const auto q = random_row(rng, n, 1.0f);
-  const auto x = random_row(rng, n, 2.0f);
-  for (auto dtype :
-       {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16, KvDtype::kInt8, KvDtype::kFp8E4M3}) {
-    for (auto path : {KernelPath::kScalar, KernelPath::kAvx2}) {
-      std::vector<std::uint8_t> raw(n * 4);
-      const float scale = store_kv_row(dtype, x.data(), n, raw.data());
-      std::vector<float> wide(n);
-      load_kv_row(dtype, raw.data(), scale, n, wide.data());
-      double want = 0;
-      for (std::size_t i = 0; i < n; ++i)
-        want += static_cast<double>(q[i]) * wide[i];
-      EXPECT_NEAR(dot_kv_row(q.data(), dtype, raw.data(), scale, n, path), want, 1e-4)
-          << kv_dtype_name(dtype);
-      std::vector<float> out(n, 0.5f);
-      axpy_kv_row(-0.75f, dtype, raw.data(), scale, out.data(), n, path);
-      for (std::size_t i = 0; i < n; ++i)
-        EXPECT_NEAR(out[i], 0.5f - 0.75f * wide[i], 1e-5) << kv_dtype_name(dtype) << " " << i;
+  for (std::size_t n : {96u, 101u, 5u}) {  // whole AVX2 blocks, and a tail
+    const auto q = random_row(rng, n, 1.0f);
+    const auto x = random_row(rng, n, 2.0f);
+    for (auto dtype :
+         {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16, KvDtype::kInt8, KvDtype::kFp8E4M3}) {
+      for (auto path : {KernelPath::kScalar, KernelPath::kAvx2}) {
+        std::vector<std::uint8_t> raw(n * 4);
+        const float scale = store_kv_row(dtype, x.data(), n, raw.data());
+        std::vector<float> wide(n);
+        load_kv_row(dtype, raw.data(), scale, n, wide.data());
+        double want = 0;
+        for (std::size_t i = 0; i < n; ++i)
+          want += static_cast<double>(q[i]) * wide[i];
+        EXPECT_NEAR(dot_kv_row(q.data(), dtype, raw.data(), scale, n, path), want, 1e-4)
+            << kv_dtype_name(dtype);
+        std::vector<float> out(n, 0.5f);
+        axpy_kv_row(-0.75f, dtype, raw.data(), scale, out.data(), n, path);
+        for (std::size_t i = 0; i < n; ++i)
+          EXPECT_NEAR(out[i], 0.5f - 0.75f * wide[i], 1e-5) << kv_dtype_name(dtype) << " " << i;
+      }
     }
   }
 }

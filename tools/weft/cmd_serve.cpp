@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_future.hpp>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -140,6 +141,12 @@ int run_serve(const ServeOptions& opts) {
     std::cout << "weft serve: " << model.name << " on http://" << endpoint.address().to_string()
               << ':' << endpoint.port() << " (WebSocket: ws://" << endpoint.address().to_string()
               << ':' << endpoint.port() << "/ws)" << std::endl;
+    {
+      const EngineMetrics m = engine.metrics(asio::use_future).get();
+      std::cout << "weft serve: KV pool of " << m.kv_pool_tokens << " tokens (" << m.kv_pages_total
+                << " pages of " << m.kv_page_bytes << " bytes, " << m.kv_cache_dtype << " KV)"
+                << std::endl;
+    }
 
     // After the engine has stopped, live answers still hold their final `shutdown` events:
     // let the sessions send them (for at most 5 s) before the loop stops.
