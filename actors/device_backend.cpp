@@ -1,6 +1,8 @@
 #include "actors/device_backend.hpp"
 
 #include <charconv>
+#include <cstdio>
+#include <optional>
 
 #include "runtime/parallel/step_broadcast.hpp"
 
@@ -36,8 +38,47 @@ std::string device_name(const DeviceChoice& device) {
   return device.cuda ? "cuda:" + std::to_string(device.index) : "cpu";
 }
 
+Result<KvDtype> resolve_kv_cache_dtype(std::string_view text, const DeviceChoice& device) {
+  std::optional<KvDtype> d;
+  if (text == "auto") {
+    d = device.cuda ? KvDtype::kBF16 : KvDtype::kF32;
+  } else if (text == "f32" || text == "fp32" || text == "float32") {
+    d = KvDtype::kF32;
+  } else if (text == "bf16" || text == "bfloat16") {
+    d = KvDtype::kBF16;
+  } else if (text == "fp16" || text == "f16" || text == "float16") {
+    d = KvDtype::kF16;
+  } else if (text == "int8") {
+    d = KvDtype::kInt8;
+  } else if (text == "fp8" || text == "fp8_e4m3" || text == "e4m3") {
+    d = KvDtype::kFp8E4M3;
+  }
+  if (!d) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "kv cache dtype \"" + std::string(text) +
+                     "\" is not one of auto, f32, bf16, fp16, int8, fp8 (fp8 is e4m3)");
+  }
+  if (device.cuda && (*d == KvDtype::kF32 || *d == KvDtype::kF16)) {
+    return Error(ErrorCode::kUnsupported,
+                 "kv cache dtype " + std::string(kv_dtype_name(*d)) + " on " + device_name(device) +
+                     ": the GPU keeps KV pages in bf16 (the precision it runs in), int8 or fp8");
+  }
+  return *d;
+}
+
 std::size_t kv_page_bytes(const DeviceChoice& device, const model::KvLayout& layout) {
-  return layout.floats_per_page() * (device.cuda ? 2 : sizeof(float));
+  (void)device;  // the layout's dtype is what the device stores
+  return layout.bytes_per_page();
+}
+
+std::string describe_kv_pool(const model::KvLayout& layout, std::int64_t num_pages) {
+  const auto bytes = static_cast<double>(layout.bytes_per_page()) * static_cast<double>(num_pages);
+  char mib[32];
+  std::snprintf(mib, sizeof mib, "%.1f", bytes / (1 << 20));
+  return std::to_string(num_pages) + " pages of " + std::to_string(layout.page_size) + " tokens (" +
+         std::to_string(num_pages * layout.page_size) + " tokens, " + kv_dtype_name(layout.dtype) +
+         (kv_dtype_scaled(layout.dtype) ? " KV with a scale per token and kv head, " : " KV, ") +
+         std::to_string(layout.bytes_per_page()) + " bytes a page, " + mib + " MiB)";
 }
 
 Result<std::unique_ptr<model::ForwardBackend>> make_forward_backend(
@@ -52,6 +93,7 @@ Result<std::unique_ptr<model::ForwardBackend>> make_forward_backend(
   model::CudaModelOptions options;
   options.device = device.index;
   options.precision = cuda::Precision::kBF16;
+  options.kv_dtype = layout.dtype;
   options.page_size = layout.page_size;
   options.num_pages = num_pages;
   options.max_tokens_per_step = max_tokens_per_step;

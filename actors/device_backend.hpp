@@ -27,9 +27,21 @@ Result<DeviceChoice> parse_device(std::string_view text);
 // "cpu" or "cuda:N": what "auto" resolved to, for reports.
 std::string device_name(const DeviceChoice& device);
 
-// The bytes one KV page takes on the device (fp32 on the CPU, 16-bit on a GPU), so a byte
-// budget turns into a page count the same way the backend will allocate it.
+// The KV pages' element type --kv-cache-dtype names: "auto" (f32 on the CPU, the model's
+// bf16 on a GPU), "f32", "bf16", "fp16", "int8" or "fp8" (e4m3); int8 and fp8 carry a scale
+// per (token, kv head) row (kernels/kv_dtype.hpp). A GPU keeps K and V in bf16 (the precision
+// it runs in), int8 or fp8; f32 and fp16 are refused there. Errors name the spelling and what
+// is accepted.
+Result<KvDtype> resolve_kv_cache_dtype(std::string_view text, const DeviceChoice& device);
+
+// The bytes one KV page takes on the device for the layout's dtype (elements and, when
+// quantized, their scales), so a byte budget turns into a page count the same way the backend
+// will allocate it.
 std::size_t kv_page_bytes(const DeviceChoice& device, const model::KvLayout& layout);
+
+// One line for logs: "<pages> pages of <page_size> tokens (<tokens> tokens, <dtype> KV,
+// <bytes> bytes a page, <MiB> MiB)".
+std::string describe_kv_pool(const model::KvLayout& layout, std::int64_t num_pages);
 
 // `model` must outlive the backend. On a GPU, weights are uploaded in bf16 and the pool holds
 // `num_pages` pages, or with num_pages 0 what gpu_memory_fraction of the device leaves (the

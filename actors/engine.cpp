@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -45,6 +47,9 @@ struct Engine::Impl {
   LoadedModel loaded;
   int context_length = 0;
   int vocab_size = 0;
+  // The KV pool as EngineMetrics reports it (fixed at start).
+  std::string kv_cache_dtype;
+  std::int64_t kv_page_bytes = 0, kv_pool_tokens = 0;
 
   // The executor actor's own thread: a forward step blocks it, and nothing else.
   asio::io_context device_context{1};
@@ -148,7 +153,10 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
 
   auto device = actors::parse_device(s.config.device);
   if (!device) throw device.error();
-  const model::KvLayout layout = model.kv_layout(s.config.page_size);
+  auto kv_dtype = actors::resolve_kv_cache_dtype(s.config.kv_cache_dtype, *device);
+  if (!kv_dtype) throw kv_dtype.error();
+  model::KvLayout layout = model.kv_layout(s.config.page_size);
+  layout.dtype = *kv_dtype;
   const auto page_bytes = static_cast<std::int64_t>(actors::kv_page_bytes(*device, layout));
   // On a GPU with gpu_memory_fraction set, the backend sizes its pool from the device (0
   // pages asked); otherwise the byte budget decides.
@@ -172,8 +180,11 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   if (!backend) throw backend.error();
   stop_followers.group = nullptr;
   const std::int64_t num_pages = (*backend)->num_pages();
-  log_info("engine: KV pool of " + std::to_string(num_pages) + " pages of " +
-           std::to_string(s.config.page_size) + " tokens on " + s.config.device);
+  log_info("engine: KV pool of " + actors::describe_kv_pool(layout, num_pages) + " on " +
+           s.config.device);
+  s.kv_cache_dtype = kv_dtype_name(layout.dtype);
+  s.kv_page_bytes = static_cast<std::int64_t>(layout.bytes_per_page());
+  s.kv_pool_tokens = num_pages * layout.page_size;
 
   s.device_work.emplace(asio::make_work_guard(s.device_context));
   s.device_thread = std::thread([&s] { s.device_context.run(); });
@@ -239,7 +250,16 @@ void Engine::cancel(std::uint64_t request_id) {
 }
 
 void Engine::metrics_impl(asio::any_completion_handler<MetricsSignature> handler) {
-  impl_->scheduler->metrics(std::move(handler));
+  // The scheduler counts pages; the pool's element type and size are the engine's.
+  auto executor = asio::get_associated_executor(handler, impl_->executor);
+  impl_->scheduler->metrics(
+      asio::bind_executor(executor, [&s = *impl_, handler = std::move(handler)](
+                                        std::exception_ptr error, EngineMetrics m) mutable {
+        m.kv_cache_dtype = s.kv_cache_dtype;
+        m.kv_page_bytes = s.kv_page_bytes;
+        m.kv_pool_tokens = s.kv_pool_tokens;
+        std::move(handler)(error, std::move(m));
+      }));
 }
 
 void Engine::shutdown_impl(asio::any_completion_handler<DoneSignature> handler) {

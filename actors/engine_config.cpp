@@ -49,6 +49,8 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
       ok = as_string(c.device);
     } else if (key == "admission") {
       ok = as_string(c.admission);
+    } else if (key == "kv_cache_dtype") {
+      ok = as_string(c.kv_cache_dtype);
     } else if (key == "page_size") {
       ok = as_int(c.page_size);
     } else if (key == "kv_budget_bytes") {
@@ -85,7 +87,7 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
                                           "\" (known: model_dir, spec_file, device, page_size, "
                                           "kv_budget_bytes, max_tokens_per_step, max_running, "
                                           "admission, cpu_threads, gpu_memory_fraction, "
-                                          "jump_forward, prefix_cache)");
+                                          "jump_forward, prefix_cache, kv_cache_dtype)");
     }
     if (!ok) return ok.error();
   }
@@ -97,8 +99,10 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
 Result<void> EngineConfig::validate() const {
   auto bad = [](const std::string& message) { return Error(ErrorCode::kInvalidArgument, message); };
   if (model_dir.empty()) return bad("model_dir: empty; give a Hugging Face model folder");
-  if (auto d = actors::parse_device(device); !d)
-    return bad(std::string("device: ") + d.error().what());
+  auto d = actors::parse_device(device);
+  if (!d) return bad(std::string("device: ") + d.error().what());
+  if (auto kv = actors::resolve_kv_cache_dtype(kv_cache_dtype, *d); !kv)
+    return bad(std::string("kv_cache_dtype: ") + kv.error().what());
   if (page_size < 1 || page_size > 4096) {
     return bad("page_size: " + std::to_string(page_size) + " is outside [1, 4096]");
   }

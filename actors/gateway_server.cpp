@@ -179,6 +179,10 @@ std::string prometheus_text(const EngineMetrics& m, const GatewayState& state) {
   gauge("weft_requests_running", "Sequences in the running batch.", m.running);
   gauge("weft_requests_waiting", "Requests queued for admission.", m.waiting);
   gauge("weft_kv_pages_total", "KV cache pages in the pool.", m.kv_pages_total);
+  gauge("weft_kv_pool_tokens", "Tokens the KV pool holds (pages * page size).",
+        static_cast<double>(m.kv_pool_tokens));
+  gauge("weft_kv_page_bytes", "Bytes of one KV page (its scales included for int8/fp8).",
+        static_cast<double>(m.kv_page_bytes));
   gauge("weft_kv_pages_used", "KV cache pages live requests hold.", m.kv_pages_used);
   gauge("weft_kv_pages_cached", "KV cache pages the prefix cache holds (free on demand).",
         m.kv_pages_cached);

@@ -5,6 +5,12 @@
 //   cuda_forward_bench [--shape 1b|8b|tiny] [--model DIR] [--precision bf16|fp16]
 //                      [--context 512] [--batches 1,8,32,64] [--prefill 512,2048] [--json F]
 //                      [--profile] [--small-step-kernel-tokens N] [--logits-to-host]
+//                      [--kv-cache-dtype bf16|int8|fp8] [--gpu-memory-fraction F]
+//
+// --kv-cache-dtype int8|fp8 runs with quantized KV pages (a scale per token and kv head;
+// docs/cuda.md#quantized-kv-pages); --gpu-memory-fraction F sizes the KV pool from the device
+// (as `weft serve` does) instead of from the rows' needs, so the pool's pages and tokens, printed
+// before the rows, show what a KV type holds in the same memory.
 //
 // Decode steps run as the engine runs them on a GPU: launched, then sampled (greedy) on the
 // device with only the tokens copied back; --logits-to-host times forward() with every row's
@@ -221,6 +227,8 @@ int main(int argc, char** argv) {
   bool profile = false;
   bool logits_to_host = false;
   int small_step_tokens = 0;
+  std::string kv_dtype_arg = "bf16";
+  double memory_fraction = 0.0;
   const int profile_steps = 5;
   std::vector<int> batches{1, 8, 32, 64}, prefills{512, 2048};
   for (int i = 1; i < argc; ++i) {
@@ -254,12 +262,17 @@ int main(int argc, char** argv) {
       profile = true;
     else if (a == "--small-step-kernel-tokens")
       small_step_tokens = std::stoi(next());
+    else if (a == "--kv-cache-dtype")
+      kv_dtype_arg = next();
+    else if (a == "--gpu-memory-fraction")
+      memory_fraction = std::stod(next());
     else {
       std::fprintf(stderr,
                    "usage: cuda_forward_bench [--shape 1b|8b|tiny | --model DIR] "
                    "[--precision bf16|fp16] [--context N] [--batches 1,8,..] [--prefill 512,..] "
                    "[--logits-to-host] "
-                   "[--repeats N] [--json FILE] [--profile] [--small-step-kernel-tokens N]\n");
+                   "[--repeats N] [--json FILE] [--profile] [--small-step-kernel-tokens N] "
+                   "[--kv-cache-dtype bf16|int8|fp8] [--gpu-memory-fraction F]\n");
       return 2;
     }
   }
@@ -308,9 +321,19 @@ int main(int argc, char** argv) {
   model::CudaModelOptions options;
   options.precision = precision_name == "fp16" ? cuda::Precision::kF16 : cuda::Precision::kBF16;
   options.page_size = page_size;
-  options.num_pages = std::max(decode_pages * std::max(max_batch, 1), prefill_pages);
+  const int pages_needed = std::max(decode_pages * std::max(max_batch, 1), prefill_pages);
+  options.num_pages = memory_fraction > 0 ? 0 : pages_needed;
+  options.gpu_memory_fraction = memory_fraction;
   options.max_tokens_per_step = std::max(max_prefill, max_batch);
   options.small_step_kernel_tokens = small_step_tokens;
+  if (kv_dtype_arg == "int8") {
+    options.kv_dtype = KvDtype::kInt8;
+  } else if (kv_dtype_arg == "fp8") {
+    options.kv_dtype = KvDtype::kFp8E4M3;
+  } else if (kv_dtype_arg != "bf16" && kv_dtype_arg != "auto") {
+    std::fprintf(stderr, "--kv-cache-dtype %s: not one of bf16, int8, fp8\n", kv_dtype_arg.c_str());
+    return 2;
+  }
   const double t_upload = now_s();
   auto gpu_r = model::CudaModel::create(cpu_model, options);
   if (!gpu_r) {
@@ -319,6 +342,17 @@ int main(int argc, char** argv) {
   }
   model::CudaModel& gpu = gpu_r.value();
   const double upload_s = now_s() - t_upload;
+  const auto& kv_layout = gpu.kv_layout();
+  if (gpu.num_pages() < pages_needed) {
+    std::fprintf(stderr,
+                 "the KV pool has %d pages; the rows need %d (raise --gpu-memory-fraction)\n",
+                 gpu.num_pages(), pages_needed);
+    return 1;
+  }
+  std::printf("KV pool: %d pages of %d tokens = %lld tokens, %s pages of %zu bytes (%.2f GB)\n",
+              gpu.num_pages(), page_size, static_cast<long long>(gpu.num_pages()) * page_size,
+              kv_dtype_name(kv_layout.dtype), kv_layout.bytes_per_page(),
+              static_cast<double>(kv_layout.bytes_per_page()) * gpu.num_pages() / 1e9);
   const double bandwidth = copy_bandwidth_bytes_per_s();
   const double weight_bytes = static_cast<double>(gpu.weight_bytes());
   const double floor_s = weight_bytes / bandwidth;
@@ -488,9 +522,9 @@ int main(int argc, char** argv) {
     const double step_s = total / timed;
     // The step's floor (see the top of the file). The context grows by one per timed step;
     // the first timed step's length is close enough at these repeat counts.
-    const double elem_bytes = 2.0;  // bf16 or fp16 KV pages
-    const double kv_bytes =
-        static_cast<double>(batch) * context * spec.num_layers * 2.0 * spec.kv_dim() * elem_bytes;
+    // Every layer's K and V of a token, scales included for int8/fp8 pages.
+    const double token_bytes = static_cast<double>(kv_layout.bytes_per_page()) / page_size;
+    const double kv_bytes = static_cast<double>(batch) * context * token_bytes;
     const double memory_floor_s = (weight_bytes + kv_bytes) / bandwidth;
     const double step_flops = static_cast<double>(batch) *
                               (2.0 * params + 4.0 * spec.num_layers * context * spec.q_dim());
@@ -544,7 +578,10 @@ int main(int argc, char** argv) {
   const double used = static_cast<double>(total_bytes - free_bytes);
   std::printf("device memory in use: %.2f GB of %.2f GB (KV pool %d pages)\n", used / 1e9,
               static_cast<double>(total_bytes) / 1e9, gpu.num_pages());
-  json << "],\"device_memory_used_bytes\":" << used << "}\n";
+  json << "],\"device_memory_used_bytes\":" << used << ",\"kv_cache_dtype\":\""
+       << kv_dtype_name(kv_layout.dtype) << "\",\"kv_pool_pages\":" << gpu.num_pages()
+       << ",\"kv_pool_tokens\":" << static_cast<long long>(gpu.num_pages()) * page_size
+       << ",\"kv_page_bytes\":" << kv_layout.bytes_per_page() << "}\n";
   if (!json_path.empty()) std::ofstream(json_path) << json.str();
   return 0;
 }

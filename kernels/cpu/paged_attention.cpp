@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/kv_quant.hpp"
 #include "kernels/cpu/softmax.hpp"
 
 namespace weft::cpu {
@@ -17,13 +18,18 @@ void paged_attention(const float* q, std::size_t num_heads, const PagedKv& kv,
     const float* qh = q + h * kv.head_dim;
     const std::size_t kv_head = h / group;
     for (std::size_t j = 0; j < span; ++j) {
-      scratch[j] = dot(qh, DType::kF32, kv.key(first_pos + j, kv_head), kv.head_dim, path) * scale;
+      const std::size_t pos = first_pos + j;
+      scratch[j] = dot_kv_row(qh, kv.dtype, kv.key(pos, kv_head), kv.key_scale(pos, kv_head),
+                              kv.head_dim, path) *
+                   scale;
     }
     softmax_inplace(scratch, span);
     float* oh = out + h * kv.head_dim;
     std::fill(oh, oh + kv.head_dim, 0.0f);
     for (std::size_t j = 0; j < span; ++j) {
-      axpy(scratch[j], kv.value(first_pos + j, kv_head), oh, kv.head_dim, path);
+      const std::size_t pos = first_pos + j;
+      axpy_kv_row(scratch[j], kv.dtype, kv.value(pos, kv_head), kv.value_scale(pos, kv_head), oh,
+                  kv.head_dim, path);
     }
   }
 }

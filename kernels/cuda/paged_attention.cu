@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kv_element.cuh"
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/rope.cuh"
 
@@ -66,6 +67,14 @@ __device__ __forceinline__ std::size_t key_offset(const PagedKvView& kv, const s
          (static_cast<std::size_t>(h) * kv.page_size + p % kv.page_size) * kv.head_dim;
 }
 
+// int8/fp8 pages: the scale of position p's key row for kv head h (`value`: its value row's).
+__device__ __forceinline__ float row_scale(const PagedKvView& kv, const std::int32_t* table, int p,
+                                           int h, bool value) {
+  const int page = table[p / kv.page_size];
+  const int row = ((value ? kv.num_kv_heads : 0) + h) * kv.page_size + p % kv.page_size;
+  return detail::kv_scales(kv, page)[row];
+}
+
 // One tile of the decode kernels' online softmax, a warp per query head: turns head g's
 // `n` scores (row g of `scores`, `tile` wide) into exp(score - running max) in place, and
 // updates its running max m, sum l and the factor `corr` that rescales what was summed.
@@ -97,8 +106,10 @@ __device__ __forceinline__ void online_softmax_tile(float* scores, int tile, int
 }
 
 // Dynamic shared memory: q [G][D], scores [G][kDecodeThreads], acc [G][D], then per head
-// m, l and the rescale factor [G] each, and value-row offsets [kDecodeThreads].
-template <class T>
+// m, l and the rescale factor [G] each, and value-row offsets [kDecodeThreads]. KV is the
+// page element type: T, or int8/fp8 with a scale per row (a key's scales its scores, a value's
+// its softmax weights once they are summed).
+template <class T, class KV>
 __global__ void decode_kernel(AttentionArgs a, FlatBatchView b, PagedKvView kv,
                               const std::int32_t* query_tokens, float* workspace) {
   extern __shared__ float smem[];
@@ -117,7 +128,7 @@ __global__ void decode_kernel(AttentionArgs a, FlatBatchView b, PagedKvView kv,
   if (begin > pos) return;  // this token's context has fewer splits than the grid
   const int kvh = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
   const std::int32_t* table = b.page_ids + b.page_table_begin[b.token_seq[t]];
-  const T* pool = static_cast<const T*>(kv.pool);
+  const KV* pool = static_cast<const KV*>(kv.pool);
   const std::size_t v_shift = static_cast<std::size_t>(kv.num_kv_heads) * kv.page_size * D;
 
   const float* q =
@@ -140,12 +151,13 @@ __global__ void decode_kernel(AttentionArgs a, FlatBatchView b, PagedKvView kv,
     // Scores: a warp per key, lanes across head_dim (coalesced reads of the key row), every
     // head of the group from the one read.
     for (int i = warp; i < n; i += warps) {
-      const T* k = pool + v_off[i];
+      const KV* k = pool + v_off[i];
+      const float ks = detail::kv_scaled<KV> ? row_scale(kv, table, base + i, kvh, false) : 1.0f;
       float s[kMaxGroupInRegisters];
       for (int g = 0; g < kMaxGroupInRegisters; ++g)
         s[g] = 0.0f;
       for (int d = lane; d < D; d += 32) {
-        const float kd = detail::to_float(k[d]);
+        const float kd = detail::kv_to_float(k[d]);
 #pragma unroll
         for (int g = 0; g < kMaxGroupInRegisters; ++g)
           if (g < G) s[g] += q_s[g * D + d] * kd;
@@ -153,15 +165,15 @@ __global__ void decode_kernel(AttentionArgs a, FlatBatchView b, PagedKvView kv,
       for (int g0 = kMaxGroupInRegisters; g0 < G; ++g0) {  // larger groups: one head at a time
         float extra = 0.0f;
         for (int d = lane; d < D; d += 32)
-          extra += q_s[g0 * D + d] * detail::to_float(k[d]);
+          extra += q_s[g0 * D + d] * detail::kv_to_float(k[d]);
         extra = detail::warp_sum(extra);
-        if (lane == 0) scores[g0 * TILE + i] = extra;
+        if (lane == 0) scores[g0 * TILE + i] = detail::kv_scaled<KV> ? extra * ks : extra;
       }
 #pragma unroll
       for (int g = 0; g < kMaxGroupInRegisters; ++g) {
         if (g < G) {
           const float total = detail::warp_sum(s[g]);
-          if (lane == 0) scores[g * TILE + i] = total;
+          if (lane == 0) scores[g * TILE + i] = detail::kv_scaled<KV> ? total * ks : total;
         }
       }
     }
@@ -170,13 +182,22 @@ __global__ void decode_kernel(AttentionArgs a, FlatBatchView b, PagedKvView kv,
     __syncthreads();
     online_softmax_tile(scores, TILE, n, G, m_s, l_s, corr_s);
     __syncthreads();
+    if constexpr (detail::kv_scaled<KV>) {
+      // l has the weights' sum; the value rows' scales go into the weights from here on.
+      if (threadIdx.x < n) {
+        const float vs = row_scale(kv, table, base + threadIdx.x, kvh, true);
+        for (int g = 0; g < G; ++g)
+          scores[g * TILE + threadIdx.x] *= vs;
+      }
+      __syncthreads();
+    }
     // acc = acc * correction + p V: a thread per output dimension, coalesced over V rows.
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
       for (int g = 0; g < G; ++g) {
         const float* pg = scores + g * TILE;
         float o = acc[g * D + d] * corr_s[g];
         for (int i = 0; i < n; ++i)
-          o += pg[i] * detail::to_float(pool[v_off[i] + d]);
+          o += pg[i] * detail::kv_to_float(pool[v_off[i] + d]);
         acc[g * D + d] = o;
       }
     }
@@ -220,11 +241,15 @@ __global__ void decode_kernel(AttentionArgs a, FlatBatchView b, PagedKvView kv,
 //   results are merged in shared memory in warp order, then written as the split's record
 //   (or the output when the context is one split).
 // Every sum runs in an order fixed by the token's context alone.
-template <class T, int D, int GM>
+// KV is the page element type: T (16-byte loads), or int8/fp8 (8-byte loads) with a scale per
+// row, applied to a key's score and folded into a value's softmax weight (not into l).
+template <class T, class KV, int D, int GM>
 __global__ void __launch_bounds__(kDecodeThreads)
     decode_kernel_warp(AttentionArgs a, FlatBatchView b, PagedKvView kv,
                        const std::int32_t* query_tokens, float* workspace) {
   constexpr int kVec = 8, L = D / kVec, KW = 32 / L, U = GM >= 8 ? 2 : 4, STEP = KW * U;
+  using Vec = std::conditional_t<sizeof(KV) == 2, uint4, uint2>;  // kVec elements
+  constexpr bool kScaled = detail::kv_scaled<KV>;
   detail::grid_dependency_wait();
   constexpr int kWarps = kDecodeThreads / 32;
   __shared__ float red_acc[kWarps][GM][D];
@@ -236,7 +261,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int kvh = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
   const std::int32_t* table = b.page_ids + b.page_table_begin[b.token_seq[t]];
   const int G = a.num_heads / kv.num_kv_heads;
-  const T* pool = static_cast<const T*>(kv.pool);
+  const KV* pool = static_cast<const KV*>(kv.pool);
   const std::size_t v_shift = static_cast<std::size_t>(kv.num_kv_heads) * kv.page_size * D;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int sub = lane % L, kq = lane / L;
@@ -256,25 +281,31 @@ __global__ void __launch_bounds__(kDecodeThreads)
   }
 
   for (int base = begin + warp * STEP; base < end; base += kWarps * STEP) {
-    uint4 kr[U], vr[U];
+    Vec kr[U], vr[U];
+    float ks[U], vs[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int p = base + u * KW + kq;
-      kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+      kr[u] = vr[u] = Vec{};
+      ks[u] = vs[u] = 0.0f;
       if (p < end) {
-        const T* row = pool + key_offset(kv, table, p, kvh) + sub * kVec;
-        kr[u] = __ldg(reinterpret_cast<const uint4*>(row));
-        vr[u] = __ldg(reinterpret_cast<const uint4*>(row + v_shift));
+        const KV* row = pool + key_offset(kv, table, p, kvh) + sub * kVec;
+        kr[u] = __ldg(reinterpret_cast<const Vec*>(row));
+        vr[u] = __ldg(reinterpret_cast<const Vec*>(row + v_shift));
+        if constexpr (kScaled) {
+          ks[u] = row_scale(kv, table, p, kvh, false);
+          vs[u] = row_scale(kv, table, p, kvh, true);
+        }
       }
     }
     float s[U][GM];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const T* k = reinterpret_cast<const T*>(&kr[u]);
+      const KV* k = reinterpret_cast<const KV*>(&kr[u]);
       float kf[kVec];
 #pragma unroll
       for (int e = 0; e < kVec; ++e)
-        kf[e] = detail::to_float(k[e]);
+        kf[e] = detail::kv_to_float(k[e]);
 #pragma unroll
       for (int g = 0; g < GM; ++g) {
         float x = 0.0f;
@@ -284,6 +315,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
 #pragma unroll
         for (int o = L / 2; o > 0; o >>= 1)
           x += __shfl_xor_sync(0xffffffffu, x, o);
+        if constexpr (kScaled) x *= ks[u];
         s[u][g] = base + u * KW + kq < end ? x : -INFINITY;
       }
     }
@@ -308,10 +340,11 @@ __global__ void __launch_bounds__(kDecodeThreads)
         for (int u = 0; u < U; ++u) {
           const float pu = expf(s[u][g] - m_new);
           l[g] += pu;
-          const T* v = reinterpret_cast<const T*>(&vr[u]);
+          const float pv = kScaled ? pu * vs[u] : pu;
+          const KV* v = reinterpret_cast<const KV*>(&vr[u]);
 #pragma unroll
           for (int e = 0; e < kVec; ++e)
-            acc[g][e] += pu * detail::to_float(v[e]);
+            acc[g][e] += pv * detail::kv_to_float(v[e]);
         }
       }
     }
@@ -802,20 +835,37 @@ std::size_t tc_shared_bytes(int D, int stages) {
 using DecodeKernel = void (*)(AttentionArgs, FlatBatchView, PagedKvView, const std::int32_t*,
                               float*);
 
-template <class T, int D>
+template <class T, class KV, int D>
 DecodeKernel decode_warp_for_group(int G) {
-  if (G <= 1) return decode_kernel_warp<T, D, 1>;
-  if (G <= 2) return decode_kernel_warp<T, D, 2>;
-  if (G <= 4) return decode_kernel_warp<T, D, 4>;
-  return decode_kernel_warp<T, D, 8>;
+  if (G <= 1) return decode_kernel_warp<T, KV, D, 1>;
+  if (G <= 2) return decode_kernel_warp<T, KV, D, 2>;
+  if (G <= 4) return decode_kernel_warp<T, KV, D, 4>;
+  return decode_kernel_warp<T, KV, D, 8>;
 }
 
-// The warp kernel for (D, G), or nullptr where the scalar decode_kernel runs. Head dims
-// 64, 128 and 256 take the tensor-core kernel; the warp kernel serves head_dim 32.
-template <class T>
+// The warp kernel for (D, G), or nullptr where the scalar decode_kernel runs. With 16-bit
+// pages head dims 64, 128 and 256 take the tensor-core kernel and the warp kernel serves
+// head_dim 32; int8/fp8 pages take the warp kernel for all four (the tensor-core kernel reads
+// 16-bit tiles only).
+template <class T, class KV>
 DecodeKernel decode_warp_kernel(int D, int G) {
-  if (G > kMaxGroupInRegisters || D != 32) return nullptr;
-  return decode_warp_for_group<T, 32>(G);
+  if (G > kMaxGroupInRegisters) return nullptr;
+  if constexpr (detail::kv_scaled<KV>) {
+    switch (D) {
+      case 32:
+        return decode_warp_for_group<T, KV, 32>(G);
+      case 64:
+        return decode_warp_for_group<T, KV, 64>(G);
+      case 128:
+        return decode_warp_for_group<T, KV, 128>(G);
+      case 256:
+        return decode_warp_for_group<T, KV, 256>(G);
+      default:
+        return nullptr;
+    }
+  }
+  if (D != 32) return nullptr;
+  return decode_warp_for_group<T, KV, 32>(G);
 }
 
 // Combines a token's splits: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M), the
@@ -861,8 +911,9 @@ __global__ void combine_kernel(AttentionArgs a, FlatBatchView b, int head_dim,
 }
 
 // Dynamic shared memory: q [Q][D] fp32, k and v [kKeyTile][D] in T, p [Q][kKeyTile + 1],
-// then per row m, l, rescale [Q] and the rows' positions [Q].
-template <class T>
+// then per row m, l, rescale [Q] and the rows' positions [Q]. KV is the page element type:
+// T, or int8/fp8 rows widened times their scale into the T tiles.
+template <class T, class KV>
 __global__ void prefill_kernel(AttentionArgs a, FlatBatchView b, PagedKvView kv,
                                const PrefillTile* tiles) {
   extern __shared__ float smem[];
@@ -882,7 +933,7 @@ __global__ void prefill_kernel(AttentionArgs a, FlatBatchView b, PagedKvView kv,
 
   const int seq = b.token_seq[tile.first_token];
   const std::int32_t* table = b.page_ids + b.page_table_begin[seq];
-  const T* pool = static_cast<const T*>(kv.pool);
+  const KV* pool = static_cast<const KV*>(kv.pool);
   const std::size_t v_shift = static_cast<std::size_t>(kv.num_kv_heads) * kv.page_size * D;
 
   for (int i = threadIdx.x; i < Q * D; i += blockDim.x) {
@@ -915,8 +966,15 @@ __global__ void prefill_kernel(AttentionArgs a, FlatBatchView b, PagedKvView kv,
       // read consecutive addresses instead of one bank 32 times.
       if (j < n) {
         const std::size_t off = key_offset(kv, table, base + j, kvh);
-        k_s[d * K + j] = pool[off + d];
-        v_s[i] = pool[off + v_shift + d];
+        if constexpr (detail::kv_scaled<KV>) {
+          const float ks = row_scale(kv, table, base + j, kvh, false);
+          const float vs = row_scale(kv, table, base + j, kvh, true);
+          k_s[d * K + j] = detail::from_float<T>(detail::kv_to_float(pool[off + d]) * ks);
+          v_s[i] = detail::from_float<T>(detail::kv_to_float(pool[off + v_shift + d]) * vs);
+        } else {
+          k_s[d * K + j] = pool[off + d];
+          v_s[i] = pool[off + v_shift + d];
+        }
       } else {
         k_s[d * K + j] = detail::from_float<T>(0.0f);
         v_s[i] = detail::from_float<T>(0.0f);
@@ -1453,8 +1511,12 @@ void allow_dynamic_shared_memory(K* kernel, int bytes) {
 
 template <class T>
 void allow_all_shared_memory(int bytes) {
-  cudaFuncSetAttribute(decode_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  cudaFuncSetAttribute(prefill_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  cudaFuncSetAttribute(decode_kernel<T, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  cudaFuncSetAttribute(prefill_kernel<T, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  for (auto* k : {decode_kernel<T, detail::KvInt8>, decode_kernel<T, detail::KvFp8>})
+    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  for (auto* k : {prefill_kernel<T, detail::KvInt8>, prefill_kernel<T, detail::KvFp8>})
+    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   for (int D : {64, 128, 256})
     allow_dynamic_shared_memory(decode_tc_kernel<T>(D, 8), bytes);
   cudaFuncSetAttribute(prefill_kernel_tc<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
@@ -1484,7 +1546,8 @@ void prepare_attention_kernels() {
   (void)prepared;
 }
 
-bool decode_attention_applies_rope(int num_heads, int num_kv_heads, int head_dim) {
+bool decode_attention_applies_rope(int num_heads, int num_kv_heads, int head_dim, KvDtype dtype) {
+  if (kv_dtype_scaled(dtype)) return false;  // the tensor-core kernel reads 16-bit pages
   if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0) return false;
   return decode_tc_kernel<__nv_bfloat16>(head_dim, num_heads / num_kv_heads) != nullptr;
 }
@@ -1507,20 +1570,21 @@ void decode_attention(const AttentionArgs& args, const FlatBatchView& batch, con
   const int G = args.num_heads / kv.num_kv_heads, D = kv.head_dim;
   const int splits = decode_splits(max_context);
   const dim3 grid(kv.num_kv_heads, num_queries, splits);
-  WEFT_DISPATCH_PRECISION(kv.precision, {
-    if (TcKernel tc = decode_tc_kernel<T>(D, G)) {
+  WEFT_DISPATCH_KV(kv, {
+    TcKernel tc = detail::kv_scaled<KV> ? nullptr : decode_tc_kernel<T>(D, G);
+    if (tc != nullptr) {
       // Two stages when some token's split spans more than one tile.
       const int chunk = splits > 1 ? split_positions(max_context) : max_context;
       const int stages = chunk > kStageKeys ? 2 : 1;
       detail::launch(tc, grid, kDecodeThreads, tc_shared_bytes(D, stages), stream, args, batch, kv,
                      query_tokens, workspace, stages);
-    } else if (auto* warp_kernel = decode_warp_kernel<T>(D, G)) {
+    } else if (auto* warp_kernel = decode_warp_kernel<T, KV>(D, G)) {
       detail::launch(warp_kernel, grid, kDecodeThreads, 0, stream, args, batch, kv, query_tokens,
                      workspace);
     } else {
       const std::size_t shared = sizeof(float) * (2 * G * D + G * kDecodeThreads + 3 * G + 1) +
                                  sizeof(std::size_t) * kDecodeThreads + 8;
-      detail::launch(decode_kernel<T>, grid, kDecodeThreads, shared, stream, args, batch, kv,
+      detail::launch(decode_kernel<T, KV>, grid, kDecodeThreads, shared, stream, args, batch, kv,
                      query_tokens, workspace);
     }
     if (splits > 1) {
@@ -1530,7 +1594,8 @@ void decode_attention(const AttentionArgs& args, const FlatBatchView& batch, con
   });
 }
 
-int prefill_tile_queries(int head_dim) {
+int prefill_tile_queries(int head_dim, KvDtype dtype) {
+  if (kv_dtype_scaled(dtype)) return kPrefillTileQueries;  // the CUDA-core kernel
   return tensor_core_prefill(head_dim) ? kTcRows : kPrefillTileQueries;
 }
 
@@ -1546,8 +1611,9 @@ void prefill_attention(const AttentionArgs& args, const FlatBatchView& batch, co
     const char* v = std::getenv("WEFT_PREFILL_ATTENTION");
     return v != nullptr && std::strcmp(v, "wmma") == 0;
   }();
+  const bool quantized = kv_dtype_scaled(kv.dtype);
   const int mma_shared = static_cast<int>(prefill_mma_shared(D));
-  if (mma_shared > 0 && !wmma_only) {
+  if (mma_shared > 0 && !wmma_only && !quantized) {
     WEFT_DISPATCH_PRECISION(kv.precision, {
       prefill_mma_kernel<T>(
           D)<<<dim3(args.num_heads, num_tiles), kMmaThreads, mma_shared, stream>>>(args, batch, kv,
@@ -1555,7 +1621,7 @@ void prefill_attention(const AttentionArgs& args, const FlatBatchView& batch, co
     });
     return;
   }
-  if (tensor_core_prefill(D)) {
+  if (tensor_core_prefill(D) && !quantized) {
     const auto shared = static_cast<int>(tc_layout(D).bytes);
     WEFT_DISPATCH_PRECISION(kv.precision, {
       prefill_kernel_tc<T><<<grid, kTcThreads, shared, stream>>>(args, batch, kv, tiles);
@@ -1565,8 +1631,8 @@ void prefill_attention(const AttentionArgs& args, const FlatBatchView& batch, co
   constexpr int Q = kPrefillTileQueries;
   const std::size_t shared = sizeof(float) * Q * D + 2 * kHalfBytes * kKeyTile * D +
                              sizeof(float) * (Q * (kKeyTile + 1) + 3 * Q) + sizeof(int) * Q;
-  WEFT_DISPATCH_PRECISION(kv.precision, {
-    prefill_kernel<T><<<grid, kPrefillThreads, shared, stream>>>(args, batch, kv, tiles);
+  WEFT_DISPATCH_KV(kv, {
+    prefill_kernel<T, KV><<<grid, kPrefillThreads, shared, stream>>>(args, batch, kv, tiles);
   });
 }
 

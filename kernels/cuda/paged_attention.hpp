@@ -28,7 +28,12 @@
 //   head) walks the keys in tiles of 32 with an online softmax (FlashAttention's recurrence),
 //   staging K and V tiles in shared memory. Straightforward CUDA-core code, no tensor cores.
 //
-// Softmax and accumulation are fp32; q comes fp32 from the rope kernel, K/V are 16-bit.
+// Softmax and accumulation are fp32; q comes fp32 from the rope kernel, K/V are 16-bit, or
+// int8/fp8 (e4m3) with a scale per (token, kv head) row (kernels/kv_dtype.hpp). Quantized
+// pages take the CUDA-core kernels: decode the warp kernel for head_dim 32, 64, 128 and 256
+// with 8-byte loads (a key's scale multiplies its score, a value's its softmax weight), the
+// scalar one otherwise; prefill the CUDA-core kernel, which widens each K/V tile times its
+// rows' scales into 16-bit shared memory. The tensor-core kernels read 16-bit pages only.
 
 #include <cuda_runtime_api.h>
 
@@ -68,9 +73,10 @@ inline constexpr int kMaxDecodeSplits = 32;
 void prepare_attention_kernels();
 
 // Whether decode_attention applies the rotary embedding and stores keys and values itself
-// (AttentionArgs::rope_inv_freq) for this shape: head_dim 64, 128 or 256 and at most 8 query
-// heads per kv head (the tensor-core kernel).
-bool decode_attention_applies_rope(int num_heads, int num_kv_heads, int head_dim);
+// (AttentionArgs::rope_inv_freq) for this shape: head_dim 64, 128 or 256, at most 8 query
+// heads per kv head and 16-bit pages (the tensor-core kernel).
+bool decode_attention_applies_rope(int num_heads, int num_kv_heads, int head_dim,
+                                   KvDtype dtype = KvDtype::kBF16);
 
 // The decode grid's depth (splits) for tokens whose longest context is max_context: a CUDA
 // graph of a decode step stays valid while this and the batch shape do not change.
@@ -99,9 +105,9 @@ inline constexpr int kPrefillTileQueries = 32;
 // Query tokens per prefill tile: 64 where a tensor-core kernel runs (head_dim 64 or 128: a
 // FlashAttention-2-style mma.sync kernel with Q, S, P and O in registers; other multiples of
 // 16 up to 256: 16x16x16 WMMA products through shared memory; both bf16/fp16 inputs, fp32
-// accumulators, q*scale and P rounded to 16 bits as FlashAttention does), else
-// kPrefillTileQueries for the CUDA-core kernel.
-int prefill_tile_queries(int head_dim);
+// accumulators, q*scale and P rounded to 16 bits as FlashAttention does), else (and for
+// int8/fp8 pages) kPrefillTileQueries for the CUDA-core kernel.
+int prefill_tile_queries(int head_dim, KvDtype dtype = KvDtype::kBF16);
 
 // Attention for the tokens of `tiles` ([num_tiles] on the device).
 void prefill_attention(const AttentionArgs& args, const FlatBatchView& batch, const PagedKvView& kv,

@@ -1,23 +1,30 @@
 #pragma once
 // How kernels see the device KV pool and the step's flat batch. The pool has the CPU
-// KvCache's layout (runtime/model/kv_cache.hpp) in a 16-bit type: page after page, each page
-// holding per layer K [num_kv_heads][page_size][head_dim] then V in the same shape.
+// KvCache's layout (runtime/model/kv_cache.hpp): page after page, each page holding per layer
+// K [num_kv_heads][page_size][head_dim] then V in the same shape, in the model's 16-bit type
+// or, for int8/fp8 pages, one byte per element followed by K's and V's scales
+// ([num_kv_heads][page_size] fp32 each; kernels/kv_dtype.hpp says how they are chosen).
 
 #include <cstddef>
 #include <cstdint>
 
 #include "kernels/cuda/precision.hpp"
+#include "kernels/kv_dtype.hpp"
 
 namespace weft::cuda {
 
 struct PagedKvView {
-  void* pool = nullptr;  // first page, 16-bit elements
+  void* pool = nullptr;  // first page
+  // The attention output's type, and the elements' where dtype is kBF16 or kF16.
   Precision precision = Precision::kBF16;
-  std::size_t page_elems = 0;    // elements per page (every layer)
+  std::size_t page_elems = 0;    // elements per page (every layer; bytes for int8/fp8)
   std::size_t layer_offset = 0;  // elements from a page's start to this layer's K block
   int page_size = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
+  // kInt8 or kFp8E4M3: quantized pages; any other: elements in `precision`.
+  KvDtype dtype = KvDtype::kBF16;
+  std::size_t scales_offset = 0;  // int8/fp8: bytes from a layer's K block to its K scales
 };
 
 // Device arrays describing the step's tokens; all int32.

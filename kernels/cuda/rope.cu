@@ -1,4 +1,5 @@
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kv_element.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/rope.hpp"
 
@@ -7,7 +8,8 @@ namespace {
 
 constexpr int kMaxHalf = 128;
 
-template <class T>
+// KV: the page element type (T, or int8/fp8: each row quantized by a warp with its scale).
+template <class KV>
 __global__ void rope_store_kv_kernel(RopeArgs a, FlatBatchView b, PagedKvView kv) {
   const int t = blockIdx.x;
   const int D = kv.head_dim, NH = a.num_heads, NKV = kv.num_kv_heads;
@@ -50,14 +52,27 @@ __global__ void rope_store_kv_kernel(RopeArgs a, FlatBatchView b, PagedKvView kv
   }
   const int page = b.page_ids[b.page_table_begin[seq] + pos / kv.page_size];
   const int slot = pos % kv.page_size;
-  T* block =
-      static_cast<T*>(kv.pool) + static_cast<std::size_t>(page) * kv.page_elems + kv.layer_offset;
-  const std::size_t v_offset = static_cast<std::size_t>(NKV) * kv.page_size * D;
-  for (int i = threadIdx.x; i < NKV * D; i += blockDim.x) {
-    const int h = i / D, d = i % D;
-    const std::size_t at = (static_cast<std::size_t>(h) * kv.page_size + slot) * D + d;
-    block[at] = detail::from_float<T>(row[(NH + h) * D + d]);
-    block[v_offset + at] = detail::from_float<T>(row[(NH + NKV + h) * D + d]);
+  KV* block =
+      static_cast<KV*>(kv.pool) + static_cast<std::size_t>(page) * kv.page_elems + kv.layer_offset;
+  if constexpr (detail::kv_scaled<KV>) {
+    // A warp per row: the k heads' rows, then the v heads' (r = NKV + h), as in the page.
+    float* scales = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(block) +
+                                             kv.scales_offset);
+    const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    for (int r = warp; r < 2 * NKV; r += warps) {
+      const int at = r * kv.page_size + slot;
+      const float scale =
+          detail::kv_quantize_row_warp<KV>(row + (NH + r) * D, D, block + static_cast<std::size_t>(at) * D);
+      if ((threadIdx.x & 31) == 0) scales[at] = scale;
+    }
+  } else {
+    const std::size_t v_offset = static_cast<std::size_t>(NKV) * kv.page_size * D;
+    for (int i = threadIdx.x; i < NKV * D; i += blockDim.x) {
+      const int h = i / D, d = i % D;
+      const std::size_t at = (static_cast<std::size_t>(h) * kv.page_size + slot) * D + d;
+      block[at] = detail::from_float<KV>(row[(NH + h) * D + d]);
+      block[v_offset + at] = detail::from_float<KV>(row[(NH + NKV + h) * D + d]);
+    }
   }
 }
 
@@ -112,6 +127,10 @@ __global__ void rope_store_kv_flat_kernel(RopeArgs a, FlatBatchView b, PagedKvVi
 void rope_store_kv(const RopeArgs& args, const FlatBatchView& batch, const PagedKvView& kv,
                    cudaStream_t stream) {
   if (batch.num_tokens == 0) return;
+  if (kv_dtype_scaled(kv.dtype)) {  // a row's scale needs the whole row: a warp per row
+    WEFT_DISPATCH_KV(kv, { rope_store_kv_kernel<KV><<<batch.num_tokens, 256, 0, stream>>>(args, batch, kv); });
+    return;
+  }
   if (args.qkv_bias == nullptr && args.rotary_dim == kv.head_dim && kv.head_dim % 2 == 0 &&
       batch.num_tokens <= 65535) {
     const int items =

@@ -198,25 +198,20 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
       }
       const auto& seq = batch.sequences[seq_of[t]];
       const auto pos = static_cast<std::size_t>(batch.positions[t]);
-      float* block = kv.layer_block(seq.page_table[pos / page_size], static_cast<int>(l));
-      const std::size_t slot = pos % page_size;
-      for (std::size_t kh = 0; kh < NKV; ++kh) {
-        std::memcpy(block + (kh * page_size + slot) * D, k.data() + t * KVD + kh * D,
-                    D * sizeof(float));
-        std::memcpy(block + ((NKV + kh) * page_size + slot) * D, v.data() + t * KVD + kh * D,
-                    D * sizeof(float));
-      }
+      kv.store_token(seq.page_table[pos / page_size], static_cast<int>(l),
+                     static_cast<int>(pos % page_size), k.data() + t * KVD, v.data() + t * KVD);
     }
     const bool windowed = spec_.layer_uses_window(static_cast<int>(l));
     pool.parallel_for(T, [&](std::size_t begin, std::size_t end) {
       std::vector<float> scratch(max_context);
-      std::vector<const float*> pages;
+      std::vector<const void*> pages;
       for (std::size_t t = begin; t < end; ++t) {
         const auto& seq = batch.sequences[seq_of[t]];
         pages.clear();
         for (auto page : seq.page_table)
-          pages.push_back(kv.layer_block(page, static_cast<int>(l)));
-        const cpu::PagedKv view{pages.data(), page_size, NKV, D};
+          pages.push_back(kv.layer_bytes(page, static_cast<int>(l)));
+        const cpu::PagedKv view{
+            pages.data(), page_size, NKV, D, kv.layout().dtype, kv.layout().scales_offset()};
         const auto pos = static_cast<std::size_t>(batch.positions[t]);
         const std::size_t window = static_cast<std::size_t>(spec_.sliding_window);
         const std::size_t first = windowed && pos + 1 > window ? pos + 1 - window : 0;

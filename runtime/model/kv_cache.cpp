@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cpu/kv_quant.hpp"
+
 namespace weft::model {
 
 KvCache::KvCache(KvLayout layout, int num_pages) : layout_(layout), num_pages_(num_pages) {
@@ -10,7 +12,8 @@ KvCache::KvCache(KvLayout layout, int num_pages) : layout_(layout), num_pages_(n
       layout.num_kv_heads <= 0 || layout.head_dim <= 0) {
     throw std::invalid_argument("KvCache: pages, page_size and layout dimensions must be positive");
   }
-  data_.assign(layout_.floats_per_page() * static_cast<std::size_t>(num_pages), 0.0f);
+  const std::size_t bytes = layout_.bytes_per_page() * static_cast<std::size_t>(num_pages);
+  data_.assign((bytes + sizeof(float) - 1) / sizeof(float), 0.0f);
   free_.reserve(static_cast<std::size_t>(num_pages));
   for (int p = num_pages - 1; p >= 0; --p)
     free_.push_back(p);
@@ -29,6 +32,29 @@ void KvCache::release_page(int page) {
                             " is not in [0, " + std::to_string(num_pages_) + ")");
   }
   free_.push_back(page);
+}
+
+void KvCache::store_token(int page, int layer, int slot, const float* k, const float* v) noexcept {
+  unsigned char* block = layer_bytes(page, layer);
+  const auto heads = static_cast<std::size_t>(layout_.num_kv_heads);
+  const auto page_size = static_cast<std::size_t>(layout_.page_size);
+  const auto dim = static_cast<std::size_t>(layout_.head_dim);
+  const std::size_t element = kv_element_bytes(layout_.dtype);
+  auto* scales = reinterpret_cast<float*>(block + layout_.scales_offset());
+  const bool scaled = kv_dtype_scaled(layout_.dtype);
+  for (std::size_t kh = 0; kh < heads; ++kh) {
+    // Row indices in the block: K's rows, then V's.
+    const std::size_t k_row = kh * page_size + static_cast<std::size_t>(slot);
+    const std::size_t v_row = (heads + kh) * page_size + static_cast<std::size_t>(slot);
+    const float k_scale =
+        cpu::store_kv_row(layout_.dtype, k + kh * dim, dim, block + k_row * dim * element);
+    const float v_scale =
+        cpu::store_kv_row(layout_.dtype, v + kh * dim, dim, block + v_row * dim * element);
+    if (scaled) {
+      scales[k_row] = k_scale;
+      scales[v_row] = v_scale;
+    }
+  }
 }
 
 }  // namespace weft::model

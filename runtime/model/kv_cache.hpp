@@ -8,6 +8,8 @@
 #include <optional>
 #include <vector>
 
+#include "kernels/kv_dtype.hpp"
+
 namespace weft::model {
 
 struct KvLayout {
@@ -15,15 +17,35 @@ struct KvLayout {
   int num_kv_heads = 0;
   int head_dim = 0;
   int page_size = 16;  // tokens per page
+  // The element type of K and V (kernels/kv_dtype.hpp). The quantized ones add a scale per
+  // (token, kv head) row after the elements.
+  KvDtype dtype = KvDtype::kF32;
 
-  // One layer's block in a page: K [num_kv_heads][page_size][head_dim], then V alike.
+  // One layer's block in a page: K [num_kv_heads][page_size][head_dim], then V alike
+  // (elements, whatever their type), then for the quantized types K's scales
+  // [num_kv_heads][page_size] fp32 and V's alike, from 16-byte aligned offsets.
   std::size_t floats_per_layer_block() const {
     return 2 * static_cast<std::size_t>(num_kv_heads) * page_size * head_dim;
   }
   std::size_t floats_per_page() const { return floats_per_layer_block() * num_layers; }
+  // Bytes from a layer block's start to its K scales (the elements' bytes, aligned).
+  std::size_t scales_offset() const {
+    const std::size_t bytes = floats_per_layer_block() * kv_element_bytes(dtype);
+    return kv_dtype_scaled(dtype) ? align16(bytes) : bytes;
+  }
+  std::size_t bytes_per_layer_block() const {
+    if (!kv_dtype_scaled(dtype)) return scales_offset();
+    return align16(scales_offset() +
+                   2 * static_cast<std::size_t>(num_kv_heads) * page_size * sizeof(float));
+  }
+  std::size_t bytes_per_page() const { return bytes_per_layer_block() * num_layers; }
+
+ private:
+  static std::size_t align16(std::size_t n) { return (n + 15) / 16 * 16; }
 };
 
-// fp32 pages in one heap allocation, made once (DESIGN.md: the pool is sized at start).
+// Pages in one heap allocation, made once (DESIGN.md: the pool is sized at start), holding
+// elements of layout.dtype.
 class KvCache {
  public:
   KvCache(KvLayout layout, int num_pages);
@@ -40,16 +62,24 @@ class KvCache {
   std::optional<int> allocate_page();
   void release_page(int page);
 
-  float* layer_block(int page, int layer) noexcept {
-    return data_.data() + static_cast<std::size_t>(page) * layout_.floats_per_page() +
-           static_cast<std::size_t>(layer) * layout_.floats_per_layer_block();
+  // A layer's block of a page (KvLayout's layout); as floats for an f32 cache.
+  unsigned char* layer_bytes(int page, int layer) noexcept {
+    return reinterpret_cast<unsigned char*>(data_.data()) +
+           static_cast<std::size_t>(page) * layout_.bytes_per_page() +
+           static_cast<std::size_t>(layer) * layout_.bytes_per_layer_block();
   }
+  float* layer_block(int page, int layer) noexcept {
+    return reinterpret_cast<float*>(layer_bytes(page, layer));
+  }
+  // Stores one token's keys and values (k and v: [num_kv_heads][head_dim] floats) into slot
+  // `slot` of a page's layer block, converted to (quantized into) the layout's dtype.
+  void store_token(int page, int layer, int slot, const float* k, const float* v) noexcept;
 
  private:
   KvLayout layout_;
   int num_pages_;
-  std::vector<float> data_;
-  std::vector<int> free_;  // a stack, so the most recently freed (cache-warm) page goes first
+  std::vector<float> data_;  // floats for their alignment; bytes_per_page() each page
+  std::vector<int> free_;    // a stack, so the most recently freed (cache-warm) page goes first
 };
 
 }  // namespace weft::model

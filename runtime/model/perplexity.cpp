@@ -56,7 +56,9 @@ Result<PerplexityResult> sliding_window_perplexity(const Model& model,
     }
   }
 
-  KvCache kv(model.kv_layout(o.page_size), (o.window + o.page_size - 1) / o.page_size);
+  KvLayout layout = model.kv_layout(o.page_size);
+  layout.dtype = o.kv_dtype;
+  KvCache kv(layout, (o.window + o.page_size - 1) / o.page_size);
   std::vector<std::int32_t> page_table;
   while (static_cast<int>(page_table.size()) < kv.num_pages()) {
     page_table.push_back(*kv.allocate_page());

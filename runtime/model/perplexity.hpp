@@ -22,6 +22,7 @@ struct PerplexityOptions {
   int stride = 256;
   int chunk = 256;  // tokens per forward step: bounds the logits' memory
   int page_size = 16;
+  KvDtype kv_dtype = KvDtype::kF32;  // the KV pages' element type (kernels/kv_dtype.hpp)
 };
 
 struct PerplexityResult {

@@ -26,14 +26,14 @@ TEST(PagedAttention, MatchesContiguousAttentionWithGqaAndWindow) {
       x = dist(rng);
   const std::vector<int> table{3, 0, 2, 1};  // deliberately out of order
   std::vector<float> storage(4 * 2 * kv_heads * page * dim, 0.0f);
-  std::vector<const float*> pages;
+  std::vector<const void*> pages;
   for (int p : table)
     pages.push_back(storage.data() + p * 2 * kv_heads * page * dim);
   PagedKv kv{pages.data(), page, kv_heads, dim};
   for (std::size_t pos = 0; pos < len; ++pos) {
     for (std::size_t h = 0; h < kv_heads; ++h) {
-      float* k = const_cast<float*>(kv.key(pos, h));
-      float* v = const_cast<float*>(kv.value(pos, h));
+      auto* k = static_cast<float*>(const_cast<void*>(kv.key(pos, h)));
+      auto* v = static_cast<float*>(const_cast<void*>(kv.value(pos, h)));
       for (std::size_t d = 0; d < dim; ++d) {
         k[d] = keys[(pos * kv_heads + h) * dim + d];
         v[d] = values[(pos * kv_heads + h) * dim + d];

@@ -459,7 +459,7 @@ void check_attention(Precision p, int context, int window, bool prefill,
     ref_scale = 1.0f;
   }
   for (int t = 0; t < T; ++t) {
-    std::vector<const float*> blocks;
+    std::vector<const void*> blocks;
     for (int page : table)
       blocks.push_back(pool_r.data() + page * ps.page_elems() + kv.layer_offset);
     const cpu::PagedKv view{blocks.data(), static_cast<std::size_t>(ps.page_size),

@@ -63,6 +63,7 @@ struct BenchOptions {
   int top_k = 0;
   int page_size = 16;
   std::int64_t kv_budget_mb = 256;
+  std::string kv_cache_dtype = "auto";
   int max_tokens_per_step = 512;
   int max_running = 256;
   std::string admission = "reserve";
@@ -235,6 +236,7 @@ int run_bench(const BenchOptions& o) {
   config.gpu_memory_fraction = o.gpu_memory_fraction;
   config.page_size = o.page_size;
   config.kv_budget_bytes = o.kv_budget_mb << 20;
+  config.kv_cache_dtype = o.kv_cache_dtype;
   config.max_tokens_per_step = o.max_tokens_per_step;
   config.max_running = o.max_running;
   config.admission = o.admission;
@@ -383,6 +385,9 @@ int run_bench(const BenchOptions& o) {
       {"itl_ms_p99", percentile(itl, 99)},
       {"peak_kv_pages", metrics.kv_pages_peak},
       {"kv_pages_total", metrics.kv_pages_total},
+      {"kv_cache_dtype", metrics.kv_cache_dtype},
+      {"kv_page_bytes", metrics.kv_page_bytes},
+      {"kv_pool_tokens", metrics.kv_pool_tokens},
       {"preemptions", metrics.preemptions},
       {"steps", metrics.steps},
       {"input_tokens", input_tokens},
@@ -419,9 +424,10 @@ int run_bench(const BenchOptions& o) {
               static_cast<double>(output_tokens) / seconds);
   std::printf(
       "TTFT p50 %.1f ms, p99 %.1f ms; TPOT p50 %.2f ms, p99 %.2f ms; ITL p50 %.2f ms, p99 %.2f "
-      "ms; peak KV %d/%d pages\n",
+      "ms; peak KV %d/%d pages (%s KV, %lld tokens)\n",
       percentile(ttft, 50), percentile(ttft, 99), percentile(tpot, 50), percentile(tpot, 99),
-      percentile(itl, 50), percentile(itl, 99), metrics.kv_pages_peak, metrics.kv_pages_total);
+      percentile(itl, 50), percentile(itl, 99), metrics.kv_pages_peak, metrics.kv_pages_total,
+      metrics.kv_cache_dtype.c_str(), static_cast<long long>(metrics.kv_pool_tokens));
   if (format.constrained()) {
     // The overlap: masks for step N+1 are computed while its forward pass runs; only what is
     // left when the logits arrive delays sampling. On a GPU the wait is counted from the
@@ -511,6 +517,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--page-size", opts->page_size, "KV page size in tokens")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  cmd->add_option("--kv-cache-dtype", opts->kv_cache_dtype, kKvCacheDtypeHelp)
+      ->capture_default_str();
   cmd->add_option("--kv-budget-mb", opts->kv_budget_mb, "KV pool size in MiB")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));

@@ -61,6 +61,7 @@ struct GenerateOptions {
   float length_penalty = 1.0f;
   int n_best = 1;
   std::string device = "auto";
+  std::string kv_cache_dtype = "auto";
   std::string format = "text";
   bool ignore_eos = false;
   unsigned threads = 0;
@@ -186,6 +187,8 @@ int run_generate(const GenerateOptions& o) {
   };
   auto device = actors::parse_device(o.device);
   if (!device) return fail(std::string("--device: ") + device.error().what());
+  auto kv_dtype = actors::resolve_kv_cache_dtype(o.kv_cache_dtype, *device);
+  if (!kv_dtype) return fail(std::string("--kv-cache-dtype: ") + kv_dtype.error().what());
   if (o.tensor_parallel > 1) {
     if (device->cuda) {
       return fail(
@@ -283,7 +286,8 @@ int run_generate(const GenerateOptions& o) {
 
   const std::int64_t capacity =
       static_cast<std::int64_t>(prompt.size()) + std::max(o.max_tokens, 0);
-  const auto layout = model.kv_layout(o.page_size);
+  auto layout = model.kv_layout(o.page_size);
+  layout.dtype = *kv_dtype;
   const std::int64_t pages = std::max<std::int64_t>(1, (capacity + o.page_size - 1) / o.page_size);
   // The whole KV cache is allocated up front; refuse a size that cannot be, instead of
   // failing inside the allocator.
@@ -530,6 +534,8 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--page-size", opts->page_size, "KV cache page size in tokens")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  cmd->add_option("--kv-cache-dtype", opts->kv_cache_dtype, kKvCacheDtypeHelp)
+      ->capture_default_str();
   cmd->add_option("--tensor-parallel", opts->tensor_parallel,
                   "split the model over N processes started by mpirun -np N (Megatron layout: "
                   "heads and MLP split per rank; CPU backend; docs/parallel.md)")

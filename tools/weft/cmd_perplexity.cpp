@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/device_backend.hpp"
 #include "loaders/mapped_file.hpp"
 #include "loaders/model_loader.hpp"
 #include "loaders/tokenizer_json.hpp"
@@ -34,6 +35,7 @@ struct PerplexityOptions {
   int chunk = 256;
   unsigned threads = 0;
   int page_size = 16;
+  std::string kv_cache_dtype = "auto";
   std::string format = "text";
 };
 
@@ -61,6 +63,9 @@ int run_perplexity(const PerplexityOptions& o) {
     std::cerr << "weft perplexity: " << message << '\n';
     return 1;
   };
+  // Perplexity runs on the CPU: auto is f32 there.
+  auto kv_dtype = actors::resolve_kv_cache_dtype(o.kv_cache_dtype, actors::DeviceChoice{});
+  if (!kv_dtype) return fail(std::string("--kv-cache-dtype: ") + kv_dtype.error().what());
   auto file = MappedFile::open(o.file);
   if (!file) return fail(file.error().what());
 
@@ -80,7 +85,7 @@ int run_perplexity(const PerplexityOptions& o) {
   const std::size_t n = ids.size();
 
   cpu::ThreadPool pool(o.threads);
-  model::PerplexityOptions options{o.window, o.stride, o.chunk, o.page_size};
+  model::PerplexityOptions options{o.window, o.stride, o.chunk, o.page_size, *kv_dtype};
   Progress progress;
   auto result = model::sliding_window_perplexity(
       model, ids, options, pool,
@@ -89,10 +94,15 @@ int run_perplexity(const PerplexityOptions& o) {
   const double ppl = result->perplexity;
   const std::size_t scored = result->tokens_scored;
   if (o.format == "json") {
-    boost::json::object out{{"perplexity", ppl},       {"mean_nll", result->mean_nll},
-                            {"tokens_scored", scored}, {"tokens", n},
-                            {"window", o.window},      {"stride", o.stride},
-                            {"file", o.file},          {"model", o.model_dir}};
+    boost::json::object out{{"perplexity", ppl},
+                            {"mean_nll", result->mean_nll},
+                            {"tokens_scored", scored},
+                            {"tokens", n},
+                            {"window", o.window},
+                            {"stride", o.stride},
+                            {"kv_cache_dtype", kv_dtype_name(*kv_dtype)},
+                            {"file", o.file},
+                            {"model", o.model_dir}};
     std::cout << boost::json::serialize(out) << '\n';
   } else {
     std::printf("perplexity %.4f over %zu tokens (window %d, stride %d)\n", ppl, scored, o.window,
@@ -128,6 +138,8 @@ void add_perplexity_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--page-size", opts->page_size, "KV cache page size in tokens")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  cmd->add_option("--kv-cache-dtype", opts->kv_cache_dtype, kKvCacheDtypeHelp)
+      ->capture_default_str();
   cmd->add_option("--format", opts->format, "text: one line; json: one object")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json"}));

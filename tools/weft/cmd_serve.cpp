@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_future.hpp>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -46,6 +47,7 @@ struct ServeOptions {
   std::string tool_call_format = "auto";
   std::string prefix_cache = "on";
   std::string device = "auto";
+  std::string kv_cache_dtype = "auto";
   double gpu_memory_fraction = 0.0;
   double shutdown_timeout_s = 30;
   int tensor_parallel = 1;
@@ -105,6 +107,7 @@ int run_serve(const ServeOptions& opts) {
     }
     config.gpu_memory_fraction = opts.gpu_memory_fraction;
     config.max_running = opts.max_running;
+    config.kv_cache_dtype = opts.kv_cache_dtype;
     auto tp = start_tensor_parallel("serve", opts.tensor_parallel, config);
     if (tp.exit_code) return *tp.exit_code;
     config.tensor_parallel = tp.group;
@@ -141,6 +144,12 @@ int run_serve(const ServeOptions& opts) {
     std::cout << "weft serve: " << model.name << " on http://" << endpoint.address().to_string()
               << ':' << endpoint.port() << " (WebSocket: ws://" << endpoint.address().to_string()
               << ':' << endpoint.port() << "/ws)" << std::endl;
+    {
+      const EngineMetrics m = engine.metrics(asio::use_future).get();
+      std::cout << "weft serve: KV pool of " << m.kv_pool_tokens << " tokens (" << m.kv_pages_total
+                << " pages of " << m.kv_page_bytes << " bytes, " << m.kv_cache_dtype << " KV)"
+                << std::endl;
+    }
 
     // After the engine has stopped, live answers still hold their final `shutdown` events:
     // let the sessions send them (for at most 5 s) before the loop stops.
@@ -270,6 +279,8 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-running", opts->max_running, "sequences in one batch at most")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
+  cmd->add_option("--kv-cache-dtype", opts->kv_cache_dtype, kKvCacheDtypeHelp)
+      ->capture_default_str();
   add_tensor_parallel_option(cmd, opts->tensor_parallel);
   cmd->add_option("--prefix-cache", opts->prefix_cache,
                   "on: keep finished requests' full KV pages and reuse them for any request "

@@ -3,6 +3,7 @@
 #include <csignal>
 #include <iostream>
 
+#include "actors/device_backend.hpp"
 #include "loaders/model_loader.hpp"
 #include "runtime/parallel/mpi_communicator.hpp"
 #include "runtime/parallel/step_broadcast.hpp"
@@ -52,7 +53,11 @@ TensorParallelStart start_tensor_parallel(const std::string& command, int ranks,
   options.tensor_parallel_rank = rank;
   auto loaded = load_model(config.model_dir, options);
   if (!loaded) return abort_all(loaded.error().what());
-  const auto layout = loaded->model.kv_layout(config.page_size);
+  auto layout = loaded->model.kv_layout(config.page_size);
+  // The same KV element type as the leader's pool (tensor parallelism runs on the CPU).
+  auto kv_dtype = actors::resolve_kv_cache_dtype(config.kv_cache_dtype, actors::DeviceChoice{});
+  if (!kv_dtype) return abort_all(kv_dtype.error().what());
+  layout.dtype = *kv_dtype;
   auto followed = parallel::follow_tensor_parallel_leader(
       *group, [&](int num_pages) -> Result<std::unique_ptr<model::ForwardBackend>> {
         return std::unique_ptr<model::ForwardBackend>(std::make_unique<model::CpuForwardBackend>(

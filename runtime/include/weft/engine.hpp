@@ -59,7 +59,11 @@ struct EngineConfig {
   int max_tokens_per_step = 512;               // prefill chunks + decodes per step
   int max_running = 256;                       // sequences in one batch at most
   std::string admission = "reserve";           // "reserve" (never over-commit) or "optimistic"
-  unsigned cpu_threads = 0;                    // 0: one per core
+  // The KV pages' element type: "auto" (f32 on the CPU, bf16 on a GPU), "f32", "bf16",
+  // "fp16", "int8" or "fp8" (e4m3). int8 and fp8 keep a scale per (token, kv head) and hold
+  // about twice bf16's tokens in the same budget (docs/engine.md#kv-cache-dtype).
+  std::string kv_cache_dtype = "auto";
+  unsigned cpu_threads = 0;  // 0: one per core
   // On a GPU: > 0 sizes the KV pool from the device instead of kv_budget_bytes, so that the
   // process uses this fraction of the GPU's memory in all (weights, buffers, KV).
   double gpu_memory_fraction = 0.0;
@@ -185,6 +189,11 @@ struct EngineMetrics {
   int kv_pages_total = 0;
   int kv_pages_used = 0;  // pages live requests hold (cached pages nobody uses not counted)
   int kv_pages_peak = 0;
+  // The pool's element type as resolved ("f32", "bf16", "fp16", "int8", "fp8"), its bytes
+  // per page (scales included) and the tokens it holds (pages * page_size).
+  std::string kv_cache_dtype;
+  std::int64_t kv_page_bytes = 0;
+  std::int64_t kv_pool_tokens = 0;
   // Prefix caching: pages the cache holds (some may be in use too), prompt tokens looked up
   // at admission and the part found (not computed again), pages evicted for new work.
   int kv_pages_cached = 0;

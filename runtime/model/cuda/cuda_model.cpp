@@ -93,10 +93,10 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     const char* v = std::getenv("WEFT_L2_PREFETCH_TOKENS");
     return v != nullptr ? std::atoi(v) : 64;
   }();
-  const bool fused_rope =
-      fused_rope_allowed && R > 0 && R == spec.head_dim &&
-      spec.rope.order != RopeOrder::kInterleaved &&
-      cuda::decode_attention_applies_rope(spec.num_heads, spec.num_kv_heads, spec.head_dim);
+  const bool fused_rope = fused_rope_allowed && R > 0 && R == spec.head_dim &&
+                          spec.rope.order != RopeOrder::kInterleaved &&
+                          cuda::decode_attention_applies_rope(spec.num_heads, spec.num_kv_heads,
+                                                              spec.head_dim, layout.dtype);
   std::size_t page_words = 0;
   for (const auto& seq : batch.sequences)
     page_words += seq.page_table.size();
@@ -138,7 +138,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   std::memcpy(words + L.tokens, batch.tokens.data(), T * sizeof(std::int32_t));
   std::memcpy(words + L.positions, batch.positions.data(), T * sizeof(std::int32_t));
   int decode_count = 0, tile_count = 0, decode_context = 0, row = 0;
-  const int tile_queries = cuda::prefill_tile_queries(spec.head_dim);
+  const int tile_queries = cuda::prefill_tile_queries(spec.head_dim, layout.dtype);
   std::size_t page_at = 0;
   for (int s = 0; s < S; ++s) {
     const auto& seq = batch.sequences[static_cast<std::size_t>(s)];
@@ -210,7 +210,12 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   cuda::PagedKvView kvv;
   kvv.pool = kv.get();
   kvv.precision = options.precision;
-  kvv.page_elems = layout.floats_per_page();
+  kvv.dtype = layout.dtype;
+  // Elements of the page's type: bytes for int8/fp8, whose scales sit scales_offset bytes
+  // into each layer's block.
+  const std::size_t element_bytes = kv_element_bytes(layout.dtype);
+  kvv.page_elems = layout.bytes_per_page() / element_bytes;
+  kvv.scales_offset = layout.scales_offset();
   kvv.page_size = layout.page_size;
   kvv.num_kv_heads = layout.num_kv_heads;
   kvv.head_dim = layout.head_dim;
@@ -287,7 +292,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       ra.interleaved = spec.rope.order == RopeOrder::kInterleaved;
       ra.inv_freq = dev_f + L.inv_freq;
       ra.attention_factor = dev_f + L.factor;
-      kvv.layer_offset = l * layout.floats_per_layer_block();
+      kvv.layer_offset = l * (layout.bytes_per_layer_block() / element_bytes);
       cuda::AttentionArgs aa;
       aa.q = qkv_out.as<float>();
       aa.q_stride = static_cast<std::size_t>(qkv_width);

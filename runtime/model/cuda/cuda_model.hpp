@@ -26,6 +26,10 @@ struct CudaModelOptions {
   int device = 0;
   cuda::Precision precision = cuda::Precision::kBF16;
   int page_size = 16;
+  // The KV pages' element type: kBF16 or kF16 store K and V in `precision` (either spelling),
+  // kInt8 and kFp8E4M3 one byte per element with a scale per (token, kv head) row
+  // (kernels/kv_dtype.hpp), about half the bytes; kF32 is refused.
+  KvDtype kv_dtype = KvDtype::kBF16;
   // KV pages in the pool; 0: as many as fit in gpu_memory_fraction of the device's total
   // memory once the weights and step buffers (and whatever else the process holds) are in.
   int num_pages = 0;

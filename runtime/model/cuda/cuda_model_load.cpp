@@ -137,6 +137,14 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
   s->spec = spec;
   s->options = options;
   s->layout = model.kv_layout(options.page_size);
+  if (options.kv_dtype == KvDtype::kF32) {
+    return Error(ErrorCode::kUnsupported,
+                 "CUDA model: kv cache dtype f32 is not supported (bf16, int8 or fp8)");
+  }
+  // 16-bit pages hold the model's own precision; the quantized ones their bytes and scales.
+  s->layout.dtype = kv_dtype_scaled(options.kv_dtype)             ? options.kv_dtype
+                    : options.precision == cuda::Precision::kBF16 ? KvDtype::kBF16
+                                                                  : KvDtype::kF16;
   if (auto err = cudaSetDevice(options.device); err != cudaSuccess) {
     return cuda_error(err, "selecting device " + std::to_string(options.device));
   }
@@ -241,7 +249,7 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
   if (auto r = s->reserve_step(std::max(1, options.max_tokens_per_step)); !r) return r.error();
 
   // The KV pool, last, from what is left.
-  const std::size_t page_bytes = s->layout.floats_per_page() * cuda::kHalfBytes;
+  const std::size_t page_bytes = s->layout.bytes_per_page();
   int pages = options.num_pages;
   if (pages <= 0) {
     std::size_t free_bytes = 0, total_bytes = 0;

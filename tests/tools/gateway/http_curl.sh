@@ -130,6 +130,8 @@ done
 if [[ $cancelled -gt $before ]]; then echo "ok   disconnect_cancels"; else echo "FAIL disconnect_cancels: cancelled count stayed $cancelled"; failures=$((failures + 1)); fi
 expect metrics_after '# HELP weft_requests_running.*weft_kv_pages_used 0 .*weft_requests_finished_total\{finish_reason="length"\} [1-9]' \
   "$(curl -s "$url/metrics" | tr '\n' ' ')"
+expect metrics_kv_pool 'weft_kv_pool_tokens [1-9][0-9.e+]* .*weft_kv_page_bytes [1-9][0-9.e+]* ' \
+  "$(curl -s "$url/metrics" | tr '\n' ' ')"
 expect metrics_latency_histograms 'weft_time_to_first_token_seconds_bucket\{le="0.001"\} [0-9]+ .*weft_time_to_first_token_seconds_count [1-9][0-9]* .*weft_inter_token_latency_seconds_bucket\{le="\+Inf"\} [1-9][0-9]* ' \
   "$(curl -s "$url/metrics" | tr '\n' ' ')"
 post /v1/completions '{"prompt":"Code:","max_tokens":12,"response_format":{"type":"regex","regex":"[A-Z]{3}-[0-9]{4}"}}' >/dev/null
