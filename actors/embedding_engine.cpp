@@ -33,7 +33,9 @@ class EmbeddingActor : public Actor {
         return fail(std::move(handler), Error(ErrorCode::kShutdown, "the engine is shutting down"));
       }
       const auto id = job.id;
-      waiting_[id] = Waiting{std::move(handler), prompt_tokens};
+      // Constructed in place: Boost 1.81's any_completion_handler move-assignment wraps the
+      // handler in itself and recurses until the stack runs out.
+      waiting_.emplace(id, Waiting{std::move(handler), prompt_tokens});
       queue_.push(std::move(job));
       metrics_.waiting = static_cast<int>(waiting_.size());
       if (!step_posted_) {

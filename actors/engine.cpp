@@ -112,6 +112,11 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   auto loaded = load_model(s.config.model_dir, load_options);
   if (!loaded) throw loaded.error();
   if (loaded->encoder) {
+    if (s.config.device != "cpu" && s.config.device != "auto") {
+      throw Error(ErrorCode::kUnsupported,
+                  "device \"" + s.config.device + "\": " + loaded->full_spec.architecture +
+                      " is an encoder-only model, which runs on the CPU only so far");
+    }
     auto tokenizer = loaders::load_tokenizer(s.config.model_dir);
     if (!tokenizer) throw tokenizer.error();
     s.vocab_size = loaded->encoder->spec().vocab_size;

@@ -15,5 +15,6 @@ void add_generate_command(CLI::App& app, int& exit_code);
 void add_perplexity_command(CLI::App& app, int& exit_code);
 void add_bench_command(CLI::App& app, int& exit_code);
 void add_serve_command(CLI::App& app, int& exit_code);
+void add_embed_command(CLI::App& app, int& exit_code);
 
 }  // namespace weft::cli
