@@ -1,11 +1,10 @@
 # weft embed and POST /v1/embeddings on the committed random-weight BERT
 # (tests/fixtures/bert/random_tiny, made by tests/fixtures/bert/make_random_bert.py).
 set(bert_tiny ${CMAKE_SOURCE_DIR}/tests/fixtures/bert/random_tiny)
-set(one_vector "\\{\"index\":0,\"tokens\":4,\"embedding\":\\[(-?[0-9][^,]*,){31}-?[0-9][^,\\]]*\\]\\}\n")
 
 add_test(NAME weft_embed_texts COMMAND sh -c "\"$<TARGET_FILE:weft>\" embed --model ${bert_tiny} 'hello world' x 2>&1; echo exit=$?")
 set_tests_properties(weft_embed_texts PROPERTIES PASS_REGULAR_EXPRESSION
-  "^${one_vector}\\{\"index\":1,\"tokens\":3,\"embedding\":\\[[^]]+\\]\\}\nexit=0\n$")
+  "^\\{\"index\":0,\"tokens\":4,\"embedding\":\\[-?[0-9][^]]*\\]\\}\n\\{\"index\":1,\"tokens\":3,\"embedding\":\\[[^]]+\\]\\}\nexit=0\n$")
 # Text and its token ids ([CLS] hello world [SEP]) give the same vector; a bad line stops with
 # its number.
 add_test(NAME weft_embed_jsonl COMMAND sh -c "printf '%s\\n' '\"hello world\"' '[2,100,101,3]' | \"$<TARGET_FILE:weft>\" embed --model ${bert_tiny} --jsonl --pooling cls --normalize > embed_jsonl.out 2>&1; echo exit=$?; sed -n 's/^{\"index\":[01],//p' embed_jsonl.out | uniq | wc -l")
