@@ -143,10 +143,14 @@ EmbeddingEngine::EmbeddingEngine(const asio::any_io_executor& executor, LoadedMo
 }
 
 EmbeddingEngine::~EmbeddingEngine() {
+  stopping_.store(true);
+  // A tokenization already posted ends soon (it sees stopping_ or hands its job over); one
+  // whose executor no longer runs never starts, so the wait is bounded.
+  for (int i = 0; i < 5000 && tokenizing_.load() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   // Stopped on the model's thread itself, so this never waits for the caller's executor.
   std::promise<void> done;
   auto stopped = done.get_future();
-  stopping_.store(true);
   actor_->stop([&done] { done.set_value(); });
   stopped.wait();
   work_.reset();
@@ -181,11 +185,18 @@ void EmbeddingEngine::embed(EmbedRequest request,
                                             : "input: give texts or token ids, not both"));
   }
   // Tokenized on the caller's executor: the model's thread only runs steps.
+  tokenizing_.fetch_add(1);
   asio::post(executor_, [this, fail, request = std::move(request),
                          handler = std::move(handler)]() mutable {
-    static std::atomic<std::uint64_t> next_id{1};
+    struct Done {
+      std::atomic<int>& count;
+      ~Done() { count.fetch_sub(1); }
+    } done{tokenizing_};
+    if (stopping_.load()) {
+      return fail(std::move(handler), Error(ErrorCode::kShutdown, "the engine is shutting down"));
+    }
     model::EmbedJob job;
-    job.id = next_id.fetch_add(1);
+    job.id = next_job_id_.fetch_add(1);
     const auto& spec = model().spec();
     switch (request.pooling) {
       case EmbeddingPooling::kModelDefault:

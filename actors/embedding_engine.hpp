@@ -48,6 +48,10 @@ class EmbeddingEngine {
   std::thread device_thread_;
   std::unique_ptr<EmbeddingActor> actor_;
   std::atomic<bool> stopping_{false};
+  // Requests being tokenized on the caller's executor: the destructor waits for them, since
+  // each ends by handing its job to actor_.
+  std::atomic<int> tokenizing_{0};
+  std::atomic<std::uint64_t> next_job_id_{1};
 };
 
 }  // namespace weft::actors
