@@ -22,6 +22,7 @@
 #include "actors/constraint_actor.hpp"
 #include "actors/detokenizer_actor.hpp"
 #include "actors/device_backend.hpp"
+#include "actors/embedding_engine.hpp"
 #include "actors/executor_actor.hpp"
 #include "actors/kv_allocator_actor.hpp"
 #include "actors/sampler_actor.hpp"
@@ -65,6 +66,8 @@ struct Engine::Impl {
   // made first and destroyed last.
   std::unique_ptr<actors::KvAllocatorActor> kv_allocator;
   std::unique_ptr<actors::SchedulerActor> scheduler;
+  // An encoder-only model runs here instead of the generation actors above (all null then).
+  std::unique_ptr<actors::EmbeddingEngine> embedding;
   // Response formats compile here, off the actors' executor, so the step loop never waits for
   // one; two threads, so a request waits for its own grammar rather than for another's.
   std::unique_ptr<grammar::ConstraintCompiler> constraint_compiler;
@@ -113,8 +116,25 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
       if (group != nullptr) parallel::stop_tensor_parallel_followers(*group);
     }
   } stop_followers{group};
+  load_options.allow_encoder = group == nullptr;
   auto loaded = load_model(s.config.model_dir, load_options);
   if (!loaded) throw loaded.error();
+  if (loaded->encoder) {
+    if (s.config.device != "cpu" && s.config.device != "auto") {
+      throw Error(ErrorCode::kUnsupported,
+                  "device \"" + s.config.device + "\": " + loaded->full_spec.architecture +
+                      " is an encoder-only model, which runs on the CPU only so far");
+    }
+    auto tokenizer = loaders::load_tokenizer(s.config.model_dir);
+    if (!tokenizer) throw tokenizer.error();
+    s.vocab_size = loaded->encoder->spec().vocab_size;
+    s.context_length = loaded->encoder->max_sequence_length();
+    s.embedding = std::make_unique<actors::EmbeddingEngine>(
+        executor, std::move(loaded.value()), tokenizer->tokenizer, s.config.max_tokens_per_step,
+        s.config.cpu_threads);
+    log_info("engine: encoder-only model; embeddings on the CPU");
+    return;
+  }
   s.loaded = std::move(loaded.value());
   const model::Model& model = s.loaded.model;
   s.vocab_size = model.spec().vocab_size;
@@ -215,6 +235,10 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
 
 Engine::~Engine() {
   Impl& s = *impl_;
+  if (s.embedding) {
+    s.embedding.reset();  // stops on its own thread; waits for nothing else
+    return;
+  }
   if (!s.stopped.load()) {
     auto done = shutdown(asio::use_future);
     if (done.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
@@ -245,11 +269,19 @@ int Engine::context_length() const {
   return impl_->context_length;
 }
 
+bool Engine::embeds() const {
+  return impl_->embedding != nullptr;
+}
+int Engine::embedding_size() const {
+  return impl_->embedding ? impl_->embedding->model().spec().hidden_size : 0;
+}
+
 void Engine::cancel(std::uint64_t request_id) {
-  impl_->scheduler->cancel(request_id);
+  if (impl_->scheduler) impl_->scheduler->cancel(request_id);
 }
 
 void Engine::metrics_impl(asio::any_completion_handler<MetricsSignature> handler) {
+  if (impl_->embedding) return impl_->embedding->metrics(std::move(handler));
   // The scheduler counts pages; the pool's element type and size are the engine's.
   auto executor = asio::get_associated_executor(handler, impl_->executor);
   impl_->scheduler->metrics(
@@ -262,8 +294,31 @@ void Engine::metrics_impl(asio::any_completion_handler<MetricsSignature> handler
       }));
 }
 
+void Engine::embed_impl(EmbedRequest request,
+                        asio::any_completion_handler<EmbedSignature> handler) {
+  Impl& s = *impl_;
+  if (!s.embedding) {
+    return actors::complete(
+        std::move(handler), s.executor,
+        std::make_exception_ptr(Error(ErrorCode::kUnsupported,
+                                      s.loaded.full_spec.architecture +
+                                          " is a decoder-only model; embeddings need an "
+                                          "encoder-only one (BERT family, docs/embeddings.md)")),
+        EmbedResult{});
+  }
+  s.embedding->embed(std::move(request), std::move(handler));
+}
+
 void Engine::shutdown_impl(asio::any_completion_handler<DoneSignature> handler) {
   Impl& s = *impl_;
+  if (s.embedding) {
+    s.stopping.store(true);
+    s.embedding->shutdown([&s, handler = std::move(handler)](std::exception_ptr error) mutable {
+      s.stopped.store(true);
+      actors::complete(std::move(handler), s.executor, error);
+    });
+    return;
+  }
   s.stopping.store(true);
   s.scheduler->shutdown([&s, handler = std::move(handler)](std::exception_ptr error) mutable {
     s.stopped.store(true);
@@ -280,6 +335,13 @@ void Engine::submit_impl(GenerateRequest request,
   };
   if (s.stopping.load()) {
     return fail(std::move(handler), Error(ErrorCode::kShutdown, "the engine is shutting down"));
+  }
+  if (s.embedding) {
+    return fail(std::move(handler),
+                Error(ErrorCode::kUnsupported,
+                      s.embedding->model().spec().architecture +
+                          " is an encoder-only model: it embeds text (Engine::embed, POST "
+                          "/v1/embeddings) and does not generate"));
   }
   if (auto ok = sampling::validate(request.sampling, s.vocab_size); !ok) {
     return fail(std::move(handler), ok.error());

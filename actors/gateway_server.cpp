@@ -12,6 +12,7 @@
 #include <chrono>
 #include <sstream>
 
+#include "actors/gateway_embeddings.hpp"
 #include "actors/gateway_websocket.hpp"
 
 namespace weft::gateway {
@@ -368,6 +369,30 @@ asio::awaitable<bool> serve_generation(beast::tcp_stream& stream, const Request&
   }
 }
 
+// POST /v1/embeddings: parsed by gateway_embeddings, run by Engine::embed (batched with
+// other requests' inputs), answered in OpenAI's shape.
+asio::awaitable<bool> serve_embeddings(beast::tcp_stream& stream, const Request& req,
+                                       GatewayState& state, bool keep_alive) {
+  ++state.live_generations;
+  struct Done {
+    GatewayState& state;
+    ~Done() { --state.live_generations; }
+  } done{state};
+  if (const Refusal why = refusal_for_new_generation(state); why != Refusal::kNone) {
+    Reply reply = refusal_reply(why, state);
+    co_return co_await write_reply(stream, req, reply, keep_alive);
+  }
+  auto parsed = parse_embeddings_request(req.body(), state.model, state.engine.embedding_size());
+  if (!parsed) {
+    Reply reply = reply_for(parsed.error());
+    co_return co_await write_reply(stream, req, reply, keep_alive);
+  }
+  auto [e, result] = co_await state.engine.embed(parsed->request, kTuple);
+  Reply reply = e ? reply_for(as_error(e))
+                  : Reply{http::status::ok, embeddings_response_json(result, *parsed, state.model)};
+  co_return co_await write_reply(stream, req, reply, keep_alive);
+}
+
 // One request: routes it and writes the answer; false when the connection should close.
 asio::awaitable<bool> serve(beast::tcp_stream& stream, const Request& req, GatewayState& state) {
   const bool keep_alive = req.keep_alive();
@@ -419,7 +444,7 @@ asio::awaitable<bool> serve(beast::tcp_stream& stream, const Request& req, Gatew
       co_return co_await write_reply(stream, req, reply, keep_alive);
     }
   }
-  if (path == "/v1/completions" || path == "/v1/chat/completions") {
+  if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/embeddings") {
     if (!post) {
       Reply reply = method_not_allowed("POST");
       co_return co_await write_reply(stream, req, reply, keep_alive);
@@ -432,6 +457,8 @@ asio::awaitable<bool> serve(beast::tcp_stream& stream, const Request& req, Gatew
         co_return co_await write_reply(stream, req, reply, keep_alive);
       }
     }
+    if (path == "/v1/embeddings")
+      co_return co_await serve_embeddings(stream, req, state, keep_alive);
     co_return co_await serve_generation(
         stream, req, state, path == "/v1/completions" ? Api::kCompletions : Api::kChat, keep_alive);
   }

@@ -4,6 +4,7 @@
 
 #include "loaders/bundled_path.hpp"
 #include "loaders/gguf_model.hpp"
+#include "loaders/model_spec_encoder.hpp"
 #include "loaders/model_spec_file.hpp"
 #include "runtime/parallel/partition_plan.hpp"
 #include "runtime/parallel/sharded_weights.hpp"
@@ -48,6 +49,24 @@ Result<LoadedModel> load_model(const std::filesystem::path& dir, const LoadOptio
   model::WeightLookup lookup{[weights](const std::string& name) { return weights->find(name); },
                              [weights](const std::string& name) { return weights->origin(name); },
                              dir.string()};
+  if (spec->network == model::Network::kEncoderOnly) {
+    if (!options.allow_encoder) {
+      return Error(ErrorCode::kUnsupported,
+                   dir.string() + ": " + spec->architecture +
+                       " is an encoder-only model: it embeds text rather than generating it "
+                       "(use `weft embed`, or POST /v1/embeddings on `weft serve`)");
+    }
+    if (options.tensor_parallel_size > 1) {
+      return Error(ErrorCode::kUnsupported,
+                   dir.string() + ": encoder-only models do not run tensor-parallel");
+    }
+    if (auto ok = read_sentence_transformers_pooling(dir, spec->encoder); !ok) return ok.error();
+    auto encoder = model::EncoderModel::create(spec.value(), lookup);
+    if (!encoder) return encoder.error();
+    out.full_spec = spec.value();
+    out.encoder = std::move(encoder.value());
+    return out;
+  }
   auto model = model::Model::create(spec.value(), lookup);
   if (!model) return model.error();
   out.full_spec = spec.value();

@@ -5,8 +5,10 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "loaders/safetensors.hpp"
+#include "runtime/model/encoder_model.hpp"
 #include "runtime/model/model.hpp"
 #include "weft/error.hpp"
 
@@ -20,13 +22,21 @@ struct LoadOptions {
   // communicator. Shapes the group size does not divide are refused.
   int tensor_parallel_size = 1;
   int tensor_parallel_rank = 0;
+  // Encoder-only models (BERT family) load into LoadedModel::encoder only when the caller
+  // can run them (the Engine's embeddings); otherwise they are refused with a message
+  // pointing at `weft embed`.
+  bool allow_encoder = false;
 };
 
 struct LoadedModel {
   std::filesystem::path spec_file;
   model::GenerationDefaults generation;
   std::shared_ptr<const WeightFiles> weights;  // the mapped files the model's views point into
-  model::Model model;
+  model::Model model;                          // decoder-only networks
+  // Encoder-only networks (BERT family): `model` is then empty. Its spec's pooling and
+  // normalize come from the spec file, overridden by a sentence-transformers folder's
+  // 1_Pooling/config.json and modules.json.
+  std::optional<model::EncoderModel> encoder;
   model::ModelSpec full_spec;  // the whole model's spec (model.spec() is the rank's shard)
 };
 

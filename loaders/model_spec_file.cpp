@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "loaders/mapped_file.hpp"
+#include "loaders/model_spec_encoder.hpp"
 
 namespace weft {
 namespace {
@@ -464,6 +465,9 @@ Result<model::ModelSpec> read_model_spec(const std::filesystem::path& spec_file,
     if (field.error() == simdjson::NO_SUCH_FIELD) continue;
     if (field.get(name)) return r.spec_error(std::string("tensors.") + key, "must be a string");
     *target = std::string(name);
+  }
+  if (s.network == model::Network::kEncoderOnly) {
+    if (auto ok = read_encoder_spec(spec_file, config_json, s); !ok) return ok.error();
   }
   if (auto problem = model::validate(s)) {
     return Error(ErrorCode::kInvalidArgument, config_json.string() + " with spec " +

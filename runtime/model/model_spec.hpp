@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/model/encoder_spec.hpp"
+
 namespace weft::model {
 
 enum class Network { kDecoderOnly, kEncoderOnly, kEncoderDecoder };
@@ -79,6 +81,7 @@ struct ModelSpec {
   bool tied_embeddings = false;
 
   TensorNames tensors;
+  EncoderSpec encoder;  // network kEncoderOnly only
 
   int q_dim() const { return num_heads * head_dim; }
   int kv_dim() const { return num_kv_heads * head_dim; }

@@ -217,7 +217,8 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "serve",
       "Serve a model over HTTP (OpenAI-compatible /v1/completions, /v1/chat/completions, "
-      "/v1/models, /health, /metrics) and WebSocket (/ws) on one port.");
+      "/v1/models, /health, /metrics; /v1/embeddings for an encoder-only model such as BERT) and "
+      "WebSocket (/ws) on one port.");
   auto opts = std::make_shared<ServeOptions>();
   add_model_option(cmd, opts->model_dir);
   cmd->add_option("--host", opts->gateway.host, "IP address to listen on")->capture_default_str();

@@ -15,6 +15,7 @@ void add_generate_command(CLI::App& app, int& exit_code);
 void add_perplexity_command(CLI::App& app, int& exit_code);
 void add_bench_command(CLI::App& app, int& exit_code);
 void add_serve_command(CLI::App& app, int& exit_code);
+void add_embed_command(CLI::App& app, int& exit_code);
 
 // --kv-cache-dtype's help, the same on every command that takes it.
 inline constexpr const char* kKvCacheDtypeHelp =

@@ -120,6 +120,24 @@ struct GenerateRequest {
   ResponseFormat response_format;
 };
 
+// Embeddings from an encoder-only model (BERT family, docs/embeddings.md): each input is run
+// whole, prefill only, batched with other requests' inputs, and its last hidden states pooled
+// into one vector.
+enum class EmbeddingPooling { kModelDefault, kMean, kCls };
+
+struct EmbedRequest {
+  // Exactly one of these holds the inputs.
+  std::vector<std::string> texts;  // encoded with special tokens ([CLS] ... [SEP])
+  std::vector<std::vector<std::int32_t>> token_ids;  // ids as they are
+  EmbeddingPooling pooling = EmbeddingPooling::kModelDefault;
+  std::optional<bool> normalize;  // L2-normalize; unset: the model's default
+};
+
+struct EmbedResult {
+  std::vector<std::vector<float>> embeddings;  // one per input, in order
+  int prompt_tokens = 0;                       // tokens of every input, special ones included
+};
+
 enum class FinishReason { kStop, kLength, kCancelled, kShutdown, kError };
 std::string_view to_string(FinishReason reason) noexcept;
 
@@ -261,6 +279,22 @@ class Engine {
         token, std::move(request));
   }
 
+  using EmbedSignature = void(std::exception_ptr, EmbedResult);
+
+  // Embeds the request's inputs (encoder-only models; a decoder-only engine fails with
+  // kUnsupported). Errors: no inputs, both texts and token ids, an input empty after
+  // tokenization or longer than the model's positions, a token id outside the vocabulary
+  // (each naming input[i]), or an engine shutting down (kShutdown).
+  template <class Token>
+  auto embed(EmbedRequest request, Token&& token) {
+    return boost::asio::async_initiate<Token, EmbedSignature>(
+        [this](auto handler, EmbedRequest r) {
+          embed_impl(std::move(r),
+                     boost::asio::any_completion_handler<EmbedSignature>(std::move(handler)));
+        },
+        token, std::move(request));
+  }
+
   // Ends a live request (all its samples) with finish reason kCancelled and frees its KV
   // pages at once. An unknown or finished id is a no-op.
   void cancel(std::uint64_t request_id);
@@ -288,12 +322,17 @@ class Engine {
   // What the engine runs: useful for clients that size requests.
   int vocab_size() const;
   int context_length() const;
+  // Whether the model is encoder-only: embed() works and submit() does not.
+  bool embeds() const;
+  int embedding_size() const;  // 0 for a decoder-only model
 
  private:
   void submit_impl(GenerateRequest request,
                    boost::asio::any_completion_handler<SubmitSignature> handler);
   void shutdown_impl(boost::asio::any_completion_handler<DoneSignature> handler);
   void metrics_impl(boost::asio::any_completion_handler<MetricsSignature> handler);
+  void embed_impl(EmbedRequest request,
+                  boost::asio::any_completion_handler<EmbedSignature> handler);
   void start(GenerateRequest request, std::shared_ptr<const grammar::CompiledGrammar> grammar,
              boost::asio::any_completion_handler<SubmitSignature> handler);
 
