@@ -333,8 +333,8 @@ Result<void> EncoderModel::encode(const EncodeBatch& batch, std::vector<float>& 
       for (std::size_t t = begin; t < end; ++t) {
         const std::size_t s = seq_of[t];
         const auto len = static_cast<std::size_t>(batch.lengths[s]);
-        const float* page = blocks[s].data();
-        const cpu::PagedKv view{&page, len, NH, D};
+        const void* page = blocks[s].data();
+        const cpu::PagedKv view{&page, len, NH, D, KvDtype::kF32};
         cpu::paged_attention(q.data() + t * H, NH, view, 0, len - 1, scale, attn.data() + t * H,
                              scratch.data(), path);
       }
