@@ -9,7 +9,7 @@ namespace weft::cpu {
 
 void paged_attention(const float* q, std::size_t num_heads, const PagedKv& kv,
                      std::size_t first_pos, std::size_t last_pos, float scale, float* out,
-                     float* scratch, KernelPath path) {
+                     float* scratch, KernelPath path, const float* alibi_slopes) {
   path = resolve(path);
   const std::size_t group = num_heads / kv.num_kv_heads;
   const std::size_t span = last_pos - first_pos + 1;
@@ -18,6 +18,12 @@ void paged_attention(const float* q, std::size_t num_heads, const PagedKv& kv,
     const std::size_t kv_head = h / group;
     for (std::size_t j = 0; j < span; ++j) {
       scratch[j] = dot(qh, DType::kF32, kv.key(first_pos + j, kv_head), kv.head_dim, path) * scale;
+    }
+    if (alibi_slopes != nullptr) {
+      for (std::size_t j = 0; j < span; ++j) {
+        const auto distance = static_cast<float>(first_pos + j) - static_cast<float>(last_pos);
+        scratch[j] += alibi_slopes[h] * distance;
+      }
     }
     softmax_inplace(scratch, span);
     float* oh = out + h * kv.head_dim;
