@@ -1,0 +1,679 @@
+// Each zoo family's spec file + Weft's CPU forward against a plain reference written from the
+// Hugging Face modeling semantics (zoo_reference.hpp), on random weights laid out and named as
+// transformers saves them. The transformers-made fixtures (zoo_fixture_test.cpp) check the
+// same against transformers itself once they are generated; this test needs nothing external.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "kernels/cpu/embedding.hpp"
+#include "kernels/cpu/paged_attention.hpp"
+#include "loaders/model_loader.hpp"
+#include "loaders/model_spec_file.hpp"
+#include "runtime/model/alibi.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/model/rope_frequencies.hpp"
+#include "tests/runtime/model/zoo_reference.hpp"
+
+namespace weft {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::zoo::Dims;
+using testing::zoo::Family;
+using testing::zoo::Vec;
+using testing::zoo::Weights;
+namespace ref = testing::zoo;
+
+struct Case {
+  const char* name;
+  Family family;
+  const char* spec_file;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name;
+}
+
+std::string config_json(Family f, const Dims& d) {
+  auto n = [](int v) { return std::to_string(v); };
+  switch (f) {
+    case Family::kGpt2:
+      return R"({"architectures":["GPT2LMHeadModel"],"model_type":"gpt2","vocab_size":)" +
+             n(d.vocab) + R"(,"n_embd":)" + n(d.hidden) + R"(,"n_layer":)" + n(d.layers) +
+             R"(,"n_head":)" + n(d.heads) + R"(,"n_positions":)" + n(d.max_pos) +
+             R"(,"n_inner":null,"activation_function":"gelu_new","layer_norm_epsilon":1e-5})";
+    case Family::kOpt:
+    case Family::kOptPost:
+      return R"({"architectures":["OPTForCausalLM"],"model_type":"opt","vocab_size":)" +
+             n(d.vocab) + R"(,"hidden_size":)" + n(d.hidden) + R"(,"ffn_dim":)" + n(d.inter) +
+             R"(,"num_hidden_layers":)" + n(d.layers) + R"(,"num_attention_heads":)" + n(d.heads) +
+             R"(,"max_position_embeddings":)" + n(d.max_pos) + R"(,"do_layer_norm_before":)" +
+             (f == Family::kOpt ? "true" : "false") +
+             R"(,"activation_function":"relu","enable_bias":true,"word_embed_proj_dim":)" +
+             n(d.hidden) + "}";
+    case Family::kGemma:
+      return R"({"architectures":["GemmaForCausalLM"],"model_type":"gemma","vocab_size":)" +
+             n(d.vocab) + R"(,"hidden_size":)" + n(d.hidden) + R"(,"intermediate_size":)" +
+             n(d.inter) + R"(,"num_hidden_layers":)" + n(d.layers) + R"(,"num_attention_heads":)" +
+             n(d.heads) + R"(,"num_key_value_heads":1,"head_dim":)" + n(d.head_dim) +
+             R"(,"hidden_act":"gelu","hidden_activation":"gelu_pytorch_tanh","rms_norm_eps":1e-6,"rope_theta":10000.0})";
+    case Family::kPhi3:
+      return R"({"architectures":["Phi3ForCausalLM"],"model_type":"phi3","vocab_size":)" +
+             n(d.vocab) + R"(,"hidden_size":)" + n(d.hidden) + R"(,"intermediate_size":)" +
+             n(d.inter) + R"(,"num_hidden_layers":)" + n(d.layers) + R"(,"num_attention_heads":)" +
+             n(d.heads) +
+             R"(,"num_key_value_heads":2,"rms_norm_eps":1e-5,"rope_theta":10000.0,"max_position_embeddings":)" +
+             n(d.max_pos) + R"(,"original_max_position_embeddings":)" + n(d.orig_max) +
+             R"(,"rope_scaling":{"type":"longrope","short_factor":[1.0,1.5],"long_factor":[2.0,4.0]}})";
+    case Family::kBloom:
+      return R"({"architectures":["BloomForCausalLM"],"model_type":"bloom","vocab_size":)" +
+             n(d.vocab) + R"(,"hidden_size":)" + n(d.hidden) + R"(,"n_layer":)" + n(d.layers) +
+             R"(,"n_head":)" + n(d.heads) + R"(,"layer_norm_epsilon":1e-5})";
+    case Family::kFalcon:
+      return R"({"architectures":["FalconForCausalLM"],"model_type":"falcon","vocab_size":)" +
+             n(d.vocab) + R"(,"hidden_size":)" + n(d.hidden) + R"(,"num_hidden_layers":)" +
+             n(d.layers) + R"(,"num_attention_heads":)" + n(d.heads) +
+             R"(,"num_kv_heads":2,"new_decoder_architecture":true,"parallel_attn":true,"bias":false,"alibi":false,"multi_query":true,"layer_norm_epsilon":1e-5})";
+    case Family::kFalconMqa:
+      return R"({"architectures":["FalconForCausalLM"],"model_type":"falcon","vocab_size":)" +
+             n(d.vocab) + R"(,"hidden_size":)" + n(d.hidden) + R"(,"num_hidden_layers":)" +
+             n(d.layers) + R"(,"num_attention_heads":)" + n(d.heads) +
+             R"(,"new_decoder_architecture":false,"multi_query":true,"parallel_attn":true,"bias":true,"alibi":false,"layer_norm_epsilon":1e-5})";
+  }
+  return "{}";
+}
+
+// The checkpoint's tensors as transformers names and shapes them.
+Weights make_weights(Family f, const Dims& d) {
+  Weights w;
+  const std::int64_t H = d.hidden, V = d.vocab, I = d.inter, D = d.head_dim;
+  const double lin = 1.0 / std::sqrt(static_cast<double>(H));
+  auto norm = [&](const std::string& name, bool bias, double mean = 1.0) {
+    w.add(name + ".weight", {H}, 0.2, mean);
+    if (bias) w.add(name + ".bias", {H}, 0.2);
+  };
+  auto linear = [&](const std::string& name, std::int64_t out, std::int64_t in, bool bias) {
+    w.add(name + ".weight", {out, in}, 1.0 / std::sqrt(static_cast<double>(in)));
+    if (bias) w.add(name + ".bias", {out}, 0.2);
+  };
+  for (int l = 0; l < d.layers; ++l) {
+    const std::string L = std::to_string(l);
+    switch (f) {
+      case Family::kGpt2: {
+        const std::string p = "transformer.h." + L + ".";
+        norm(p + "ln_1", true);
+        norm(p + "ln_2", true);
+        // Conv1D: [in, out]
+        w.add(p + "attn.c_attn.weight", {H, 3 * H}, lin);
+        w.add(p + "attn.c_attn.bias", {3 * H}, 0.2);
+        w.add(p + "attn.c_proj.weight", {H, H}, lin);
+        w.add(p + "attn.c_proj.bias", {H}, 0.2);
+        w.add(p + "mlp.c_fc.weight", {H, 4 * H}, lin);
+        w.add(p + "mlp.c_fc.bias", {4 * H}, 0.2);
+        w.add(p + "mlp.c_proj.weight", {4 * H, H}, 0.5 / static_cast<double>(H));
+        w.add(p + "mlp.c_proj.bias", {H}, 0.2);
+        break;
+      }
+      case Family::kOpt:
+      case Family::kOptPost: {
+        const std::string p = "model.decoder.layers." + L + ".";
+        norm(p + "self_attn_layer_norm", true);
+        norm(p + "final_layer_norm", true);
+        for (const char* m : {"q_proj", "k_proj", "v_proj", "out_proj"})
+          linear(p + "self_attn." + m, H, H, true);
+        linear(p + "fc1", I, H, true);
+        linear(p + "fc2", H, I, true);
+        break;
+      }
+      case Family::kGemma: {
+        const std::string p = "model.layers." + L + ".";
+        norm(p + "input_layernorm", false, 0.0);
+        norm(p + "post_attention_layernorm", false, 0.0);
+        linear(p + "self_attn.q_proj", d.heads * D, H, false);
+        linear(p + "self_attn.k_proj", D, H, false);
+        linear(p + "self_attn.v_proj", D, H, false);
+        linear(p + "self_attn.o_proj", H, d.heads * D, false);
+        linear(p + "mlp.gate_proj", I, H, false);
+        linear(p + "mlp.up_proj", I, H, false);
+        linear(p + "mlp.down_proj", H, I, false);
+        break;
+      }
+      case Family::kPhi3: {
+        const std::string p = "model.layers." + L + ".";
+        norm(p + "input_layernorm", false);
+        norm(p + "post_attention_layernorm", false);
+        linear(p + "self_attn.qkv_proj", (d.heads + 2 * 2) * D, H, false);
+        linear(p + "self_attn.o_proj", H, d.heads * D, false);
+        linear(p + "mlp.gate_up_proj", 2 * I, H, false);
+        linear(p + "mlp.down_proj", H, I, false);
+        break;
+      }
+      case Family::kBloom: {
+        const std::string p = "transformer.h." + L + ".";
+        norm(p + "input_layernorm", true);
+        norm(p + "post_attention_layernorm", true);
+        linear(p + "self_attention.query_key_value", 3 * H, H, true);
+        linear(p + "self_attention.dense", H, H, true);
+        linear(p + "mlp.dense_h_to_4h", 4 * H, H, true);
+        linear(p + "mlp.dense_4h_to_h", H, 4 * H, true);
+        break;
+      }
+      case Family::kFalcon:
+      case Family::kFalconMqa: {
+        const std::string p = "transformer.h." + L + ".";
+        const bool mqa = f == Family::kFalconMqa;
+        if (mqa) {
+          norm(p + "input_layernorm", true);
+        } else {
+          norm(p + "ln_attn", true);
+          norm(p + "ln_mlp", true);
+        }
+        const int kv = mqa ? 1 : 2;
+        linear(p + "self_attention.query_key_value", (d.heads + 2 * kv) * D, H, mqa);
+        linear(p + "self_attention.dense", H, H, mqa);
+        linear(p + "mlp.dense_h_to_4h", 4 * H, H, mqa);
+        linear(p + "mlp.dense_4h_to_h", H, 4 * H, mqa);
+        break;
+      }
+    }
+  }
+  switch (f) {
+    case Family::kGpt2:
+      w.add("transformer.wte.weight", {V, H}, 1.0);
+      w.add("transformer.wpe.weight", {d.max_pos, H}, 0.5);
+      norm("transformer.ln_f", true);
+      break;
+    case Family::kOpt:
+    case Family::kOptPost:
+      w.add("model.decoder.embed_tokens.weight", {V, H}, 1.0);
+      w.add("model.decoder.embed_positions.weight", {d.max_pos + 2, H}, 0.5);
+      if (f == Family::kOpt) norm("model.decoder.final_layer_norm", true);
+      linear("lm_head", V, H, false);  // tied: must be ignored
+      break;
+    case Family::kGemma:
+      w.add("model.embed_tokens.weight", {V, H}, 0.3);
+      norm("model.norm", false, 0.0);
+      break;
+    case Family::kPhi3:
+      w.add("model.embed_tokens.weight", {V, H}, 1.0);
+      norm("model.norm", false);
+      linear("lm_head", V, H, false);
+      break;
+    case Family::kBloom:
+      w.add("transformer.word_embeddings.weight", {V, H}, 1.0);
+      norm("transformer.word_embeddings_layernorm", true);
+      norm("transformer.ln_f", true);
+      break;
+    case Family::kFalcon:
+    case Family::kFalconMqa:
+      w.add("transformer.word_embeddings.weight", {V, H}, 1.0);
+      norm("transformer.ln_f", true);
+      break;
+  }
+  return w;
+}
+
+// The reference forward over one sequence: logits of every position.
+std::vector<Vec> reference(Family f, const Dims& d, const Weights& w,
+                           const std::vector<int>& tokens) {
+  const int T = static_cast<int>(tokens.size());
+  const int H = d.hidden, D = d.head_dim, NH = d.heads;
+  const bool gpt2 = f == Family::kGpt2, opt = f == Family::kOpt || f == Family::kOptPost;
+  const bool falcon = f == Family::kFalcon || f == Family::kFalconMqa;
+  std::string emb_name = gpt2  ? "transformer.wte.weight"
+                         : opt ? "model.decoder.embed_tokens.weight"
+                         : (f == Family::kGemma || f == Family::kPhi3)
+                             ? "model.embed_tokens.weight"
+                             : "transformer.word_embeddings.weight";
+  std::vector<Vec> x(static_cast<std::size_t>(T), Vec(static_cast<std::size_t>(H)));
+  for (int t = 0; t < T; ++t) {
+    for (int i = 0; i < H; ++i) {
+      double e =
+          w.at(emb_name, static_cast<std::int64_t>(tokens[static_cast<std::size_t>(t)]) * H + i);
+      if (f == Family::kGemma) e *= std::sqrt(static_cast<double>(H));
+      if (gpt2) e += w.at("transformer.wpe.weight", t * H + i);
+      if (opt) e += w.at("model.decoder.embed_positions.weight", (t + 2) * H + i);
+      x[static_cast<std::size_t>(t)][static_cast<std::size_t>(i)] = e;
+    }
+    if (f == Family::kBloom) {
+      x[static_cast<std::size_t>(t)] = ref::layer_norm(
+          x[static_cast<std::size_t>(t)], w, "transformer.word_embeddings_layernorm.weight", 1e-5);
+    }
+  }
+  // rope frequencies (half-split), theta 10000
+  Vec inv_freq;
+  double attn_factor = 1.0;
+  for (int i = 0; i < D / 2; ++i) {
+    double fr = std::pow(10000.0, -2.0 * i / D);
+    if (f == Family::kPhi3) {
+      fr /= (T > d.orig_max ? d.long_factor : d.short_factor)[static_cast<std::size_t>(i)];
+    }
+    inv_freq.push_back(fr);
+  }
+  if (f == Family::kPhi3) {
+    const double factor = static_cast<double>(d.max_pos) / d.orig_max;
+    attn_factor = std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(d.orig_max)));
+  }
+  const bool uses_rope = f == Family::kGemma || f == Family::kPhi3 || falcon;
+  const Vec slopes = ref::bloom_slopes(NH);
+  const int KV = f == Family::kGemma       ? 1
+                 : f == Family::kPhi3      ? 2
+                 : f == Family::kFalcon    ? 2
+                 : f == Family::kFalconMqa ? 1
+                                           : NH;
+
+  for (int l = 0; l < d.layers; ++l) {
+    const std::string L = std::to_string(l);
+    ref::Rows rows;
+    std::vector<Vec> normed(static_cast<std::size_t>(T)), mlp_in(static_cast<std::size_t>(T));
+    for (int t = 0; t < T; ++t) {
+      const Vec& xt = x[static_cast<std::size_t>(t)];
+      Vec a, q, k, v;
+      switch (f) {
+        case Family::kGpt2: {
+          a = ref::layer_norm(xt, w, "transformer.h." + L + ".ln_1.weight", 1e-5);
+          const Vec qkv = ref::linear(a, w, "transformer.h." + L + ".attn.c_attn.weight", true);
+          q.assign(qkv.begin(), qkv.begin() + H);
+          k.assign(qkv.begin() + H, qkv.begin() + 2 * H);
+          v.assign(qkv.begin() + 2 * H, qkv.end());
+          break;
+        }
+        case Family::kOpt:
+        case Family::kOptPost: {
+          const std::string p = "model.decoder.layers." + L + ".self_attn";
+          a = f == Family::kOpt
+                  ? ref::layer_norm(
+                        xt, w, "model.decoder.layers." + L + ".self_attn_layer_norm.weight", 1e-5)
+                  : xt;
+          q = ref::linear(a, w, p + ".q_proj.weight");
+          k = ref::linear(a, w, p + ".k_proj.weight");
+          v = ref::linear(a, w, p + ".v_proj.weight");
+          break;
+        }
+        case Family::kGemma: {
+          const std::string p = "model.layers." + L + ".";
+          a = ref::rms_norm(xt, w, p + "input_layernorm.weight", 1e-6, 1.0);
+          q = ref::linear(a, w, p + "self_attn.q_proj.weight");
+          k = ref::linear(a, w, p + "self_attn.k_proj.weight");
+          v = ref::linear(a, w, p + "self_attn.v_proj.weight");
+          break;
+        }
+        case Family::kPhi3: {
+          const std::string p = "model.layers." + L + ".";
+          a = ref::rms_norm(xt, w, p + "input_layernorm.weight", 1e-5, 0.0);
+          const Vec qkv = ref::linear(a, w, p + "self_attn.qkv_proj.weight");
+          q.assign(qkv.begin(), qkv.begin() + NH * D);
+          k.assign(qkv.begin() + NH * D, qkv.begin() + (NH + 2) * D);
+          v.assign(qkv.begin() + (NH + 2) * D, qkv.end());
+          break;
+        }
+        case Family::kBloom: {
+          const std::string p = "transformer.h." + L + ".";
+          a = ref::layer_norm(xt, w, p + "input_layernorm.weight", 1e-5);
+          const Vec qkv = ref::linear(a, w, p + "self_attention.query_key_value.weight");
+          for (int h = 0; h < NH; ++h) {  // [heads, 3, head_dim]
+            auto at = [&](int which) { return qkv.begin() + (h * 3 + which) * D; };
+            q.insert(q.end(), at(0), at(0) + D);
+            k.insert(k.end(), at(1), at(1) + D);
+            v.insert(v.end(), at(2), at(2) + D);
+          }
+          break;
+        }
+        case Family::kFalcon:
+        case Family::kFalconMqa: {
+          const std::string p = "transformer.h." + L + ".";
+          const bool mqa = f == Family::kFalconMqa;
+          a = ref::layer_norm(xt, w, p + (mqa ? "input_layernorm.weight" : "ln_attn.weight"), 1e-5);
+          mlp_in[static_cast<std::size_t>(t)] =
+              mqa ? a : ref::layer_norm(xt, w, p + "ln_mlp.weight", 1e-5);
+          const Vec qkv = ref::linear(a, w, p + "self_attention.query_key_value.weight");
+          const int group = NH / KV;  // [kv_heads, group + 2, head_dim]
+          for (int g = 0; g < KV; ++g) {
+            auto at = [&](int slot) { return qkv.begin() + (g * (group + 2) + slot) * D; };
+            for (int j = 0; j < group; ++j)
+              q.insert(q.end(), at(j), at(j) + D);
+            k.insert(k.end(), at(group), at(group) + D);
+            v.insert(v.end(), at(group + 1), at(group + 1) + D);
+          }
+          break;
+        }
+      }
+      if (uses_rope) {
+        ref::rope(q, NH, D, t, inv_freq, attn_factor);
+        ref::rope(k, KV, D, t, inv_freq, attn_factor);
+      }
+      normed[static_cast<std::size_t>(t)] = a;
+      rows.q.push_back(q);
+      rows.k.push_back(k);
+      rows.v.push_back(v);
+    }
+    const auto att = ref::attention(rows, NH, KV, D, f == Family::kBloom ? &slopes : nullptr);
+    for (int t = 0; t < T; ++t) {
+      Vec& xt = x[static_cast<std::size_t>(t)];
+      const Vec& at = att[static_cast<std::size_t>(t)];
+      auto add = [&](const Vec& y) {
+        for (int i = 0; i < H; ++i)
+          xt[static_cast<std::size_t>(i)] += y[static_cast<std::size_t>(i)];
+      };
+      switch (f) {
+        case Family::kGpt2: {
+          const std::string p = "transformer.h." + L + ".";
+          add(ref::linear(at, w, p + "attn.c_proj.weight", true));
+          Vec m = ref::linear(ref::layer_norm(xt, w, p + "ln_2.weight", 1e-5), w,
+                              p + "mlp.c_fc.weight", true);
+          for (auto& e : m)
+            e = ref::gelu_tanh(e);
+          add(ref::linear(m, w, p + "mlp.c_proj.weight", true));
+          break;
+        }
+        case Family::kOpt:
+        case Family::kOptPost: {
+          const std::string p = "model.decoder.layers." + L + ".";
+          const bool pre = f == Family::kOpt;
+          add(ref::linear(at, w, p + "self_attn.out_proj.weight"));
+          if (!pre) xt = ref::layer_norm(xt, w, p + "self_attn_layer_norm.weight", 1e-5);
+          Vec m =
+              ref::linear(pre ? ref::layer_norm(xt, w, p + "final_layer_norm.weight", 1e-5) : xt, w,
+                          p + "fc1.weight");
+          for (auto& e : m)
+            e = std::max(0.0, e);
+          add(ref::linear(m, w, p + "fc2.weight"));
+          if (!pre) xt = ref::layer_norm(xt, w, p + "final_layer_norm.weight", 1e-5);
+          break;
+        }
+        case Family::kGemma:
+        case Family::kPhi3: {
+          const std::string p = "model.layers." + L + ".";
+          const bool gemma = f == Family::kGemma;
+          add(ref::linear(at, w, p + "self_attn.o_proj.weight"));
+          const Vec n = ref::rms_norm(xt, w, p + "post_attention_layernorm.weight",
+                                      gemma ? 1e-6 : 1e-5, gemma ? 1.0 : 0.0);
+          Vec gate, up;
+          if (gemma) {
+            gate = ref::linear(n, w, p + "mlp.gate_proj.weight");
+            up = ref::linear(n, w, p + "mlp.up_proj.weight");
+          } else {
+            const Vec gu = ref::linear(n, w, p + "mlp.gate_up_proj.weight");
+            gate.assign(gu.begin(), gu.begin() + d.inter);
+            up.assign(gu.begin() + d.inter, gu.end());
+          }
+          for (std::size_t i = 0; i < gate.size(); ++i)
+            gate[i] = (gemma ? ref::gelu_tanh(gate[i]) : ref::silu(gate[i])) * up[i];
+          add(ref::linear(gate, w, p + "mlp.down_proj.weight"));
+          break;
+        }
+        case Family::kBloom: {
+          const std::string p = "transformer.h." + L + ".";
+          add(ref::linear(at, w, p + "self_attention.dense.weight"));
+          Vec m = ref::linear(ref::layer_norm(xt, w, p + "post_attention_layernorm.weight", 1e-5),
+                              w, p + "mlp.dense_h_to_4h.weight");
+          for (auto& e : m)
+            e = ref::gelu_tanh(e);
+          add(ref::linear(m, w, p + "mlp.dense_4h_to_h.weight"));
+          break;
+        }
+        case Family::kFalcon:
+        case Family::kFalconMqa: {
+          const std::string p = "transformer.h." + L + ".";
+          Vec m =
+              ref::linear(mlp_in[static_cast<std::size_t>(t)], w, p + "mlp.dense_h_to_4h.weight");
+          for (auto& e : m)
+            e = ref::gelu_erf(e);
+          add(ref::linear(m, w, p + "mlp.dense_4h_to_h.weight"));
+          add(ref::linear(at, w, p + "self_attention.dense.weight"));
+          break;
+        }
+      }
+    }
+  }
+  std::vector<Vec> logits;
+  for (int t = 0; t < T; ++t) {
+    Vec h = x[static_cast<std::size_t>(t)];
+    std::string head = emb_name;
+    switch (f) {
+      case Family::kGpt2:
+      case Family::kBloom:
+      case Family::kFalcon:
+      case Family::kFalconMqa:
+        h = ref::layer_norm(h, w, "transformer.ln_f.weight", 1e-5);
+        break;
+      case Family::kOpt:
+        h = ref::layer_norm(h, w, "model.decoder.final_layer_norm.weight", 1e-5);
+        break;
+      case Family::kOptPost:
+        break;
+      case Family::kGemma:
+        h = ref::rms_norm(h, w, "model.norm.weight", 1e-6, 1.0);
+        break;
+      case Family::kPhi3:
+        h = ref::rms_norm(h, w, "model.norm.weight", 1e-5, 0.0);
+        head = "lm_head.weight";
+        break;
+    }
+    logits.push_back(ref::linear(h, w, head));
+  }
+  return logits;
+}
+
+struct Built {
+  model::ModelSpec spec;
+  std::shared_ptr<Weights> weights;
+  model::Model model;
+};
+
+Built build(const Case& c, const Dims& d) {
+  const fs::path dir = fs::temp_directory_path() / ("weft_zoo_" + std::string(c.name));
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << config_json(c.family, d);
+  auto file = find_spec_file(default_spec_dir(), dir / "config.json");
+  if (!file) throw file.error();
+  EXPECT_EQ(file->filename(), c.spec_file);
+  auto spec = read_model_spec(*file, dir / "config.json");
+  if (!spec) throw spec.error();
+  auto w = std::make_shared<Weights>(make_weights(c.family, d));
+  model::WeightLookup lookup{[w](const std::string& name) -> const TensorView* {
+                               auto it = w->map.find(name);
+                               return it == w->map.end() ? nullptr : &it->second;
+                             },
+                             [](const std::string&) { return std::string("memory"); }, "memory"};
+  auto m = model::Model::create(*spec, lookup);
+  if (!m) throw m.error();
+  return {*spec, w, std::move(m.value())};
+}
+
+void expect_rows_close(const std::vector<float>& got, const std::vector<Vec>& want, int vocab,
+                       std::size_t first_row, const std::string& what) {
+  for (std::size_t r = 0; r * vocab < got.size(); ++r) {
+    const Vec& w = want[first_row + r];
+    double max_ref = 0, max_err = 0;
+    for (int i = 0; i < vocab; ++i) {
+      max_ref = std::max(max_ref, std::fabs(w[static_cast<std::size_t>(i)]));
+      max_err = std::max(max_err, std::fabs(got[r * vocab + i] - w[static_cast<std::size_t>(i)]));
+    }
+    EXPECT_LE(max_err, 2e-4 * std::max(1.0, max_ref)) << what << " row " << first_row + r;
+  }
+}
+
+class ZooBlocks : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ZooBlocks, SpecFileAndCpuForwardMatchTheReference) {
+  const Case c = GetParam();
+  Dims d;
+  if (c.family == Family::kGemma) d.head_dim = 8;  // q wider than hidden, as in Gemma-7B
+  const Built b = build(c, d);
+  const std::vector<int> tokens{3, 17, 0, 29, 8, 8, 21};
+  for (int len : {3, 7}) {  // Phi-3: 3 fits the original context (short factors), 7 does not
+    const std::vector<int> prompt(tokens.begin(), tokens.begin() + len);
+    const auto want = reference(c.family, d, *b.weights, prompt);
+    for (auto path : {cpu::KernelPath::kScalar, cpu::KernelPath::kAuto}) {
+      cpu::ThreadPool pool(2);
+      model::KvCache kv(b.model.kv_layout(4), 8);
+      model::StepBatch step;
+      step.tokens = prompt;
+      for (int i = 0; i < len; ++i)
+        step.positions.push_back(i);
+      model::SequenceSlice seq{0, len, {}, true};
+      for (int p = 0; p < kv.pages_for(len); ++p)
+        seq.page_table.push_back(*kv.allocate_page());
+      step.sequences.push_back(seq);
+      std::vector<float> logits;
+      auto ok = b.model.forward(step, kv, logits, pool, path);
+      ASSERT_TRUE(ok) << ok.error().what();
+      expect_rows_close(logits, want, d.vocab, 0,
+                        std::string(c.name) + " prefill of " + std::to_string(len));
+    }
+  }
+  // Prefill 3 tokens, then decode the rest one by one through the KV pages (positions reach
+  // the learned table and ALiBi's distances through the cache). longrope switches its factors
+  // per step, so the full-recompute reference only holds for its prefill.
+  if (c.family == Family::kPhi3) return;
+  const auto want = reference(c.family, d, *b.weights, tokens);
+  cpu::ThreadPool pool(2);
+  model::KvCache kv(b.model.kv_layout(2), 8);
+  model::SequenceSlice seq{0, 3, {}, false};
+  for (int p = 0; p < kv.pages_for(static_cast<int>(tokens.size())); ++p)
+    seq.page_table.push_back(*kv.allocate_page());
+  model::StepBatch step{{tokens[0], tokens[1], tokens[2]}, {0, 1, 2}, {seq}};
+  std::vector<float> logits;
+  ASSERT_TRUE(b.model.forward(step, kv, logits, pool));
+  expect_rows_close(logits, want, d.vocab, 2, std::string(c.name) + " chunk");
+  for (int t = 3; t < static_cast<int>(tokens.size()); ++t) {
+    step.tokens = {tokens[static_cast<std::size_t>(t)]};
+    step.positions = {t};
+    step.sequences[0].token_count = 1;
+    auto ok = b.model.forward(step, kv, logits, pool);
+    ASSERT_TRUE(ok) << ok.error().what();
+    expect_rows_close(logits, want, d.vocab, static_cast<std::size_t>(t),
+                      std::string(c.name) + " decode");
+  }
+}
+
+// ALiBi slopes for a head count that is not a power of two take every other slope of the next
+// power's sequence (BLOOM-176B has 112 heads).
+TEST(ZooBlocks, AlibiSlopesMatchBloomsRecipe) {
+  for (int heads : {1, 4, 6, 12, 112}) {
+    const auto got = model::alibi_slopes(heads);
+    const auto want = ref::bloom_slopes(heads);
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i)
+      EXPECT_NEAR(got[i], want[i], 1e-6 * want[i]) << heads << " heads, slope " << i;
+  }
+  const auto six = model::alibi_slopes(6);
+  EXPECT_FLOAT_EQ(six[0], 0.25f);
+  EXPECT_FLOAT_EQ(six[4], 0.5f);
+  EXPECT_FLOAT_EQ(six[5], 0.125f);
+}
+
+// Attention with ALiBi on pages: scores shift by slope * (j - i), the same after softmax as
+// BLOOM's slope * j.
+TEST(ZooBlocks, PagedAttentionAddsAlibiBias) {
+  const std::size_t D = 4, NH = 2, T = 5;
+  std::vector<float> block(2 * T * D);  // one page of 5 slots: K then V, one kv head
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist;
+  for (auto& v : block)
+    v = dist(rng);
+  std::vector<float> q(NH * D);
+  for (auto& v : q)
+    v = dist(rng);
+  const float* pages[] = {block.data()};
+  const cpu::PagedKv kv{pages, T, 1, D};
+  const float slopes[] = {0.5f, 0.125f};
+  std::vector<float> out(NH * D), scratch(T);
+  cpu::paged_attention(q.data(), NH, kv, 0, T - 1, 0.5f, out.data(), scratch.data(),
+                       cpu::KernelPath::kScalar, slopes);
+  for (std::size_t h = 0; h < NH; ++h) {
+    Vec s(T);
+    double sum = 0;
+    for (std::size_t j = 0; j < T; ++j) {
+      double d = 0;
+      for (std::size_t i = 0; i < D; ++i)
+        d += q[h * D + i] * block[j * D + i];
+      s[j] = std::exp(d * 0.5 + slopes[h] * static_cast<double>(j));
+      sum += s[j];
+    }
+    for (std::size_t i = 0; i < D; ++i) {
+      double want = 0;
+      for (std::size_t j = 0; j < T; ++j)
+        want += s[j] / sum * block[(T + j) * D + i];
+      EXPECT_NEAR(out[h * D + i], want, 1e-5) << "head " << h;
+    }
+  }
+}
+
+TEST(ZooBlocks, EmbeddingScalesAndAddsOffsetPositions) {
+  const std::vector<float> table{1, 2, 3, 4, 5, 6};          // 3 tokens x 2
+  const std::vector<float> pos{0, 0, 0, 0, 10, 20, 30, 40};  // 4 rows x 2
+  const cpu::EmbeddingTable tokens{DType::kF32, reinterpret_cast<const std::byte*>(table.data()), 3,
+                                   2};
+  const cpu::EmbeddingTable positions{DType::kF32, reinterpret_cast<const std::byte*>(pos.data()),
+                                      4, 2};
+  const std::int32_t ids[] = {2, 0}, at[] = {0, 1};
+  std::vector<float> out(4);
+  cpu::embed_tokens(tokens, ids, 2, 0.5f, &positions, at, 2, out.data());
+  EXPECT_EQ(out, (std::vector<float>{2.5f + 10, 3 + 20, 0.5f + 30, 1 + 40}));
+}
+
+TEST(ZooBlocks, LongropeSwitchesFactorsPastTheOriginalContext) {
+  model::RopeSpec r;
+  r.scaling = model::RopeScaling::kLongrope;
+  r.theta = 10000.0;
+  r.factor = 4.0;
+  r.original_max_position_embeddings = 8;
+  r.short_factor = {1.0, 2.0};
+  r.long_factor = {3.0, 5.0};
+  const auto short_freqs = model::rope_frequencies(r, 4, 8);
+  const auto long_freqs = model::rope_frequencies(r, 4, 9);
+  EXPECT_FLOAT_EQ(short_freqs.inv_freq[1], 1.0f / (2.0f * 100.0f));
+  EXPECT_FLOAT_EQ(long_freqs.inv_freq[0], 1.0f / 3.0f);
+  EXPECT_FLOAT_EQ(long_freqs.inv_freq[1], 1.0f / (5.0f * 100.0f));
+  EXPECT_FLOAT_EQ(long_freqs.attention_factor,
+                  static_cast<float>(std::sqrt(1.0 + std::log(4.0) / std::log(8.0))));
+}
+
+// A Falcon config the spec does not cover fails at load time naming the field.
+TEST(ZooBlocks, FalconVariantsTheSpecDoesNotCoverAreRefused) {
+  const fs::path dir = fs::temp_directory_path() / "weft_zoo_falcon_alibi";
+  fs::create_directories(dir);
+  Dims d;
+  std::string config = config_json(Family::kFalconMqa, d);
+  auto swap = [&](const std::string& from, const std::string& to) {
+    config.replace(config.find(from), from.size(), to);
+  };
+  swap("\"alibi\":false", "\"alibi\":true");
+  std::ofstream(dir / "config.json") << config;
+  auto spec = read_model_spec(default_spec_dir() / "falcon.json", dir / "config.json");
+  ASSERT_FALSE(spec.ok());
+  const std::string what = spec.error().what();
+  EXPECT_NE(what.find("\"alibi\" is true"), std::string::npos) << what;
+  EXPECT_NE(what.find("supported: false"), std::string::npos) << what;
+
+  config = config_json(Family::kFalconMqa, d);
+  swap("\"parallel_attn\":true", "\"parallel_attn\":false");
+  std::ofstream(dir / "config.json") << config;
+  spec = read_model_spec(default_spec_dir() / "falcon.json", dir / "config.json");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(std::string(spec.error().what()).find("tensors.mlp_norm"), std::string::npos)
+      << spec.error().what();
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ZooBlocks,
+                         ::testing::Values(Case{"gpt2", Family::kGpt2, "gpt2.json"},
+                                           Case{"opt", Family::kOpt, "opt.json"},
+                                           Case{"opt_post_norm", Family::kOptPost, "opt.json"},
+                                           Case{"gemma", Family::kGemma, "gemma.json"},
+                                           Case{"phi3", Family::kPhi3, "phi3.json"},
+                                           Case{"bloom", Family::kBloom, "bloom.json"},
+                                           Case{"falcon", Family::kFalcon, "falcon.json"},
+                                           Case{"falcon_mqa_bias", Family::kFalconMqa,
+                                                "falcon.json"}),
+                         [](const auto& param) { return std::string(param.param.name); });
+
+}  // namespace
+}  // namespace weft
