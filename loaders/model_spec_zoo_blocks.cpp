@@ -3,6 +3,7 @@
 // Gemma's (1 + w) norm and embedding scale, Falcon's parallel attention and MLP, Phi-3's
 // longrope scaling.
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -135,7 +136,9 @@ Result<void> read_longrope(const SpecReader& r, dom::element pos, dom::object sc
   } else {
     s.rope.original_max_position_embeddings =
         static_cast<int>(original.value_or(s.rope.max_position_embeddings));
-    s.rope.factor = factor.value_or(1.0);
+    // Without a factor, the ratio transformers would compute from the two context lengths.
+    s.rope.factor = factor.value_or(static_cast<double>(s.rope.max_position_embeddings) /
+                                    std::max(1, s.rope.original_max_position_embeddings));
   }
   WEFT_TRY(short_factor, number_list(r, scaling, "short_factor", source));
   WEFT_TRY(long_factor, number_list(r, scaling, "long_factor", source));
