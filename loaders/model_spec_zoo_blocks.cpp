@@ -109,6 +109,36 @@ Result<void> read_zoo_blocks(const SpecReader& r, dom::element root, model::Mode
                                              {"in_out", model::LinearLayout::kInOut}}));
     s.linear_layout = l;
   }
+  // "requires": {"config_field": allowed value or list of them}: a config.json value the
+  // spec's blocks do not implement is refused rather than run with wrong numbers. An absent
+  // or null field passes.
+  dom::object requires_obj;
+  if (!root["requires"].get(requires_obj)) {
+    for (auto [field, allowed] : requires_obj) {
+      auto found = r.config_field(field);
+      if (!found) continue;
+      const std::string have = simdjson::minify(*found);
+      std::string listed;
+      bool ok = false;
+      auto consider = [&](dom::element e) {
+        const std::string text = simdjson::minify(e);
+        ok = ok || text == have;
+        listed += (listed.empty() ? "" : ", ") + text;
+      };
+      if (allowed.is_array()) {
+        for (auto e : allowed.get_array().value())
+          consider(e);
+      } else {
+        consider(allowed);
+      }
+      if (!ok) {
+        return Error(ErrorCode::kUnsupported,
+                     r.config_.path.string() + ": field \"" + std::string(field) + "\" is " + have +
+                         ", which the spec " + r.spec_.path.filename().string() +
+                         " does not implement (supported: " + listed + ")");
+      }
+    }
+  }
   if (!s.parallel_attention && s.tensors.mlp_norm.empty()) {
     return r.spec_error("tensors.mlp_norm",
                         "is empty, which only a parallel_attention model (the MLP reading the "

@@ -449,6 +449,22 @@ TEST(ZooBlocks, FalconVariantsTheSpecDoesNotCoverAreRefused) {
       << spec.error().what();
 }
 
+// A config.json value the spec's blocks do not implement is refused ("requires").
+TEST(ZooBlocks, BloomWithResidualFromTheNormIsRefused) {
+  const fs::path dir = fs::temp_directory_path() / "weft_zoo_bloom_requires";
+  fs::create_directories(dir);
+  std::string config = testing::zoo::config_json(Family::kBloom, Dims{});
+  config.insert(config.size() - 1, R"(,"apply_residual_connection_post_layernorm":true)");
+  std::ofstream(dir / "config.json") << config;
+  auto spec = read_model_spec(default_spec_dir() / "bloom.json", dir / "config.json");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.error().code(), ErrorCode::kUnsupported);
+  const std::string what = spec.error().what();
+  EXPECT_NE(what.find("\"apply_residual_connection_post_layernorm\" is true"), std::string::npos)
+      << what;
+  EXPECT_NE(what.find("supported: false"), std::string::npos) << what;
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, ZooBlocks, ::testing::ValuesIn(testing::zoo::cases()),
                          [](const auto& param) { return std::string(param.param.name); });
 
