@@ -125,8 +125,9 @@ Result<void> read_zoo_blocks(const SpecReader& r, dom::element root, model::Mode
         ok = ok || text == have;
         listed += (listed.empty() ? "" : ", ") + text;
       };
-      if (allowed.is_array()) {
-        for (auto e : allowed.get_array().value())
+      dom::array choices;
+      if (!allowed.get(choices)) {
+        for (auto e : choices)
           consider(e);
       } else {
         consider(allowed);
