@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/paged_attention.hpp"
+#include "kernels/cpu/vector_math.hpp"
 #include "loaders/model_loader.hpp"
 #include "loaders/model_spec_file.hpp"
 #include "runtime/model/alibi.hpp"
@@ -337,6 +338,75 @@ TEST_P(ZooBlocks, SpecFileAndCpuForwardMatchTheReference) {
     ASSERT_TRUE(ok) << ok.error().what();
     expect_rows_close(logits, want, d.vocab, static_cast<std::size_t>(t),
                       std::string(c.name) + " decode");
+  }
+}
+
+// Writes the weights as one safetensors file, F32 or BF16 (the BF16 values rounded in `w` too,
+// so the reference sees what the file holds).
+void write_checkpoint(const fs::path& dir, Weights& w, bool bf16) {
+  std::string header = "{";
+  std::string data;
+  for (auto& [name, t] : w.map) {
+    std::vector<float> values(t.as<float>(), t.as<float>() + t.numel());
+    const std::size_t begin = data.size();
+    if (bf16) {
+      for (auto& v : values) {
+        const std::uint16_t bits = cpu::f32_to_bf16(v);
+        v = cpu::bf16_to_f32(bits);
+        data.append(reinterpret_cast<const char*>(&bits), 2);
+      }
+      t = make_f32_tensor(t.shape, values);
+    } else {
+      data.append(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+    }
+    std::string shape;
+    for (auto d : t.shape)
+      shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    header += (header.size() > 1 ? "," : "") + std::string("\"") + name + "\":{\"dtype\":\"" +
+              (bf16 ? "BF16" : "F32") + "\",\"shape\":[" + shape + "],\"data_offsets\":[" +
+              std::to_string(begin) + "," + std::to_string(data.size()) + "]}";
+  }
+  header += "}";
+  // BF16 data is left unpadded (an odd header length puts it at odd addresses: Model::create
+  // copies such tensors to aligned memory before transposing or reordering them).
+  if (!bf16) header.append((8 - header.size() % 8) % 8, ' ');
+  std::ofstream out(dir / "model.safetensors", std::ios::binary);
+  const std::uint64_t n = header.size();
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out << header << data;
+}
+
+// The same families loaded from a folder (config.json + model.safetensors, F32 and BF16) the
+// way `weft generate --model` loads them: the spec found by architecture, tensors mapped from
+// the file, Conv1D and grouped qkv rewritten from 2-byte elements too.
+TEST_P(ZooBlocks, LoadedFromAFolderInF32AndBf16) {
+  const Case c = GetParam();
+  Dims d;
+  if (c.family == Family::kGemma) d.head_dim = 8;
+  for (bool bf16 : {false, true}) {
+    const fs::path dir = fs::temp_directory_path() /
+                         ("weft_zoo_folder_" + std::string(c.name) + (bf16 ? "_bf16" : ""));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir / "config.json") << testing::zoo::config_json(c.family, d);
+    Weights w = testing::zoo::make_weights(c.family, d);
+    write_checkpoint(dir, w, bf16);
+    auto loaded = load_model(dir);
+    ASSERT_TRUE(loaded) << loaded.error().what();
+    EXPECT_EQ(loaded->spec_file.filename(), c.spec_file);
+    const std::vector<int> prompt{3, 17, 0, 29, 8, 8, 21};
+    const auto want = reference(c.family, d, w, prompt);
+    cpu::ThreadPool pool(2);
+    model::KvCache kv(loaded->model.kv_layout(4), 8);
+    model::SequenceSlice seq{0, 7, {}, true};
+    for (int p = 0; p < kv.pages_for(7); ++p)
+      seq.page_table.push_back(*kv.allocate_page());
+    model::StepBatch step{prompt, {0, 1, 2, 3, 4, 5, 6}, {seq}};
+    std::vector<float> logits;
+    auto ok = loaded->model.forward(step, kv, logits, pool);
+    ASSERT_TRUE(ok) << ok.error().what();
+    expect_rows_close(logits, want, d.vocab, 0,
+                      std::string(c.name) + (bf16 ? " bf16" : " f32") + " from a folder");
   }
 }
 
