@@ -410,6 +410,24 @@ TEST_P(ZooBlocks, LoadedFromAFolderInF32AndBf16) {
   }
 }
 
+// A position past the learned table is a bad step, not a read past the table.
+TEST(ZooBlocks, PositionBeyondTheLearnedTableIsAnError) {
+  Dims d;                                                           // max_pos 16
+  const auto b = testing::zoo::build(testing::zoo::cases()[0], d);  // gpt2
+  cpu::ThreadPool pool(1);
+  model::KvCache kv(b.model.kv_layout(16), 4);
+  model::SequenceSlice seq{0, 1, {*kv.allocate_page(), *kv.allocate_page()}, false};
+  model::StepBatch step{{3}, {16}, {seq}};
+  std::vector<float> logits;
+  auto ok = b.model.forward(step, kv, logits, pool);
+  ASSERT_FALSE(ok);
+  EXPECT_NE(std::string(ok.error().what()).find("beyond the learned position table"),
+            std::string::npos)
+      << ok.error().what();
+  step.positions = {15};
+  EXPECT_TRUE(b.model.forward(step, kv, logits, pool));
+}
+
 // ALiBi slopes for a head count that is not a power of two take every other slope of the next
 // power's sequence (BLOOM-176B has 112 heads).
 TEST(ZooBlocks, AlibiSlopesMatchBloomsRecipe) {
