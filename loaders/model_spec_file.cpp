@@ -8,207 +8,14 @@
 
 #include "loaders/mapped_file.hpp"
 #include "loaders/model_spec_encoder.hpp"
+#include "loaders/model_spec_reader.hpp"
 
 namespace weft {
 namespace {
 
+using namespace spec_reader;  // NOLINT(google-build-using-namespace)
 namespace dom = simdjson::dom;
 using model::ModelSpec;
-
-struct JsonDoc {
-  std::filesystem::path path;
-  dom::parser parser;
-  dom::element root;
-};
-
-Result<void> parse_json(const std::filesystem::path& path, JsonDoc& doc) {
-  auto file = MappedFile::open(path);
-  if (!file) return file.error();
-  doc.path = path;
-  simdjson::padded_string padded(file->text());
-  if (auto err = doc.parser.parse(padded).get(doc.root)) {
-    return Error(ErrorCode::kParse,
-                 path.string() + ": not valid JSON (" + simdjson::error_message(err) + ")");
-  }
-  if (!doc.root.is_object()) {
-    return Error(ErrorCode::kParse, path.string() + ": expected a JSON object at the top level");
-  }
-  return {};
-}
-
-std::string_view type_name(dom::element e) {
-  switch (e.type()) {
-    case dom::element_type::ARRAY:
-      return "an array";
-    case dom::element_type::OBJECT:
-      return "an object";
-    case dom::element_type::INT64:
-    case dom::element_type::UINT64:
-      return "an integer";
-    case dom::element_type::DOUBLE:
-      return "a number";
-    case dom::element_type::STRING:
-      return "a string";
-    case dom::element_type::BOOL:
-      return "a boolean";
-    case dom::element_type::NULL_VALUE:
-      return "null";
-  }
-  return "a value";
-}
-
-// A resolved spec value and where it came from, for messages.
-struct Value {
-  dom::element element;
-  std::string source;  // "config.json field \"x\"" or "spec key \"y\""
-};
-
-class SpecReader {
- public:
-  SpecReader(JsonDoc& spec, JsonDoc& config) : spec_(spec), config_(config) {}
-
-  // Follows a dotted path ("rope_parameters.rope_theta") in config.json; null counts as absent.
-  std::optional<dom::element> config_field(std::string_view dotted) const {
-    dom::element at = config_.root;
-    std::size_t start = 0;
-    while (start <= dotted.size()) {
-      const auto dot = dotted.find('.', start);
-      const auto key =
-          dotted.substr(start, dot == std::string_view::npos ? dotted.npos : dot - start);
-      dom::object obj;
-      if (at.get(obj) || obj[key].get(at)) return std::nullopt;
-      if (dot == std::string_view::npos) break;
-      start = dot + 1;
-    }
-    if (at.is_null()) return std::nullopt;
-    return at;
-  }
-
-  // A spec node is a literal, or {"field": name | [names], "default": literal,
-  // "enabled_by": boolean field}. Absent with no default: nullopt.
-  Result<std::optional<Value>> resolve(dom::element node, const std::string& key) const {
-    dom::object obj;
-    if (node.get(obj) || obj["field"].error()) {
-      return std::optional<Value>(
-          Value{node, spec_.path.filename().string() + " key \"" + key + "\""});
-    }
-    std::vector<std::string_view> fields;
-    dom::element field_node = obj["field"];
-    if (field_node.is_string()) {
-      fields.push_back(field_node.get_string().value());
-    } else if (field_node.is_array()) {
-      dom::array names = field_node.get_array().value();
-      for (auto f : names) {
-        std::string_view name;
-        if (f.get(name)) return spec_error(key, "\"field\" lists must hold strings");
-        fields.push_back(name);
-      }
-    } else {
-      return spec_error(key, "\"field\" must be a string or a list of strings");
-    }
-    std::string_view enabled_by;
-    if (!obj["enabled_by"].get(enabled_by)) {
-      auto flag = config_field(enabled_by);
-      bool on = false;
-      if (flag && flag->get(on)) {
-        return config_error(std::string(enabled_by), *flag, "a boolean");
-      }
-      if (!on) return std::optional<Value>();
-    }
-    for (auto name : fields) {
-      if (auto found = config_field(name)) {
-        return std::optional<Value>(Value{*found, config_source(name)});
-      }
-    }
-    dom::element fallback;
-    if (!obj["default"].get(fallback) && !fallback.is_null()) {
-      return std::optional<Value>(
-          Value{fallback, config_source(fields.front()) + " (absent; spec default)"});
-    }
-    return std::optional<Value>();
-  }
-
-  Result<std::optional<Value>> resolve_key(dom::element parent, const std::string& key,
-                                           const std::string& path) const {
-    dom::element node;
-    if (parent.get_object().value()[key].get(node)) return std::optional<Value>();
-    return resolve(node, path);
-  }
-
-  template <class T>
-  Result<T> required(const std::optional<Value>& v, const std::string& key,
-                     const char* expected) const {
-    if (!v)
-      return spec_error(
-          key,
-          std::string("has no value: config.json lacks its field and the spec gives no default"));
-    return convert<T>(*v, expected);
-  }
-
-  template <class T>
-  Result<T> convert(const Value& v, const char* expected) const {
-    T out{};
-    if constexpr (std::is_same_v<T, double>) {
-      if (v.element.is_number()) return v.element.get_double().value();
-    } else if constexpr (std::is_same_v<T, std::int64_t>) {
-      if (v.element.is_int64()) return v.element.get_int64().value();
-      if (v.element.is_uint64()) return static_cast<std::int64_t>(v.element.get_uint64().value());
-      // An integral double (e.g. 1e4) is fine; a fractional one is not an integer.
-      if (v.element.is_double()) {
-        const double d = v.element.get_double().value();
-        // Only inside int64's range may the double be converted (1e28 would be undefined
-        // behaviour; found by fuzz_config_json).
-        constexpr double kTwo63 = 9223372036854775808.0;
-        if (d >= -kTwo63 && d < kTwo63 && d == static_cast<double>(static_cast<std::int64_t>(d)))
-          return static_cast<std::int64_t>(d);
-      }
-    } else if constexpr (std::is_same_v<T, bool>) {
-      if (!v.element.get(out)) return out;
-    } else if constexpr (std::is_same_v<T, std::string>) {
-      std::string_view s;
-      if (!v.element.get(s)) return std::string(s);
-    }
-    return Error(
-        ErrorCode::kInvalidArgument,
-        (v.source.rfind("config.json", 0) == 0 ? config_.path.string() : spec_.path.string()) +
-            ": " + v.source + " is " + std::string(type_name(v.element)) + ", expected " +
-            expected);
-  }
-
-  Error spec_error(const std::string& key, const std::string& what) const {
-    return Error(ErrorCode::kParse, spec_.path.string() + ": key \"" + key + "\" " + what);
-  }
-  Error config_error(const std::string& field, dom::element e, const char* expected) const {
-    return Error(ErrorCode::kInvalidArgument, config_.path.string() + ": field \"" + field +
-                                                  "\" is " + std::string(type_name(e)) +
-                                                  ", expected " + expected);
-  }
-  static std::string config_source(std::string_view field) {
-    return "config.json field \"" + std::string(field) + "\"";
-  }
-
-  JsonDoc& spec_;
-  JsonDoc& config_;
-};
-
-template <class E>
-Result<E> choose(const SpecReader& r, const std::string& key, const std::string& value,
-                 std::initializer_list<std::pair<const char*, E>> options) {
-  std::string names;
-  for (const auto& [name, e] : options) {
-    if (value == name) return e;
-    names += names.empty() ? "" : ", ";
-    names += name;
-  }
-  return r.spec_error(key, "is \"" + value + "\", expected one of: " + names);
-}
-
-// `var` names a new variable, so it cannot be parenthesised.
-// NOLINTNEXTLINE(bugprone-macro-parentheses)
-#define WEFT_TRY(var, expr)                       \
-  auto var##_result = (expr);                     \
-  if (!var##_result) return var##_result.error(); \
-  auto var = std::move(var##_result.value())
 
 Result<void> read_rope(const SpecReader& r, dom::element pos, ModelSpec& s) {
   WEFT_TRY(order, r.resolve_key(pos, "rotation", "position_embedding.rotation"));
@@ -263,11 +70,17 @@ Result<void> read_rope(const SpecReader& r, dom::element pos, ModelSpec& s) {
                                              {"linear", model::RopeScaling::kLinear},
                                              {"dynamic", model::RopeScaling::kDynamic},
                                              {"llama3", model::RopeScaling::kLlama3},
-                                             {"yarn", model::RopeScaling::kYarn}}));
+                                             {"yarn", model::RopeScaling::kYarn},
+                                             {"longrope", model::RopeScaling::kLongrope},
+                                             {"su", model::RopeScaling::kLongrope}}));
   s.rope.scaling = kind;
   s.rope.original_max_position_embeddings =
       static_cast<int>(original.value_or(s.rope.max_position_embeddings));
-  if (kind != model::RopeScaling::kDefault) {
+  if (kind == model::RopeScaling::kLongrope) {
+    if (auto ok = read_longrope(r, pos, obj, scaling->source, factor, original, s); !ok) {
+      return ok.error();
+    }
+  } else if (kind != model::RopeScaling::kDefault) {
     if (!factor && !(kind == model::RopeScaling::kYarn && original)) {
       return Error(ErrorCode::kInvalidArgument, r.config_.path.string() + ": " + scaling->source +
                                                     " of type " + type_text + " needs \"factor\"");
@@ -301,22 +114,33 @@ Result<int> hyperparameter(const SpecReader& r, dom::element hp, const std::stri
   if (!v)
     return r.spec_error("hyperparameters." + key,
                         "has no value: config.json lacks its field and the spec gives no default");
-  // A string default names other hyperparameters: "num_heads" or "hidden_size / num_heads".
+  // A string default names other hyperparameters: "num_heads", "hidden_size / num_heads" or
+  // "4 * hidden_size" (an operand may be an integer literal).
   std::string_view text;
-  if (!v->element.get(text) && v->source.find("spec default") != std::string::npos) {
+  const bool from_spec = v->source.rfind("config.json", 0) != 0 ||
+                         v->source.find("spec default") != std::string::npos ||
+                         v->source.find("spec map") != std::string::npos;
+  if (!v->element.get(text) && from_spec) {
     auto lookup = [&](std::string_view name) -> std::optional<int> {
+      if (!name.empty() &&
+          std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+          name.size() < 9) {
+        return std::stoi(std::string(name));
+      }
       auto it = known.find(std::string(name));
       return it == known.end() ? std::nullopt : std::optional<int>(it->second);
     };
-    const auto slash = text.find(" / ");
-    const auto a = lookup(text.substr(0, slash));
+    auto op = text.find(" / ");
+    const bool multiply = op == std::string_view::npos && text.find(" * ") != text.npos;
+    if (multiply) op = text.find(" * ");
+    const auto a = lookup(text.substr(0, op));
     const auto b =
-        slash == std::string_view::npos ? std::optional<int>(1) : lookup(text.substr(slash + 3));
+        op == std::string_view::npos ? std::optional<int>(1) : lookup(text.substr(op + 3));
     if (!a || !b || *b == 0) {
       return r.spec_error("hyperparameters." + key, "default \"" + std::string(text) +
                                                         "\" must name earlier hyperparameters");
     }
-    return *a / *b;
+    return multiply ? *a * *b : *a / *b;
   }
   WEFT_TRY(n, r.convert<std::int64_t>(*v, "an integer"));
   if (n < 0 || n > (1 << 30)) {
@@ -445,7 +269,8 @@ Result<model::ModelSpec> read_model_spec(const std::filesystem::path& spec_file,
     WEFT_TRY(text, r.convert<std::string>(*layout, "a string"));
     WEFT_TRY(l, choose<model::QkvLayout>(r, "attention.qkv_layout", text,
                                          {{"separate", model::QkvLayout::kSeparate},
-                                          {"fused", model::QkvLayout::kFused}}));
+                                          {"fused", model::QkvLayout::kFused},
+                                          {"grouped", model::QkvLayout::kGrouped}}));
     s.qkv_layout = l;
   }
   WEFT_TRY(tied, flag(r, spec_doc.root, "tied_embeddings", "tied_embeddings", false));
@@ -459,16 +284,20 @@ Result<model::ModelSpec> read_model_spec(const std::filesystem::path& spec_file,
         std::pair{"mlp_norm", &n.mlp_norm}, std::pair{"q", &n.q}, std::pair{"k", &n.k},
         std::pair{"v", &n.v}, std::pair{"qkv", &n.qkv}, std::pair{"o", &n.o},
         std::pair{"gate", &n.gate}, std::pair{"up", &n.up}, std::pair{"gate_up", &n.gate_up},
-        std::pair{"down", &n.down}}) {
-    std::string_view name;
-    auto field = tensors.get_object().value()[key];
-    if (field.error() == simdjson::NO_SUCH_FIELD) continue;
-    if (field.get(name)) return r.spec_error(std::string("tensors.") + key, "must be a string");
-    *target = std::string(name);
+        std::pair{"down", &n.down}, std::pair{"position_embedding", &n.position_embedding},
+        std::pair{"embedding_norm", &n.embedding_norm}}) {
+    // A tensor name is a string, or a field reference ({"field": ..., "map": ...}) that picks
+    // one by a config.json value; "" means the block has no such tensor.
+    const std::string path = std::string("tensors.") + key;
+    WEFT_TRY(name, r.resolve_key(tensors, key, path));
+    if (!name) continue;
+    WEFT_TRY(text, r.convert<std::string>(*name, "a tensor name"));
+    *target = text;
   }
   if (s.network == model::Network::kEncoderOnly) {
     if (auto ok = read_encoder_spec(spec_file, config_json, s); !ok) return ok.error();
   }
+  if (auto ok = read_zoo_blocks(r, spec_doc.root, s); !ok) return ok.error();
   if (auto problem = model::validate(s)) {
     return Error(ErrorCode::kInvalidArgument, config_json.string() + " with spec " +
                                                   spec_file.filename().string() + ": " + *problem);
@@ -478,25 +307,33 @@ Result<model::ModelSpec> read_model_spec(const std::filesystem::path& spec_file,
 
 namespace {
 
-// (architecture, spec file) for every spec file in `spec_dir`, sorted by architecture. Files
-// that do not parse or name no architectures are skipped: they cannot match anything.
+// (name, spec file) for every spec file in `spec_dir`, sorted by name: the names in its `key`
+// list ("architectures" or "model_types"). Files that do not parse are skipped: they cannot
+// match anything.
 std::vector<std::pair<std::string, std::filesystem::path>> spec_index(
-    const std::filesystem::path& spec_dir) {
+    const std::filesystem::path& spec_dir, const char* key = "architectures") {
   std::vector<std::pair<std::string, std::filesystem::path>> out;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(spec_dir, ec)) {
     if (entry.path().extension() != ".json") continue;
     JsonDoc doc;
     if (!parse_json(entry.path(), doc)) continue;
-    dom::array archs;
-    if (doc.root["architectures"].get(archs)) continue;
-    for (auto a : archs) {
+    dom::array names;
+    if (doc.root[key].get(names)) continue;
+    for (auto a : names) {
       std::string_view name;
       if (!a.get(name)) out.emplace_back(std::string(name), entry.path());
     }
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+std::string joined(const std::vector<std::pair<std::string, std::filesystem::path>>& index) {
+  std::string out;
+  for (const auto& entry : index)
+    out += (out.empty() ? "" : ", ") + entry.first;
+  return out.empty() ? "none" : out;
 }
 
 }  // namespace
@@ -508,39 +345,55 @@ std::vector<std::string> known_architectures(const std::filesystem::path& spec_d
   return out;
 }
 
+// config.json's "architectures" first (exact class names), then its "model_type" (the family,
+// which a config without architectures, or with a head class no spec lists, still names).
 Result<std::filesystem::path> find_spec_file(const std::filesystem::path& spec_dir,
                                              const std::filesystem::path& config_json) {
   JsonDoc config;
   if (auto ok = parse_json(config_json, config); !ok) return ok.error();
-  dom::array wanted;
-  if (config.root["architectures"].get(wanted) || wanted.size() == 0) {
-    return Error(ErrorCode::kInvalidArgument,
-                 config_json.string() +
-                     ": field \"architectures\" is missing or not a non-empty "
-                     "list of names; pass --spec FILE to choose a spec");
-  }
   const auto index = spec_index(spec_dir);
   std::string names;
-  for (auto w : wanted) {
-    std::string_view arch;
-    if (w.get(arch)) {
+  dom::element archs;
+  if (!config.root["architectures"].get(archs) && !archs.is_null()) {
+    dom::array wanted;
+    if (archs.get(wanted)) {
       return Error(ErrorCode::kInvalidArgument,
-                   config_json.string() + ": field \"architectures\" must hold strings");
+                   config_json.string() + ": field \"architectures\" is " +
+                       std::string(type_name(archs)) + ", expected a list of names");
     }
-    names += (names.empty() ? "" : ", ") + std::string(arch);
-    for (const auto& [name, path] : index) {
-      if (name == arch) return path;
+    for (auto w : wanted) {
+      std::string_view arch;
+      if (w.get(arch)) {
+        return Error(ErrorCode::kInvalidArgument,
+                     config_json.string() + ": field \"architectures\" must hold strings");
+      }
+      names += (names.empty() ? "" : ", ") + std::string(arch);
+      for (const auto& [name, path] : index) {
+        if (name == arch) return path;
+      }
     }
   }
-  std::string known;
-  for (const auto& entry : index)
-    known += (known.empty() ? "" : ", ") + entry.first;
-  return Error(
-      ErrorCode::kUnsupported,
-      config_json.string() + ": unknown architecture " + names + " (known: " +
-          (known.empty() ? std::string("none; no spec files in ") + spec_dir.string() : known) +
-          "). If the model combines known blocks, add a spec file for it to " + spec_dir.string() +
-          " (format: docs/model-spec.md) or pass --spec FILE");
+  const auto types = spec_index(spec_dir, "model_types");
+  std::string_view model_type;
+  dom::element type_node;
+  const bool has_type = !config.root["model_type"].get(type_node) && !type_node.get(model_type);
+  if (has_type) {
+    for (const auto& [name, path] : types) {
+      if (name == model_type) return path;
+    }
+  }
+  const std::string asked =
+      (names.empty() ? std::string("field \"architectures\" is absent")
+                     : "field \"architectures\" names " + names) +
+      (has_type ? " and field \"model_type\" is \"" + std::string(model_type) + "\""
+                : std::string(" and field \"model_type\" is absent"));
+  return Error(ErrorCode::kUnsupported,
+               config_json.string() + ": unknown architecture: " + asked +
+                   "; supported architectures: " + joined(index) +
+                   "; supported model_type values: " + joined(types) +
+                   (index.empty() ? " (no spec files in " + spec_dir.string() + ")" : "") +
+                   ". If the model combines known blocks, add a spec file for it to " +
+                   spec_dir.string() + " (format: docs/model-spec.md) or pass --spec FILE");
 }
 
 namespace {

@@ -10,7 +10,7 @@ namespace weft::cpu {
 
 void paged_attention(const float* q, std::size_t num_heads, const PagedKv& kv,
                      std::size_t first_pos, std::size_t last_pos, float scale, float* out,
-                     float* scratch, KernelPath path) {
+                     float* scratch, KernelPath path, const float* alibi_slopes) {
   path = resolve(path);
   const std::size_t group = num_heads / kv.num_kv_heads;
   const std::size_t span = last_pos - first_pos + 1;
@@ -22,6 +22,12 @@ void paged_attention(const float* q, std::size_t num_heads, const PagedKv& kv,
       scratch[j] = dot_kv_row(qh, kv.dtype, kv.key(pos, kv_head), kv.key_scale(pos, kv_head),
                               kv.head_dim, path) *
                    scale;
+    }
+    if (alibi_slopes != nullptr) {
+      for (std::size_t j = 0; j < span; ++j) {
+        const auto distance = static_cast<float>(first_pos + j) - static_cast<float>(last_pos);
+        scratch[j] += alibi_slopes[h] * distance;
+      }
     }
     softmax_inplace(scratch, span);
     float* oh = out + h * kv.head_dim;

@@ -47,10 +47,13 @@ struct PagedKv {
   }
 };
 
-// out[h] = softmax(q[h] . K[first..last] * scale) V[first..last] for every query head h.
-// q and out are [num_heads, head_dim]; scratch holds last - first + 1 floats.
+// out[h] = softmax(q[h] . K[first..last] * scale + bias_h) V[first..last] for every query
+// head h. q and out are [num_heads, head_dim]; scratch holds last - first + 1 floats.
+// alibi_slopes: null, or [num_heads] ALiBi slopes; then bias_h for key position j is
+// slope_h * (j - last_pos) (Press et al.; BLOOM adds slope_h * j, the same after softmax).
 void paged_attention(const float* q, std::size_t num_heads, const PagedKv& kv,
                      std::size_t first_pos, std::size_t last_pos, float scale, float* out,
-                     float* scratch, KernelPath path = KernelPath::kAuto);
+                     float* scratch, KernelPath path = KernelPath::kAuto,
+                     const float* alibi_slopes = nullptr);
 
 }  // namespace weft::cpu

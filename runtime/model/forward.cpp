@@ -6,6 +6,7 @@
 #include <span>
 
 #include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/norm.hpp"
 #include "kernels/cpu/paged_attention.hpp"
 #include "kernels/cpu/rope.hpp"
@@ -85,6 +86,11 @@ Result<void> check_step_batch(const ModelSpec& spec, const StepBatch& batch, con
         return bad(where + "token id " + std::to_string(token) + " is outside the vocabulary [0, " +
                    std::to_string(spec.vocab_size) + ")");
       }
+      if (spec.position == PositionEmbedding::kLearned && pos >= spec.max_positions) {
+        return bad(where + "position " + std::to_string(pos) +
+                   " is beyond the learned position table (max_position_embeddings " +
+                   std::to_string(spec.max_positions) + ")");
+      }
       if (pos < 0 || pos >= capacity) {
         return bad(where + "position " + std::to_string(pos) + " is beyond its page table (" +
                    std::to_string(capacity) + " slots)");
@@ -151,12 +157,23 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
                                                                  : cpu::RopePairing::kInterleaved;
 
   std::vector<float> x(T * H), h(T * H), q(T * QD), k(T * KVD), v(T * KVD), attn(T * QD);
-  std::vector<float> gate(T * I), up(T * I), fused;
-  for (std::size_t t = 0; t < T; ++t) {
-    const auto token = static_cast<std::size_t>(batch.tokens[t]);
-    cpu::to_f32(embedding_.dtype, embedding_.data + token * H * dtype_size(embedding_.dtype),
-                x.data() + t * H, H, path);
+  std::vector<float> gate(T * I), up(T * I), fused, attn_out(T * H), mlp_in;
+  {
+    const cpu::EmbeddingTable tokens{embedding_.dtype, embedding_.data,
+                                     static_cast<std::size_t>(spec_.vocab_size), H};
+    const cpu::EmbeddingTable positions{
+        position_table_.dtype, position_table_.data,
+        static_cast<std::size_t>(spec_.max_positions + spec_.position_offset), H};
+    cpu::embed_tokens(tokens, batch.tokens.data(), T, static_cast<float>(spec_.embedding_scale),
+                      position_table_.data != nullptr ? &positions : nullptr,
+                      batch.positions.data(), static_cast<std::size_t>(spec_.position_offset),
+                      x.data(), path);
+    if (!embedding_norm_.empty()) {
+      normalize(spec_, x.data(), T, embedding_norm_, embedding_norm_bias_, x.data(), path);
+    }
   }
+  const bool post_norm = spec_.norm_placement == NormPlacement::kPost;
+  const float* alibi = alibi_slopes_.empty() ? nullptr : alibi_slopes_.data();
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   // Row-parallel products (o, down) hold this rank's partial sum until reduced.
   auto reduce = [&](std::vector<float>& partial) -> Result<void> {
@@ -171,7 +188,11 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
 
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
-    normalize(spec_, x.data(), T, L.attn_norm, L.attn_norm_bias, h.data(), path);
+    if (post_norm) {
+      std::copy(x.begin(), x.end(), h.begin());
+    } else {
+      normalize(spec_, x.data(), T, L.attn_norm, L.attn_norm_bias, h.data(), path);
+    }
     if (spec_.qkv_layout == QkvLayout::kSeparate) {
       const cpu::MatmulOutput qkv[] = {{&L.q, bias_or_null(L.q_bias), q.data()},
                                        {&L.k, bias_or_null(L.k_bias), k.data()},
@@ -216,15 +237,30 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
         const std::size_t window = static_cast<std::size_t>(spec_.sliding_window);
         const std::size_t first = windowed && pos + 1 > window ? pos + 1 - window : 0;
         cpu::paged_attention(q.data() + t * QD, NH, view, first, pos, scale, attn.data() + t * QD,
-                             scratch.data(), path);
+                             scratch.data(), path, alibi);
       }
     });
-    cpu::matmul(attn.data(), T, L.o, bias_or_null(L.o_bias), h.data(), &pool, path);
-    if (auto ok = reduce(h); !ok) return ok;
-    for (std::size_t i = 0; i < T * H; ++i)
-      x[i] += h[i];
-
-    normalize(spec_, x.data(), T, L.mlp_norm, L.mlp_norm_bias, h.data(), path);
+    cpu::matmul(attn.data(), T, L.o, bias_or_null(L.o_bias), attn_out.data(), &pool, path);
+    if (auto ok = reduce(attn_out); !ok) return ok;
+    // The MLP's input: parallel blocks read x as it came into the layer (through their own
+    // norm, or the attention norm's output when they have none); sequential ones the sum.
+    if (spec_.parallel_attention) {
+      if (!L.mlp_norm.empty()) {
+        mlp_in.resize(T * H);
+        normalize(spec_, x.data(), T, L.mlp_norm, L.mlp_norm_bias, mlp_in.data(), path);
+        h.swap(mlp_in);
+      }
+      // else h still holds the attention norm's output
+    } else {
+      for (std::size_t i = 0; i < T * H; ++i)
+        x[i] += attn_out[i];
+      if (post_norm) {
+        normalize(spec_, x.data(), T, L.attn_norm, L.attn_norm_bias, x.data(), path);
+        std::copy(x.begin(), x.end(), h.begin());
+      } else {
+        normalize(spec_, x.data(), T, L.mlp_norm, L.mlp_norm_bias, h.data(), path);
+      }
+    }
     const auto act = to_kernel(spec_.activation);
     if (spec_.gated_mlp && L.gate_up.data != nullptr) {
       fused.resize(T * 2 * I);
@@ -245,8 +281,14 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
     }
     cpu::matmul(gate.data(), T, L.down, bias_or_null(L.down_bias), h.data(), &pool, path);
     if (auto ok = reduce(h); !ok) return ok;
-    for (std::size_t i = 0; i < T * H; ++i)
-      x[i] += h[i];
+    if (spec_.parallel_attention) {
+      for (std::size_t i = 0; i < T * H; ++i)
+        x[i] += attn_out[i] + h[i];
+    } else {
+      for (std::size_t i = 0; i < T * H; ++i)
+        x[i] += h[i];
+      if (post_norm) normalize(spec_, x.data(), T, L.mlp_norm, L.mlp_norm_bias, x.data(), path);
+    }
   }
 
   // Only the rows that need logits go through the final norm and the (large) lm head.
@@ -261,7 +303,11 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
   }
   const std::size_t rows = selected.size() / H;
   h.resize(selected.size());
-  normalize(spec_, selected.data(), rows, final_norm_, final_norm_bias_, h.data(), path);
+  if (final_norm_.empty()) {
+    h = selected;  // post-norm networks end normalized
+  } else {
+    normalize(spec_, selected.data(), rows, final_norm_, final_norm_bias_, h.data(), path);
+  }
   logits.resize(rows * static_cast<std::size_t>(spec_.vocab_size));
   cpu::matmul(h.data(), rows, lm_head_, nullptr, logits.data(), &pool, path);
   return {};

@@ -57,6 +57,12 @@ class Model {
   const cpu::WeightMatrix& lm_head() const noexcept { return lm_head_; }
   const std::vector<float>& final_norm() const noexcept { return final_norm_; }
   const std::vector<float>& final_norm_bias() const noexcept { return final_norm_bias_; }
+  // Learned positions ([max_positions + offset, hidden]; data null without them), the norm
+  // after the embedding (empty without one) and ALiBi's per-head slopes (empty without ALiBi).
+  const TensorView& position_table() const noexcept { return position_table_; }
+  const std::vector<float>& embedding_norm() const noexcept { return embedding_norm_; }
+  const std::vector<float>& embedding_norm_bias() const noexcept { return embedding_norm_bias_; }
+  const std::vector<float>& alibi_slopes() const noexcept { return alibi_slopes_; }
 
   struct Layer {
     std::vector<float> attn_norm, attn_norm_bias, mlp_norm, mlp_norm_bias;
@@ -72,6 +78,9 @@ class Model {
   TensorView embedding_;
   cpu::WeightMatrix lm_head_;
   std::vector<float> final_norm_, final_norm_bias_;
+  TensorView position_table_;
+  std::vector<float> embedding_norm_, embedding_norm_bias_;
+  std::vector<float> alibi_slopes_;
   std::vector<Layer> layers_;
   std::vector<std::shared_ptr<const void>> owners_;  // keep mapped weights alive
 

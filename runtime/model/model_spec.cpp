@@ -37,6 +37,20 @@ std::optional<std::string> validate(const ModelSpec& s) {
       return "llama3 rope scaling needs high_freq_factor > low_freq_factor";
     }
   }
+  if (s.rope.scaling == RopeScaling::kLongrope && s.position == PositionEmbedding::kRope) {
+    const auto half = static_cast<std::size_t>(s.rotary_dim() / 2);
+    if (s.rope.short_factor.size() != half || s.rope.long_factor.size() != half) {
+      return "longrope scaling needs short_factor and long_factor of rotary_dim / 2 (" +
+             std::to_string(half) + ") numbers each, got " +
+             std::to_string(s.rope.short_factor.size()) + " and " +
+             std::to_string(s.rope.long_factor.size());
+    }
+  }
+  if (s.position == PositionEmbedding::kLearned) {
+    if (s.max_positions <= 0) return "learned positions need max_position_embeddings";
+    if (s.position_offset < 0) return "the learned position offset must not be negative";
+  }
+  if (!(s.embedding_scale > 0)) return "embedding_scale must be positive";
   if (s.sliding_window < 0) return "sliding_window must not be negative";
   if (!(s.norm_epsilon > 0)) return "normalization epsilon must be positive";
   return std::nullopt;

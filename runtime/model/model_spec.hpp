@@ -16,11 +16,20 @@ enum class Network { kDecoderOnly, kEncoderOnly, kEncoderDecoder };
 enum class Norm { kRms, kLayer };
 enum class Activation { kSilu, kGelu, kGeluTanh, kRelu };
 enum class PositionEmbedding { kRope, kAlibi, kLearned, kSinusoidal, kNone };
-enum class RopeScaling { kDefault, kLinear, kDynamic, kLlama3, kYarn };
+enum class RopeScaling { kDefault, kLinear, kDynamic, kLlama3, kYarn, kLongrope };
 // kHalfSplit rotates (x[i], x[i + d/2]) pairs (GPT-NeoX, Hugging Face's rotate_half);
 // kInterleaved rotates (x[2i], x[2i + 1]) pairs (GPT-J, Meta's original Llama code).
 enum class RopeOrder { kHalfSplit, kInterleaved };
-enum class QkvLayout { kSeparate, kFused };
+// kFused: one [q heads | k heads | v heads] matrix. kGrouped: per kv head, its group's q
+// heads, then its k head, then its v head (Falcon's [kv_heads, group + 2, head_dim]; Bloom's
+// [heads, 3, head_dim] is the group-of-one case). Model::create reorders kGrouped rows into
+// kFused order once, so the forward passes treat kGrouped exactly as kFused.
+enum class QkvLayout { kSeparate, kFused, kGrouped };
+// Pre-norm: x + f(norm(x)) (GPT-2 and later). Post-norm: norm(x + f(x)) (the original
+// Transformer, OPT-350m), with no final norm.
+enum class NormPlacement { kPre, kPost };
+// nn.Linear stores [out, in]; GPT-2's Conv1D stores [in, out] (transposed once at load).
+enum class LinearLayout { kOutIn, kInOut };
 
 struct RopeSpec {
   RopeScaling scaling = RopeScaling::kDefault;
@@ -38,6 +47,9 @@ struct RopeSpec {
   std::optional<double> mscale;              // yarn (DeepSeek style)
   std::optional<double> mscale_all_dim;      // yarn (DeepSeek style)
   bool truncate = true;                      // yarn: round the correction range
+  // longrope (Phi-3's "su"): per-frequency divisors, short_factor while the sequence fits
+  // original_max_position_embeddings, long_factor beyond; [rotary_dim / 2] each.
+  std::vector<double> short_factor, long_factor;
 };
 
 // Tensor names, with "{layer}" standing for the layer index. Bias tensors are the weight's
@@ -51,6 +63,8 @@ struct TensorNames {
   std::string q, k, v, qkv;  // separate or fused, as qkv_layout says
   std::string o;
   std::string gate, up, gate_up, down;  // gate_up: a fused [2 * intermediate, hidden] matrix
+  std::string position_embedding;       // learned positions: [max_positions + offset, hidden]
+  std::string embedding_norm;           // a norm right after the embedding (Bloom)
 };
 
 struct ModelSpec {
@@ -79,6 +93,18 @@ struct ModelSpec {
   int sliding_window_first_layer = 0;  // layers below this one attend fully
   QkvLayout qkv_layout = QkvLayout::kSeparate;
   bool tied_embeddings = false;
+
+  // Blocks of the model zoo (docs/model-spec.md): where the norm sits, (1 + w) norms,
+  // the embedding's scale, learned positions, parallel attention and MLP, Conv1D weights.
+  NormPlacement norm_placement = NormPlacement::kPre;
+  double norm_weight_offset = 0.0;  // Gemma: the norm multiplies by (offset + weight)
+  double embedding_scale = 1.0;     // Gemma: sqrt(hidden_size)
+  int max_positions = 0;            // learned positions: positions the table covers
+  int position_offset = 0;          // learned positions: row of position p is p + offset (OPT: 2)
+  // x + attn(norm_a(x)) + mlp(norm_m(x)) (GPT-J, Falcon); without an mlp_norm tensor the MLP
+  // reads the attention norm's output.
+  bool parallel_attention = false;
+  LinearLayout linear_layout = LinearLayout::kOutIn;
 
   TensorNames tensors;
   EncoderSpec encoder;  // network kEncoderOnly only

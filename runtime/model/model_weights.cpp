@@ -1,11 +1,13 @@
 // Model::create: finds, checks and binds the tensors a ModelSpec names.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <deque>
 #include <string>
 
 #include "kernels/cpu/vector_math.hpp"
+#include "runtime/model/alibi.hpp"
 #include "runtime/model/model.hpp"
 
 namespace weft::model {
@@ -64,6 +66,58 @@ class Binder {
                              static_cast<std::size_t>(cols)};
   }
 
+  // A [rows, cols] matrix the checkpoint stores as [cols, rows] (GPT-2's Conv1D), transposed
+  // once into memory the model owns, in its own dtype.
+  Result<cpu::WeightMatrix> transposed(const std::string& name, std::int64_t rows,
+                                       std::int64_t cols, const char* block) {
+    auto t = tensor(name, {cols, rows}, block);
+    if (!t) return t.error();
+    const std::size_t es = dtype_size((*t)->dtype);
+    const auto R = static_cast<std::size_t>(rows), C = static_cast<std::size_t>(cols);
+    auto copy = std::make_shared<std::vector<std::uint64_t>>((R * C * es + 7) / 8);
+    auto* dst = reinterpret_cast<std::byte*>(copy->data());
+    const std::byte* src = (*t)->data;
+    for (std::size_t c = 0; c < C; ++c) {
+      for (std::size_t r = 0; r < R; ++r)
+        std::memcpy(dst + (r * C + c) * es, src + (c * R + r) * es, es);
+    }
+    owners_.push_back(copy);
+    return cpu::WeightMatrix{(*t)->dtype, dst, R, C};
+  }
+
+  // Reorders a grouped fused qkv matrix (per kv head: its q heads, its k head, its v head)
+  // and its bias into q | k | v order, into memory the model owns.
+  void ungroup_qkv(cpu::WeightMatrix& w, std::vector<float>& bias) {
+    const auto D = static_cast<std::size_t>(spec_.head_dim);
+    const auto G = static_cast<std::size_t>(spec_.num_kv_heads);
+    const std::size_t per_group = static_cast<std::size_t>(spec_.num_heads) / G;
+    const std::size_t es = dtype_size(w.dtype), row_bytes = w.cols * es;
+    auto copy = std::make_shared<std::vector<std::uint64_t>>((w.rows * row_bytes + 7) / 8);
+    auto* dst = reinterpret_cast<std::byte*>(copy->data());
+    const auto* src = static_cast<const std::byte*>(w.data);
+    std::vector<float> new_bias(bias.size());
+    // Source head block g * (per_group + 2) + j goes to q head g * per_group + j, the block
+    // after the group's q heads to k head g, the next to v head g.
+    auto move_head = [&](std::size_t from, std::size_t to) {
+      std::memcpy(dst + to * D * row_bytes, src + from * D * row_bytes, D * row_bytes);
+      if (!bias.empty()) {
+        std::copy_n(bias.begin() + static_cast<std::ptrdiff_t>(from * D), D,
+                    new_bias.begin() + static_cast<std::ptrdiff_t>(to * D));
+      }
+    };
+    const std::size_t heads = per_group * G;
+    for (std::size_t g = 0; g < G; ++g) {
+      const std::size_t first = g * (per_group + 2);
+      for (std::size_t j = 0; j < per_group; ++j)
+        move_head(first + j, g * per_group + j);
+      move_head(first + per_group, heads + g);
+      move_head(first + per_group + 1, heads + G + g);
+    }
+    owners_.push_back(copy);
+    w.data = dst;
+    bias = std::move(new_bias);
+  }
+
   Result<std::vector<float>> vector(const std::string& name, std::int64_t n, const char* block) {
     auto t = tensor(name, {n}, block);
     if (!t) return t.error();
@@ -97,12 +151,11 @@ Result<Model> Model::create(const ModelSpec& spec, const WeightLookup& weights) 
                                               ": only decoder-only networks have a forward "
                                               "pass so far");
   }
-  if (spec.position != PositionEmbedding::kRope && spec.position != PositionEmbedding::kNone) {
+  if (spec.position == PositionEmbedding::kSinusoidal) {
     return Error(ErrorCode::kUnsupported,
                  spec.architecture +
-                     ": the CPU forward pass implements rope and no position embedding; "
-                     "alibi, learned and sinusoidal are named by the spec format but not "
-                     "implemented yet");
+                     ": sinusoidal positions are named by the spec format but have no forward "
+                     "pass yet (rope, alibi, learned and none do)");
   }
   Model m;
   m.spec_ = spec;
@@ -115,6 +168,12 @@ Result<Model> Model::create(const ModelSpec& spec, const WeightLookup& weights) 
   auto norm = [&](const std::string& name, std::vector<float>& weight, std::vector<float>& bias,
                   const char* block) -> Result<void> {
     WEFT_TRY_ASSIGN(weight, bind.vector(name, hidden, block));
+    // Gemma's norms multiply by (1 + w): the offset is added once here, in fp32 as
+    // transformers adds it, so every backend's norm kernel stays a plain one.
+    if (spec.norm_weight_offset != 0.0) {
+      for (auto& w : weight)
+        w = static_cast<float>(spec.norm_weight_offset) + w;
+    }
     if (layer_norm && weights.find(bias_tensor_name(name)) != nullptr) {
       WEFT_TRY_ASSIGN(bias, bind.vector(bias_tensor_name(name), hidden, block));
     }
@@ -123,7 +182,11 @@ Result<Model> Model::create(const ModelSpec& spec, const WeightLookup& weights) 
   auto linear = [&](const std::string& name, std::int64_t rows, std::int64_t cols, bool with_bias,
                     cpu::WeightMatrix& w, std::vector<float>& b,
                     const char* block) -> Result<void> {
-    WEFT_TRY_ASSIGN(w, bind.matrix(name, rows, cols, block));
+    if (spec.linear_layout == LinearLayout::kInOut) {
+      WEFT_TRY_ASSIGN(w, bind.transposed(name, rows, cols, block));
+    } else {
+      WEFT_TRY_ASSIGN(w, bind.matrix(name, rows, cols, block));
+    }
     if (with_bias) WEFT_TRY_ASSIGN(b, bind.vector(bias_tensor_name(name), rows, block));
     return {};
   };
@@ -133,9 +196,29 @@ Result<Model> Model::create(const ModelSpec& spec, const WeightLookup& weights) 
     if (!t) return t.error();
     m.embedding_ = **t;
   }
-  if (auto r = norm(n.final_norm, m.final_norm_, m.final_norm_bias_, "final norm"); !r) {
-    return r.error();
+  // Post-norm layers end normalized; such networks (OPT-350m) have no final norm.
+  if (spec.norm_placement == NormPlacement::kPre) {
+    if (auto r = norm(n.final_norm, m.final_norm_, m.final_norm_bias_, "final norm"); !r) {
+      return r.error();
+    }
   }
+  if (!n.embedding_norm.empty()) {
+    if (auto r =
+            norm(n.embedding_norm, m.embedding_norm_, m.embedding_norm_bias_, "embedding norm");
+        !r) {
+      return r.error();
+    }
+  }
+  if (spec.position == PositionEmbedding::kLearned) {
+    auto t =
+        bind.tensor(n.position_embedding,
+                    {static_cast<std::int64_t>(spec.max_positions) + spec.position_offset, hidden},
+                    "learned positions");
+    if (!t) return t.error();
+    m.position_table_ = **t;
+  }
+  if (spec.position == PositionEmbedding::kAlibi)
+    m.alibi_slopes_ = model::alibi_slopes(spec.num_heads);
   if (spec.tied_embeddings) {
     m.lm_head_ = cpu::WeightMatrix{m.embedding_.dtype, m.embedding_.data,
                                    static_cast<std::size_t>(spec.vocab_size),
@@ -150,7 +233,9 @@ Result<Model> Model::create(const ModelSpec& spec, const WeightLookup& weights) 
     auto name = [&](const std::string& pattern) { return layer_tensor_name(pattern, i); };
     std::vector<Result<void>> steps;
     steps.push_back(norm(name(n.attn_norm), L.attn_norm, L.attn_norm_bias, "attention norm"));
-    steps.push_back(norm(name(n.mlp_norm), L.mlp_norm, L.mlp_norm_bias, "mlp norm"));
+    if (!n.mlp_norm.empty()) {
+      steps.push_back(norm(name(n.mlp_norm), L.mlp_norm, L.mlp_norm_bias, "mlp norm"));
+    }
     if (spec.qkv_layout == QkvLayout::kSeparate) {
       steps.push_back(
           linear(name(n.q), q_dim, hidden, spec.qkv_bias, L.q, L.q_bias, "attention q"));
@@ -161,6 +246,8 @@ Result<Model> Model::create(const ModelSpec& spec, const WeightLookup& weights) 
     } else {
       steps.push_back(linear(name(n.qkv), q_dim + 2 * kv_dim, hidden, spec.qkv_bias, L.qkv,
                              L.qkv_bias, "attention fused qkv"));
+      if (spec.qkv_layout == QkvLayout::kGrouped && steps.back())
+        bind.ungroup_qkv(L.qkv, L.qkv_bias);
     }
     steps.push_back(
         linear(name(n.o), hidden, q_dim, spec.output_bias, L.o, L.o_bias, "attention output"));

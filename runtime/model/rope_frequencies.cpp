@@ -105,6 +105,28 @@ RopeFrequencies rope_frequencies(const RopeSpec& rope, int rotary_dim, int seq_l
     }
     case RopeScaling::kYarn:
       return yarn(rope, rotary_dim);
+    case RopeScaling::kLongrope: {
+      // LongRoPE (Ding et al. 2024; Phi-3's "su"): searched per-frequency divisors, the long
+      // set once the sequence outgrows the original context, as transformers'
+      // longrope_frequency_update switches them per step.
+      const auto& ext =
+          seq_len > rope.original_max_position_embeddings ? rope.long_factor : rope.short_factor;
+      out.inv_freq.resize(static_cast<std::size_t>(rotary_dim / 2));
+      for (int i = 0; i < rotary_dim / 2; ++i) {
+        const float exponent = static_cast<float>(2 * i) / static_cast<float>(rotary_dim);
+        const auto k = static_cast<std::size_t>(i);
+        const float divisor = k < ext.size() ? static_cast<float>(ext[k]) : 1.0f;
+        out.inv_freq[k] = 1.0f / (divisor * std::pow(static_cast<float>(rope.theta), exponent));
+      }
+      if (rope.attention_factor) {
+        out.attention_factor = static_cast<float>(*rope.attention_factor);
+      } else if (rope.factor > 1.0 && rope.original_max_position_embeddings > 1) {
+        out.attention_factor = static_cast<float>(std::sqrt(
+            1.0 + std::log(rope.factor) /
+                      std::log(static_cast<double>(rope.original_max_position_embeddings))));
+      }
+      break;
+    }
   }
   return out;
 }

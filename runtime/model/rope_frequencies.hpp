@@ -14,7 +14,8 @@ struct RopeFrequencies {
 };
 
 // seq_len is the sequence's length after this step (largest position + 1); only dynamic NTK
-// scaling depends on it, and only once it exceeds max_position_embeddings.
+// and longrope scaling depend on it: dynamic once it exceeds max_position_embeddings,
+// longrope once it exceeds original_max_position_embeddings.
 RopeFrequencies rope_frequencies(const RopeSpec& rope, int rotary_dim, int seq_len);
 
 }  // namespace weft::model

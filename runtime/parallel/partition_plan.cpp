@@ -15,10 +15,26 @@ std::string range_text(const IndexRange& r) {
 
 Result<PartitionPlan> plan_partition(const model::ModelSpec& spec, int tp, int pp) {
   auto refuse = [](const std::string& what) { return Error(ErrorCode::kInvalidArgument, what); };
+  auto unsupported = [](const std::string& what) { return Error(ErrorCode::kUnsupported, what); };
   if (tp < 1) return refuse("--tensor-parallel must be at least 1, not " + std::to_string(tp));
   if (pp < 1) return refuse("--pipeline-parallel must be at least 1, not " + std::to_string(pp));
   if (auto problem = model::validate(spec)) return refuse(spec.architecture + ": " + *problem);
   const std::string tp_text = " --tensor-parallel " + std::to_string(tp);
+  // The planner slices checkpoint tensors as they are stored, in nn.Linear's [out, in] and
+  // q|k|v order; ALiBi's slopes and learned positions would need per-rank handling too.
+  if ((tp > 1 || pp > 1) &&
+      (spec.qkv_layout == model::QkvLayout::kGrouped ||
+       spec.linear_layout == model::LinearLayout::kInOut ||
+       spec.position == model::PositionEmbedding::kAlibi ||
+       spec.position == model::PositionEmbedding::kLearned || spec.parallel_attention ||
+       spec.norm_placement == model::NormPlacement::kPost ||
+       !spec.tensors.embedding_norm.empty())) {
+    return unsupported(spec.architecture +
+                       ": tensor and pipeline parallelism cover rope models with nn.Linear "
+                       "weights and pre-norm sequential layers; this spec uses a block the "
+                       "partition planner does not slice (grouped qkv, Conv1D weights, ALiBi, "
+                       "learned positions, parallel attention, post-norm or an embedding norm)");
+  }
   if (spec.num_heads % tp != 0) {
     return refuse("num_heads (" + std::to_string(spec.num_heads) + ") is not divisible by" +
                   tp_text);

@@ -42,11 +42,13 @@ void expect_mentions(const std::string& message, std::initializer_list<std::stri
     EXPECT_NE(message.find(p), std::string::npos) << message << " lacks " << p;
 }
 
-TEST(ModelSpecFile, KnowsTheThreeArchitectures) {
+TEST(ModelSpecFile, KnowsTheShippedArchitectures) {
   const auto known = known_architectures(kSpecs);
   EXPECT_TRUE(std::is_sorted(known.begin(), known.end()));
-  for (const char* arch : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-                           "BertModel", "BertForMaskedLM", "RobertaModel", "XLMRobertaModel"}) {
+  for (const char* arch :
+       {"BloomForCausalLM", "FalconForCausalLM", "GPT2LMHeadModel", "GemmaForCausalLM",
+        "LlamaForCausalLM", "MistralForCausalLM", "OPTForCausalLM", "Phi3ForCausalLM",
+        "Qwen2ForCausalLM", "BertModel", "BertForMaskedLM", "RobertaModel", "XLMRobertaModel"}) {
     EXPECT_NE(std::find(known.begin(), known.end(), arch), known.end()) << arch;
   }
 }
@@ -114,13 +116,15 @@ TEST(ModelSpecFile, TransformersFourStyleRopeFields) {
 }
 
 TEST(ModelSpecFile, UnknownArchitectureListsTheKnownOnesAndHowToAddOne) {
-  const auto config = scratch_config("unknown", R"({"architectures":["FalconForCausalLM"]})");
+  const auto config =
+      scratch_config("unknown", R"({"architectures":["MambaForCausalLM"],"model_type":"mamba"})");
   auto file = find_spec_file(kSpecs, config);
   ASSERT_FALSE(file.ok());
   EXPECT_EQ(file.error().code(), ErrorCode::kUnsupported);
   expect_mentions(file.error().what(),
-                  {"FalconForCausalLM", "LlamaForCausalLM", "MistralForCausalLM",
-                   "Qwen2ForCausalLM", "docs/model-spec.md", "--spec FILE", "config.json"});
+                  {"MambaForCausalLM", "\"model_type\" is \"mamba\"", "\"architectures\"",
+                   "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "GPT2LMHeadModel",
+                   "gpt2, llama", "docs/model-spec.md", "--spec FILE", "config.json"});
 }
 
 TEST(ModelSpecFile, ConfigFieldOfTheWrongType) {
@@ -158,10 +162,18 @@ TEST(ModelSpecFile, ConfigFieldOfTheWrongType) {
 
   config = scratch_config(
       "rope_type",
+      "{" + base + R"(,"hidden_size":8,"rope_scaling":{"rope_type":"mystery","factor":2}})");
+  s = read_model_spec(kSpecs / "llama.json", config);
+  ASSERT_FALSE(s.ok());
+  expect_mentions(s.error().what(), {"mystery", "yarn", "longrope"});
+
+  // longrope without its factor lists names the missing key.
+  config = scratch_config(
+      "longrope_lists",
       "{" + base + R"(,"hidden_size":8,"rope_scaling":{"rope_type":"longrope","factor":2}})");
   s = read_model_spec(kSpecs / "llama.json", config);
   ASSERT_FALSE(s.ok());
-  expect_mentions(s.error().what(), {"longrope", "yarn"});
+  expect_mentions(s.error().what(), {"longrope", "\"short_factor\"", "list of numbers"});
 
   // A whole double beyond int64's range is not an integer (converting it was undefined
   // behaviour; found by fuzz_config_json under UBSan).

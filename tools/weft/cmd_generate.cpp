@@ -432,7 +432,8 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<GenerateOptions>();
   add_model_option(cmd, opts->model_dir);
   cmd->add_option("--spec", opts->spec_file,
-                  "model specification file (default: chosen by config.json's architectures "
+                  "model specification file (default: chosen by config.json's architectures, "
+                  "then model_type, "
                   "from config/models/)");
   auto* text = cmd->add_option("--prompt", opts->prompt,
                                "prompt text, encoded with the folder's tokenizer.json");

@@ -123,7 +123,8 @@ void add_perplexity_command(CLI::App& app, int& exit_code) {
   add_model_option(cmd, opts->model_dir);
   cmd->add_option("--file", opts->file, "UTF-8 text file to score")->required();
   cmd->add_option("--spec", opts->spec_file,
-                  "model specification file (default: chosen by config.json's architectures)");
+                  "model specification file (default: chosen by config.json's architectures, "
+                  "then model_type, from config/models/)");
   cmd->add_option("--window", opts->window, "tokens per window (at most the model's context)")
       ->capture_default_str()
       ->check(CLI::Range(2, 1 << 20));

@@ -13,10 +13,13 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cuda/alibi_attention.hpp"
 #include "kernels/cuda/embedding.hpp"
 #include "kernels/cuda/l2_prefetch.hpp"
+#include "kernels/cuda/learned_positions.hpp"
 #include "kernels/cuda/norm.hpp"
 #include "kernels/cuda/paged_attention.hpp"
+#include "kernels/cuda/residual_norm.hpp"
 #include "kernels/cuda/rope.hpp"
 #include "runtime/model/cuda/cuda_model_state.hpp"
 
@@ -255,10 +258,111 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     forked = true;
   };
 
+  // Pre-norm sequential layers (Llama and most families) defer each layer's last residual add
+  // into the next layer's fused add_norm; post-norm and parallel-attention layers (OPT-350m,
+  // Falcon) finish their residual within the layer instead (residual_norm.hpp).
+  const bool post_norm = spec.norm_placement == NormPlacement::kPost;
+  const bool deferred_residual = !post_norm && !spec.parallel_attention;
+  const bool alibi = alibi_slopes.get() != nullptr;
+  if (alibi && kv_dtype_scaled(layout.dtype)) {
+    return Error(ErrorCode::kUnsupported,
+                 "ALiBi attention (Bloom) reads 16-bit KV pages only; run with "
+                 "--kv-cache-dtype auto");
+  }
+
+  // One layer's attention: bias, rope and KV store, then the attention kernels, into `attn`.
+  auto attend = [&](std::size_t l, const Layer& W) {
+    cuda::RopeArgs ra;
+    ra.qkv = qkv_out.as<float>();
+    ra.qkv_bias = or_null(W.qkv_bias);
+    ra.num_heads = spec.num_heads;
+    ra.rotary_dim = R;
+    ra.interleaved = spec.rope.order == RopeOrder::kInterleaved;
+    ra.inv_freq = dev_f + L.inv_freq;
+    ra.attention_factor = dev_f + L.factor;
+    kvv.layer_offset = l * (layout.bytes_per_layer_block() / element_bytes);
+    cuda::AttentionArgs aa;
+    aa.q = qkv_out.as<float>();
+    aa.q_stride = static_cast<std::size_t>(qkv_width);
+    aa.num_heads = spec.num_heads;
+    aa.scale = 1.0f / std::sqrt(static_cast<float>(spec.head_dim));
+    aa.sliding_window = spec.layer_uses_window(static_cast<int>(l)) ? spec.sliding_window : 0;
+    aa.out = attn.get();
+    if (alibi) {
+      cuda::rope_store_kv(ra, fb, kvv, stream);
+      mark("rope + kv store");
+      cuda::alibi_attention(aa, alibi_slopes.as<float>(), fb, kvv, stream);
+      mark("alibi attention");
+      return;
+    }
+    // In a step of decode tokens only, the decode attention kernel rotates and stores them
+    // itself (bitwise the same; one launch less per layer).
+    if (tile_count == 0 && fused_rope && W.qkv_bias.get() == nullptr) {
+      aa.rope_inv_freq = ra.inv_freq;
+      aa.rope_factor = ra.attention_factor;
+    } else {
+      cuda::rope_store_kv(ra, fb, kvv, stream);
+      mark("rope + kv store");
+    }
+    cuda::decode_attention(aa, fb, kvv, dev + L.decode_queries, decode_count, decode_context,
+                           split_workspace.as<float>(), stream);
+    mark("decode attention");
+    cuda::prefill_attention(aa, fb, kvv, reinterpret_cast<const cuda::PrefillTile*>(dev + L.tiles),
+                            tile_count, stream);
+    mark("prefill attention");
+  };
+
+  // One layer's MLP from the 16-bit rows `in`, into `delta` (its down bias not yet added).
+  auto mlp_block = [&](const Layer& W, const void* in) {
+    // Without a bias, gate and up are written as 16 bits (what the activation reads them
+    // as in transformers too): half the bytes of fp32 through the product and the
+    // activation. With a bias, or on the small-step kernel, fp32 as before.
+    if (W.up_bias.get() == nullptr && !blas->small_step(T)) {
+      blas_ok &= blas->linear16(in, T, W.up.get(), mlp_width, H, mlp.get(), mlp_width, P, stream);
+      mark("gate_up product");
+      prefetch(kDown, W.down, static_cast<std::size_t>(H) * I);
+      cuda::mlp_activation16(to_kernel(spec.activation), spec.gated_mlp, mlp.get(), nullptr, T, I,
+                             act.get(), P, stream);
+    } else {
+      blas_ok &=
+          blas->linear(in, T, W.up.get(), mlp_width, H, mlp.as<float>(), mlp_width, P, stream);
+      mark("gate_up product");
+      prefetch(kDown, W.down, static_cast<std::size_t>(H) * I);
+      cuda::mlp_activation(to_kernel(spec.activation), spec.gated_mlp, mlp.as<float>(),
+                           or_null(W.up_bias), T, I, act.get(), P, stream);
+    }
+    mark("activation");
+    blas_ok &= blas->linear(act.get(), T, W.down.get(), H, I, delta.as<float>(), H, P, stream);
+    mark("down product");
+  };
+
   // Every kernel of the step, in order, on `stream`.
   auto enqueue = [&] {
     mark("start");
     cuda::embedding_gather(embedding.get(), P, dev + L.tokens, T, H, x.as<float>(), stream);
+    if (spec.embedding_scale != 1.0 || position_table.get() != nullptr) {
+      cuda::scale_add_positions(x.as<float>(), T, H, static_cast<float>(spec.embedding_scale),
+                                position_table.get(), P, dev + L.positions, spec.position_offset,
+                                stream);
+    }
+    if (embedding_norm.get() != nullptr || post_norm) {
+      // Bloom's embedding norm; post-norm layers read the residual itself as 16 bits.
+      if (embedding_norm.get() != nullptr) {
+        cuda::ResidualNormArgs en;
+        en.residual = x.as<float>();
+        en.rows = T;
+        en.n = H;
+        en.kind = norm_kind;
+        en.weight = embedding_norm.as<float>();
+        en.bias = or_null(embedding_norm_bias);
+        en.eps = eps;
+        en.out = post_norm ? h.get() : nullptr;
+        en.precision = P;
+        cuda::residual_norm(en, stream);
+      } else {
+        cuda::rows_to_precision(x.as<float>(), nullptr, T, H, h.get(), P, stream);
+      }
+    }
     mark("embedding");
     if (!layers.empty())
       prefetch(kQkvOrHead, layers[0].qkv, static_cast<std::size_t>(qkv_width) * H);
@@ -266,7 +370,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       const Layer& W = layers[l];
       cuda::AddNormArgs an;
       an.residual = x.as<float>();
-      if (l > 0) {
+      if (l > 0 && deferred_residual) {
         an.delta = delta.as<float>();
         an.delta_bias = or_null(layers[l - 1].down_bias);
       }
@@ -278,74 +382,63 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       an.eps = eps;
       an.out = h.get();
       an.precision = P;
-      cuda::add_norm(an, stream);
-      mark("norm");
+      if (!post_norm) {
+        cuda::add_norm(an, stream);
+        mark("norm");
+      }
+      const bool own_mlp_norm = spec.parallel_attention && W.mlp_norm.get() != nullptr;
+      if (own_mlp_norm) {
+        cuda::AddNormArgs mn = an;
+        mn.weight = W.mlp_norm.as<float>();
+        mn.bias = or_null(W.mlp_norm_bias);
+        mn.out = h_mlp.get();
+        cuda::add_norm(mn, stream);
+        mark("norm");
+      }
       blas_ok &= blas->linear(h.get(), T, W.qkv.get(), qkv_width, H, qkv_out.as<float>(), qkv_width,
                               P, stream);
       mark("qkv product");
       prefetch(kO, W.o, static_cast<std::size_t>(H) * QD);
-      cuda::RopeArgs ra;
-      ra.qkv = qkv_out.as<float>();
-      ra.qkv_bias = or_null(W.qkv_bias);
-      ra.num_heads = spec.num_heads;
-      ra.rotary_dim = R;
-      ra.interleaved = spec.rope.order == RopeOrder::kInterleaved;
-      ra.inv_freq = dev_f + L.inv_freq;
-      ra.attention_factor = dev_f + L.factor;
-      kvv.layer_offset = l * (layout.bytes_per_layer_block() / element_bytes);
-      cuda::AttentionArgs aa;
-      aa.q = qkv_out.as<float>();
-      aa.q_stride = static_cast<std::size_t>(qkv_width);
-      aa.num_heads = spec.num_heads;
-      aa.scale = 1.0f / std::sqrt(static_cast<float>(spec.head_dim));
-      aa.sliding_window = spec.layer_uses_window(static_cast<int>(l)) ? spec.sliding_window : 0;
-      aa.out = attn.get();
-      // In a step of decode tokens only, the decode attention kernel rotates and stores them
-      // itself (bitwise the same; one launch less per layer).
-      if (tile_count == 0 && fused_rope && W.qkv_bias.get() == nullptr) {
-        aa.rope_inv_freq = ra.inv_freq;
-        aa.rope_factor = ra.attention_factor;
-      } else {
-        cuda::rope_store_kv(ra, fb, kvv, stream);
-        mark("rope + kv store");
-      }
-      cuda::decode_attention(aa, fb, kvv, dev + L.decode_queries, decode_count, decode_context,
-                             split_workspace.as<float>(), stream);
-      mark("decode attention");
-      cuda::prefill_attention(aa, fb, kvv,
-                              reinterpret_cast<const cuda::PrefillTile*>(dev + L.tiles), tile_count,
-                              stream);
-      mark("prefill attention");
+      attend(l, W);
       blas_ok &= blas->linear(attn.get(), T, W.o.get(), H, QD, delta.as<float>(), H, P, stream);
       mark("o product");
       prefetch(kGateUp, W.up, static_cast<std::size_t>(mlp_width) * H);
-      an.delta = delta.as<float>();
-      an.delta_bias = or_null(W.o_bias);
-      an.weight = W.mlp_norm.as<float>();
-      an.bias = or_null(W.mlp_norm_bias);
-      cuda::add_norm(an, stream);
-      mark("norm");
-      // Without a bias, gate and up are written as 16 bits (what the activation reads them
-      // as in transformers too): half the bytes of fp32 through the product and the
-      // activation. With a bias, or on the small-step kernel, fp32 as before.
-      if (W.up_bias.get() == nullptr && !blas->small_step(T)) {
-        blas_ok &=
-            blas->linear16(h.get(), T, W.up.get(), mlp_width, H, mlp.get(), mlp_width, P, stream);
-        mark("gate_up product");
-        prefetch(kDown, W.down, static_cast<std::size_t>(H) * I);
-        cuda::mlp_activation16(to_kernel(spec.activation), spec.gated_mlp, mlp.get(), nullptr, T, I,
-                               act.get(), P, stream);
-      } else {
-        blas_ok &= blas->linear(h.get(), T, W.up.get(), mlp_width, H, mlp.as<float>(), mlp_width, P,
-                                stream);
-        mark("gate_up product");
-        prefetch(kDown, W.down, static_cast<std::size_t>(H) * I);
-        cuda::mlp_activation(to_kernel(spec.activation), spec.gated_mlp, mlp.as<float>(),
-                             or_null(W.up_bias), T, I, act.get(), P, stream);
+      cuda::ResidualNormArgs rn;
+      rn.residual = x.as<float>();
+      rn.delta = delta.as<float>();
+      rn.rows = T;
+      rn.n = H;
+      rn.kind = norm_kind;
+      rn.eps = eps;
+      rn.out = h.get();
+      rn.precision = P;
+      if (deferred_residual) {
+        an.delta = delta.as<float>();
+        an.delta_bias = or_null(W.o_bias);
+        an.weight = W.mlp_norm.as<float>();
+        an.bias = or_null(W.mlp_norm_bias);
+        cuda::add_norm(an, stream);
+        mark("norm");
+        mlp_block(W, h.get());
+      } else if (spec.parallel_attention) {
+        // x + attn(n_a(x)) + mlp(n_m(x)): the MLP reads the norms taken before the add.
+        cuda::add_residual(x.as<float>(), delta.as<float>(), or_null(W.o_bias), T, H, stream);
+        mlp_block(W, own_mlp_norm ? h_mlp.get() : h.get());
+        cuda::add_residual(x.as<float>(), delta.as<float>(), or_null(W.down_bias), T, H, stream);
+        mark("residual");
+      } else {  // post-norm: x = n_a(x + attn(x)); x = n_m(x + mlp(x))
+        rn.delta_bias = or_null(W.o_bias);
+        rn.weight = W.attn_norm.as<float>();
+        rn.bias = or_null(W.attn_norm_bias);
+        cuda::residual_norm(rn, stream);
+        mark("norm");
+        mlp_block(W, h.get());
+        rn.delta_bias = or_null(W.down_bias);
+        rn.weight = W.mlp_norm.as<float>();
+        rn.bias = or_null(W.mlp_norm_bias);
+        cuda::residual_norm(rn, stream);
+        mark("norm");
       }
-      mark("activation");
-      blas_ok &= blas->linear(act.get(), T, W.down.get(), H, I, delta.as<float>(), H, P, stream);
-      mark("down product");
       if (l + 1 < layers.size()) {
         prefetch(kQkvOrHead, layers[l + 1].qkv, static_cast<std::size_t>(qkv_width) * H);
       } else {
@@ -353,24 +446,29 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
                  static_cast<std::size_t>(V) * H);
       }
     }
-    // The last residual add and the final norm, only for the rows that need logits.
-    cuda::AddNormArgs fin;
-    fin.residual = x.as<float>();
-    if (!layers.empty()) {
-      fin.delta = delta.as<float>();
-      fin.delta_bias = or_null(layers.back().down_bias);
+    // The last residual add and the final norm, only for the rows that need logits; a
+    // post-norm network has no final norm, its rows go to the head as they are.
+    if (final_norm.get() == nullptr) {
+      cuda::rows_to_precision(x.as<float>(), dev + L.logit_rows, rows, H, h.get(), P, stream);
+    } else {
+      cuda::AddNormArgs fin;
+      fin.residual = x.as<float>();
+      if (!layers.empty() && deferred_residual) {
+        fin.delta = delta.as<float>();
+        fin.delta_bias = or_null(layers.back().down_bias);
+      }
+      fin.row_index = dev + L.logit_rows;
+      fin.rows = rows;
+      fin.n = H;
+      fin.kind = norm_kind;
+      fin.weight = final_norm.as<float>();
+      fin.bias = or_null(final_norm_bias);
+      fin.eps = eps;
+      fin.write_back = false;
+      fin.out = h.get();
+      fin.precision = P;
+      cuda::add_norm(fin, stream);
     }
-    fin.row_index = dev + L.logit_rows;
-    fin.rows = rows;
-    fin.n = H;
-    fin.kind = norm_kind;
-    fin.weight = final_norm.as<float>();
-    fin.bias = or_null(final_norm_bias);
-    fin.eps = eps;
-    fin.write_back = false;
-    fin.out = h.get();
-    fin.precision = P;
-    cuda::add_norm(fin, stream);
     mark("norm");
     const DeviceBuffer& head = lm_head.get() != nullptr ? lm_head : embedding;
     blas_ok &= blas->linear(h.get(), rows, head.get(), V, H, logits.as<float>(), V, P, stream);

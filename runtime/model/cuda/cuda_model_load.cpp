@@ -98,10 +98,14 @@ Result<void> CudaModel::State::reserve_step(int tokens) {
     DeviceBuffer* buffer;
     std::size_t bytes;
   };
-  const Want wants[] = {
-      {&x, T * H * 4},        {&h, T * H * half},  {&qkv_out, T * (QD + 2 * KVD) * 4},
-      {&attn, T * QD * half}, {&delta, T * H * 4}, {&mlp, T * mlp_width * 4},
-      {&act, T * I * half}};
+  const Want wants[] = {{&x, T * H * 4},
+                        {&h, T * H * half},
+                        {&qkv_out, T * (QD + 2 * KVD) * 4},
+                        {&attn, T * QD * half},
+                        {&delta, T * H * 4},
+                        {&mlp, T * mlp_width * 4},
+                        {&act, T * I * half},
+                        {&h_mlp, spec.parallel_attention ? T * H * half : 0}};
   for (const auto& w : wants) {
     if (auto err = w.buffer->reserve(w.bytes); err != cudaSuccess) {
       return cuda_error(err, "allocating step buffers for " + std::to_string(tokens) + " tokens");
@@ -191,6 +195,18 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
       if (auto r = s->upload_matrix(head, s->lm_head, 0, head.rows, staging); !r) return r.error();
     }
   }
+  if (const TensorView& p = model.position_table(); p.data != nullptr) {
+    const cpu::WeightMatrix table{p.dtype, p.data, static_cast<std::size_t>(p.shape[0]), H};
+    s->upload_total += table.rows * H * dtype_size(p.dtype);
+    if (auto r = s->upload_matrix(table, s->position_table, 0, table.rows, staging); !r) {
+      return r.error();
+    }
+  }
+  for (auto [v, dst] : {std::pair{&model.embedding_norm(), &s->embedding_norm},
+                        std::pair{&model.embedding_norm_bias(), &s->embedding_norm_bias},
+                        std::pair{&model.alibi_slopes(), &s->alibi_slopes}}) {
+    if (auto r = s->upload_floats(*v, *dst); !r) return r.error();
+  }
   if (auto r = s->upload_floats(model.final_norm(), s->final_norm); !r) return r.error();
   if (auto r = s->upload_floats(model.final_norm_bias(), s->final_norm_bias); !r) return r.error();
   s->layers.resize(static_cast<std::size_t>(spec.num_layers));
@@ -243,7 +259,9 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
     if (s->upload_done[b] != nullptr) cudaEventDestroy(s->upload_done[b]);
     s->upload_done[b] = nullptr;
   }
-  if (spec.position == PositionEmbedding::kRope && spec.rope.scaling != RopeScaling::kDynamic) {
+  // Dynamic NTK and longrope frequencies depend on the sequence's length: computed per step.
+  if (spec.position == PositionEmbedding::kRope && spec.rope.scaling != RopeScaling::kDynamic &&
+      spec.rope.scaling != RopeScaling::kLongrope) {
     s->fixed_rope = rope_frequencies(spec.rope, spec.rotary_dim(), 0);
   }
   if (auto r = s->reserve_step(std::max(1, options.max_tokens_per_step)); !r) return r.error();

@@ -85,6 +85,9 @@ struct CudaModel::State {
     DeviceBuffer qkv, qkv_bias, o, o_bias, up, up_bias, down, down_bias;  // up: gate_up if gated
   };
   DeviceBuffer embedding, lm_head, final_norm, final_norm_bias;
+  // Zoo blocks (docs/model-spec.md): learned positions ([rows, hidden], 16-bit), the norm after
+  // the embedding, ALiBi slopes; null when the spec has none.
+  DeviceBuffer position_table, embedding_norm, embedding_norm_bias, alibi_slopes;
   std::vector<Layer> layers;
   DeviceBuffer kv;  // the page pool
 
@@ -94,6 +97,7 @@ struct CudaModel::State {
   // Step buffers.
   int capacity_tokens = 0;
   DeviceBuffer x, h, qkv_out, attn, delta, mlp, act, logits, split_workspace, meta;
+  DeviceBuffer h_mlp;  // parallel attention with its own MLP norm: the MLP's 16-bit input
   PinnedBuffer meta_host, logits_host;
   // The GPU sampler's buffers: its inputs (rows, edits, bitmasks) and outputs (results,
   // candidates, top entries) each travel in one copy; `work` holds the rows being sampled.
