@@ -144,7 +144,7 @@ TEST_P(CudaZooKernels, AlibiAttentionMatchesCpuPagedAttentionWithSlopes) {
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const auto got = from_half(out, static_cast<std::size_t>(T) * NH * D, p());
       std::vector<float> want(got.size());
-      std::vector<const float*> blocks;
+      std::vector<const void*> blocks;
       for (int page : table)
         blocks.push_back(pool_r.data() + page * page_elems + layer * layer_elems);
       const cpu::PagedKv view{blocks.data(), static_cast<std::size_t>(page_size),

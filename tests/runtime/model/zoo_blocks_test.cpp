@@ -456,7 +456,7 @@ TEST(ZooBlocks, PagedAttentionAddsAlibiBias) {
   std::vector<float> q(NH * D);
   for (auto& v : q)
     v = dist(rng);
-  const float* pages[] = {block.data()};
+  const void* pages[] = {block.data()};
   const cpu::PagedKv kv{pages, T, 1, D};
   const float slopes[] = {0.5f, 0.125f};
   std::vector<float> out(NH * D), scratch(T);
