@@ -78,6 +78,42 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
                        ::testing::Values(KernelPath::kScalar, KernelPath::kAvx2)));
 
+// A token's outputs must keep their bits whatever else is in the call: alone (a decode step),
+// among 1 to 8 other tokens, at any place among them, with rows split over threads in chunks
+// that depend on the number of tokens. Seeded sampling of a batched request depends on it.
+TEST_P(MatmulTest, EachTokensOutputsKeepTheirBitsWhateverTheBatch) {
+  const auto [dtype, path] = GetParam();
+  if (path == KernelPath::kAvx2 && !avx2_available()) GTEST_SKIP() << "no AVX2/FMA/F16C";
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  ThreadPool pool(3);
+  // 1,027 columns: blocks of 8 and a tail; 75 rows: neither a multiple of 2 nor of 4, and
+  // enough work per token that the pool splits them differently for each batch size.
+  const std::size_t rows = 75, cols = 1027, max_tokens = 9;
+  const Weights w = make_weights(dtype, rows * cols, rng);
+  const WeightMatrix m{dtype, w.data(), rows, cols};
+  std::vector<float> bias(rows), x(max_tokens * cols);
+  for (auto& v : bias)
+    v = dist(rng);
+  for (auto& v : x)
+    v = dist(rng);
+  std::vector<float> alone(max_tokens * rows);
+  for (std::size_t t = 0; t < max_tokens; ++t)
+    matmul(x.data() + t * cols, 1, m, bias.data(), alone.data() + t * rows, &pool, path);
+  for (std::size_t tokens = 2; tokens <= max_tokens; ++tokens) {
+    for (std::size_t first = 0; first + tokens <= max_tokens; ++first) {
+      std::vector<float> y(tokens * rows);
+      matmul(x.data() + first * cols, tokens, m, bias.data(), y.data(), &pool, path);
+      for (std::size_t t = 0; t < tokens; ++t) {
+        for (std::size_t o = 0; o < rows; ++o) {
+          ASSERT_EQ(y[t * rows + o], alone[(first + t) * rows + o])
+              << "token " << first + t << " at place " << t << " of " << tokens << ", row " << o;
+        }
+      }
+    }
+  }
+}
+
 TEST(MatmulGroup, EqualsSeparateProductsAcrossSegmentBoundaries) {
   std::mt19937 rng(9);
   std::normal_distribution<float> dist(0.0f, 1.0f);

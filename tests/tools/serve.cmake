@@ -54,12 +54,14 @@ set_tests_properties(weft_serve_tools_openai_llama3_json PROPERTIES
 # every KV page free, overload answered 429/503 with Retry-After then recovered, and paused
 # SSE readers bounded by --send-timeout-s. Small parameters here; bench/serve_load.sh runs 256.
 set(serve_load node ${CMAKE_SOURCE_DIR}/bench/serve_load.js)
+# The scripts' own time limits scale like ctest's under the sanitizers (tests/CMakeLists.txt).
+math(EXPR serve_load_limit_s "150 * ${WEFT_TEST_TIMEOUT_SCALE}")
 add_test(NAME weft_serve_load COMMAND ${gateway_run} ${serve_load})
 set_tests_properties(weft_serve_load PROPERTIES ENVIRONMENT
-  "WEFT_TEST_NODE=${gateway_node};PHASES=streams,cancel;STREAMS=64;MAX_TOKENS=12;STORM=64;LIMIT_S=150;WEFT_SERVE_ARGS=--max-running 64")
+  "WEFT_TEST_NODE=${gateway_node};PHASES=streams,cancel;STREAMS=64;MAX_TOKENS=12;STORM=64;LIMIT_S=${serve_load_limit_s};WEFT_SERVE_ARGS=--max-running 64")
 add_test(NAME weft_serve_overload COMMAND ${gateway_run} ${serve_load})
 set_tests_properties(weft_serve_overload PROPERTIES ENVIRONMENT
-  "WEFT_TEST_NODE=${gateway_node};PHASES=overload;LIVE_LIMIT=4;LIMIT_S=150;WEFT_SERVE_ARGS=--max-live-requests 4 --max-queued-requests 2")
+  "WEFT_TEST_NODE=${gateway_node};PHASES=overload;LIVE_LIMIT=4;LIMIT_S=${serve_load_limit_s};WEFT_SERVE_ARGS=--max-live-requests 4 --max-queued-requests 2")
 add_test(NAME weft_serve_slow_sse COMMAND ${gateway_run} ${serve_load})
 if(WEFT_SANITIZE)
   # It measures RSS and waits for socket buffers to fill at release speed: under a sanitizer's
@@ -73,6 +75,6 @@ set_tests_properties(weft_serve_load weft_serve_overload weft_serve_slow_sse PRO
 add_test(NAME weft_serve_graceful_shutdown
          COMMAND node ${gateway_tests}/graceful_shutdown.js $<TARGET_FILE:weft> ${CMAKE_SOURCE_DIR}/models/weft-tiny)
 set_tests_properties(weft_serve_graceful_shutdown PROPERTIES FIXTURES_REQUIRED gateway_node TIMEOUT 150
-  ENVIRONMENT WEFT_TEST_NODE=${gateway_node} PASS_REGULAR_EXPRESSION "graceful shutdown checks passed")
+  ENVIRONMENT "WEFT_TEST_NODE=${gateway_node};WEFT_TEST_TIME_SCALE=${WEFT_TEST_TIMEOUT_SCALE}" PASS_REGULAR_EXPRESSION "graceful shutdown checks passed")
 set_tests_properties(weft_serve_load weft_serve_overload weft_serve_slow_sse weft_serve_graceful_shutdown
   PROPERTIES FAIL_REGULAR_EXPRESSION "FAIL|weft serve exited with|did not stop|ThreadSanitizer|AddressSanitizer|runtime error")

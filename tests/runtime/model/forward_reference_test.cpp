@@ -183,6 +183,74 @@ TEST_P(ForwardReference, SequencesShareOneStep) {
   }
 }
 
+// A sequence's logits keep their bits whatever else is in its step: each prompt prefilled and
+// decoded alone, then all of them in one flat batch. Seeded sampling gives a request the same
+// tokens alone or batched only if they do (docs/reliability.md).
+TEST_P(ForwardReference, LogitsKeepTheirBitsAloneOrBatched) {
+  const Fixture f = load(GetParam());
+  const auto& model = f.loaded.model;
+  cpu::ThreadPool pool(2);
+  const std::size_t vocab = static_cast<std::size_t>(f.vocab);
+  // Prefill then one decode step of the reference's first greedy token, for the prompts in
+  // `which` together; returns each prompt's prefill rows followed by its decode row.
+  auto run = [&](const std::vector<std::size_t>& which) {
+    KvCache kv(model.kv_layout(4), 64);
+    StepBatch step;
+    for (auto p : which) {
+      const auto& ids = f.prompts[p].prompt_ids;
+      SequenceSlice seq{
+          static_cast<int>(step.tokens.size()), static_cast<int>(ids.size()), {}, true};
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        step.tokens.push_back(ids[i]);
+        step.positions.push_back(static_cast<int>(i));
+      }
+      reserve(kv, seq.page_table, seq.token_count + 1);
+      step.sequences.push_back(seq);
+    }
+    std::vector<std::vector<float>> out(which.size());
+    std::vector<float> logits;
+    auto ok = model.forward(step, kv, logits, pool);
+    EXPECT_TRUE(ok) << ok.error().what();
+    std::size_t row = 0;
+    for (std::size_t i = 0; i < which.size(); ++i) {
+      const std::size_t n = f.prompts[which[i]].prompt_ids.size() * vocab;
+      out[i].assign(logits.begin() + static_cast<std::ptrdiff_t>(row),
+                    logits.begin() + static_cast<std::ptrdiff_t>(row + n));
+      row += n;
+    }
+    StepBatch decode;
+    for (std::size_t i = 0; i < which.size(); ++i) {
+      const auto& ref = f.prompts[which[i]];
+      auto seq = step.sequences[i];
+      seq.token_begin = static_cast<int>(i);
+      seq.token_count = 1;
+      seq.all_logits = false;
+      decode.tokens.push_back(ref.greedy_ids[0]);
+      decode.positions.push_back(static_cast<int>(ref.prompt_ids.size()));
+      decode.sequences.push_back(seq);
+    }
+    ok = model.forward(decode, kv, logits, pool);
+    EXPECT_TRUE(ok) << ok.error().what();
+    for (std::size_t i = 0; i < which.size(); ++i)
+      out[i].insert(out[i].end(), logits.begin() + static_cast<std::ptrdiff_t>(i * vocab),
+                    logits.begin() + static_cast<std::ptrdiff_t>((i + 1) * vocab));
+    return out;
+  };
+  std::vector<std::size_t> all;
+  for (std::size_t p = 0; p < f.prompts.size(); ++p)
+    all.push_back(p);
+  const auto together = run(all);
+  for (std::size_t p = 0; p < f.prompts.size(); ++p) {
+    const auto alone = run({p});
+    ASSERT_EQ(alone[0].size(), together[p].size());
+    for (std::size_t i = 0; i < alone[0].size(); ++i) {
+      ASSERT_EQ(alone[0][i], together[p][i])
+          << GetParam() << " prompt " << p << " of " << f.prompts.size() << ", row " << i / vocab
+          << " (the last is the decode step), token " << i % vocab;
+    }
+  }
+}
+
 // A prompt prefilled in two chunks sees the first chunk through the KV pages. Dynamic NTK
 // rope is excluded: its frequencies depend on the length at each step, so chunking changes
 // the result in transformers too.

@@ -8,6 +8,9 @@
 // 2. Deadline: --shutdown-timeout 1 with streams far longer than that: they end with
 //    finish_reason "shutdown" after about 1 s, KV pages are all freed, and the exit status is 0.
 // 3. A second SIGTERM during the drain exits at once with 128 + 15.
+// WEFT_TEST_TIME_SCALE (1 by default; the sanitizer builds set it) multiplies the drain's
+// shutdown timeout and the script's own limits: a sanitized server on a loaded machine
+// generates the drain's 6 x 200 tokens too slowly for 20 s.
 const path = require('path');
 const assert = require('assert');
 const http = require('http');
@@ -16,6 +19,7 @@ const WebSocket = require(path.join(process.env.WEFT_TEST_NODE, 'node_modules', 
 const { OpenAI } = require(path.join(process.env.WEFT_TEST_NODE, 'node_modules', 'openai'));
 const [weft, model] = process.argv.slice(2);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const timeScale = Number(process.env.WEFT_TEST_TIME_SCALE || 1);
 
 function start(args) {
   return new Promise((resolve, reject) => {
@@ -88,7 +92,7 @@ async function metric(url, name) {
 }
 
 async function drain() {
-  const s = await start(['--shutdown-timeout', '20']);
+  const s = await start(['--shutdown-timeout', String(20 * timeScale)]);
   // A keep-alive connection opened (and used) before the signal.
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
   assert.strictEqual((await post(agent, s.url, { prompt: 'Hi', max_tokens: 2 })).status, 200);
@@ -125,7 +129,7 @@ async function drain() {
   }
   const exit = await s.exited;
   assert.strictEqual(exit.code, 0, 'exit status after draining: ' + JSON.stringify(exit) + s.log());
-  assert.ok(exit.at - signalled < 20000, 'drained within the shutdown timeout');
+  assert.ok(exit.at - signalled < 20000 * timeScale, 'drained within the shutdown timeout');
   console.log(`ok   drain: 6 streams finished whole, new work refused, exit 0 after ${exit.at - signalled} ms`);
 }
 
@@ -169,7 +173,10 @@ async function secondSignal() {
   console.log(`ok   second signal: exit ${exit.code} after ${exit.at - signalled} ms`);
 }
 
-setTimeout(() => { console.log('FAIL graceful_shutdown did not finish in 120 s'); process.exit(1); }, 120000).unref();
+setTimeout(() => {
+  console.log(`FAIL graceful_shutdown did not finish in ${120 * timeScale} s`);
+  process.exit(1);
+}, 120000 * timeScale).unref();
 (async () => {
   await drain();
   await deadline();
