@@ -306,9 +306,13 @@ asio::awaitable<void> SchedulerActor::loop() {
     const auto launched = std::chrono::steady_clock::now();
     try {
       // Verification reads every row of a draft slice on the host.
-      StepLogits logits = verify.empty()
-                              ? co_await executor_.launch(std::move(batch), asio::use_awaitable)
-                              : co_await executor_.run(std::move(batch), asio::use_awaitable);
+      // (Not a conditional expression: GCC's coroutines mishandle a co_await inside one.)
+      StepLogits logits;
+      if (verify.empty()) {
+        logits = co_await executor_.launch(std::move(batch), asio::use_awaitable);
+      } else {
+        logits = co_await executor_.run(std::move(batch), asio::use_awaitable);
+      }
       const auto logits_ready = std::chrono::steady_clock::now();
       // On a device sampler the forward pass ends with the sampling reply (below).
       const auto account_forward = [&](std::chrono::steady_clock::time_point done) {
