@@ -258,6 +258,11 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   if (!backend) throw backend.error();
   stop_followers.group = nullptr;
   const bool token_trees = (*backend)->supports_token_trees();
+  // Before any thread starts: a draft model that fails to load throws from here.
+  std::unique_ptr<speculative::Speculator> speculator;
+  if (!s.config.speculate.empty()) {
+    speculator = make_speculator(s.config, s.vocab_size, token_trees, s.draft);
+  }
   const std::int64_t num_pages = (*backend)->num_pages();
   log_info("engine: KV pool of " + actors::describe_kv_pool(layout, num_pages) + " on " +
            s.config.device);
@@ -288,8 +293,7 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   s.kv_allocator = std::make_unique<actors::KvAllocatorActor>(executor, sc.num_pages, sc.page_size);
   s.scheduler = std::make_unique<actors::SchedulerActor>(
       *s.kv_allocator, sc, *s.executor_actor, *s.sampler, *s.detokenizer, *s.constraint, eos);
-  if (!s.config.speculate.empty()) {
-    auto speculator = make_speculator(s.config, s.vocab_size, token_trees, s.draft);
+  if (speculator) {
     sched::SpeculationConfig spec;
     spec.max_depth = s.config.spec_tokens;
     spec.max_nodes = s.config.spec_tokens * s.config.spec_width;

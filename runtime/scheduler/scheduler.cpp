@@ -319,7 +319,7 @@ void Scheduler::complete_step(const StepPlan& plan, std::span<const std::int32_t
   std::size_t next = 0;
   std::size_t next_draft = 0;
   for (const ScheduledSlice& slice : plan.slices) {
-    const bool samples = slice.samples;
+    const bool samples = slice.samples && !slice.draft;
     const std::int32_t token = samples && next < sampled.size() ? sampled[next] : -1;
     if (samples) ++next;
     const VerifiedDraft* draft = nullptr;

@@ -171,7 +171,7 @@ class Scheduler {
   // Records a step's results: `sampled` holds one token per slice with samples == true, in
   // slice order. Slices of sequences removed since the plan was made are skipped.
   // Draft slices (slice.draft) take their outcome from `verified`, one per draft slice in
-  // slice order (their entry of `sampled` is ignored): the root and the accepted nodes that
+  // slice order, and have no entry in `sampled`: the root and the accepted nodes that
   // sit at their final slots count as computed, the rest of the tokens are computed by later
   // steps, and scratch pages past the sequence's tokens go back to the pool.
   void complete_step(const StepPlan& plan, std::span<const std::int32_t> sampled,
