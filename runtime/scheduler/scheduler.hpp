@@ -103,7 +103,7 @@ struct SpeculationConfig {
   // Draft tokens one step verifies over all its sequences: with few sequences each gets up to
   // max_nodes; with many, each gets step_budget / sequences, and none past step_budget
   // sequences, since a large batch is compute-bound and verifying rejected tokens costs.
-  int step_budget = 128;
+  int step_budget = 32;
   bool trees = true;  // false: the backend has no tree attention; only first chains run
 };
 

@@ -14,7 +14,7 @@ struct SpeculativeOptions {
   std::string draft_model;
   int spec_tokens = 4;
   int spec_width = 1;
-  int spec_step_budget = 128;
+  int spec_step_budget = 32;
 };
 
 void add_speculative_options(CLI::App* cmd, SpeculativeOptions& o);

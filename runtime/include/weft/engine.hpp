@@ -83,7 +83,7 @@ struct EngineConfig {
   std::string draft_model_dir;
   int spec_tokens = 4;
   int spec_width = 1;
-  int spec_step_budget = 128;
+  int spec_step_budget = 32;
   std::int64_t draft_kv_budget_bytes = 64ll << 20;
   // Called on the constructing thread while the weights upload to a GPU (bytes done, bytes
   // in all), e.g. for a progress bar. Not read from a config file.
