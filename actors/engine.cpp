@@ -141,7 +141,7 @@ static std::unique_ptr<speculative::Speculator> make_speculator(
                     "tokenizer");
   }
   const model::KvLayout layout = model.kv_layout(config.page_size);
-  const auto page_bytes = static_cast<std::int64_t>(layout.floats_per_page() * sizeof(float));
+  const auto page_bytes = static_cast<std::int64_t>(layout.bytes_per_page());
   const auto pages = std::max<std::int64_t>(1, config.draft_kv_budget_bytes / page_bytes);
   return std::make_unique<speculative::DraftModel>(
       model, static_cast<int>(std::min<std::int64_t>(pages, 1 << 24)), config.page_size,
