@@ -69,7 +69,8 @@ class CpuForwardBackend final : public ForwardBackend {
 
   const ModelSpec& spec() const noexcept override { return model_.spec(); }
   int num_pages() const noexcept override { return kv_.num_pages(); }
-  bool supports_token_trees() const noexcept override { return true; }
+  // Tree attention has no ALiBi bias yet: an ALiBi model verifies chains.
+  bool supports_token_trees() const noexcept override { return model_.alibi_slopes().empty(); }
   Result<void> forward(const StepBatch& batch, std::vector<float>& logits) override {
     return model_.forward(batch, kv_, logits, pool_, cpu::KernelPath::kAuto, tensor_parallel_);
   }
