@@ -36,6 +36,8 @@
 #include "runtime/grammar/constraint_compiler.hpp"
 #include "runtime/grammar/tokenizer_vocab.hpp"
 #include "runtime/parallel/step_broadcast.hpp"
+#include "runtime/speculative/draft_model.hpp"
+#include "runtime/speculative/prompt_lookup.hpp"
 #include "weft/log.hpp"
 
 namespace weft {
@@ -46,6 +48,7 @@ struct Engine::Impl {
   EngineConfig config;
   asio::any_io_executor executor;
   LoadedModel loaded;
+  std::optional<LoadedModel> draft;  // speculate "draft": the draft model (the CPU runs it)
   int context_length = 0;
   int vocab_size = 0;
   // The KV pool as EngineMetrics reports it (fixed at start).
@@ -90,6 +93,61 @@ struct Engine::Impl {
     return seed_source();
   }
 };
+
+namespace {
+
+std::string read_file_or_empty(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  if (in) text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+// The speculator EngineConfig::speculate names; a draft model is loaded here and must share the
+// target's tokenizer (the same vocabulary size and tokenizer.json).
+static std::unique_ptr<speculative::Speculator> make_speculator(
+    const EngineConfig& config, int vocab_size, bool token_trees,
+    std::optional<LoadedModel>& draft_slot) {
+  if (!token_trees && config.spec_width > 1) {
+    log_info("engine: the " + config.device +
+             " backend has no tree attention yet; speculating with chains (spec_width 1)");
+  }
+  if (config.speculate == "prompt-lookup") {
+    return std::make_unique<speculative::PromptLookup>();
+  }
+  log_info("engine: loading the draft model " + config.draft_model_dir);
+  auto draft = load_model(config.draft_model_dir);
+  if (!draft) {
+    throw Error(draft.error().code(), "draft_model_dir: " + std::string(draft.error().what()));
+  }
+  draft_slot = std::move(draft.value());
+  const model::Model& model = draft_slot->model;
+  if (model.spec().vocab_size != vocab_size) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "draft_model_dir: " + config.draft_model_dir + " has a vocabulary of " +
+                    std::to_string(model.spec().vocab_size) + " tokens but the model has " +
+                    std::to_string(vocab_size) + "; a draft model needs the same tokenizer");
+  }
+  const auto target_tokenizer =
+      read_file_or_empty(std::filesystem::path(config.model_dir) / "tokenizer.json");
+  const auto draft_tokenizer =
+      read_file_or_empty(std::filesystem::path(config.draft_model_dir) / "tokenizer.json");
+  if (target_tokenizer != draft_tokenizer) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "draft_model_dir: " + config.draft_model_dir +
+                    "/tokenizer.json differs from the model's; a draft model needs the same "
+                    "tokenizer");
+  }
+  const model::KvLayout layout = model.kv_layout(config.page_size);
+  const auto page_bytes = static_cast<std::int64_t>(layout.bytes_per_page());
+  const auto pages = std::max<std::int64_t>(1, config.draft_kv_budget_bytes / page_bytes);
+  return std::make_unique<speculative::DraftModel>(
+      model, static_cast<int>(std::min<std::int64_t>(pages, 1 << 24)), config.page_size,
+      config.cpu_threads == 0 ? std::max(1u, std::thread::hardware_concurrency())
+                              : config.cpu_threads);
+}
 
 Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
     : impl_(std::make_unique<Impl>()) {
@@ -199,6 +257,12 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
                                          s.config.gpu_memory_fraction, s.config.on_load_progress);
   if (!backend) throw backend.error();
   stop_followers.group = nullptr;
+  const bool token_trees = (*backend)->supports_token_trees();
+  // Before any thread starts: a draft model that fails to load throws from here.
+  std::unique_ptr<speculative::Speculator> speculator;
+  if (!s.config.speculate.empty()) {
+    speculator = make_speculator(s.config, s.vocab_size, token_trees, s.draft);
+  }
   const std::int64_t num_pages = (*backend)->num_pages();
   log_info("engine: KV pool of " + actors::describe_kv_pool(layout, num_pages) + " on " +
            s.config.device);
@@ -229,6 +293,15 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   s.kv_allocator = std::make_unique<actors::KvAllocatorActor>(executor, sc.num_pages, sc.page_size);
   s.scheduler = std::make_unique<actors::SchedulerActor>(
       *s.kv_allocator, sc, *s.executor_actor, *s.sampler, *s.detokenizer, *s.constraint, eos);
+  if (speculator) {
+    sched::SpeculationConfig spec;
+    spec.max_depth = s.config.spec_tokens;
+    spec.max_nodes = s.config.spec_tokens * s.config.spec_width;
+    spec.step_budget = s.config.spec_step_budget;
+    spec.trees = token_trees;
+    s.scheduler->set_speculation(std::move(speculator), spec,
+                                 token_trees ? s.config.spec_width : 1);
+  }
   s.scheduler->start();
   trie_ready.wait();
 }

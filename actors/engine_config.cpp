@@ -75,6 +75,18 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
       } else {
         c.prefix_cache = v;
       }
+    } else if (key == "speculate") {
+      ok = as_string(c.speculate);
+    } else if (key == "draft_model_dir") {
+      ok = as_string(c.draft_model_dir);
+    } else if (key == "spec_tokens") {
+      ok = as_int(c.spec_tokens);
+    } else if (key == "spec_width") {
+      ok = as_int(c.spec_width);
+    } else if (key == "spec_step_budget") {
+      ok = as_int(c.spec_step_budget);
+    } else if (key == "draft_kv_budget_bytes") {
+      ok = as_int(c.draft_kv_budget_bytes);
     } else if (key == "jump_forward") {
       bool v = true;
       if (value.get(v) != simdjson::SUCCESS) {
@@ -87,7 +99,9 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
                                           "\" (known: model_dir, spec_file, device, page_size, "
                                           "kv_budget_bytes, max_tokens_per_step, max_running, "
                                           "admission, cpu_threads, gpu_memory_fraction, "
-                                          "jump_forward, prefix_cache, kv_cache_dtype)");
+                                          "jump_forward, prefix_cache, kv_cache_dtype, speculate, "
+                                          "draft_model_dir, spec_tokens, spec_width, "
+                                          "spec_step_budget, draft_kv_budget_bytes)");
     }
     if (!ok) return ok.error();
   }
@@ -119,6 +133,26 @@ Result<void> EngineConfig::validate() const {
   if (!(gpu_memory_fraction >= 0.0 && gpu_memory_fraction < 1.0)) {
     return bad("gpu_memory_fraction: " + std::to_string(gpu_memory_fraction) +
                " is outside [0, 1) (0: size the KV pool from kv_budget_bytes)");
+  }
+  if (!speculate.empty() && speculate != "prompt-lookup" && speculate != "draft") {
+    return bad("speculate: \"" + speculate +
+               "\" must be empty (off), \"prompt-lookup\" or \"draft\"");
+  }
+  if (speculate == "draft" && draft_model_dir.empty()) {
+    return bad("draft_model_dir: empty; speculate \"draft\" needs a draft model folder");
+  }
+  if (spec_tokens < 1 || spec_tokens > 64) {
+    return bad("spec_tokens: " + std::to_string(spec_tokens) + " is outside [1, 64]");
+  }
+  if (spec_width < 1 || spec_width > 16) {
+    return bad("spec_width: " + std::to_string(spec_width) + " is outside [1, 16]");
+  }
+  if (spec_step_budget < 0 || spec_step_budget > (1 << 20)) {
+    return bad("spec_step_budget: " + std::to_string(spec_step_budget) +
+               " is outside [0, 1048576]");
+  }
+  if (draft_kv_budget_bytes < 1) {
+    return bad("draft_kv_budget_bytes: " + std::to_string(draft_kv_budget_bytes) + " must be > 0");
   }
   if (admission != "reserve" && admission != "optimistic") {
     return bad("admission: \"" + admission + "\" must be \"reserve\" or \"optimistic\"");

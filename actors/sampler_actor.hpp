@@ -3,6 +3,7 @@
 // the rows of logits the executor returns, each with its grammar's bitmask when constrained.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "actors/executor_actor.hpp"
 #include "runtime/sampling/sequence_sampler.hpp"
+#include "runtime/speculative/draft_tree.hpp"
 #include "weft/actor.hpp"
 
 namespace weft::actors {
@@ -41,6 +43,24 @@ struct DeviceSamplePlan {
   std::vector<int> device_row;      // per row of the step; -1: see errors
   std::vector<std::string> errors;  // per row of the step
   std::vector<int> beam_k;          // per row of the step (SampleRow::beam_k)
+};
+
+// A draft slice's rows (speculative decoding): the target's logits at the root (first_row)
+// and at each of the tree's nodes after it, verified against the tree.
+struct VerifyRow {
+  std::uint64_t id = 0;
+  int first_row = 0;
+  std::shared_ptr<const speculative::DraftTree> tree;
+};
+struct VerifyOutcome {
+  std::uint64_t id = 0;
+  std::vector<int> accepted;                   // tree nodes, root first
+  std::vector<sampling::SampledToken> tokens;  // the accepted nodes' tokens, then the bonus
+  std::string error;                           // the request then ends in error
+};
+struct StepOutcomes {
+  std::vector<SampleOutcome> sampled;
+  std::vector<VerifyOutcome> verified;
 };
 
 class SamplerActor : public Actor {
@@ -79,6 +99,22 @@ class SamplerActor : public Actor {
                std::forward<Token>(token));
   }
 
+  // sample() for the plain rows, and the verification of the draft slices' rows
+  // (actors/sampler_verify.cpp: greedy, or SpecInfer's multi-step stochastic verification).
+  template <class Token>
+  auto sample_and_verify(StepLogits logits, std::vector<SampleRow> rows,
+                         std::vector<VerifyRow> verify, Token&& token) {
+    return ask(
+        [this, logits = std::move(logits), rows = std::move(rows),
+         verify = std::move(verify)]() mutable {
+          StepOutcomes out;
+          out.sampled = sample_rows(logits, rows);
+          out.verified = verify_rows(logits, verify);
+          return out;
+        },
+        std::forward<Token>(token));
+  }
+
   template <class Token>
   auto sample(StepLogits logits, std::vector<SampleRow> rows, Token&& token) {
     return ask([this, logits = std::move(logits),
@@ -88,6 +124,8 @@ class SamplerActor : public Actor {
 
  private:
   std::vector<SampleOutcome> sample_rows(StepLogits& logits, const std::vector<SampleRow>& rows);
+  std::vector<VerifyOutcome> verify_rows(const StepLogits& logits,
+                                         const std::vector<VerifyRow>& rows);
   DeviceSamplePlan prepare_rows(std::vector<SampleRow>& rows, int vocab);
   std::string check_row(const SampleRow& r, std::size_t vocab, sampling::SequenceSampler*& sampler);
   std::vector<SampleOutcome> finish_rows(const DeviceSamplePlan& plan,

@@ -27,6 +27,18 @@ SchedulerActor::SchedulerActor(KvAllocatorActor& kv_allocator, sched::SchedulerC
   metrics_.kv_pages_total = config.num_pages;
 }
 
+void SchedulerActor::set_speculation(std::unique_ptr<speculative::Speculator> speculator,
+                                     sched::SpeculationConfig config, int width) {
+  speculator_ = std::move(speculator);
+  speculation_width_ = std::max(1, width);
+  if (speculator_) {
+    config.propose = [this](const sched::Sequence& s, int max_nodes, int max_depth) {
+      return propose(s, max_nodes, max_depth);
+    };
+  }
+  scheduler_.set_speculation(std::move(config));
+}
+
 void SchedulerActor::start() {
   post([this] {
     if (started_) return;
@@ -62,9 +74,13 @@ void SchedulerActor::add_request(std::uint64_t id, std::vector<std::int32_t> pro
     }
     ids.push_back(id + static_cast<std::uint64_t>(i));
   }
+  const bool speculate = speculator_ && !constrained && params.repetition_penalty == 1.0f &&
+                         params.presence_penalty == 0.0f && params.frequency_penalty == 0.0f &&
+                         params.mirostat == 0 && params.fsd == sampling::Fsd::kOff &&
+                         params.beam_width <= 1;
   for (int i = 0; i < n; ++i) {
     live_.emplace(id + static_cast<std::uint64_t>(i),
-                  LiveRequest{stream, params, prompt_len, i, id, constrained});
+                  LiveRequest{stream, params, prompt_len, i, id, constrained, speculate});
   }
   metrics_.prompt_tokens += static_cast<std::uint64_t>(prompt_len);
   wake_.cancel();  // the loop may be idle
@@ -140,6 +156,7 @@ void SchedulerActor::finish(std::uint64_t id, FinishReason reason, std::string e
   event.usage.cached_tokens = seq != nullptr ? seq->cached_tokens : 0;
   event.error = std::move(error);
   scheduler_.remove(id);  // frees the KV pages now
+  if (speculator_) speculator_->forget(id);
   sampler_.remove(id);
   detokenizer_.remove(id);
   if (it->second.constrained) constraint_.remove(id);
@@ -170,6 +187,34 @@ void SchedulerActor::finish(std::uint64_t id, FinishReason reason, std::string e
   }
 }
 
+speculative::DraftTree SchedulerActor::propose(const sched::Sequence& s, int max_nodes,
+                                               int max_depth) {
+  auto it = live_.find(s.id);
+  if (it == live_.end() || !it->second.speculate) return {};
+  speculative::ProposalLimits limits;
+  limits.max_nodes = max_nodes;
+  limits.max_depth = max_depth;
+  limits.width = speculation_width_;
+  limits.temperature = it->second.params.temperature;
+  limits.seed = it->second.params.seed.value_or(s.id) ^ static_cast<std::uint64_t>(s.generated());
+  return speculator_->propose(s.id, s.tokens, limits);
+}
+
+sched::VerifiedDraft SchedulerActor::cut_verified(const VerifyOutcome& o) const {
+  sched::VerifiedDraft d;
+  auto it = live_.find(o.id);
+  const sched::Sequence* seq = scheduler_.find(o.id);
+  if (!o.error.empty() || it == live_.end() || seq == nullptr) return d;
+  const int room = std::max(0, it->second.params.max_tokens - seq->generated());
+  for (const auto& t : o.tokens) {
+    if (static_cast<int>(d.tokens.size()) >= room) break;
+    d.tokens.push_back(t.id);
+    if (is_stop_token(it->second, t.id)) break;
+  }
+  d.accepted = o.accepted;
+  return d;
+}
+
 EngineMetrics SchedulerActor::snapshot() const {
   EngineMetrics m = metrics_;
   m.running = scheduler_.running();
@@ -187,6 +232,10 @@ EngineMetrics SchedulerActor::snapshot() const {
   m.constraint_accept_us = accept_ns_ / 1000;
   m.forward_us = forward_ns_ / 1000;
   m.constrained_forward_us = constrained_forward_ns_ / 1000;
+  const sched::SpeculationStats& spec = scheduler_.speculation_stats();
+  m.speculative_verifications = spec.verifications;
+  m.speculative_draft_tokens = spec.draft_tokens;
+  m.speculative_accepted_tokens = spec.accepted_tokens;
   return m;
 }
 
@@ -206,19 +255,36 @@ asio::awaitable<void> SchedulerActor::loop() {
     std::vector<SampleRow> rows;
     std::vector<std::uint64_t> constrained_ids;
     std::vector<std::size_t> constrained_rows;
+    std::vector<VerifyRow> verify;  // draft slices: every token's logits, verified
+    int next_row = 0;
     for (std::size_t i = 0; i < plan.slices.size(); ++i) {
       const auto& s = plan.slices[i];
       batch.sequences.push_back({s.token_begin, s.token_count, s.page_table, false});
+      if (s.draft) {
+        model::SequenceSlice& slice = batch.sequences.back();
+        slice.all_logits = true;
+        if (!s.draft->is_chain()) {         // a chain runs as an ordinary causal chunk
+          slice.tree_parent.push_back(-1);  // the root, the sequence's last token
+          for (auto parent : s.draft->parent)
+            slice.tree_parent.push_back(parent + 1);
+          slice.tree_first_slot = s.first_position;
+        }
+        verify.push_back({s.id, next_row, s.draft});
+        next_row += s.token_count;
+        continue;
+      }
+      const int row = next_row++;
       if (!s.samples) continue;
       if (auto it = live_.find(s.id); it != live_.end() && it->second.constrained) {
         constrained_ids.push_back(s.id);
         constrained_rows.push_back(rows.size());
       }
-      rows.push_back({s.id, static_cast<int>(i), {}, beam_row_k(s.id)});
+      rows.push_back({s.id, row, {}, beam_row_k(s.id)});
     }
     ++metrics_.steps;
 
     std::vector<SampleOutcome> outcomes;
+    std::vector<VerifyOutcome> verified;
     std::exception_ptr step_error;
     // The masks are asked for first so that, on a multi-threaded executor, the constraint
     // actor may start at once; either way they are computed while the executor's own thread
@@ -239,7 +305,14 @@ asio::awaitable<void> SchedulerActor::loop() {
     }
     const auto launched = std::chrono::steady_clock::now();
     try {
-      StepLogits logits = co_await executor_.launch(std::move(batch), asio::use_awaitable);
+      // Verification reads every row of a draft slice on the host.
+      // (Not a conditional expression: GCC's coroutines mishandle a co_await inside one.)
+      StepLogits logits;
+      if (verify.empty()) {
+        logits = co_await executor_.launch(std::move(batch), asio::use_awaitable);
+      } else {
+        logits = co_await executor_.run(std::move(batch), asio::use_awaitable);
+      }
       const auto logits_ready = std::chrono::steady_clock::now();
       // On a device sampler the forward pass ends with the sampling reply (below).
       const auto account_forward = [&](std::chrono::steady_clock::time_point done) {
@@ -279,6 +352,11 @@ asio::awaitable<void> SchedulerActor::loop() {
         account_forward(std::chrono::steady_clock::now());
         outcomes =
             co_await sampler_.finish(std::move(prepared), std::move(sampled), asio::use_awaitable);
+      } else if (!verify.empty()) {
+        StepOutcomes both = co_await sampler_.sample_and_verify(
+            std::move(logits), std::move(rows), std::move(verify), asio::use_awaitable);
+        outcomes = std::move(both.sampled);
+        verified = std::move(both.verified);
       } else {
         outcomes =
             co_await sampler_.sample(std::move(logits), std::move(rows), asio::use_awaitable);
@@ -309,7 +387,10 @@ asio::awaitable<void> SchedulerActor::loop() {
     sampled.reserve(outcomes.size());
     for (const auto& o : outcomes)
       sampled.push_back(o.token ? o.token->id : -1);
-    scheduler_.complete_step(plan, sampled);
+    std::vector<sched::VerifiedDraft> drafts;
+    for (const auto& v : verified)
+      drafts.push_back(cut_verified(v));
+    scheduler_.complete_step(plan, sampled, drafts);
     co_await advance_beams(outcomes);  // beam rows leave `outcomes` here
 
     // Advance the matchers now, so the next step's masks can be computed while it runs.
@@ -401,6 +482,31 @@ asio::awaitable<void> SchedulerActor::loop() {
       metrics_.generated_tokens += 1 + forced.size();
       if (stop || length)
         finishing.emplace_back(o.id, stop ? FinishReason::kStop : FinishReason::kLength);
+    }
+    for (std::size_t k = 0; k < verified.size(); ++k) {
+      const VerifyOutcome& v = verified[k];
+      auto it = live_.find(v.id);
+      if (it == live_.end()) continue;  // cancelled while the step ran
+      if (!v.error.empty()) {
+        finish(v.id, FinishReason::kError, v.error);
+        continue;
+      }
+      const std::size_t count = drafts[k].tokens.size();
+      const sched::Sequence* seq = scheduler_.find(v.id);
+      const bool length = seq->generated() >= it->second.params.max_tokens;
+      const bool stop = count > 0 && is_stop_token(it->second, v.tokens[count - 1].id);
+      for (std::size_t j = 0; j < count; ++j) {
+        NewToken t;
+        t.id = v.id;
+        t.token.id = v.tokens[j].id;
+        t.token.logprob = v.tokens[j].logprob;
+        t.token.top = v.tokens[j].top;
+        new_tokens.push_back(std::move(t));
+      }
+      if (count > 0) new_tokens.back().last = stop || length;
+      metrics_.generated_tokens += count;
+      if (stop || length)
+        finishing.emplace_back(v.id, stop ? FinishReason::kStop : FinishReason::kLength);
     }
     if (!new_tokens.empty()) {
       // A failure here must not end the loop: every live request would wait forever.

@@ -22,6 +22,7 @@
 #include "actors/sampler_actor.hpp"
 #include "runtime/sampling/beam_search.hpp"
 #include "runtime/scheduler/scheduler.hpp"
+#include "runtime/speculative/speculator.hpp"
 #include "weft/actor.hpp"
 #include "weft/engine.hpp"
 
@@ -34,6 +35,12 @@ class SchedulerActor : public Actor {
                  ExecutorActor& executor_actor, SamplerActor& sampler,
                  DetokenizerActor& detokenizer, ConstraintActor& constraint,
                  std::vector<std::int32_t> eos_ids);
+
+  // Speculative decoding (docs/speculative.md): before start(), the speculator that proposes
+  // trees for every request that may speculate (unconstrained, no penalties, no mirostat),
+  // and the scheduler's budgets. `width` is the trees' width.
+  void set_speculation(std::unique_ptr<speculative::Speculator> speculator,
+                       sched::SpeculationConfig config, int width);
 
   // Starts the step loop (once).
   void start();
@@ -72,6 +79,7 @@ class SchedulerActor : public Actor {
     int index = 0;                 // which sample of its request
     std::uint64_t request_id = 0;  // the first sample's id
     bool constrained = false;
+    bool speculate = false;
   };
   // The constraint actor's reply for one step, filled on this strand by its callback.
   struct PendingMasks {
@@ -108,6 +116,9 @@ class SchedulerActor : public Actor {
   int beam_row_k(std::uint64_t sequence) const;  // 0: not a beam
   bool is_stop_token(const LiveRequest& request, std::int32_t token) const;
   EngineMetrics snapshot() const;
+  speculative::DraftTree propose(const sched::Sequence& s, int max_nodes, int max_depth);
+  // A verified draft's tokens cut after the first stop token and at max_tokens.
+  sched::VerifiedDraft cut_verified(const VerifyOutcome& o) const;
 
   sched::Scheduler scheduler_;
   ExecutorActor& executor_;
@@ -115,6 +126,8 @@ class SchedulerActor : public Actor {
   DetokenizerActor& detokenizer_;
   ConstraintActor& constraint_;
   std::vector<std::int32_t> eos_ids_;
+  std::unique_ptr<speculative::Speculator> speculator_;
+  int speculation_width_ = 1;
   std::unordered_map<std::uint64_t, LiveRequest> live_;                    // by sequence id
   std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> samples_;  // request -> sequences
   std::unordered_map<std::uint64_t, BeamGroupState> beam_groups_;          // by request id

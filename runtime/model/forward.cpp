@@ -10,6 +10,7 @@
 #include "kernels/cpu/norm.hpp"
 #include "kernels/cpu/paged_attention.hpp"
 #include "kernels/cpu/rope.hpp"
+#include "kernels/cpu/tree_attention.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/rope_frequencies.hpp"
 
@@ -46,6 +47,28 @@ void normalize(const ModelSpec& spec, const float* x, std::size_t tokens,
   }
 }
 
+// The slots a token tree's node attends to, ascending: the context from `first` (a sliding
+// window's start), then the node's ancestors and itself, whose positions are at least `first`.
+void tree_slots(const SequenceSlice& seq, int i, const std::vector<std::int32_t>& positions,
+                std::size_t first, std::vector<std::size_t>& slots) {
+  slots.clear();
+  for (auto s = first; s < static_cast<std::size_t>(seq.tree_first_slot); ++s)
+    slots.push_back(s);
+  const std::size_t context = slots.size();
+  const int nodes = static_cast<int>(seq.tree_parent.size());
+  // Positions of earlier steps' nodes are not in this batch: a node's position is the
+  // context's length plus its depth, so count depths from the batch's own node.
+  int node = nodes - seq.token_count + i;
+  auto position =
+      static_cast<std::size_t>(positions[static_cast<std::size_t>(seq.token_begin + i)]);
+  while (node >= 0) {
+    if (position >= first) slots.push_back(static_cast<std::size_t>(seq.tree_first_slot + node));
+    node = seq.tree_parent[static_cast<std::size_t>(node)];
+    --position;
+  }
+  std::reverse(slots.begin() + static_cast<std::ptrdiff_t>(context), slots.end());
+}
+
 }  // namespace
 
 Result<void> Model::check_batch(const StepBatch& batch, const KvCache& kv) const {
@@ -79,6 +102,23 @@ Result<void> check_step_batch(const ModelSpec& spec, const StepBatch& batch, con
       }
     }
     const auto capacity = static_cast<std::int64_t>(seq.page_table.size()) * have.page_size;
+    if (!seq.tree_parent.empty()) {
+      const auto nodes = static_cast<std::int64_t>(seq.tree_parent.size());
+      if (nodes < seq.token_count || seq.tree_first_slot < 0 ||
+          seq.tree_first_slot + nodes > capacity) {
+        return bad(where + "token tree of " + std::to_string(nodes) + " nodes from slot " +
+                   std::to_string(seq.tree_first_slot) + " does not fit its " +
+                   std::to_string(seq.token_count) + " tokens and " + std::to_string(capacity) +
+                   " slots");
+      }
+      for (std::int64_t j = 0; j < nodes; ++j) {
+        const auto parent = seq.tree_parent[static_cast<std::size_t>(j)];
+        if (parent < -1 || parent >= j) {
+          return bad(where + "token tree node " + std::to_string(j) + " has parent " +
+                     std::to_string(parent) + " (must be -1 or an earlier node)");
+        }
+      }
+    }
     for (int i = seq.token_begin; i < seq.token_begin + seq.token_count; ++i) {
       const auto token = batch.tokens[static_cast<std::size_t>(i)];
       const auto pos = batch.positions[static_cast<std::size_t>(i)];
@@ -128,6 +168,10 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
       max_context =
           std::max<std::size_t>(max_context, batch.positions[static_cast<std::size_t>(i)] + 1);
     }
+    if (!seq.tree_parent.empty()) {
+      max_context =
+          std::max<std::size_t>(max_context, seq.tree_first_slot + seq.tree_parent.size());
+    }
   }
 
   // Rotary cos/sin per token. Frequencies are per sequence: dynamic NTK scaling depends on
@@ -174,6 +218,10 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
   }
   const bool post_norm = spec_.norm_placement == NormPlacement::kPost;
   const float* alibi = alibi_slopes_.empty() ? nullptr : alibi_slopes_.data();
+  if (alibi != nullptr && batch.has_token_tree()) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "token trees (speculative verification) are not supported with ALiBi yet");
+  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   // Row-parallel products (o, down) hold this rank's partial sum until reduced.
   auto reduce = [&](std::vector<float>& partial) -> Result<void> {
@@ -218,7 +266,8 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
                         sin_table.data() + t * (R / 2), pairing);
       }
       const auto& seq = batch.sequences[seq_of[t]];
-      const auto pos = static_cast<std::size_t>(batch.positions[t]);
+      const auto pos = static_cast<std::size_t>(
+          seq.kv_slot(static_cast<int>(t) - seq.token_begin, batch.positions[t]));
       kv.store_token(seq.page_table[pos / page_size], static_cast<int>(l),
                      static_cast<int>(pos % page_size), k.data() + t * KVD, v.data() + t * KVD);
     }
@@ -226,6 +275,7 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
     pool.parallel_for(T, [&](std::size_t begin, std::size_t end) {
       std::vector<float> scratch(max_context);
       std::vector<const void*> pages;
+      std::vector<std::size_t> slots;
       for (std::size_t t = begin; t < end; ++t) {
         const auto& seq = batch.sequences[seq_of[t]];
         pages.clear();
@@ -236,6 +286,12 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
         const auto pos = static_cast<std::size_t>(batch.positions[t]);
         const std::size_t window = static_cast<std::size_t>(spec_.sliding_window);
         const std::size_t first = windowed && pos + 1 > window ? pos + 1 - window : 0;
+        if (!seq.tree_parent.empty()) {
+          tree_slots(seq, static_cast<int>(t) - seq.token_begin, batch.positions, first, slots);
+          cpu::tree_attention(q.data() + t * QD, NH, view, slots.data(), slots.size(), scale,
+                              attn.data() + t * QD, scratch.data(), path);
+          continue;
+        }
         cpu::paged_attention(q.data() + t * QD, NH, view, first, pos, scale, attn.data() + t * QD,
                              scratch.data(), path, alibi);
       }

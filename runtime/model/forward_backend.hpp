@@ -46,6 +46,8 @@ class ForwardBackend {
   // return before they exist), then sample() samples its rows and waits for the results.
   // Backends that return true here implement both; the others never see them called.
   virtual bool samples_on_device() const noexcept { return false; }
+  // Runs StepBatch slices with a token tree (tree attention; speculative verification).
+  virtual bool supports_token_trees() const noexcept { return false; }
   virtual Result<void> launch(const StepBatch& batch);
   virtual Result<void> sample(const DeviceSamplingInput& input, DeviceSamplingOutput& output);
 };
@@ -67,6 +69,8 @@ class CpuForwardBackend final : public ForwardBackend {
 
   const ModelSpec& spec() const noexcept override { return model_.spec(); }
   int num_pages() const noexcept override { return kv_.num_pages(); }
+  // Tree attention has no ALiBi bias yet: an ALiBi model verifies chains.
+  bool supports_token_trees() const noexcept override { return model_.alibi_slopes().empty(); }
   Result<void> forward(const StepBatch& batch, std::vector<float>& logits) override {
     return model_.forward(batch, kv_, logits, pool_, cpu::KernelPath::kAuto, tensor_parallel_);
   }

@@ -15,12 +15,33 @@ struct SequenceSlice {
   std::vector<std::int32_t> page_table;
   // Logits for every token of the slice (prompt scoring) instead of only its last one.
   bool all_logits = false;
+  // A token tree (speculative verification, docs/speculative.md); empty: a causal run.
+  // tree_parent[j] is node j's parent (< j), or -1 for a child of the context's last token;
+  // the slice's tokens are the last token_count nodes (earlier nodes were written by earlier
+  // steps). Node j's keys and values live in slot tree_first_slot + j of the page table, and
+  // it attends to slots [0, tree_first_slot) and to its ancestors' slots (itself included);
+  // its rotary position is its entry of StepBatch::positions (the context length + depth).
+  std::vector<std::int32_t> tree_parent;
+  int tree_first_slot = 0;
+
+  // The page-table slot of the slice's i-th token whose position is `position`.
+  int kv_slot(int i, int position) const {
+    if (tree_parent.empty()) return position;
+    return tree_first_slot + static_cast<int>(tree_parent.size()) - token_count + i;
+  }
 };
 
 struct StepBatch {
   std::vector<std::int32_t> tokens;
   std::vector<std::int32_t> positions;  // one per token
   std::vector<SequenceSlice> sequences;
+
+  // Some slice is a token tree (only backends with supports_token_trees() run those).
+  bool has_token_tree() const {
+    for (const auto& s : sequences)
+      if (!s.tree_parent.empty()) return true;
+    return false;
+  }
 
   // Rows of the logits the step returns, in sequence order.
   int logit_rows() const {

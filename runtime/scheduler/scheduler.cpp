@@ -282,8 +282,22 @@ StepPlan Scheduler::plan_step() {
     running_.push_back(s.id);
   }
 
+  std::unordered_map<std::uint64_t, std::shared_ptr<const speculative::DraftTree>> drafts;
+  if (speculation_.propose) {
+    std::vector<std::uint64_t> decoding;
+    for (const Choice& c : chosen) {
+      const Sequence& s = sequences_.at(c.id);
+      if (c.count == 1 && static_cast<int>(s.tokens.size()) - s.computed == 1)
+        decoding.push_back(c.id);
+    }
+    drafts = propose_drafts(decoding, budget);
+  }
   for (const Choice& c : chosen) {
     const Sequence& s = sequences_.at(c.id);
+    if (auto d = drafts.find(c.id); d != drafts.end()) {
+      plan.slices.push_back(draft_slice(s, plan, d->second));
+      continue;
+    }
     ScheduledSlice slice;
     slice.id = c.id;
     slice.token_begin = static_cast<int>(plan.tokens.size());
@@ -300,16 +314,27 @@ StepPlan Scheduler::plan_step() {
   return plan;
 }
 
-void Scheduler::complete_step(const StepPlan& plan, std::span<const std::int32_t> sampled) {
+void Scheduler::complete_step(const StepPlan& plan, std::span<const std::int32_t> sampled,
+                              std::span<const VerifiedDraft> verified) {
   std::size_t next = 0;
+  std::size_t next_draft = 0;
   for (const ScheduledSlice& slice : plan.slices) {
-    const bool samples = slice.samples;
+    const bool samples = slice.samples && !slice.draft;
     const std::int32_t token = samples && next < sampled.size() ? sampled[next] : -1;
     if (samples) ++next;
+    const VerifiedDraft* draft = nullptr;
+    if (slice.draft) {
+      if (next_draft < verified.size()) draft = &verified[next_draft];
+      ++next_draft;
+    }
     auto it = sequences_.find(slice.id);
     if (it == sequences_.end()) continue;  // removed while the step ran
     Sequence& s = it->second;
     if (s.computed != slice.first_position) continue;  // preempted and replanned since
+    if (slice.draft) {
+      if (draft != nullptr) complete_draft(s, slice, *draft);
+      continue;
+    }
     s.computed += slice.token_count;
     if (samples && token >= 0) s.tokens.push_back(token);
   }

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -20,6 +21,7 @@
 #include "runtime/kv/page_pool.hpp"
 #include "runtime/kv/prefix_cache.hpp"
 #include "runtime/scheduler/admission.hpp"
+#include "runtime/speculative/draft_tree.hpp"
 #include "weft/error.hpp"
 
 namespace weft::sched {
@@ -55,6 +57,11 @@ struct ScheduledSlice {
   int first_position = 0;
   bool samples = false;  // this slice ends at the sequence's last token: sample the next one
   std::vector<std::int32_t> page_table;
+  // Speculative verification (docs/speculative.md): the slice is the sequence's last token
+  // (the tree's root, at first_position) and then the draft's nodes, each at the position
+  // first_position + its depth, its KV in slot first_position + 1 + its index (scratch until
+  // accepted). Every token of the slice gets logits. Null: an ordinary slice.
+  std::shared_ptr<const speculative::DraftTree> draft;
 };
 
 struct StepPlan {
@@ -84,6 +91,34 @@ struct Sequence {
   std::uint64_t beam_group = 0;
 
   int generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
+};
+
+// Speculative decoding's share of the scheduler (runtime/scheduler/speculation.cpp).
+struct SpeculationConfig {
+  // Proposes a tree for a decoding sequence within max_nodes and max_depth (an empty tree:
+  // none this step). Null: speculation off.
+  std::function<speculative::DraftTree(const Sequence&, int max_nodes, int max_depth)> propose;
+  int max_depth = 4;  // tokens of one path
+  int max_nodes = 4;  // tokens of one tree
+  // Draft tokens one step verifies over all its sequences: with few sequences each gets up to
+  // max_nodes; with many, each gets step_budget / sequences, and none past step_budget
+  // sequences, since a large batch is compute-bound and verifying rejected tokens costs.
+  int step_budget = 32;
+  bool trees = true;  // false: the backend has no tree attention; only first chains run
+};
+
+// A verified draft slice's outcome: the tree nodes accepted (root first) and the tokens
+// appended to the sequence (their tokens, then the bonus token; cut short at a stop).
+struct VerifiedDraft {
+  std::vector<int> accepted;
+  std::vector<std::int32_t> tokens;
+};
+
+struct SpeculationStats {
+  std::uint64_t verifications = 0;  // draft slices verified
+  std::uint64_t draft_tokens = 0;   // nodes proposed in them
+  std::uint64_t accepted_tokens = 0;
+  std::uint64_t appended_tokens = 0;  // accepted + bonus tokens appended
 };
 
 class Scheduler {
@@ -135,7 +170,15 @@ class Scheduler {
 
   // Records a step's results: `sampled` holds one token per slice with samples == true, in
   // slice order. Slices of sequences removed since the plan was made are skipped.
-  void complete_step(const StepPlan& plan, std::span<const std::int32_t> sampled);
+  // Draft slices (slice.draft) take their outcome from `verified`, one per draft slice in
+  // slice order, and have no entry in `sampled`: the root and the accepted nodes that
+  // sit at their final slots count as computed, the rest of the tokens are computed by later
+  // steps, and scratch pages past the sequence's tokens go back to the pool.
+  void complete_step(const StepPlan& plan, std::span<const std::int32_t> sampled,
+                     std::span<const VerifiedDraft> verified = {});
+
+  void set_speculation(SpeculationConfig config) { speculation_ = std::move(config); }
+  const SpeculationStats& speculation_stats() const noexcept { return speculation_stats_; }
 
   // Appends tokens that were not sampled (jump-forward decoding: the grammar forced them) to
   // a sequence's output, at most max_new_tokens - generated of them; returns how many. They
@@ -162,6 +205,12 @@ class Scheduler {
   // Each beam group with a running member (or `candidate`'s) as `width` sequences of its
   // longest member's demand.
   void add_beam_demands(std::vector<KvDemand>& demands, const Sequence* candidate) const;
+  // Trees for the step's decoding sequences under `budget` tokens, their scratch pages taken.
+  std::unordered_map<std::uint64_t, std::shared_ptr<const speculative::DraftTree>> propose_drafts(
+      const std::vector<std::uint64_t>& decoding, int budget);
+  ScheduledSlice draft_slice(const Sequence& s, StepPlan& plan,
+                             std::shared_ptr<const speculative::DraftTree> tree);
+  void complete_draft(Sequence& s, const ScheduledSlice& slice, const VerifiedDraft& verified);
 
   SchedulerConfig config_;
   std::unique_ptr<kv::PagePool> owned_pool_;  // null when the pool is lent
@@ -179,6 +228,8 @@ class Scheduler {
   std::unordered_map<std::uint64_t, BeamGroup> beam_groups_;  // by the group's first id
   std::uint64_t cache_query_tokens_ = 0;
   std::uint64_t cache_hit_tokens_ = 0;
+  SpeculationConfig speculation_;
+  SpeculationStats speculation_stats_;
 };
 
 }  // namespace weft::sched

@@ -34,6 +34,7 @@
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
 #include "tools/weft/load_progress.hpp"
+#include "tools/weft/speculative_options.hpp"
 #include "tools/weft/tensor_parallel.hpp"
 #include "weft/engine.hpp"
 #include "weft/runtime.hpp"
@@ -78,6 +79,8 @@ struct BenchOptions {
   std::string prefix_cache = "on";
   int multi_turn = 0;  // turns per conversation; 0: independent requests
   int system_prompt_len = 256;
+  SpeculativeOptions speculative;
+  int repeat_prompt = 1;  // each prompt: a random block repeated this many times
 };
 
 struct RequestTimes {
@@ -87,6 +90,7 @@ struct RequestTimes {
   int output_tokens = 0;
   int input_tokens = 0;
   bool failed = false;
+  std::uint64_t digest = 14695981039346656037ull;  // FNV-1a of the output token ids
 };
 
 class ProgressBar {
@@ -144,6 +148,8 @@ asio::awaitable<void> run_request(Engine& engine, GenerateRequest request, Clock
         times.decode_ms += ms;
       }
       times.output_tokens += static_cast<int>(e.token_ids.size());
+      for (std::int32_t id : e.token_ids)
+        times.digest = (times.digest ^ static_cast<std::uint32_t>(id)) * 1099511628211ull;
       last = now;
     }
   } catch (const std::exception& e) {
@@ -246,6 +252,7 @@ int run_bench(const BenchOptions& o) {
   if (tp.exit_code) return *tp.exit_code;
   config.tensor_parallel = tp.group;
   config.prefix_cache = o.prefix_cache == "on";
+  apply_speculative_options(o.speculative, config);
   Runtime runtime(RuntimeOptions{.worker_threads = 2});
   std::optional<Engine> engine;
   try {
@@ -308,8 +315,12 @@ int run_bench(const BenchOptions& o) {
     GenerateRequest r;
     auto& shape = shapes[static_cast<std::size_t>(i)];
     r.prompt_ids = std::move(shape.prompt_ids);
+    // --repeat-prompt K: a random block of input_len / K tokens, K times (a prompt that
+    // prompt lookup can draft from, like a summary quoting its document).
+    const int block = std::max(1, shape.input_len / std::max(1, o.repeat_prompt));
     for (int t = static_cast<int>(r.prompt_ids.size()); t < shape.input_len; ++t)
-      r.prompt_ids.push_back(token(rng));
+      r.prompt_ids.push_back(t >= block ? r.prompt_ids[static_cast<std::size_t>(t - block)]
+                                        : token(rng));
     r.sampling.max_tokens = shape.output_len;
     r.sampling.ignore_eos = true;
     r.sampling.temperature = o.temperature;
@@ -370,6 +381,11 @@ int run_bench(const BenchOptions& o) {
     output_tokens += t.output_tokens;
     input_tokens += t.input_tokens;
   }
+  std::uint64_t digest = 14695981039346656037ull;  // over the requests' digests, in order
+  for (const auto& t : times)
+    digest = (digest ^ t.digest) * 1099511628211ull;
+  char digest_hex[17];
+  std::snprintf(digest_hex, sizeof digest_hex, "%016llx", static_cast<unsigned long long>(digest));
   boost::json::object out{
       {"requests", num_requests},
       {"failed", failed},
@@ -418,6 +434,19 @@ int run_bench(const BenchOptions& o) {
       {"prefix_cache_query_tokens", metrics.prefix_cache_query_tokens},
       {"prefix_cache_evictions", metrics.prefix_cache_evictions},
       {"kv_pages_cached", metrics.kv_pages_cached},
+      {"output_digest", digest_hex},
+      {"speculate", o.speculative.speculate},
+      {"spec_tokens", o.speculative.spec_tokens},
+      {"spec_width", o.speculative.spec_width},
+      {"repeat_prompt", o.repeat_prompt},
+      {"speculative_verifications", metrics.speculative_verifications},
+      {"speculative_draft_tokens", metrics.speculative_draft_tokens},
+      {"speculative_accepted_tokens", metrics.speculative_accepted_tokens},
+      {"mean_acceptance_length",
+       metrics.speculative_verifications == 0
+           ? 0.0
+           : 1.0 + static_cast<double>(metrics.speculative_accepted_tokens) /
+                       static_cast<double>(metrics.speculative_verifications)},
       {"model", o.model_dir}};
   std::printf("requests %d (%d failed) in %.2f s: %.2f req/s, %.1f output tok/s\n", num_requests,
               failed, seconds, num_requests / seconds,
@@ -572,6 +601,12 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(0, 1 << 20))
       ->needs(multi_turn);
   multi_turn->excludes("--dataset")->excludes(range_ratio)->excludes("--request-rate");
+  add_speculative_options(cmd, opts->speculative);
+  cmd->add_option("--repeat-prompt", opts->repeat_prompt,
+                  "each random prompt is a block of input-len / K tokens repeated K times (a "
+                  "repetitive, summary-like prompt for --speculate prompt-lookup)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   cmd->callback([opts, num_requests, &exit_code] {
     opts->num_requests_given = num_requests->count() > 0;
     exit_code = run_bench(*opts);

@@ -27,6 +27,7 @@
 #include "tools/weft/default_model.hpp"
 #include "tools/weft/generate_beam.hpp"
 #include "tools/weft/load_progress.hpp"
+#include "tools/weft/speculative_options.hpp"
 
 namespace weft::cli {
 namespace {
@@ -72,6 +73,7 @@ struct GenerateOptions {
   std::string grammar_file;
   bool json_object = false;
   bool flexible_whitespace = false;
+  SpeculativeOptions speculative;
 };
 
 Result<std::string> read_text(const std::string& path) {
@@ -170,8 +172,38 @@ int run_generate_beams(const GenerateOptions& o) {
   return run_generate_beam(std::move(config), std::move(request), o.format);
 }
 
+// --speculate: the request runs through the Engine, whose scheduler plans draft slices.
+int run_speculative_generate(const GenerateOptions& o) {
+  auto fail = [](const std::string& message) {
+    std::cerr << "weft generate: " << message << '\n';
+    return 1;
+  };
+  if (o.tensor_parallel > 1) return fail("--speculate: not with --tensor-parallel so far");
+  auto device = actors::parse_device(o.device);
+  if (!device) return fail(std::string("--device: ") + device.error().what());
+  auto format = response_format(o);
+  if (!format) return fail(format.error().what());
+  EngineConfig config;
+  config.model_dir = o.model_dir;
+  config.spec_file = o.spec_file;
+  config.device = actors::device_name(*device);
+  config.page_size = o.page_size;
+  config.cpu_threads = o.threads;
+  apply_speculative_options(o.speculative, config);
+  GenerateRequest request;
+  if (o.prompt) {
+    request.prompt = *o.prompt;
+  } else {
+    request.prompt_ids.assign(o.prompt_ids.begin(), o.prompt_ids.end());
+  }
+  request.response_format = std::move(format.value());
+  request.sampling = sampling_params(o);
+  return generate_with_engine(std::move(config), std::move(request), o.format == "json");
+}
+
 int run_generate(const GenerateOptions& o) {
   if (o.beam_width > 1) return run_generate_beams(o);
+  if (!o.speculative.speculate.empty()) return run_speculative_generate(o);
   // With --tensor-parallel N, N processes started by mpirun run this function together:
   // each loads its shard and runs every forward step (the all-reduces join them), rank 0
   // samples, prints, and broadcasts each token and whether to stop (docs/parallel.md).
@@ -542,6 +574,7 @@ void add_generate_command(CLI::App& app, int& exit_code) {
                   "heads and MLP split per rank; CPU backend; docs/parallel.md)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  add_speculative_options(cmd, opts->speculative);
   cmd->callback([opts, &exit_code] { exit_code = run_generate(*opts); });
 }
 

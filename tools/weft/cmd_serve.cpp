@@ -30,6 +30,7 @@
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
 #include "tools/weft/load_progress.hpp"
+#include "tools/weft/speculative_options.hpp"
 #include "tools/weft/tensor_parallel.hpp"
 #include "weft/engine.hpp"
 
@@ -51,6 +52,7 @@ struct ServeOptions {
   double gpu_memory_fraction = 0.0;
   double shutdown_timeout_s = 30;
   int tensor_parallel = 1;
+  SpeculativeOptions speculative;
 };
 
 // Names the calling thread as `top` and /proc show it (15 characters at most).
@@ -112,6 +114,7 @@ int run_serve(const ServeOptions& opts) {
     if (tp.exit_code) return *tp.exit_code;
     config.tensor_parallel = tp.group;
     config.prefix_cache = opts.prefix_cache == "on";
+    apply_speculative_options(opts.speculative, config);
     auto engine_owner = std::make_unique<Engine>(engine_io.get_executor(), config);
     Engine& engine = *engine_owner;
     name_thread("weft-gateway");  // now: threads inherit the name of the one that starts them
@@ -283,6 +286,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--kv-cache-dtype", opts->kv_cache_dtype, kKvCacheDtypeHelp)
       ->capture_default_str();
   add_tensor_parallel_option(cmd, opts->tensor_parallel);
+  add_speculative_options(cmd, opts->speculative);
   cmd->add_option("--prefix-cache", opts->prefix_cache,
                   "on: keep finished requests' full KV pages and reuse them for any request "
                   "that starts with the same tokens (evicted LRU when the pool needs them)")

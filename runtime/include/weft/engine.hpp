@@ -74,6 +74,17 @@ struct EngineConfig {
   // later request that starts with the same tokens (docs/engine.md#prefix-caching); the
   // pages are evicted, least recently used first, when the pool needs them.
   bool prefix_cache = true;
+  // Speculative decoding (docs/speculative.md): "" (off), "prompt-lookup" (n-gram lookup in
+  // the request's own tokens) or "draft" (draft_model_dir, a model with the same tokenizer,
+  // run on the CPU). spec_tokens: the draft's depth (tokens of one path); spec_width: the
+  // tree's width (1: a chain); spec_step_budget: draft tokens one step verifies over all its
+  // sequences (turns speculation down as the batch grows).
+  std::string speculate;
+  std::string draft_model_dir;
+  int spec_tokens = 4;
+  int spec_width = 1;
+  int spec_step_budget = 32;
+  std::int64_t draft_kv_budget_bytes = 64ll << 20;
   // Called on the constructing thread while the weights upload to a GPU (bytes done, bytes
   // in all), e.g. for a progress bar. Not read from a config file.
   std::function<void(std::size_t done, std::size_t total)> on_load_progress;
@@ -247,6 +258,13 @@ struct EngineMetrics {
   // Output tokens the grammar forced (jump-forward decoding): appended without being sampled,
   // and counted in generated_tokens too.
   std::uint64_t jump_forward_tokens = 0;
+  // Speculative decoding (docs/speculative.md): draft slices verified, the draft tokens they
+  // proposed and the ones accepted. Each verification also yields one token of the target's,
+  // so the mean acceptance length (tokens per verification) is
+  // 1 + accepted / verifications.
+  std::uint64_t speculative_verifications = 0;
+  std::uint64_t speculative_draft_tokens = 0;
+  std::uint64_t speculative_accepted_tokens = 0;
 };
 
 class Engine {

@@ -27,6 +27,11 @@ namespace weft::model {
 
 Result<void> CudaModel::forward(const StepBatch& batch, std::vector<float>& logits) {
   state_->launched_rows = -1;  // a step launched before is no longer there to sample
+  if (batch.has_token_tree()) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "token trees need tree attention, which the CUDA model does not have yet "
+                 "(speculate with a tree width of 1)");
+  }
   if (auto ok = check_step_batch(state_->spec, batch, state_->layout, state_->num_pages); !ok) {
     return ok;
   }
@@ -35,6 +40,10 @@ Result<void> CudaModel::forward(const StepBatch& batch, std::vector<float>& logi
 
 Result<void> CudaModel::launch(const StepBatch& batch) {
   state_->launched_rows = -1;
+  if (batch.has_token_tree()) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "token trees need tree attention, which the CUDA model does not have yet");
+  }
   if (auto ok = check_step_batch(state_->spec, batch, state_->layout, state_->num_pages); !ok) {
     return ok;
   }

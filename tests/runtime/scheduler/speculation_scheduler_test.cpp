@@ -1,0 +1,221 @@
+// The scheduler's draft slices (docs/speculative.md) without a model: a fake target whose next
+// token is a function of the position, speculators that propose right or wrong tokens as chains
+// and trees. Checks the plan's shape (root then nodes, depth positions), what a verification
+// commits (in-place accepted nodes computed, out-of-place ones recomputed as a chunk, never
+// copied), scratch pages given back at once, the batch budget, and that every page returns.
+
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "runtime/scheduler/scheduler.hpp"
+
+namespace weft::sched {
+namespace {
+
+std::int32_t truth(int position) {
+  return static_cast<std::int32_t>(position * 31 % 97);
+}
+
+SchedulerConfig config(int pages = 64) {
+  SchedulerConfig c;
+  c.page_size = 4;
+  c.num_pages = pages;
+  c.max_tokens_per_step = 64;
+  return c;
+}
+
+// Verification against the fake target, greedy: follow the children carrying the truth.
+VerifiedDraft verify(const ScheduledSlice& slice) {
+  VerifiedDraft v;
+  const speculative::DraftTree& t = *slice.draft;
+  int u = -1;
+  int position = slice.first_position + 1;
+  for (;;) {
+    int child = -1;
+    for (int j = u + 1; j < t.size(); ++j)
+      if (t.parent[static_cast<std::size_t>(j)] == u &&
+          t.tokens[static_cast<std::size_t>(j)] == truth(position))
+        child = j;
+    v.tokens.push_back(truth(position));
+    if (child < 0) return v;
+    v.accepted.push_back(child);
+    u = child;
+    ++position;
+  }
+}
+
+// Runs every sequence to completion; returns the outputs and checks the plan along the way.
+std::vector<std::vector<std::int32_t>> run(Scheduler& s, int sequences, int prompt, int max_new,
+                                           int* steps) {
+  for (int i = 0; i < sequences; ++i) {
+    std::vector<std::int32_t> p;
+    for (int t = 0; t < prompt; ++t)
+      p.push_back(truth(t));
+    EXPECT_TRUE(s.add(static_cast<std::uint64_t>(i + 1), p, max_new).ok());
+  }
+  std::vector<std::vector<std::int32_t>> out(static_cast<std::size_t>(sequences));
+  *steps = 0;
+  while (s.running() + s.waiting() > 0) {
+    StepPlan plan = s.plan_step();
+    ++*steps;
+    std::vector<std::int32_t> sampled;
+    std::vector<VerifiedDraft> verified;
+    for (const auto& slice : plan.slices) {
+      if (slice.draft) {
+        EXPECT_EQ(slice.token_count, 1 + slice.draft->size());
+        EXPECT_GE(static_cast<int>(slice.page_table.size()) * 4,
+                  slice.first_position + slice.token_count)
+            << "scratch slots must be in the page table";
+        verified.push_back(verify(slice));
+      } else if (slice.samples) {
+        sampled.push_back(truth(slice.first_position + slice.token_count));
+      }
+    }
+    s.complete_step(plan, sampled, verified);
+    for (const auto& slice : plan.slices) {
+      const Sequence* seq = s.find(slice.id);
+      if (seq == nullptr) continue;
+      // Scratch pages past the tokens go back when the step completes.
+      EXPECT_LE(static_cast<int>(seq->pages.size()),
+                std::max(s.pool().pages_for(static_cast<int>(seq->tokens.size())), 1));
+      if (seq->generated() >= max_new) {
+        out[slice.id - 1].assign(seq->tokens.begin() + prompt, seq->tokens.end());
+        s.remove(slice.id);
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<std::int32_t> expected(int prompt, int max_new) {
+  std::vector<std::int32_t> e;
+  for (int p = prompt; p < prompt + max_new; ++p)
+    e.push_back(truth(p));
+  return e;
+}
+
+TEST(SpeculationScheduler, RightChainsFinishInFewerStepsWithTheSameOutput) {
+  Scheduler s(config());
+  SpeculationConfig spec;
+  spec.max_depth = 4;
+  spec.max_nodes = 4;
+  spec.propose = [](const Sequence& seq, int nodes, int depth) {
+    speculative::DraftTree t;
+    const int n = static_cast<int>(seq.tokens.size());
+    for (int k = 0; k < std::min(nodes, depth); ++k) {
+      t.tokens.push_back(truth(n + k));
+      t.parent.push_back(k - 1);
+    }
+    return t;
+  };
+  s.set_speculation(spec);
+  int steps = 0;
+  const auto out = run(s, 2, 6, 21, &steps);
+  for (const auto& o : out)
+    EXPECT_EQ(o, expected(6, 21));
+  // One prefill step, then 5 tokens per step: 20 more tokens in 4 steps.
+  EXPECT_EQ(steps, 5);
+  EXPECT_EQ(s.pool().free_pages(), s.pool().num_pages()) << "pages leaked";
+  EXPECT_EQ(s.speculation_stats().accepted_tokens, 2u * 16u);
+}
+
+TEST(SpeculationScheduler, AnOutOfPlaceAcceptedBranchIsRecomputedNotCopied) {
+  Scheduler s(config());
+  SpeculationConfig spec;
+  spec.max_depth = 2;
+  spec.max_nodes = 4;
+  // The first chain is wrong; the second root child and its child are right: accepted nodes
+  // sit in scratch slots 3 and 4 instead of 1 and 2.
+  spec.propose = [](const Sequence& seq, int, int) {
+    const int n = static_cast<int>(seq.tokens.size());
+    speculative::DraftTree t;
+    t.tokens = {truth(n) + 1, truth(n + 1), truth(n), truth(n + 1)};
+    t.parent = {-1, 0, -1, 2};
+    return t;
+  };
+  s.set_speculation(spec);
+  std::vector<std::int32_t> prompt = {truth(0), truth(1), truth(2)};
+  ASSERT_TRUE(s.add(1, prompt, 10).ok());
+  StepPlan prefill = s.plan_step();
+  s.complete_step(prefill, std::vector<std::int32_t>{truth(3)});
+  StepPlan step = s.plan_step();
+  ASSERT_EQ(step.slices.size(), 1u);
+  ASSERT_TRUE(step.slices[0].draft);
+  EXPECT_EQ(step.positions, (std::vector<std::int32_t>{3, 4, 5, 4, 5}));
+  const VerifiedDraft v = verify(step.slices[0]);
+  EXPECT_EQ(v.accepted, (std::vector<int>{2, 3}));
+  s.complete_step(step, {}, std::vector<VerifiedDraft>{v});
+  const Sequence* seq = s.find(1);
+  EXPECT_EQ(seq->tokens.size(), 7u);  // 3 prompt + 1 + 2 accepted + 1 bonus
+  EXPECT_EQ(seq->computed, 4) << "only the root is in place";
+  // The next step computes the two accepted tokens and the bonus as one chunk, no draft.
+  StepPlan next = s.plan_step();
+  ASSERT_EQ(next.slices.size(), 1u);
+  EXPECT_FALSE(next.slices[0].draft);
+  EXPECT_EQ(next.slices[0].token_count, 3);
+  EXPECT_TRUE(next.slices[0].samples);
+  s.remove(1);
+  EXPECT_EQ(s.pool().free_pages(), s.pool().num_pages());
+}
+
+TEST(SpeculationScheduler, TheStepBudgetTurnsSpeculationDownThenOff) {
+  for (auto [budget, want_nodes] : {std::pair{12, 4}, {6, 2}, {2, 0}}) {
+    Scheduler s(config());
+    SpeculationConfig spec;
+    spec.max_depth = 4;
+    spec.max_nodes = 4;
+    spec.step_budget = budget;
+    int asked = -1;
+    spec.propose = [&](const Sequence& seq, int nodes, int depth) {
+      asked = nodes;
+      speculative::DraftTree t;
+      for (int k = 0; k < std::min(nodes, depth); ++k) {
+        t.tokens.push_back(truth(static_cast<int>(seq.tokens.size()) + k));
+        t.parent.push_back(k - 1);
+      }
+      return t;
+    };
+    s.set_speculation(spec);
+    for (std::uint64_t id = 1; id <= 3; ++id)
+      ASSERT_TRUE(s.add(id, {1, 2, 3}, 20).ok());
+    StepPlan prefill = s.plan_step();
+    s.complete_step(prefill, std::vector<std::int32_t>{7, 7, 7});
+    StepPlan step = s.plan_step();
+    int drafted = 0;
+    for (const auto& slice : step.slices)
+      drafted += slice.draft ? slice.draft->size() : 0;
+    EXPECT_EQ(drafted, 3 * want_nodes) << "budget " << budget;
+    if (want_nodes == 0) EXPECT_EQ(asked, -1) << "the speculator is not even asked";
+  }
+}
+
+TEST(SpeculationScheduler, NoScratchPagesWhenThePoolIsFullAndAllComeBackOnCancel) {
+  // 3 pages of 4: a 5-token prompt with 4 new tokens needs all three, so a tree that wants a
+  // fourth page gets none and the sequence decodes plainly.
+  Scheduler s(config(3));
+  SpeculationConfig spec;
+  spec.max_depth = 4;
+  spec.max_nodes = 4;
+  spec.propose = [](const Sequence& seq, int nodes, int depth) {
+    speculative::DraftTree t;
+    for (int k = 0; k < std::min(nodes, depth); ++k) {
+      t.tokens.push_back(truth(static_cast<int>(seq.tokens.size()) + k));
+      t.parent.push_back(k - 1);
+    }
+    return t;
+  };
+  s.set_speculation(spec);
+  ASSERT_TRUE(s.add(1, {1, 2, 3, 4, 5}, 7).ok());
+  StepPlan prefill = s.plan_step();
+  s.complete_step(prefill, std::vector<std::int32_t>{truth(5)});
+  StepPlan step = s.plan_step();
+  ASSERT_EQ(step.slices.size(), 1u);
+  EXPECT_LE(static_cast<int>(step.slices[0].page_table.size()), 3);
+  s.remove(1);  // cancelled while the step "runs"
+  s.complete_step(step, {}, std::vector<VerifiedDraft>{VerifiedDraft{}});
+  EXPECT_EQ(s.pool().free_pages(), 3);
+}
+
+}  // namespace
+}  // namespace weft::sched
