@@ -75,7 +75,9 @@ Result<void> read_zoo_blocks(const SpecReader& r, dom::element root, model::Mode
   }
 
   dom::element pos;
-  if (s.position == model::PositionEmbedding::kLearned && !root["position_embedding"].get(pos)) {
+  // (An encoder-only spec gives its learned positions in its "encoder" section.)
+  if (s.position == model::PositionEmbedding::kLearned &&
+      s.network != model::Network::kEncoderOnly && !root["position_embedding"].get(pos)) {
     WEFT_TRY(max_pos, optional_key(r, pos, "max_position_embeddings",
                                    "position_embedding.max_position_embeddings"));
     WEFT_TRY(m, r.required<std::int64_t>(max_pos, "position_embedding.max_position_embeddings",
