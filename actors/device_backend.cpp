@@ -89,13 +89,6 @@ Result<std::unique_ptr<model::ForwardBackend>> make_forward_backend(
     return std::unique_ptr<model::ForwardBackend>(
         std::make_unique<model::CpuForwardBackend>(model, layout, num_pages, cpu_threads));
   }
-  if (model.weight_quantization() != quant::QuantType::kNone) {
-    return Error(ErrorCode::kUnsupported,
-                 "device cuda:" + std::to_string(device.index) + ": " +
-                     std::string(quant::quant_info(model.weight_quantization()).name) +
-                     " weights run on the CPU backend so far (--device cpu); the CUDA model "
-                     "uploads f32/f16/bf16 checkpoints (docs/quantization.md)");
-  }
 #if WEFT_HAVE_CUDA
   model::CudaModelOptions options;
   options.device = device.index;
