@@ -56,12 +56,28 @@ __attribute__((target("avx2,fma"))) inline std::uint64_t load_units(const std::b
 
 template <int K>
 __attribute__((target("avx2,fma"))) inline __m256i unpack8(const std::byte* p, bool at_end) {
+  if constexpr (K == 8) {  // bytes as they are: one widening load
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  }
   const std::uint64_t v = load_units<K>(p, at_end);
   const auto lo = static_cast<int>(static_cast<std::uint32_t>(v));
   const auto hi = static_cast<int>(static_cast<std::uint32_t>(v >> (4 * K)));
   const __m256i words = _mm256_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi);
   const __m256i shifts = _mm256_setr_epi32(0, K, 2 * K, 3 * K, 0, K, 2 * K, 3 * K);
   return _mm256_and_si256(_mm256_srlv_epi32(words, shifts), _mm256_set1_epi32((1 << K) - 1));
+}
+
+// Q4: sixteen codes from eight bytes (low nibble first): widen the bytes, split the nibbles,
+// and interleave them back into weight order.
+__attribute__((target("avx2,fma"))) inline void unpack16_nibbles(const std::byte* p, __m256& first,
+                                                                 __m256& second) {
+  const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m256i lo = _mm256_and_si256(bytes, _mm256_set1_epi32(15));
+  const __m256i hi = _mm256_srli_epi32(bytes, 4);
+  const __m256i a = _mm256_unpacklo_epi32(lo, hi);  // codes 0-3 | 8-11
+  const __m256i b = _mm256_unpackhi_epi32(lo, hi);  // codes 4-7 | 12-15
+  first = _mm256_cvtepi32_ps(_mm256_permute2x128_si256(a, b, 0x20));
+  second = _mm256_cvtepi32_ps(_mm256_permute2x128_si256(a, b, 0x31));
 }
 
 // A block's fp16 scale and min, broadcast (F16C, which the AVX2 path requires).
@@ -100,7 +116,7 @@ template <int K, int B, bool kPaired>
 __attribute__((target("avx2,fma,f16c"))) float dot_blocks_avx2(const float* x, const std::byte* row,
                                                                std::size_t blocks, bool row_end) {
   constexpr std::size_t kBlockBytes = 4 + (kPaired ? B / 2 : B) * K / 8;
-  constexpr int kGroups = kPaired ? B / 16 : B / 8;
+  constexpr int kGroups = kPaired || K == 4 ? B / 16 : B / 8;
   __m256 total = _mm256_setzero_ps();
   for (std::size_t b = 0; b < blocks; ++b, row += kBlockBytes, x += B) {
     __m256 scale, min;
@@ -110,9 +126,13 @@ __attribute__((target("avx2,fma,f16c"))) float dot_blocks_avx2(const float* x, c
     __m256 qx = _mm256_setzero_ps(), sx = _mm256_setzero_ps();
     for (int g = 0; g < kGroups; ++g) {
       const bool at_end = last_block && g + 1 == kGroups;
-      if constexpr (kPaired) {
+      if constexpr (kPaired || K == 4) {
         __m256 first, second;
-        unpack16_pairs(codes + g * K, at_end, first, second);
+        if constexpr (kPaired) {
+          unpack16_pairs(codes + g * K, at_end, first, second);
+        } else {
+          unpack16_nibbles(codes + g * 8, first, second);
+        }
         const __m256 x0 = _mm256_loadu_ps(x + g * 16), x1 = _mm256_loadu_ps(x + g * 16 + 8);
         qx = _mm256_fmadd_ps(first, x0, qx);
         qx = _mm256_fmadd_ps(second, x1, qx);
@@ -135,7 +155,7 @@ __attribute__((target("avx2,fma,f16c"))) void to_f32_blocks_avx2(const std::byte
                                                                  std::size_t blocks, bool row_end,
                                                                  float* dst) {
   constexpr std::size_t kBlockBytes = 4 + (kPaired ? B / 2 : B) * K / 8;
-  constexpr int kGroups = kPaired ? B / 16 : B / 8;
+  constexpr int kGroups = kPaired || K == 4 ? B / 16 : B / 8;
   for (std::size_t b = 0; b < blocks; ++b, row += kBlockBytes, dst += B) {
     __m256 scale, min;
     load_header(row, scale, min);
@@ -143,9 +163,13 @@ __attribute__((target("avx2,fma,f16c"))) void to_f32_blocks_avx2(const std::byte
     const bool last_block = row_end && b + 1 == blocks;
     for (int g = 0; g < kGroups; ++g) {
       const bool at_end = last_block && g + 1 == kGroups;
-      if constexpr (kPaired) {
+      if constexpr (kPaired || K == 4) {
         __m256 first, second;
-        unpack16_pairs(codes + g * K, at_end, first, second);
+        if constexpr (kPaired) {
+          unpack16_pairs(codes + g * K, at_end, first, second);
+        } else {
+          unpack16_nibbles(codes + g * 8, first, second);
+        }
         _mm256_storeu_ps(dst + g * 16, _mm256_fmadd_ps(first, scale, min));
         _mm256_storeu_ps(dst + g * 16 + 8, _mm256_fmadd_ps(second, scale, min));
       } else {
