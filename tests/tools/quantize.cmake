@@ -17,3 +17,12 @@ add_test(NAME weft_perplexity_quantize_unknown_format
          COMMAND weft perplexity --quantize q9 --file ${CMAKE_SOURCE_DIR}/models/weft-tiny/heldout-head.txt)
 set_tests_properties(weft_perplexity_quantize_unknown_format PROPERTIES PASS_REGULAR_EXPRESSION
   "--quantize: unknown quantization format \"q9\"; supported: q8_b32")
+# A GGUF file quantized at load (docs/quantization.md): the F32 file holds weft-tiny's values,
+# so it continues a prompt exactly as the folder does with the same --quantize.
+if(TARGET make_gguf)
+  set(quant_gen "$<TARGET_FILE:weft> generate --prompt \"Call me Ishmael.\" --max-tokens 16 --format json --quantize q4_b32 --model")
+  add_test(NAME weft_gguf_quantize_matches_folder
+           COMMAND sh -c "a=$(${quant_gen} ${CMAKE_SOURCE_DIR}/models/weft-tiny) && b=$(${quant_gen} ${CMAKE_BINARY_DIR}/test-data/gguf/weft-tiny-f32.gguf) && echo \"$b\" && [ \"$a\" = \"$b\" ]")
+  set_tests_properties(weft_gguf_quantize_matches_folder PROPERTIES FIXTURES_REQUIRED gguf_files
+    PASS_REGULAR_EXPRESSION "\"completion_tokens\":16,")
+endif()
