@@ -6,14 +6,14 @@
 //                      [--context 512] [--batches 1,8,32,64] [--prefill 512,2048] [--json F]
 //                      [--profile] [--small-step-kernel-tokens N] [--logits-to-host]
 //                      [--kv-cache-dtype bf16|int8|fp8] [--gpu-memory-fraction F]
+//                      [--quantize q4_b32|q8_b32]
 //
 // --kv-cache-dtype int8|fp8 runs with quantized KV pages (a scale per token and kv head;
 // docs/cuda.md#quantized-kv-pages); --gpu-memory-fraction F sizes the KV pool from the device
 // (as `weft serve` does) instead of from the rows' needs, so the pool's pages and tokens, printed
 // before the rows, show what a KV type holds in the same memory.
-//                      [--quantize q4_b32|q8_b32]
 //
-// --quantize quantizes the weight matrices as the model is built (docs/quantization.md): decode
+// --quantize q4_b32|q8_b32 quantizes the weight matrices as the model is built (docs/quantization.md): decode
 // steps of up to 8 tokens read the block bytes through cuda::quant_gemv, and the floor counts
 // the bytes decode reads (the quantized matrices, a tied lm head's 16-bit embedding) instead
 // of the 16-bit weights.
