@@ -158,6 +158,9 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
 
   LoadOptions load_options;
   load_options.spec_file = s.config.spec_file;
+  if (!s.config.quantize.empty()) {
+    load_options.quantize = quant::parse_quant_type(s.config.quantize).value();
+  }
   parallel::Communicator* group = s.config.tensor_parallel.get();
   if (group != nullptr && group->size() > 1) {
     load_options.tensor_parallel_size = group->size();

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "actors/device_backend.hpp"
+#include "kernels/cpu/quant/format.hpp"
 #include "weft/engine.hpp"
 
 namespace weft {
@@ -47,6 +48,8 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
       ok = as_string(c.spec_file);
     } else if (key == "device") {
       ok = as_string(c.device);
+    } else if (key == "quantize") {
+      ok = as_string(c.quantize);
     } else if (key == "admission") {
       ok = as_string(c.admission);
     } else if (key == "kv_cache_dtype") {
@@ -95,13 +98,14 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
         c.jump_forward = v;
       }
     } else {
-      return Error(ErrorCode::kParse, path.string() + ": unknown field \"" + std::string(key) +
-                                          "\" (known: model_dir, spec_file, device, page_size, "
-                                          "kv_budget_bytes, max_tokens_per_step, max_running, "
-                                          "admission, cpu_threads, gpu_memory_fraction, "
-                                          "jump_forward, prefix_cache, kv_cache_dtype, speculate, "
-                                          "draft_model_dir, spec_tokens, spec_width, "
-                                          "spec_step_budget, draft_kv_budget_bytes)");
+      return Error(ErrorCode::kParse,
+                   path.string() + ": unknown field \"" + std::string(key) +
+                       "\" (known: model_dir, spec_file, quantize, device, page_size, "
+                       "kv_budget_bytes, max_tokens_per_step, max_running, "
+                       "admission, cpu_threads, gpu_memory_fraction, "
+                       "jump_forward, prefix_cache, kv_cache_dtype, speculate, "
+                       "draft_model_dir, spec_tokens, spec_width, "
+                       "spec_step_budget, draft_kv_budget_bytes)");
     }
     if (!ok) return ok.error();
   }
@@ -117,6 +121,11 @@ Result<void> EngineConfig::validate() const {
   if (!d) return bad(std::string("device: ") + d.error().what());
   if (auto kv = actors::resolve_kv_cache_dtype(kv_cache_dtype, *d); !kv)
     return bad(std::string("kv_cache_dtype: ") + kv.error().what());
+  if (!quantize.empty()) {
+    if (auto q = quant::parse_quant_type(quantize); !q) {
+      return bad(std::string("quantize: ") + q.error().what());
+    }
+  }
   if (page_size < 1 || page_size > 4096) {
     return bad("page_size: " + std::to_string(page_size) + " is outside [1, 4096]");
   }

@@ -4,6 +4,7 @@
 //
 //   cpu_forward_bench --model models/weft-tiny [--prompt-len 128] [--decode 32] [--threads 0]
 //   cpu_forward_bench --random-100m [--dtype bf16|f16|f32] [--path scalar|avx2]
+//   either with [--quantize q4_b32] (docs/quantization.md)
 
 #include <chrono>
 #include <cstdio>
@@ -15,6 +16,7 @@
 
 #include "kernels/cpu/cpu_features.hpp"
 #include "loaders/model_loader.hpp"
+#include "runtime/model/quantize_weights.hpp"
 
 namespace {
 
@@ -100,7 +102,7 @@ std::int64_t parameters(const model::ModelSpec& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_dir, dtype_name = "bf16", path_name = "auto";
+  std::string model_dir, dtype_name = "bf16", path_name = "auto", quantize_name;
   bool random = false;
   int prompt_len = 128, decode = 32, repeats = 3;
   unsigned threads = 0;
@@ -121,6 +123,8 @@ int main(int argc, char** argv) {
       dtype_name = next();
     else if (a == "--path")
       path_name = next();
+    else if (a == "--quantize")
+      quantize_name = next();
     else if (a == "--prompt-len")
       prompt_len = std::stoi(next());
     else if (a == "--decode")
@@ -133,11 +137,20 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: cpu_forward_bench (--model DIR | --random-100m [--dtype bf16|f16|f32])\n"
                    "  [--prompt-len N] [--decode N] [--threads N] [--path auto|scalar|avx2] "
-                   "[--repeats N]\n");
+                   "[--repeats N] [--quantize FORMAT]\n");
       return 2;
     }
   }
   const auto path = path_name == "scalar" ? cpu::KernelPath::kScalar : cpu::KernelPath::kAuto;
+  quant::QuantType quantize = quant::QuantType::kNone;
+  if (!quantize_name.empty()) {
+    auto q = quant::parse_quant_type(quantize_name);
+    if (!q) {
+      std::fprintf(stderr, "--quantize: %s\n", q.error().what());
+      return 2;
+    }
+    quantize = *q;
+  }
   std::string name;
   Result<model::Model> built =
       Error(ErrorCode::kInvalidArgument, "give --model DIR or --random-100m");
@@ -153,17 +166,32 @@ int main(int argc, char** argv) {
                                  return it == rm.tensors.end() ? nullptr : &it->second;
                                },
                                [](const std::string&) { return std::string("memory"); }, "memory"};
+    if (quantize != quant::QuantType::kNone) {
+      cpu::ThreadPool quantize_pool(threads);
+      auto q = model::quantize_weights(lookup, rm.spec, quantize, &quantize_pool, {});
+      if (!q) {
+        std::fprintf(stderr, "%s\n", q.error().what());
+        return 1;
+      }
+      lookup = std::move(q.value());
+    }
     built = model::Model::create(rm.spec, lookup);
-    name = "random-100m (" + dtype_name + ")";
+    name = "random-100m (" + dtype_name +
+           (quantize_name.empty() ? "" : ", " + std::string(quant::quant_info(quantize).name)) +
+           ")";
   } else if (!model_dir.empty()) {
-    auto l = load_model(model_dir);
+    LoadOptions options;
+    options.quantize = quantize;
+    auto l = load_model(model_dir, options);
     if (!l) {
       std::fprintf(stderr, "%s\n", l.error().what());
       return 1;
     }
     loaded.emplace(std::move(l.value()));
     built = std::move(loaded->model);
-    name = model_dir;
+    name =
+        model_dir +
+        (quantize_name.empty() ? "" : " (" + std::string(quant::quant_info(quantize).name) + ")");
   }
   if (!built) {
     std::fprintf(stderr, "%s\n", built.error().what());

@@ -6,12 +6,17 @@
 //                      [--context 512] [--batches 1,8,32,64] [--prefill 512,2048] [--json F]
 //                      [--profile] [--small-step-kernel-tokens N] [--logits-to-host]
 //                      [--kv-cache-dtype bf16|int8|fp8] [--gpu-memory-fraction F]
+//                      [--quantize q4_b32|q8_b32]
 //
 // --kv-cache-dtype int8|fp8 runs with quantized KV pages (a scale per token and kv head;
 // docs/cuda.md#quantized-kv-pages); --gpu-memory-fraction F sizes the KV pool from the device
 // (as `weft serve` does) instead of from the rows' needs, so the pool's pages and tokens, printed
 // before the rows, show what a KV type holds in the same memory.
 //
+// --quantize q4_b32|q8_b32 quantizes the weight matrices as the model is built (docs/quantization.md): decode
+// steps of up to 8 tokens read the block bytes through cuda::quant_gemv, and the floor counts
+// the bytes decode reads (the quantized matrices, a tied lm head's 16-bit embedding) instead
+// of the 16-bit weights.
 // Decode steps run as the engine runs them on a GPU: launched, then sampled (greedy) on the
 // device with only the tokens copied back; --logits-to-host times forward() with every row's
 // fp32 logits copied to the host instead (the path before the GPU sampler).
@@ -49,6 +54,7 @@
 #include "kernels/cuda/device_info.hpp"
 #include "loaders/model_loader.hpp"
 #include "runtime/model/cuda/cuda_model.hpp"
+#include "runtime/model/quantize_weights.hpp"
 
 namespace {
 
@@ -229,6 +235,7 @@ int main(int argc, char** argv) {
   int small_step_tokens = 0;
   std::string kv_dtype_arg = "bf16";
   double memory_fraction = 0.0;
+  std::string quantize_name;
   const int profile_steps = 5;
   std::vector<int> batches{1, 8, 32, 64}, prefills{512, 2048};
   for (int i = 1; i < argc; ++i) {
@@ -266,13 +273,16 @@ int main(int argc, char** argv) {
       kv_dtype_arg = next();
     else if (a == "--gpu-memory-fraction")
       memory_fraction = std::stod(next());
+    else if (a == "--quantize")
+      quantize_name = next();
     else {
       std::fprintf(stderr,
                    "usage: cuda_forward_bench [--shape 1b|8b|tiny | --model DIR] "
                    "[--precision bf16|fp16] [--context N] [--batches 1,8,..] [--prefill 512,..] "
                    "[--logits-to-host] "
                    "[--repeats N] [--json FILE] [--profile] [--small-step-kernel-tokens N] "
-                   "[--kv-cache-dtype bf16|int8|fp8] [--gpu-memory-fraction F]\n");
+                   "[--kv-cache-dtype bf16|int8|fp8] [--gpu-memory-fraction F] "
+                   "[--quantize q4_b32|q8_b32]\n");
       return 2;
     }
   }
@@ -281,12 +291,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "no GPU: %s\n", devices.unavailable_reason.c_str());
     return 1;
   }
+  quant::QuantType quantize = quant::QuantType::kNone;
+  if (!quantize_name.empty()) {
+    auto q = quant::parse_quant_type(quantize_name);
+    if (!q || (*q != quant::QuantType::kQ4B32 && *q != quant::QuantType::kQ8B32)) {
+      std::fprintf(stderr, "--quantize: the GPU has kernels for q4_b32 and q8_b32 only\n");
+      return 2;
+    }
+    quantize = *q;
+  }
   RandomModel rm;
   std::optional<LoadedModel> loaded;
   Result<model::Model> built = Error(ErrorCode::kInvalidArgument, "no model");
   const double t_build = now_s();
   if (!model_dir.empty()) {
-    auto l = load_model(model_dir);
+    LoadOptions load_options;
+    load_options.quantize = quantize;
+    auto l = load_model(model_dir, load_options);
     if (!l) {
       std::fprintf(stderr, "%s\n", l.error().what());
       return 1;
@@ -300,6 +321,15 @@ int main(int argc, char** argv) {
                                  return it == rm.tensors.end() ? nullptr : &it->second;
                                },
                                [](const std::string&) { return std::string("memory"); }, "memory"};
+    if (quantize != quant::QuantType::kNone) {
+      cpu::ThreadPool pool(0);
+      auto q = model::quantize_weights(lookup, rm.spec, quantize, &pool, {});
+      if (!q) {
+        std::fprintf(stderr, "%s\n", q.error().what());
+        return 1;
+      }
+      lookup = std::move(q.value());
+    }
     built = model::Model::create(rm.spec, lookup);
   }
   if (!built) {
@@ -354,7 +384,28 @@ int main(int argc, char** argv) {
               kv_dtype_name(kv_layout.dtype), kv_layout.bytes_per_page(),
               static_cast<double>(kv_layout.bytes_per_page()) * gpu.num_pages() / 1e9);
   const double bandwidth = copy_bandwidth_bytes_per_s();
-  const double weight_bytes = static_cast<double>(gpu.weight_bytes());
+  // Quantized: what decode reads (the GPU also holds 16-bit copies for prefill).
+  double weight_bytes = static_cast<double>(gpu.weight_bytes()), quantized_params = 0;
+  if (cpu_model.weight_quantization() != quant::QuantType::kNone) {
+    weight_bytes = 0;
+    auto add = [&](const cpu::WeightMatrix& w) {
+      if (w.data == nullptr) return;
+      weight_bytes += static_cast<double>(w.rows * w.row_bytes());
+      quantized_params += static_cast<double>(w.rows * w.cols);
+    };
+    for (const auto& L : cpu_model.layers()) {
+      for (const cpu::WeightMatrix* w :
+           {&L.q, &L.k, &L.v, &L.qkv, &L.o, &L.gate_up, &L.gate, &L.up, &L.down}) {
+        add(*w);
+      }
+    }
+    const cpu::WeightMatrix& head = cpu_model.lm_head();
+    // A tied head is read as the 16-bit embedding.
+    weight_bytes += static_cast<double>(head.quantized() ? head.rows * head.row_bytes()
+                                                         : head.rows * head.cols * 2);
+    quantized_params += static_cast<double>(head.rows * head.cols);
+    precision_name += " + " + quantize_name;
+  }
   const double floor_s = weight_bytes / bandwidth;
   const auto& d = devices.devices[0];
   std::printf("device %s; model %s, %.2f GB of %s weights (built in %.1f s, uploaded in %.1f s)\n",
@@ -400,7 +451,7 @@ int main(int argc, char** argv) {
   bool first_row = true;
   std::printf("%-8s %6s %8s %12s %12s %10s %9s %8s\n", "kind", "batch", "tokens", "ms/step",
               "tokens/s", "vs floor", "bound", "weights");
-  const double params = weight_bytes / 2;
+  const double params = quantized_params > 0 ? quantized_params : weight_bytes / 2;
   std::vector<float> logits;
   // A decode step as the engine runs it: launched, then sampled greedily on the device, only
   // the tokens coming back (--logits-to-host: forward() copying every row's logits instead).

@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/vector_math.hpp"
 #include "loaders/gguf_dequantize.hpp"
+#include "runtime/model/quantize_weights.hpp"
 #include "runtime/parallel/partition_plan.hpp"
 #include "runtime/parallel/sharded_weights.hpp"
 
@@ -347,6 +348,24 @@ Result<LoadedModel> load_gguf_model(const std::filesystem::path& path, const Loa
   const std::string where = path.string();
   model::WeightLookup lookup{[source](const std::string& name) { return source->find(name); },
                              [where](const std::string&) { return where; }, where};
+  if (options.quantize != quant::QuantType::kNone) {
+    // --quantize: the dequantized tensors requantized to a Weft block format
+    // (docs/quantization.md).
+    if (options.tensor_parallel_size > 1) {
+      return Error(ErrorCode::kUnsupported,
+                   where +
+                       ": quantized weights do not load as tensor-parallel shards yet; run "
+                       "them on one rank");
+    }
+    cpu::ThreadPool pool(options.quantize_threads);
+    auto quantized = model::quantize_weights(lookup, spec.value(), options.quantize, &pool,
+                                             options.on_quantize_progress);
+    if (!quantized) {
+      if (!source->error().empty()) return Error(ErrorCode::kInvalidArgument, source->error());
+      return quantized.error();
+    }
+    lookup = std::move(quantized.value());
+  }
   LoadedModel out;
   out.spec_file = path;
   out.generation = std::move(generation.value());

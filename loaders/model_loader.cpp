@@ -6,6 +6,8 @@
 #include "loaders/gguf_model.hpp"
 #include "loaders/model_spec_encoder.hpp"
 #include "loaders/model_spec_file.hpp"
+#include "loaders/quantization_config.hpp"
+#include "runtime/model/quantize_weights.hpp"
 #include "runtime/parallel/partition_plan.hpp"
 #include "runtime/parallel/sharded_weights.hpp"
 
@@ -39,6 +41,25 @@ Result<LoadedModel> load_model(const std::filesystem::path& dir, const LoadOptio
   }
   auto spec = read_model_spec(out.spec_file, config_json);
   if (!spec) return spec.error();
+  auto stored_format = read_weight_quantization(config_json);
+  if (!stored_format) return stored_format.error();
+  const quant::QuantType stored = stored_format.value();
+  if (stored != quant::QuantType::kNone && options.quantize != quant::QuantType::kNone &&
+      options.quantize != stored) {
+    return Error(ErrorCode::kInvalidArgument,
+                 dir.string() + " is already quantized (" +
+                     std::string(quant::quant_info(stored).name) + "); it cannot be quantized to " +
+                     std::string(quant::quant_info(options.quantize).name) +
+                     " (quantize the original F32/F16/BF16 checkpoint instead)");
+  }
+  const bool quantized =
+      stored != quant::QuantType::kNone || options.quantize != quant::QuantType::kNone;
+  if (quantized && options.tensor_parallel_size > 1) {
+    return Error(ErrorCode::kUnsupported,
+                 dir.string() +
+                     ": quantized weights do not load as tensor-parallel shards yet; run "
+                     "them on one rank");
+  }
   auto generation = read_generation_defaults(dir);
   if (!generation) return generation.error();
   out.generation = std::move(generation.value());
@@ -48,7 +69,7 @@ Result<LoadedModel> load_model(const std::filesystem::path& dir, const LoadOptio
   const auto weights = out.weights;
   model::WeightLookup lookup{[weights](const std::string& name) { return weights->find(name); },
                              [weights](const std::string& name) { return weights->origin(name); },
-                             dir.string()};
+                             dir.string(), stored};
   if (spec->network == model::Network::kEncoderOnly) {
     if (!options.allow_encoder) {
       return Error(ErrorCode::kUnsupported,
@@ -66,6 +87,13 @@ Result<LoadedModel> load_model(const std::filesystem::path& dir, const LoadOptio
     out.full_spec = spec.value();
     out.encoder = std::move(encoder.value());
     return out;
+  }
+  if (stored == quant::QuantType::kNone && options.quantize != quant::QuantType::kNone) {
+    cpu::ThreadPool pool(options.quantize_threads);
+    auto quantized_lookup = model::quantize_weights(lookup, spec.value(), options.quantize, &pool,
+                                                    options.on_quantize_progress);
+    if (!quantized_lookup) return quantized_lookup.error();
+    lookup = std::move(quantized_lookup.value());
   }
   auto model = model::Model::create(spec.value(), lookup);
   if (!model) return model.error();

@@ -4,6 +4,7 @@
 // GGUF file given instead of a folder loads through loaders/gguf_model.hpp.
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -26,6 +27,12 @@ struct LoadOptions {
   // can run them (the Engine's embeddings); otherwise they are refused with a message
   // pointing at `weft embed`.
   bool allow_encoder = false;
+  // Quantize the weight matrices to this format as they load (docs/quantization.md); kNone
+  // keeps the checkpoint's dtype. A folder already quantized (config.json's "quantization")
+  // loads in its own format whatever this says, except that asking for another is an error.
+  quant::QuantType quantize = quant::QuantType::kNone;
+  unsigned quantize_threads = 0;  // 0: one per core
+  std::function<void(std::size_t done, std::size_t total)> on_quantize_progress;
 };
 
 struct LoadedModel {

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/quant/quant_dot.hpp"
+
 namespace weft::cpu {
 namespace {
 
@@ -172,10 +174,40 @@ void matmul_rows_avx2(const float* x, std::size_t tokens, const WeightMatrix& w,
   }
 }
 
+void widen_row(const WeightMatrix& w, std::size_t r, float* dst, KernelPath path) {
+  if (w.quantized()) {
+    quant_to_f32(w.quant, static_cast<const std::byte*>(w.row(r)), w.cols, dst, path);
+  } else {
+    to_f32(w.dtype, w.row(r), dst, w.cols, path);
+  }
+}
+
+// Block-quantized weights (quant/format.hpp): one token through the fused quant_dot; several
+// by dequantizing each row once into a buffer that stays in L1.
+void matmul_rows_quantized(const float* x, std::size_t tokens, const WeightMatrix& w,
+                           const float* bias, float* y, std::size_t row_begin, std::size_t row_end,
+                           KernelPath path) {
+  thread_local std::vector<float> widened;
+  if (tokens > 1) widened.resize(w.cols);
+  for (std::size_t o = row_begin; o < row_end; ++o) {
+    const float b = bias ? bias[o] : 0.0f;
+    if (tokens == 1) {
+      y[o] = quant_dot(x, w.quant, static_cast<const std::byte*>(w.row(o)), w.cols, path) + b;
+      continue;
+    }
+    widen_row(w, o, widened.data(), path);
+    for (std::size_t t = 0; t < tokens; ++t)
+      y[t * w.rows + o] = dot(x + t * w.cols, DType::kF32, widened.data(), w.cols, path) + b;
+  }
+}
+
 // The scalar path sums every y[t, o] with dot()'s one scalar loop, so it too is the same
 // whatever the batch.
 void matmul_rows(const float* x, std::size_t tokens, const WeightMatrix& w, const float* bias,
                  float* y, std::size_t row_begin, std::size_t row_end, KernelPath path) {
+  if (w.quantized()) {
+    return matmul_rows_quantized(x, tokens, w, bias, y, row_begin, row_end, path);
+  }
   if (path == KernelPath::kAvx2) return matmul_rows_avx2(x, tokens, w, bias, y, row_begin, row_end);
   thread_local std::vector<float> widened;
   const bool needs_widening = w.dtype != DType::kF32 && tokens > 1;
@@ -196,6 +228,10 @@ void matmul_rows(const float* x, std::size_t tokens, const WeightMatrix& w, cons
 }
 
 }  // namespace
+
+void weight_row_to_f32(const WeightMatrix& w, std::size_t r, float* dst, KernelPath path) {
+  widen_row(w, r, dst, resolve(path));
+}
 
 void matmul(const float* x, std::size_t tokens, const WeightMatrix& w, const float* bias, float* y,
             ThreadPool* pool, KernelPath path) {

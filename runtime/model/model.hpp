@@ -1,7 +1,8 @@
 #pragma once
 // A decoder-only transformer assembled from a ModelSpec and a set of weights, with a CPU
 // forward pass over a StepBatch. Weight matrices stay where the loader mapped them (f32, f16
-// or bf16); norms and biases are widened to f32 once at creation.
+// or bf16, or a block quantization format: docs/quantization.md); norms and biases are
+// widened to f32 once at creation.
 
 #include <functional>
 #include <memory>
@@ -25,6 +26,10 @@ struct WeightLookup {
   std::function<const TensorView*(const std::string&)> find;
   std::function<std::string(const std::string&)> origin;
   std::string where;
+  // The format of the quantized matrices among these tensors (kNone: there are none). A
+  // quantized [rows, cols] matrix is a U8 tensor of [rows, quant::row_bytes(format, cols)];
+  // matrices in f32, f16 or bf16 beside them load as usual.
+  quant::QuantType quantized = quant::QuantType::kNone;
 };
 
 // The tensor names Model::create binds: a spec pattern with "{layer}" replaced by the layer,
@@ -40,6 +45,8 @@ class Model {
   static Result<Model> create(const ModelSpec& spec, const WeightLookup& weights);
 
   const ModelSpec& spec() const noexcept { return spec_; }
+  // The format of the model's quantized matrices, kNone when every matrix is f32/f16/bf16.
+  quant::QuantType weight_quantization() const noexcept { return quantization_; }
   KvLayout kv_layout(int page_size) const;
 
   // Runs one step: writes the new tokens' keys and values into their pages, and fills
@@ -75,6 +82,7 @@ class Model {
   Result<void> check_batch(const StepBatch& batch, const KvCache& kv) const;
 
   ModelSpec spec_;
+  quant::QuantType quantization_ = quant::QuantType::kNone;
   TensorView embedding_;
   cpu::WeightMatrix lm_head_;
   std::vector<float> final_norm_, final_norm_bias_;

@@ -34,7 +34,11 @@ class Binder {
     if (!is_float(t->dtype)) {
       return Error(ErrorCode::kInvalidArgument,
                    weights_.origin(name) + ": tensor \"" + name + "\" has dtype " +
-                       std::string(dtype_name(t->dtype)) + ", expected F32, F16 or BF16");
+                       std::string(dtype_name(t->dtype)) + ", expected F32, F16 or BF16" +
+                       (t->dtype == DType::kU8 && weights_.quantized == quant::QuantType::kNone
+                            ? " (a quantized checkpoint names its format in config.json's "
+                              "\"quantization\" entry)"
+                            : ""));
     }
     if (t->shape != shape) {
       return Error(ErrorCode::kInvalidArgument,
@@ -60,6 +64,22 @@ class Binder {
 
   Result<cpu::WeightMatrix> matrix(const std::string& name, std::int64_t rows, std::int64_t cols,
                                    const char* block) {
+    const quant::QuantType format = weights_.quantized;
+    if (const TensorView* q = weights_.find(name);
+        q != nullptr && q->dtype == DType::kU8 && format != quant::QuantType::kNone) {
+      const auto bytes =
+          static_cast<std::int64_t>(quant::row_bytes(format, static_cast<std::size_t>(cols)));
+      if (q->shape != std::vector<std::int64_t>{rows, bytes}) {
+        return Error(ErrorCode::kInvalidArgument,
+                     weights_.origin(name) + ": quantized tensor \"" + name + "\" has shape " +
+                         shape_string(q->shape) + ", but a " + shape_string({rows, cols}) + " " +
+                         std::string(quant::quant_info(format).name) + " matrix is stored as " +
+                         shape_string({rows, bytes}) + " bytes");
+      }
+      owners_.push_back(q->owner);
+      return cpu::WeightMatrix{DType::kU8, q->data, static_cast<std::size_t>(rows),
+                               static_cast<std::size_t>(cols), format};
+    }
     auto t = tensor(name, {rows, cols}, block);
     if (!t) return t.error();
     return cpu::WeightMatrix{(*t)->dtype, (*t)->data, static_cast<std::size_t>(rows),
@@ -159,6 +179,7 @@ Result<Model> Model::create(const ModelSpec& spec, const WeightLookup& weights) 
   }
   Model m;
   m.spec_ = spec;
+  m.quantization_ = weights.quantized;
   const auto& n = spec.tensors;
   const std::int64_t hidden = spec.hidden_size, inter = spec.intermediate_size;
   const std::int64_t q_dim = spec.q_dim(), kv_dim = spec.kv_dim();

@@ -328,6 +328,7 @@ TEST(EngineConfigTest, FromFileReadsEveryField) {
   TempJson file(R"({
     "model_dir": "/models/tiny",
     "spec_file": "config/models/llama.json",
+    "quantize": "q4_b32",
     "device": "cuda:1",
     "page_size": 8,
     "kv_budget_bytes": 123456789012,
@@ -344,6 +345,7 @@ TEST(EngineConfigTest, FromFileReadsEveryField) {
   const EngineConfig& c = read.value();
   EXPECT_EQ(c.model_dir, "/models/tiny");
   EXPECT_EQ(c.spec_file, "config/models/llama.json");
+  EXPECT_EQ(c.quantize, "q4_b32");
   EXPECT_EQ(c.device, "cuda:1");
   EXPECT_EQ(c.page_size, 8);
   EXPECT_EQ(c.kv_budget_bytes, 123456789012);
@@ -364,6 +366,20 @@ TEST(EngineConfigTest, FromFileReadsEveryField) {
   EXPECT_EQ(defaults.value().admission, "reserve");
   EXPECT_TRUE(defaults.value().jump_forward);
   EXPECT_TRUE(defaults.value().prefix_cache);
+}
+
+TEST(EngineConfigTest, UnknownQuantizeFormatListsTheSupportedOnes) {
+  EngineConfig c;
+  c.model_dir = "/m";
+  c.quantize = "q4_k";
+  auto ok = c.validate();
+  ASSERT_FALSE(ok);
+  const std::string message = ok.error().what();
+  EXPECT_NE(message.find("quantize: unknown quantization format \"q4_k\""), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("q3h_b64"), std::string::npos) << message;
+  c.quantize = "Q3H";
+  EXPECT_TRUE(c.validate());
 }
 
 TEST(EngineConfigTest, FromFileNamesTheBadField) {

@@ -34,6 +34,7 @@
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
 #include "tools/weft/load_progress.hpp"
+#include "tools/weft/quantize_option.hpp"
 #include "tools/weft/speculative_options.hpp"
 #include "tools/weft/tensor_parallel.hpp"
 #include "weft/engine.hpp"
@@ -47,6 +48,7 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchOptions {
   std::string model_dir;
+  std::string quantize;  // --quantize: a block format name, empty for none
   int tensor_parallel = 1;
   std::string dataset;
   bool num_requests_given = false;
@@ -237,6 +239,7 @@ int run_bench(const BenchOptions& o) {
   const std::string resolved_device = actors::device_name(*device);
   EngineConfig config;
   config.model_dir = o.model_dir;
+  config.quantize = o.quantize;
   config.device = resolved_device;
   if (device->cuda) config.on_load_progress = upload_progress(resolved_device);
   config.gpu_memory_fraction = o.gpu_memory_fraction;
@@ -488,6 +491,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       "Prints a summary; the last line is one JSON object.");
   auto opts = std::make_shared<BenchOptions>();
   add_model_option(cmd, opts->model_dir);
+  add_quantize_option(cmd, opts->quantize);
   auto* num_requests =
       cmd->add_option("--num-requests", opts->num_requests,
                       "requests to run (with --dataset: the first N of the file; default all)")

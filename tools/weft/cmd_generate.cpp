@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "actors/device_backend.hpp"
+#include "kernels/cpu/quant/format.hpp"
 #include "loaders/gguf_model.hpp"
 #include "loaders/gguf_tokenizer.hpp"
 #include "loaders/model_loader.hpp"
@@ -27,6 +28,7 @@
 #include "tools/weft/default_model.hpp"
 #include "tools/weft/generate_beam.hpp"
 #include "tools/weft/load_progress.hpp"
+#include "tools/weft/quantize_option.hpp"
 #include "tools/weft/speculative_options.hpp"
 
 namespace weft::cli {
@@ -34,6 +36,7 @@ namespace {
 
 struct GenerateOptions {
   std::string model_dir;
+  std::string quantize;  // --quantize: a block format name, empty for none
   std::string spec_file;
   std::optional<std::string> prompt;
   std::vector<int> prompt_ids;
@@ -243,6 +246,7 @@ int run_generate(const GenerateOptions& o) {
   }
   LoadOptions load_options;
   load_options.spec_file = o.spec_file;
+  if (!o.quantize.empty()) load_options.quantize = quant::parse_quant_type(o.quantize).value();
   load_options.tensor_parallel_size = o.tensor_parallel;
   load_options.tensor_parallel_rank = rank;
   auto loaded = load_model(o.model_dir, load_options);
@@ -463,6 +467,7 @@ void add_generate_command(CLI::App& app, int& exit_code) {
       "the CPU or a GPU.");
   auto opts = std::make_shared<GenerateOptions>();
   add_model_option(cmd, opts->model_dir);
+  add_quantize_option(cmd, opts->quantize);
   cmd->add_option("--spec", opts->spec_file,
                   "model specification file (default: chosen by config.json's architectures, "
                   "then model_type, "

@@ -16,18 +16,21 @@
 #include <vector>
 
 #include "actors/device_backend.hpp"
+#include "kernels/cpu/quant/format.hpp"
 #include "loaders/mapped_file.hpp"
 #include "loaders/model_loader.hpp"
 #include "loaders/tokenizer_json.hpp"
 #include "runtime/model/perplexity.hpp"
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
+#include "tools/weft/quantize_option.hpp"
 
 namespace weft::cli {
 namespace {
 
 struct PerplexityOptions {
   std::string model_dir;
+  std::string quantize;  // --quantize: a block format name, empty for none
   std::string spec_file;
   std::string file;
   int window = 512;
@@ -71,6 +74,7 @@ int run_perplexity(const PerplexityOptions& o) {
 
   LoadOptions load_options;
   load_options.spec_file = o.spec_file;
+  if (!o.quantize.empty()) load_options.quantize = quant::parse_quant_type(o.quantize).value();
   auto loaded = load_model(o.model_dir, load_options);
   if (!loaded) return fail(loaded.error().what());
   const model::Model& model = loaded->model;
@@ -121,6 +125,7 @@ void add_perplexity_command(CLI::App& app, int& exit_code) {
       "window - stride tokens of context.");
   auto opts = std::make_shared<PerplexityOptions>();
   add_model_option(cmd, opts->model_dir);
+  add_quantize_option(cmd, opts->quantize);
   cmd->add_option("--file", opts->file, "UTF-8 text file to score")->required();
   cmd->add_option("--spec", opts->spec_file,
                   "model specification file (default: chosen by config.json's architectures, "

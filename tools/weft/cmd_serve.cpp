@@ -30,6 +30,7 @@
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
 #include "tools/weft/load_progress.hpp"
+#include "tools/weft/quantize_option.hpp"
 #include "tools/weft/speculative_options.hpp"
 #include "tools/weft/tensor_parallel.hpp"
 #include "weft/engine.hpp"
@@ -41,6 +42,7 @@ namespace asio = boost::asio;
 
 struct ServeOptions {
   std::string model_dir;
+  std::string quantize;  // --quantize: a block format name, empty for none
   gateway::GatewayConfig gateway;
   std::int64_t kv_budget_mb = 256;
   unsigned threads = 0;
@@ -101,6 +103,7 @@ int run_serve(const ServeOptions& opts) {
     } join_engine_threads{engine_io, engine_threads};
     EngineConfig config;
     config.model_dir = opts.model_dir;
+    config.quantize = opts.quantize;
     config.kv_budget_bytes = opts.kv_budget_mb << 20;
     config.cpu_threads = opts.threads;
     config.device = opts.device;
@@ -224,6 +227,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       "WebSocket (/ws) on one port.");
   auto opts = std::make_shared<ServeOptions>();
   add_model_option(cmd, opts->model_dir);
+  add_quantize_option(cmd, opts->quantize);
   cmd->add_option("--host", opts->gateway.host, "IP address to listen on")->capture_default_str();
   cmd->add_option("--port", opts->gateway.port, "TCP port; 0 picks a free one")
       ->capture_default_str();

@@ -22,5 +22,6 @@ inline constexpr const char* kKvCacheDtypeHelp =
     "KV cache element type: auto (f32 on the CPU, bf16 on a GPU), f32, bf16, fp16 (CPU), int8 or "
     "fp8 (e4m3); int8 and fp8 store a scale per token and kv head and hold about twice bf16's "
     "tokens in the same memory (docs/engine.md#kv-cache-dtype)";
+void add_quantize_command(CLI::App& app, int& exit_code);
 
 }  // namespace weft::cli

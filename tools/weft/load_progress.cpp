@@ -28,9 +28,12 @@ std::function<void(std::size_t, std::size_t)> upload_progress(std::string device
     const int filled = static_cast<int>(fraction * kWidth);
     std::string bar(static_cast<std::size_t>(filled), '#');
     bar.resize(kWidth, ' ');
-    std::fprintf(stderr, "%sweights -> %s [%s] %3d%%  %.1f / %.1f GB", state->tty ? "\r" : "",
-                 state->device.c_str(), bar.c_str(), static_cast<int>(fraction * 100), done / 1e9,
-                 total / 1e9);
+    // Small models (weft-tiny) in MB, so the figures do not read 0.0 / 0.0.
+    const bool gb = total >= 1000000000;
+    const double unit = gb ? 1e9 : 1e6;
+    std::fprintf(stderr, "%sweights -> %s [%s] %3d%%  %.1f / %.1f %s", state->tty ? "\r" : "",
+                 state->device.c_str(), bar.c_str(), static_cast<int>(fraction * 100), done / unit,
+                 total / unit, gb ? "GB" : "MB");
     if (finished) {
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - state->start).count();

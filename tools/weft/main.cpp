@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   weft::cli::add_bench_command(app, exit_code);
   weft::cli::add_serve_command(app, exit_code);
   weft::cli::add_embed_command(app, exit_code);
+  weft::cli::add_quantize_command(app, exit_code);
 
   try {
     app.parse(argc, argv);

@@ -53,6 +53,9 @@ struct EngineConfig {
   std::string model_dir;  // a Hugging Face folder (config.json, *.safetensors or
                           // pytorch_model.bin, tokenizer.json) or a .gguf file (docs/loading.md)
   std::string spec_file;  // empty: chosen by config.json's architectures
+  // Quantize the weight matrices to this block format as they load ("q4_b32", ...;
+  // docs/quantization.md); empty keeps the checkpoint's dtype.
+  std::string quantize;
   std::string device = "cpu";
   int page_size = 16;                          // tokens per KV page; 1 is token-level
   std::int64_t kv_budget_bytes = 256ll << 20;  // the KV pool, allocated once at start

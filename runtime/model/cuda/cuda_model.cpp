@@ -267,6 +267,28 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     forked = true;
   };
 
+  // Quantized weights (docs/quantization.md): steps of few tokens read the block bytes through
+  // cuda::quant_gemv; larger ones the 16-bit copies through cuBLAS.
+  const bool quant_step = quant_format.has_value() && T <= cuda::kQuantGemvMaxTokens;
+  auto uses_quant = [&](const DeviceBuffer& wq) { return quant_step && wq.get() != nullptr; };
+  auto product = [&](const void* in_x, int tokens, const DeviceBuffer& w16, const DeviceBuffer& wq,
+                     int out_features, int in_features, float* y, int ldy) -> bool {
+    if (uses_quant(wq) && cuda::quant_gemv_supported(in_x, tokens, wq.get(), in_features)) {
+      cuda::quant_gemv(in_x, tokens, wq.get(), *quant_format, out_features, in_features, y, ldy, P,
+                       stream);
+      return true;
+    }
+    return blas->linear(in_x, tokens, w16.get(), out_features, in_features, y, ldy, P, stream);
+  };
+  // An L2 prefetch of a matrix reads its block bytes when the step uses them (counted in 16-bit
+  // elements, as prefetch takes them).
+  auto prefetch_matrix = [&](PrefetchRange which, const DeviceBuffer& w16, const DeviceBuffer& wq,
+                             std::size_t out_rows, std::size_t cols) {
+    if (!uses_quant(wq)) return prefetch(which, w16, out_rows * cols);
+    prefetch(which, wq,
+             cuda::quant_gemv_row_bytes(*quant_format, static_cast<int>(cols)) * out_rows / 2);
+  };
+
   // Pre-norm sequential layers (Llama and most families) defer each layer's last residual add
   // into the next layer's fused add_norm; post-norm and parallel-attention layers (OPT-350m,
   // Falcon) finish their residual within the layer instead (residual_norm.hpp).
@@ -326,22 +348,21 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     // Without a bias, gate and up are written as 16 bits (what the activation reads them
     // as in transformers too): half the bytes of fp32 through the product and the
     // activation. With a bias, or on the small-step kernel, fp32 as before.
-    if (W.up_bias.get() == nullptr && !blas->small_step(T)) {
+    if (W.up_bias.get() == nullptr && !blas->small_step(T) && !uses_quant(W.up_q)) {
       blas_ok &= blas->linear16(in, T, W.up.get(), mlp_width, H, mlp.get(), mlp_width, P, stream);
       mark("gate_up product");
       prefetch(kDown, W.down, static_cast<std::size_t>(H) * I);
       cuda::mlp_activation16(to_kernel(spec.activation), spec.gated_mlp, mlp.get(), nullptr, T, I,
                              act.get(), P, stream);
     } else {
-      blas_ok &=
-          blas->linear(in, T, W.up.get(), mlp_width, H, mlp.as<float>(), mlp_width, P, stream);
+      blas_ok &= product(in, T, W.up, W.up_q, mlp_width, H, mlp.as<float>(), mlp_width);
       mark("gate_up product");
-      prefetch(kDown, W.down, static_cast<std::size_t>(H) * I);
+      prefetch_matrix(kDown, W.down, W.down_q, H, I);
       cuda::mlp_activation(to_kernel(spec.activation), spec.gated_mlp, mlp.as<float>(),
                            or_null(W.up_bias), T, I, act.get(), P, stream);
     }
     mark("activation");
-    blas_ok &= blas->linear(act.get(), T, W.down.get(), H, I, delta.as<float>(), H, P, stream);
+    blas_ok &= product(act.get(), T, W.down, W.down_q, H, I, delta.as<float>(), H);
     mark("down product");
   };
 
@@ -374,7 +395,8 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     }
     mark("embedding");
     if (!layers.empty())
-      prefetch(kQkvOrHead, layers[0].qkv, static_cast<std::size_t>(qkv_width) * H);
+      prefetch_matrix(kQkvOrHead, layers[0].qkv, layers[0].qkv_q,
+                      static_cast<std::size_t>(qkv_width), H);
     for (std::size_t l = 0; l < layers.size(); ++l) {
       const Layer& W = layers[l];
       cuda::AddNormArgs an;
@@ -404,14 +426,13 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
         cuda::add_norm(mn, stream);
         mark("norm");
       }
-      blas_ok &= blas->linear(h.get(), T, W.qkv.get(), qkv_width, H, qkv_out.as<float>(), qkv_width,
-                              P, stream);
+      blas_ok &= product(h.get(), T, W.qkv, W.qkv_q, qkv_width, H, qkv_out.as<float>(), qkv_width);
       mark("qkv product");
-      prefetch(kO, W.o, static_cast<std::size_t>(H) * QD);
+      prefetch_matrix(kO, W.o, W.o_q, H, QD);
       attend(l, W);
-      blas_ok &= blas->linear(attn.get(), T, W.o.get(), H, QD, delta.as<float>(), H, P, stream);
+      blas_ok &= product(attn.get(), T, W.o, W.o_q, H, QD, delta.as<float>(), H);
       mark("o product");
-      prefetch(kGateUp, W.up, static_cast<std::size_t>(mlp_width) * H);
+      prefetch_matrix(kGateUp, W.up, W.up_q, static_cast<std::size_t>(mlp_width), H);
       cuda::ResidualNormArgs rn;
       rn.residual = x.as<float>();
       rn.delta = delta.as<float>();
@@ -449,10 +470,11 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
         mark("norm");
       }
       if (l + 1 < layers.size()) {
-        prefetch(kQkvOrHead, layers[l + 1].qkv, static_cast<std::size_t>(qkv_width) * H);
+        prefetch_matrix(kQkvOrHead, layers[l + 1].qkv, layers[l + 1].qkv_q,
+                        static_cast<std::size_t>(qkv_width), H);
       } else {
-        prefetch(kQkvOrHead, lm_head.get() != nullptr ? lm_head : embedding,
-                 static_cast<std::size_t>(V) * H);
+        prefetch_matrix(kQkvOrHead, lm_head.get() != nullptr ? lm_head : embedding, lm_head_q,
+                        static_cast<std::size_t>(V), H);
       }
     }
     // The last residual add and the final norm, only for the rows that need logits; a
@@ -480,7 +502,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     }
     mark("norm");
     const DeviceBuffer& head = lm_head.get() != nullptr ? lm_head : embedding;
-    blas_ok &= blas->linear(h.get(), rows, head.get(), V, H, logits.as<float>(), V, P, stream);
+    blas_ok &= product(h.get(), rows, head, lm_head_q, V, H, logits.as<float>(), V);
     mark("lm_head product");
     if (forked) {
       cudaEventRecord(join_event, side_stream);

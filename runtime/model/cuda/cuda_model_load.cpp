@@ -28,11 +28,42 @@ Result<void> CudaModel::State::upload_floats(const std::vector<float>& v, Device
   return {};
 }
 
+Result<void> CudaModel::State::upload_quantized(const cpu::WeightMatrix& w, DeviceBuffer& dst,
+                                                std::size_t row_offset, std::size_t total_rows) {
+  if (!quant_format || !w.quantized() || w.data == nullptr) return {};
+  const std::size_t row_bytes = w.row_bytes();
+  if (dst.get() == nullptr) {
+    if (auto err = dst.reserve(total_rows * row_bytes); err != cudaSuccess) {
+      return cuda_error(err, "allocating a quantized weight matrix of " +
+                                 std::to_string(total_rows * row_bytes) + " bytes");
+    }
+    weight_bytes += total_rows * row_bytes;
+  }
+  if (auto err = cudaMemcpy(dst.as<std::byte>() + row_offset * row_bytes, w.data,
+                            w.rows * row_bytes, cudaMemcpyHostToDevice);
+      err != cudaSuccess) {
+    return cuda_error(err, "uploading a quantized weight matrix");
+  }
+  return {};
+}
+
 // Copies w's rows into rows [row_offset, row_offset + w.rows) of a [total_rows, w.cols]
 // device matrix in the model's precision (fusing q/k/v and gate/up into one product each).
 Result<void> CudaModel::State::upload_matrix(const cpu::WeightMatrix& w, DeviceBuffer& dst,
                                              std::size_t row_offset, std::size_t total_rows,
                                              DeviceBuffer& staging) {
+  if (w.quantized()) {
+    // The 16-bit copy (for prefill through cuBLAS) is the dequantized matrix.
+    std::vector<float> widened(w.rows * w.cols);
+    for (std::size_t r = 0; r < w.rows; ++r)
+      cpu::weight_row_to_f32(w, r, widened.data() + r * w.cols);
+    const cpu::WeightMatrix f32{DType::kF32, widened.data(), w.rows, w.cols};
+    const std::size_t before = uploaded;
+    if (auto r = upload_matrix(f32, dst, row_offset, total_rows, staging); !r) return r;
+    uploaded = before + w.rows * w.row_bytes();
+    if (options.on_upload_progress) options.on_upload_progress(uploaded, upload_total);
+    return {};
+  }
   const std::size_t total = total_rows * w.cols * cuda::kHalfBytes;
   if (dst.get() == nullptr) {
     if (auto err = dst.reserve(total); err != cudaSuccess) {
@@ -168,7 +199,7 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
   DeviceBuffer staging;
   {
     auto bytes = [](const cpu::WeightMatrix& w) {
-      return w.data == nullptr ? std::size_t{0} : w.rows * w.cols * dtype_size(w.dtype);
+      return w.data == nullptr ? std::size_t{0} : w.rows * w.row_bytes();
     };
     const TensorView& e = model.embedding();
     s->upload_total =
@@ -180,6 +211,11 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
         s->upload_total += bytes(*w);
       }
     }
+  }
+  if (model.weight_quantization() == quant::QuantType::kQ8B32) {
+    s->quant_format = cuda::QuantGemvFormat::kQ8B32;
+  } else if (model.weight_quantization() == quant::QuantType::kQ4B32) {
+    s->quant_format = cuda::QuantGemvFormat::kQ4B32;
   }
   const auto H = static_cast<std::size_t>(spec.hidden_size);
   const auto I = static_cast<std::size_t>(spec.intermediate_size);
@@ -193,6 +229,7 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
     const cpu::WeightMatrix& head = model.lm_head();
     if (head.data != e.data) {
       if (auto r = s->upload_matrix(head, s->lm_head, 0, head.rows, staging); !r) return r.error();
+      if (auto r = s->upload_quantized(head, s->lm_head_q, 0, head.rows); !r) return r.error();
     }
   }
   if (const TensorView& p = model.position_table(); p.data != nullptr) {
@@ -227,27 +264,37 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
     const std::size_t qkv_rows = QD + 2 * KVD;
     if (spec.qkv_layout == QkvLayout::kSeparate) {
       steps.push_back(s->upload_matrix(L.q, D.qkv, 0, qkv_rows, staging));
+      steps.push_back(s->upload_quantized(L.q, D.qkv_q, 0, qkv_rows));
       steps.push_back(s->upload_matrix(L.k, D.qkv, QD, qkv_rows, staging));
+      steps.push_back(s->upload_quantized(L.k, D.qkv_q, QD, qkv_rows));
       steps.push_back(s->upload_matrix(L.v, D.qkv, QD + KVD, qkv_rows, staging));
+      steps.push_back(s->upload_quantized(L.v, D.qkv_q, QD + KVD, qkv_rows));
       steps.push_back(s->upload_floats(concat({&L.q_bias, &L.k_bias, &L.v_bias}), D.qkv_bias));
     } else {
       steps.push_back(s->upload_matrix(L.qkv, D.qkv, 0, qkv_rows, staging));
+      steps.push_back(s->upload_quantized(L.qkv, D.qkv_q, 0, qkv_rows));
       steps.push_back(s->upload_floats(L.qkv_bias, D.qkv_bias));
     }
     steps.push_back(s->upload_matrix(L.o, D.o, 0, H, staging));
+    steps.push_back(s->upload_quantized(L.o, D.o_q, 0, H));
     steps.push_back(s->upload_floats(L.o_bias, D.o_bias));
     if (spec.gated_mlp && L.gate_up.data != nullptr) {
       steps.push_back(s->upload_matrix(L.gate_up, D.up, 0, 2 * I, staging));
+      steps.push_back(s->upload_quantized(L.gate_up, D.up_q, 0, 2 * I));
       steps.push_back(s->upload_floats(L.gate_up_bias, D.up_bias));
     } else if (spec.gated_mlp) {
       steps.push_back(s->upload_matrix(L.gate, D.up, 0, 2 * I, staging));
       steps.push_back(s->upload_matrix(L.up, D.up, I, 2 * I, staging));
+      steps.push_back(s->upload_quantized(L.gate, D.up_q, 0, 2 * I));
+      steps.push_back(s->upload_quantized(L.up, D.up_q, I, 2 * I));
       steps.push_back(s->upload_floats(concat({&L.gate_bias, &L.up_bias}), D.up_bias));
     } else {
       steps.push_back(s->upload_matrix(L.up, D.up, 0, I, staging));
+      steps.push_back(s->upload_quantized(L.up, D.up_q, 0, I));
       steps.push_back(s->upload_floats(L.up_bias, D.up_bias));
     }
     steps.push_back(s->upload_matrix(L.down, D.down, 0, H, staging));
+    steps.push_back(s->upload_quantized(L.down, D.down_q, 0, H));
     steps.push_back(s->upload_floats(L.down_bias, D.down_bias));
     for (auto& step : steps) {
       if (!step) return step.error();

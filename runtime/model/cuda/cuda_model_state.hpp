@@ -18,6 +18,7 @@
 #include "kernels/cuda/activation.hpp"
 #include "kernels/cuda/convert.hpp"
 #include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/quant_gemv.hpp"
 #include "runtime/model/cuda/cuda_model.hpp"
 #include "runtime/model/cuda/device_buffer.hpp"
 #include "runtime/model/rope_frequencies.hpp"
@@ -83,11 +84,17 @@ struct CudaModel::State {
   struct Layer {
     DeviceBuffer attn_norm, attn_norm_bias, mlp_norm, mlp_norm_bias;
     DeviceBuffer qkv, qkv_bias, o, o_bias, up, up_bias, down, down_bias;  // up: gate_up if gated
+    // Quantized weights (docs/quantization.md): the block bytes of the same fused matrices,
+    // read by cuda::quant_gemv for steps of few tokens; the 16-bit ones above serve prefill.
+    DeviceBuffer qkv_q, o_q, up_q, down_q;
   };
   DeviceBuffer embedding, lm_head, final_norm, final_norm_bias;
   // Zoo blocks (docs/model-spec.md): learned positions ([rows, hidden], 16-bit), the norm after
   // the embedding, ALiBi slopes; null when the spec has none.
   DeviceBuffer position_table, embedding_norm, embedding_norm_bias, alibi_slopes;
+  DeviceBuffer lm_head_q;  // an untied, quantized lm head's blocks
+  // The format of the *_q buffers, when the model's weights have a GPU kernel (q8_b32, q4_b32).
+  std::optional<cuda::QuantGemvFormat> quant_format;
   std::vector<Layer> layers;
   DeviceBuffer kv;  // the page pool
 
@@ -167,6 +174,10 @@ struct CudaModel::State {
   cudaEvent_t upload_done[2] = {nullptr, nullptr};
   std::size_t uploaded = 0, upload_total = 0;
   Result<void> upload_floats(const std::vector<float>& v, DeviceBuffer& dst);
+  // Copies a quantized w's block rows into rows [row_offset, row_offset + w.rows) of a
+  // [total_rows, row_bytes] device matrix; nothing when w is not quantized or has no kernel.
+  Result<void> upload_quantized(const cpu::WeightMatrix& w, DeviceBuffer& dst,
+                                std::size_t row_offset, std::size_t total_rows);
   // copy_logits false: enqueue the step and return without waiting (launch()).
   Result<void> run(const StepBatch& batch, std::vector<float>& logits, bool copy_logits = true);
   Result<void> sample(const DeviceSamplingInput& input, DeviceSamplingOutput& output);

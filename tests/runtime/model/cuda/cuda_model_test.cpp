@@ -333,6 +333,63 @@ TEST(CudaModel, AgreesWithTheCpuModelOnWeftTinyIncludingSplitDecode) {
   }
 }
 
+// Quantized weft-tiny (docs/quantization.md) on the GPU and the CPU: prefill reads the
+// dequantized 16-bit copies through cuBLAS, decode steps the block bytes through
+// cuda::quant_gemv; both against the CPU's fused kernels over the same blocks. The GPU also
+// rounds the dequantized weights to 16 bits for prefill, hence twice the usual bound.
+TEST(CudaModel, QuantizedWeightsAgreeWithTheCpuModel) {
+  SKIP_WITHOUT_GPU();
+  for (const auto type : {quant::QuantType::kQ4B32, quant::QuantType::kQ8B32}) {
+    LoadOptions options;
+    options.quantize = type;
+    auto loaded = load_model(kTinyDir, options);
+    ASSERT_TRUE(loaded) << loaded.error().what();
+    const auto& cpu = loaded->model;
+    const int vocab = cpu.spec().vocab_size;
+    CudaModel gpu = make(cpu, Precision::kBF16, 16, 64);
+    model::KvCache kv(cpu.kv_layout(16), 64);
+    cpu::ThreadPool pool(8);
+    const auto prompt = random_tokens(100, vocab, 3);
+    std::vector<std::int32_t> table;
+    reserve(gpu, table, 120);
+    Worst worst;
+    int argmax_mismatch = 0, rows = 0;
+    auto run_both = [&](const StepBatch& step, const std::string& what) {
+      std::vector<float> g, c;
+      auto ok = gpu.forward(step, g);
+      ASSERT_TRUE(ok) << ok.error().what();
+      ok = cpu.forward(step, kv, c, pool);
+      ASSERT_TRUE(ok) << ok.error().what();
+      ASSERT_EQ(g.size(), c.size());
+      for (std::size_t r = 0; r < g.size() / vocab; ++r, ++rows) {
+        const double e = relative_error(g.data() + r * vocab, c.data() + r * vocab, vocab);
+        worst.add(e, what + " row " + std::to_string(r));
+        EXPECT_LE(e, 2 * tolerance(Precision::kBF16)) << what << " row " << r;
+        argmax_mismatch +=
+            argmax(g.data() + r * vocab, vocab) != argmax(c.data() + r * vocab, vocab);
+      }
+    };
+    StepBatch prefill;
+    for (int i = 0; i < 60; ++i) {  // within the step buffers (64 tokens)
+      prefill.tokens.push_back(prompt[i]);
+      prefill.positions.push_back(i);
+    }
+    prefill.sequences.push_back({0, 60, table, true});
+    run_both(prefill, "prefill");
+    for (int pos = 60; pos < 70; ++pos) {
+      StepBatch step;
+      step.tokens = {prompt[pos]};
+      step.positions = {pos};
+      step.sequences.push_back({0, 1, table, false});
+      run_both(step, "decode at " + std::to_string(pos));
+    }
+    std::cout << "[ measured ] weft-tiny " << quant::quant_info(type).name
+              << ": GPU vs CPU worst relative logit error " << worst.error << " (" << worst.where
+              << "), argmax differs on " << argmax_mismatch << " of " << rows << " rows\n";
+    EXPECT_LE(argmax_mismatch, rows / 10 + 1);
+  }
+}
+
 // Greedy generation of a sequence alone and in a batch of others (of other lengths, one of
 // them still prefilling) gives the same tokens.
 TEST(CudaModel, GreedyTokensDoNotDependOnTheBatch) {
