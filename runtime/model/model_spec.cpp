@@ -46,7 +46,8 @@ std::optional<std::string> validate(const ModelSpec& s) {
              std::to_string(s.rope.long_factor.size());
     }
   }
-  if (s.position == PositionEmbedding::kLearned) {
+  // (An encoder-only spec's learned positions are its encoder section's, checked there.)
+  if (s.position == PositionEmbedding::kLearned && s.network != Network::kEncoderOnly) {
     if (s.max_positions <= 0) return "learned positions need max_position_embeddings";
     if (s.position_offset < 0) return "the learned position offset must not be negative";
   }
