@@ -13,20 +13,19 @@
 // (as `weft serve` does) instead of from the rows' needs, so the pool's pages and tokens, printed
 // before the rows, show what a KV type holds in the same memory.
 //
-// --quantize q4_b32|q8_b32 quantizes the weight matrices as the model is built (docs/quantization.md): decode
-// steps of up to 8 tokens read the block bytes through cuda::quant_gemv, and the floor counts
-// the bytes decode reads (the quantized matrices, a tied lm head's 16-bit embedding) instead
-// of the 16-bit weights.
-// Decode steps run as the engine runs them on a GPU: launched, then sampled (greedy) on the
-// device with only the tokens copied back; --logits-to-host times forward() with every row's
-// fp32 logits copied to the host instead (the path before the GPU sampler).
-// Decode rows report the ratio of the step's floor to its time. The floor is the larger of
-// the memory floor (the weight bytes plus the KV bytes the step reads, batch x context x
-// layers x 2 x kv_dim elements, divided by the device-to-device copy bandwidth measured in the
-// same run) and the compute floor (2 FLOP per parameter per token plus attention's 4 x context
-// x q_dim per layer and token, divided by the cuBLAS GEMM peak measured in the same run); the
-// row names which bound it is. "weights only" is the older ratio that ignored the KV reads. Decode
-// steps replay CUDA graphs. --profile adds, per decode batch, a few more steps run as plain
+// --quantize q4_b32|q8_b32 quantizes the weight matrices as the model is built
+// (docs/quantization.md): decode steps of up to 8 tokens read the block bytes through
+// cuda::quant_gemv, and the floor counts the bytes decode reads (the quantized matrices, a tied lm
+// head's 16-bit embedding) instead of the 16-bit weights. Decode steps run as the engine runs them
+// on a GPU: launched, then sampled (greedy) on the device with only the tokens copied back;
+// --logits-to-host times forward() with every row's fp32 logits copied to the host instead (the
+// path before the GPU sampler). Decode rows report the ratio of the step's floor to its time. The
+// floor is the larger of the memory floor (the weight bytes plus the KV bytes the step reads, batch
+// x context x layers x 2 x kv_dim elements, divided by the device-to-device copy bandwidth measured
+// in the same run) and the compute floor (2 FLOP per parameter per token plus attention's 4 x
+// context x q_dim per layer and token, divided by the cuBLAS GEMM peak measured in the same run);
+// the row names which bound it is. "weights only" is the older ratio that ignored the KV reads.
+// Decode steps replay CUDA graphs. --profile adds, per decode batch, a few more steps run as plain
 // launches with a device event after each kernel class, and prints the device milliseconds per step
 // by class.
 //

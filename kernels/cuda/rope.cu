@@ -56,13 +56,13 @@ __global__ void rope_store_kv_kernel(RopeArgs a, FlatBatchView b, PagedKvView kv
       static_cast<KV*>(kv.pool) + static_cast<std::size_t>(page) * kv.page_elems + kv.layer_offset;
   if constexpr (detail::kv_scaled<KV>) {
     // A warp per row: the k heads' rows, then the v heads' (r = NKV + h), as in the page.
-    float* scales = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(block) +
-                                             kv.scales_offset);
+    float* scales =
+        reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(block) + kv.scales_offset);
     const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
     for (int r = warp; r < 2 * NKV; r += warps) {
       const int at = r * kv.page_size + slot;
-      const float scale =
-          detail::kv_quantize_row_warp<KV>(row + (NH + r) * D, D, block + static_cast<std::size_t>(at) * D);
+      const float scale = detail::kv_quantize_row_warp<KV>(
+          row + (NH + r) * D, D, block + static_cast<std::size_t>(at) * D);
       if ((threadIdx.x & 31) == 0) scales[at] = scale;
     }
   } else {
@@ -128,7 +128,8 @@ void rope_store_kv(const RopeArgs& args, const FlatBatchView& batch, const Paged
                    cudaStream_t stream) {
   if (batch.num_tokens == 0) return;
   if (kv_dtype_scaled(kv.dtype)) {  // a row's scale needs the whole row: a warp per row
-    WEFT_DISPATCH_KV(kv, { rope_store_kv_kernel<KV><<<batch.num_tokens, 256, 0, stream>>>(args, batch, kv); });
+    WEFT_DISPATCH_KV(
+        kv, { rope_store_kv_kernel<KV><<<batch.num_tokens, 256, 0, stream>>>(args, batch, kv); });
     return;
   }
   if (args.qkv_bias == nullptr && args.rotary_dim == kv.head_dim && kv.head_dim % 2 == 0 &&
