@@ -9,7 +9,7 @@
 # without jump-forward (schemas-nojf), and a regex. Batch 1 is 8 requests one at a time, batch
 # 32 is 96 requests from 32 clients (--max-concurrency: each client sends its next request when
 # its last one finished, so TTFT has no queueing in it). Order alternates per repetition (REPS,
-# default 1).
+# default 1; BATCHES="32" for one batch size).
 # Afterwards grammar_bench's mask times on this machine's CPU (if carried).
 #
 # Here:  scripts/gpu-check --stage; Llama-3 tokenizer into .devcarry/l3 (see bench/gpu_8b.sh)
@@ -40,7 +40,7 @@ bench() {  # TAG ARGS...: one weft bench run, its JSON line tagged into $RUNS
     "$tag" "$line" >> "$RUNS" || echo "run $tag gave no JSON"
 }
 for rep in $(seq 1 "$REPS"); do
-  for b in 1 32; do
+  for b in ${BATCHES:-1 32}; do
     if [ $b = 1 ]; then A=(--num-requests 8 --max-concurrency 1); else A=(--num-requests 96 --max-concurrency 32); fi
     for f in schema schemas schemas-nojf regex; do
       case $f in
