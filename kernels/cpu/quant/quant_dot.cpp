@@ -38,9 +38,9 @@ float dot_scalar(const float* x, QuantType type, const std::byte* row, std::size
 // bits and units 4-7 the next 4K bits; 4K <= 32 for K <= 8, so each half is one 32-bit word
 // and a per-lane variable shift plus a mask separates them.
 
-// The caller says whether eight bytes may be read at p (only the last group of a row's
-// last block may not: bytes past it can be past the matrix). An 8-byte load instead of a
-// K-byte one keeps odd K from becoming a call to memcpy.
+// The caller says whether eight bytes may be read at p (not in the last groups of a row's
+// last block whose eight bytes would reach past it, where the matrix may end). An 8-byte load
+// instead of a K-byte one keeps odd K from becoming a call to memcpy.
 template <int K>
 __attribute__((target("avx2,fma"))) inline std::uint64_t load_units(const std::byte* p,
                                                                     bool at_end) {
@@ -125,7 +125,8 @@ __attribute__((target("avx2,fma,f16c"))) float dot_blocks_avx2(const float* x, c
     const bool last_block = row_end && b + 1 == blocks;
     __m256 qx = _mm256_setzero_ps(), sx = _mm256_setzero_ps();
     for (int g = 0; g < kGroups; ++g) {
-      const bool at_end = last_block && g + 1 == kGroups;
+      // An 8-byte read at group g's K bytes must stay inside the row's last block.
+      const bool at_end = last_block && g * K + 8 > kGroups * K;
       if constexpr (kPaired || K == 4) {
         __m256 first, second;
         if constexpr (kPaired) {
@@ -162,7 +163,8 @@ __attribute__((target("avx2,fma,f16c"))) void to_f32_blocks_avx2(const std::byte
     const std::byte* codes = row + 4;
     const bool last_block = row_end && b + 1 == blocks;
     for (int g = 0; g < kGroups; ++g) {
-      const bool at_end = last_block && g + 1 == kGroups;
+      // An 8-byte read at group g's K bytes must stay inside the row's last block.
+      const bool at_end = last_block && g * K + 8 > kGroups * K;
       if constexpr (kPaired || K == 4) {
         __m256 first, second;
         if constexpr (kPaired) {
