@@ -21,20 +21,6 @@ const float* bias_or_null(const std::vector<float>& b) {
   return b.empty() ? nullptr : b.data();
 }
 
-cpu::ActivationKind to_kernel(Activation a) {
-  switch (a) {
-    case Activation::kSilu:
-      return cpu::ActivationKind::kSilu;
-    case Activation::kGelu:
-      return cpu::ActivationKind::kGelu;
-    case Activation::kGeluTanh:
-      return cpu::ActivationKind::kGeluTanh;
-    case Activation::kRelu:
-      return cpu::ActivationKind::kRelu;
-  }
-  return cpu::ActivationKind::kGelu;
-}
-
 // Finds tensors under the checkpoint's prefix and checks dtype and shape.
 class EncoderBinder {
  public:
@@ -308,7 +294,7 @@ Result<void> EncoderModel::encode(const EncodeBatch& batch, std::vector<float>& 
   // whole sequence: positions 0 .. length - 1, both directions.
   std::vector<std::vector<float>> blocks(batch.lengths.size());
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const auto act = to_kernel(spec_.activation);
+  const auto act = cpu_activation(spec_.activation);
   for (const Layer& L : layers_) {
     const cpu::MatmulOutput qkv[] = {{&L.q, bias_or_null(L.q_bias), q.data()},
                                      {&L.k, bias_or_null(L.k_bias), k.data()},

@@ -15,9 +15,8 @@
 #include "runtime/model/rope_frequencies.hpp"
 
 namespace weft::model {
-namespace {
 
-cpu::ActivationKind to_kernel(Activation a) {
+cpu::ActivationKind cpu_activation(Activation a) {
   switch (a) {
     case Activation::kSilu:
       return cpu::ActivationKind::kSilu;
@@ -30,6 +29,8 @@ cpu::ActivationKind to_kernel(Activation a) {
   }
   return cpu::ActivationKind::kSilu;
 }
+
+namespace {
 
 const float* bias_or_null(const std::vector<float>& b) {
   return b.empty() ? nullptr : b.data();
@@ -317,7 +318,7 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
         normalize(spec_, x.data(), T, L.mlp_norm, L.mlp_norm_bias, h.data(), path);
       }
     }
-    const auto act = to_kernel(spec_.activation);
+    const auto act = cpu_activation(spec_.activation);
     if (spec_.gated_mlp && L.gate_up.data != nullptr) {
       fused.resize(T * 2 * I);
       cpu::matmul(h.data(), T, L.gate_up, bias_or_null(L.gate_up_bias), fused.data(), &pool, path);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/model/kv_cache.hpp"
@@ -95,6 +96,9 @@ class Model {
  public:
   const std::vector<Layer>& layers() const noexcept { return layers_; }
 };
+
+// The CPU kernel of a spec's activation (the decoder and the encoder forward passes).
+cpu::ActivationKind cpu_activation(Activation a);
 
 // The checks every backend's forward makes before running a step: the KV layout matches the
 // model, tokens are in the vocabulary, positions within their page tables, page ids below
