@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 
 #include "runtime/parallel/step_broadcast.hpp"
@@ -10,6 +11,9 @@
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/precision.hpp"
 #include "runtime/model/cuda/cuda_model.hpp"
+#endif
+#if WEFT_HAVE_NCCL
+#include "runtime/parallel/nccl_communicator.hpp"
 #endif
 
 namespace weft::actors {
@@ -113,22 +117,161 @@ Result<std::unique_ptr<model::ForwardBackend>> make_forward_backend(
 #endif
 }
 
+namespace {
+
+#if WEFT_HAVE_NCCL
+// A rank's shard on its GPU: the CudaModel and the NCCL communicator on its stream. The
+// model goes first (its destructor waits for the stream and drops the graphs that hold
+// NCCL's kernels), then the communicator.
+class CudaShard final : public model::ForwardBackend {
+ public:
+  CudaShard(model::CudaModel gpu, parallel::Communicator& group)
+      : group_(group), gpu_(std::move(gpu)) {}
+
+  // Joins the group: the NCCL unique id over `group`, then the model's biases and warm-up
+  // all-reduces (CudaModel::set_tensor_parallel). Collective.
+  Result<void> connect() {
+    auto nccl = parallel::make_nccl_communicator(group_, gpu_.device(), gpu_.cuda_stream());
+    if (!nccl) return nccl.error();
+    nccl_ = std::move(nccl.value());
+    return gpu_.set_tensor_parallel(*nccl_);
+  }
+
+  const model::ModelSpec& spec() const noexcept override { return gpu_.spec(); }
+  int num_pages() const noexcept override { return gpu_.num_pages(); }
+  Result<void> forward(const model::StepBatch& batch, std::vector<float>& logits) override {
+    return gpu_.forward(batch, logits);
+  }
+  bool samples_on_device() const noexcept override { return gpu_.samples_on_device(); }
+  Result<void> launch(const model::StepBatch& batch) override { return gpu_.launch(batch); }
+  Result<void> sample(const model::DeviceSamplingInput& input,
+                      model::DeviceSamplingOutput& output) override {
+    return gpu_.sample(input, output);
+  }
+
+ private:
+  parallel::Communicator& group_;
+  std::unique_ptr<parallel::Communicator> nccl_;
+  model::CudaModel gpu_;
+};
+
+Result<std::unique_ptr<CudaShard>> make_cuda_shard(
+    const model::Model& model, const DeviceChoice& device, const model::KvLayout& layout,
+    int num_pages, int max_tokens_per_step, double gpu_memory_fraction,
+    parallel::Communicator& group, std::function<void(std::size_t, std::size_t)> on_progress) {
+  model::CudaModelOptions options;
+  options.device = device.index;
+  options.precision = cuda::Precision::kBF16;
+  options.kv_dtype = layout.dtype;
+  options.page_size = layout.page_size;
+  options.num_pages = num_pages;
+  options.max_tokens_per_step = max_tokens_per_step;
+  options.gpu_memory_fraction = gpu_memory_fraction;
+  options.on_upload_progress = std::move(on_progress);
+  auto gpu = model::CudaModel::create(model, options);
+  if (!gpu) return gpu.error();
+  return std::make_unique<CudaShard>(std::move(gpu.value()), group);
+}
+#endif
+
+#if !WEFT_HAVE_NCCL
+Error no_gpu_tensor_parallel(const DeviceChoice& device) {
+#if WEFT_HAVE_CUDA
+  return Error(ErrorCode::kUnsupported,
+               "tensor parallelism on " + device_name(device) +
+                   " needs NCCL, which this Weft was built without (CMake finds it next to "
+                   "CUDA when MPI is found too; docs/parallel.md)");
+#else
+  return Error(ErrorCode::kUnsupported,
+               "device " + device_name(device) +
+                   ": this Weft was built without CUDA (configure with WEFT_CUDA=ON)");
+#endif
+}
+#endif
+
+}  // namespace
+
+Result<DeviceChoice> tensor_parallel_device(const DeviceChoice& device, int world_rank) {
+  if (!device.cuda) return device;
+  if (device.index != 0) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "--device " + device_name(device) +
+                     " with --tensor-parallel: give --device cuda; each rank takes the GPU of "
+                     "its local rank (CUDA_VISIBLE_DEVICES picks which GPUs)");
+  }
+  int local = world_rank;
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') {
+      local = std::atoi(v);
+      break;
+    }
+  }
+  int count = 0;
+#if WEFT_HAVE_CUDA
+  count = static_cast<int>(cuda::visible_devices().devices.size());
+#endif
+  if (count < 1) {
+    return Error(ErrorCode::kNotFound, "--tensor-parallel on " + device_name(device) + ": rank " +
+                                           std::to_string(world_rank) + " sees no GPU");
+  }
+  return DeviceChoice{true, std::max(local, 0) % count};
+}
+
+Result<std::unique_ptr<model::ForwardBackend>> make_tensor_parallel_shard(
+    const model::Model& model, const DeviceChoice& device, const model::KvLayout& layout,
+    int num_pages, unsigned cpu_threads, int max_tokens_per_step, double gpu_memory_fraction,
+    parallel::Communicator& group, std::function<void(std::size_t, std::size_t)> on_progress) {
+  if (!device.cuda) {
+    if (num_pages < 1) {
+      return Error(ErrorCode::kInvalidArgument, "tensor parallel: the KV pool has no pages");
+    }
+    return std::unique_ptr<model::ForwardBackend>(
+        std::make_unique<model::CpuForwardBackend>(model, layout, num_pages, cpu_threads, &group));
+  }
+#if WEFT_HAVE_NCCL
+  auto shard = make_cuda_shard(model, device, layout, num_pages, max_tokens_per_step,
+                               gpu_memory_fraction, group, std::move(on_progress));
+  if (!shard) return shard.error();
+  if (auto ok = (*shard)->connect(); !ok) return ok.error();
+  return std::unique_ptr<model::ForwardBackend>(std::move(shard.value()));
+#else
+  (void)max_tokens_per_step;
+  (void)gpu_memory_fraction;
+  (void)on_progress;
+  return no_gpu_tensor_parallel(device);
+#endif
+}
+
 Result<std::unique_ptr<model::ForwardBackend>> make_tensor_parallel_leader(
     const model::Model& model, const DeviceChoice& device, const model::KvLayout& layout,
-    int num_pages, unsigned cpu_threads, parallel::Communicator& group) {
-  if (device.cuda) {
-    return Error(ErrorCode::kUnsupported,
-                 "tensor parallelism runs on the CPU backend so far (device cpu); the CUDA model "
-                 "has no all-reduce yet (docs/parallel.md)");
+    int num_pages, unsigned cpu_threads, parallel::Communicator& group, int max_tokens_per_step,
+    double gpu_memory_fraction, std::function<void(std::size_t, std::size_t)> on_progress) {
+  if (!device.cuda) {
+    auto local = make_tensor_parallel_shard(model, device, layout, num_pages, cpu_threads,
+                                            max_tokens_per_step, gpu_memory_fraction, group);
+    if (!local) return local.error();
+    auto leader = parallel::TensorParallelLeader::create(std::move(local.value()), group);
+    if (!leader) return leader.error();
+    return std::unique_ptr<model::ForwardBackend>(std::move(leader.value()));
   }
-  if (num_pages < 1) {
-    return Error(ErrorCode::kInvalidArgument, "tensor parallel: the KV pool has no pages");
-  }
-  std::unique_ptr<model::ForwardBackend> local =
-      std::make_unique<model::CpuForwardBackend>(model, layout, num_pages, cpu_threads, &group);
-  auto leader = parallel::TensorParallelLeader::create(std::move(local), group);
+#if WEFT_HAVE_NCCL
+  // The pool first (its page count is what the followers wait for), then NCCL: a follower
+  // makes its communicator after its model, which it makes once it knows the page count.
+  auto shard = make_cuda_shard(model, device, layout, num_pages, max_tokens_per_step,
+                               gpu_memory_fraction, group, std::move(on_progress));
+  if (!shard) return shard.error();
+  CudaShard* gpu = shard->get();
+  auto leader = parallel::TensorParallelLeader::create(std::move(shard.value()), group);
   if (!leader) return leader.error();
+  if (auto ok = gpu->connect(); !ok) return ok.error();
   return std::unique_ptr<model::ForwardBackend>(std::move(leader.value()));
+#else
+  (void)max_tokens_per_step;
+  (void)gpu_memory_fraction;
+  (void)on_progress;
+  (void)cpu_threads;
+  return no_gpu_tensor_parallel(device);
+#endif
 }
 
 }  // namespace weft::actors

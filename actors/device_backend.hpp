@@ -52,12 +52,33 @@ Result<std::unique_ptr<model::ForwardBackend>> make_forward_backend(
     int num_pages, unsigned cpu_threads, int max_tokens_per_step, double gpu_memory_fraction = 0.9,
     std::function<void(std::size_t, std::size_t)> on_progress = {});
 
+// The GPU a tensor-parallel rank runs on: with --device cuda, each process takes the GPU of
+// its local rank on its host (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, else MPI_LOCALRANKID,
+// SLURM_LOCALID, else `world_rank`), modulo the GPUs it sees; CUDA_VISIBLE_DEVICES picks
+// which. "cuda:N" is refused (one process per GPU: the index would be the same on every
+// rank). The CPU stays the CPU.
+Result<DeviceChoice> tensor_parallel_device(const DeviceChoice& device, int world_rank);
+
+// A tensor-parallel rank's backend (docs/parallel.md): its shard of `model` (loaded with
+// LoadOptions::tensor_parallel_*). On the CPU the all-reduces go over `group` (MPI); on a GPU
+// (`device` from tensor_parallel_device) the rank makes an NCCL communicator on the model's
+// stream, the unique id carried by `group`. Collective: every rank calls it. `group` must
+// outlive the backend.
+Result<std::unique_ptr<model::ForwardBackend>> make_tensor_parallel_shard(
+    const model::Model& model, const DeviceChoice& device, const model::KvLayout& layout,
+    int num_pages, unsigned cpu_threads, int max_tokens_per_step, double gpu_memory_fraction,
+    parallel::Communicator& group, std::function<void(std::size_t, std::size_t)> on_progress = {});
+
 // Rank 0's backend in a tensor-parallel group (runtime/parallel/step_broadcast.hpp): its
-// shard of `model` on the CPU, each step also sent to the other ranks. A GPU is refused:
-// the CUDA model has no all-reduce yet. On an error the followers still wait for the pool:
-// the caller stops them (parallel::stop_tensor_parallel_followers).
+// shard of `model`, each step also sent to the other ranks (which run
+// follow_tensor_parallel_leader, making their backends with make_tensor_parallel_shard and the
+// page count this one tells them). On a GPU, num_pages 0 sizes the pool from
+// gpu_memory_fraction of the device. On an error the followers still wait for the pool: the
+// caller stops them (parallel::stop_tensor_parallel_followers).
 Result<std::unique_ptr<model::ForwardBackend>> make_tensor_parallel_leader(
     const model::Model& model, const DeviceChoice& device, const model::KvLayout& layout,
-    int num_pages, unsigned cpu_threads, parallel::Communicator& group);
+    int num_pages, unsigned cpu_threads, parallel::Communicator& group,
+    int max_tokens_per_step = 512, double gpu_memory_fraction = 0.9,
+    std::function<void(std::size_t, std::size_t)> on_progress = {});
 
 }  // namespace weft::actors

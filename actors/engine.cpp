@@ -234,6 +234,10 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
 
   auto device = actors::parse_device(s.config.device);
   if (!device) throw device.error();
+  if (group != nullptr) {
+    device = actors::tensor_parallel_device(*device, group->rank());
+    if (!device) throw device.error();
+  }
   auto kv_dtype = actors::resolve_kv_cache_dtype(s.config.kv_cache_dtype, *device);
   if (!kv_dtype) throw kv_dtype.error();
   model::KvLayout layout = model.kv_layout(s.config.page_size);
@@ -251,9 +255,10 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   }
   Result<std::unique_ptr<model::ForwardBackend>> backend =
       group != nullptr
-          ? actors::make_tensor_parallel_leader(model, *device, layout,
-                                                static_cast<int>(budget_pages),
-                                                s.config.cpu_threads, *group)
+          ? actors::make_tensor_parallel_leader(
+                model, *device, layout, from_device ? 0 : static_cast<int>(budget_pages),
+                s.config.cpu_threads, *group, s.config.max_tokens_per_step,
+                s.config.gpu_memory_fraction, s.config.on_load_progress)
           : actors::make_forward_backend(model, *device, layout,
                                          from_device ? 0 : static_cast<int>(budget_pages),
                                          s.config.cpu_threads, s.config.max_tokens_per_step,

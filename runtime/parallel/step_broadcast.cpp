@@ -86,6 +86,16 @@ void stop_tensor_parallel_followers(Communicator& comm) {
 
 Result<void> TensorParallelLeader::forward(const model::StepBatch& batch,
                                            std::vector<float>& logits) {
+  if (auto ok = send(batch); !ok) return ok;
+  return local_->forward(batch, logits);
+}
+
+Result<void> TensorParallelLeader::launch(const model::StepBatch& batch) {
+  if (auto ok = send(batch); !ok) return ok;
+  return local_->launch(batch);
+}
+
+Result<void> TensorParallelLeader::send(const model::StepBatch& batch) {
   auto payload = pack(batch);
   std::int64_t entries = 0;
   for (const auto& s : batch.sequences)
@@ -99,8 +109,7 @@ Result<void> TensorParallelLeader::forward(const model::StepBatch& batch,
                      std::to_string(batch.positions.size()) + " positions");
   }
   if (auto ok = send_header(comm_, h); !ok) return ok;
-  if (auto ok = comm_.broadcast(bytes(payload), 0); !ok) return ok;
-  return local_->forward(batch, logits);
+  return comm_.broadcast(bytes(payload), 0);
 }
 
 Result<void> follow_tensor_parallel_leader(
@@ -117,6 +126,8 @@ Result<void> follow_tensor_parallel_leader(
   auto backend = make_backend(static_cast<int>(h.page_entries));
   if (!backend) return backend.error();
   std::vector<float> logits;
+  const model::DeviceSamplingInput no_rows;
+  model::DeviceSamplingOutput sampled;
   std::vector<std::int32_t> payload;
   for (;;) {
     if (auto ok = send_header(comm, h); !ok) return ok;
@@ -125,7 +136,12 @@ Result<void> follow_tensor_parallel_leader(
     if (auto ok = comm.broadcast(bytes(payload), 0); !ok) return ok;
     auto batch = unpack(h, payload);
     if (!batch) return batch.error();
-    (void)(*backend)->forward(*batch, logits);
+    if ((*backend)->samples_on_device()) {
+      // The leader samples; here the step only has to run (sample() with no rows waits).
+      if ((*backend)->launch(*batch)) (void)(*backend)->sample(no_rows, sampled);
+    } else {
+      (void)(*backend)->forward(*batch, logits);
+    }
   }
 }
 

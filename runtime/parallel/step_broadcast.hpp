@@ -28,8 +28,17 @@ class TensorParallelLeader final : public model::ForwardBackend {
   const model::ModelSpec& spec() const noexcept override { return local_->spec(); }
   int num_pages() const noexcept override { return local_->num_pages(); }
   Result<void> forward(const model::StepBatch& batch, std::vector<float>& logits) override;
+  // A backend that samples on its device (a GPU) keeps doing so: launch() sends the step
+  // like forward(), then launches the local shard's.
+  bool samples_on_device() const noexcept override { return local_->samples_on_device(); }
+  Result<void> launch(const model::StepBatch& batch) override;
+  Result<void> sample(const model::DeviceSamplingInput& input,
+                      model::DeviceSamplingOutput& output) override {
+    return local_->sample(input, output);
+  }
 
  private:
+  Result<void> send(const model::StepBatch& batch);
   TensorParallelLeader(std::unique_ptr<model::ForwardBackend> local, Communicator& comm)
       : local_(std::move(local)), comm_(comm) {}
   std::unique_ptr<model::ForwardBackend> local_;
@@ -40,7 +49,9 @@ class TensorParallelLeader final : public model::ForwardBackend {
 void stop_tensor_parallel_followers(Communicator& comm);
 
 // A follower's loop: waits for the leader's page count, makes its backend with
-// make_backend(num_pages), then runs every batch the leader sends until the leader stops.
+// make_backend(num_pages), then runs every batch the leader sends until the leader stops
+// (a backend that samples on its device launches each step and waits for it, its logits left
+// there unread).
 // A step that fails here failed alike on the leader (the same checks on the same batch), so
 // the loop goes on; an error of the communicator or of make_backend ends it.
 Result<void> follow_tensor_parallel_leader(

@@ -225,11 +225,6 @@ int run_generate(const GenerateOptions& o) {
   auto kv_dtype = actors::resolve_kv_cache_dtype(o.kv_cache_dtype, *device);
   if (!kv_dtype) return fail(std::string("--kv-cache-dtype: ") + kv_dtype.error().what());
   if (o.tensor_parallel > 1) {
-    if (device->cuda) {
-      return fail(
-          "--tensor-parallel runs on the CPU backend so far (pass --device cpu); the "
-          "CUDA model has no all-reduce yet (docs/parallel.md)");
-    }
     auto opened = parallel::mpi_world();
     if (!opened) return fail("--tensor-parallel: " + std::string(opened.error().what()));
     world = std::move(opened.value());
@@ -243,6 +238,9 @@ int run_generate(const GenerateOptions& o) {
                   std::to_string(started) + ": launch with mpirun -np " +
                   std::to_string(o.tensor_parallel) + " weft generate ...");
     }
+    // On GPUs, each rank takes its local rank's.
+    device = actors::tensor_parallel_device(*device, rank);
+    if (!device) return fail(std::string("--device: ") + device.error().what());
   }
   LoadOptions load_options;
   load_options.spec_file = o.spec_file;
@@ -336,8 +334,12 @@ int run_generate(const GenerateOptions& o) {
   std::unique_ptr<model::ForwardBackend> backend;
   try {
     if (world) {
-      backend = std::make_unique<model::CpuForwardBackend>(model, layout, static_cast<int>(pages),
-                                                           o.threads, world.get());
+      auto made = actors::make_tensor_parallel_shard(
+          model, *device, layout, static_cast<int>(pages), o.threads,
+          static_cast<int>(prompt.size()), 0.9, *world,
+          device->cuda && rank == 0 ? upload_progress(actors::device_name(*device)) : nullptr);
+      if (!made) return fail(made.error().what());
+      backend = std::move(made.value());
     } else {
       auto made = actors::make_forward_backend(
           model, *device, layout, static_cast<int>(pages), o.threads,
@@ -576,7 +578,8 @@ void add_generate_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--tensor-parallel", opts->tensor_parallel,
                   "split the model over N processes started by mpirun -np N (Megatron layout: "
-                  "heads and MLP split per rank; CPU backend; docs/parallel.md)")
+                  "heads and MLP split per rank; on the CPU over MPI, on GPUs over NCCL with one "
+                  "GPU per rank, the local rank's; docs/parallel.md)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   add_speculative_options(cmd, opts->speculative);

@@ -53,15 +53,21 @@ TensorParallelStart start_tensor_parallel(const std::string& command, int ranks,
   options.tensor_parallel_rank = rank;
   auto loaded = load_model(config.model_dir, options);
   if (!loaded) return abort_all(loaded.error().what());
+  auto device = actors::parse_device(config.device);
+  if (!device) return abort_all(device.error().what());
+  device = actors::tensor_parallel_device(*device, rank);
+  if (!device) return abort_all(device.error().what());
   auto layout = loaded->model.kv_layout(config.page_size);
-  // The same KV element type as the leader's pool (tensor parallelism runs on the CPU).
-  auto kv_dtype = actors::resolve_kv_cache_dtype(config.kv_cache_dtype, actors::DeviceChoice{});
+  // The same KV element type as the leader's pool.
+  auto kv_dtype = actors::resolve_kv_cache_dtype(config.kv_cache_dtype, *device);
   if (!kv_dtype) return abort_all(kv_dtype.error().what());
   layout.dtype = *kv_dtype;
   auto followed = parallel::follow_tensor_parallel_leader(
       *group, [&](int num_pages) -> Result<std::unique_ptr<model::ForwardBackend>> {
-        return std::unique_ptr<model::ForwardBackend>(std::make_unique<model::CpuForwardBackend>(
-            loaded->model, layout, num_pages, config.cpu_threads, group.get()));
+        // The leader's page count, on the CPU or on this rank's GPU alike.
+        return actors::make_tensor_parallel_shard(loaded->model, *device, layout, num_pages,
+                                                  config.cpu_threads, config.max_tokens_per_step,
+                                                  config.gpu_memory_fraction, *group);
       });
   if (!followed) return abort_all(followed.error().what());
   start.exit_code = 0;
@@ -71,8 +77,8 @@ TensorParallelStart start_tensor_parallel(const std::string& command, int ranks,
 void add_tensor_parallel_option(CLI::App* cmd, int& ranks) {
   cmd->add_option("--tensor-parallel", ranks,
                   "split the model over N processes started by mpirun -np N (Megatron layout: "
-                  "heads and MLP split per rank; rank 0 runs the engine; CPU backend; "
-                  "docs/parallel.md)")
+                  "heads and MLP split per rank; rank 0 runs the engine; on the CPU over MPI, "
+                  "on GPUs over NCCL with one GPU per rank, the local rank's; docs/parallel.md)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
 }

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 
 #include "kernels/cuda/alibi_attention.hpp"
 #include "kernels/cuda/embedding.hpp"
@@ -254,6 +255,15 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     cudaEventRecord(marks[marks_used].second, stream);
     ++marks_used;
   };
+  // Tensor parallel: o's and down's outputs are this rank's partial sums; the group adds them
+  // up in place (on `stream`, so inside a captured graph too) before any bias or residual add.
+  bool reduce_ok = true;
+  auto all_reduce_delta = [&] {
+    if (tensor_parallel == nullptr) return;
+    reduce_ok &= static_cast<bool>(tensor_parallel->all_reduce_sum(
+        std::span<float>(delta.as<float>(), static_cast<std::size_t>(T) * H)));
+    mark("all-reduce");
+  };
 
   // L2 prefetch of the next product's weights on the side stream, forked from `stream` here
   // (see prefetch_cap); joined back at the end of the step.
@@ -364,6 +374,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     mark("activation");
     blas_ok &= product(act.get(), T, W.down, W.down_q, H, I, delta.as<float>(), H);
     mark("down product");
+    all_reduce_delta();
   };
 
   // Every kernel of the step, in order, on `stream`.
@@ -433,6 +444,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       blas_ok &= product(attn.get(), T, W.o, W.o_q, H, QD, delta.as<float>(), H);
       mark("o product");
       prefetch_matrix(kGateUp, W.up, W.up_q, static_cast<std::size_t>(mlp_width), H);
+      all_reduce_delta();  // while the side stream prefetches gate_up
       cuda::ResidualNormArgs rn;
       rn.residual = x.as<float>();
       rn.delta = delta.as<float>();
@@ -549,6 +561,10 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   if (auto err = cudaGetLastError(); err != cudaSuccess)
     return cuda_error(err, "launching the step");
   if (!blas_ok) return Error(ErrorCode::kInternal, "CUDA: a cuBLAS product failed in the step");
+  if (!reduce_ok) {
+    return Error(ErrorCode::kInternal,
+                 "CUDA: a tensor-parallel all-reduce (" + tensor_parallel->name() + ") failed");
+  }
   if (!copy_logits) {
     // Launched only; a profiled step waits here so its kernel times can be read.
     if (profiling) {

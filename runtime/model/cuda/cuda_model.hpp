@@ -92,6 +92,18 @@ class CudaModel final : public ForwardBackend {
   Result<void> launch(const StepBatch& batch) override;
   Result<void> sample(const DeviceSamplingInput& input, DeviceSamplingOutput& output) override;
 
+  // Tensor parallelism (docs/parallel.md; cuda_model_parallel.cpp). The stream every step
+  // runs on (a cudaStream_t): a group's NCCL communicator is made on it, so its collectives
+  // sit between the step's kernels and inside its CUDA graphs.
+  void* cuda_stream() const noexcept;
+  // This model holds one rank's shard (its heads, kv heads and MLP slice; the spec says so)
+  // and `comm` joins the ranks: device buffers, collectives enqueued on cuda_stream() (NCCL).
+  // Each step then all-reduces the outputs of o and down before the residual add. The
+  // row-parallel biases, whole on rank 0 and zeros elsewhere, are summed here once, so every
+  // rank adds the same bias after the sum. Every rank of the group calls it (collective);
+  // `comm` must outlive the model. A communicator with host buffers is refused.
+  Result<void> set_tensor_parallel(parallel::Communicator& comm);
+
   struct State;
 
  private:

@@ -111,6 +111,8 @@ struct CudaModel::State {
   DeviceBuffer sample_in, sample_out, sample_work;
   PinnedBuffer sample_in_host, sample_out_host;
   int launched_rows = -1;  // logit rows of the step launch() enqueued; -1: none
+  // A tensor-parallel group (set_tensor_parallel): o's and down's outputs are all-reduced.
+  parallel::Communicator* tensor_parallel = nullptr;
 
   // Decode graphs by (tokens, sequences, logit rows, decode splits): what fixes their grids
   // and metadata offsets. They point into the buffers above, so any reallocation drops them.

@@ -1,0 +1,58 @@
+// CudaModel under tensor parallelism (docs/parallel.md): joining a group whose collectives
+// run on the model's stream. The all-reduces themselves are in the forward pass
+// (cuda_model.cpp, after the o and down products).
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <span>
+
+#include "runtime/model/cuda/cuda_model_state.hpp"
+
+namespace weft::model {
+
+void* CudaModel::cuda_stream() const noexcept {
+  return state_->stream;
+}
+
+Result<void> CudaModel::set_tensor_parallel(parallel::Communicator& comm) {
+  State& s = *state_;
+  if (!comm.device_buffers()) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "CUDA model: tensor parallelism needs a communicator over device buffers "
+                 "(nccl), not " +
+                     comm.name());
+  }
+  if (auto err = cudaSetDevice(s.options.device); err != cudaSuccess) {
+    return cuda_error(err, "selecting device " + std::to_string(s.options.device));
+  }
+  // Rank 0 holds the row-parallel biases, the others zeros (sharded_weights): after the sum
+  // every rank holds the whole bias and adds it once, after the step's all-reduce. Every rank
+  // has the same layers and the same bias tensors, so the calls match across the group.
+  const auto H = static_cast<std::size_t>(s.spec.hidden_size);
+  for (auto& layer : s.layers) {
+    for (DeviceBuffer* bias : {&layer.o_bias, &layer.down_bias}) {
+      if (bias->get() == nullptr) continue;
+      if (auto ok = comm.all_reduce_sum(std::span<float>(bias->as<float>(), H)); !ok) return ok;
+    }
+  }
+  // A few all-reduces of the sizes steps use, before any step is captured into a graph: the
+  // communicator sets up its connections on first use, outside a capture.
+  for (int tokens : {1, 16, 256, s.capacity_tokens}) {
+    const int n = std::min(tokens, s.capacity_tokens);
+    if (n < 1) continue;
+    if (auto ok = comm.all_reduce_sum(
+            std::span<float>(s.delta.as<float>(), static_cast<std::size_t>(n) * H));
+        !ok) {
+      return ok;
+    }
+  }
+  if (auto err = cudaStreamSynchronize(s.stream); err != cudaSuccess) {
+    return cuda_error(err, "joining the tensor-parallel group");
+  }
+  s.drop_graphs();  // graphs captured before have no all-reduces
+  s.tensor_parallel = &comm;
+  return {};
+}
+
+}  // namespace weft::model
