@@ -6,7 +6,16 @@
 //                      [--context 512] [--batches 1,8,32,64] [--prefill 512,2048] [--json F]
 //                      [--profile] [--small-step-kernel-tokens N] [--logits-to-host]
 //                      [--kv-cache-dtype bf16|int8|fp8] [--gpu-memory-fraction F]
-//                      [--quantize q4_b32|q8_b32]
+//                      [--quantize q4_b32|q8_b32] [--layers N] [--tensor-parallel N]
+//
+// --shape 70b has Llama-3-70B's widths (hidden 8192, 64 heads, 8 kv heads, intermediate
+// 28672, untied 128256 head); its 80 layers do not fit one H100 in bf16, so give --layers N
+// (e.g. 10: about 21 GB). --layers N sets the layer count of any shape.
+//
+// --tensor-parallel N, under `mpirun -np N` (docs/parallel.md): each rank builds the model,
+// keeps its shard (runtime/parallel/sharded_weights.hpp: its heads and MLP slice), runs it on
+// the GPU of its local rank and all-reduces over NCCL inside the steps (and their CUDA graphs);
+// every rank runs the same rows and rank 0 prints them. Weight bytes and floors are the rank's.
 //
 // --kv-cache-dtype int8|fp8 runs with quantized KV pages (a scale per token and kv head;
 // docs/cuda.md#quantized-kv-pages); --gpu-memory-fraction F sizes the KV pool from the device
@@ -54,6 +63,12 @@
 #include "loaders/model_loader.hpp"
 #include "runtime/model/cuda/cuda_model.hpp"
 #include "runtime/model/quantize_weights.hpp"
+#include "runtime/parallel/mpi_communicator.hpp"
+#include "runtime/parallel/partition_plan.hpp"
+#include "runtime/parallel/sharded_weights.hpp"
+#if WEFT_HAVE_NCCL
+#include "runtime/parallel/nccl_communicator.hpp"
+#endif
 
 namespace {
 
@@ -66,11 +81,14 @@ struct RandomModel {
 
 // Llama-shaped random model; weights are bf16 from a cheap hash (the values do not matter for
 // speed, only that they are finite and small).
-RandomModel random_llama(const std::string& shape) {
+RandomModel random_llama(const std::string& shape, int layers) {
   RandomModel m;
   auto& s = m.spec;
   s.architecture = "random-llama-" + shape;
-  if (shape == "8b") {  // Llama-3-8B
+  if (shape == "70b") {  // Llama-3-70B's widths
+    s.vocab_size = 128256, s.hidden_size = 8192, s.intermediate_size = 28672, s.num_layers = 80;
+    s.num_heads = 64, s.num_kv_heads = 8, s.head_dim = 128;
+  } else if (shape == "8b") {  // Llama-3-8B
     s.vocab_size = 128256, s.hidden_size = 4096, s.intermediate_size = 14336, s.num_layers = 32;
     s.num_heads = 32, s.num_kv_heads = 8, s.head_dim = 128;
   } else if (shape == "1b") {  // Llama-3.2-1B
@@ -80,8 +98,12 @@ RandomModel random_llama(const std::string& shape) {
     s.vocab_size = 8192, s.hidden_size = 384, s.intermediate_size = 896, s.num_layers = 8;
     s.num_heads = 6, s.num_kv_heads = 2, s.head_dim = 64;
   }
+  if (layers > 0) {
+    s.num_layers = layers;
+    s.architecture += "-" + std::to_string(layers) + "layers";
+  }
   s.rope.theta = 500000.0;
-  s.tied_embeddings = shape != "8b";
+  s.tied_embeddings = shape != "8b" && shape != "70b";
   auto& n = s.tensors;
   n = {"embed",
        "norm",
@@ -235,6 +257,7 @@ int main(int argc, char** argv) {
   std::string kv_dtype_arg = "bf16";
   double memory_fraction = 0.0;
   std::string quantize_name;
+  int layers = 0, tensor_parallel = 1;
   const int profile_steps = 5;
   std::vector<int> batches{1, 8, 32, 64}, prefills{512, 2048};
   for (int i = 1; i < argc; ++i) {
@@ -274,6 +297,10 @@ int main(int argc, char** argv) {
       memory_fraction = std::stod(next());
     else if (a == "--quantize")
       quantize_name = next();
+    else if (a == "--layers")
+      layers = std::stoi(next());
+    else if (a == "--tensor-parallel")
+      tensor_parallel = std::stoi(next());
     else {
       std::fprintf(stderr,
                    "usage: cuda_forward_bench [--shape 1b|8b|tiny | --model DIR] "
@@ -281,14 +308,65 @@ int main(int argc, char** argv) {
                    "[--logits-to-host] "
                    "[--repeats N] [--json FILE] [--profile] [--small-step-kernel-tokens N] "
                    "[--kv-cache-dtype bf16|int8|fp8] [--gpu-memory-fraction F] "
-                   "[--quantize q4_b32|q8_b32]\n");
+                   "[--quantize q4_b32|q8_b32] [--layers N] [--tensor-parallel N]\n"
+                   "  --shape 70b needs --layers (e.g. 10); --tensor-parallel N runs under "
+                   "mpirun -np N, one GPU per rank\n");
       return 2;
     }
+  }
+  if (shape != "1b" && shape != "8b" && shape != "70b" && shape != "tiny") {
+    std::fprintf(stderr, "--shape %s: not one of tiny, 1b, 8b, 70b\n", shape.c_str());
+    return 2;
+  }
+  // Tensor parallel: the group, this rank and its GPU (the local rank's). An error on one rank
+  // ends every rank (MPI_Abort): the others would wait in a collective.
+  std::unique_ptr<parallel::Communicator> world;
+  int rank = 0, gpu_index = 0;
+  auto failed = [&] {
+    if (world) parallel::mpi_abort_world(1);
+    return 1;
+  };
+  if (tensor_parallel > 1) {
+#if WEFT_HAVE_NCCL
+    auto opened = parallel::mpi_world();
+    if (!opened) {
+      std::fprintf(stderr, "--tensor-parallel: %s\n", opened.error().what());
+      return 1;
+    }
+    world = std::move(opened.value());
+    rank = world->rank();
+    if (world->size() != tensor_parallel) {
+      if (rank == 0) {
+        std::fprintf(stderr,
+                     "--tensor-parallel %d needs %d processes: launch with mpirun -np %d "
+                     "cuda_forward_bench ... (MPI started %d)\n",
+                     tensor_parallel, tensor_parallel, tensor_parallel, world->size());
+      }
+      return 1;
+    }
+    if (!quantize_name.empty()) {
+      if (rank == 0) std::fprintf(stderr, "--quantize: not with --tensor-parallel\n");
+      return 1;
+    }
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) {
+      std::fprintf(stderr, "rank %d: no GPU\n", rank);
+      return failed();
+    }
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    gpu_index = (local != nullptr ? std::atoi(local) : rank) % count;
+    cudaSetDevice(gpu_index);
+    // Rank 0 prints the rows; the others only run them.
+    if (rank != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) return failed();
+#else
+    std::fprintf(stderr, "--tensor-parallel: this build has no NCCL (CUDA, NCCL and MPI)\n");
+    return 2;
+#endif
   }
   const auto devices = cuda::visible_devices();
   if (devices.devices.empty()) {
     std::fprintf(stderr, "no GPU: %s\n", devices.unavailable_reason.c_str());
-    return 1;
+    return failed();
   }
   quant::QuantType quantize = quant::QuantType::kNone;
   if (!quantize_name.empty()) {
@@ -306,15 +384,21 @@ int main(int argc, char** argv) {
   if (!model_dir.empty()) {
     LoadOptions load_options;
     load_options.quantize = quantize;
+    load_options.tensor_parallel_size = tensor_parallel;
+    load_options.tensor_parallel_rank = rank;
     auto l = load_model(model_dir, load_options);
     if (!l) {
       std::fprintf(stderr, "%s\n", l.error().what());
-      return 1;
+      return failed();
     }
     loaded.emplace(std::move(l.value()));
     built = std::move(loaded->model);
   } else {
-    rm = random_llama(shape);
+    if (shape == "70b" && layers <= 0) {
+      std::fprintf(stderr, "--shape 70b: give --layers N (80 layers do not fit one GPU)\n");
+      return 2;
+    }
+    rm = random_llama(shape, layers);
     model::WeightLookup lookup{[&](const std::string& n) -> const TensorView* {
                                  auto it = rm.tensors.find(n);
                                  return it == rm.tensors.end() ? nullptr : &it->second;
@@ -325,15 +409,25 @@ int main(int argc, char** argv) {
       auto q = model::quantize_weights(lookup, rm.spec, quantize, &pool, {});
       if (!q) {
         std::fprintf(stderr, "%s\n", q.error().what());
-        return 1;
+        return failed();
       }
       lookup = std::move(q.value());
     }
-    built = model::Model::create(rm.spec, lookup);
+    if (tensor_parallel > 1) {
+      auto plan = parallel::plan_partition(rm.spec, tensor_parallel);
+      if (!plan) {
+        std::fprintf(stderr, "%s\n", plan.error().what());
+        return failed();
+      }
+      const auto& part = plan->ranks[static_cast<std::size_t>(rank)];
+      built = model::Model::create(part.spec, parallel::shard_weights(lookup, part));
+    } else {
+      built = model::Model::create(rm.spec, lookup);
+    }
   }
   if (!built) {
     std::fprintf(stderr, "%s\n", built.error().what());
-    return 1;
+    return failed();
   }
   const model::Model& cpu_model = built.value();
   const auto& spec = cpu_model.spec();
@@ -348,6 +442,7 @@ int main(int argc, char** argv) {
   const int decode_pages = (context + repeats + profile_steps + 4 + page_size - 1) / page_size;
   const int prefill_pages = (max_prefill + page_size - 1) / page_size;
   model::CudaModelOptions options;
+  options.device = gpu_index;
   options.precision = precision_name == "fp16" ? cuda::Precision::kF16 : cuda::Precision::kBF16;
   options.page_size = page_size;
   const int pages_needed = std::max(decode_pages * std::max(max_batch, 1), prefill_pages);
@@ -364,19 +459,40 @@ int main(int argc, char** argv) {
     return 2;
   }
   const double t_upload = now_s();
+  // Declared before the model, so the model (and the graphs that hold NCCL's kernels) goes
+  // first.
+  std::unique_ptr<parallel::Communicator> nccl;
   auto gpu_r = model::CudaModel::create(cpu_model, options);
   if (!gpu_r) {
     std::fprintf(stderr, "%s\n", gpu_r.error().what());
-    return 1;
+    return failed();
   }
   model::CudaModel& gpu = gpu_r.value();
   const double upload_s = now_s() - t_upload;
+#if WEFT_HAVE_NCCL
+  if (world) {
+    auto made = parallel::make_nccl_communicator(*world, gpu_index, gpu.cuda_stream());
+    if (!made) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, made.error().what());
+      return failed();
+    }
+    nccl = std::move(made.value());
+    if (auto ok = gpu.set_tensor_parallel(*nccl); !ok) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, ok.error().what());
+      return failed();
+    }
+    std::printf(
+        "tensor parallel %d: rank 0 on GPU %d holds %d q heads, %d kv heads, intermediate %d\n",
+        tensor_parallel, gpu_index, spec.num_heads, gpu.kv_layout().num_kv_heads,
+        spec.intermediate_size);
+  }
+#endif
   const auto& kv_layout = gpu.kv_layout();
   if (gpu.num_pages() < pages_needed) {
     std::fprintf(stderr,
                  "the KV pool has %d pages; the rows need %d (raise --gpu-memory-fraction)\n",
                  gpu.num_pages(), pages_needed);
-    return 1;
+    return failed();
   }
   std::printf("KV pool: %d pages of %d tokens = %lld tokens, %s pages of %zu bytes (%.2f GB)\n",
               gpu.num_pages(), page_size, static_cast<long long>(gpu.num_pages()) * page_size,
@@ -443,10 +559,11 @@ int main(int argc, char** argv) {
   }
 
   std::ostringstream json;
-  json << "{\"device\":\"" << d.name << "\",\"model\":\"" << spec.architecture
-       << "\",\"precision\":\"" << precision_name << "\",\"weight_bytes\":" << weight_bytes
-       << ",\"copy_bandwidth_bytes_per_s\":" << bandwidth << ",\"gemm_peak_tflops\":" << gemm_peak
-       << ",\"gemm\":[" << gemm_json.str() << "],\"rows\":[";
+  json << "{\"device\":\"" << d.name << "\",\"tensor_parallel\":" << tensor_parallel
+       << ",\"model\":\"" << spec.architecture << "\",\"precision\":\"" << precision_name
+       << "\",\"weight_bytes\":" << weight_bytes << ",\"copy_bandwidth_bytes_per_s\":" << bandwidth
+       << ",\"gemm_peak_tflops\":" << gemm_peak << ",\"gemm\":[" << gemm_json.str()
+       << "],\"rows\":[";
   bool first_row = true;
   std::printf("%-8s %6s %8s %12s %12s %10s %9s %8s\n", "kind", "batch", "tokens", "ms/step",
               "tokens/s", "vs floor", "bound", "weights");
@@ -489,7 +606,7 @@ int main(int argc, char** argv) {
       const double start = now_s();
       if (auto ok = gpu.forward(step, logits); !ok) {
         std::fprintf(stderr, "%s\n", ok.error().what());
-        return 1;
+        return failed();
       }
       best = std::min(best, now_s() - start);
     }
@@ -509,7 +626,7 @@ int main(int argc, char** argv) {
       gpu.take_kernel_profile();
       if (auto ok = gpu.forward(step, logits); !ok) {
         std::fprintf(stderr, "%s\n", ok.error().what());
-        return 1;
+        return failed();
       }
       gpu.set_kernel_profiling(false);
       const auto by_class = gpu.take_kernel_profile();
@@ -542,7 +659,7 @@ int main(int argc, char** argv) {
       step.sequences.push_back({0, context, tables[s], false});
       if (auto ok = gpu.forward(step, logits); !ok) {
         std::fprintf(stderr, "%s\n", ok.error().what());
-        return 1;
+        return failed();
       }
     }
     double total = 0;
@@ -562,7 +679,7 @@ int main(int argc, char** argv) {
       const double start = now_s();
       if (auto ok = decode_step(step); !ok) {
         std::fprintf(stderr, "%s\n", ok.error().what());
-        return 1;
+        return failed();
       }
       if (k >= 2) {  // the first steps warm up cuBLAS heuristics and caches
         total += now_s() - start;
@@ -599,7 +716,7 @@ int main(int argc, char** argv) {
         const double start = now_s();
         if (auto ok = decode_step(step); !ok) {
           std::fprintf(stderr, "%s\n", ok.error().what());
-          return 1;
+          return failed();
         }
         wall += now_s() - start;
       }
@@ -632,6 +749,6 @@ int main(int argc, char** argv) {
        << kv_dtype_name(kv_layout.dtype) << "\",\"kv_pool_pages\":" << gpu.num_pages()
        << ",\"kv_pool_tokens\":" << static_cast<long long>(gpu.num_pages()) * page_size
        << ",\"kv_page_bytes\":" << kv_layout.bytes_per_page() << "}\n";
-  if (!json_path.empty()) std::ofstream(json_path) << json.str();
+  if (!json_path.empty() && rank == 0) std::ofstream(json_path) << json.str();
   return 0;
 }
