@@ -43,3 +43,25 @@ if(WEFT_HAVE_MPI AND WEFT_MPIEXEC)
   set_tests_properties(weft_serve_tensor_parallel PROPERTIES TIMEOUT 180
     PASS_REGULAR_EXPRESSION "tensor-parallel serve ok" FAIL_REGULAR_EXPRESSION "FAIL")
 endif()
+
+# On two GPUs (NCCL): weft generate split over GPU 0 and GPU 1 gives one GPU's greedy tokens on
+# every fixture model, and weft bench leads a group of two GPU ranks. Skipped (exit 77) where
+# fewer than two GPUs are visible.
+if(WEFT_HAVE_NCCL AND WEFT_MPIEXEC)
+  set(tp_two_gpus "[ \"$(nvidia-smi -L 2>/dev/null | grep -c ^GPU)\" -ge 2 ] || { echo 'SKIP: needs two GPUs'; exit 77; }")
+  foreach(dir ${tp_fixtures})
+    if(NOT EXISTS ${dir}/config.json)
+      continue()
+    endif()
+    get_filename_component(name ${dir} NAME)
+    set(tp_args "generate --model ${dir} --prompt-ids 5,17,42,99,3,201,64 --max-tokens 8 --ignore-eos --device cuda")
+    add_test(NAME weft_generate_tensor_parallel_cuda_${name}
+             COMMAND sh -c "${tp_two_gpus}; one=$($<TARGET_FILE:weft> ${tp_args} 2>/dev/null) && two=$(${tp_launch_text} -np 2 $<TARGET_FILE:weft> ${tp_args} --tensor-parallel 2 2>/dev/null) && echo \"tp1: $one\" && echo \"tp2: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]")
+    set_tests_properties(weft_generate_tensor_parallel_cuda_${name} PROPERTIES TIMEOUT 180
+                         SKIP_RETURN_CODE 77)
+  endforeach()
+  add_test(NAME weft_bench_tensor_parallel_cuda
+           COMMAND sh -c "${tp_two_gpus}; ${tp_launch_text} -np 2 $<TARGET_FILE:weft> bench --model ${CMAKE_SOURCE_DIR}/models/weft-tiny --device cuda --tensor-parallel 2 --num-requests 8 --input-len 16 --output-len 8")
+  set_tests_properties(weft_bench_tensor_parallel_cuda PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77
+    PASS_REGULAR_EXPRESSION "requests 8 \\(0 failed\\)")
+endif()
