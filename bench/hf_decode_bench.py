@@ -20,6 +20,11 @@ SHAPES = {
     "1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
                num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
                head_dim=64, tie_word_embeddings=True),
+    # Llama-3-70B's widths; 80 layers are 141 GB of bf16: bench/make_random_model.py --layers
+    # makes fewer (bench/gpu_tp.sh: 10).
+    "70b": dict(vocab_size=128256, hidden_size=8192, intermediate_size=28672,
+                num_hidden_layers=80, num_attention_heads=64, num_key_value_heads=8,
+                head_dim=128, tie_word_embeddings=False),
 }
 
 

@@ -6,6 +6,9 @@ initialisation (normal, std 0.02) and saved as safetensors shards; the tokenizer
 from a folder you give (e.g. the Llama-3 tokenizer that scripts/fetch-test-data fetches).
 
   python3 bench/make_random_model.py --shape 8b --tokenizer DIR --out /tmp/llama8b
+  python3 bench/make_random_model.py --shape 70b --layers 10 --tokenizer DIR --out /tmp/llama70b-10
+
+--layers N keeps a shape's widths with N layers (70b's 80 layers would not fit one GPU).
 """
 import argparse
 import os
@@ -24,11 +27,17 @@ def main():
     ap.add_argument("--tokenizer", required=True, help="folder with tokenizer.json and tokenizer_config.json")
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--layers", type=int, default=0, help="layers (default: the shape's)")
     a = ap.parse_args()
     start = time.time()
     torch.manual_seed(a.seed)
-    config = LlamaConfig(**SHAPES[a.shape], max_position_embeddings=8192, rope_theta=500000.0,
+    shape = dict(SHAPES[a.shape])
+    if a.layers > 0:
+        shape["num_hidden_layers"] = a.layers
+    config = LlamaConfig(**shape, max_position_embeddings=8192, rope_theta=500000.0,
                          bos_token_id=128000, eos_token_id=128001, torch_dtype="bfloat16")
+    # Drawn in bf16 directly: an fp32 model first would need twice the GPU memory.
+    torch.set_default_dtype(torch.bfloat16)
     with torch.device("cuda"):
         model = LlamaForCausalLM(config).to(torch.bfloat16).eval()
     model.generation_config = GenerationConfig(bos_token_id=128000, eos_token_id=128001)
@@ -37,7 +46,7 @@ def main():
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(a.tokenizer, name), os.path.join(a.out, name))
     size = sum(os.path.getsize(os.path.join(a.out, f)) for f in os.listdir(a.out))
-    print(f"make_random_model: {a.shape} -> {a.out}, {size / 1e9:.1f} GB in {time.time() - start:.0f} s")
+    print(f"make_random_model: {a.shape} ({shape['num_hidden_layers']} layers) -> {a.out}, {size / 1e9:.1f} GB in {time.time() - start:.0f} s")
 
 
 if __name__ == "__main__":

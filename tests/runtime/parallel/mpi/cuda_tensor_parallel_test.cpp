@@ -40,6 +40,15 @@ double tolerance(cuda::Precision p) {
   return p == cuda::Precision::kBF16 ? 0.03 : 0.004;
 }
 
+// The source tree: $WEFT_TEST_SOURCE_DIR when set (binaries built on one machine and run from
+// a checkout on another, bench/gpu_tp.sh), else where this was built from.
+std::filesystem::path source_dir() {
+  if (const char* env = std::getenv("WEFT_TEST_SOURCE_DIR"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  return WEFT_SOURCE_DIR;
+}
+
 int local_gpu(int rank, int gpus) {
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
   return (local != nullptr ? std::atoi(local) : rank) % gpus;
@@ -58,7 +67,7 @@ TEST_P(CudaTensorParallel, SplitOverTwoGpusMatchesOneGpu) {
   }
   const auto& [name, precision] = GetParam();
   const int device = local_gpu(w.rank(), gpus);
-  const auto dir = std::filesystem::path(WEFT_SOURCE_DIR) / "tests/fixtures/models" / name;
+  const auto dir = source_dir() / "tests/fixtures/models" / name;
   auto whole = load_model(dir);
   ASSERT_TRUE(whole) << whole.error().what();
   LoadOptions options;

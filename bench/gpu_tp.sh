@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# Tensor parallelism on two GPUs (docs/parallel.md): the TP tests, then decode at TP=1 and
+# TP=2 for a Llama-3-8B shape and a 70B-widths shape with fewer layers. Prints a table and
+# writes it, with every run's output, to $OUT (default build/gpu-tp).
+#
+#   bench/gpu_tp.sh [--bin DIR|FILE.tar.xz] [--only tests,forward,weft] [--shapes 8b,70b]
+#                   [--layers-70b N] [--batches 1,8,32,64,128,256] [--tokenizer DIR]
+#
+# --bin: the prebuilt binaries: DIR/bin (weft, cuda_forward_bench, cuda_tensor_parallel_test,
+#   nccl_communicator_test), DIR/lib (their shared libraries) and DIR/openmpi (Open MPI for a
+#   machine without it: scripts/stage-openmpi DIR/openmpi); scripts/gpu-check --stage makes all
+#   three in .devcarry/gpu, the default. A .tar.xz/.tar.gz of such a folder is unpacked first.
+#   Without DIR/openmpi, the mpirun on PATH.
+# --only: a subset of the phases, to fit a device call's 10 minutes (each phase takes about
+#   3-5 minutes; weft's models are made once per machine and kept in /tmp):
+#   tests    mpirun -np 2 nccl_communicator_test and cuda_tensor_parallel_test (every fixture
+#            model over 2 GPUs against 1 GPU)
+#   forward  cuda_forward_bench at TP=1 and TP=2 on random in-memory weights: decode ms/step
+#            and tokens/s at each batch (context 512), prefill 512
+#   weft     weft bench at TP=1 and TP=2 on random model folders (bench/make_random_model.py,
+#            torch on the GPU; the Llama-3 tokenizer from --tokenizer, default .devcarry/l3 as
+#            in bench/gpu_8b.sh): batch 1 (8 requests one at a time, 128 in / 128 out) and
+#            batch 64 (256 requests, 64 at a time, 512 in / 128 out), output tok/s
+# --shapes: 8b (Llama-3-8B: 32 layers, 16 GB of bf16) and 70b (Llama-3-70B's widths: hidden
+#   8192, 64 heads, 8 kv heads, intermediate 28672, 128K untied head, with --layers-70b
+#   layers, default 10: 21 GB, so TP=1 fits one H100 to compare against; 80 layers would be
+#   141 GB).
+#
+# With the device tool (no internet there):
+#   here:  scripts/gpu-check --stage        (binaries, libraries and Open MPI into .devcarry/gpu)
+#          Llama-3 tokenizer into .devcarry/l3 (bench/gpu_8b.sh says how)
+#   there: run(kind="nvidia-h100-x2", carry=[".devcarry/gpu", ".devcarry/l3"],
+#              command="bash bench/gpu_tp.sh --only tests,forward")
+#          run(... command="bash bench/gpu_tp.sh --only weft")
+# NCCL_NVLS_ENABLE=0 is exported (NVLink multicast must stay off on those machines).
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-build/gpu-tp}
+mkdir -p "$OUT"
+BIN=.devcarry/gpu
+ONLY=tests,forward,weft
+SHAPES=8b,70b
+LAYERS_70B=10
+BATCHES=1,8,32,64,128,256
+TOKENIZER=.devcarry/l3
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bin) BIN=$2; shift 2 ;;
+    --only) ONLY=$2; shift 2 ;;
+    --shapes) SHAPES=$2; shift 2 ;;
+    --layers-70b) LAYERS_70B=$2; shift 2 ;;
+    --batches) BATCHES=$2; shift 2 ;;
+    --tokenizer) TOKENIZER=$2; shift 2 ;;
+    -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
+    *) echo "gpu_tp.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+want() { case ",$ONLY," in *",$1,"*) return 0 ;; esac; return 1; }
+
+t0=$(date +%s)
+stamp() { echo "[t+$(( $(date +%s) - t0 ))s] $*"; }
+
+# The binaries: a folder, or a tarball of one.
+case "$BIN" in
+  *.tar.xz|*.tar.gz|*.tgz)
+    dir=/tmp/weft-gpu-tp-bin
+    rm -rf "$dir" && mkdir -p "$dir" && tar -C "$dir" -xf "$BIN" || { echo "gpu_tp.sh: cannot unpack $BIN" >&2; exit 1; }
+    # The tarball may hold the folder itself (bin/ at its top) or one folder that does.
+    [ -d "$dir/bin" ] || dir=$(dirname "$(find "$dir" -maxdepth 3 -type d -name bin | head -1)")
+    BIN=$dir ;;
+esac
+BIN=$(cd "$BIN" 2>/dev/null && pwd) || { echo "gpu_tp.sh: no folder $BIN (--bin)" >&2; exit 1; }
+B=$BIN/bin
+[ -d "$B" ] || B=$BIN
+cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null || true)
+export LD_LIBRARY_PATH="$BIN/lib:$BIN/openmpi/lib:/usr/local/cuda/lib64${cublas_dir:+:$cublas_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export WEFT_SPEC_DIR=$ROOT/config/models WEFT_TEST_SOURCE_DIR=$ROOT
+export NCCL_NVLS_ENABLE=0
+if [ -x "$BIN/openmpi/bin/mpirun" ]; then
+  # The carried Open MPI, rebased (scripts/stage-openmpi); shared memory between local ranks.
+  export OPAL_PREFIX=$BIN/openmpi/prefix PMIX_PREFIX=$BIN/openmpi/pmix
+  export PMIX_MCA_mca_base_component_path=$BIN/openmpi/pmix/lib/pmix
+  export OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 OMPI_MCA_mca_base_component_show_load_errors=0
+  MPIRUN=$BIN/openmpi/bin/mpirun
+else
+  MPIRUN=$(command -v mpirun || true)
+fi
+[ -n "$MPIRUN" ] || { echo "gpu_tp.sh: no mpirun: stage Open MPI with scripts/stage-openmpi $BIN/openmpi" >&2; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Ranks are not pinned to a core: each runs an engine with several threads.
+MPI2=("$MPIRUN" --oversubscribe --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH)
+
+(nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader || true) | tee "$OUT/gpus.txt"
+gpus=$(grep -c . "$OUT/gpus.txt" || true)
+(nvidia-smi topo -m 2>/dev/null | head -4) > "$OUT/topology.txt" || true
+if [ "${gpus:-0}" -lt 2 ]; then
+  echo "gpu_tp.sh: $gpus GPU(s) visible; tensor parallelism needs 2 (run on nvidia-h100-x2)" >&2
+  exit 1
+fi
+failed=0
+
+if want tests; then
+  for t in nccl_communicator_test cuda_tensor_parallel_test; do
+    stamp "== mpirun -np 2 $t"
+    if ! timeout 300 "${MPI2[@]}" "$B/$t" --gtest_color=no >"$OUT/$t.log" 2>&1; then
+      failed=1
+      echo "FAILED (log: $OUT/$t.log)"
+    fi
+    grep -E '^\[ measured \]|^\[  (PASSED|FAILED|SKIPPED) |Failure|error' "$OUT/$t.log" | sort -u | head -40
+  done
+fi
+
+if want forward; then
+  for shape in ${SHAPES//,/ }; do
+    args=(--shape "$shape" --batches "$BATCHES" --prefill 512 --repeats 20)
+    [ "$shape" = 70b ] && args+=(--layers "$LAYERS_70B")
+    for tp in 1 2; do
+      stamp "== cuda_forward_bench ${args[*]} --tensor-parallel $tp"
+      if [ $tp = 1 ]; then
+        timeout 400 "$B/cuda_forward_bench" "${args[@]}" --json "$OUT/forward_${shape}_tp1.json" \
+          >"$OUT/forward_${shape}_tp1.txt" 2>&1 || { failed=1; echo "FAILED"; }
+      else
+        timeout 400 "${MPI2[@]}" "$B/cuda_forward_bench" "${args[@]}" --tensor-parallel 2 \
+          --json "$OUT/forward_${shape}_tp2.json" >"$OUT/forward_${shape}_tp2.txt" 2>&1 ||
+          { failed=1; echo "FAILED"; }
+      fi
+      grep -E '^(tensor parallel|device|decode|prefill|KV pool)' "$OUT/forward_${shape}_tp$tp.txt" | head -12
+    done
+  done
+fi
+
+if want weft; then
+  if [ ! -f "$TOKENIZER/tokenizer.json" ] && [ -f "$TOKENIZER/tokenizer.json.gz" ]; then
+    gunzip -k "$TOKENIZER/tokenizer.json.gz"
+  fi
+  for shape in ${SHAPES//,/ }; do
+    M=/tmp/weft-tp-$shape
+    make_args=(--shape "$shape")
+    if [ "$shape" = 70b ]; then
+      M=/tmp/weft-tp-70b-${LAYERS_70B}layers
+      make_args+=(--layers "$LAYERS_70B")
+    fi
+    if [ ! -f "$M/config.json" ]; then
+      stamp "== making $M"
+      python3 bench/make_random_model.py "${make_args[@]}" --tokenizer "$TOKENIZER" --out "$M" 2>&1 | tail -1
+      [ -f "$M/config.json" ] || { failed=1; echo "FAILED: no model in $M"; continue; }
+    fi
+    for tp in 1 2; do
+      for load in b1 b64; do
+        if [ $load = b1 ]; then
+          work=(--num-requests 8 --max-concurrency 1 --input-len 128 --output-len 128)
+        else
+          work=(--num-requests 256 --max-concurrency 64 --input-len 512 --output-len 128)
+        fi
+        common=(bench --model "$M" --device cuda --gpu-memory-fraction 0.85 --seed 1 "${work[@]}")
+        log=$OUT/weft_${shape}_tp${tp}_$load
+        stamp "== weft ${common[*]} (TP=$tp)"
+        if [ $tp = 1 ]; then
+          timeout 300 "$B/weft" "${common[@]}" >"$log.txt" 2>"$log.err" || { failed=1; echo "FAILED (see $log.err)"; }
+        else
+          timeout 300 "${MPI2[@]}" "$B/weft" "${common[@]}" --tensor-parallel 2 >"$log.txt" 2>"$log.err" ||
+            { failed=1; echo "FAILED (see $log.err)"; }
+        fi
+        grep -E '^requests|^TTFT' "$log.txt" | head -2
+        tail -1 "$log.txt" > "$log.json"
+      done
+    done
+  done
+fi
+
+# The table: TP=1 against TP=2 for every row both runs have.
+python3 - "$OUT" <<'PY' | tee "$OUT/gpu_tp_table.md"
+import glob, json, os, sys
+out = sys.argv[1]
+def load(path):
+    try:
+        with open(path) as f:
+            return json.loads(f.read().strip().splitlines()[-1]) if path.endswith(".json") else None
+    except Exception:
+        return None
+gpus = open(os.path.join(out, "gpus.txt")).read().strip().splitlines()
+print(f"GPUs: {'; '.join(gpus)}\n")
+rows = []
+for one in sorted(glob.glob(os.path.join(out, "forward_*_tp1.json"))):
+    two = one.replace("_tp1.json", "_tp2.json")
+    a, b = load(one), load(two)
+    if not a or not b:
+        continue
+    shape = os.path.basename(one)[len("forward_"):-len("_tp1.json")]
+    for ra in a["rows"]:
+        match = [rb for rb in b["rows"] if rb["kind"] == ra["kind"] and
+                 rb.get("batch") == ra.get("batch") and rb.get("tokens") == ra.get("tokens")]
+        if not match:
+            continue
+        rb = match[0]
+        if ra["kind"] == "decode":
+            what = f"forward decode, batch {ra['batch']} (context {ra['context']})"
+            rows.append((a["model"], what, f"{ra['ms']:.3f} ms, {ra['tokens_per_s']:.0f} tok/s",
+                         f"{rb['ms']:.3f} ms, {rb['tokens_per_s']:.0f} tok/s", ra["ms"] / rb["ms"]))
+        else:
+            what = f"forward prefill, {ra['tokens']} tokens"
+            rows.append((a["model"], what, f"{ra['ms']:.2f} ms", f"{rb['ms']:.2f} ms", ra["ms"] / rb["ms"]))
+for one in sorted(glob.glob(os.path.join(out, "weft_*_tp1_*.json"))):
+    two = one.replace("_tp1_", "_tp2_")
+    a, b = load(one), load(two)
+    if not a or not b:
+        continue
+    name = os.path.basename(one)[len("weft_"):-len(".json")]
+    shape, load_kind = name.split("_tp1_")
+    what = ("weft bench, batch 1 (8 requests in turn, 128 in / 128 out): output tok/s, TPOT p50"
+            if load_kind == "b1" else
+            "weft bench, batch 64 (256 requests, 512 in / 128 out): output tok/s, TPOT p50")
+    rows.append((shape, what,
+                 f"{a['output_tokens_per_s']:.1f} tok/s, {a.get('tpot_ms_p50', 0):.2f} ms",
+                 f"{b['output_tokens_per_s']:.1f} tok/s, {b.get('tpot_ms_p50', 0):.2f} ms",
+                 b["output_tokens_per_s"] / a["output_tokens_per_s"]))
+print("| model | measure | TP=1 (1 GPU) | TP=2 (2 GPUs) | TP=2 speedup |")
+print("| --- | --- | ---: | ---: | ---: |")
+for model, what, x, y, s in rows:
+    print(f"| {model} | {what} | {x} | {y} | {s:.2f}x |")
+if not rows:
+    print("| (no pair of TP=1 and TP=2 runs finished) | | | | |")
+PY
+stamp "done"
+[ "$failed" = 0 ] && echo "gpu_tp.sh: all runs finished" || echo "gpu_tp.sh: FAILURES (logs in $OUT)"
+exit "$failed"
