@@ -48,6 +48,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -57,6 +58,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/cuda/device_info.hpp"
@@ -100,7 +102,7 @@ RandomModel random_llama(const std::string& shape, int layers) {
   }
   if (layers > 0) {
     s.num_layers = layers;
-    s.architecture += "-" + std::to_string(layers) + "layers";
+    s.architecture.append("-").append(std::to_string(layers)).append("layers");
   }
   s.rope.theta = 500000.0;
   s.tied_embeddings = shape != "8b" && shape != "70b";
@@ -119,7 +121,10 @@ RandomModel random_llama(const std::string& shape, int layers) {
        "l{layer}.up",
        "",
        "l{layer}.down"};
-  std::uint64_t state = 0x9E3779B97F4A7C15ull;
+  // Each tensor's values come in chunks from an LCG seeded by (tensor, chunk), drawn on every
+  // core: the 8b and 70b shapes have billions of values.
+  std::uint64_t tensor_index = 0;
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   auto add = [&](const std::string& name, std::vector<std::int64_t> shape_, bool ones) {
     std::int64_t count = 1;
     for (auto d : shape_)
@@ -128,12 +133,28 @@ RandomModel random_llama(const std::string& shape, int layers) {
     t.shape = std::move(shape_);
     if (t.shape.size() == 2) {
       auto bytes = std::make_shared<std::vector<std::uint16_t>>(static_cast<std::size_t>(count));
-      for (auto& v : *bytes) {
-        state = state * 6364136223846793005ull + 1442695040888963407ull;
-        // bf16 of a value in about [-0.03, 0.03]: exponent 2^-6..2^-8, random sign/mantissa.
-        const auto r = static_cast<std::uint16_t>(state >> 48);
-        v = static_cast<std::uint16_t>((r & 0x807F) | ((0x79 + ((r >> 7) & 1)) << 7));
-      }
+      const std::size_t chunk = std::size_t{1} << 22;
+      const std::size_t chunks = (bytes->size() + chunk - 1) / chunk;
+      const std::uint64_t seed = 0x9E3779B97F4A7C15ull * ++tensor_index;
+      std::atomic<std::size_t> next{0};
+      auto fill = [&] {
+        for (std::size_t c = next++; c < chunks; c = next++) {
+          std::uint64_t state = seed ^ (c * 0xD1B54A32D192ED03ull);
+          const std::size_t end = std::min(bytes->size(), (c + 1) * chunk);
+          for (std::size_t i = c * chunk; i < end; ++i) {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            // bf16 of a value in about [-0.03, 0.03]: exponent 2^-6..2^-8, random sign/mantissa.
+            const auto r = static_cast<std::uint16_t>(state >> 48);
+            (*bytes)[i] = static_cast<std::uint16_t>((r & 0x807F) | ((0x79 + ((r >> 7) & 1)) << 7));
+          }
+        }
+      };
+      std::vector<std::thread> pool;
+      for (unsigned k = 1; k < std::min<std::size_t>(threads, chunks); ++k)
+        pool.emplace_back(fill);
+      fill();
+      for (auto& th : pool)
+        th.join();
       t.dtype = DType::kBF16;
       t.data = reinterpret_cast<const std::byte*>(bytes->data());
       t.owner = bytes;
