@@ -73,8 +73,12 @@ esac
 BIN=$(cd "$BIN" 2>/dev/null && pwd) || { echo "gpu_tp.sh: no folder $BIN (--bin)" >&2; exit 1; }
 B=$BIN/bin
 [ -d "$B" ] || B=$BIN
-cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null || true)
-export LD_LIBRARY_PATH="$BIN/lib:$BIN/openmpi/lib:/usr/local/cuda/lib64${cublas_dir:+:$cublas_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+pylib() { python3 -c "import nvidia.$1, os; print(os.path.join(list(nvidia.$1.__path__)[0], 'lib'))" 2>/dev/null || true; }
+cublas_dir=$(pylib cublas)
+# NCCL is opened at run time (libnccl.so.2): the CUDA toolkit's, else PyTorch's wheel's.
+nccl_dir=
+[ -e /usr/local/cuda/lib64/libnccl.so.2 ] || nccl_dir=$(pylib nccl)
+export LD_LIBRARY_PATH="$BIN/lib:$BIN/openmpi/lib:/usr/local/cuda/lib64${cublas_dir:+:$cublas_dir}${nccl_dir:+:$nccl_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export WEFT_SPEC_DIR=$ROOT/config/models WEFT_TEST_SOURCE_DIR=$ROOT
 export NCCL_NVLS_ENABLE=0
 if [ -x "$BIN/openmpi/bin/mpirun" ]; then

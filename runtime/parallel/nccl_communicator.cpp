@@ -1,15 +1,68 @@
 #include "runtime/parallel/nccl_communicator.hpp"
 
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <nccl.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <type_traits>
 
 namespace weft::parallel {
 namespace {
 
+// NCCL is opened when a group is made (dlopen), not linked: a Weft built with NCCL still
+// starts on a machine without it, and says so only when asked for tensor parallelism on GPUs.
+// $WEFT_NCCL_LIBRARY names the library to open; else libnccl.so.2 on the loader's path
+// (LD_LIBRARY_PATH: e.g. /usr/local/cuda/lib64, or the nvidia/nccl/lib of a PyTorch install).
+struct NcclApi {
+  decltype(&ncclGetErrorString) get_error_string = nullptr;
+  decltype(&ncclGetUniqueId) get_unique_id = nullptr;
+  decltype(&ncclCommInitRank) comm_init_rank = nullptr;
+  decltype(&ncclCommDestroy) comm_destroy = nullptr;
+  decltype(&ncclAllReduce) all_reduce = nullptr;
+  decltype(&ncclAllGather) all_gather = nullptr;
+  decltype(&ncclBroadcast) broadcast = nullptr;
+  std::string error;  // why it could not be opened; empty when every entry is set
+};
+
+const NcclApi& nccl() {
+  static const NcclApi api = [] {
+    NcclApi a;
+    const char* named = std::getenv("WEFT_NCCL_LIBRARY");
+    void* lib = nullptr;
+    std::string tried;
+    for (const char* name : {named, "libnccl.so.2", "libnccl.so"}) {
+      if (name == nullptr || *name == '\0') continue;
+      lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+      if (lib != nullptr) break;
+      const char* why = dlerror();
+      tried += std::string(tried.empty() ? "" : "; ") + (why != nullptr ? why : name);
+    }
+    if (lib == nullptr) {
+      a.error = "cannot open the NCCL library (" + tried +
+                "): install NCCL, add its folder to LD_LIBRARY_PATH or set WEFT_NCCL_LIBRARY";
+      return a;
+    }
+    auto bind = [&](auto& fn, const char* symbol) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, symbol));
+      if (fn == nullptr && a.error.empty()) a.error = std::string("NCCL has no ") + symbol;
+    };
+    bind(a.get_error_string, "ncclGetErrorString");
+    bind(a.get_unique_id, "ncclGetUniqueId");
+    bind(a.comm_init_rank, "ncclCommInitRank");
+    bind(a.comm_destroy, "ncclCommDestroy");
+    bind(a.all_reduce, "ncclAllReduce");
+    bind(a.all_gather, "ncclAllGather");
+    bind(a.broadcast, "ncclBroadcast");
+    return a;
+  }();
+  return api;
+}
+
 Error nccl_error(const char* call, ncclResult_t rc) {
-  return Error(ErrorCode::kIo, std::string("nccl ") + call + ": " + ncclGetErrorString(rc));
+  return Error(ErrorCode::kIo, std::string("nccl ") + call + ": " + nccl().get_error_string(rc));
 }
 Error cuda_error(const char* call, cudaError_t rc) {
   return Error(ErrorCode::kIo, std::string("cuda ") + call + ": " + cudaGetErrorString(rc));
@@ -19,7 +72,7 @@ class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(Communicator& bootstrap, ncclComm_t comm, int device, cudaStream_t stream)
       : bootstrap_(bootstrap), comm_(comm), device_(device), stream_(stream) {}
-  ~NcclCommunicator() override { ncclCommDestroy(comm_); }
+  ~NcclCommunicator() override { nccl().comm_destroy(comm_); }
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
@@ -29,28 +82,28 @@ class NcclCommunicator final : public Communicator {
   bool device_buffers() const noexcept override { return true; }
 
   Result<void> all_reduce_sum(std::span<float> data) override {
-    const auto rc =
-        ncclAllReduce(data.data(), data.data(), data.size(), ncclFloat32, ncclSum, comm_, stream_);
+    const auto rc = nccl().all_reduce(data.data(), data.data(), data.size(), ncclFloat32, ncclSum,
+                                      comm_, stream_);
     if (rc != ncclSuccess) return nccl_error("ncclAllReduce", rc);
     return {};
   }
   Result<void> all_reduce_sum_bf16(std::span<std::uint16_t> data) override {
-    const auto rc =
-        ncclAllReduce(data.data(), data.data(), data.size(), ncclBfloat16, ncclSum, comm_, stream_);
+    const auto rc = nccl().all_reduce(data.data(), data.data(), data.size(), ncclBfloat16, ncclSum,
+                                      comm_, stream_);
     if (rc != ncclSuccess) return nccl_error("ncclAllReduce (bf16)", rc);
     return {};
   }
   Result<void> all_gather(std::span<const float> mine, std::span<float> all) override {
     if (auto ok = check_gather_sizes(*this, mine.size(), all.size()); !ok) return ok;
     const auto rc =
-        ncclAllGather(mine.data(), all.data(), mine.size(), ncclFloat32, comm_, stream_);
+        nccl().all_gather(mine.data(), all.data(), mine.size(), ncclFloat32, comm_, stream_);
     if (rc != ncclSuccess) return nccl_error("ncclAllGather", rc);
     return {};
   }
   Result<void> broadcast(std::span<std::byte> data, int root) override {
     if (auto ok = check_root(*this, root); !ok) return ok;
     const auto rc =
-        ncclBroadcast(data.data(), data.data(), data.size(), ncclUint8, root, comm_, stream_);
+        nccl().broadcast(data.data(), data.data(), data.size(), ncclUint8, root, comm_, stream_);
     if (rc != ncclSuccess) return nccl_error("ncclBroadcast", rc);
     return {};
   }
@@ -78,10 +131,13 @@ Result<std::unique_ptr<Communicator>> make_nccl_communicator(Communicator& boots
         ErrorCode::kInvalidArgument,
         "nccl: the bootstrap communicator must use host buffers (MPI), not " + bootstrap.name());
   }
+  // Without NCCL, this rank says so before any collective; the caller ends the group (ranks
+  // that could open it wait in the broadcast below: MPI_Abort, as for any one-rank failure).
+  if (!nccl().error.empty()) return Error(ErrorCode::kUnsupported, nccl().error);
   ncclUniqueId id;
   std::memset(&id, 0, sizeof id);
   if (bootstrap.rank() == 0) {
-    if (auto rc = ncclGetUniqueId(&id); rc != ncclSuccess) {
+    if (auto rc = nccl().get_unique_id(&id); rc != ncclSuccess) {
       return nccl_error("ncclGetUniqueId", rc);
     }
   }
@@ -92,7 +148,7 @@ Result<std::unique_ptr<Communicator>> make_nccl_communicator(Communicator& boots
     return cuda_error("cudaSetDevice", rc);
   }
   ncclComm_t comm = nullptr;
-  if (auto rc = ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank());
+  if (auto rc = nccl().comm_init_rank(&comm, bootstrap.size(), id, bootstrap.rank());
       rc != ncclSuccess) {
     return nccl_error("ncclCommInitRank", rc);
   }
