@@ -1,40 +1,45 @@
 #pragma once
-// Dequantize-fused products of few tokens (batch-1 decode) against block-quantized weights
-// in the layout of docs/quantization.md (kernels/cpu/quant/): y[t, o] = sum_k x[t, k] *
-// w'[o, k], w' = min + q * scale per block of 32, without materialising w'. One warp per
-// output row, each lane one block at a time; the bytes are exactly the CPU format's, so a
-// quantized checkpoint uploads as it is.
+// Dequantize-fused products of few tokens (batch-1 and small-batch decode) against
+// block-quantized weights, every format of docs/quantization.md, in the GPU layout of
+// quant_layout.hpp: y[t, o] = sum_k x[t, k] * w'[o, k], w' = min + q * scale, without
+// materialising w'. The weights are read once for all tokens. And the dequantization of a
+// range of rows into a 16-bit matrix, for larger steps (prefill) through cuBLAS.
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
 #include "kernels/cuda/precision.hpp"
+#include "kernels/cuda/quant_layout.hpp"
 
 namespace weft::cuda {
 
-// The formats with a GPU kernel so far (quant::QuantType's kQ8B32 and kQ4B32).
-enum class QuantGemvFormat { kQ8B32, kQ4B32 };
-
 inline constexpr int kQuantGemvMaxTokens = 8;
 
-// Bytes of one quantized row of `in_features` weights (in_features a multiple of 32).
-inline std::size_t quant_gemv_row_bytes(QuantGemvFormat format, int in_features) {
-  const std::size_t blocks = static_cast<std::size_t>(in_features) / 32;
-  return blocks * (format == QuantGemvFormat::kQ8B32 ? 36 : 20);
-}
+// A quantized matrix on the device: one allocation holding the codes, then the headers
+// (quant_matrix_layout(format, rows, cols)).
+struct QuantMatrixView {
+  const void* data = nullptr;
+  QuantGemvFormat format{};
+  int rows = 0, cols = 0;
+};
 
-// Whether quant_gemv takes these operands: 1..kQuantGemvMaxTokens tokens, in_features a
-// multiple of 32, x 16-byte aligned and w 4-byte aligned.
-inline bool quant_gemv_supported(const void* x, int tokens, const void* w, int in_features) {
-  return tokens >= 1 && tokens <= kQuantGemvMaxTokens && in_features % 32 == 0 &&
+// Whether quant_gemv takes these operands: 1..kQuantGemvMaxTokens tokens, cols a multiple of
+// 64, x and the matrix 16-byte aligned.
+inline bool quant_gemv_supported(const void* x, int tokens, const QuantMatrixView& w) {
+  return tokens >= 1 && tokens <= kQuantGemvMaxTokens && w.data != nullptr &&
+         quant_layout_supported(static_cast<std::size_t>(w.cols)) &&
          reinterpret_cast<std::uintptr_t>(x) % 16 == 0 &&
-         reinterpret_cast<std::uintptr_t>(w) % 4 == 0;
+         reinterpret_cast<std::uintptr_t>(w.data) % 16 == 0;
 }
 
-// x is [tokens, in] in `precision`, w [out, quant_gemv_row_bytes(format, in)] bytes, y
-// [tokens, out] fp32 with row stride ldy.
-void quant_gemv(const void* x, int tokens, const void* w, QuantGemvFormat format, int out_features,
-                int in_features, float* y, int ldy, Precision precision, cudaStream_t stream);
+// x is [tokens, w.cols] in `precision`, y [tokens, w.rows] fp32 with row stride ldy.
+void quant_gemv(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
+                Precision precision, cudaStream_t stream);
+
+// Writes rows [row_begin, row_begin + rows) of w, dequantized (min + q * scale in fp32, then
+// rounded once), to out: [rows, w.cols] in `precision`, 16-byte aligned.
+void quant_dequantize(const QuantMatrixView& w, int row_begin, int rows, void* out,
+                      Precision precision, cudaStream_t stream);
 
 }  // namespace weft::cuda

@@ -1,6 +1,8 @@
-// The CUDA dequantize-fused products (kernels/cuda/quant_gemv.hpp) against the CPU reference
-// (kernels/cpu/quant/codec.hpp's dequantize_row, then an fp64 product) for q8_b32 and q4_b32,
-// bf16 and fp16 activations, 1 to 8 tokens and awkward row counts. Skips without a GPU.
+// The first CUDA dequantize-fused products (kernels/cuda/quant_gemv_blocks.hpp, the reference
+// kept for the bench) against the CPU reference (kernels/cpu/quant/codec.hpp's
+// dequantize_row, then an fp64 product) for q8_b32 and q4_b32, bf16 and fp16 activations, 1
+// to 8 tokens and awkward row counts. Skips without a GPU. The model's kernels (quant_gemv.hpp)
+// are tested in cuda_quant_layout_test.cpp.
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -13,17 +15,17 @@
 #include "kernels/cpu/quant/codec.hpp"
 #include "kernels/cpu/vector_math.hpp"
 #include "kernels/cuda/device_info.hpp"
-#include "kernels/cuda/quant_gemv.hpp"
+#include "kernels/cuda/quant_gemv_blocks.hpp"
 
 namespace weft::cuda {
 namespace {
 
 struct Case {
-  QuantGemvFormat format;
+  QuantBlocksFormat format;
   Precision precision;
 };
 
-class CudaQuantGemv : public ::testing::TestWithParam<Case> {
+class CudaQuantGemvBlocks : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
     const DeviceList list = visible_devices();
@@ -43,10 +45,10 @@ T* upload(const std::vector<T>& host) {
   return static_cast<T*>(p);
 }
 
-TEST_P(CudaQuantGemv, MatchesDequantizeThenProduct) {
+TEST_P(CudaQuantGemvBlocks, MatchesDequantizeThenProduct) {
   const auto [format, precision] = GetParam();
   const quant::QuantType type =
-      format == QuantGemvFormat::kQ8B32 ? quant::QuantType::kQ8B32 : quant::QuantType::kQ4B32;
+      format == QuantBlocksFormat::kQ8B32 ? quant::QuantType::kQ8B32 : quant::QuantType::kQ4B32;
   std::mt19937 rng(3);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (auto [tokens, rows, cols] : {std::tuple<int, int, int>{1, 1, 32},
@@ -55,7 +57,7 @@ TEST_P(CudaQuantGemv, MatchesDequantizeThenProduct) {
                                     {2, 65, 1024},
                                     {3, 9, 2080},
                                     {8, 130, 512}}) {
-    const std::size_t stride = quant_gemv_row_bytes(format, cols);
+    const std::size_t stride = quant_blocks_row_bytes(format, cols);
     ASSERT_EQ(stride, quant::row_bytes(type, static_cast<std::size_t>(cols)));
     std::vector<std::uint8_t> bytes(static_cast<std::size_t>(rows) * stride);
     std::vector<float> dequantized(static_cast<std::size_t>(rows) * cols), row(cols);
@@ -79,8 +81,8 @@ TEST_P(CudaQuantGemv, MatchesDequantizeThenProduct) {
     void* raw_y = nullptr;
     ASSERT_EQ(cudaMalloc(&raw_y, sizeof(float) * tokens * rows), cudaSuccess);
     auto* dy = static_cast<float*>(raw_y);
-    ASSERT_TRUE(quant_gemv_supported(dx, tokens, dw, cols));
-    quant_gemv(dx, tokens, dw, format, rows, cols, dy, rows, precision, nullptr);
+    ASSERT_TRUE(quant_blocks_supported(dx, tokens, dw, cols));
+    quant_gemv_blocks(dx, tokens, dw, format, rows, cols, dy, rows, precision, nullptr);
     ASSERT_EQ(cudaGetLastError(), cudaSuccess);
     std::vector<float> y(static_cast<std::size_t>(tokens) * rows);
     ASSERT_EQ(cudaMemcpy(y.data(), dy, sizeof(float) * y.size(), cudaMemcpyDeviceToHost),
@@ -105,11 +107,11 @@ TEST_P(CudaQuantGemv, MatchesDequantizeThenProduct) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantGemv,
-                         ::testing::Values(Case{QuantGemvFormat::kQ8B32, Precision::kBF16},
-                                           Case{QuantGemvFormat::kQ8B32, Precision::kF16},
-                                           Case{QuantGemvFormat::kQ4B32, Precision::kBF16},
-                                           Case{QuantGemvFormat::kQ4B32, Precision::kF16}));
+INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantGemvBlocks,
+                         ::testing::Values(Case{QuantBlocksFormat::kQ8B32, Precision::kBF16},
+                                           Case{QuantBlocksFormat::kQ8B32, Precision::kF16},
+                                           Case{QuantBlocksFormat::kQ4B32, Precision::kBF16},
+                                           Case{QuantBlocksFormat::kQ4B32, Precision::kF16}));
 
 }  // namespace
 }  // namespace weft::cuda

@@ -277,26 +277,48 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     forked = true;
   };
 
-  // Quantized weights (docs/quantization.md): steps of few tokens read the block bytes through
-  // cuda::quant_gemv; larger ones the 16-bit copies through cuBLAS.
+  // Quantized weights (docs/quantization.md): steps of few tokens read them through
+  // cuda::quant_gemv; larger ones dequantize the matrix (in row chunks that fit the scratch
+  // buffer) and multiply the 16-bit rows through cuBLAS.
   const bool quant_step = quant_format.has_value() && T <= cuda::kQuantGemvMaxTokens;
   auto uses_quant = [&](const DeviceBuffer& wq) { return quant_step && wq.get() != nullptr; };
   auto product = [&](const void* in_x, int tokens, const DeviceBuffer& w16, const DeviceBuffer& wq,
                      int out_features, int in_features, float* y, int ldy) -> bool {
-    if (uses_quant(wq) && cuda::quant_gemv_supported(in_x, tokens, wq.get(), in_features)) {
-      cuda::quant_gemv(in_x, tokens, wq.get(), *quant_format, out_features, in_features, y, ldy, P,
-                       stream);
-      return true;
+    if (wq.get() != nullptr && quant_format) {
+      const cuda::QuantMatrixView view{wq.get(), *quant_format, out_features, in_features};
+      if (cuda::quant_gemv_supported(in_x, tokens, view)) {
+        cuda::quant_gemv(in_x, tokens, view, y, ldy, P, stream);
+        return true;
+      }
+      const int chunk = static_cast<int>(std::min<std::size_t>(
+          dequant_scratch.bytes() / (static_cast<std::size_t>(in_features) * cuda::kHalfBytes),
+          static_cast<std::size_t>(out_features)));
+      bool ok = chunk > 0;
+      for (int r0 = 0; ok && r0 < out_features; r0 += chunk) {
+        const int n = std::min(chunk, out_features - r0);
+        cuda::quant_dequantize(view, r0, n, dequant_scratch.get(), P, stream);
+        ok = blas->linear(in_x, tokens, dequant_scratch.get(), n, in_features, y + r0, ldy, P,
+                          stream);
+      }
+      return ok;
     }
     return blas->linear(in_x, tokens, w16.get(), out_features, in_features, y, ldy, P, stream);
   };
-  // An L2 prefetch of a matrix reads its block bytes when the step uses them (counted in 16-bit
-  // elements, as prefetch takes them).
+  // A 16-bit matrix for cuBLAS: w16, or a quantized matrix dequantized into the scratch buffer
+  // (which holds any layer matrix whole).
+  auto dense16 = [&](const DeviceBuffer& w16, const DeviceBuffer& wq, int rows,
+                     int cols) -> const void* {
+    if (wq.get() == nullptr || !quant_format) return w16.get();
+    cuda::quant_dequantize({wq.get(), *quant_format, rows, cols}, 0, rows, dequant_scratch.get(), P,
+                           stream);
+    return dequant_scratch.get();
+  };
+  // An L2 prefetch of a matrix reads its quantized codes when the step uses them (counted in
+  // 16-bit elements, as prefetch takes them).
   auto prefetch_matrix = [&](PrefetchRange which, const DeviceBuffer& w16, const DeviceBuffer& wq,
                              std::size_t out_rows, std::size_t cols) {
     if (!uses_quant(wq)) return prefetch(which, w16, out_rows * cols);
-    prefetch(which, wq,
-             cuda::quant_gemv_row_bytes(*quant_format, static_cast<int>(cols)) * out_rows / 2);
+    prefetch(which, wq, cuda::quant_matrix_layout(*quant_format, out_rows, cols).code_bytes() / 2);
   };
 
   // Pre-norm sequential layers (Llama and most families) defer each layer's last residual add
@@ -359,7 +381,8 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     // as in transformers too): half the bytes of fp32 through the product and the
     // activation. With a bias, or on the small-step kernel, fp32 as before.
     if (W.up_bias.get() == nullptr && !blas->small_step(T) && !uses_quant(W.up_q)) {
-      blas_ok &= blas->linear16(in, T, W.up.get(), mlp_width, H, mlp.get(), mlp_width, P, stream);
+      blas_ok &= blas->linear16(in, T, dense16(W.up, W.up_q, mlp_width, H), mlp_width, H, mlp.get(),
+                                mlp_width, P, stream);
       mark("gate_up product");
       prefetch(kDown, W.down, static_cast<std::size_t>(H) * I);
       cuda::mlp_activation16(to_kernel(spec.activation), spec.gated_mlp, mlp.get(), nullptr, T, I,

@@ -31,19 +31,35 @@ Result<void> CudaModel::State::upload_floats(const std::vector<float>& v, Device
 Result<void> CudaModel::State::upload_quantized(const cpu::WeightMatrix& w, DeviceBuffer& dst,
                                                 std::size_t row_offset, std::size_t total_rows) {
   if (!quant_format || !w.quantized() || w.data == nullptr) return {};
-  const std::size_t row_bytes = w.row_bytes();
+  const cuda::QuantMatrixLayout whole =
+      cuda::quant_matrix_layout(*quant_format, total_rows, w.cols);
   if (dst.get() == nullptr) {
-    if (auto err = dst.reserve(total_rows * row_bytes); err != cudaSuccess) {
+    if (auto err = dst.reserve(whole.total_bytes()); err != cudaSuccess) {
       return cuda_error(err, "allocating a quantized weight matrix of " +
-                                 std::to_string(total_rows * row_bytes) + " bytes");
+                                 std::to_string(whole.total_bytes()) + " bytes");
     }
-    weight_bytes += total_rows * row_bytes;
+    weight_bytes += whole.total_bytes();
   }
-  if (auto err = cudaMemcpy(dst.as<std::byte>() + row_offset * row_bytes, w.data,
-                            w.rows * row_bytes, cudaMemcpyHostToDevice);
+  // The rows' image in the GPU layout, then its codes and headers to their places in dst.
+  const cuda::QuantMatrixLayout part = cuda::quant_matrix_layout(*quant_format, w.rows, w.cols);
+  std::vector<std::uint32_t> image(part.total_bytes() / 4);
+  cuda::quant_repack_rows(part, static_cast<const std::uint8_t*>(w.data), 0, w.rows, image.data(),
+                          image.data() + part.header_offset() / 4);
+  auto* base = dst.as<std::byte>();
+  const auto* host = reinterpret_cast<const std::byte*>(image.data());
+  if (auto err = cudaMemcpy(base + row_offset * whole.row_code_words * 4, host, part.code_bytes(),
+                            cudaMemcpyHostToDevice);
       err != cudaSuccess) {
     return cuda_error(err, "uploading a quantized weight matrix");
   }
+  if (auto err =
+          cudaMemcpy(base + whole.header_offset() + row_offset * whole.row_blocks * 4,
+                     host + part.header_offset(), part.header_bytes(), cudaMemcpyHostToDevice);
+      err != cudaSuccess) {
+    return cuda_error(err, "uploading a quantized weight matrix");
+  }
+  uploaded += w.rows * w.row_bytes();
+  if (options.on_upload_progress) options.on_upload_progress(uploaded, upload_total);
   return {};
 }
 
@@ -52,8 +68,9 @@ Result<void> CudaModel::State::upload_quantized(const cpu::WeightMatrix& w, Devi
 Result<void> CudaModel::State::upload_matrix(const cpu::WeightMatrix& w, DeviceBuffer& dst,
                                              std::size_t row_offset, std::size_t total_rows,
                                              DeviceBuffer& staging) {
+  if (w.quantized() && quant_format) return {};  // upload_quantized's
   if (w.quantized()) {
-    // The 16-bit copy (for prefill through cuBLAS) is the dequantized matrix.
+    // No GPU layout for this model: a 16-bit copy of the dequantized matrix.
     std::vector<float> widened(w.rows * w.cols);
     for (std::size_t r = 0; r < w.rows; ++r)
       cpu::weight_row_to_f32(w, r, widened.data() + r * w.cols);
@@ -212,15 +229,17 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
       }
     }
   }
-  if (model.weight_quantization() == quant::QuantType::kQ8B32) {
-    s->quant_format = cuda::QuantGemvFormat::kQ8B32;
-  } else if (model.weight_quantization() == quant::QuantType::kQ4B32) {
-    s->quant_format = cuda::QuantGemvFormat::kQ4B32;
-  }
   const auto H = static_cast<std::size_t>(spec.hidden_size);
   const auto I = static_cast<std::size_t>(spec.intermediate_size);
   const auto QD = static_cast<std::size_t>(spec.q_dim()),
              KVD = static_cast<std::size_t>(spec.kv_dim());
+  // Quantized weights stay quantized on the GPU when every matrix's in_features (H for qkv,
+  // gate/up and the lm head, QD for o, I for down) has a GPU layout.
+  if (const quant::QuantType q = model.weight_quantization();
+      q != quant::QuantType::kNone && cuda::quant_layout_supported(H) &&
+      cuda::quant_layout_supported(QD) && cuda::quant_layout_supported(I)) {
+    s->quant_format = static_cast<cuda::QuantGemvFormat>(static_cast<int>(q) - 1);
+  }
   {
     const TensorView& e = model.embedding();
     const cpu::WeightMatrix table{e.dtype, e.data, static_cast<std::size_t>(spec.vocab_size), H};
@@ -301,6 +320,14 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
     }
   }
   staging.reset();
+  if (s->quant_format) {
+    // Larger steps' products dequantize one matrix at a time into this buffer.
+    const std::size_t mlp_rows = spec.gated_mlp ? 2 * I : I;
+    const std::size_t largest = std::max({(QD + 2 * KVD) * H, H * QD, mlp_rows * H, H * I});
+    if (auto err = s->dequant_scratch.reserve(largest * cuda::kHalfBytes); err != cudaSuccess) {
+      return cuda_error(err, "allocating the dequantization buffer");
+    }
+  }
   for (int b = 0; b < 2; ++b) {
     s->upload_chunks[b].reset();
     if (s->upload_done[b] != nullptr) cudaEventDestroy(s->upload_done[b]);

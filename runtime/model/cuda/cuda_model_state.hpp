@@ -19,6 +19,7 @@
 #include "kernels/cuda/convert.hpp"
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/quant_gemv.hpp"
+#include "kernels/cuda/quant_layout.hpp"
 #include "runtime/model/cuda/cuda_model.hpp"
 #include "runtime/model/cuda/device_buffer.hpp"
 #include "runtime/model/rope_frequencies.hpp"
@@ -84,8 +85,10 @@ struct CudaModel::State {
   struct Layer {
     DeviceBuffer attn_norm, attn_norm_bias, mlp_norm, mlp_norm_bias;
     DeviceBuffer qkv, qkv_bias, o, o_bias, up, up_bias, down, down_bias;  // up: gate_up if gated
-    // Quantized weights (docs/quantization.md): the block bytes of the same fused matrices,
-    // read by cuda::quant_gemv for steps of few tokens; the 16-bit ones above serve prefill.
+    // Quantized weights (docs/quantization.md): the same fused matrices in the GPU layout of
+    // cuda/quant_layout.hpp, instead of the 16-bit ones above (then null). Steps of few tokens
+    // read them through cuda::quant_gemv; larger ones dequantize one matrix at a time into
+    // `dequant_scratch` and multiply through cuBLAS.
     DeviceBuffer qkv_q, o_q, up_q, down_q;
   };
   DeviceBuffer embedding, lm_head, final_norm, final_norm_bias;
@@ -93,8 +96,12 @@ struct CudaModel::State {
   // the embedding, ALiBi slopes; null when the spec has none.
   DeviceBuffer position_table, embedding_norm, embedding_norm_bias, alibi_slopes;
   DeviceBuffer lm_head_q;  // an untied, quantized lm head's blocks
-  // The format of the *_q buffers, when the model's weights have a GPU kernel (q8_b32, q4_b32).
+  // The format of the *_q buffers, when the model's weights are quantized and every quantized
+  // matrix has a GPU layout (in_features a multiple of 64; else they upload as 16-bit copies).
   std::optional<cuda::QuantGemvFormat> quant_format;
+  // The 16-bit matrix a large step's product dequantizes into: the largest layer matrix (an
+  // lm head larger than that goes through it in row chunks).
+  DeviceBuffer dequant_scratch;
   std::vector<Layer> layers;
   DeviceBuffer kv;  // the page pool
 
@@ -176,8 +183,9 @@ struct CudaModel::State {
   cudaEvent_t upload_done[2] = {nullptr, nullptr};
   std::size_t uploaded = 0, upload_total = 0;
   Result<void> upload_floats(const std::vector<float>& v, DeviceBuffer& dst);
-  // Copies a quantized w's block rows into rows [row_offset, row_offset + w.rows) of a
-  // [total_rows, row_bytes] device matrix; nothing when w is not quantized or has no kernel.
+  // Repacks a quantized w's block rows into rows [row_offset, row_offset + w.rows) of a
+  // [total_rows, w.cols] device matrix in the GPU layout (cuda/quant_layout.hpp); nothing when
+  // w is not quantized or the model has no GPU layout (quant_format empty).
   Result<void> upload_quantized(const cpu::WeightMatrix& w, DeviceBuffer& dst,
                                 std::size_t row_offset, std::size_t total_rows);
   // copy_logits false: enqueue the step and return without waiting (launch()).

@@ -1,0 +1,314 @@
+// The GPU layout of quantized weights (kernels/cuda/quant_layout.hpp) and the kernels that read
+// it (kernels/cuda/quant_gemv.hpp), for every block format:
+// - the repacking, on the host (no GPU needed): every unit and header of the CPU format is
+//   found where the layout says, and the alignment the kernels' vector loads need holds;
+// - quant_gemv (1 to 8 tokens, bf16 and fp16) against the CPU reference dequantize_row then
+//   an fp64 product, and quant_dequantize against dequantize_row rounded to 16 bits.
+// The GPU checks skip without a GPU.
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernels/cpu/quant/codec.hpp"
+#include "kernels/cpu/vector_math.hpp"
+#include "kernels/cuda/device_info.hpp"
+#include "kernels/cuda/quant_gemv.hpp"
+#include "kernels/cuda/quant_layout.hpp"
+
+namespace weft::cuda {
+namespace {
+
+quant::QuantType cpu_type(QuantGemvFormat f) {
+  return static_cast<quant::QuantType>(static_cast<int>(f) + 1);
+}
+
+std::vector<QuantGemvFormat> all_formats() {
+  std::vector<QuantGemvFormat> out;
+  for (int i = 0; i < kQuantGemvFormats; ++i)
+    out.push_back(static_cast<QuantGemvFormat>(i));
+  return out;
+}
+
+std::string name_of(QuantGemvFormat f) {
+  return std::string(quant::quant_info(cpu_type(f)).name);
+}
+
+// A host image of the device allocation.
+struct HostMatrix {
+  QuantMatrixLayout layout;
+  std::vector<std::uint32_t> words;  // codes, then headers
+  std::uint32_t* codes() { return words.data(); }
+  std::uint32_t* headers() { return words.data() + layout.header_offset() / 4; }
+};
+
+HostMatrix repack(QuantGemvFormat f, const std::vector<std::uint8_t>& cpu, std::size_t rows,
+                  std::size_t cols) {
+  HostMatrix m;
+  m.layout = quant_matrix_layout(f, rows, cols);
+  m.words.assign(m.layout.total_bytes() / 4, 0xdeadbeefu);
+  quant_repack_rows(m.layout, cpu.data(), 0, rows, m.codes(), m.headers());
+  return m;
+}
+
+TEST(QuantLayout, FormatsMatchTheCpuTable) {
+  for (QuantGemvFormat f : all_formats()) {
+    const quant::QuantInfo& cpu = quant::quant_info(cpu_type(f));
+    const QuantGemvInfo gpu = quant_gemv_info(f);
+    EXPECT_EQ(gpu.block, cpu.block) << cpu.name;
+    EXPECT_EQ(gpu.code_bits, cpu.code_bits) << cpu.name;
+    EXPECT_EQ(gpu.unit_weights, cpu.weights_per_code) << cpu.name;
+    int words = 0;
+    for (int p = 0; quant_piece_width(gpu.code_bits, p) > 0; ++p)
+      words += quant_piece_width(gpu.code_bits, p);
+    EXPECT_EQ(words, gpu.code_bits) << cpu.name;
+  }
+}
+
+// Every unit and header of random CPU rows is where the layout puts it; every word is written.
+TEST(QuantLayout, RepackKeepsEveryUnitAndHeader) {
+  std::mt19937 rng(7);
+  for (QuantGemvFormat f : all_formats()) {
+    const quant::QuantType type = cpu_type(f);
+    const quant::QuantInfo& info = quant::quant_info(type);
+    const QuantGemvInfo gpu = quant_gemv_info(f);
+    // 64 columns: one partial tile; 2112: two whole tiles of 1-weight units and a partial one.
+    for (std::size_t cols : {std::size_t{64}, std::size_t{2112}, std::size_t{4096}}) {
+      const std::size_t rows = 3, row_bytes = quant::row_bytes(type, cols);
+      std::vector<std::uint8_t> cpu(rows * row_bytes);
+      for (auto& b : cpu)
+        b = static_cast<std::uint8_t>(rng());
+      HostMatrix m = repack(f, cpu, rows, cols);
+      const QuantMatrixLayout& l = m.layout;
+      ASSERT_EQ(l.row_code_words % 4, 0u);
+      ASSERT_EQ(l.header_offset() % 16, 0u);
+      for (std::uint32_t w : m.words)
+        ASSERT_NE(w, 0xdeadbeefu) << info.name << ": a word the repacking did not write";
+      const std::size_t units_per_block =
+          static_cast<std::size_t>(info.block / info.weights_per_code);
+      for (std::size_t r = 0; r < rows; ++r) {
+        for (std::size_t b = 0; b < l.row_blocks; ++b) {
+          const std::uint8_t* block = cpu.data() + r * row_bytes + b * info.block_bytes();
+          std::uint32_t header = 0;
+          std::memcpy(&header, block, 4);
+          ASSERT_EQ(m.headers()[r * l.row_blocks + b], header) << info.name;
+          std::uint8_t codes[64];
+          quant::unpack_block_codes(type, reinterpret_cast<const std::byte*>(block), codes);
+          for (std::size_t u = 0; u < units_per_block; ++u) {
+            // Unit u of the block is unit k of the row: bits k * code_bits of its group.
+            const std::size_t k = b * units_per_block + u, group = k / 32;
+            const std::size_t bit = (k % 32) * static_cast<std::size_t>(gpu.code_bits);
+            const auto word = static_cast<int>(bit / 32);
+            std::uint64_t two = m.codes()[quant_code_word_index(l, r, group, word)];
+            if (word + 1 < gpu.code_bits) {
+              two |= static_cast<std::uint64_t>(
+                         m.codes()[quant_code_word_index(l, r, group, word + 1)])
+                     << 32;
+            }
+            const auto unit =
+                static_cast<unsigned>((two >> (bit % 32)) & ((1u << gpu.code_bits) - 1));
+            if (gpu.unit_weights == 2) {
+              ASSERT_EQ(unit / 11, codes[2 * u]) << info.name << " row " << r << " block " << b;
+              ASSERT_EQ(unit % 11, codes[2 * u + 1]) << info.name;
+            } else {
+              ASSERT_EQ(unit, codes[u])
+                  << info.name << " row " << r << " block " << b << " unit " << u;
+            }
+          }
+        }
+      }
+      // The kernels' vector loads: a piece of w words of a group sits at a multiple of w words.
+      for (std::size_t g = 0; g < l.row_groups; ++g) {
+        int before = 0;
+        for (int p = 0; quant_piece_width(gpu.code_bits, p) > 0; ++p) {
+          const int w = quant_piece_width(gpu.code_bits, p);
+          ASSERT_EQ(quant_code_word_index(l, 1, g, before) % static_cast<std::size_t>(w), 0u)
+              << info.name;
+          for (int j = 1; j < w; ++j) {
+            ASSERT_EQ(quant_code_word_index(l, 1, g, before + j),
+                      quant_code_word_index(l, 1, g, before) + static_cast<std::size_t>(j));
+          }
+          before += w;
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantLayout, OnlyMultiplesOf64Columns) {
+  EXPECT_TRUE(quant_layout_supported(64));
+  EXPECT_TRUE(quant_layout_supported(14336));
+  EXPECT_FALSE(quant_layout_supported(0));
+  EXPECT_FALSE(quant_layout_supported(96));
+  EXPECT_FALSE(quant_layout_supported(4100));
+}
+
+struct Case {
+  QuantGemvFormat format;
+  Precision precision;
+};
+
+class CudaQuantGemv : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    const DeviceList list = visible_devices();
+    if (list.devices.empty()) {
+      GTEST_SKIP() << "no GPU visible (" << list.unavailable_reason
+                   << "): GPU checks run on the device machine through scripts/gpu-check";
+    }
+  }
+};
+
+template <class T>
+T* upload(const std::vector<T>& host) {
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, host.size() * sizeof(T)), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  return static_cast<T*>(p);
+}
+
+// Random rows quantized by the CPU reference, their dequantized values, and the GPU image.
+struct Weights {
+  std::vector<std::uint8_t> cpu;
+  std::vector<float> dequantized;
+  HostMatrix gpu;
+};
+
+Weights make_weights(QuantGemvFormat f, int rows, int cols, std::mt19937& rng) {
+  const quant::QuantType type = cpu_type(f);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const std::size_t stride = quant::row_bytes(type, static_cast<std::size_t>(cols));
+  Weights w;
+  w.cpu.resize(static_cast<std::size_t>(rows) * stride);
+  w.dequantized.resize(static_cast<std::size_t>(rows) * cols);
+  std::vector<float> row(static_cast<std::size_t>(cols));
+  for (int r = 0; r < rows; ++r) {
+    // A per-row offset, so mins are not all near zero.
+    const float offset = 0.01f * static_cast<float>(r % 7 - 3);
+    for (auto& v : row)
+      v = offset + 0.05f * dist(rng);
+    auto* at = reinterpret_cast<std::byte*>(w.cpu.data()) + static_cast<std::size_t>(r) * stride;
+    quant::quantize_row(type, row.data(), static_cast<std::size_t>(cols), at);
+    quant::dequantize_row(type, at, static_cast<std::size_t>(cols),
+                          w.dequantized.data() + static_cast<std::size_t>(r) * cols);
+  }
+  w.gpu = repack(f, w.cpu, static_cast<std::size_t>(rows), static_cast<std::size_t>(cols));
+  return w;
+}
+
+TEST_P(CudaQuantGemv, MatchesDequantizeThenProduct) {
+  const auto [format, precision] = GetParam();
+  std::mt19937 rng(3 + static_cast<int>(format));
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (auto [tokens, rows, cols] : {std::tuple<int, int, int>{1, 1, 64},
+                                    {1, 37, 4096},
+                                    {1, 1000, 192},
+                                    {2, 65, 1024},
+                                    {3, 9, 2112},
+                                    {4, 6, 128},
+                                    {5, 130, 512},
+                                    {8, 67, 2112},
+                                    {1, 3, 14336}}) {
+    const Weights w = make_weights(format, rows, cols, rng);
+    std::vector<std::uint16_t> x16(static_cast<std::size_t>(tokens) * cols);
+    std::vector<float> x(x16.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const float v = dist(rng);
+      x16[i] = precision == Precision::kBF16 ? cpu::f32_to_bf16(v) : cpu::f32_to_f16(v);
+      x[i] = precision == Precision::kBF16 ? cpu::bf16_to_f32(x16[i]) : cpu::f16_to_f32(x16[i]);
+    }
+    auto* dx = upload(x16);
+    auto* dw = upload(w.gpu.words);
+    void* raw_y = nullptr;
+    // y has a row stride larger than rows, as the fused products of the model write.
+    const int ldy = rows + 3;
+    ASSERT_EQ(cudaMalloc(&raw_y, sizeof(float) * tokens * ldy), cudaSuccess);
+    ASSERT_EQ(cudaMemset(raw_y, 0xff, sizeof(float) * tokens * ldy), cudaSuccess);
+    auto* dy = static_cast<float*>(raw_y);
+    const QuantMatrixView view{dw, format, rows, cols};
+    ASSERT_TRUE(quant_gemv_supported(dx, tokens, view));
+    quant_gemv(dx, tokens, view, dy, ldy, precision, nullptr);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    std::vector<float> y(static_cast<std::size_t>(tokens) * ldy);
+    ASSERT_EQ(cudaMemcpy(y.data(), dy, sizeof(float) * y.size(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    cudaFree(dx);
+    cudaFree(dw);
+    cudaFree(dy);
+    for (int t = 0; t < tokens; ++t) {
+      for (int o = 0; o < rows; ++o) {
+        double want = 0, magnitude = 0;
+        for (int k = 0; k < cols; ++k) {
+          const double p = static_cast<double>(x[static_cast<std::size_t>(t) * cols + k]) *
+                           w.dequantized[static_cast<std::size_t>(o) * cols + k];
+          want += p;
+          magnitude += std::fabs(p);
+        }
+        ASSERT_NEAR(y[static_cast<std::size_t>(t) * ldy + o], want, 1e-5 * magnitude + 1e-6)
+            << name_of(format) << " tokens=" << tokens << " rows=" << rows << " cols=" << cols
+            << " t=" << t << " o=" << o;
+      }
+      // The columns between rows and ldy are not written.
+      for (int o = rows; o < ldy; ++o) {
+        std::uint32_t bits = 0;
+        std::memcpy(&bits, &y[static_cast<std::size_t>(t) * ldy + o], 4);
+        ASSERT_EQ(bits, 0xffffffffu) << name_of(format) << ": wrote past the rows";
+      }
+    }
+  }
+}
+
+TEST_P(CudaQuantGemv, DequantizeMatchesTheCpuReference) {
+  const auto [format, precision] = GetParam();
+  std::mt19937 rng(11 + static_cast<int>(format));
+  for (auto [rows, cols, begin, count] :
+       {std::tuple<int, int, int, int>{5, 64, 0, 5}, {40, 2112, 7, 30}, {9, 4096, 8, 1}}) {
+    const Weights w = make_weights(format, rows, cols, rng);
+    auto* dw = upload(w.gpu.words);
+    void* raw = nullptr;
+    const std::size_t n = static_cast<std::size_t>(count) * cols;
+    ASSERT_EQ(cudaMalloc(&raw, n * 2), cudaSuccess);
+    quant_dequantize({dw, format, rows, cols}, begin, count, raw, precision, nullptr);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    std::vector<std::uint16_t> out(n);
+    ASSERT_EQ(cudaMemcpy(out.data(), raw, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    cudaFree(dw);
+    cudaFree(raw);
+    // One rounding to 16 bits of min + q * scale (which the GPU forms with one fma: the
+    // rounded values may then differ by one unit in the last place).
+    const double ulp = precision == Precision::kBF16 ? 1.0 / 128 : 1.0 / 1024;
+    for (std::size_t i = 0; i < n; ++i) {
+      const float want = w.dequantized[static_cast<std::size_t>(begin) * cols + i];
+      const float got =
+          precision == Precision::kBF16 ? cpu::bf16_to_f32(out[i]) : cpu::f16_to_f32(out[i]);
+      ASSERT_LE(std::fabs(got - want), ulp * std::fabs(want) + 1e-7)
+          << name_of(format) << " rows=" << rows << " cols=" << cols << " element " << i;
+    }
+  }
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> out;
+  for (QuantGemvFormat f : all_formats()) {
+    out.push_back({f, Precision::kBF16});
+    out.push_back({f, Precision::kF16});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantGemv, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return name_of(info.param.format) + "_" +
+                                  precision_name(info.param.precision);
+                         });
+
+}  // namespace
+}  // namespace weft::cuda
