@@ -6,7 +6,7 @@
 //                      [--context 512] [--batches 1,8,32,64] [--prefill 512,2048] [--json F]
 //                      [--profile] [--small-step-kernel-tokens N] [--logits-to-host]
 //                      [--kv-cache-dtype bf16|int8|fp8] [--gpu-memory-fraction F]
-//                      [--quantize q4_b32|q8_b32] [--layers N] [--tensor-parallel N]
+//                      [--quantize FORMAT] [--layers N] [--tensor-parallel N]
 //
 // --shape 70b has Llama-3-70B's widths (hidden 8192, 64 heads, 8 kv heads, intermediate
 // 28672, untied 128256 head); its 80 layers do not fit one H100 in bf16, so give --layers N
@@ -22,9 +22,10 @@
 // (as `weft serve` does) instead of from the rows' needs, so the pool's pages and tokens, printed
 // before the rows, show what a KV type holds in the same memory.
 //
-// --quantize q4_b32|q8_b32 quantizes the weight matrices as the model is built
-// (docs/quantization.md): decode steps of up to 8 tokens read the block bytes through
-// cuda::quant_gemv, and the floor counts the bytes decode reads (the quantized matrices, a tied lm
+// --quantize FORMAT (any of docs/quantization.md, e.g. q4_b32) quantizes the weight matrices as
+// the model is built: the GPU keeps only the quantized matrices, steps of up to 8 tokens read
+// them through cuda::quant_gemv, larger ones dequantize a matrix at a time for cuBLAS, and the
+// floor counts the bytes decode reads (the quantized matrices, a tied lm
 // head's 16-bit embedding) instead of the 16-bit weights. Decode steps run as the engine runs them
 // on a GPU: launched, then sampled (greedy) on the device with only the tokens copied back;
 // --logits-to-host times forward() with every row's fp32 logits copied to the host instead (the
@@ -329,7 +330,8 @@ int main(int argc, char** argv) {
                    "[--logits-to-host] "
                    "[--repeats N] [--json FILE] [--profile] [--small-step-kernel-tokens N] "
                    "[--kv-cache-dtype bf16|int8|fp8] [--gpu-memory-fraction F] "
-                   "[--quantize q4_b32|q8_b32] [--layers N] [--tensor-parallel N]\n"
+                   "[--quantize FORMAT (q8_b32 ... q2_b64, docs/quantization.md)] [--layers N] "
+                   "[--tensor-parallel N]\n"
                    "  --shape 70b needs --layers (e.g. 10); --tensor-parallel N runs under "
                    "mpirun -np N, one GPU per rank\n");
       return 2;
@@ -392,8 +394,8 @@ int main(int argc, char** argv) {
   quant::QuantType quantize = quant::QuantType::kNone;
   if (!quantize_name.empty()) {
     auto q = quant::parse_quant_type(quantize_name);
-    if (!q || (*q != quant::QuantType::kQ4B32 && *q != quant::QuantType::kQ8B32)) {
-      std::fprintf(stderr, "--quantize: the GPU has kernels for q4_b32 and q8_b32 only\n");
+    if (!q) {
+      std::fprintf(stderr, "--quantize: %s\n", q.error().what());
       return 2;
     }
     quantize = *q;
@@ -520,7 +522,7 @@ int main(int argc, char** argv) {
               kv_dtype_name(kv_layout.dtype), kv_layout.bytes_per_page(),
               static_cast<double>(kv_layout.bytes_per_page()) * gpu.num_pages() / 1e9);
   const double bandwidth = copy_bandwidth_bytes_per_s();
-  // Quantized: what decode reads (the GPU also holds 16-bit copies for prefill).
+  // Quantized: what decode reads (the quantized matrices; a tied head's 16-bit embedding).
   double weight_bytes = static_cast<double>(gpu.weight_bytes()), quantized_params = 0;
   if (cpu_model.weight_quantization() != quant::QuantType::kNone) {
     weight_bytes = 0;

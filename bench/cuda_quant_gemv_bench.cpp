@@ -1,30 +1,67 @@
-// Batch-1 decode's weight products on an 8B-shaped model (Llama-3-8B: 32 layers, hidden 4096,
-// fused qkv 6144, MLP 14336, vocabulary 128256), per weight format: bf16 through cuda::gemv,
-// q8_b32 and q4_b32 through cuda::quant_gemv (docs/quantization.md). Each layer has its own
-// weights, so every token streams all of them from memory as a decode step does. Reports the
-// products' time per token, tokens/s if decode were only these products, and the ratio to
-// the floor: weight bytes / device-to-device copy bandwidth (bytes read + written), measured
-// in the same run.
+// The dequantize-fused products (kernels/cuda/quant_gemv.hpp) per weight format on 8B shapes
+// (Llama-3-8B: 32 layers, hidden 4096, fused qkv 6144, MLP 14336, vocabulary 128256), against
+// the device-to-device copy bandwidth measured in the same run. Two tables:
 //
-//   cuda_quant_gemv_bench [--tokens 1] [--iters 20] [--layers 32]
+// 1. Per format and matrix shape (out x in: 4096x4096, 14336x4096, 4096x14336, 128256x4096):
+//    microseconds per product and the effective bandwidth, the quantized matrix's bytes (codes
+//    and headers) divided by that time, with its percentage of the copy bandwidth. Enough
+//    copies of the matrix rotate that none is read from L2.
+// 2. Batch-1 decode's products (every layer's qkv, o, gate_up and down, then the lm head; each
+//    layer its own weights): time per token, tokens/s if decode were only these products, the
+//    floor (weight bytes / copy bandwidth) and the ratio to it and to bf16 (cuda::gemv).
+//
+// "blocks q4_b32/q8_b32" are the first kernels (quant_gemv_blocks.hpp, reading the CPU layout)
+// for comparison. The copy bandwidth counts bytes read + written.
+//
+//   cuda_quant_gemv_bench [--tokens 1] [--iters 20] [--layers 32] [--formats all|q4_b32,...]
 
 #include <cuda_runtime_api.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/quant_gemv.hpp"
+#include "kernels/cuda/quant_gemv_blocks.hpp"
 
 namespace {
 
 using weft::cuda::QuantGemvFormat;
 
+constexpr const char* kNames[] = {"q8_b32", "q8_b64", "q6_b32", "q6_b64",  "q5_b32",
+                                  "q5_b64", "q4_b32", "q4_b64", "q3h_b32", "q3h_b64",
+                                  "q3_b32", "q3_b64", "q2_b32", "q2_b64"};
+static_assert(sizeof(kNames) / sizeof(kNames[0]) == weft::cuda::kQuantGemvFormats);
+
 struct Shape {
   int out, in;
+};
+
+// A format of the tables: bf16 (cuda::gemv), a reference kernel, or a GPU-layout format.
+struct Format {
+  std::string name;
+  enum Kind { kBF16, kBlocks, kLayout } kind = kLayout;
+  weft::cuda::QuantBlocksFormat blocks{};
+  QuantGemvFormat layout{};
+  std::size_t bytes(Shape s) const {
+    if (kind == kBF16) return std::size_t{2} * s.out * s.in;
+    if (kind == kBlocks) return weft::cuda::quant_blocks_row_bytes(blocks, s.in) * s.out;
+    return weft::cuda::quant_matrix_layout(layout, s.out, s.in).total_bytes();
+  }
+  void run(const void* x, int tokens, const void* w, Shape s, float* y, cudaStream_t stream) const {
+    const auto P = weft::cuda::Precision::kBF16;
+    if (kind == kBF16) {
+      weft::cuda::gemv(x, tokens, w, s.out, s.in, y, s.out, P, stream);
+    } else if (kind == kBlocks) {
+      weft::cuda::quant_gemv_blocks(x, tokens, w, blocks, s.out, s.in, y, s.out, P, stream);
+    } else {
+      weft::cuda::quant_gemv(x, tokens, {w, layout, s.out, s.in}, y, s.out, P, stream);
+    }
+  }
 };
 
 double now_s() {
@@ -55,20 +92,61 @@ void check(cudaError_t err, const char* what) {
   }
 }
 
+// Milliseconds per call of `body`, over `iters` calls after one warm-up.
+template <class F>
+double time_ms(cudaStream_t stream, int iters, F&& body) {
+  body();
+  check(cudaStreamSynchronize(stream), "warm-up");
+  check(cudaGetLastError(), "launch");
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaEventRecord(start, stream);
+  for (int i = 0; i < iters; ++i)
+    body();
+  cudaEventRecord(stop, stream);
+  check(cudaEventSynchronize(stop), "timed runs");
+  check(cudaGetLastError(), "launch");
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms / iters;
+}
+
+void* alloc_weights(std::size_t n) {
+  void* p = nullptr;
+  check(cudaMalloc(&p, n), "weights");
+  // 0x3c: fp16 headers of about 1 (scale and min), codes 12 / 60 / ...; bf16 weights of 0.01.
+  check(cudaMemset(p, 0x3c, n), "weights");
+  return p;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int tokens = 1, iters = 20, layers = 32;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  std::string formats_arg = "all";
+  for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--help" || a == "-h" || i + 1 >= argc) {
+      std::fprintf(stderr,
+                   "usage: cuda_quant_gemv_bench [--tokens N (1-%d)] [--iters N] [--layers N] "
+                   "[--formats all|NAME,NAME,...]\n",
+                   weft::cuda::kQuantGemvMaxTokens);
+      return a == "--help" || a == "-h" ? 0 : 2;
+    }
+    const char* v = argv[++i];
     if (a == "--tokens") {
-      tokens = std::atoi(argv[i + 1]);
+      tokens = std::atoi(v);
     } else if (a == "--iters") {
-      iters = std::atoi(argv[i + 1]);
+      iters = std::atoi(v);
     } else if (a == "--layers") {
-      layers = std::atoi(argv[i + 1]);
+      layers = std::atoi(v);
+    } else if (a == "--formats") {
+      formats_arg = v;
     } else {
-      std::fprintf(stderr, "usage: cuda_quant_gemv_bench [--tokens N] [--iters N] [--layers N]\n");
+      std::fprintf(stderr, "unknown option %s (--help lists them)\n", a.c_str());
       return 2;
     }
   }
@@ -76,37 +154,91 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--tokens must be in [1, %d]\n", weft::cuda::kQuantGemvMaxTokens);
     return 2;
   }
+  if (iters < 1 || layers < 1) {
+    std::fprintf(stderr, "--iters and --layers must be positive\n");
+    return 2;
+  }
+  std::vector<Format> formats;
+  formats.push_back({"bf16", Format::kBF16});
+  formats.push_back({"blocks q8_b32", Format::kBlocks, weft::cuda::QuantBlocksFormat::kQ8B32});
+  formats.push_back({"blocks q4_b32", Format::kBlocks, weft::cuda::QuantBlocksFormat::kQ4B32});
+  {
+    std::vector<std::string> wanted;
+    std::stringstream ss(formats_arg);
+    for (std::string item; std::getline(ss, item, ',');)
+      wanted.push_back(item);
+    for (int f = 0; f < weft::cuda::kQuantGemvFormats; ++f) {
+      bool on = formats_arg == "all";
+      for (const auto& w : wanted)
+        on = on || w == kNames[f];
+      if (on) formats.push_back({kNames[f], Format::kLayout, {}, static_cast<QuantGemvFormat>(f)});
+    }
+    for (const auto& w : wanted) {
+      bool known = w == "all";
+      for (const char* n : kNames)
+        known = known || w == n;
+      if (!known) {
+        std::fprintf(stderr, "--formats: unknown format %s\n", w.c_str());
+        return 2;
+      }
+    }
+  }
   int devices = 0;
   if (const cudaError_t err = cudaGetDeviceCount(&devices); err != cudaSuccess || devices == 0) {
     std::fprintf(stderr, "no GPU visible (%s)\n",
                  err != cudaSuccess ? cudaGetErrorString(err) : "no devices");
     return 1;
   }
-  const std::vector<Shape> per_layer = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
-  const Shape head{128256, 4096};
   const double bandwidth = copy_bandwidth_bytes_per_s();
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
-  std::printf("%s; copy bandwidth %.0f GB/s (read+write); %d layers + lm head, %d token(s)\n",
-              prop.name, bandwidth / 1e9, layers, tokens);
+  std::printf("%s; copy bandwidth %.0f GB/s (read+write); %d token(s)\n", prop.name,
+              bandwidth / 1e9, tokens);
 
   void *x = nullptr, *y = nullptr;
   check(cudaMalloc(&x, sizeof(std::uint16_t) * tokens * 14336), "x");
   check(cudaMemset(x, 0x3c, sizeof(std::uint16_t) * tokens * 14336), "x");
-  check(cudaMalloc(&y, sizeof(float) * tokens * head.out), "y");
+  check(cudaMalloc(&y, sizeof(float) * tokens * 128256), "y");
+  auto* yf = static_cast<float*>(y);
   cudaStream_t stream;
   check(cudaStreamCreate(&stream), "stream");
 
-  double bf16_tps = 0;
-  std::printf("%-8s %10s %12s %10s %10s %9s %8s\n", "format", "weights GB", "ms / token",
+  // Table 1: one product per shape.
+  const std::vector<Shape> shapes = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
+  std::printf("\nper product (effective bandwidth: the matrix's bytes / time)\n");
+  std::printf("%-14s %-12s %10s %10s %10s %9s\n", "format", "shape", "MB", "us", "GB/s", "% copy");
+  for (const Format& f : formats) {
+    for (const Shape s : shapes) {
+      const std::size_t bytes = f.bytes(s);
+      // Copies enough to fill 512 MB, so every product reads its matrix from memory.
+      const std::size_t copies = std::max<std::size_t>(2, (std::size_t{512} << 20) / bytes);
+      std::vector<void*> w;
+      for (std::size_t c = 0; c < copies; ++c)
+        w.push_back(alloc_weights(bytes));
+      std::size_t next = 0;
+      const int calls = std::max<int>(iters * 10, static_cast<int>(copies));
+      const double ms = time_ms(stream, calls, [&] {
+        f.run(x, tokens, w[next], s, yf, stream);
+        next = (next + 1) % copies;
+      });
+      const double gbs = bytes / (ms * 1e-3) / 1e9;
+      char shape[32];
+      std::snprintf(shape, sizeof(shape), "%dx%d", s.out, s.in);
+      std::printf("%-14s %-12s %10.1f %10.1f %10.0f %8.0f%%\n", f.name.c_str(), shape, bytes / 1e6,
+                  ms * 1e3, gbs, gbs * 1e9 / bandwidth * 100);
+      for (void* p : w)
+        cudaFree(p);
+    }
+  }
+
+  // Table 2: a decode step's products.
+  const std::vector<Shape> per_layer = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
+  const Shape head{128256, 4096};
+  std::printf("\nbatch-%d decode products: %d layers + lm head\n", tokens, layers);
+  std::printf("%-14s %10s %12s %10s %10s %9s %8s\n", "format", "weights GB", "ms / token",
               "tokens/s", "floor ms", "vs floor", "vs bf16");
-  for (const char* name : {"bf16", "q8_b32", "q4_b32"}) {
-    const std::string f = name;
-    auto bytes_of = [&](Shape s) {
-      if (f == "bf16") return std::size_t{2} * s.out * s.in;
-      const auto q = f == "q8_b32" ? QuantGemvFormat::kQ8B32 : QuantGemvFormat::kQ4B32;
-      return weft::cuda::quant_gemv_row_bytes(q, s.in) * s.out;
-    };
+  double bf16_tps = 0;
+  for (const Format& f : formats) {
     struct Matrix {
       Shape shape;
       void* data;
@@ -119,48 +251,21 @@ int main(int argc, char** argv) {
     }
     matrices.push_back({head, nullptr});
     for (auto& m : matrices) {
-      const std::size_t n = bytes_of(m.shape);
-      check(cudaMalloc(&m.data, n), "weights");
-      // 0x3c3c: fp16 scale and min of about 1, codes 12 / 60; bf16 weights of about 0.01.
-      check(cudaMemset(m.data, 0x3c, n), "weights");
-      total += n;
+      m.data = alloc_weights(f.bytes(m.shape));
+      total += f.bytes(m.shape);
     }
-    auto run = [&] {
-      for (const auto& m : matrices) {
-        if (f == "bf16") {
-          weft::cuda::gemv(x, tokens, m.data, m.shape.out, m.shape.in, static_cast<float*>(y),
-                           m.shape.out, weft::cuda::Precision::kBF16, stream);
-        } else {
-          weft::cuda::quant_gemv(x, tokens, m.data,
-                                 f == "q8_b32" ? QuantGemvFormat::kQ8B32 : QuantGemvFormat::kQ4B32,
-                                 m.shape.out, m.shape.in, static_cast<float*>(y), m.shape.out,
-                                 weft::cuda::Precision::kBF16, stream);
-        }
-      }
-    };
-    run();
-    check(cudaStreamSynchronize(stream), "warm-up");
-    check(cudaGetLastError(), "launch");
-    cudaEvent_t start, stop;
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
-    cudaEventRecord(start, stream);
-    for (int i = 0; i < iters; ++i)
-      run();
-    cudaEventRecord(stop, stream);
-    check(cudaEventSynchronize(stop), "timed runs");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    const double per_token_ms = ms / iters;
+    const double per_token_ms = time_ms(stream, iters, [&] {
+      for (const auto& m : matrices)
+        f.run(x, tokens, m.data, m.shape, yf, stream);
+    });
     const double tps = tokens * 1e3 / per_token_ms;
     const double floor_ms = total / bandwidth * 1e3;
-    if (f == "bf16") bf16_tps = tps;
-    std::printf("%-8s %10.2f %12.3f %10.1f %10.3f %8.0f%% %7.2fx\n", name, total / 1e9,
-                per_token_ms, tps, floor_ms, floor_ms / per_token_ms * 100, tps / bf16_tps);
+    if (f.kind == Format::kBF16) bf16_tps = tps;
+    std::printf("%-14s %10.2f %12.3f %10.1f %10.3f %8.0f%% %7.2fx\n", f.name.c_str(), total / 1e9,
+                per_token_ms, tps, floor_ms, floor_ms / per_token_ms * 100,
+                bf16_tps > 0 ? tps / bf16_tps : 0.0);
     for (auto& m : matrices)
       cudaFree(m.data);
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
   }
   cudaFree(x);
   cudaFree(y);

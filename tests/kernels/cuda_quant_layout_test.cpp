@@ -58,7 +58,7 @@ HostMatrix repack(QuantGemvFormat f, const std::vector<std::uint8_t>& cpu, std::
   return m;
 }
 
-TEST(QuantLayout, FormatsMatchTheCpuTable) {
+TEST(CudaQuantLayout, FormatsMatchTheCpuTable) {
   for (QuantGemvFormat f : all_formats()) {
     const quant::QuantInfo& cpu = quant::quant_info(cpu_type(f));
     const QuantGemvInfo gpu = quant_gemv_info(f);
@@ -73,7 +73,7 @@ TEST(QuantLayout, FormatsMatchTheCpuTable) {
 }
 
 // Every unit and header of random CPU rows is where the layout puts it; every word is written.
-TEST(QuantLayout, RepackKeepsEveryUnitAndHeader) {
+TEST(CudaQuantLayout, RepackKeepsEveryUnitAndHeader) {
   std::mt19937 rng(7);
   for (QuantGemvFormat f : all_formats()) {
     const quant::QuantType type = cpu_type(f);
@@ -142,7 +142,7 @@ TEST(QuantLayout, RepackKeepsEveryUnitAndHeader) {
   }
 }
 
-TEST(QuantLayout, OnlyMultiplesOf64Columns) {
+TEST(CudaQuantLayout, OnlyMultiplesOf64Columns) {
   EXPECT_TRUE(quant_layout_supported(64));
   EXPECT_TRUE(quant_layout_supported(14336));
   EXPECT_FALSE(quant_layout_supported(0));
@@ -305,9 +305,8 @@ std::vector<Case> all_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantGemv, ::testing::ValuesIn(all_cases()),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           return name_of(info.param.format) + "_" +
-                                  precision_name(info.param.precision);
+                         [](const ::testing::TestParamInfo<Case>& p) {
+                           return name_of(p.param.format) + "_" + precision_name(p.param.precision);
                          });
 
 }  // namespace

@@ -306,11 +306,11 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   };
   // A 16-bit matrix for cuBLAS: w16, or a quantized matrix dequantized into the scratch buffer
   // (which holds any layer matrix whole).
-  auto dense16 = [&](const DeviceBuffer& w16, const DeviceBuffer& wq, int rows,
+  auto dense16 = [&](const DeviceBuffer& w16, const DeviceBuffer& wq, int out_rows,
                      int cols) -> const void* {
     if (wq.get() == nullptr || !quant_format) return w16.get();
-    cuda::quant_dequantize({wq.get(), *quant_format, rows, cols}, 0, rows, dequant_scratch.get(), P,
-                           stream);
+    cuda::quant_dequantize({wq.get(), *quant_format, out_rows, cols}, 0, out_rows,
+                           dequant_scratch.get(), P, stream);
     return dequant_scratch.get();
   };
   // An L2 prefetch of a matrix reads its quantized codes when the step uses them (counted in
