@@ -521,7 +521,6 @@ int main(int argc, char** argv) {
               gpu.num_pages(), page_size, static_cast<long long>(gpu.num_pages()) * page_size,
               kv_dtype_name(kv_layout.dtype), kv_layout.bytes_per_page(),
               static_cast<double>(kv_layout.bytes_per_page()) * gpu.num_pages() / 1e9);
-  const double bandwidth = copy_bandwidth_bytes_per_s();
   // Quantized: what decode reads (the quantized matrices; a tied head's 16-bit embedding).
   double weight_bytes = static_cast<double>(gpu.weight_bytes()), quantized_params = 0;
   if (cpu_model.weight_quantization() != quant::QuantType::kNone) {

@@ -4,11 +4,13 @@
 // Product: a thread block of kWarps warps takes kRows consecutive output rows; its warps split
 // the rows' tiles (32 groups of 32 units) between them, lane i taking group i of a tile. A
 // lane loads the group's code words of all kRows rows with 16-, 8- and 4-byte loads (each a
-// contiguous run over the warp), then per chunk of 8 units: dequantizes them in fp32 (a code
-// becomes a float through the 2^23 exponent trick, no int-to-float conversion) as
-// w' = fma(q, scale, min), and multiplies them with every token's x (read as 16-byte vectors
-// through L1, once for the kRows rows). Sums: per lane in fp32, then over the warp, then over
-// the warps in a fixed order, so results do not depend on timing.
+// contiguous run over the warp), then per chunk of 8 units turns the codes into floats (the
+// 2^23 exponent trick: no int-to-float conversion) and multiplies them with every token's x
+// (read as 16-byte vectors through L1, once for the kRows rows): sum(q * x) per row and token,
+// sum(x) per token, and per block acc += scale * sum(q * x) + min * sum(x). That is one
+// subtraction and one fma per weight and token, plus the code's shift and mask. Sums: per lane
+// in fp32, then over the warp, then over the warps in a fixed order, so results do not depend
+// on timing.
 
 #include <cuda_fp16.h>
 
@@ -69,10 +71,10 @@ __device__ __forceinline__ float code_float(unsigned v) {
   return __uint_as_float(v | 0x4b000000u) - 8388608.0f;
 }
 
-// The dequantized weights of units u0 .. u0 + 7 of a group (8 * kUnitW weights).
+// The codes of units u0 .. u0 + 7 of a group as floats (8 * kUnitW weights' codes).
 template <int kBits, int kUnitW>
-__device__ __forceinline__ void dequantize_chunk(const unsigned (&w)[kBits], int u0, float2 sm,
-                                                 float (&out)[8 * kUnitW]) {
+__device__ __forceinline__ void code_chunk(const unsigned (&w)[kBits], int u0,
+                                           float (&out)[8 * kUnitW]) {
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const int u = u0 + j;
@@ -80,20 +82,27 @@ __device__ __forceinline__ void dequantize_chunk(const unsigned (&w)[kBits], int
       // Q3H: p = q0 * 11 + q1; p / 11 == (p * 187) >> 11 for every 7-bit p.
       const unsigned p = unit_code<kBits>(w, u);
       const unsigned q0 = (p * 187u) >> 11;
-      const unsigned q1 = p - q0 * 11u;
-      out[2 * j] = fmaf(code_float(q0), sm.x, sm.y);
-      out[2 * j + 1] = fmaf(code_float(q1), sm.x, sm.y);
+      out[2 * j] = code_float(q0);
+      out[2 * j + 1] = code_float(p - q0 * 11u);
     } else if constexpr (kBits == 8) {
       // One byte permute: the byte, two zero bytes and 0x4b.
       const int bit = u * 8;
-      const float q =
-          __uint_as_float(__byte_perm(w[bit >> 5], 0x4b000000u, 0x7540u | ((bit & 31) >> 3))) -
-          8388608.0f;
-      out[j] = fmaf(q, sm.x, sm.y);
+      out[j] = __uint_as_float(__byte_perm(w[bit >> 5], 0x4b000000u, 0x7540u | ((bit & 31) >> 3))) -
+               8388608.0f;
     } else {
-      out[j] = fmaf(code_float(unit_code<kBits>(w, u)), sm.x, sm.y);
+      out[j] = code_float(unit_code<kBits>(w, u));
     }
   }
+}
+
+// The dequantized weights of the same units: min + q * scale (one fma).
+template <int kBits, int kUnitW>
+__device__ __forceinline__ void dequantize_chunk(const unsigned (&w)[kBits], int u0, float2 sm,
+                                                 float (&out)[8 * kUnitW]) {
+  code_chunk<kBits, kUnitW>(w, u0, out);
+#pragma unroll
+  for (int e = 0; e < 8 * kUnitW; ++e)
+    out[e] = fmaf(out[e], sm.x, sm.y);
 }
 
 // Eight 16-bit values (the lower address in the low half of each word) as floats.
@@ -172,16 +181,26 @@ __global__ void __launch_bounds__(kWarps * 32)
               header_floats(__ldg(headers + row * row_blocks + g * G::kGroupWeights / kBlock + s));
         }
       }
+      // Per header segment: sum(q * x) per row and token, sum(x) per token, then
+      // acc += scale * sum(q * x) + min * sum(x).
       const T* xg = x + static_cast<std::size_t>(g) * G::kGroupWeights;
 #pragma unroll
       for (int s = 0; s < G::kSegments; ++s) {
+        float qx[kRows][kTokens], sx[kTokens];
+#pragma unroll
+        for (int t = 0; t < kTokens; ++t) {
+          sx[t] = 0.0f;
+#pragma unroll
+          for (int r = 0; r < kRows; ++r)
+            qx[r][t] = 0.0f;
+        }
 #pragma unroll
         for (int c = 0; c < G::kSegmentUnits / 8; ++c) {
           const int u0 = s * G::kSegmentUnits + c * 8;
-          float wf[kRows][8 * kUnitW];
+          float qf[kRows][8 * kUnitW];
 #pragma unroll
           for (int r = 0; r < kRows; ++r)
-            dequantize_chunk<kBits, kUnitW>(w[r], u0, sm[r][s], wf[r]);
+            code_chunk<kBits, kUnitW>(w[r], u0, qf[r]);
 #pragma unroll
           for (int t = 0; t < kTokens; ++t) {
             if (t < tokens) {
@@ -192,13 +211,22 @@ __global__ void __launch_bounds__(kWarps * 32)
               for (int v = 0; v < kUnitW; ++v)
                 unpack(__ldg(xp + v), xf + 8 * v, tag);
 #pragma unroll
+              for (int e = 0; e < 8 * kUnitW; ++e)
+                sx[t] += xf[e];
+#pragma unroll
               for (int r = 0; r < kRows; ++r) {
 #pragma unroll
                 for (int e = 0; e < 8 * kUnitW; ++e)
-                  acc[r][t] = fmaf(wf[r][e], xf[e], acc[r][t]);
+                  qx[r][t] = fmaf(qf[r][e], xf[e], qx[r][t]);
               }
             }
           }
+        }
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+          for (int t = 0; t < kTokens; ++t)
+            acc[r][t] = fmaf(sm[r][s].x, qx[r][t], fmaf(sm[r][s].y, sx[t], acc[r][t]));
         }
       }
     }
