@@ -271,6 +271,8 @@ std::vector<int> parse_list(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Line by line even into a pipe: a run stopped by a time limit still shows how far it got.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::string shape = "1b", model_dir, precision_name = "bf16", json_path;
   int context = 512, repeats = 20;
   bool profile = false;
@@ -521,6 +523,7 @@ int main(int argc, char** argv) {
               gpu.num_pages(), page_size, static_cast<long long>(gpu.num_pages()) * page_size,
               kv_dtype_name(kv_layout.dtype), kv_layout.bytes_per_page(),
               static_cast<double>(kv_layout.bytes_per_page()) * gpu.num_pages() / 1e9);
+  const double bandwidth = copy_bandwidth_bytes_per_s();
   // Quantized: what decode reads (the quantized matrices; a tied head's 16-bit embedding).
   double weight_bytes = static_cast<double>(gpu.weight_bytes()), quantized_params = 0;
   if (cpu_model.weight_quantization() != quant::QuantType::kNone) {
@@ -671,7 +674,10 @@ int main(int argc, char** argv) {
   }
   for (int batch : batches) {
     auto tables = fresh_tables(batch, decode_pages);
-    // Fill the context: one prefill step per sequence (not timed).
+    // Fill the context: one prefill step per sequence (not timed). With int8/fp8 pages these
+    // run the CUDA-core prefill attention (docs/cuda.md), so at long contexts and large batches
+    // the fill takes longer than the timed steps: say so on stderr.
+    const double fill_start = now_s();
     for (int s = 0; s < batch; ++s) {
       model::StepBatch step;
       for (int i = 0; i < context; ++i) {
@@ -684,6 +690,8 @@ int main(int argc, char** argv) {
         return failed();
       }
     }
+    std::fprintf(stderr, "[decode batch %d: context of %d tokens filled in %.1f s]\n", batch,
+                 context, now_s() - fill_start);
     double total = 0;
     int timed = 0;
     // Decode step k: one new token for each sequence.

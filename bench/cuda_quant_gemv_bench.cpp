@@ -125,6 +125,7 @@ void* alloc_weights(std::size_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows show as they come, even into a pipe
   int tokens = 1, iters = 20, layers = 32;
   std::string formats_arg = "all";
   for (int i = 1; i < argc; ++i) {

@@ -142,6 +142,70 @@ struct Geometry {
   static_assert(kSegmentUnits % 8 == 0);
 };
 
+// q4 at 1 or 2 tokens (batch-1 decode), a group's sums with fewer integer operations: nibble
+// j of a code word is masked where it lies, so 2^23 + q * 16^j is a float at the cost of one
+// LOP3 (nibbles 4-7 the same from the word shifted down by 16: one shift per 8 codes instead
+// of 7), minus 2^23 exactly q * 16^j. The products with weight 16^j go to their own sum,
+// scaled back by 16^-j once per group; powers of two, so every value is the one the plain
+// path forms, scaled exactly.
+template <class T, int kRows, int kTokens>
+__device__ __forceinline__ void q4_segment(const unsigned (&w)[kRows][4], const T* xg, int in,
+                                           int tokens, float (&qx)[kRows][kTokens],
+                                           float (&sx)[kTokens]) {
+  const T* tag = nullptr;
+  float part[kRows][kTokens][4];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        part[r][t][j] = 0.0f;
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {  // code word c: units 8c .. 8c + 7
+    float qf[kRows][8];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const unsigned lo = w[r][c], hi = w[r][c] >> 16;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        qf[r][j] = __uint_as_float((lo & (0xfu << (4 * j))) | 0x4b000000u) - 8388608.0f;
+        qf[r][j + 4] = __uint_as_float((hi & (0xfu << (4 * j))) | 0x4b000000u) - 8388608.0f;
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {
+      if (t < tokens) {
+        float xf[8];
+        unpack(__ldg(reinterpret_cast<const uint4*>(xg + static_cast<std::size_t>(t) * in + 8 * c)),
+               xf, tag);
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          sx[t] += xf[e];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            part[r][t][j] = fmaf(qf[r][j], xf[j], part[r][t][j]);
+            part[r][t][j] = fmaf(qf[r][j + 4], xf[j + 4], part[r][t][j]);
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {
+      qx[r][t] = fmaf(
+          part[r][t][3], 1.0f / 4096.0f,
+          fmaf(part[r][t][2], 1.0f / 256.0f, fmaf(part[r][t][1], 1.0f / 16.0f, part[r][t][0])));
+    }
+  }
+}
+
 template <class T, int kBits, int kUnitW, int kBlock, int kTokens, int kRows>
 __global__ void __launch_bounds__(kWarps * 32)
     quant_gemv_kernel(const T* __restrict__ x, int tokens, const unsigned* __restrict__ codes,
@@ -194,30 +258,34 @@ __global__ void __launch_bounds__(kWarps * 32)
           for (int r = 0; r < kRows; ++r)
             qx[r][t] = 0.0f;
         }
+        if constexpr (kBits == 4 && kTokens <= 2) {
+          q4_segment<T, kRows, kTokens>(w, xg, in, tokens, qx, sx);
+        } else {
 #pragma unroll
-        for (int c = 0; c < G::kSegmentUnits / 8; ++c) {
-          const int u0 = s * G::kSegmentUnits + c * 8;
-          float qf[kRows][8 * kUnitW];
+          for (int c = 0; c < G::kSegmentUnits / 8; ++c) {
+            const int u0 = s * G::kSegmentUnits + c * 8;
+            float qf[kRows][8 * kUnitW];
 #pragma unroll
-          for (int r = 0; r < kRows; ++r)
-            code_chunk<kBits, kUnitW>(w[r], u0, qf[r]);
+            for (int r = 0; r < kRows; ++r)
+              code_chunk<kBits, kUnitW>(w[r], u0, qf[r]);
 #pragma unroll
-          for (int t = 0; t < kTokens; ++t) {
-            if (t < tokens) {
-              const uint4* xp = reinterpret_cast<const uint4*>(
-                  xg + static_cast<std::size_t>(t) * in + u0 * kUnitW);
-              float xf[8 * kUnitW];
+            for (int t = 0; t < kTokens; ++t) {
+              if (t < tokens) {
+                const uint4* xp = reinterpret_cast<const uint4*>(
+                    xg + static_cast<std::size_t>(t) * in + u0 * kUnitW);
+                float xf[8 * kUnitW];
 #pragma unroll
-              for (int v = 0; v < kUnitW; ++v)
-                unpack(__ldg(xp + v), xf + 8 * v, tag);
-#pragma unroll
-              for (int e = 0; e < 8 * kUnitW; ++e)
-                sx[t] += xf[e];
-#pragma unroll
-              for (int r = 0; r < kRows; ++r) {
+                for (int v = 0; v < kUnitW; ++v)
+                  unpack(__ldg(xp + v), xf + 8 * v, tag);
 #pragma unroll
                 for (int e = 0; e < 8 * kUnitW; ++e)
-                  qx[r][t] = fmaf(qf[r][e], xf[e], qx[r][t]);
+                  sx[t] += xf[e];
+#pragma unroll
+                for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+                  for (int e = 0; e < 8 * kUnitW; ++e)
+                    qx[r][t] = fmaf(qf[r][e], xf[e], qx[r][t]);
+                }
               }
             }
           }
