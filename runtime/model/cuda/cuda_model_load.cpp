@@ -47,15 +47,20 @@ Result<void> CudaModel::State::upload_quantized(const cpu::WeightMatrix& w, Devi
                           image.data() + part.header_offset() / 4);
   auto* base = dst.as<std::byte>();
   const auto* host = reinterpret_cast<const std::byte*>(image.data());
-  if (auto err = cudaMemcpy(base + row_offset * whole.row_code_words * 4, host, part.code_bytes(),
-                            cudaMemcpyHostToDevice);
+  // Through `stream`, waited for: the image is freed on return, and a plain cudaMemcpy from
+  // pageable memory may return before its DMA lands (upload_floats).
+  if (auto err = cudaMemcpyAsync(base + row_offset * whole.row_code_words * 4, host,
+                                 part.code_bytes(), cudaMemcpyHostToDevice, stream);
       err != cudaSuccess) {
     return cuda_error(err, "uploading a quantized weight matrix");
   }
-  if (auto err =
-          cudaMemcpy(base + whole.header_offset() + row_offset * whole.row_blocks * 4,
-                     host + part.header_offset(), part.header_bytes(), cudaMemcpyHostToDevice);
+  if (auto err = cudaMemcpyAsync(base + whole.header_offset() + row_offset * whole.row_blocks * 4,
+                                 host + part.header_offset(), part.header_bytes(),
+                                 cudaMemcpyHostToDevice, stream);
       err != cudaSuccess) {
+    return cuda_error(err, "uploading a quantized weight matrix");
+  }
+  if (auto err = cudaStreamSynchronize(stream); err != cudaSuccess) {
     return cuda_error(err, "uploading a quantized weight matrix");
   }
   uploaded += w.rows * w.row_bytes();
