@@ -23,7 +23,7 @@
 // before the rows, show what a KV type holds in the same memory.
 //
 // --quantize FORMAT (any of docs/quantization.md, e.g. q4_b32) quantizes the weight matrices as
-// the model is built: the GPU keeps only the quantized matrices, steps of up to 8 tokens read
+// the model is built: the GPU keeps only the quantized matrices, steps of up to 24 tokens read
 // them through cuda::quant_gemv, larger ones dequantize a matrix at a time for cuBLAS, and the
 // floor counts the bytes decode reads (the quantized matrices, a tied lm
 // head's 16-bit embedding) instead of the 16-bit weights. Decode steps run as the engine runs them
