@@ -54,11 +54,20 @@ void quant_repack_rows(const QuantMatrixLayout& layout, const std::uint8_t* cpu_
       std::memcpy(headers + row * layout.row_blocks + b, block, 4);
       std::memcpy(stream.data() + b * block_code_bytes, block + 4, block_code_bytes);
     }
-    for (std::size_t g = 0; g < layout.row_groups; ++g) {
-      for (int j = 0; j < info.code_bits; ++j) {
-        std::uint32_t word = 0;
-        std::memcpy(&word, stream.data() + (g * bits + static_cast<std::size_t>(j)) * 4, 4);
-        codes[quant_code_word_index(layout, row, g, j)] = word;
+    // Tile by tile, piece by piece (quant_code_word_index, unrolled).
+    const auto* words = reinterpret_cast<const std::uint8_t*>(stream.data());
+    std::uint32_t* row_codes = codes + row * layout.row_code_words;
+    for (std::size_t tile = 0; tile * 32 < layout.row_groups; ++tile) {
+      const std::size_t n = std::min<std::size_t>(32, layout.row_groups - tile * 32);
+      std::uint32_t* at = row_codes + tile * 32 * bits;
+      std::size_t before = 0;
+      for (int p = 0; quant_piece_width(info.code_bits, p) > 0; ++p) {
+        const auto width = static_cast<std::size_t>(quant_piece_width(info.code_bits, p));
+        for (std::size_t i = 0; i < n; ++i) {
+          const std::size_t group = tile * 32 + i;
+          std::memcpy(at + n * before + i * width, words + (group * bits + before) * 4, width * 4);
+        }
+        before += width;
       }
     }
     // The padding words at the end of the row.
