@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 
@@ -148,13 +149,24 @@ Value indent(const std::string& s, const CallArgs& a) {
   return Value(std::move(out));
 }
 
+// Python's int() of a float truncates toward zero into an integer of any size; Weft's integers
+// are 64-bit, so a magnitude beyond them is an error (converting it would be undefined behaviour).
+Value float_to_int(double d) {
+  if (!(d > -9223372036854775808.0 && d < 9223372036854775808.0)) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%g", d);
+    fail(std::string("int: ") + buf + " does not fit in a 64-bit integer");
+  }
+  return Value(static_cast<std::int64_t>(d));
+}
+
 Value to_int(const Value& v, const CallArgs& a) {
   Value fallback = a.get(0, "default", Value(0));
   if (v.is_int()) return v;
   if (v.is_bool()) return Value(std::int64_t{v.as_bool()});
   if (v.is_float()) {
     if (!std::isfinite(v.as_float())) return fallback;
-    return Value(static_cast<std::int64_t>(v.as_float()));
+    return float_to_int(v.as_float());
   }
   if (v.is_string()) {
     std::string s = py_strip(v.as_string(), std::nullopt, StripSide::kBoth);
@@ -165,9 +177,7 @@ Value to_int(const Value& v, const CallArgs& a) {
     if (!s.empty() && end == s.c_str() + s.size() && errno == 0)
       return Value(static_cast<std::int64_t>(i));
     double d = std::strtod(s.c_str(), &end);
-    if (!s.empty() && end == s.c_str() + s.size() && std::isfinite(d)) {
-      return Value(static_cast<std::int64_t>(d));
-    }
+    if (!s.empty() && end == s.c_str() + s.size() && std::isfinite(d)) return float_to_int(d);
   }
   return fallback;
 }
