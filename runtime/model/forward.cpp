@@ -11,6 +11,7 @@
 #include "kernels/cpu/paged_attention.hpp"
 #include "kernels/cpu/rope.hpp"
 #include "kernels/cpu/tree_attention.hpp"
+#include "runtime/model/kv_compress_forward.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/rope_frequencies.hpp"
 
@@ -103,6 +104,12 @@ Result<void> check_step_batch(const ModelSpec& spec, const StepBatch& batch, con
       }
     }
     const auto capacity = static_cast<std::int64_t>(seq.page_table.size()) * have.page_size;
+    const int slots_after =
+        seq.token_count > 0
+            ? batch.positions[static_cast<std::size_t>(seq.token_begin + seq.token_count - 1)] -
+                  seq.slot_offset + 1
+            : 0;
+    if (auto ok = check_kv_compress(spec, seq, slots_after, where); !ok) return ok;
     if (!seq.tree_parent.empty()) {
       const auto nodes = static_cast<std::int64_t>(seq.tree_parent.size());
       if (nodes < seq.token_count || seq.tree_first_slot < 0 ||
@@ -132,8 +139,9 @@ Result<void> check_step_batch(const ModelSpec& spec, const StepBatch& batch, con
                    " is beyond the learned position table (max_position_embeddings " +
                    std::to_string(spec.max_positions) + ")");
       }
-      if (pos < 0 || pos >= capacity) {
-        return bad(where + "position " + std::to_string(pos) + " is beyond its page table (" +
+      if (pos < seq.slot_offset || pos - seq.slot_offset >= capacity) {
+        return bad(where + "position " + std::to_string(pos) + " (slot " +
+                   std::to_string(pos - seq.slot_offset) + ") is beyond its page table (" +
                    std::to_string(capacity) + " slots)");
       }
     }
@@ -284,7 +292,8 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
           pages.push_back(kv.layer_bytes(page, static_cast<int>(l)));
         const cpu::PagedKv view{
             pages.data(), page_size, NKV, D, kv.layout().dtype, kv.layout().scales_offset()};
-        const auto pos = static_cast<std::size_t>(batch.positions[t]);
+        // The token's own slot: positions and slots differ after a KV-Compress eviction.
+        const auto pos = static_cast<std::size_t>(batch.positions[t] - seq.slot_offset);
         const std::size_t window = static_cast<std::size_t>(spec_.sliding_window);
         const std::size_t first = windowed && pos + 1 > window ? pos + 1 - window : 0;
         if (!seq.tree_parent.empty()) {
@@ -297,6 +306,11 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
                              scratch.data(), path, alibi);
       }
     });
+    for (const auto& seq : batch.sequences) {
+      if (seq.compress_evict > 0) {
+        compress_layer_kv(seq, batch.positions, q.data(), NH, scale, static_cast<int>(l), kv, path);
+      }
+    }
     cpu::matmul(attn.data(), T, L.o, bias_or_null(L.o_bias), attn_out.data(), &pool, path);
     if (auto ok = reduce(attn_out); !ok) return ok;
     // The MLP's input: parallel blocks read x as it came into the layer (through their own

@@ -23,10 +23,19 @@ struct SequenceSlice {
   // its rotary position is its entry of StepBatch::positions (the context length + depth).
   std::vector<std::int32_t> tree_parent;
   int tree_first_slot = 0;
+  // KV-Compress (runtime/kv/kv_compress.hpp): slots each kv head of the sequence evicted
+  // before this step. Position p lives in slot p - slot_offset (the earlier slots hold each
+  // head's survivors, compacted).
+  int slot_offset = 0;
+  // > 0: after this step, each (layer, kv head) evicts this many slots (a multiple of the page
+  // size), scored by the attention of the slice's last min(compress_window, token_count)
+  // queries, and never from the last compress_window slots.
+  int compress_evict = 0;
+  int compress_window = 0;
 
   // The page-table slot of the slice's i-th token whose position is `position`.
   int kv_slot(int i, int position) const {
-    if (tree_parent.empty()) return position;
+    if (tree_parent.empty()) return position - slot_offset;
     return tree_first_slot + static_cast<int>(tree_parent.size()) - token_count + i;
   }
 };
