@@ -178,6 +178,11 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
     }
   } stop_followers{group};
   load_options.allow_encoder = group == nullptr;
+  if (group != nullptr && s.config.kv_compress_rate > 0.0) {
+    throw Error(ErrorCode::kUnsupported,
+                "kv_compress_rate: " + std::to_string(s.config.kv_compress_rate) +
+                    " needs the whole model on one device (no tensor parallelism yet)");
+  }
   auto loaded = load_model(s.config.model_dir, load_options);
   if (!loaded) throw loaded.error();
   if (loaded->encoder) {
@@ -221,6 +226,15 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
     trie_built->set_value();
   });
   s.context_length = model.spec().rope.max_position_embeddings;
+  if (s.config.kv_compress_rate > 0.0 &&
+      (model.spec().position == model::PositionEmbedding::kAlibi ||
+       model.spec().sliding_window > 0)) {
+    throw Error(ErrorCode::kUnsupported,
+                "kv_compress_rate: " + std::to_string(s.config.kv_compress_rate) + ": " +
+                    model.spec().architecture +
+                    " uses ALiBi or a sliding window, whose attention depends on distances "
+                    "that compacted slots no longer keep");
+  }
 
   auto tokenizer = loaders::load_tokenizer(s.config.model_dir);
   if (!tokenizer) throw tokenizer.error();
@@ -298,6 +312,7 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   sc.admission = s.config.admission == "optimistic" ? sched::AdmissionPolicy::kOptimistic
                                                     : sched::AdmissionPolicy::kReserve;
   sc.prefix_cache = s.config.prefix_cache;
+  sc.kv_compress = {s.config.kv_compress_rate, s.config.kv_compress_window};
   s.kv_allocator = std::make_unique<actors::KvAllocatorActor>(executor, sc.num_pages, sc.page_size);
   s.scheduler = std::make_unique<actors::SchedulerActor>(
       *s.kv_allocator, sc, *s.executor_actor, *s.sampler, *s.detokenizer, *s.constraint, eos);

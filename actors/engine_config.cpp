@@ -4,6 +4,7 @@
 
 #include "actors/device_backend.hpp"
 #include "kernels/cpu/quant/format.hpp"
+#include "runtime/kv/kv_compress.hpp"
 #include "weft/engine.hpp"
 
 namespace weft {
@@ -69,6 +70,15 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
       } else {
         c.gpu_memory_fraction = v;
       }
+    } else if (key == "kv_compress_rate") {
+      double v = 0;
+      if (value.get(v) != simdjson::SUCCESS) {
+        ok = field_error(path, key, "a number");
+      } else {
+        c.kv_compress_rate = v;
+      }
+    } else if (key == "kv_compress_window") {
+      ok = as_int(c.kv_compress_window);
     } else if (key == "cpu_threads") {
       ok = as_int(c.cpu_threads);
     } else if (key == "prefix_cache") {
@@ -103,7 +113,8 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
                        "\" (known: model_dir, spec_file, quantize, device, page_size, "
                        "kv_budget_bytes, max_tokens_per_step, max_running, "
                        "admission, cpu_threads, gpu_memory_fraction, "
-                       "jump_forward, prefix_cache, kv_cache_dtype, speculate, "
+                       "jump_forward, prefix_cache, kv_cache_dtype, kv_compress_rate, "
+                       "kv_compress_window, speculate, "
                        "draft_model_dir, spec_tokens, spec_width, "
                        "spec_step_budget, draft_kv_budget_bytes)");
     }
@@ -162,6 +173,17 @@ Result<void> EngineConfig::validate() const {
   }
   if (draft_kv_budget_bytes < 1) {
     return bad("draft_kv_budget_bytes: " + std::to_string(draft_kv_budget_bytes) + " must be > 0");
+  }
+  if (auto ok = kv::check(kv::KvCompressConfig{kv_compress_rate, kv_compress_window}); !ok) {
+    return bad(ok.error().what());
+  }
+  if (kv_compress_rate > 0.0 && d->cuda) {
+    return bad("kv_compress_rate: " + std::to_string(kv_compress_rate) + " needs device cpu (" +
+               device + " has no KV-Compress kernels yet)");
+  }
+  if (kv_compress_rate > 0.0 && !speculate.empty()) {
+    return bad("kv_compress_rate: " + std::to_string(kv_compress_rate) + " and speculate \"" +
+               speculate + "\" do not mix");
   }
   if (admission != "reserve" && admission != "optimistic") {
     return bad("admission: \"" + admission + "\" must be \"reserve\" or \"optimistic\"");

@@ -198,6 +198,10 @@ std::string prometheus_text(const EngineMetrics& m, const GatewayState& state) {
   gauge("weft_kv_pages_peak", "Most KV cache pages in use at once.", m.kv_pages_peak);
   counter("weft_steps_total", "Engine steps run.", static_cast<double>(m.steps));
   counter("weft_preemptions_total", "Sequences preempted.", static_cast<double>(m.preemptions));
+  counter("weft_kv_compressions_total", "Sequences whose KV was compressed (KV-Compress).",
+          static_cast<double>(m.kv_compressions));
+  counter("weft_kv_compressed_pages_total", "KV pages freed by KV-Compress.",
+          static_cast<double>(m.kv_compressed_pages));
   counter("weft_prompt_tokens_total", "Prompt tokens processed.",
           static_cast<double>(m.prompt_tokens));
   counter("weft_generation_tokens_total", "Tokens generated.",

@@ -222,6 +222,8 @@ EngineMetrics SchedulerActor::snapshot() const {
   m.kv_pages_used = scheduler_.pool().held_pages();
   m.kv_pages_peak = scheduler_.pool().peak_used_pages();
   m.preemptions = scheduler_.preemptions();
+  m.kv_compressions = scheduler_.compressions();
+  m.kv_compressed_pages = scheduler_.compressed_pages();
   const sched::PrefixCacheStats cache = scheduler_.prefix_cache_stats();
   m.kv_pages_cached = cache.cached_pages;
   m.prefix_cache_query_tokens = cache.query_tokens;
@@ -260,6 +262,9 @@ asio::awaitable<void> SchedulerActor::loop() {
     for (std::size_t i = 0; i < plan.slices.size(); ++i) {
       const auto& s = plan.slices[i];
       batch.sequences.push_back({s.token_begin, s.token_count, s.page_table, false});
+      batch.sequences.back().slot_offset = s.slot_offset;
+      batch.sequences.back().compress_evict = s.compress_evict;
+      batch.sequences.back().compress_window = s.compress_window;
       if (s.draft) {
         model::SequenceSlice& slice = batch.sequences.back();
         slice.all_logits = true;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <string>
 
@@ -9,8 +10,10 @@ namespace weft::kv {
 
 Result<void> check(const KvCompressConfig& config) {
   if (!(config.rate >= 0.0 && config.rate < 1.0)) {
-    return Error(ErrorCode::kInvalidArgument, "kv_compress_rate: " + std::to_string(config.rate) +
-                                                  " is outside [0, 1) (0 turns it off)");
+    char rate[32];
+    std::snprintf(rate, sizeof rate, "%g", config.rate);
+    return Error(ErrorCode::kInvalidArgument,
+                 std::string("kv_compress_rate: ") + rate + " is outside [0, 1) (0 turns it off)");
   }
   if (config.window < 1 || config.window > 4096) {
     return Error(ErrorCode::kInvalidArgument,

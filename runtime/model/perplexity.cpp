@@ -30,6 +30,9 @@ Result<PerplexityResult> sliding_window_perplexity(const Model& model,
     return Error(ErrorCode::kInvalidArgument,
                  "perplexity: window must be >= 2 and stride, chunk, page size >= 1");
   }
+  if (auto ok = kv::check(o.kv_compress); !ok) {
+    return Error(ErrorCode::kInvalidArgument, std::string("perplexity: ") + ok.error().what());
+  }
   if (o.stride > o.window) {
     return Error(ErrorCode::kInvalidArgument,
                  "perplexity: stride " + std::to_string(o.stride) + " is larger than window " +
@@ -69,6 +72,8 @@ Result<PerplexityResult> sliding_window_perplexity(const Model& model,
   std::vector<float> logits;
   // Feeds tokens [from, to) of the window that starts at `window_begin` (positions relative to
   // it) and, when `score`, adds -log p(next token) at each fed position.
+  // KV-Compress: slots evicted from the current window's context.
+  int evicted = 0;
   auto feed = [&](std::size_t window_begin, std::size_t from, std::size_t to,
                   bool score) -> Result<void> {
     const auto chunk = static_cast<std::size_t>(o.chunk);
@@ -80,8 +85,20 @@ Result<PerplexityResult> sliding_window_perplexity(const Model& model,
         step.positions.push_back(static_cast<std::int32_t>(p - window_begin));
       }
       step.sequences.push_back({0, static_cast<int>(c_end - c), page_table, score});
+      SequenceSlice& slice = step.sequences.back();
+      slice.slot_offset = evicted;
+      // The context's last chunk: compress what the window's scored tokens will read.
+      const int evict =
+          !score && c_end == to
+              ? kv::evicted_slots(static_cast<int>(to - window_begin), o.kv_compress, o.page_size)
+              : 0;
+      if (evict > 0) {
+        slice.compress_evict = evict;
+        slice.compress_window = o.kv_compress.window;
+      }
       auto ok = model.forward(step, kv, logits, pool);
       if (!ok) return ok;
+      evicted += evict;
       if (!score) continue;
       for (std::size_t p = c; p < c_end; ++p) {
         nll -=
@@ -96,6 +113,7 @@ Result<PerplexityResult> sliding_window_perplexity(const Model& model,
   for (std::size_t begin = 0; begin < n; begin += static_cast<std::size_t>(o.stride)) {
     const std::size_t end = std::min(begin + static_cast<std::size_t>(o.window), n);
     const std::size_t first = std::max(prev_end, begin + 1);  // first token scored here
+    evicted = 0;  // a new window writes its cache from slot 0
     // Positions [begin, first - 1) are context only; [first - 1, end - 1) predict the scored
     // tokens [first, end).
     auto ok = feed(begin, begin, first - 1, /*score=*/false);

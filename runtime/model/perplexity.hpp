@@ -12,6 +12,7 @@
 #include <functional>
 #include <span>
 
+#include "runtime/kv/kv_compress.hpp"
 #include "runtime/model/model.hpp"
 #include "weft/error.hpp"
 
@@ -23,6 +24,10 @@ struct PerplexityOptions {
   int chunk = 256;  // tokens per forward step: bounds the logits' memory
   int page_size = 16;
   KvDtype kv_dtype = KvDtype::kF32;  // the KV pages' element type (kernels/kv_dtype.hpp)
+  // KV-Compress (docs/kv-compress.md): each window's context (the tokens before the first one
+  // it scores) is compressed once fed, so its scored tokens see the compressed cache, as a
+  // request's output sees its compressed prompt.
+  kv::KvCompressConfig kv_compress;
 };
 
 struct PerplexityResult {

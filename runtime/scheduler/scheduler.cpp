@@ -58,18 +58,23 @@ int Scheduler::available_pages() const {
 
 // A sequence's pages go back: to the prefix cache (its full computed pages) or the pool.
 void Scheduler::release_pages(Sequence& seq) {
-  if (cache_) {
+  if (cache_ && !seq.compressed) {
     cache_->release(seq.tokens, seq.computed, seq.pages);
   } else {
     pool_.release_all(seq.pages);
   }
   seq.pages.clear();
+  seq.evicted = 0;
+  seq.compressed = false;
 }
 
 void Scheduler::check_config() const {
   if (config_.page_size < 1 || config_.max_tokens_per_step < 1 || config_.max_running < 1) {
     throw Error(ErrorCode::kInvalidArgument,
                 "scheduler: page_size, max_tokens_per_step and max_running must be >= 1");
+  }
+  if (auto ok = kv::check(config_.kv_compress); !ok) {
+    throw Error(ErrorCode::kInvalidArgument, std::string("scheduler: ") + ok.error().what());
   }
 }
 
@@ -123,6 +128,7 @@ void Scheduler::share_prefix(Sequence& s) {
   auto it = sequences_.find(parent_id);
   if (it == sequences_.end() || s.computed != 0 || !s.pages.empty()) return;
   const Sequence& parent = it->second;
+  if (parent.evicted > 0) return;  // compacted pages no longer hold the prompt's prefix
   const int shareable = std::min(parent.computed, s.prompt_len - 1);
   const int pages = shareable / config_.page_size;
   if (pages <= 0 || static_cast<int>(parent.pages.size()) < pages) return;
@@ -162,7 +168,7 @@ const Sequence* Scheduler::find(std::uint64_t id) const {
 }
 
 bool Scheduler::grow_pages(Sequence& seq, int positions) {
-  const int missing = pages_for(positions) - static_cast<int>(seq.pages.size());
+  const int missing = pages_for(positions - seq.evicted) - static_cast<int>(seq.pages.size());
   if (missing <= 0) return true;
   if (cache_) cache_->make_free(missing);
   return pool_.allocate(missing, seq.pages);
@@ -175,7 +181,8 @@ bool Scheduler::admission_allows(const Sequence& candidate) const {
   for (std::uint64_t id : running_) {
     const Sequence& s = sequences_.at(id);
     if (s.beam_group == 0) {
-      demands.push_back({static_cast<int>(s.tokens.size()), s.max_new_tokens - s.generated()});
+      demands.push_back(
+          {static_cast<int>(s.tokens.size()) - s.evicted, s.max_new_tokens - s.generated()});
     }
   }
   add_beam_demands(demands, &candidate);
@@ -216,7 +223,8 @@ StepPlan Scheduler::plan_step() {
       const Sequence& s = sequences_.at(id);
       if (static_cast<int>(s.tokens.size()) - s.computed != 1) continue;
       if (++decodes > budget) break;
-      needed += std::max(0, pages_for(s.computed + 1) - static_cast<int>(s.pages.size()));
+      needed +=
+          std::max(0, pages_for(s.computed + 1 - s.evicted) - static_cast<int>(s.pages.size()));
     }
     if (needed <= available_pages() || running_.empty()) break;
     preempt(running_.back(), plan);
@@ -233,8 +241,8 @@ StepPlan Scheduler::plan_step() {
   auto prefill_chunk = [&](Sequence& s) {
     int chunk = std::min(static_cast<int>(s.tokens.size()) - s.computed, budget);
     // Optimistic mode may find fewer free pages than the chunk wants: take what fits.
-    const int fits =
-        (static_cast<int>(s.pages.size()) + available_pages()) * config_.page_size - s.computed;
+    const int fits = (static_cast<int>(s.pages.size()) + available_pages()) * config_.page_size -
+                     (s.computed - s.evicted);
     chunk = std::min(chunk, fits);
     if (chunk <= 0 || !grow_pages(s, s.computed + chunk)) return 0;
     chosen.push_back({s.id, chunk});
@@ -305,6 +313,9 @@ StepPlan Scheduler::plan_step() {
     slice.first_position = s.computed;
     slice.samples = s.computed + c.count == static_cast<int>(s.tokens.size());
     slice.page_table = s.pages;
+    slice.slot_offset = s.evicted;
+    slice.compress_evict = compress_evict(s, c.count);
+    if (slice.compress_evict > 0) slice.compress_window = config_.kv_compress.window;
     for (int i = 0; i < c.count; ++i) {
       plan.tokens.push_back(s.tokens[static_cast<std::size_t>(s.computed + i)]);
       plan.positions.push_back(s.computed + i);
@@ -336,7 +347,35 @@ void Scheduler::complete_step(const StepPlan& plan, std::span<const std::int32_t
       continue;
     }
     s.computed += slice.token_count;
+    if (slice.compress_evict > 0) complete_compression(s, slice);
     if (samples && token >= 0) s.tokens.push_back(token);
+  }
+}
+
+}  // namespace weft::sched
+
+namespace weft::sched {
+
+int Scheduler::compress_evict(const Sequence& s, int count) const {
+  if (!config_.kv_compress.enabled() || s.compressed || s.beam_group != 0) return 0;
+  if (s.computed + count != static_cast<int>(s.tokens.size())) return 0;  // not its last chunk
+  for (auto page : s.pages) {
+    if (pool_.ref_count(page) != 1 || pool_.cached(page)) return 0;  // shared: not ours to rewrite
+  }
+  return kv::evicted_slots(s.computed + count - s.evicted, config_.kv_compress, config_.page_size);
+}
+
+// The forward pass compacted each head's survivors into the first slots: the pages past them
+// go back to the pool (exactly compress_evict / page_size of them).
+void Scheduler::complete_compression(Sequence& s, const ScheduledSlice& slice) {
+  s.evicted += slice.compress_evict;
+  s.compressed = true;
+  ++compressions_;
+  const auto keep = static_cast<std::size_t>(pages_for(s.computed - s.evicted));
+  while (s.pages.size() > keep) {
+    pool_.release(s.pages.back());
+    s.pages.pop_back();
+    ++compressed_pages_;
   }
 }
 

@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/kv/kv_compress.hpp"
 #include "runtime/kv/page_pool.hpp"
 #include "runtime/kv/prefix_cache.hpp"
 #include "runtime/scheduler/admission.hpp"
@@ -37,6 +38,12 @@ struct SchedulerConfig {
   // Keep finished sequences' full pages in a radix tree (kv::PrefixCache) and start a new
   // sequence after the longest cached prefix of its tokens.
   bool prefix_cache = false;
+  // KV-Compress (runtime/kv/kv_compress.hpp): once a sequence's prompt is prefilled, each of
+  // its kv heads evicts this share of its slots, in whole pages, and the pages freed go back
+  // to the pool. A sequence holding shared pages (a prefix cache hit, a sibling's or a beam's
+  // pages) is not compressed, since its pages are not its own to rewrite, and a compressed
+  // sequence's pages never join the prefix cache (they no longer hold its tokens' prefix).
+  kv::KvCompressConfig kv_compress;
 };
 
 // The prefix cache's counters.
@@ -62,6 +69,12 @@ struct ScheduledSlice {
   // first_position + its depth, its KV in slot first_position + 1 + its index (scratch until
   // accepted). Every token of the slice gets logits. Null: an ordinary slice.
   std::shared_ptr<const speculative::DraftTree> draft;
+  // KV-Compress: position p is in slot p - slot_offset; compress_evict > 0 asks the forward
+  // pass to evict that many slots per (layer, kv head) after this slice, scored by its last
+  // compress_window queries (model::SequenceSlice).
+  int slot_offset = 0;
+  int compress_evict = 0;
+  int compress_window = 0;
 };
 
 struct StepPlan {
@@ -89,6 +102,10 @@ struct Sequence {
   // Beam search: the group's first sequence (whose admission reserved the whole width); 0
   // for a sequence of its own.
   std::uint64_t beam_group = 0;
+  // KV-Compress: slots each kv head evicted (the token at position p is in slot p - evicted),
+  // and whether the sequence was compressed (then its pages never join the prefix cache).
+  int evicted = 0;
+  bool compressed = false;
 
   int generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
 };
@@ -177,7 +194,15 @@ class Scheduler {
   void complete_step(const StepPlan& plan, std::span<const std::int32_t> sampled,
                      std::span<const VerifiedDraft> verified = {});
 
-  void set_speculation(SpeculationConfig config) { speculation_ = std::move(config); }
+  // Throws weft::Error (kInvalidArgument) with KV-Compress on: draft trees sit at slots
+  // counted from positions, which a compressed sequence no longer has.
+  void set_speculation(SpeculationConfig config) {
+    if (config.propose && config_.kv_compress.enabled()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "speculative decoding and KV-Compress (kv_compress_rate > 0) do not mix");
+    }
+    speculation_ = std::move(config);
+  }
   const SpeculationStats& speculation_stats() const noexcept { return speculation_stats_; }
 
   // Appends tokens that were not sampled (jump-forward decoding: the grammar forced them) to
@@ -190,10 +215,17 @@ class Scheduler {
   int waiting() const noexcept { return static_cast<int>(waiting_.size()); }
   const kv::PagePool& pool() const noexcept { return pool_; }
   std::uint64_t preemptions() const noexcept { return preemptions_; }
+  // KV-Compress: sequences compressed and pages their compressions gave back.
+  std::uint64_t compressions() const noexcept { return compressions_; }
+  std::uint64_t compressed_pages() const noexcept { return compressed_pages_; }
   PrefixCacheStats prefix_cache_stats() const;
 
  private:
   int pages_for(int tokens) const { return pool_.pages_for(tokens); }
+  // The eviction a slice asks for: > 0 when it completes an uncompressed sequence whose pages
+  // are all its own (kv_compress.cpp).
+  int compress_evict(const Sequence& s, int count) const;
+  void complete_compression(Sequence& s, const ScheduledSlice& slice);
   void check_config() const;
   bool grow_pages(Sequence& seq, int positions);
   int available_pages() const;
@@ -220,6 +252,8 @@ class Scheduler {
   std::deque<std::uint64_t> waiting_;
   std::uint64_t next_step_ = 0;
   std::uint64_t preemptions_ = 0;
+  std::uint64_t compressions_ = 0;
+  std::uint64_t compressed_pages_ = 0;
   std::unique_ptr<kv::PrefixCache> cache_;  // null with prefix_cache off
   struct BeamGroup {
     int width = 1;

@@ -33,6 +33,7 @@
 #include "tools/weft/bench_stats.hpp"
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
+#include "tools/weft/kv_compress_option.hpp"
 #include "tools/weft/load_progress.hpp"
 #include "tools/weft/quantize_option.hpp"
 #include "tools/weft/speculative_options.hpp"
@@ -67,6 +68,7 @@ struct BenchOptions {
   int page_size = 16;
   std::int64_t kv_budget_mb = 256;
   std::string kv_cache_dtype = "auto";
+  KvCompressOptions kv_compress;
   int max_tokens_per_step = 512;
   int max_running = 256;
   std::string admission = "reserve";
@@ -255,6 +257,8 @@ int run_bench(const BenchOptions& o) {
   if (tp.exit_code) return *tp.exit_code;
   config.tensor_parallel = tp.group;
   config.prefix_cache = o.prefix_cache == "on";
+  config.kv_compress_rate = o.kv_compress.rate;
+  config.kv_compress_window = o.kv_compress.window;
   apply_speculative_options(o.speculative, config);
   Runtime runtime(RuntimeOptions{.worker_threads = 2});
   std::optional<Engine> engine;
@@ -408,6 +412,8 @@ int run_bench(const BenchOptions& o) {
       {"kv_page_bytes", metrics.kv_page_bytes},
       {"kv_pool_tokens", metrics.kv_pool_tokens},
       {"preemptions", metrics.preemptions},
+      {"kv_compressions", metrics.kv_compressions},
+      {"kv_compressed_pages", metrics.kv_compressed_pages},
       {"steps", metrics.steps},
       {"input_tokens", input_tokens},
       {"output_tokens", output_tokens},
@@ -552,6 +558,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--kv-cache-dtype", opts->kv_cache_dtype, kKvCacheDtypeHelp)
       ->capture_default_str();
+  add_kv_compress_options(cmd, opts->kv_compress);
   cmd->add_option("--kv-budget-mb", opts->kv_budget_mb, "KV pool size in MiB")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));

@@ -27,6 +27,7 @@
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
 #include "tools/weft/generate_beam.hpp"
+#include "tools/weft/kv_compress_option.hpp"
 #include "tools/weft/load_progress.hpp"
 #include "tools/weft/quantize_option.hpp"
 #include "tools/weft/speculative_options.hpp"
@@ -66,6 +67,7 @@ struct GenerateOptions {
   int n_best = 1;
   std::string device = "auto";
   std::string kv_cache_dtype = "auto";
+  KvCompressOptions kv_compress;
   std::string format = "text";
   bool ignore_eos = false;
   unsigned threads = 0;
@@ -204,9 +206,42 @@ int run_speculative_generate(const GenerateOptions& o) {
   return generate_with_engine(std::move(config), std::move(request), o.format == "json");
 }
 
+// --kv-compress-rate: the request runs through the Engine, whose scheduler plans the
+// compression after the prompt's prefill (docs/kv-compress.md).
+int run_compressed_generate(const GenerateOptions& o) {
+  auto fail = [](const std::string& message) {
+    std::cerr << "weft generate: " << message << '\n';
+    return 1;
+  };
+  if (o.tensor_parallel > 1) return fail("--kv-compress-rate: not with --tensor-parallel so far");
+  auto device = actors::parse_device(o.device);
+  if (!device) return fail(std::string("--device: ") + device.error().what());
+  auto format = response_format(o);
+  if (!format) return fail(format.error().what());
+  EngineConfig config;
+  config.model_dir = o.model_dir;
+  config.spec_file = o.spec_file;
+  config.device = actors::device_name(*device);
+  config.page_size = o.page_size;
+  config.cpu_threads = o.threads;
+  config.kv_cache_dtype = o.kv_cache_dtype;
+  config.kv_compress_rate = o.kv_compress.rate;
+  config.kv_compress_window = o.kv_compress.window;
+  GenerateRequest request;
+  if (o.prompt) {
+    request.prompt = *o.prompt;
+  } else {
+    request.prompt_ids.assign(o.prompt_ids.begin(), o.prompt_ids.end());
+  }
+  request.response_format = std::move(format.value());
+  request.sampling = sampling_params(o);
+  return generate_with_engine(std::move(config), std::move(request), o.format == "json");
+}
+
 int run_generate(const GenerateOptions& o) {
   if (o.beam_width > 1) return run_generate_beams(o);
   if (!o.speculative.speculate.empty()) return run_speculative_generate(o);
+  if (o.kv_compress.rate > 0.0) return run_compressed_generate(o);
   // With --tensor-parallel N, N processes started by mpirun run this function together:
   // each loads its shard and runs every forward step (the all-reduces join them), rank 0
   // samples, prints, and broadcasts each token and whether to stop (docs/parallel.md).
@@ -470,6 +505,7 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<GenerateOptions>();
   add_model_option(cmd, opts->model_dir);
   add_quantize_option(cmd, opts->quantize);
+  add_kv_compress_options(cmd, opts->kv_compress);
   cmd->add_option("--spec", opts->spec_file,
                   "model specification file (default: chosen by config.json's architectures, "
                   "then model_type, "

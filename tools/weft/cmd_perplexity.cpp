@@ -23,6 +23,7 @@
 #include "runtime/model/perplexity.hpp"
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
+#include "tools/weft/kv_compress_option.hpp"
 #include "tools/weft/quantize_option.hpp"
 
 namespace weft::cli {
@@ -39,6 +40,7 @@ struct PerplexityOptions {
   unsigned threads = 0;
   int page_size = 16;
   std::string kv_cache_dtype = "auto";
+  KvCompressOptions kv_compress;
   std::string format = "text";
 };
 
@@ -90,6 +92,7 @@ int run_perplexity(const PerplexityOptions& o) {
 
   cpu::ThreadPool pool(o.threads);
   model::PerplexityOptions options{o.window, o.stride, o.chunk, o.page_size, *kv_dtype};
+  options.kv_compress = {o.kv_compress.rate, o.kv_compress.window};
   Progress progress;
   auto result = model::sliding_window_perplexity(
       model, ids, options, pool,
@@ -105,6 +108,8 @@ int run_perplexity(const PerplexityOptions& o) {
                             {"window", o.window},
                             {"stride", o.stride},
                             {"kv_cache_dtype", kv_dtype_name(*kv_dtype)},
+                            {"kv_compress_rate", o.kv_compress.rate},
+                            {"kv_compress_window", o.kv_compress.window},
                             {"file", o.file},
                             {"model", o.model_dir}};
     std::cout << boost::json::serialize(out) << '\n';
@@ -126,6 +131,7 @@ void add_perplexity_command(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<PerplexityOptions>();
   add_model_option(cmd, opts->model_dir);
   add_quantize_option(cmd, opts->quantize);
+  add_kv_compress_options(cmd, opts->kv_compress);
   cmd->add_option("--file", opts->file, "UTF-8 text file to score")->required();
   cmd->add_option("--spec", opts->spec_file,
                   "model specification file (default: chosen by config.json's architectures, "

@@ -29,6 +29,7 @@
 #include "loaders/tokenizer_json.hpp"
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
+#include "tools/weft/kv_compress_option.hpp"
 #include "tools/weft/load_progress.hpp"
 #include "tools/weft/quantize_option.hpp"
 #include "tools/weft/speculative_options.hpp"
@@ -51,6 +52,7 @@ struct ServeOptions {
   std::string prefix_cache = "on";
   std::string device = "auto";
   std::string kv_cache_dtype = "auto";
+  KvCompressOptions kv_compress;
   double gpu_memory_fraction = 0.0;
   double shutdown_timeout_s = 30;
   int tensor_parallel = 1;
@@ -117,6 +119,8 @@ int run_serve(const ServeOptions& opts) {
     if (tp.exit_code) return *tp.exit_code;
     config.tensor_parallel = tp.group;
     config.prefix_cache = opts.prefix_cache == "on";
+    config.kv_compress_rate = opts.kv_compress.rate;
+    config.kv_compress_window = opts.kv_compress.window;
     apply_speculative_options(opts.speculative, config);
     auto engine_owner = std::make_unique<Engine>(engine_io.get_executor(), config);
     Engine& engine = *engine_owner;
@@ -228,6 +232,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<ServeOptions>();
   add_model_option(cmd, opts->model_dir);
   add_quantize_option(cmd, opts->quantize);
+  add_kv_compress_options(cmd, opts->kv_compress);
   cmd->add_option("--host", opts->gateway.host, "IP address to listen on")->capture_default_str();
   cmd->add_option("--port", opts->gateway.port, "TCP port; 0 picks a free one")
       ->capture_default_str();

@@ -77,6 +77,12 @@ struct EngineConfig {
   // later request that starts with the same tokens (docs/engine.md#prefix-caching); the
   // pages are evicted, least recently used first, when the pool needs them.
   bool prefix_cache = true;
+  // KV-Compress (docs/kv-compress.md): after a prompt is prefilled, each (layer, kv head)
+  // evicts this share of its cached tokens (in whole pages), those the last
+  // kv_compress_window prompt tokens attended to least; the pages freed go back to the pool.
+  // 0 (the default) turns it off. In [0, 1); the CPU only; not with speculate.
+  double kv_compress_rate = 0.0;
+  int kv_compress_window = 16;
   // Speculative decoding (docs/speculative.md): "" (off), "prompt-lookup" (n-gram lookup in
   // the request's own tokens) or "draft" (draft_model_dir, a model with the same tokenizer,
   // run on the CPU). spec_tokens: the draft's depth (tokens of one path); spec_width: the
@@ -234,6 +240,9 @@ struct EngineMetrics {
   std::uint64_t prefix_cache_evictions = 0;
   std::uint64_t steps = 0;
   std::uint64_t preemptions = 0;
+  // KV-Compress: sequences compressed, and the KV pages their compressions gave back.
+  std::uint64_t kv_compressions = 0;
+  std::uint64_t kv_compressed_pages = 0;
   std::uint64_t prompt_tokens = 0;
   std::uint64_t generated_tokens = 0;
   std::uint64_t finished_stop = 0;
