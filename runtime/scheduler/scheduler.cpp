@@ -359,6 +359,7 @@ namespace weft::sched {
 int Scheduler::compress_evict(const Sequence& s, int count) const {
   if (!config_.kv_compress.enabled() || s.compressed || s.beam_group != 0) return 0;
   if (s.computed + count != static_cast<int>(s.tokens.size())) return 0;  // not its last chunk
+  if (count == 1 && s.computed >= s.prompt_len) return 0;  // a decode step, not a prefill
   for (auto page : s.pages) {
     if (pool_.ref_count(page) != 1 || pool_.cached(page)) return 0;  // shared: not ours to rewrite
   }

@@ -222,8 +222,8 @@ class Scheduler {
 
  private:
   int pages_for(int tokens) const { return pool_.pages_for(tokens); }
-  // The eviction a slice asks for: > 0 when it completes an uncompressed sequence whose pages
-  // are all its own (kv_compress.cpp).
+  // The eviction a slice asks for: > 0 when it is the prefill chunk that completes an
+  // uncompressed sequence whose pages are all its own (a decode step never compresses).
   int compress_evict(const Sequence& s, int count) const;
   void complete_compression(Sequence& s, const ScheduledSlice& slice);
   void check_config() const;
