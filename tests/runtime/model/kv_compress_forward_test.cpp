@@ -30,14 +30,14 @@ int argmax(const float* row, int n) {
   return static_cast<int>(std::max_element(row, row + n) - row);
 }
 
-struct Run {
+struct GreedyRun {
   std::vector<int> tokens;   // greedy: the prompt's next token, then one per decode step
   std::vector<float> first;  // the prompt step's logits
   int evicted = 0;
 };
 
 // Prefills `prompt` in one step (compressing at `rate` with `window`), then decodes greedily.
-Run run_greedy(const model::Model& m, const std::vector<int>& prompt, int steps, double rate,
+GreedyRun run_greedy(const model::Model& m, const std::vector<int>& prompt, int steps, double rate,
                int window, int page_size, KvCache* keep_cache = nullptr) {
   cpu::ThreadPool pool(2);
   const int len = static_cast<int>(prompt.size());
@@ -50,7 +50,7 @@ Run run_greedy(const model::Model& m, const std::vector<int>& prompt, int steps,
   SequenceSlice seq{0, len, {}, false};
   for (int p = 0; p < kv.num_pages(); ++p)
     seq.page_table.push_back(p);
-  Run run;
+  GreedyRun run;
   run.evicted = kv::evicted_slots(len, kv::KvCompressConfig{rate, window}, page_size);
   seq.compress_evict = run.evicted;
   seq.compress_window = run.evicted > 0 ? window : 0;
@@ -93,8 +93,8 @@ TEST(KvCompressForward, SurvivorsAreAnOrderedSubsetEndingWithTheWindowChosenPerH
   const int page = 4, window = 5;
   const int slots = static_cast<int>(prompt.size());
   KvCache full(m.kv_layout(page), 12), compressed(m.kv_layout(page), 12);
-  const Run plain = run_greedy(m, prompt, 1, 0.0, window, page, &full);
-  const Run squeezed = run_greedy(m, prompt, 1, 0.5, window, page, &compressed);
+  const GreedyRun plain = run_greedy(m, prompt, 1, 0.0, window, page, &full);
+  const GreedyRun squeezed = run_greedy(m, prompt, 1, 0.5, window, page, &compressed);
   ASSERT_EQ(squeezed.evicted, 16);
   // The step that compresses is exact: compression follows each layer's attention.
   ASSERT_EQ(plain.first.size(), squeezed.first.size());
@@ -165,11 +165,11 @@ TEST(KvCompressForward, FixtureGreedyAgreementPerRate) {
     int agreed[3] = {0, 0, 0}, total = 0, compressed = 0;
     for (const auto& ref : testing::read_reference(testing::fixture_dir(name))) {
       const int steps = static_cast<int>(ref.greedy_ids.size());
-      const Run base = run_greedy(m, ref.prompt_ids, steps, 0.0, 2, 1);
+      const GreedyRun base = run_greedy(m, ref.prompt_ids, steps, 0.0, 2, 1);
       total += steps;
       const double rates[] = {0.25, 0.5, 0.75};
       for (int r = 0; r < 3; ++r) {
-        const Run got = run_greedy(m, ref.prompt_ids, steps, rates[r], 2, 1);
+        const GreedyRun got = run_greedy(m, ref.prompt_ids, steps, rates[r], 2, 1);
         compressed += got.evicted > 0;
         ASSERT_FALSE(got.tokens.empty());
         EXPECT_EQ(got.tokens[0], base.tokens[0]) << name << ": the compressing step is exact";
@@ -197,10 +197,10 @@ TEST(KvCompressWeftTiny, GreedyAgreementAndHeldOutPerplexityPerRate) {
     auto ids = tokenizer->tokenizer->encode(all.substr(start, 1200), true);
     ASSERT_TRUE(ids.ok());
     const std::vector<int> prompt(ids->begin(), ids->end());
-    const Run base = run_greedy(loaded->model, prompt, 32, 0.0, 16, 16);
+    const GreedyRun base = run_greedy(loaded->model, prompt, 32, 0.0, 16, 16);
     total += 32;
     for (int r = 0; r < 3; ++r) {
-      const Run got = run_greedy(loaded->model, prompt, 32, rates[r], 16, 16);
+      const GreedyRun got = run_greedy(loaded->model, prompt, 32, rates[r], 16, 16);
       EXPECT_GT(got.evicted, 0);
       EXPECT_EQ(got.tokens[0], base.tokens[0]);
       agreed[r] += agreement(base.tokens, got.tokens);
