@@ -21,10 +21,10 @@ void add_kv_compress_options(CLI::App* cmd, KvCompressOptions& options) {
               rate = std::stod(value, &used);
               if (used != value.size()) throw std::invalid_argument(value);
             } catch (const std::exception&) {
-              return "--kv-compress-rate: \"" + value + "\" is not a number";
+              return "\"" + value + "\" is not a number";
             }
             auto ok = kv::check(kv::KvCompressConfig{rate, 16});
-            return ok ? std::string() : "--kv-compress-rate: " + value + " is outside [0, 1)";
+            return ok ? std::string() : value + " is outside [0, 1) (0: off)";
           },
           "RATE"));
   cmd->add_option("--kv-compress-window", options.window,
@@ -39,10 +39,10 @@ void add_kv_compress_options(CLI::App* cmd, KvCompressOptions& options) {
               window = std::stoi(value, &used);
               if (used != value.size()) throw std::invalid_argument(value);
             } catch (const std::exception&) {
-              return "--kv-compress-window: \"" + value + "\" is not an integer";
+              return "\"" + value + "\" is not an integer";
             }
             auto ok = kv::check(kv::KvCompressConfig{0.0, window});
-            return ok ? std::string() : "--kv-compress-window: " + value + " is outside [1, 4096]";
+            return ok ? std::string() : value + " is outside [1, 4096]";
           },
           "TOKENS"));
 }
