@@ -180,8 +180,8 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   load_options.allow_encoder = group == nullptr;
   if (group != nullptr && s.config.kv_compress_rate > 0.0) {
     throw Error(ErrorCode::kUnsupported,
-                "kv_compress_rate: " + std::to_string(s.config.kv_compress_rate) +
-                    " needs the whole model on one device (no tensor parallelism yet)");
+                "kv_compress_rate > 0 needs the whole model on one device (no tensor "
+                "parallelism yet)");
   }
   auto loaded = load_model(s.config.model_dir, load_options);
   if (!loaded) throw loaded.error();
@@ -230,8 +230,7 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
       (model.spec().position == model::PositionEmbedding::kAlibi ||
        model.spec().sliding_window > 0)) {
     throw Error(ErrorCode::kUnsupported,
-                "kv_compress_rate: " + std::to_string(s.config.kv_compress_rate) + ": " +
-                    model.spec().architecture +
+                "kv_compress_rate > 0: " + model.spec().architecture +
                     " uses ALiBi or a sliding window, whose attention depends on distances "
                     "that compacted slots no longer keep");
   }

@@ -178,12 +178,11 @@ Result<void> EngineConfig::validate() const {
     return bad(ok.error().what());
   }
   if (kv_compress_rate > 0.0 && d->cuda) {
-    return bad("kv_compress_rate: " + std::to_string(kv_compress_rate) + " needs device cpu (" +
-               device + " has no KV-Compress kernels yet)");
+    return bad("kv_compress_rate > 0 needs device cpu (" + device +
+               " has no KV-Compress kernels yet)");
   }
   if (kv_compress_rate > 0.0 && !speculate.empty()) {
-    return bad("kv_compress_rate: " + std::to_string(kv_compress_rate) + " and speculate \"" +
-               speculate + "\" do not mix");
+    return bad("kv_compress_rate > 0 and speculate \"" + speculate + "\" do not mix");
   }
   if (admission != "reserve" && admission != "optimistic") {
     return bad("admission: \"" + admission + "\" must be \"reserve\" or \"optimistic\"");
