@@ -45,6 +45,7 @@ void apply_speculative_options(const SpeculativeOptions& o, EngineConfig& config
 
 int generate_with_engine(EngineConfig config, GenerateRequest request, bool json) {
   namespace asio = boost::asio;
+  const bool speculative = !config.speculate.empty();
   Runtime runtime(RuntimeOptions{.worker_threads = 2});
   std::optional<Engine> engine;
   try {
@@ -99,10 +100,18 @@ int generate_with_engine(EngineConfig config, GenerateRequest request, bool json
                              {"speculative_verifications", m.speculative_verifications},
                              {"speculative_draft_tokens", m.speculative_draft_tokens},
                              {"speculative_accepted_tokens", m.speculative_accepted_tokens},
-                             {"mean_acceptance_length", acceptance}};
+                             {"mean_acceptance_length", acceptance},
+                             {"kv_compressions", m.kv_compressions},
+                             {"kv_compressed_pages", m.kv_compressed_pages}};
     std::cout << boost::json::serialize(done) << '\n';
   } else {
     std::cout << '\n';
+    if (!speculative) {  // --kv-compress-rate (docs/kv-compress.md)
+      std::fprintf(stderr, "kv-compress: %d tokens in %llu steps, %.2f s; %llu KV pages freed\n",
+                   final_event.usage.completion_tokens, static_cast<unsigned long long>(m.steps),
+                   seconds, static_cast<unsigned long long>(m.kv_compressed_pages));
+      return 0;
+    }
     std::fprintf(stderr,
                  "speculative: %d tokens in %llu steps, %.2f s; %llu verifications, %llu of "
                  "%llu draft tokens accepted, mean acceptance length %.2f\n",

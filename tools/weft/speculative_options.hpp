@@ -20,9 +20,9 @@ struct SpeculativeOptions {
 void add_speculative_options(CLI::App* cmd, SpeculativeOptions& o);
 void apply_speculative_options(const SpeculativeOptions& o, EngineConfig& config);
 
-// Runs one request through an Engine (which `--speculate` needs), streaming its text to
-// stdout (or, with json, one object per delta and a summary with the acceptance figures).
-// Returns the process exit code.
+// Runs one request through an Engine (which `--speculate` and `--kv-compress-rate` need),
+// streaming its text to stdout (or, with json, one object per delta and a summary with the
+// acceptance and compression figures). Returns the process exit code.
 int generate_with_engine(EngineConfig config, GenerateRequest request, bool json);
 
 }  // namespace weft::cli
