@@ -140,9 +140,10 @@ Result<void> check_step_batch(const ModelSpec& spec, const StepBatch& batch, con
                    std::to_string(spec.max_positions) + ")");
       }
       if (pos < seq.slot_offset || pos - seq.slot_offset >= capacity) {
-        return bad(where + "position " + std::to_string(pos) + " (slot " +
-                   std::to_string(pos - seq.slot_offset) + ") is beyond its page table (" +
-                   std::to_string(capacity) + " slots)");
+        const std::string slot =
+            seq.slot_offset == 0 ? "" : " (slot " + std::to_string(pos - seq.slot_offset) + ")";
+        return bad(where + "position " + std::to_string(pos) + slot +
+                   " is beyond its page table (" + std::to_string(capacity) + " slots)");
       }
     }
   }

@@ -352,10 +352,6 @@ void Scheduler::complete_step(const StepPlan& plan, std::span<const std::int32_t
   }
 }
 
-}  // namespace weft::sched
-
-namespace weft::sched {
-
 int Scheduler::compress_evict(const Sequence& s, int count) const {
   if (!config_.kv_compress.enabled() || s.compressed || s.beam_group != 0) return 0;
   if (s.computed + count != static_cast<int>(s.tokens.size())) return 0;  // not its last chunk
