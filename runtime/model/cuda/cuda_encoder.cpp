@@ -255,6 +255,10 @@ Result<void> CudaEncoder::encode(const EncodeBatch& batch, std::vector<float>& h
   if (auto ok = model.check(batch); !ok) return ok;
   const ModelSpec& spec = model.spec();
   const int T = static_cast<int>(batch.tokens.size());
+  if (T == 0) {  // nothing to run (a kernel grid of zero blocks would be a launch error)
+    hidden.clear();
+    return {};
+  }
   const int H = spec.hidden_size, I = spec.intermediate_size;
   const int NH = spec.num_heads, HD = spec.head_dim;
   const auto eps = static_cast<float>(spec.norm_epsilon);
