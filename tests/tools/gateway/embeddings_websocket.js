@@ -80,7 +80,7 @@ async function main() {
   const b64 = await run(ws, { type: 'embeddings', id: 'b', input: 'hello world', encoding_format: 'base64', dimensions: 8 });
   const bytes = Buffer.from(b64.data[0].embedding, 'base64');
   const floats = Array.from({ length: bytes.length / 4 }, (_, i) => bytes.readFloatLE(4 * i));
-  close(floats, one.data[0].embedding.slice(0, 8), 0, 'base64');
+  close(floats, one.data[0].embedding.slice(0, 8).map(Math.fround), 0, 'base64');
   console.log('ok   ws base64 and dimensions');
 
   // Too long: an error naming the input, its tokens and the limit; with truncate, the first
