@@ -10,6 +10,7 @@
 #if WEFT_HAVE_CUDA
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/precision.hpp"
+#include "runtime/model/cuda/cuda_encoder.hpp"
 #include "runtime/model/cuda/cuda_model.hpp"
 #endif
 #if WEFT_HAVE_NCCL
@@ -111,6 +112,29 @@ Result<std::unique_ptr<model::ForwardBackend>> make_forward_backend(
   (void)max_tokens_per_step;
   (void)gpu_memory_fraction;
   (void)on_progress;
+  return Error(ErrorCode::kUnsupported,
+               "device cuda:" + std::to_string(device.index) +
+                   ": this Weft was built without CUDA (configure with WEFT_CUDA=ON)");
+#endif
+}
+
+Result<std::unique_ptr<model::EncoderBackend>> make_encoder_backend(
+    const model::EncoderModel& model, const DeviceChoice& device, unsigned cpu_threads,
+    int max_tokens_per_step) {
+  if (!device.cuda) {
+    return std::unique_ptr<model::EncoderBackend>(
+        std::make_unique<model::CpuEncoderBackend>(model, cpu_threads));
+  }
+#if WEFT_HAVE_CUDA
+  model::CudaEncoderOptions options;
+  options.device = device.index;
+  options.precision = cuda::Precision::kBF16;
+  options.max_tokens_per_step = max_tokens_per_step;
+  auto gpu = model::CudaEncoder::create(model, options);
+  if (!gpu) return gpu.error();
+  return std::unique_ptr<model::EncoderBackend>(std::move(gpu.value()));
+#else
+  (void)max_tokens_per_step;
   return Error(ErrorCode::kUnsupported,
                "device cuda:" + std::to_string(device.index) +
                    ": this Weft was built without CUDA (configure with WEFT_CUDA=ON)");

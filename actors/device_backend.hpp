@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "runtime/model/encoder_backend.hpp"
 #include "runtime/model/forward_backend.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/parallel/communicator.hpp"
@@ -68,6 +69,13 @@ Result<std::unique_ptr<model::ForwardBackend>> make_tensor_parallel_shard(
     const model::Model& model, const DeviceChoice& device, const model::KvLayout& layout,
     int num_pages, unsigned cpu_threads, int max_tokens_per_step, double gpu_memory_fraction,
     parallel::Communicator& group, std::function<void(std::size_t, std::size_t)> on_progress = {});
+
+// An encoder-only model's backend: the CPU (cpu_threads threads), or on a GPU the weights
+// uploaded in bf16 and step buffers sized for max_tokens_per_step tokens (model::CudaEncoder).
+// `model` must outlive the backend.
+Result<std::unique_ptr<model::EncoderBackend>> make_encoder_backend(
+    const model::EncoderModel& model, const DeviceChoice& device, unsigned cpu_threads,
+    int max_tokens_per_step);
 
 // Rank 0's backend in a tensor-parallel group (runtime/parallel/step_broadcast.hpp): its
 // shard of `model`, each step also sent to the other ranks (which run

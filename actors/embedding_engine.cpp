@@ -1,5 +1,6 @@
 #include "actors/embedding_engine.hpp"
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <chrono>
 #include <future>
@@ -14,17 +15,52 @@ namespace weft::actors {
 
 namespace asio = boost::asio;
 
+namespace {
+
+// `full` is a text's ids with special tokens, `plain` without: full = prefix + plain + suffix
+// (e.g. [CLS] plain [SEP]). Cuts plain so the whole fits `limit`, keeping prefix and suffix,
+// as Hugging Face tokenizers' truncation does. Where plain is not found inside full (a
+// normalizer that differs with specials) or the specials alone fill the limit, the first
+// `limit` ids are kept.
+std::vector<std::int32_t> truncate_keeping_specials(std::vector<std::int32_t> full,
+                                                    const std::vector<std::uint32_t>& plain,
+                                                    int limit) {
+  const auto cap = static_cast<std::size_t>(limit);
+  if (full.size() <= cap) return full;
+  if (plain.size() < full.size()) {
+    const std::size_t specials = full.size() - plain.size();
+    for (std::size_t p = 0; p <= specials && specials < cap; ++p) {
+      if (!std::equal(
+              plain.begin(), plain.end(), full.begin() + static_cast<std::ptrdiff_t>(p),
+              [](std::uint32_t a, std::int32_t b) { return static_cast<std::int32_t>(a) == b; })) {
+        continue;
+      }
+      const std::size_t keep = cap - specials;
+      std::vector<std::int32_t> out(full.begin(),
+                                    full.begin() + static_cast<std::ptrdiff_t>(p + keep));
+      out.insert(out.end(), full.begin() + static_cast<std::ptrdiff_t>(p + plain.size()),
+                 full.end());
+      return out;
+    }
+  }
+  full.resize(cap);
+  return full;
+}
+
+}  // namespace
+
 // The queue and the model, on the device thread's strand. A step blocks the thread; requests
 // that arrive meanwhile wait in the strand's queue and join the next step.
 class EmbeddingActor : public Actor {
  public:
   EmbeddingActor(const asio::any_io_executor& device, asio::any_io_executor reply_executor,
-                 const model::EncoderModel& model, int max_tokens_per_step, unsigned threads)
+                 const model::EncoderModel& model, model::EncoderBackend& backend,
+                 int max_tokens_per_step)
       : Actor(device),
         reply_executor_(std::move(reply_executor)),
         model_(model),
-        queue_(max_tokens_per_step),
-        pool_(threads) {}
+        backend_(backend),
+        queue_(max_tokens_per_step) {}
 
   void add(model::EmbedJob job, int prompt_tokens,
            asio::any_completion_handler<Engine::EmbedSignature> handler) {
@@ -91,7 +127,7 @@ class EmbeddingActor : public Actor {
     metrics_.running = static_cast<int>(step.owners.size());
     const auto start = std::chrono::steady_clock::now();
     std::vector<float> hidden;
-    auto ok = model_.encode(step.batch, hidden, pool_);
+    auto ok = backend_.encode(step.batch, hidden);
     metrics_.forward_us +=
         static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                        std::chrono::steady_clock::now() - start)
@@ -124,8 +160,8 @@ class EmbeddingActor : public Actor {
 
   asio::any_io_executor reply_executor_;
   const model::EncoderModel& model_;
+  model::EncoderBackend& backend_;
   model::EmbeddingQueue queue_;
-  cpu::ThreadPool pool_;
   std::map<std::uint64_t, Waiting> waiting_;
   EngineMetrics metrics_;
   bool step_posted_ = false;
@@ -134,12 +170,16 @@ class EmbeddingActor : public Actor {
 
 EmbeddingEngine::EmbeddingEngine(const asio::any_io_executor& executor, LoadedModel loaded,
                                  std::shared_ptr<const text::Tokenizer> tokenizer,
-                                 int max_tokens_per_step, unsigned cpu_threads)
+                                 int max_tokens_per_step, unsigned cpu_threads, DeviceChoice device)
     : executor_(executor), loaded_(std::move(loaded)), tokenizer_(std::move(tokenizer)) {
+  // Made here, once loaded_ holds the model for good: the backend keeps a reference to it.
+  auto backend = make_encoder_backend(*loaded_.encoder, device, cpu_threads, max_tokens_per_step);
+  if (!backend) throw backend.error();
+  backend_ = std::move(backend.value());
   work_.emplace(asio::make_work_guard(device_context_));
   device_thread_ = std::thread([this] { device_context_.run(); });
   actor_ = std::make_unique<EmbeddingActor>(device_context_.get_executor(), executor_,
-                                            *loaded_.encoder, max_tokens_per_step, cpu_threads);
+                                            *loaded_.encoder, *backend_, max_tokens_per_step);
 }
 
 EmbeddingEngine::~EmbeddingEngine() {
@@ -237,6 +277,18 @@ void EmbeddingEngine::embed(EmbedRequest request,
       if (ids.empty()) {
         return fail(std::move(handler),
                     Error(ErrorCode::kInvalidArgument, where + "empty after tokenization"));
+      }
+      if (static_cast<int>(ids.size()) > longest && request.truncate) {
+        if (request.texts.empty()) {
+          ids.resize(static_cast<std::size_t>(longest));
+        } else {
+          auto plain = tokenizer_->encode(request.texts[i], /*add_special_tokens=*/false);
+          if (!plain) {
+            return fail(std::move(handler),
+                        Error(plain.error().code(), where + plain.error().what()));
+          }
+          ids = truncate_keeping_specials(std::move(ids), *plain, longest);
+        }
       }
       if (static_cast<int>(ids.size()) > longest) {
         return fail(std::move(handler),

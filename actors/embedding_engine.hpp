@@ -13,7 +13,9 @@
 #include <optional>
 #include <thread>
 
+#include "actors/device_backend.hpp"
 #include "loaders/model_loader.hpp"
+#include "runtime/model/encoder_backend.hpp"
 #include "runtime/text/tokenizer.hpp"
 #include "weft/engine.hpp"
 
@@ -23,10 +25,15 @@ class EmbeddingActor;
 
 class EmbeddingEngine {
  public:
-  // `loaded` must hold an encoder. Starts the model's thread.
+  // `loaded` must hold an encoder. Makes its backend on `device` (actors/device_backend.hpp;
+  // the CPU with cpu_threads threads, or a GPU) and starts the model's thread. Throws the
+  // backend's Error when it cannot be made (no such GPU, out of device memory).
   EmbeddingEngine(const boost::asio::any_io_executor& executor, LoadedModel loaded,
                   std::shared_ptr<const text::Tokenizer> tokenizer, int max_tokens_per_step,
-                  unsigned cpu_threads);
+                  unsigned cpu_threads, DeviceChoice device = {});
+
+  // Where the forward passes run, for logs ("cpu (8 threads)", "cuda:0 (bf16)").
+  std::string backend_description() const { return backend_->describe(); }
   ~EmbeddingEngine();  // fails what still waits (kShutdown) and joins the thread
   EmbeddingEngine(const EmbeddingEngine&) = delete;
   EmbeddingEngine& operator=(const EmbeddingEngine&) = delete;
@@ -42,6 +49,7 @@ class EmbeddingEngine {
  private:
   boost::asio::any_io_executor executor_;
   LoadedModel loaded_;
+  std::unique_ptr<model::EncoderBackend> backend_;  // used on device_thread_ only
   std::shared_ptr<const text::Tokenizer> tokenizer_;
   boost::asio::io_context device_context_{1};
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;

@@ -186,19 +186,16 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   auto loaded = load_model(s.config.model_dir, load_options);
   if (!loaded) throw loaded.error();
   if (loaded->encoder) {
-    if (s.config.device != "cpu" && s.config.device != "auto") {
-      throw Error(ErrorCode::kUnsupported,
-                  "device \"" + s.config.device + "\": " + loaded->full_spec.architecture +
-                      " is an encoder-only model, which runs on the CPU only so far");
-    }
+    auto device = actors::parse_device(s.config.device);
+    if (!device) throw device.error();
     auto tokenizer = loaders::load_tokenizer(s.config.model_dir);
     if (!tokenizer) throw tokenizer.error();
     s.vocab_size = loaded->encoder->spec().vocab_size;
     s.context_length = loaded->encoder->max_sequence_length();
     s.embedding = std::make_unique<actors::EmbeddingEngine>(
         executor, std::move(loaded.value()), tokenizer->tokenizer, s.config.max_tokens_per_step,
-        s.config.cpu_threads);
-    log_info("engine: encoder-only model; embeddings on the CPU");
+        s.config.cpu_threads, *device);
+    log_info("engine: encoder-only model; embeddings on " + s.embedding->backend_description());
     return;
   }
   s.loaded = std::move(loaded.value());

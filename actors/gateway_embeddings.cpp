@@ -126,6 +126,10 @@ Result<ParsedEmbeddings> parse_embeddings_request(std::string_view body, const S
     } else if (key == "normalize") {
       if (!v.is_bool()) return bad(key, "expected a boolean, got " + json::serialize(v));
       out.request.normalize = v.get_bool();
+    } else if (key == "truncate") {
+      if (v.is_null()) continue;
+      if (!v.is_bool()) return bad(key, "expected a boolean, got " + json::serialize(v));
+      out.request.truncate = v.get_bool();
     } else {
       return bad(key, "unknown or unsupported parameter");
     }

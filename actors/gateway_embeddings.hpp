@@ -20,7 +20,8 @@ struct ParsedEmbeddings {
 
 // Parses and checks `body`: `input` (a string, an array of strings, an array of token ids or
 // an array of such arrays), `model`, `encoding_format` (float or base64), `dimensions` (1 to
-// `embedding_size`), `user`, and Weft's `pooling` (mean or cls) and `normalize` (boolean).
+// `embedding_size`), `user`, and Weft's `pooling` (mean or cls), `normalize` and `truncate`
+// (booleans).
 // Errors start with the parameter's name and a colon, as parse_request's do.
 Result<ParsedEmbeddings> parse_embeddings_request(std::string_view body, const ServedModel& model,
                                                   int embedding_size);

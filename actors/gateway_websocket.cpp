@@ -12,6 +12,8 @@
 #include <map>
 #include <optional>
 
+#include "actors/gateway_embeddings.hpp"
+
 namespace weft::gateway {
 namespace {
 
@@ -93,9 +95,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     bool cancel_requested = false;
   };
 
-  void send(json::object frame) {
+  void send(json::object frame) { send_text(json::serialize(frame)); }
+
+  void send_text(std::string frame) {
     if (closed_ || close_reason_) return;
-    outbox_.push_back(json::serialize(frame));
+    outbox_.push_back(std::move(frame));
     outbox_bytes_ += outbox_.back().size();
     wake_writer_.cancel();
   }
@@ -149,13 +153,28 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (it->second.request_id) state_->engine.cancel(*it->second.request_id);
       return;
     }
-    if (type->get_string() != "generate") {
-      return violation(
-          *id, "invalid_frame",
-          "type: \"" + std::string(type->get_string()) + "\" is not one of generate, cancel");
+    const bool embeddings = type->get_string() == "embeddings";
+    if (type->get_string() != "generate" && !embeddings) {
+      return violation(*id, "invalid_frame",
+                       "type: \"" + std::string(type->get_string()) +
+                           "\" is not one of generate, embeddings, cancel");
     }
     if (live_.contains(key)) {
       return violation(*id, "duplicate_id", "id: a request with this id is still live");
+    }
+    if (embeddings) {
+      // The HTTP route's body is the frame without its type and id: the same parser, the
+      // same parameters and messages.
+      json::object body = object;
+      body.erase("type");
+      body.erase("id");
+      auto parsed = parse_embeddings_request(json::serialize(body), state_->model,
+                                             state_->engine.embedding_size());
+      if (!parsed) return send_error(*id, "invalid_parameter", parsed.error().what());
+      live_.emplace(key, Live{});
+      asio::co_spawn(ws_.get_executor(), embed(shared_from_this(), key, *id, std::move(*parsed)),
+                     asio::detached);
+      return;
     }
     auto parsed = parse_request(object, Api::kWebSocket, state_->model);
     if (!parsed) return send_error(*id, "invalid_parameter", parsed.error().what());
@@ -295,6 +314,53 @@ class Connection : public std::enable_shared_from_this<Connection> {
       co_await self->wait_for_room();
     }
     self->live_.erase(key);
+  }
+
+  // One embeddings request: the engine batches it with other inputs; one frame answers it,
+  // the HTTP route's response object with the frame's type and id in front.
+  static asio::awaitable<void> embed(std::shared_ptr<Connection> self, std::string key,
+                                     json::value id, ParsedEmbeddings parsed) {
+    ++self->state_->live_generations;
+    struct Done {
+      GatewayState& state;
+      ~Done() { --state.live_generations; }
+    } done{*self->state_};
+    switch (refusal_for_new_generation(*self->state_)) {
+      case Refusal::kNone:
+        break;
+      case Refusal::kDraining:
+        self->live_.erase(key);
+        self->send_error(id, "shutting_down",
+                         "the server is shutting down and takes no new requests");
+        co_return;
+      case Refusal::kTooManyQueued:
+      case Refusal::kTooManyLive:
+        self->live_.erase(key);
+        self->send_error(
+            id, "overloaded",
+            "the server is overloaded: " + std::to_string(self->state_->config.max_live_requests) +
+                " requests are in flight; retry later");
+        co_return;
+    }
+    auto [e, result] = co_await self->state_->engine.embed(parsed.request, kTuple);
+    self->live_.erase(key);
+    if (e) {
+      std::string message = "the engine refused the request";
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        message = ex.what();
+      }
+      self->send_error(id, "invalid_request", message);
+      co_return;
+    }
+    std::string body = embeddings_response_json(result, parsed, self->state_->model);
+    while (!body.empty() && body.back() == '\n')
+      body.pop_back();
+    // body is {"object":"list",...}: the frame is {"type":"embeddings","id":ID,"object":...}.
+    self->send_text("{\"type\":\"embeddings\",\"id\":" + json::serialize(id) + "," +
+                    body.substr(1));
+    co_await self->wait_for_room();
   }
 
   static asio::awaitable<void> writer(std::shared_ptr<Connection> self) {

@@ -1,6 +1,7 @@
 #pragma once
 // The WebSocket session of the gateway (docs/websocket.md): many generate requests multiplexed
-// on one connection, each streaming token frames and then a done frame; cancel frames; error
+// on one connection, each streaming token frames and then a done frame; embeddings requests,
+// each answered by one frame (the HTTP route's object); cancel frames; error
 // frames for bad input, and a close after repeated protocol violations. Included only by the
 // gateway's own .cpp files, since it brings in Beast.
 

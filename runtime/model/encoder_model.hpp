@@ -49,6 +49,17 @@ class EncoderModel {
       const EncodeBatch& batch, Pooling pooling, bool normalize, cpu::ThreadPool& pool,
       cpu::KernelPath path = cpu::KernelPath::kAuto) const;
 
+  // What a device backend uploads: the tables (type_embedding's data is null when the model
+  // has none) and the embedding norm (empty when it has none).
+  const TensorView& word_embedding() const noexcept { return word_embedding_; }
+  const TensorView& position_embedding() const noexcept { return position_embedding_; }
+  const TensorView& type_embedding() const noexcept { return type_embedding_; }
+  const std::vector<float>& embedding_norm() const noexcept { return embedding_norm_; }
+  const std::vector<float>& embedding_norm_bias() const noexcept { return embedding_norm_bias_; }
+
+  // The checks encode() makes before running, for other backends.
+  Result<void> check(const EncodeBatch& batch) const;
+
   struct Layer {
     cpu::WeightMatrix q, k, v, o, up, down;
     std::vector<float> q_bias, k_bias, v_bias, o_bias, up_bias, down_bias;
@@ -57,8 +68,6 @@ class EncoderModel {
   const std::vector<Layer>& layers() const noexcept { return layers_; }
 
  private:
-  Result<void> check(const EncodeBatch& batch) const;
-
   ModelSpec spec_;
   std::string prefix_;
   TensorView word_embedding_, position_embedding_, type_embedding_;

@@ -145,6 +145,55 @@ TEST_F(EmbeddingEngineTest, Errors) {
   EXPECT_NE(error_of(f).find("shutting down"), std::string::npos);
 }
 
+// truncate cuts an over-long input to the model's 40 positions: a text keeps [CLS], its first
+// 38 tokens and [SEP] (what the 38-word text gives), token ids their first 40.
+TEST_F(EmbeddingEngineTest, Truncate) {
+  Engine engine(runtime.executor(), bert_config());
+  std::string long_text, short_text;
+  for (int i = 0; i < 50; ++i)
+    long_text += "fox ";
+  for (int i = 0; i < 38; ++i)
+    short_text += "fox ";
+  EmbedRequest cut = texts({long_text, "hello world"});
+  cut.truncate = true;
+  auto r = engine.embed(cut, asio::use_future).get();
+  ASSERT_EQ(r.embeddings.size(), 2u);
+  EXPECT_EQ(r.prompt_tokens, 40 + 4);
+  auto shorter = engine.embed(texts({short_text}), asio::use_future).get();
+  EXPECT_EQ(shorter.prompt_tokens, 40);
+  EXPECT_EQ(r.embeddings[0], shorter.embeddings[0]);
+
+  // Token ids: the first 40 of 60 (no special tokens are added to ids).
+  std::vector<std::int32_t> ids(60, 100);
+  ids.front() = 2;
+  EmbedRequest by_ids;
+  by_ids.token_ids = {ids};
+  auto f = engine.embed(by_ids, asio::use_future);
+  EXPECT_NE(error_of(f).find("input[0]: 60 tokens exceed the model's 40 positions"),
+            std::string::npos);
+  by_ids.truncate = true;
+  auto cut_ids = engine.embed(by_ids, asio::use_future).get();
+  EXPECT_EQ(cut_ids.prompt_tokens, 40);
+  EmbedRequest first40;
+  first40.token_ids = {std::vector<std::int32_t>(ids.begin(), ids.begin() + 40)};
+  EXPECT_EQ(cut_ids.embeddings[0], engine.embed(first40, asio::use_future).get().embeddings[0]);
+}
+
+// device "cuda" runs the encoder on the GPU (tests/actors/cuda/embedding_cuda_test.cpp checks
+// its numbers); without a GPU, or in a build without CUDA, the engine refuses with a message
+// that says so, never a crash.
+TEST_F(EmbeddingEngineTest, CudaDeviceWorksOrSaysWhyNot) {
+  EngineConfig c = bert_config();
+  c.device = "cuda";
+  try {
+    Engine engine(runtime.executor(), c);
+    auto r = engine.embed(texts({"hello world"}), asio::use_future).get();
+    EXPECT_EQ(r.embeddings.at(0).size(), 32u);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(EmbeddingEngineTest, DecoderEngineRefusesEmbed) {
   EngineConfig c;
   c.model_dir = std::string(WEFT_SOURCE_DIR) + "/models/weft-tiny";

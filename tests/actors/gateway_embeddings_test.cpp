@@ -44,6 +44,10 @@ TEST(GatewayEmbeddings, InputShapes) {
   EXPECT_EQ(lists->dimensions, 8);
   EXPECT_EQ(lists->request.pooling, EmbeddingPooling::kCls);
   EXPECT_EQ(lists->request.normalize, true);
+  EXPECT_FALSE(lists->request.truncate);
+  auto cut = parse_embeddings_request(R"({"input": "a", "truncate": true})", served(), 32);
+  ASSERT_TRUE(cut.ok());
+  EXPECT_TRUE(cut->request.truncate);
 }
 
 TEST(GatewayEmbeddings, ErrorsNameTheParameter) {
@@ -63,6 +67,8 @@ TEST(GatewayEmbeddings, ErrorsNameTheParameter) {
             "model: \"gpt\" is not served here; this server has \"bert\"");
   EXPECT_EQ(error_of(R"({"input": "a", "temperature": 1})"),
             "temperature: unknown or unsupported parameter");
+  EXPECT_EQ(error_of(R"({"input": "a", "truncate": 512})"),
+            "truncate: expected a boolean, got 512");
   EXPECT_EQ(error_of("[1]"), "the body is not a JSON object");
 }
 

@@ -38,3 +38,18 @@ add_test(NAME weft_embed_reference_forward
          COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/fixtures/bert/reference_forward.py $<TARGET_FILE:weft> ${bert_tiny})
 set_tests_properties(weft_embed_reference_forward PROPERTIES TIMEOUT 120
   PASS_REGULAR_EXPRESSION "reference forward ok" FAIL_REGULAR_EXPRESSION "FAIL|Traceback")
+
+# Embeddings over the WebSocket protocol, with the `ws` package.
+add_test(NAME weft_serve_embeddings_websocket
+         COMMAND bash ${gateway_tests}/run_with_server.sh $<TARGET_FILE:weft> ${bert_tiny}
+                 node ${gateway_tests}/embeddings_websocket.js)
+set_tests_properties(weft_serve_embeddings_websocket PROPERTIES
+  FIXTURES_REQUIRED gateway_node TIMEOUT 180
+  ENVIRONMENT "WEFT_TEST_NODE=${gateway_node}"
+  PASS_REGULAR_EXPRESSION "all websocket embeddings checks passed"
+  FAIL_REGULAR_EXPRESSION "FAIL|weft serve exited with|did not stop|ThreadSanitizer|AddressSanitizer|runtime error")
+
+# --truncate cuts an over-long input to the model's 40 positions instead of failing on it.
+add_test(NAME weft_embed_truncate COMMAND sh -c "\"$<TARGET_FILE:weft>\" embed --model ${bert_tiny} --truncate \"$(printf 'fox %.0s' $(seq 50))\" 2>&1; echo exit=$?")
+set_tests_properties(weft_embed_truncate PROPERTIES PASS_REGULAR_EXPRESSION
+  "^\\{\"index\":0,\"tokens\":40,\"embedding\":\\[[^]]+\\]\\}\nexit=0\n$")

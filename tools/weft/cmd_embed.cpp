@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/device_backend.hpp"
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
 #include "tools/weft/json_lines.hpp"
@@ -30,6 +31,8 @@ struct EmbedOptions {
   std::optional<bool> normalize;
   unsigned threads = 0;
   int max_tokens_per_step = 2048;
+  std::string device = "auto";
+  bool truncate = false;
 };
 
 // The shortest text that reads back as the same float.
@@ -50,6 +53,7 @@ int run_embed(const EmbedOptions& o) {
     if (o.pooling == "mean") r.pooling = EmbeddingPooling::kMean;
     if (o.pooling == "cls") r.pooling = EmbeddingPooling::kCls;
     r.normalize = o.normalize;
+    r.truncate = o.truncate;
     requests.push_back(std::move(r));
   };
   if (!o.texts.empty()) {
@@ -97,7 +101,9 @@ int run_embed(const EmbedOptions& o) {
   config.spec_file = o.spec_file;
   config.cpu_threads = o.threads;
   config.max_tokens_per_step = o.max_tokens_per_step;
-  config.device = "cpu";
+  auto device = actors::parse_device(o.device);
+  if (!device) return fail(std::string("--device: ") + device.error().what());
+  config.device = actors::device_name(*device);
   try {
     Engine engine(runtime.executor(), config);
     if (!engine.embeds()) {
@@ -161,7 +167,15 @@ void add_embed_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_flag("--normalize,!--no-normalize", o->normalize,
                 "L2-normalize each vector (default: as the folder's modules.json says)");
-  cmd->add_option("--threads", o->threads, "CPU threads for the forward pass; 0: one per core")
+  cmd->add_option("--device", o->device,
+                  "where to run: auto (GPU 0 when one is visible, else cpu), cpu, cuda or cuda:N "
+                  "(bf16 on the GPU)")
+      ->capture_default_str();
+  cmd->add_flag("--truncate", o->truncate,
+                "cut an input longer than the model's positions to fit them (keeping its first "
+                "tokens and the special tokens around it) instead of failing on it");
+  cmd->add_option("--threads", o->threads,
+                  "CPU threads for the forward pass (device cpu); 0: one per core")
       ->capture_default_str();
   cmd->add_option("--max-tokens-per-step", o->max_tokens_per_step,
                   "tokens one forward pass packs from the inputs (an input longer than this "

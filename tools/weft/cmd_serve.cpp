@@ -154,7 +154,11 @@ int run_serve(const ServeOptions& opts) {
     std::cout << "weft serve: " << model.name << " on http://" << endpoint.address().to_string()
               << ':' << endpoint.port() << " (WebSocket: ws://" << endpoint.address().to_string()
               << ':' << endpoint.port() << "/ws)" << std::endl;
-    {
+    if (engine.embeds()) {
+      std::cout << "weft serve: encoder-only model (" << engine.embedding_size()
+                << "-number vectors): POST /v1/embeddings and WebSocket embeddings frames"
+                << std::endl;
+    } else {
       const EngineMetrics m = engine.metrics(asio::use_future).get();
       std::cout << "weft serve: KV pool of " << m.kv_pool_tokens << " tokens (" << m.kv_pages_total
                 << " pages of " << m.kv_page_bytes << " bytes, " << m.kv_cache_dtype << " KV)"

@@ -151,6 +151,10 @@ struct EmbedRequest {
   std::vector<std::vector<std::int32_t>> token_ids;  // ids as they are
   EmbeddingPooling pooling = EmbeddingPooling::kModelDefault;
   std::optional<bool> normalize;  // L2-normalize; unset: the model's default
+  // An input longer than the model's positions: false, the request fails naming the input,
+  // its token count and the limit; true, it is cut to the limit, keeping its leading tokens
+  // and, for a text, the special tokens the tokenizer adds around it ([CLS] ... [SEP]).
+  bool truncate = false;
 };
 
 struct EmbedResult {

@@ -97,6 +97,15 @@ async function main() {
     assert.match(e.message, /input\[0\]: 52 tokens exceed the model's 40 positions/);
     return true;
   });
+  // truncate: true keeps [CLS], the first 38 words and [SEP].
+  const cut = await rawPost({ model, input: ['fox '.repeat(50), 'hi'], truncate: true, encoding_format: 'float' });
+  assert.strictEqual(cut.status, 200, JSON.stringify(cut.json));
+  const shorter = await rawPost({ model, input: 'fox '.repeat(38), encoding_format: 'float' });
+  assert.strictEqual(shorter.json.usage.prompt_tokens, 40);
+  close(cut.json.data[0].embedding, shorter.json.data[0].embedding, 1e-6, 'truncate');
+  const badTruncate = await rawPost({ model, input: 'hi', truncate: 1 });
+  assert.strictEqual(badTruncate.status, 400);
+  assert.match(badTruncate.json.error.message, /^truncate: expected a boolean/);
   await assert.rejects(client.completions.create({ model, prompt: 'hi', max_tokens: 2 }), (e) => {
     assert.strictEqual(e.status, 400);
     assert.match(e.message, /encoder-only/);
