@@ -102,6 +102,19 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       m <<= 20;
     return mb;
   }();
+  // Tensor parallel (docs/parallel.md): the prefetches that run beside an all-reduce (gate_up's
+  // beside o's, the next layer's qkv or the head's beside down's) have the all-reduce's
+  // latency to fill, memory otherwise idle: WEFT_TP_PREFETCH_MB per range (default 16; 0: the
+  // single-GPU caps). WEFT_TP_OVERLAP=0 forks the next qkv's prefetch after down's all-reduce
+  // (the single-GPU order), for comparisons.
+  static const std::size_t tp_prefetch_cap = [] {
+    const char* v = std::getenv("WEFT_TP_PREFETCH_MB");
+    return static_cast<std::size_t>(std::max(0, v != nullptr ? std::atoi(v) : 16)) << 20;
+  }();
+  static const bool tp_overlap = [] {
+    const char* v = std::getenv("WEFT_TP_OVERLAP");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
   static const int prefetch_tokens = [] {
     const char* v = std::getenv("WEFT_L2_PREFETCH_TOKENS");
     return v != nullptr ? std::atoi(v) : 64;
@@ -190,9 +203,23 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   }
   const std::size_t split_floats =
       cuda::decode_workspace_floats(decode_count, spec.num_heads, spec.head_dim, decode_context);
+  // The vocab-parallel head's buffers (set_tensor_parallel): this rank's columns of every row,
+  // and every rank's.
+  const int head_ranks = vocab_parallel && tensor_parallel != nullptr ? tensor_parallel->size() : 0;
+  const std::size_t shard_bytes =
+      head_ranks > 0 ? static_cast<std::size_t>(rows) * ((V + head_ranks - 1) / head_ranks) * 4 : 0;
   if (split_floats * 4 > split_workspace.bytes() ||
-      static_cast<std::size_t>(rows) * V * 4 > logits.bytes()) {
+      static_cast<std::size_t>(rows) * V * 4 > logits.bytes() || shard_bytes > head_shard.bytes() ||
+      shard_bytes * head_ranks > head_gathered.bytes()) {
     drop_graphs();
+  }
+  if (shard_bytes > 0) {
+    if (auto err = head_shard.reserve(shard_bytes); err != cudaSuccess) {
+      return cuda_error(err, "allocating the vocab-parallel head's logits");
+    }
+    if (auto err = head_gathered.reserve(shard_bytes * head_ranks); err != cudaSuccess) {
+      return cuda_error(err, "allocating the vocab-parallel head's gathered logits");
+    }
   }
   if (auto err = split_workspace.reserve(split_floats * 4); err != cudaSuccess) {
     return cuda_error(err, "allocating the attention split workspace");
@@ -269,12 +296,20 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   // (see prefetch_cap); joined back at the end of the step.
   const bool prefetching = tile_count == 0 && T <= prefetch_tokens && side_stream != nullptr;
   bool forked = false;
-  auto prefetch = [&](PrefetchRange which, const DeviceBuffer& w, std::size_t elements) {
-    if (!prefetching || w.get() == nullptr || prefetch_cap[which] == 0) return;
+  // `beside_reduce`: the prefetch runs beside a tensor-parallel all-reduce (tp_prefetch_cap).
+  auto prefetch_at = [&](PrefetchRange which, const void* w, std::size_t elements,
+                         bool beside_reduce = false) {
+    std::size_t cap = prefetch_cap[which];
+    if (beside_reduce && tensor_parallel != nullptr && tp_prefetch_cap > 0) cap = tp_prefetch_cap;
+    if (!prefetching || w == nullptr || cap == 0) return;
     cudaEventRecord(fork_event, stream);
     cudaStreamWaitEvent(side_stream, fork_event, 0);
-    cuda::l2_prefetch(w.get(), std::min(elements * 2, prefetch_cap[which]), side_stream);  // 16-bit
+    cuda::l2_prefetch(w, std::min(elements * 2, cap), side_stream);  // 16-bit
     forked = true;
+  };
+  auto prefetch = [&](PrefetchRange which, const DeviceBuffer& w, std::size_t elements,
+                      bool beside_reduce = false) {
+    prefetch_at(which, w.get(), elements, beside_reduce);
   };
 
   // Quantized weights (docs/quantization.md): steps of up to kQuantChunkedTokens tokens read
@@ -324,10 +359,39 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   // An L2 prefetch of a matrix reads its quantized codes when the step uses them (counted in
   // 16-bit elements, as prefetch takes them).
   auto prefetch_matrix = [&](PrefetchRange which, const DeviceBuffer& w16, const DeviceBuffer& wq,
-                             std::size_t out_rows, std::size_t cols) {
-    if (!uses_quant(wq)) return prefetch(which, w16, out_rows * cols);
-    prefetch(which, wq, cuda::quant_matrix_layout(*quant_format, out_rows, cols).code_bytes() / 2);
+                             std::size_t out_rows, std::size_t cols, bool beside_reduce = false) {
+    if (!uses_quant(wq)) return prefetch(which, w16, out_rows * cols, beside_reduce);
+    prefetch(which, wq, cuda::quant_matrix_layout(*quant_format, out_rows, cols).code_bytes() / 2,
+             beside_reduce);
   };
+  // Vocab-parallel head (set_tensor_parallel): this rank multiplies rows [r * Vs, r * Vs + mine)
+  // of the (replicated) head into head_shard; an all-gather and a 2D copy per rank put every
+  // rank's columns into `logits`. Only for a 16-bit head.
+  const DeviceBuffer& head = lm_head.get() != nullptr ? lm_head : embedding;
+  const bool vocab_split =
+      vocab_parallel && tensor_parallel != nullptr && lm_head_q.get() == nullptr;
+  const int tp_ranks = tensor_parallel != nullptr ? tensor_parallel->size() : 1;
+  const int tp_rank = tensor_parallel != nullptr ? tensor_parallel->rank() : 0;
+  const int Vs = (V + tp_ranks - 1) / tp_ranks;
+  const int head_mine = vocab_split ? std::max(0, std::min(Vs, V - tp_rank * Vs)) : V;
+  const void* head_rows =
+      vocab_split
+          ? static_cast<const void*>(static_cast<const std::byte*>(head.get()) +
+                                     static_cast<std::size_t>(tp_rank) * Vs * H * cuda::kHalfBytes)
+          : head.get();
+  // The next layer's qkv, or after the last layer the head (this rank's rows of it).
+  auto prefetch_next = [&](std::size_t l, bool beside_reduce) {
+    if (l + 1 < layers.size()) {
+      prefetch_matrix(kQkvOrHead, layers[l + 1].qkv, layers[l + 1].qkv_q,
+                      static_cast<std::size_t>(qkv_width), H, beside_reduce);
+    } else if (vocab_split) {
+      prefetch_at(kQkvOrHead, head_rows, static_cast<std::size_t>(head_mine) * H, beside_reduce);
+    } else {
+      prefetch_matrix(kQkvOrHead, head, lm_head_q, static_cast<std::size_t>(V), H, beside_reduce);
+    }
+  };
+  // Under tensor parallelism the next qkv's prefetch is forked before down's all-reduce.
+  const bool early_next_prefetch = tensor_parallel != nullptr && tp_overlap;
 
   // Pre-norm sequential layers (Llama and most families) defer each layer's last residual add
   // into the next layer's fused add_norm; post-norm and parallel-attention layers (OPT-350m,
@@ -384,7 +448,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   };
 
   // One layer's MLP from the 16-bit rows `in`, into `delta` (its down bias not yet added).
-  auto mlp_block = [&](const Layer& W, const void* in) {
+  auto mlp_block = [&](std::size_t l, const Layer& W, const void* in) {
     // Without a bias, gate and up are written as 16 bits (what the activation reads them
     // as in transformers too): half the bytes of fp32 through the product and the
     // activation. With a bias, or on the small-step kernel, fp32 as before.
@@ -405,6 +469,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     mark("activation");
     blas_ok &= product(act.get(), T, W.down, W.down_q, H, I, delta.as<float>(), H);
     mark("down product");
+    if (early_next_prefetch) prefetch_next(l, true);  // beside the all-reduce
     all_reduce_delta();
   };
 
@@ -474,7 +539,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       attend(l, W);
       blas_ok &= product(attn.get(), T, W.o, W.o_q, H, QD, delta.as<float>(), H);
       mark("o product");
-      prefetch_matrix(kGateUp, W.up, W.up_q, static_cast<std::size_t>(mlp_width), H);
+      prefetch_matrix(kGateUp, W.up, W.up_q, static_cast<std::size_t>(mlp_width), H, true);
       all_reduce_delta();  // while the side stream prefetches gate_up
       cuda::ResidualNormArgs rn;
       rn.residual = x.as<float>();
@@ -492,11 +557,11 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
         an.bias = or_null(W.mlp_norm_bias);
         cuda::add_norm(an, stream);
         mark("norm");
-        mlp_block(W, h.get());
+        mlp_block(l, W, h.get());
       } else if (spec.parallel_attention) {
         // x + attn(n_a(x)) + mlp(n_m(x)): the MLP reads the norms taken before the add.
         cuda::add_residual(x.as<float>(), delta.as<float>(), or_null(W.o_bias), T, H, stream);
-        mlp_block(W, own_mlp_norm ? h_mlp.get() : h.get());
+        mlp_block(l, W, own_mlp_norm ? h_mlp.get() : h.get());
         cuda::add_residual(x.as<float>(), delta.as<float>(), or_null(W.down_bias), T, H, stream);
         mark("residual");
       } else {  // post-norm: x = n_a(x + attn(x)); x = n_m(x + mlp(x))
@@ -505,20 +570,14 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
         rn.bias = or_null(W.attn_norm_bias);
         cuda::residual_norm(rn, stream);
         mark("norm");
-        mlp_block(W, h.get());
+        mlp_block(l, W, h.get());
         rn.delta_bias = or_null(W.down_bias);
         rn.weight = W.mlp_norm.as<float>();
         rn.bias = or_null(W.mlp_norm_bias);
         cuda::residual_norm(rn, stream);
         mark("norm");
       }
-      if (l + 1 < layers.size()) {
-        prefetch_matrix(kQkvOrHead, layers[l + 1].qkv, layers[l + 1].qkv_q,
-                        static_cast<std::size_t>(qkv_width), H);
-      } else {
-        prefetch_matrix(kQkvOrHead, lm_head.get() != nullptr ? lm_head : embedding, lm_head_q,
-                        static_cast<std::size_t>(V), H);
-      }
+      if (!early_next_prefetch) prefetch_next(l, false);
     }
     // The last residual add and the final norm, only for the rows that need logits; a
     // post-norm network has no final norm, its rows go to the head as they are.
@@ -544,9 +603,31 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       cuda::add_norm(fin, stream);
     }
     mark("norm");
-    const DeviceBuffer& head = lm_head.get() != nullptr ? lm_head : embedding;
-    blas_ok &= product(h.get(), rows, head, lm_head_q, V, H, logits.as<float>(), V);
-    mark("lm_head product");
+    if (vocab_split) {
+      if (head_mine > 0) {
+        blas_ok &= blas->linear(h.get(), rows, head_rows, head_mine, H, head_shard.as<float>(), Vs,
+                                P, stream);
+      }
+      mark("lm_head product");
+      const auto shard_floats = static_cast<std::size_t>(rows) * Vs;
+      reduce_ok &= static_cast<bool>(tensor_parallel->all_gather(
+          std::span<const float>(head_shard.as<float>(), shard_floats),
+          std::span<float>(head_gathered.as<float>(), shard_floats * tp_ranks)));
+      for (int k = 0; k < tp_ranks; ++k) {
+        const int width = std::min(Vs, V - k * Vs);
+        if (width <= 0) continue;
+        blas_ok &=
+            cudaMemcpy2DAsync(logits.as<float>() + static_cast<std::size_t>(k) * Vs,
+                              static_cast<std::size_t>(V) * 4,
+                              head_gathered.as<float>() + shard_floats * k,
+                              static_cast<std::size_t>(Vs) * 4, static_cast<std::size_t>(width) * 4,
+                              rows, cudaMemcpyDeviceToDevice, stream) == cudaSuccess;
+      }
+      mark("lm_head all-gather");
+    } else {
+      blas_ok &= product(h.get(), rows, head, lm_head_q, V, H, logits.as<float>(), V);
+      mark("lm_head product");
+    }
     if (forked) {
       cudaEventRecord(join_event, side_stream);
       cudaStreamWaitEvent(stream, join_event, 0);

@@ -102,7 +102,12 @@ class CudaModel final : public ForwardBackend {
   // row-parallel biases, whole on rank 0 and zeros elsewhere, are summed here once, so every
   // rank adds the same bias after the sum. Every rank of the group calls it (collective);
   // `comm` must outlive the model. A communicator with host buffers is refused.
+  // With a 16-bit head, the head is vocab-parallel too unless WEFT_TP_VOCAB_PARALLEL=0 (read
+  // here): each rank multiplies its 1/N of the vocabulary's rows, an all-gather puts the logits
+  // together on every rank (docs/parallel.md).
   Result<void> set_tensor_parallel(parallel::Communicator& comm);
+  // Whether steps split the head's vocabulary over the group (set_tensor_parallel).
+  bool vocab_parallel_head() const noexcept;
 
   struct State;
 

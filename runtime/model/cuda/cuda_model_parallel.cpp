@@ -5,6 +5,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <span>
 
 #include "runtime/model/cuda/cuda_model_state.hpp"
@@ -47,12 +49,38 @@ Result<void> CudaModel::set_tensor_parallel(parallel::Communicator& comm) {
       return ok;
     }
   }
+  // The vocab-parallel head (a 16-bit one): WEFT_TP_VOCAB_PARALLEL=0 keeps it whole on every
+  // rank, for comparisons. Every rank reads the same variable (mpirun -x), so the group agrees;
+  // a warm-up all-gather of one row's shards, like the all-reduces above.
+  const char* v = std::getenv("WEFT_TP_VOCAB_PARALLEL");
+  const bool vocab = (v == nullptr || std::strcmp(v, "0") != 0) && s.lm_head_q.get() == nullptr;
+  if (vocab) {
+    const int V = s.spec.vocab_size;
+    const std::size_t shard = static_cast<std::size_t>((V + comm.size() - 1) / comm.size());
+    if (auto err = s.head_shard.reserve(shard * 4); err != cudaSuccess) {
+      return cuda_error(err, "allocating the vocab-parallel head's logits");
+    }
+    if (auto err = s.head_gathered.reserve(shard * 4 * comm.size()); err != cudaSuccess) {
+      return cuda_error(err, "allocating the vocab-parallel head's gathered logits");
+    }
+    if (auto ok =
+            comm.all_gather(std::span<const float>(s.head_shard.as<float>(), shard),
+                            std::span<float>(s.head_gathered.as<float>(), shard * comm.size()));
+        !ok) {
+      return ok;
+    }
+  }
   if (auto err = cudaStreamSynchronize(s.stream); err != cudaSuccess) {
     return cuda_error(err, "joining the tensor-parallel group");
   }
   s.drop_graphs();  // graphs captured before have no all-reduces
   s.tensor_parallel = &comm;
+  s.vocab_parallel = vocab;
   return {};
+}
+
+bool CudaModel::vocab_parallel_head() const noexcept {
+  return state_->tensor_parallel != nullptr && state_->vocab_parallel;
 }
 
 }  // namespace weft::model

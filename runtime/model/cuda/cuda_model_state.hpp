@@ -120,6 +120,11 @@ struct CudaModel::State {
   int launched_rows = -1;  // logit rows of the step launch() enqueued; -1: none
   // A tensor-parallel group (set_tensor_parallel): o's and down's outputs are all-reduced.
   parallel::Communicator* tensor_parallel = nullptr;
+  // Vocab-parallel head (set_tensor_parallel, WEFT_TP_VOCAB_PARALLEL): each rank multiplies its
+  // slice of the head's rows into head_shard (rows x ceil(V / ranks)); an all-gather fills
+  // head_gathered (every rank's shard, rank after rank), copied into `logits` row by row.
+  bool vocab_parallel = false;
+  DeviceBuffer head_shard, head_gathered;
 
   // Decode graphs by (tokens, sequences, logit rows, decode splits): what fixes their grids
   // and metadata offsets. They point into the buffers above, so any reallocation drops them.

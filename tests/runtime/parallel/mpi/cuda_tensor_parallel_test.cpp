@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -55,7 +56,7 @@ int local_gpu(int rank, int gpus) {
 }
 
 class CudaTensorParallel
-    : public ::testing::TestWithParam<std::tuple<const char*, cuda::Precision>> {};
+    : public ::testing::TestWithParam<std::tuple<const char*, cuda::Precision, bool>> {};
 
 TEST_P(CudaTensorParallel, SplitOverTwoGpusMatchesOneGpu) {
   auto& w = *g_world;
@@ -65,7 +66,8 @@ TEST_P(CudaTensorParallel, SplitOverTwoGpusMatchesOneGpu) {
     GTEST_SKIP() << "needs two GPUs and mpirun -np 2 or more (have " << gpus << " GPUs, "
                  << w.size() << " ranks): run on a multi-GPU machine (bench/gpu_tp.sh)";
   }
-  const auto& [name, precision] = GetParam();
+  // split_vocab: the head split over the ranks' vocabulary (the default), else whole on each rank.
+  const auto& [name, precision, split_vocab] = GetParam();
   const int device = local_gpu(w.rank(), gpus);
   const auto dir = source_dir() / "tests/fixtures/models" / name;
   auto whole = load_model(dir);
@@ -94,8 +96,11 @@ TEST_P(CudaTensorParallel, SplitOverTwoGpusMatchesOneGpu) {
             std::max(1, whole->model.spec().num_kv_heads / w.size()));
   auto nccl = parallel::make_nccl_communicator(w, device, part->cuda_stream());
   ASSERT_TRUE(nccl) << nccl.error().what();
+  setenv("WEFT_TP_VOCAB_PARALLEL", split_vocab ? "1" : "0", 1);  // read by set_tensor_parallel
   auto joined = part->set_tensor_parallel(**nccl);
+  unsetenv("WEFT_TP_VOCAB_PARALLEL");
   ASSERT_TRUE(joined) << joined.error().what();
+  EXPECT_EQ(part->vocab_parallel_head(), split_vocab);
 
   // Two sequences: 7 and 5 prompt tokens, pages 0-7 and 8-15 (the same ids in both pools).
   const std::vector<std::vector<std::int32_t>> prompts = {{5, 17, 42, 99, 3, 201, 64},
@@ -165,6 +170,7 @@ TEST_P(CudaTensorParallel, SplitOverTwoGpusMatchesOneGpu) {
   nccl->reset();
   if (w.rank() == 0) {
     std::cout << "[ measured ] " << name << " " << cuda::precision_name(precision)
+              << (split_vocab ? " vocab-parallel head" : " whole head")
               << " over 2 GPUs: worst relative logit error " << worst << " (tolerance " << tol
               << "); greedy tokens checked " << checked << ", near ties skipped " << near_ties
               << "\n";
@@ -177,7 +183,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          "llama_linear_headdim_bias_f16",
                                          "llama_mqa_tied_llama3_bf16", "mistral_swa_bf16",
                                          "qwen2_tied_f32", "qwen2_yarn_bf16"),
-                       ::testing::Values(cuda::Precision::kBF16, cuda::Precision::kF16)));
+                       ::testing::Values(cuda::Precision::kBF16, cuda::Precision::kF16),
+                       ::testing::Bool()));
 
 }  // namespace
 }  // namespace weft
