@@ -5,6 +5,7 @@
 #
 #   bench/gpu_tp.sh [--bin DIR|FILE.tar.xz] [--only tests,forward,weft] [--shapes 8b,70b]
 #                   [--layers-70b N] [--batches 1,8,32,64,128,256] [--tokenizer DIR]
+#                   [--nccl-env "K=V ..."]... [--variant-batches 1,64]
 #
 # --bin: the prebuilt binaries: DIR/bin (weft, cuda_forward_bench, cuda_tensor_parallel_test,
 #   nccl_communicator_test), DIR/lib (their shared libraries) and DIR/openmpi (Open MPI for a
@@ -32,7 +33,23 @@
 #   there: run(kind="nvidia-h100-x2", carry=[".devcarry/gpu", ".devcarry/l3"],
 #              command="bash bench/gpu_tp.sh --only tests,forward")
 #          run(... command="bash bench/gpu_tp.sh --only weft")
-# NCCL_NVLS_ENABLE=0 is exported (NVLink multicast must stay off on those machines).
+# --nccl-env "K=V ...": one variant of the environment for the TP=2 ranks (repeat the option for
+#   more): after the phases above, cuda_forward_bench runs at TP=1 once and at TP=2 once with
+#   the default environment and once per variant, at --variant-batches (default 1,64), shape
+#   8b, with --profile (device ms per step in the all-reduces and the head's all-gather, from
+#   plain launches with events), and prints one table: variant x batch ms/step, speedup over
+#   TP=1, all-reduce ms/step. Any variable may be set, e.g.
+#     --nccl-env "NCCL_PROTO=LL" --nccl-env "NCCL_PROTO=LL128" --nccl-env "NCCL_PROTO=Simple"
+#     --nccl-env "NCCL_ALGO=Tree" --nccl-env "NCCL_MIN_NCHANNELS=4 NCCL_MAX_NCHANNELS=4"
+#   and Weft's switches for the CUDA forward pass under tensor parallelism (docs/parallel.md):
+#     WEFT_TP_OVERLAP=0 (the next qkv's L2 prefetch after down's all-reduce, not beside it),
+#     WEFT_TP_PREFETCH_MB=N (MB prefetched beside each all-reduce; default 16, 0: the
+#     single-GPU 8), WEFT_TP_VOCAB_PARALLEL=0 (the whole head on every rank),
+#     WEFT_L2_PREFETCH_MB=0 (no L2 prefetch at all).
+#   Each run builds its random weights again (about a minute): four or five variants fit a
+#   device call's 10 minutes with --only variants.
+# NCCL_NVLS_ENABLE=0 is exported (NVLink multicast must stay off on those machines); a variant
+# cannot turn it on.
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -44,6 +61,8 @@ SHAPES=8b,70b
 LAYERS_70B=10
 BATCHES=1,8,32,64,128,256
 TOKENIZER=.devcarry/l3
+VARIANTS=()
+VARIANT_BATCHES=1,64
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) BIN=$2; shift 2 ;;
@@ -52,11 +71,24 @@ while [ $# -gt 0 ]; do
     --layers-70b) LAYERS_70B=$2; shift 2 ;;
     --batches) BATCHES=$2; shift 2 ;;
     --tokenizer) TOKENIZER=$2; shift 2 ;;
+    --nccl-env) VARIANTS+=("$2"); shift 2 ;;
+    --variant-batches) VARIANT_BATCHES=$2; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
     *) echo "gpu_tp.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 want() { case ",$ONLY," in *",$1,"*) return 0 ;; esac; return 1; }
+# The variants phase runs when variants are given (--only may name it alone: --only variants).
+[ ${#VARIANTS[@]} -gt 0 ] && ONLY=$ONLY,variants
+for v in "${VARIANTS[@]}"; do
+  for kv in $v; do
+    case "$kv" in
+      NCCL_NVLS_ENABLE=*) echo "gpu_tp.sh: --nccl-env: NCCL_NVLS_ENABLE stays 0 on these machines" >&2; exit 2 ;;
+      [A-Za-z_]*=*) ;;
+      *) echo "gpu_tp.sh: --nccl-env: '$kv' in \"$v\" is not NAME=VALUE" >&2; exit 2 ;;
+    esac
+  done
+done
 
 t0=$(date +%s)
 stamp() { echo "[t+$(( $(date +%s) - t0 ))s] $*"; }
@@ -75,9 +107,13 @@ B=$BIN/bin
 [ -d "$B" ] || B=$BIN
 pylib() { python3 -c "import nvidia.$1, os; print(os.path.join(list(nvidia.$1.__path__)[0], 'lib'))" 2>/dev/null || true; }
 cublas_dir=$(pylib cublas)
-# NCCL is opened at run time (libnccl.so.2): the CUDA toolkit's, else PyTorch's wheel's.
+# NCCL is opened at run time (libnccl.so.2): the system's (/lib/x86_64-linux-gnu) or the CUDA
+# toolkit's, else PyTorch's wheel's. NCCL_DEBUG=VERSION (unless set) logs which version ran.
 nccl_dir=
-[ -e /usr/local/cuda/lib64/libnccl.so.2 ] || nccl_dir=$(pylib nccl)
+if [ ! -e /usr/local/cuda/lib64/libnccl.so.2 ] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
+  nccl_dir=$(pylib nccl)
+fi
+export NCCL_DEBUG=${NCCL_DEBUG:-VERSION}
 export LD_LIBRARY_PATH="$BIN/lib:$BIN/openmpi/lib:/usr/local/cuda/lib64${cublas_dir:+:$cublas_dir}${nccl_dir:+:$nccl_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export WEFT_SPEC_DIR=$ROOT/config/models WEFT_TEST_SOURCE_DIR=$ROOT
 export NCCL_NVLS_ENABLE=0
@@ -93,7 +129,7 @@ fi
 [ -n "$MPIRUN" ] || { echo "gpu_tp.sh: no mpirun: stage Open MPI with scripts/stage-openmpi $BIN/openmpi" >&2; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Ranks are not pinned to a core: each runs an engine with several threads.
-MPI2=("$MPIRUN" --oversubscribe --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH)
+MPI2=("$MPIRUN" --oversubscribe --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x NCCL_DEBUG -x LD_LIBRARY_PATH)
 
 (nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader || true) | tee "$OUT/gpus.txt"
 gpus=$(grep -c . "$OUT/gpus.txt" || true)
@@ -125,13 +161,74 @@ if want forward; then
         timeout 400 "$B/cuda_forward_bench" "${args[@]}" --json "$OUT/forward_${shape}_tp1.json" \
           >"$OUT/forward_${shape}_tp1.txt" 2>&1 || { failed=1; echo "FAILED"; }
       else
-        timeout 400 "${MPI2[@]}" "$B/cuda_forward_bench" "${args[@]}" --tensor-parallel 2 \
+        timeout 400 "${MPI2[@]}" "$B/cuda_forward_bench" "${args[@]}" --tensor-parallel 2 --profile \
           --json "$OUT/forward_${shape}_tp2.json" >"$OUT/forward_${shape}_tp2.txt" 2>&1 ||
           { failed=1; echo "FAILED"; }
       fi
       grep -E '^(tensor parallel|device|decode|prefill|KV pool)' "$OUT/forward_${shape}_tp$tp.txt" | head -12
     done
   done
+fi
+
+if want variants; then
+  # TP=1 once, then TP=2 with the default environment and with each variant (NAME=VALUE words
+  # exported for mpirun -x).
+  vargs=(--shape 8b --batches "$VARIANT_BATCHES" --prefill 512 --repeats 20)
+  stamp "== variants: cuda_forward_bench ${vargs[*]} --tensor-parallel 1"
+  timeout 300 "$B/cuda_forward_bench" "${vargs[@]}" --json "$OUT/variant_tp1.json" \
+    >"$OUT/variant_tp1.txt" 2>&1 || { failed=1; echo "FAILED (see $OUT/variant_tp1.txt)"; }
+  grep -E '^decode' "$OUT/variant_tp1.txt" | head -4
+  k=0
+  for v in "" "${VARIANTS[@]}"; do
+    envs=()
+    xs=()
+    for kv in $v; do
+      envs+=("$kv")
+      xs+=(-x "${kv%%=*}")
+    done
+    echo "${v:-default}" >"$OUT/variant_$k.name"
+    stamp "== variant $k (${v:-default}): TP=2"
+    env "${envs[@]}" timeout 300 "${MPI2[@]}" "${xs[@]}" "$B/cuda_forward_bench" "${vargs[@]}" \
+      --tensor-parallel 2 --profile --json "$OUT/variant_$k.json" >"$OUT/variant_$k.txt" 2>&1 ||
+      { failed=1; echo "FAILED (see $OUT/variant_$k.txt)"; }
+    grep -E '^decode|profile, batch' "$OUT/variant_$k.txt" | head -6
+    k=$((k + 1))
+  done
+  python3 - "$OUT" <<'PY' | tee "$OUT/gpu_tp_variants.md"
+import glob, json, os, sys
+out = sys.argv[1]
+def load(path):
+    try:
+        with open(path) as f:
+            return json.loads(f.read().strip().splitlines()[-1])
+    except Exception:
+        return None
+def decode(doc):
+    return {r["batch"]: r for r in (doc or {}).get("rows", []) if r["kind"] == "decode"}
+one = decode(load(os.path.join(out, "variant_tp1.json")))
+batches = sorted(one)
+print("TP=2 variants, 8b shape, decode (context 512): ms/step, speedup over TP=1, and device ms"
+      " per step in all-reduces + the head's all-gather (plain launches with events)\n")
+head = "| variant | " + " | ".join(f"batch {b}: ms (x TP=1), collectives ms" for b in batches) + " |"
+print(head)
+print("| --- |" + " ---: |" * len(batches))
+print("| TP=1 (1 GPU) | " + " | ".join(f"{one[b]['ms']:.3f}" for b in batches) + " |")
+k = 0
+while os.path.exists(os.path.join(out, f"variant_{k}.name")):
+    name = open(os.path.join(out, f"variant_{k}.name")).read().strip()
+    rows = decode(load(os.path.join(out, f"variant_{k}.json")))
+    cells = []
+    for b in batches:
+        r = rows.get(b)
+        if r is None:
+            cells.append("failed")
+            continue
+        prof = r.get("profile_ms_per_step", {})
+        coll = prof.get("all-reduce", 0) + prof.get("lm_head all-gather", 0)
+        cells.append(f"{r['ms']:.3f} ({one[b]['ms'] / r['ms']:.2f}x), {coll:.3f}")
+    print(f"| {name} | " + " | ".join(cells) + " |")
+    k += 1
+PY
 fi
 
 if want weft; then
@@ -200,8 +297,13 @@ for one in sorted(glob.glob(os.path.join(out, "forward_*_tp1.json"))):
         rb = match[0]
         if ra["kind"] == "decode":
             what = f"forward decode, batch {ra['batch']} (context {ra['context']})"
+            # Device ms per step in the collectives (--profile's plain launches with events).
+            prof = rb.get("profile_ms_per_step", {})
+            coll = prof.get("all-reduce", 0) + prof.get("lm_head all-gather", 0)
             rows.append((a["model"], what, f"{ra['ms']:.3f} ms, {ra['tokens_per_s']:.0f} tok/s",
-                         f"{rb['ms']:.3f} ms, {rb['tokens_per_s']:.0f} tok/s", ra["ms"] / rb["ms"]))
+                         f"{rb['ms']:.3f} ms, {rb['tokens_per_s']:.0f} tok/s"
+                         + (f" ({coll:.3f} ms in collectives)" if prof else ""),
+                         ra["ms"] / rb["ms"]))
         else:
             what = f"forward prefill, {ra['tokens']} tokens"
             rows.append((a["model"], what, f"{ra['ms']:.2f} ms", f"{rb['ms']:.2f} ms", ra["ms"] / rb["ms"]))
