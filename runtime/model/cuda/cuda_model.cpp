@@ -15,6 +15,7 @@
 #include <span>
 
 #include "kernels/cuda/alibi_attention.hpp"
+#include "kernels/cuda/convert.hpp"
 #include "kernels/cuda/embedding.hpp"
 #include "kernels/cuda/l2_prefetch.hpp"
 #include "kernels/cuda/learned_positions.hpp"
@@ -285,10 +286,19 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   // Tensor parallel: o's and down's outputs are this rank's partial sums; the group adds them
   // up in place (on `stream`, so inside a captured graph too) before any bias or residual add.
   bool reduce_ok = true;
-  auto all_reduce_delta = [&] {
+  // `sixteen`: the product wrote bf16 rows into delta16 (row_parallel_product): they are summed
+  // as bf16, half the bytes, and widened into `delta`.
+  auto all_reduce_delta = [&](bool sixteen) {
     if (tensor_parallel == nullptr) return;
-    reduce_ok &= static_cast<bool>(tensor_parallel->all_reduce_sum(
-        std::span<float>(delta.as<float>(), static_cast<std::size_t>(T) * H)));
+    const auto n = static_cast<std::size_t>(T) * H;
+    if (sixteen) {
+      reduce_ok &= static_cast<bool>(tensor_parallel->all_reduce_sum_bf16(
+          std::span<std::uint16_t>(delta16.as<std::uint16_t>(), n)));
+      cuda::convert_to_f32(delta16.get(), P, delta.as<float>(), n, stream);
+    } else {
+      reduce_ok &= static_cast<bool>(
+          tensor_parallel->all_reduce_sum(std::span<float>(delta.as<float>(), n)));
+    }
     mark("all-reduce");
   };
 
@@ -346,6 +356,23 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       return ok;
     }
     return blas->linear(in_x, tokens, w16.get(), out_features, in_features, y, ldy, P, stream);
+  };
+  // o's and down's products (H outputs), all-reduced next under tensor parallelism: into
+  // `delta`, or with a bf16 all-reduce (set_tensor_parallel, WEFT_TP_BF16_REDUCE_TOKENS) for
+  // steps of that many tokens or more, as bf16 rows into delta16 (the rows the next norm
+  // rounds to bf16 anyway; the residual stays fp32). Returns whether it wrote delta16.
+  const bool reduce16 = tensor_parallel != nullptr && bf16_reduce_tokens > 0 &&
+                        T >= bf16_reduce_tokens && P == cuda::Precision::kBF16 &&
+                        !blas->small_step(T) &&
+                        delta16.bytes() >= static_cast<std::size_t>(T) * H * cuda::kHalfBytes;
+  auto row_parallel_product = [&](const void* in, const DeviceBuffer& w16, const DeviceBuffer& wq,
+                                  int in_features) -> bool {
+    if (reduce16 && wq.get() == nullptr) {
+      blas_ok &= blas->linear16(in, T, w16.get(), H, in_features, delta16.get(), H, P, stream);
+      return true;
+    }
+    blas_ok &= product(in, T, w16, wq, H, in_features, delta.as<float>(), H);
+    return false;
   };
   // A 16-bit matrix for cuBLAS: w16, or a quantized matrix dequantized into the scratch buffer
   // (which holds any layer matrix whole).
@@ -467,10 +494,10 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
                            or_null(W.up_bias), T, I, act.get(), P, stream);
     }
     mark("activation");
-    blas_ok &= product(act.get(), T, W.down, W.down_q, H, I, delta.as<float>(), H);
+    const bool down16 = row_parallel_product(act.get(), W.down, W.down_q, I);
     mark("down product");
     if (early_next_prefetch) prefetch_next(l, true);  // beside the all-reduce
-    all_reduce_delta();
+    all_reduce_delta(down16);
   };
 
   // Every kernel of the step, in order, on `stream`.
@@ -537,10 +564,10 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       mark("qkv product");
       prefetch_matrix(kO, W.o, W.o_q, H, QD);
       attend(l, W);
-      blas_ok &= product(attn.get(), T, W.o, W.o_q, H, QD, delta.as<float>(), H);
+      const bool o16 = row_parallel_product(attn.get(), W.o, W.o_q, QD);
       mark("o product");
       prefetch_matrix(kGateUp, W.up, W.up_q, static_cast<std::size_t>(mlp_width), H, true);
-      all_reduce_delta();  // while the side stream prefetches gate_up
+      all_reduce_delta(o16);  // while the side stream prefetches gate_up
       cuda::ResidualNormArgs rn;
       rn.residual = x.as<float>();
       rn.delta = delta.as<float>();

@@ -108,6 +108,9 @@ class CudaModel final : public ForwardBackend {
   Result<void> set_tensor_parallel(parallel::Communicator& comm);
   // Whether steps split the head's vocabulary over the group (set_tensor_parallel).
   bool vocab_parallel_head() const noexcept;
+  // Steps of at least this many tokens all-reduce o's and down's outputs as bf16 (bf16 models,
+  // WEFT_TP_BF16_REDUCE_TOKENS read by set_tensor_parallel); 0: always fp32.
+  int bf16_reduce_tokens() const noexcept;
 
   struct State;
 

@@ -70,17 +70,43 @@ Result<void> CudaModel::set_tensor_parallel(parallel::Communicator& comm) {
       return ok;
     }
   }
+  // bf16 all-reduces of o's and down's outputs for steps of WEFT_TP_BF16_REDUCE_TOKENS tokens or
+  // more (bf16 models only; unset or 0: off), warmed up like the fp32 ones.
+  int reduce16 = 0;
+  if (const char* t = std::getenv("WEFT_TP_BF16_REDUCE_TOKENS");
+      t != nullptr && s.options.precision == cuda::Precision::kBF16) {
+    reduce16 = std::max(0, std::atoi(t));
+  }
+  if (reduce16 > 0 && s.capacity_tokens > 0) {
+    if (auto err = s.delta16.reserve(static_cast<std::size_t>(s.capacity_tokens) * H * 2);
+        err != cudaSuccess) {
+      return cuda_error(err, "allocating the bf16 all-reduce buffer");
+    }
+    for (int tokens : {1, 16, 256, s.capacity_tokens}) {
+      const int n = std::min(tokens, s.capacity_tokens);
+      if (auto ok = comm.all_reduce_sum_bf16(std::span<std::uint16_t>(
+              s.delta16.as<std::uint16_t>(), static_cast<std::size_t>(n) * H));
+          !ok) {
+        return ok;
+      }
+    }
+  }
   if (auto err = cudaStreamSynchronize(s.stream); err != cudaSuccess) {
     return cuda_error(err, "joining the tensor-parallel group");
   }
   s.drop_graphs();  // graphs captured before have no all-reduces
   s.tensor_parallel = &comm;
   s.vocab_parallel = vocab;
+  s.bf16_reduce_tokens = reduce16;
   return {};
 }
 
 bool CudaModel::vocab_parallel_head() const noexcept {
   return state_->tensor_parallel != nullptr && state_->vocab_parallel;
+}
+
+int CudaModel::bf16_reduce_tokens() const noexcept {
+  return state_->tensor_parallel != nullptr ? state_->bf16_reduce_tokens : 0;
 }
 
 }  // namespace weft::model

@@ -125,6 +125,11 @@ struct CudaModel::State {
   // head_gathered (every rank's shard, rank after rank), copied into `logits` row by row.
   bool vocab_parallel = false;
   DeviceBuffer head_shard, head_gathered;
+  // bf16 all-reduce of o's and down's outputs for steps of at least this many tokens (0: off;
+  // set_tensor_parallel, WEFT_TP_BF16_REDUCE_TOKENS): the products write bf16 rows into delta16
+  // (capacity_tokens x hidden), summed there and widened into `delta`.
+  int bf16_reduce_tokens = 0;
+  DeviceBuffer delta16;
 
   // Decode graphs by (tokens, sequences, logit rows, decode splits): what fixes their grids
   // and metadata offsets. They point into the buffers above, so any reallocation drops them.

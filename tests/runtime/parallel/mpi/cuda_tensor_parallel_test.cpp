@@ -56,7 +56,12 @@ int local_gpu(int rank, int gpus) {
 }
 
 class CudaTensorParallel
-    : public ::testing::TestWithParam<std::tuple<const char*, cuda::Precision, bool>> {};
+    : public ::testing::TestWithParam<std::tuple<const char*, cuda::Precision, int>> {};
+
+// How the group runs a step (set_tensor_parallel's switches): the head split over the ranks'
+// vocabulary (the default); the whole head on every rank; split, and o's and down's outputs
+// all-reduced as bf16 from one token on (bf16 models only).
+enum Mode { kVocabSplit = 0, kWholeHead = 1, kBf16Reduce = 2 };
 
 TEST_P(CudaTensorParallel, SplitOverTwoGpusMatchesOneGpu) {
   auto& w = *g_world;
@@ -66,8 +71,11 @@ TEST_P(CudaTensorParallel, SplitOverTwoGpusMatchesOneGpu) {
     GTEST_SKIP() << "needs two GPUs and mpirun -np 2 or more (have " << gpus << " GPUs, "
                  << w.size() << " ranks): run on a multi-GPU machine (bench/gpu_tp.sh)";
   }
-  // split_vocab: the head split over the ranks' vocabulary (the default), else whole on each rank.
-  const auto& [name, precision, split_vocab] = GetParam();
+  const auto& [name, precision, mode] = GetParam();
+  if (mode == kBf16Reduce && precision != cuda::Precision::kBF16) {
+    GTEST_SKIP() << "bf16 all-reduces are for bf16 models";
+  }
+  const bool split_vocab = mode != kWholeHead;
   const int device = local_gpu(w.rank(), gpus);
   const auto dir = source_dir() / "tests/fixtures/models" / name;
   auto whole = load_model(dir);
@@ -96,11 +104,15 @@ TEST_P(CudaTensorParallel, SplitOverTwoGpusMatchesOneGpu) {
             std::max(1, whole->model.spec().num_kv_heads / w.size()));
   auto nccl = parallel::make_nccl_communicator(w, device, part->cuda_stream());
   ASSERT_TRUE(nccl) << nccl.error().what();
-  setenv("WEFT_TP_VOCAB_PARALLEL", split_vocab ? "1" : "0", 1);  // read by set_tensor_parallel
+  // Read by set_tensor_parallel.
+  setenv("WEFT_TP_VOCAB_PARALLEL", split_vocab ? "1" : "0", 1);
+  if (mode == kBf16Reduce) setenv("WEFT_TP_BF16_REDUCE_TOKENS", "1", 1);
   auto joined = part->set_tensor_parallel(**nccl);
   unsetenv("WEFT_TP_VOCAB_PARALLEL");
+  unsetenv("WEFT_TP_BF16_REDUCE_TOKENS");
   ASSERT_TRUE(joined) << joined.error().what();
   EXPECT_EQ(part->vocab_parallel_head(), split_vocab);
+  EXPECT_EQ(part->bf16_reduce_tokens(), mode == kBf16Reduce ? 1 : 0);
 
   // Two sequences: 7 and 5 prompt tokens, pages 0-7 and 8-15 (the same ids in both pools).
   const std::vector<std::vector<std::int32_t>> prompts = {{5, 17, 42, 99, 3, 201, 64},
@@ -171,6 +183,7 @@ TEST_P(CudaTensorParallel, SplitOverTwoGpusMatchesOneGpu) {
   if (w.rank() == 0) {
     std::cout << "[ measured ] " << name << " " << cuda::precision_name(precision)
               << (split_vocab ? " vocab-parallel head" : " whole head")
+              << (mode == kBf16Reduce ? ", bf16 all-reduces" : "")
               << " over 2 GPUs: worst relative logit error " << worst << " (tolerance " << tol
               << "); greedy tokens checked " << checked << ", near ties skipped " << near_ties
               << "\n";
@@ -184,7 +197,7 @@ INSTANTIATE_TEST_SUITE_P(
                                          "llama_mqa_tied_llama3_bf16", "mistral_swa_bf16",
                                          "qwen2_tied_f32", "qwen2_yarn_bf16"),
                        ::testing::Values(cuda::Precision::kBF16, cuda::Precision::kF16),
-                       ::testing::Bool()));
+                       ::testing::Values(kVocabSplit, kWholeHead, kBf16Reduce)));
 
 }  // namespace
 }  // namespace weft
