@@ -310,7 +310,9 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   auto prefetch_at = [&](PrefetchRange which, const void* w, std::size_t elements,
                          bool beside_reduce = false) {
     std::size_t cap = prefetch_cap[which];
-    if (beside_reduce && tensor_parallel != nullptr && tp_prefetch_cap > 0) cap = tp_prefetch_cap;
+    if (beside_reduce && tensor_parallel != nullptr && tp_prefetch_cap > 0 && cap > 0) {
+      cap = tp_prefetch_cap;  // WEFT_L2_PREFETCH_MB=0 still turns it off
+    }
     if (!prefetching || w == nullptr || cap == 0) return;
     cudaEventRecord(fork_event, stream);
     cudaStreamWaitEvent(side_stream, fork_event, 0);
