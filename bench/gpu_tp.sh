@@ -178,23 +178,10 @@ if want variants; then
   timeout 300 "$B/cuda_forward_bench" "${vargs[@]}" --json "$OUT/variant_tp1.json" \
     >"$OUT/variant_tp1.txt" 2>&1 || { failed=1; echo "FAILED (see $OUT/variant_tp1.txt)"; }
   grep -E '^decode' "$OUT/variant_tp1.txt" | head -4
-  k=0
-  for v in "" "${VARIANTS[@]}"; do
-    envs=()
-    xs=()
-    for kv in $v; do
-      envs+=("$kv")
-      xs+=(-x "${kv%%=*}")
-    done
-    echo "${v:-default}" >"$OUT/variant_$k.name"
-    stamp "== variant $k (${v:-default}): TP=2"
-    env "${envs[@]}" timeout 300 "${MPI2[@]}" "${xs[@]}" "$B/cuda_forward_bench" "${vargs[@]}" \
-      --tensor-parallel 2 --profile --json "$OUT/variant_$k.json" >"$OUT/variant_$k.txt" 2>&1 ||
-      { failed=1; echo "FAILED (see $OUT/variant_$k.txt)"; }
-    grep -E '^decode|profile, batch' "$OUT/variant_$k.txt" | head -6
-    k=$((k + 1))
-  done
-  python3 - "$OUT" <<'PY' | tee "$OUT/gpu_tp_variants.md"
+  # The table so far (written after every run, so a run cut short by a time limit still
+  # leaves the rows before it in $OUT/gpu_tp_variants.md).
+  variants_table() {
+  python3 - "$OUT" <<'PY'
 import glob, json, os, sys
 out = sys.argv[1]
 def load(path):
@@ -229,6 +216,25 @@ while os.path.exists(os.path.join(out, f"variant_{k}.name")):
     print(f"| {name} | " + " | ".join(cells) + " |")
     k += 1
 PY
+  }
+  k=0
+  for v in "" "${VARIANTS[@]}"; do
+    envs=()
+    xs=()
+    for kv in $v; do
+      envs+=("$kv")
+      xs+=(-x "${kv%%=*}")
+    done
+    echo "${v:-default}" >"$OUT/variant_$k.name"
+    stamp "== variant $k (${v:-default}): TP=2"
+    env "${envs[@]}" timeout 300 "${MPI2[@]}" "${xs[@]}" "$B/cuda_forward_bench" "${vargs[@]}" \
+      --tensor-parallel 2 --profile --json "$OUT/variant_$k.json" >"$OUT/variant_$k.txt" 2>&1 ||
+      { failed=1; echo "FAILED (see $OUT/variant_$k.txt)"; }
+    grep -E '^decode|profile, batch' "$OUT/variant_$k.txt" | head -6
+    k=$((k + 1))
+    variants_table >"$OUT/gpu_tp_variants.md"
+  done
+  variants_table | tee "$OUT/gpu_tp_variants.md"
 fi
 
 if want weft; then
