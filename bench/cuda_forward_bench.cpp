@@ -335,7 +335,10 @@ int main(int argc, char** argv) {
                    "[--quantize FORMAT (q8_b32 ... q2_b64, docs/quantization.md)] [--layers N] "
                    "[--tensor-parallel N]\n"
                    "  --shape 70b needs --layers (e.g. 10); --tensor-parallel N runs under "
-                   "mpirun -np N, one GPU per rank\n");
+                   "mpirun -np N, one GPU per rank; its switches are environment variables\n"
+                   "  (WEFT_TP_OVERLAP, WEFT_TP_PREFETCH_MB, WEFT_TP_VOCAB_PARALLEL,\n"
+                   "  WEFT_TP_BF16_REDUCE_TOKENS: docs/parallel.md); with --profile, each decode\n"
+                   "  batch's device ms per step in all-reduces and the head's all-gather\n");
       return 2;
     }
   }
