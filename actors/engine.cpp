@@ -264,7 +264,9 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
                     " bytes; need at least one");
   }
   Result<std::unique_ptr<model::ForwardBackend>> backend =
-      group != nullptr
+      s.config.make_backend ? Result<std::unique_ptr<model::ForwardBackend>>(
+                                  s.config.make_backend(model, static_cast<int>(budget_pages)))
+      : group != nullptr
           ? actors::make_tensor_parallel_leader(
                 model, *device, layout, from_device ? 0 : static_cast<int>(budget_pages),
                 s.config.cpu_threads, *group, s.config.max_tokens_per_step,
@@ -274,6 +276,7 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
                                          s.config.cpu_threads, s.config.max_tokens_per_step,
                                          s.config.gpu_memory_fraction, s.config.on_load_progress);
   if (!backend) throw backend.error();
+  if (!*backend) throw Error(ErrorCode::kInvalidArgument, "make_backend: returned no backend");
   stop_followers.group = nullptr;
   const bool token_trees = (*backend)->supports_token_trees();
   // Before any thread starts: a draft model that fails to load throws from here.

@@ -46,6 +46,10 @@ class CompiledGrammar;
 namespace parallel {
 class Communicator;  // runtime/parallel/communicator.hpp
 }
+namespace model {
+class Model;           // runtime/model/model.hpp
+class ForwardBackend;  // runtime/model/forward_backend.hpp
+}  // namespace model
 
 using sampling::SamplingParams;
 
@@ -102,6 +106,12 @@ struct EngineConfig {
   // leader (runtime/parallel/step_broadcast.hpp), started before this engine. Null or a
   // group of one: the whole model here. Not read from a config file.
   std::shared_ptr<parallel::Communicator> tensor_parallel;
+  // Benchmarks and tests: when set, makes the forward backend in place of `device` (the model
+  // is loaded as usual and handed over with the KV pool's page count), e.g. a simulated device
+  // whose forward pass only takes time (bench/constrained_step_bench.cpp). Not read from a
+  // config file.
+  std::function<std::unique_ptr<model::ForwardBackend>(const model::Model& model, int num_pages)>
+      make_backend;
 
   // Reads a JSON object with the fields above (unknown fields are an error naming them).
   static Result<EngineConfig> from_file(const std::filesystem::path& path);
