@@ -154,6 +154,7 @@ struct RunResult {
   std::vector<int> produced;  // output tokens per request
   int failed = 0;
   weft::EngineMetrics metrics;
+  weft::test_support::SimulatedDeviceStats device;
 };
 
 double percentile(std::vector<double> v, double p) {
@@ -176,9 +177,10 @@ RunResult run(const Options& o, const std::vector<std::vector<std::int32_t>>& pr
   config.jump_forward = o.jump_forward;
   const auto forward = std::chrono::microseconds(o.forward_us);
   const std::uint64_t seed = o.seed;
-  config.make_backend = [forward, seed](const weft::model::Model& model, int pages) {
+  auto stats = std::make_shared<weft::test_support::SimulatedDeviceStats>();
+  config.make_backend = [forward, seed, stats](const weft::model::Model& model, int pages) {
     return std::unique_ptr<weft::model::ForwardBackend>(
-        std::make_unique<weft::test_support::SimulatedDevice>(model, pages, forward, seed));
+        std::make_unique<weft::test_support::SimulatedDevice>(model, pages, forward, seed, stats));
   };
   weft::Engine engine(runtime.executor(), config);
   RunResult r;
@@ -240,6 +242,7 @@ RunResult run(const Options& o, const std::vector<std::vector<std::int32_t>>& pr
   r.wall_s = std::chrono::duration<double>(Clock::now() - start).count();
   r.metrics = engine.metrics(asio::use_future).get();
   engine.shutdown(asio::use_future).get();
+  r.device = *stats;
   return r;
 }
 
@@ -260,6 +263,22 @@ void print(const char* tag, const RunResult& r) {
       static_cast<double>(m.mask_compute_us) / csteps, static_cast<double>(m.mask_wait_us) / csteps,
       static_cast<unsigned long long>(m.jump_forward_tokens),
       static_cast<unsigned long long>(m.finished_stop), r.failed);
+  // The GPU's idle time per step: the gap before each launch and the lateness of each sample.
+  const auto& d = r.device;
+  std::vector<double> gap, late;
+  for (std::size_t k = 0; k < d.late_us.size(); ++k) {
+    late.push_back(d.late_us[k]);
+    if (k < d.gap_us.size()) gap.push_back(d.gap_us[k]);
+  }
+  double gap_sum = 0, late_sum = 0;
+  for (double g : gap)
+    gap_sum += g;
+  for (double l : late)
+    late_sum += l;
+  std::printf("%-13s device idle per step: gap p50 %.1f mean %.1f us, late p50 %.1f mean %.1f us\n",
+              "", percentile(gap, 0.5), gap.empty() ? 0.0 : gap_sum / static_cast<double>(gap.size()),
+              percentile(late, 0.5),
+              late.empty() ? 0.0 : late_sum / static_cast<double>(late.size()));
   std::fflush(stdout);
 }
 

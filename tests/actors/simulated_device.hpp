@@ -5,13 +5,15 @@
 // hash of each row's context instead of a model. The step loop's host work then shows as
 // exactly what it costs a GPU: time between one step's sampled tokens and the next launch.
 //
-// Each row's draw is greedy over pseudo-logits: the token is the first one allowed by the
-// row's bitmask at or after a start drawn from (seed, position, last token), wrapping around,
-// so a constrained row always draws an allowed token and a row without a mask draws the start.
+// Each row's draw is a pure function of (seed, position, last token): close to a uniform draw
+// among the tokens its bitmask allows (see pick), so a constrained row always draws an allowed
+// token; a row without a mask draws any token.
 // Logprobs are 0. Used by bench/constrained_step_bench.cpp and the constraint engine tests.
 
 #include <chrono>
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -20,11 +22,26 @@
 
 namespace weft::test_support {
 
+// What the host made the simulated GPU wait for, per launched step: `late`, how long after
+// the forward pass would have ended the step was sampled (its masks, the sampler's plan), and
+// `gap`, the time from the step's sampled tokens to the next launch (accepting the tokens,
+// detokenizing, planning). A real GPU idles for both. Filled on the executor's thread; read
+// after the engine has stopped.
+struct SimulatedDeviceStats {
+  std::vector<double> late_us;  // per sampled step
+  std::vector<double> gap_us;   // per launch after the first
+  std::vector<int> masked_rows;  // per sampled step: rows with a bitmask
+};
+
 class SimulatedDevice final : public model::ForwardBackend {
  public:
   SimulatedDevice(const model::Model& model, int num_pages, std::chrono::microseconds forward,
-                  std::uint64_t seed = 1)
-      : spec_(model.spec()), num_pages_(num_pages), forward_(forward), seed_(seed) {}
+                  std::uint64_t seed = 1, std::shared_ptr<SimulatedDeviceStats> stats = nullptr)
+      : spec_(model.spec()),
+        num_pages_(num_pages),
+        forward_(forward),
+        seed_(seed),
+        stats_(std::move(stats)) {}
 
   const model::ModelSpec& spec() const noexcept override { return spec_; }
   int num_pages() const noexcept override { return num_pages_; }
@@ -44,6 +61,9 @@ class SimulatedDevice final : public model::ForwardBackend {
 
   Result<void> launch(const model::StepBatch& batch) override {
     launched_ = std::chrono::steady_clock::now();
+    if (stats_ && sampled_ != std::chrono::steady_clock::time_point{}) {
+      stats_->gap_us.push_back(us(launched_ - sampled_));
+    }
     keys_ = row_keys(batch);
     return {};
   }
@@ -52,6 +72,7 @@ class SimulatedDevice final : public model::ForwardBackend {
                       model::DeviceSamplingOutput& out) override {
     const int V = spec_.vocab_size;
     const std::size_t words = (static_cast<std::size_t>(V) + 31) / 32;
+    const auto called = std::chrono::steady_clock::now();
     out.results.assign(in.rows.size(), {});
     out.candidates.clear();
     out.top.assign(in.rows.size() * sampling::kDeviceTopEntries, {});
@@ -75,10 +96,21 @@ class SimulatedDevice final : public model::ForwardBackend {
       if (res.token < 0) res.status = sampling::DeviceSampleStatus::kNoneAllowed;
     }
     std::this_thread::sleep_until(launched_ + forward_);
+    if (stats_) {
+      stats_->late_us.push_back(std::max(0.0, us(called - (launched_ + forward_))));
+      int masked = 0;
+      for (const auto& r : in.rows)
+        masked += r.mask_word_offset >= 0;
+      stats_->masked_rows.push_back(masked);
+    }
+    sampled_ = std::chrono::steady_clock::now();
     return {};
   }
 
  private:
+  static double us(std::chrono::steady_clock::duration d) {
+    return std::chrono::duration<double, std::micro>(d).count();
+  }
   static std::uint64_t mix(std::uint64_t x) {
     x ^= x >> 33;
     x *= 0xff51afd7ed558ccdull;
@@ -100,11 +132,17 @@ class SimulatedDevice final : public model::ForwardBackend {
     }
     return keys;
   }
-  // The first allowed token at or after key % V, wrapping; -1 when none is.
+  // Close to a uniform draw among the allowed tokens (as the argmax of a random model's logits
+  // is): the first of 64 tokens drawn from the key that the mask allows, else the first
+  // allowed token at or after key % V, wrapping; -1 when none is.
   std::int32_t pick(std::uint64_t key, const std::uint32_t* mask) const {
     const auto V = static_cast<std::uint32_t>(spec_.vocab_size);
     const auto start = static_cast<std::uint32_t>(key % V);
     if (mask == nullptr) return static_cast<std::int32_t>(start);
+    for (std::uint64_t j = 1; j <= 64; ++j) {
+      const auto t = static_cast<std::uint32_t>(mix(key + j) % V);
+      if ((mask[t / 32] >> (t % 32)) & 1u) return static_cast<std::int32_t>(t);
+    }
     for (std::uint32_t n = 0; n < V;) {
       const std::uint32_t t = (start + n) % V;
       const std::uint32_t word = mask[t / 32] >> (t % 32);
@@ -122,7 +160,8 @@ class SimulatedDevice final : public model::ForwardBackend {
   int num_pages_;
   std::chrono::microseconds forward_;
   std::uint64_t seed_;
-  std::chrono::steady_clock::time_point launched_{};
+  std::shared_ptr<SimulatedDeviceStats> stats_;
+  std::chrono::steady_clock::time_point launched_{}, sampled_{};
   std::vector<std::uint64_t> keys_;
 };
 
