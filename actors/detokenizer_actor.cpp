@@ -28,6 +28,22 @@ std::vector<std::uint64_t> DetokenizerActor::process_tokens(const std::vector<Ne
     if (it == states_.end()) continue;  // cancelled meanwhile
     State& s = it->second;
     if (s.stops.stopped()) continue;
+    if (t.token.id < 0) {
+      // No token: the output ends here (NewToken::last); what was held back goes out.
+      if (!t.last) continue;
+      auto rest = s.detokenizer.finish();
+      auto shown = s.stops.push(rest ? rest.value() : std::string());
+      std::string out = std::move(shown.text);
+      if (!shown.stopped) out += s.stops.finish();
+      if (shown.stopped) stopped.push_back(t.id);
+      if (out.empty()) continue;
+      Event event;
+      event.kind = Event::Kind::kDelta;
+      event.index = s.index;
+      event.text = std::move(out);
+      s.stream->push(std::move(event));
+      continue;
+    }
     auto delta = s.detokenizer.push(static_cast<std::uint32_t>(t.token.id));
     std::string text = delta ? std::move(delta.value()) : std::string();
     if (t.last) {

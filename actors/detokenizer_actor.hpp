@@ -20,6 +20,8 @@ struct NewToken {
   std::uint64_t id = 0;
   TokenLogprobs token;
   bool last = false;  // the sequence ends with this token (length, eos): flush held text
+  // token.id < 0 with `last`: the sequence ends after its earlier tokens (a grammar completed
+  // by the last one); held text goes out as a delta without tokens, if there is any.
 };
 
 class DetokenizerActor : public Actor {

@@ -241,6 +241,28 @@ EngineMetrics SchedulerActor::snapshot() const {
   return m;
 }
 
+asio::awaitable<void> SchedulerActor::detokenize(std::vector<NewToken> tokens) {
+  if (tokens.empty()) co_return;
+  // A failure here must not end the loop: every live request would wait forever.
+  std::vector<std::uint64_t> ids;
+  for (const auto& t : tokens)
+    ids.push_back(t.id);
+  std::vector<std::uint64_t> stopped;
+  std::string detokenize_error;
+  try {
+    stopped = co_await detokenizer_.process(std::move(tokens), asio::use_awaitable);
+  } catch (const std::exception& e) {
+    detokenize_error = std::string("detokenizer: ") + e.what();
+  }
+  if (!detokenize_error.empty()) {
+    log_error(detokenize_error);
+    for (std::uint64_t id : ids)
+      finish(id, FinishReason::kError, detokenize_error);
+  }
+  for (std::uint64_t id : stopped)
+    finish(id, FinishReason::kStop);
+}
+
 asio::awaitable<void> SchedulerActor::loop() {
   for (;;) {
     if (stopping_) break;
@@ -398,10 +420,14 @@ asio::awaitable<void> SchedulerActor::loop() {
     scheduler_.complete_step(plan, sampled, drafts);
     co_await advance_beams(outcomes);  // beam rows leave `outcomes` here
 
-    // Advance the matchers now, so the next step's masks can be computed while it runs.
-    // Jump-forward: the constraint actor also accepts the tokens the grammar forces after a
-    // sampled one (at most the output's remaining budget) and returns them with the verdict.
-    std::unordered_map<std::uint64_t, ConstraintVerdict> verdicts;
+    // Constrained rows: the constraint actor advances the matchers by the sampled tokens (and
+    // by the tokens the grammar forces after them: jump-forward, at most the output's
+    // remaining budget) while the detokenizer turns the sampled tokens into text, each on its
+    // own strand, so accepting costs the step loop nothing where detokenizing takes longer.
+    // The verdicts come after: a second message to the detokenizer carries the forced tokens
+    // and ends the outputs the grammar completed. The next step's masks are then computed
+    // while it runs.
+    std::shared_ptr<PendingAccept> accepting;
     {
       std::vector<AcceptedToken> accepted;
       for (const auto& o : outcomes) {
@@ -414,25 +440,16 @@ asio::awaitable<void> SchedulerActor::loop() {
         }
       }
       if (!accepted.empty()) {
-        AcceptResult result;
-        std::string accept_error;
-        try {
-          result = co_await constraint_.accept(std::move(accepted), asio::use_awaitable);
-        } catch (const std::exception& e) {
-          accept_error = std::string("constraint: ") + e.what();
-        }
-        if (!accept_error.empty()) {
-          log_error(accept_error);
-          for (const auto& o : outcomes) {
-            auto it = live_.find(o.id);
-            if (it != live_.end() && it->second.constrained) {
-              finish(o.id, FinishReason::kError, accept_error);
-            }
-          }
-        }
-        accept_ns_ += result.compute_ns;
-        for (auto& v : result.verdicts)
-          verdicts.emplace(v.id, std::move(v));
+        accepting = std::make_shared<PendingAccept>();
+        constraint_.accept(std::move(accepted), [this, accepting](std::exception_ptr e,
+                                                                  AcceptResult result) mutable {
+          asio::post(strand(), [this, accepting, e, result = std::move(result)]() mutable {
+            accepting->error = e;
+            accepting->result = std::move(result);
+            accepting->done = true;
+            masks_ready_.cancel();
+          });
+        });
       }
     }
 
@@ -445,28 +462,7 @@ asio::awaitable<void> SchedulerActor::loop() {
         finish(o.id, FinishReason::kError, o.error);
         continue;
       }
-      bool stop = is_stop_token(it->second, o.token->id);
-      std::vector<std::int32_t> forced;
-      if (auto v = verdicts.find(o.id); v != verdicts.end()) {
-        if (v->second.verdict == grammar::TokenConstraint::Verdict::kRejected) {
-          // The mask should have made this impossible: a bug, reported as such.
-          finish(o.id, FinishReason::kError,
-                 "internal: token " + std::to_string(o.token->id) +
-                     " was sampled but the response format does not allow it");
-          continue;
-        }
-        if (v->second.verdict == grammar::TokenConstraint::Verdict::kComplete) {
-          stop = true;  // the output is complete (after the forced tokens, if any)
-        }
-        forced = std::move(v->second.forced);
-      }
-      if (!forced.empty()) {
-        // Bounded by the budget already; the scheduler checks again.
-        const int appended = scheduler_.append_tokens(o.id, forced);
-        forced.resize(static_cast<std::size_t>(appended));
-        sampler_.accept(o.id, forced);
-        metrics_.jump_forward_tokens += static_cast<std::uint64_t>(appended);
-      }
+      const bool stop = is_stop_token(it->second, o.token->id);
       const sched::Sequence* seq = scheduler_.find(o.id);
       const bool length = seq->generated() >= it->second.params.max_tokens;
       NewToken t;
@@ -474,17 +470,9 @@ asio::awaitable<void> SchedulerActor::loop() {
       t.token.id = o.token->id;
       t.token.logprob = o.token->logprob;
       t.token.top = o.token->top;
+      t.last = stop || length;
       new_tokens.push_back(std::move(t));
-      // Forced tokens stream as ordinary deltas after the sampled one; they were not drawn,
-      // so their logprob is 0 (probability 1 under the grammar) and they carry no top list.
-      for (std::int32_t f : forced) {
-        NewToken ft;
-        ft.id = o.id;
-        ft.token.id = f;
-        new_tokens.push_back(std::move(ft));
-      }
-      new_tokens.back().last = stop || length;
-      metrics_.generated_tokens += 1 + forced.size();
+      metrics_.generated_tokens += 1;
       if (stop || length)
         finishing.emplace_back(o.id, stop ? FinishReason::kStop : FinishReason::kLength);
     }
@@ -513,25 +501,85 @@ asio::awaitable<void> SchedulerActor::loop() {
       if (stop || length)
         finishing.emplace_back(v.id, stop ? FinishReason::kStop : FinishReason::kLength);
     }
-    if (!new_tokens.empty()) {
-      // A failure here must not end the loop: every live request would wait forever.
-      std::vector<std::uint64_t> ids;
-      for (const auto& t : new_tokens)
-        ids.push_back(t.id);
-      std::vector<std::uint64_t> stopped;
-      std::string detokenize_error;
-      try {
-        stopped = co_await detokenizer_.process(std::move(new_tokens), asio::use_awaitable);
-      } catch (const std::exception& e) {
-        detokenize_error = std::string("detokenizer: ") + e.what();
+    co_await detokenize(std::move(new_tokens));
+
+    if (accepting) {
+      while (!accepting->done) {
+        boost::system::error_code ec;
+        masks_ready_.expires_at(asio::steady_timer::time_point::max());
+        co_await masks_ready_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       }
-      if (!detokenize_error.empty()) {
-        log_error(detokenize_error);
-        for (std::uint64_t id : ids)
-          finish(id, FinishReason::kError, detokenize_error);
+      if (accepting->error) {
+        std::string message = "constraint: accepting the sampled tokens failed";
+        try {
+          std::rethrow_exception(accepting->error);
+        } catch (const std::exception& e) {
+          message = std::string("constraint: ") + e.what();
+        } catch (...) {
+        }
+        log_error(message);
+        for (const auto& o : outcomes) {
+          auto it = live_.find(o.id);
+          if (it != live_.end() && it->second.constrained) {
+            finish(o.id, FinishReason::kError, message);
+          }
+        }
       }
-      for (std::uint64_t id : stopped)
-        finish(id, FinishReason::kStop);
+      accept_ns_ += accepting->result.compute_ns;
+      std::vector<NewToken> after;  // forced tokens, and the ends of completed outputs
+      for (auto& v : accepting->result.verdicts) {
+        auto it = live_.find(v.id);
+        if (it == live_.end()) continue;  // ended by a stop string, cancelled, failed
+        if (v.verdict == grammar::TokenConstraint::Verdict::kRejected) {
+          // The mask should have made this impossible: a bug, reported as such.
+          const auto o = std::find_if(outcomes.begin(), outcomes.end(),
+                                      [&](const SampleOutcome& x) { return x.id == v.id; });
+          finish(v.id, FinishReason::kError,
+                 "internal: token " +
+                     std::to_string(o != outcomes.end() && o->token ? o->token->id : -1) +
+                     " was sampled but the response format does not allow it");
+          continue;
+        }
+        const bool complete = v.verdict == grammar::TokenConstraint::Verdict::kComplete;
+        auto ending = std::find_if(finishing.begin(), finishing.end(),
+                                   [&](const auto& f) { return f.first == v.id; });
+        if (ending != finishing.end()) {
+          // The sampled token ended the output already (an eos, the budget): nothing was
+          // forced after it, and a complete grammar makes the reason `stop`.
+          if (complete) ending->second = FinishReason::kStop;
+          continue;
+        }
+        std::vector<std::int32_t> forced = std::move(v.forced);
+        if (!forced.empty()) {
+          // Bounded by the budget already; the scheduler checks again.
+          const int appended = scheduler_.append_tokens(v.id, forced);
+          forced.resize(static_cast<std::size_t>(appended));
+          sampler_.accept(v.id, forced);
+          metrics_.jump_forward_tokens += static_cast<std::uint64_t>(appended);
+          metrics_.generated_tokens += forced.size();
+        }
+        const sched::Sequence* seq = scheduler_.find(v.id);
+        const bool length = seq != nullptr && seq->generated() >= it->second.params.max_tokens;
+        // Forced tokens stream as ordinary deltas after the sampled one; they were not drawn,
+        // so their logprob is 0 (probability 1 under the grammar) and they carry no top list.
+        for (std::int32_t f : forced) {
+          NewToken ft;
+          ft.id = v.id;
+          ft.token.id = f;
+          after.push_back(std::move(ft));
+        }
+        if (complete || length) {
+          if (forced.empty()) {
+            NewToken end;  // no token: flushes the text held back, and ends the output
+            end.id = v.id;
+            end.token.id = -1;
+            after.push_back(std::move(end));
+          }
+          after.back().last = true;
+          finishing.emplace_back(v.id, complete ? FinishReason::kStop : FinishReason::kLength);
+        }
+      }
+      co_await detokenize(std::move(after));
     }
     for (const auto& [id, reason] : finishing)
       finish(id, reason);

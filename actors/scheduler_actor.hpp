@@ -4,7 +4,8 @@
 // detokenizer, decide which requests finish. Requests join and leave between steps; cancel
 // frees a request's KV pages at once. For constrained sequences the step's bitmasks are asked
 // of the constraint actor right after the forward pass is launched, so they are computed
-// while it runs; sampled tokens advance the matchers before the next step is planned.
+// while it runs; sampled tokens advance the matchers (while the detokenizer turns them into
+// text) before the next step is planned.
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -88,7 +89,17 @@ class SchedulerActor : public Actor {
     StepMasks masks;
   };
 
+  // The constraint actor's reply to a step's accept, filled on this strand by its callback.
+  struct PendingAccept {
+    bool done = false;
+    std::exception_ptr error;
+    AcceptResult result;
+  };
+
   asio::awaitable<void> loop();
+  // Hands tokens to the detokenizer and ends the sequences it reports stopped (a stop
+  // string) with `stop`; a failure ends every sequence of `tokens` in error.
+  asio::awaitable<void> detokenize(std::vector<NewToken> tokens);
   void add_request(std::uint64_t id, std::vector<std::int32_t> prompt, SamplingParams params,
                    std::shared_ptr<RequestStream> stream, bool constrained);
   // `completion_tokens` >= 0 overrides the count the scheduler's sequence gives (beam search:
@@ -134,7 +145,7 @@ class SchedulerActor : public Actor {
   std::unordered_map<std::uint64_t, std::uint64_t> beam_of_;  // beam sequence -> request
   std::uint64_t next_fork_id_ = kFirstForkId;
   asio::steady_timer wake_;
-  asio::steady_timer masks_ready_;  // cancelled when a step's masks arrive
+  asio::steady_timer masks_ready_;  // cancelled when a step's masks or verdicts arrive
   bool started_ = false;
   bool stopping_ = false;
   bool stopped_ = false;

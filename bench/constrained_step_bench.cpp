@@ -82,7 +82,8 @@ void write_model(const Options& o) {
   const fs::path dir = o.work;
   fs::create_directories(dir);
   const std::string tokenizer = read_text(fs::path(o.tokenizer) / "tokenizer.json");
-  if (tokenizer.empty()) throw std::runtime_error(o.tokenizer + "/tokenizer.json: missing or empty");
+  if (tokenizer.empty())
+    throw std::runtime_error(o.tokenizer + "/tokenizer.json: missing or empty");
   const int vocab = vocab_size(tokenizer);
   const int hidden = 64, inter = 128, heads = 2, kv_heads = 1, head_dim = 32;
   boost::json::object config{{"architectures", boost::json::array{"LlamaForCausalLM"}},
@@ -130,8 +131,9 @@ void write_model(const Options& o) {
       n *= d;
       dims.push_back(d);
     }
-    header[name] = boost::json::object{
-        {"dtype", "BF16"}, {"shape", dims}, {"data_offsets", boost::json::array{offset, offset + n}}};
+    header[name] = boost::json::object{{"dtype", "BF16"},
+                                       {"shape", dims},
+                                       {"data_offsets", boost::json::array{offset, offset + n}}};
     offset += n;
   }
   std::string h = boost::json::serialize(header);
@@ -276,8 +278,8 @@ void print(const char* tag, const RunResult& r) {
   for (double l : late)
     late_sum += l;
   std::printf("%-13s device idle per step: gap p50 %.1f mean %.1f us, late p50 %.1f mean %.1f us\n",
-              "", percentile(gap, 0.5), gap.empty() ? 0.0 : gap_sum / static_cast<double>(gap.size()),
-              percentile(late, 0.5),
+              "", percentile(gap, 0.5),
+              gap.empty() ? 0.0 : gap_sum / static_cast<double>(gap.size()), percentile(late, 0.5),
               late.empty() ? 0.0 : late_sum / static_cast<double>(late.size()));
   std::fflush(stdout);
 }
@@ -310,20 +312,34 @@ int main(int argc, char** argv) {
       }
     };
     try {
-      if (a == "--tokenizer") o.tokenizer = value();
-      else if (a == "--work") o.work = value();
-      else if (a == "--schema") o.schema = value();
-      else if (a == "--schema-dir") o.schema_dir = value();
-      else if (a == "--regex") o.regex = value();
-      else if (a == "--forward-us") o.forward_us = number();
-      else if (a == "--batch") o.batch = number();
-      else if (a == "--requests") o.requests = number();
-      else if (a == "--input-len") o.input_len = number();
-      else if (a == "--output-len") o.output_len = number();
-      else if (a == "--reps") o.reps = number();
-      else if (a == "--no-jump-forward") o.jump_forward = false;
-      else if (a == "--help" || a == "-h") return usage();
-      else throw std::runtime_error("unknown option " + a);
+      if (a == "--tokenizer")
+        o.tokenizer = value();
+      else if (a == "--work")
+        o.work = value();
+      else if (a == "--schema")
+        o.schema = value();
+      else if (a == "--schema-dir")
+        o.schema_dir = value();
+      else if (a == "--regex")
+        o.regex = value();
+      else if (a == "--forward-us")
+        o.forward_us = number();
+      else if (a == "--batch")
+        o.batch = number();
+      else if (a == "--requests")
+        o.requests = number();
+      else if (a == "--input-len")
+        o.input_len = number();
+      else if (a == "--output-len")
+        o.output_len = number();
+      else if (a == "--reps")
+        o.reps = number();
+      else if (a == "--no-jump-forward")
+        o.jump_forward = false;
+      else if (a == "--help" || a == "-h")
+        return usage();
+      else
+        throw std::runtime_error("unknown option " + a);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "constrained_step_bench: %s\n", e.what());
       return usage();

@@ -10,8 +10,8 @@
 // token; a row without a mask draws any token.
 // Logprobs are 0. Used by bench/constrained_step_bench.cpp and the constraint engine tests.
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <thread>
@@ -28,8 +28,8 @@ namespace weft::test_support {
 // detokenizing, planning). A real GPU idles for both. Filled on the executor's thread; read
 // after the engine has stopped.
 struct SimulatedDeviceStats {
-  std::vector<double> late_us;  // per sampled step
-  std::vector<double> gap_us;   // per launch after the first
+  std::vector<double> late_us;   // per sampled step
+  std::vector<double> gap_us;    // per launch after the first
   std::vector<int> masked_rows;  // per sampled step: rows with a bitmask
 };
 
@@ -80,8 +80,8 @@ class SimulatedDevice final : public model::ForwardBackend {
     for (std::size_t k = 0; k < in.rows.size(); ++k) {
       const sampling::DeviceSampleRow& r = in.rows[k];
       if (r.row < 0 || static_cast<std::size_t>(r.row) >= keys_.size()) {
-        return Error(ErrorCode::kInternal, "simulated device: row " + std::to_string(r.row) +
-                                               " was not launched");
+        return Error(ErrorCode::kInternal,
+                     "simulated device: row " + std::to_string(r.row) + " was not launched");
       }
       if (r.mask_word_offset >= 0 &&
           static_cast<std::size_t>(r.mask_word_offset) + words > in.masks.size()) {
