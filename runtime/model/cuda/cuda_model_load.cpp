@@ -213,6 +213,10 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
       cudaEventCreateWithFlags(&s->join_event, cudaEventDisableTiming) != cudaSuccess) {
     return cuda_error(cudaGetLastError(), "creating the prefetch stream");
   }
+  if (cudaStreamCreateWithFlags(&s->upload_stream, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaEventCreateWithFlags(&s->upload_event, cudaEventDisableTiming) != cudaSuccess) {
+    return cuda_error(cudaGetLastError(), "creating the sampler's upload stream");
+  }
   s->blas = std::make_unique<cuda::Blas>();
   if (!s->blas->error().empty()) return Error(ErrorCode::kInternal, s->blas->error());
   s->blas->set_gemv_max_tokens(options.small_step_kernel_tokens);

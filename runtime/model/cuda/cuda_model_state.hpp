@@ -79,6 +79,11 @@ struct CudaModel::State {
   // into `stream` by the events (run()).
   cudaStream_t side_stream = nullptr;
   cudaEvent_t fork_event = nullptr, join_event = nullptr;
+  // The sampler's input (rows, edits, the bitmasks of constrained rows: 16 KB a row on a 128K
+  // vocabulary) is copied here while the step's forward pass still runs on `stream`, which
+  // waits for upload_event only before the sampling kernel (cuda_sampling.cpp).
+  cudaStream_t upload_stream = nullptr;
+  cudaEvent_t upload_event = nullptr;
   std::unique_ptr<cuda::Blas> blas;
   std::size_t weight_bytes = 0;
 
@@ -176,6 +181,8 @@ struct CudaModel::State {
       for (auto e : upload_done)
         if (e != nullptr) cudaEventDestroy(e);
       if (side_stream != nullptr) cudaStreamDestroy(side_stream);
+      if (upload_stream != nullptr) cudaStreamDestroy(upload_stream);
+      if (upload_event != nullptr) cudaEventDestroy(upload_event);
       if (fork_event != nullptr) cudaEventDestroy(fork_event);
       if (join_event != nullptr) cudaEventDestroy(join_event);
       cudaStreamDestroy(stream);

@@ -91,10 +91,24 @@ Result<void> CudaModel::State::sample(const DeviceSamplingInput& in, DeviceSampl
     std::memcpy(host_in + edits_at, in.edits.data(),
                 in.edits.size() * sizeof(sampling::DeviceSampleEdit));
   if (!in.masks.empty()) std::memcpy(host_in + masks_at, in.masks.data(), in.masks.size() * 4);
+  // Uploaded on a stream of its own, so the copy overlaps the forward pass still running on
+  // `stream` (a constrained step at batch 32 on a 128K vocabulary uploads 512 KB of masks);
+  // the sampling kernel waits for it. The previous sample() synchronized `stream`, so its
+  // kernel no longer reads sample_in, and the stream synchronization below covers the
+  // upload (through the event) before sample_in_host is written again.
+  cudaStream_t upload = upload_stream != nullptr ? upload_stream : stream;
   if (auto err =
-          cudaMemcpyAsync(sample_in.get(), host_in, in_bytes, cudaMemcpyHostToDevice, stream);
+          cudaMemcpyAsync(sample_in.get(), host_in, in_bytes, cudaMemcpyHostToDevice, upload);
       err != cudaSuccess) {
     return cuda_error(err, "uploading the sampler's rows");
+  }
+  if (upload != stream) {
+    if (auto err = cudaEventRecord(upload_event, upload); err != cudaSuccess) {
+      return cuda_error(err, "recording the sampler's upload");
+    }
+    if (auto err = cudaStreamWaitEvent(stream, upload_event, 0); err != cudaSuccess) {
+      return cuda_error(err, "ordering the sampler after its upload");
+    }
   }
   auto* dev_in = sample_in.as<unsigned char>();
   auto* dev_out = sample_out.as<unsigned char>();
