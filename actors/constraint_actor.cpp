@@ -1,5 +1,6 @@
 #include "actors/constraint_actor.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 namespace weft::actors {
@@ -51,12 +52,17 @@ AcceptResult ConstraintActor::accept_tokens(const std::vector<AcceptedToken>& to
 StepMasks ConstraintActor::compute_masks(const std::vector<std::uint64_t>& ids) {
   const auto start = Clock::now();
   StepMasks out;
-  out.masks.resize(ids.size());
+  const std::size_t words = (static_cast<std::size_t>(std::max(vocab_, 0)) + 31) / 32;
+  out.words_per_mask = static_cast<int>(words);
+  out.offsets.assign(ids.size(), -1);
+  out.words.reserve(ids.size() * words);
   for (std::size_t i = 0; i < ids.size(); ++i) {
     auto it = constraints_.find(ids[i]);
     if (it == constraints_.end()) continue;
     if (!it->second.mask_ready()) ++out.computed;
-    out.masks[i] = it->second.next_mask();
+    const std::vector<std::uint32_t>& mask = it->second.next_mask();
+    out.offsets[i] = static_cast<std::int32_t>(out.words.size());
+    out.words.insert(out.words.end(), mask.begin(), mask.end());
   }
   out.compute_ns = ns_since(start);
   return out;

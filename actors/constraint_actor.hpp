@@ -34,9 +34,14 @@ struct ConstraintVerdict {
 };
 
 struct StepMasks {
-  // One per id asked for, in order: ceil(vocab / 32) words, or empty for an id without a
+  // The masks of the ids with a constraint, back to back in the order asked, ceil(vocab / 32)
+  // words each: one buffer for the step, which goes on to the device sampler's input as it is
+  // (no copy per row).
+  std::vector<std::uint32_t> words;
+  // One per id asked for: the word of `words` its mask starts at, or -1 for an id without a
   // constraint (it samples unconstrained).
-  std::vector<std::vector<std::uint32_t>> masks;
+  std::vector<std::int32_t> offsets;
+  int words_per_mask = 0;
   std::uint64_t compute_ns = 0;  // time spent computing them on the strand
   int computed = 0;              // masks computed here (the others were ready from accept)
 };

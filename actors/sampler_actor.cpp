@@ -1,5 +1,7 @@
 #include "actors/sampler_actor.hpp"
 
+#include <algorithm>
+
 namespace weft::actors {
 
 void SamplerActor::add(std::uint64_t id, sampling::SamplingParams params,
@@ -77,8 +79,12 @@ std::vector<SampleOutcome> SamplerActor::sample_rows(StepLogits& logits,
   return out;
 }
 
-DeviceSamplePlan SamplerActor::prepare_rows(std::vector<SampleRow>& rows, int vocab) {
+DeviceSamplePlan SamplerActor::prepare_rows(std::vector<SampleRow>& rows, int vocab,
+                                            std::vector<std::uint32_t> masks) {
   DeviceSamplePlan plan;
+  plan.input.masks = std::move(masks);
+  const std::size_t step_words = plan.input.masks.size();
+  const std::size_t words = (static_cast<std::size_t>(std::max(vocab, 0)) + 31) / 32;
   for (SampleRow& r : rows) {
     plan.ids.push_back(r.id);
     plan.device_row.push_back(-1);
@@ -94,7 +100,15 @@ DeviceSamplePlan SamplerActor::prepare_rows(std::vector<SampleRow>& rows, int vo
       continue;
     }
     row->row = r.row;
-    if (!r.allowed.empty()) {
+    if (r.mask_offset >= 0) {
+      if (static_cast<std::size_t>(r.mask_offset) + words > step_words) {
+        plan.errors.back() = "the bitmask of request " + std::to_string(r.id) + " at word " +
+                             std::to_string(r.mask_offset) + " runs past the step's " +
+                             std::to_string(step_words) + " mask words";
+        continue;
+      }
+      row->mask_word_offset = r.mask_offset;
+    } else if (!r.allowed.empty()) {
       row->mask_word_offset = static_cast<std::int32_t>(plan.input.masks.size());
       plan.input.masks.insert(plan.input.masks.end(), r.allowed.begin(), r.allowed.end());
     }

@@ -26,6 +26,9 @@ struct SampleRow {
   // Beam search: > 0 asks for the row's beam_k most likely tokens and their logprobs
   // (SequenceSampler::beam_candidates) instead of a sampled token.
   int beam_k = 0;
+  // Sampling on the device: the row's bitmask starts at this word of the step's masks
+  // (prepare()'s `masks`); -1: none (or `allowed`, which is copied in after them).
+  std::int32_t mask_offset = -1;
 };
 
 struct SampleOutcome {
@@ -84,13 +87,22 @@ class SamplerActor : public Actor {
   }
 
   // Sampling on the device, in two halves around ExecutorActor::sample: prepare() describes
-  // each row's draw (moving the rows' bitmasks into the plan), finish() completes the draws
-  // from the device's results and returns outcomes in the rows' order, like sample().
+  // each row's draw (the step's `masks`, which rows point into with mask_offset, become the
+  // plan's as they are; rows' own `allowed` masks are copied after them), finish() completes
+  // the draws from the device's results and returns outcomes in the rows' order, like
+  // sample().
+  template <class Token>
+  auto prepare(std::vector<SampleRow> rows, int vocab, std::vector<std::uint32_t> masks,
+               Token&& token) {
+    return ask(
+        [this, rows = std::move(rows), vocab, masks = std::move(masks)]() mutable {
+          return prepare_rows(rows, vocab, std::move(masks));
+        },
+        std::forward<Token>(token));
+  }
   template <class Token>
   auto prepare(std::vector<SampleRow> rows, int vocab, Token&& token) {
-    return ask(
-        [this, rows = std::move(rows), vocab]() mutable { return prepare_rows(rows, vocab); },
-        std::forward<Token>(token));
+    return prepare(std::move(rows), vocab, {}, std::forward<Token>(token));
   }
   template <class Token>
   auto finish(DeviceSamplePlan plan, model::DeviceSamplingOutput output, Token&& token) {
@@ -126,7 +138,8 @@ class SamplerActor : public Actor {
   std::vector<SampleOutcome> sample_rows(StepLogits& logits, const std::vector<SampleRow>& rows);
   std::vector<VerifyOutcome> verify_rows(const StepLogits& logits,
                                          const std::vector<VerifyRow>& rows);
-  DeviceSamplePlan prepare_rows(std::vector<SampleRow>& rows, int vocab);
+  DeviceSamplePlan prepare_rows(std::vector<SampleRow>& rows, int vocab,
+                                std::vector<std::uint32_t> masks);
   std::string check_row(const SampleRow& r, std::size_t vocab, sampling::SequenceSampler*& sampler);
   std::vector<SampleOutcome> finish_rows(const DeviceSamplePlan& plan,
                                          model::DeviceSamplingOutput& output);

@@ -331,6 +331,7 @@ asio::awaitable<void> SchedulerActor::loop() {
       });
     }
     const auto launched = std::chrono::steady_clock::now();
+    std::vector<std::uint32_t> step_masks;  // device sampling: every constrained row's mask
     try {
       // Verification reads every row of a draft slice on the host.
       // (Not a conditional expression: GCC's coroutines mishandle a co_await inside one.)
@@ -364,15 +365,24 @@ asio::awaitable<void> SchedulerActor::loop() {
         if (pending->error) std::rethrow_exception(pending->error);
         mask_compute_ns_ += pending->masks.compute_ns;
         metrics_.masks_computed += static_cast<std::uint64_t>(pending->masks.computed);
-        for (std::size_t k = 0; k < constrained_rows.size(); ++k) {
-          rows[constrained_rows[k]].allowed = std::move(pending->masks.masks[k]);
+        StepMasks& m = pending->masks;
+        for (std::size_t k = 0; k < constrained_rows.size() && k < m.offsets.size(); ++k) {
+          const std::int32_t at = m.offsets[k];
+          if (at < 0) continue;
+          if (logits.on_device) {
+            rows[constrained_rows[k]].mask_offset = at;  // into the step's masks, uncopied
+          } else {
+            const auto begin = m.words.begin() + at;
+            rows[constrained_rows[k]].allowed.assign(begin, begin + m.words_per_mask);
+          }
         }
+        if (logits.on_device) step_masks = std::move(m.words);
       }
       if (logits.on_device) {
         // The logits stay on the GPU: the sampler describes each row's draw, the executor
         // samples on the device, the sampler finishes the draws from the candidates.
-        DeviceSamplePlan prepared =
-            co_await sampler_.prepare(std::move(rows), logits.vocab, asio::use_awaitable);
+        DeviceSamplePlan prepared = co_await sampler_.prepare(
+            std::move(rows), logits.vocab, std::move(step_masks), asio::use_awaitable);
         model::DeviceSamplingInput input = std::move(prepared.input);
         model::DeviceSamplingOutput sampled =
             co_await executor_.sample(std::move(input), asio::use_awaitable);
