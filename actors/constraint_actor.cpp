@@ -1,7 +1,10 @@
 #include "actors/constraint_actor.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <boost/asio/post.hpp>
 #include <chrono>
+#include <future>
 
 namespace weft::actors {
 namespace {
@@ -16,8 +19,8 @@ std::uint64_t ns_since(Clock::time_point start) {
 }  // namespace
 
 ConstraintActor::ConstraintActor(const asio::any_io_executor& executor, int logits_vocab,
-                                 bool jump_forward)
-    : Actor(executor), vocab_(logits_vocab), jump_forward_(jump_forward) {}
+                                 bool jump_forward, asio::thread_pool* mask_pool)
+    : Actor(executor), vocab_(logits_vocab), jump_forward_(jump_forward), mask_pool_(mask_pool) {}
 
 void ConstraintActor::add(std::uint64_t id,
                           std::shared_ptr<const grammar::CompiledGrammar> grammar) {
@@ -55,14 +58,41 @@ StepMasks ConstraintActor::compute_masks(const std::vector<std::uint64_t>& ids) 
   const std::size_t words = (static_cast<std::size_t>(std::max(vocab_, 0)) + 31) / 32;
   out.words_per_mask = static_cast<int>(words);
   out.offsets.assign(ids.size(), -1);
-  out.words.reserve(ids.size() * words);
+  std::vector<grammar::TokenConstraint*> rows;  // per mask of `words`, in order
   for (std::size_t i = 0; i < ids.size(); ++i) {
     auto it = constraints_.find(ids[i]);
     if (it == constraints_.end()) continue;
     if (!it->second.mask_ready()) ++out.computed;
-    const std::vector<std::uint32_t>& mask = it->second.next_mask();
-    out.offsets[i] = static_cast<std::int32_t>(out.words.size());
-    out.words.insert(out.words.end(), mask.begin(), mask.end());
+    out.offsets[i] = static_cast<std::int32_t>(rows.size() * words);
+    rows.push_back(&it->second);
+  }
+  out.words.resize(rows.size() * words);
+  // Each row's mask into its place; rows are independent (their grammars' shared mask caches
+  // are thread-safe), so with a pool the rows are dealt out to its threads and this one.
+  const auto fill = [&](std::size_t k) {
+    const std::vector<std::uint32_t>& mask = rows[k]->next_mask();
+    std::copy(mask.begin(), mask.end(), out.words.begin() + static_cast<std::ptrdiff_t>(k * words));
+  };
+  const std::size_t helpers =
+      mask_pool_ != nullptr && out.computed >= 4 ? std::min<std::size_t>(rows.size() / 4, 4) : 0;
+  if (helpers == 0) {
+    for (std::size_t k = 0; k < rows.size(); ++k)
+      fill(k);
+  } else {
+    std::atomic<std::size_t> next{0};
+    const auto work = [&] {
+      for (std::size_t k; (k = next.fetch_add(1)) < rows.size();)
+        fill(k);
+    };
+    std::vector<std::future<void>> done;
+    for (std::size_t h = 0; h < helpers; ++h) {
+      std::packaged_task<void()> task(work);
+      done.push_back(task.get_future());
+      asio::post(*mask_pool_, std::move(task));
+    }
+    work();
+    for (auto& d : done)
+      d.get();  // next_mask does not throw but for allocation; rethrown here
   }
   out.compute_ns = ns_since(start);
   return out;

@@ -5,6 +5,7 @@
 // masks are computed on this actor's strand while the executor's thread runs the forward
 // pass, and the sampler applies them to the logits when both are ready.
 
+#include <boost/asio/thread_pool.hpp>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
@@ -56,8 +57,11 @@ class ConstraintActor : public Actor {
  public:
   // `logits_vocab`: the width of the model's logits rows. `jump_forward`: after each accepted
   // token, force the grammar's only continuation where it has one (EngineConfig::jump_forward).
-  ConstraintActor(const asio::any_io_executor& executor, int logits_vocab,
-                  bool jump_forward = true);
+  // `mask_pool`, when given (it must outlive the actor), shares a step's masks with the
+  // strand's own thread: a new schema's first-use masks take milliseconds each on a 128K
+  // vocabulary, and the whole batch waits for the slowest row's.
+  ConstraintActor(const asio::any_io_executor& executor, int logits_vocab, bool jump_forward = true,
+                  asio::thread_pool* mask_pool = nullptr);
 
   void add(std::uint64_t id, std::shared_ptr<const grammar::CompiledGrammar> grammar);
   void remove(std::uint64_t id);
@@ -88,6 +92,7 @@ class ConstraintActor : public Actor {
 
   int vocab_;
   bool jump_forward_;
+  asio::thread_pool* mask_pool_;
   std::unordered_map<std::uint64_t, grammar::TokenConstraint> constraints_;
 };
 

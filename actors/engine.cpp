@@ -34,6 +34,7 @@
 #include "loaders/model_loader.hpp"
 #include "loaders/tokenizer_json.hpp"
 #include "runtime/grammar/constraint_compiler.hpp"
+#include "runtime/grammar/token_constraint.hpp"
 #include "runtime/grammar/tokenizer_vocab.hpp"
 #include "runtime/parallel/step_broadcast.hpp"
 #include "runtime/speculative/draft_model.hpp"
@@ -81,6 +82,9 @@ struct Engine::Impl {
   // least one, at most four): with a different schema per request, one thread falls behind.
   asio::thread_pool warm_pool{static_cast<std::size_t>(
       std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4))};
+  // A step's masks, when several must be computed, are shared out to these threads (none on
+  // a machine of 4 cores or fewer, where they would only take turns with the actors).
+  std::optional<asio::thread_pool> mask_pool;
 
   std::atomic<bool> stopping{false};
   std::atomic<bool> stopped{false};
@@ -300,8 +304,11 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
       s.vocab_size);
   s.sampler = std::make_unique<actors::SamplerActor>(executor);
   s.detokenizer = std::make_unique<actors::DetokenizerActor>(executor, tokenizer->tokenizer);
-  s.constraint =
-      std::make_unique<actors::ConstraintActor>(executor, s.vocab_size, s.config.jump_forward);
+  if (const int cores = static_cast<int>(std::thread::hardware_concurrency()); cores > 4) {
+    s.mask_pool.emplace(static_cast<std::size_t>(std::clamp(cores / 4, 1, 4)));
+  }
+  s.constraint = std::make_unique<actors::ConstraintActor>(
+      executor, s.vocab_size, s.config.jump_forward, s.mask_pool ? &*s.mask_pool : nullptr);
 
   sched::SchedulerConfig sc;
   sc.page_size = s.config.page_size;
@@ -471,6 +478,16 @@ void Engine::submit_impl(GenerateRequest request,
     }
     asio::post(s.warm_pool,
                [&s, grammar = compiled.value()] { grammar->precompute_all(&s.stopping); });
+    // The output's first mask (a new schema's first-use masks can take milliseconds on a 128K
+    // vocabulary) is computed here while the prompt is tokenized and prefilled, rather than on
+    // the constraint actor's strand under the prefill step, where every row of the batch would
+    // wait for it. It lands in the grammar's shared cache; the warm pool may still be busy
+    // with earlier grammars.
+    asio::post(s.compile_pool, [&s, grammar = compiled.value()] {
+      if (s.stopping.load()) return;
+      grammar::TokenConstraint first(grammar, s.vocab_size);
+      (void)first.next_mask();
+    });
     start(std::move(request), std::move(compiled.value()), std::move(handler));
   });
 }

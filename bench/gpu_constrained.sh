@@ -10,24 +10,39 @@
 # 32 is 96 requests from 32 clients (--max-concurrency: each client sends its next request when
 # its last one finished, so TTFT has no queueing in it). Order alternates per repetition (REPS,
 # default 1; BATCHES="32" for one batch size).
-# Afterwards grammar_bench's mask times on this machine's CPU (if carried).
+# Afterwards, where carried beside weft: grammar_bench's mask times on this machine's CPU, and
+# constrained_step_bench (the step loop's host cost on a simulated device, this machine's CPU).
 #
-# Here:  scripts/gpu-check --stage; Llama-3 tokenizer into .devcarry/l3 (see bench/gpu_8b.sh)
+# Here:  scripts/gpu-check --stage; Llama-3 tokenizer into .devcarry/l3 (see bench/gpu_8b.sh);
+#        optionally cp build/cuda/bin/{grammar_bench,constrained_step_bench} .devcarry/gpu/bin/
 # There: run(command="bash bench/gpu_constrained.sh", carry=[".devcarry/gpu", ".devcarry/l3"])
+#        bash bench/gpu_constrained.sh --bin DIR   # weft (and the benches) from DIR, their
+#                                                  # libraries from DIR/../lib
 # Results: $OUT/constrained_runs.jsonl (every run's JSON) and $OUT/constrained_table.md.
 set -u
 cd "$(dirname "$0")/.."
+C=${WEFT_CARRY:-.devcarry/gpu}
+B=$C/bin
+while [ $# -gt 0 ]; do
+  case $1 in
+    --bin) B=${2:?--bin needs a folder}; shift 2 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    *) echo "gpu_constrained.sh: unknown argument $1 (--bin DIR, --help)" >&2; exit 2 ;;
+  esac
+done
+[ -x "$B/weft" ] || { echo "gpu_constrained.sh: no weft binary at $B/weft (--bin DIR)" >&2; exit 1; }
+B=$(cd "$B" && pwd)
 OUT=${OUT:-build/gpu-constrained}
 mkdir -p "$OUT"
-C=${WEFT_CARRY:-.devcarry/gpu}
-export LD_LIBRARY_PATH=$PWD/$C/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=$B/../lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export WEFT_SPEC_DIR=$PWD/config/models
-B=$C/bin
 M=${MODEL_DIR:-/tmp/llama8b}
 REPS=${REPS:-1}
 OUTPUT_LEN=${OUTPUT_LEN:-128}
-[ -f .devcarry/l3/tokenizer.json ] || gunzip -k .devcarry/l3/tokenizer.json.gz
-[ -f "$M/config.json" ] || python3 bench/make_random_model.py --shape 8b --tokenizer .devcarry/l3 --out "$M" 2>&1 | tail -1
+if [ ! -f "$M/config.json" ]; then
+  [ -f .devcarry/l3/tokenizer.json ] || gunzip -k .devcarry/l3/tokenizer.json.gz
+  python3 bench/make_random_model.py --shape 8b --tokenizer .devcarry/l3 --out "$M" 2>&1 | tail -1
+fi
 RUNS=$OUT/constrained_runs.jsonl
 : > "$RUNS"
 R="[a-zA-Z ,.;:'!?-]*"
@@ -76,7 +91,21 @@ for tag in runs:
     print(f"| {b[1:]} | {f} | {tc:.1f} | {tu:.1f} | {tc / tu:.3f} | {fc:.1f} / {fu:.1f} | {fc - fu:+.1f} | {ic:.2f} / {iu:.2f} | {c[-1]['finished_stop']} | {c[-1]['jump_forward_tokens']} |")
 PY
 cat "$OUT/constrained_table.md"
+TOK=$M/tokenizer.json
+[ -f "$TOK" ] || TOK=.devcarry/l3/tokenizer.json
 if [ -x "$B/grammar_bench" ]; then
-  taskset -c 2 "$B/grammar_bench" .devcarry/l3/tokenizer.json 20 > "$OUT/grammar_bench.txt" 2>&1
+  taskset -c 2 "$B/grammar_bench" "$TOK" 20 > "$OUT/grammar_bench.txt" 2>&1
   tail -25 "$OUT/grammar_bench.txt"
+fi
+if [ -x "$B/constrained_step_bench" ]; then
+  # The device's idle time per step the host causes (gap before each launch), constrained
+  # against the same work unconstrained, with a 7 ms simulated forward pass.
+  for f in schema regex; do
+    case $f in
+      schema) F=(--schema tests/tools/grammar/schemas/44_order_document.json) ;;
+      regex) F=(--regex "$R") ;;
+    esac
+    "$B/constrained_step_bench" --tokenizer "$(dirname "$TOK")" "${F[@]}" --batch 32 --requests 96 \
+      --reps 2 --work "$OUT/step-bench-model" 2>/dev/null | grep -v "^\[" | sed "s/^/$f: /"
+  done | tee "$OUT/constrained_step.txt"
 fi
