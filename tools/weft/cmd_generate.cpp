@@ -27,6 +27,7 @@
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
 #include "tools/weft/generate_beam.hpp"
+#include "tools/weft/generate_seq2seq.hpp"
 #include "tools/weft/kv_compress_option.hpp"
 #include "tools/weft/load_progress.hpp"
 #include "tools/weft/quantize_option.hpp"
@@ -282,6 +283,7 @@ int run_generate(const GenerateOptions& o) {
   if (!o.quantize.empty()) load_options.quantize = quant::parse_quant_type(o.quantize).value();
   load_options.tensor_parallel_size = o.tensor_parallel;
   load_options.tensor_parallel_rank = rank;
+  load_options.allow_seq2seq = !world;
   auto loaded = load_model(o.model_dir, load_options);
   if (world) {
     // Ranks agree on whether any failed to load, so an error every rank meets alike (a bad
@@ -300,6 +302,34 @@ int run_generate(const GenerateOptions& o) {
     }
   }
   if (!loaded) return fail(loaded.error().what());
+  if (loaded->seq2seq) {
+    // Encoder-decoder models (T5, M2M100): their own loop (generate_seq2seq.hpp), CPU only.
+    if (device->cuda && o.device != "auto") {
+      return fail("encoder-decoder models run on the CPU only so far; pass --device cpu");
+    }
+    auto cpu_kv_dtype = actors::resolve_kv_cache_dtype(o.kv_cache_dtype, actors::DeviceChoice{});
+    if (!cpu_kv_dtype) return fail(std::string("--kv-cache-dtype: ") + cpu_kv_dtype.error().what());
+    auto format = response_format(o);
+    if (!format) return fail(format.error().what());
+    if (format->constrained()) {
+      return fail(
+          "constrained output (--json-schema, --regex, --grammar, --json-object) is not "
+          "implemented for encoder-decoder models");
+    }
+    Seq2SeqGenerateOptions s;
+    s.model_dir = o.model_dir;
+    s.prompt = o.prompt;
+    s.prompt_ids = o.prompt_ids;
+    s.max_tokens = o.max_tokens;
+    s.sampling = sampling_params(o);
+    s.seed = o.seed;
+    s.json = o.format == "json";
+    s.ignore_eos = o.ignore_eos;
+    s.threads = o.threads;
+    s.page_size = o.page_size;
+    s.kv_dtype = *cpu_kv_dtype;
+    return run_seq2seq_generate(*loaded, s);
+  }
   const auto& model = loaded->model;
   const int vocab = model.spec().vocab_size;
 
