@@ -28,16 +28,18 @@ Result<std::optional<std::int64_t>> integer(const SpecReader& r, dom::element se
   return std::optional<std::int64_t>(n);
 }
 
-// A scale: a positive number, or "inverse_sqrt_hidden_size" / "inverse_sqrt_head_dim".
+// A scale: a positive number, "inverse_sqrt_hidden_size", or "inverse_sqrt_head_dim" (0: each
+// stack's own head_dim).
 Result<std::optional<double>> scale(const SpecReader& r, dom::element section,
-                                    const std::string& key, double hidden, double head_dim) {
+                                    const std::string& key, double hidden) {
   const std::string path = "encoder_decoder." + key;
   WEFT_TRY(v, r.resolve_key(section, key, path));
   if (!v) return std::optional<double>();
   std::string_view text;
   if (!v->element.get(text)) {
     if (text == "inverse_sqrt_hidden_size") return std::optional<double>(1.0 / std::sqrt(hidden));
-    if (text == "inverse_sqrt_head_dim") return std::optional<double>(1.0 / std::sqrt(head_dim));
+    // Per stack (the encoder's and decoder's head_dim may differ): 0 stands for it.
+    if (text == "inverse_sqrt_head_dim") return std::optional<double>(0.0);
     return r.spec_error(path, "is \"" + std::string(text) +
                                   "\", expected a number, \"inverse_sqrt_hidden_size\" or "
                                   "\"inverse_sqrt_head_dim\"");
@@ -92,9 +94,13 @@ Result<void> read_seq2seq_blocks(const SpecReader& r, dom::element root, model::
   // The encoder's head_dim: explicit (T5's d_kv), else hidden / encoder heads.
   WEFT_TRY(head_dim, integer(r, section, "encoder_head_dim", 1, kMax));
   e.encoder_head_dim = head_dim ? static_cast<int>(*head_dim) : s.hidden_size / e.encoder_heads;
-  WEFT_TRY(attention, scale(r, section, "attention_scale", s.hidden_size, s.head_dim));
+  WEFT_TRY(attention, scale(r, section, "attention_scale", s.hidden_size));
   e.attention_scale = attention.value_or(0.0);
-  WEFT_TRY(lm_head, scale(r, section, "lm_head_scale", s.hidden_size, s.head_dim));
+  WEFT_TRY(lm_head, scale(r, section, "lm_head_scale", s.hidden_size));
+  if (lm_head && *lm_head == 0.0) {
+    return r.spec_error("encoder_decoder.lm_head_scale",
+                        "is \"inverse_sqrt_head_dim\", which only attention_scale takes");
+  }
   e.lm_head_scale = lm_head.value_or(1.0);
   if (e.relative_buckets % 2 != 0 && s.position == model::PositionEmbedding::kRelativeBuckets) {
     return r.spec_error("encoder_decoder.relative_attention_num_buckets",

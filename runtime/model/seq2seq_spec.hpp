@@ -27,7 +27,8 @@ struct Seq2SeqSpec {
   // row padding_idx + 1 + i; a token equal to padding_idx reads the zero row padding_idx.
   int position_padding_idx = 1;
 
-  // Attention logits are q.k * attention_scale: 1/sqrt(head_dim) (0 here means that), T5 1.
+  // Attention logits are q.k * attention_scale: 0 means 1/sqrt(head_dim) of the stack (the
+  // encoder's and the decoder's may differ, M2M100); T5 1.
   double attention_scale = 0.0;
   // The decoder's last (normalized) hidden state is multiplied by this before the lm head:
   // T5 with tied embeddings d_model^-0.5, others 1.

@@ -73,7 +73,8 @@ inline std::string config_json(const Config& c) {
          n(c.enc_heads) + R"(,"decoder_attention_heads":)" + n(c.dec_heads) +
          R"(,"encoder_ffn_dim":)" + n(c.enc_ffn) + R"(,"decoder_ffn_dim":)" + n(c.dec_ffn) +
          R"(,"max_position_embeddings":64,"activation_function":"relu","scale_embedding":true,"pad_token_id":)" +
-         n(c.pad) + R"(,"bos_token_id":0,"eos_token_id":2,"decoder_start_token_id":2,"is_encoder_decoder":true})";
+         n(c.pad) +
+         R"(,"bos_token_id":0,"eos_token_id":2,"decoder_start_token_id":2,"is_encoder_decoder":true})";
 }
 
 // Attention tensor names of one block: q, k, v, o weights (biases beside them when present).
@@ -82,8 +83,8 @@ struct AttnNames {
 };
 
 inline AttnNames t5_attn(const std::string& stack, int layer, int sub, const char* kind) {
-  const std::string p =
-      stack + ".block." + std::to_string(layer) + ".layer." + std::to_string(sub) + "." + kind + ".";
+  const std::string p = stack + ".block." + std::to_string(layer) + ".layer." +
+                        std::to_string(sub) + "." + kind + ".";
   return {p + "q.weight", p + "k.weight", p + "v.weight", p + "o.weight"};
 }
 
@@ -196,8 +197,8 @@ class Reference {
                        c_.enc_heads, c_.enc_hd, false, c_.t5() ? "encoder" : ""));
       add(x, mlp(norm_all(x, enc_norm(l, 1)), true, l));
     }
-    return norm_all(x, c_.t5() ? "encoder.final_layer_norm.weight"
-                               : "model.encoder.layer_norm.weight");
+    return norm_all(
+        x, c_.t5() ? "encoder.final_layer_norm.weight" : "model.encoder.layer_norm.weight");
   }
 
   // Logits of every decoder position (teacher forced over `dec`).
@@ -207,14 +208,14 @@ class Reference {
       auto h = norm_all(x, dec_norm(l, 0));
       add(x, attention(h, h, attn(false, l, 0), c_.dec_heads, c_.dec_hd, true,
                        c_.t5() ? "decoder" : ""));
-      add(x, attention(norm_all(x, dec_norm(l, 1)), enc, attn(false, l, 1), c_.dec_heads,
-                       c_.dec_hd, false, ""));
+      add(x, attention(norm_all(x, dec_norm(l, 1)), enc, attn(false, l, 1), c_.dec_heads, c_.dec_hd,
+                       false, ""));
       add(x, mlp(norm_all(x, dec_norm(l, 2)), false, l));
     }
-    auto h = norm_all(x, c_.t5() ? "decoder.final_layer_norm.weight"
-                                 : "model.decoder.layer_norm.weight");
-    const std::string head = c_.tied ? (c_.t5() ? "shared.weight" : "model.shared.weight")
-                                     : "lm_head.weight";
+    auto h = norm_all(
+        x, c_.t5() ? "decoder.final_layer_norm.weight" : "model.decoder.layer_norm.weight");
+    const std::string head =
+        c_.tied ? (c_.t5() ? "shared.weight" : "model.shared.weight") : "lm_head.weight";
     const double scale = c_.t5() && c_.tied ? 1.0 / std::sqrt(static_cast<double>(c_.hidden)) : 1;
     std::vector<Vec> logits;
     for (auto& row : h) {
@@ -338,7 +339,8 @@ class Reference {
         for (std::size_t j = 0; j <= last; ++j) {
           double d = 0;
           for (int e = 0; e < hd; ++e)
-            d += q[i][static_cast<std::size_t>(h * hd + e)] * k[j][static_cast<std::size_t>(h * hd + e)];
+            d += q[i][static_cast<std::size_t>(h * hd + e)] *
+                 k[j][static_cast<std::size_t>(h * hd + e)];
           s[j] = d * scale;
           if (!table.empty()) {
             const int b = reference_bucket(static_cast<int>(j) - static_cast<int>(i), !causal,
