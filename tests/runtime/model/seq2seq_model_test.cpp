@@ -13,6 +13,7 @@
 
 #include "loaders/model_loader.hpp"
 #include "loaders/model_spec_file.hpp"
+#include "loaders/safetensors_writer.hpp"
 #include "runtime/model/seq2seq_session.hpp"
 #include "tests/runtime/model/seq2seq_reference.hpp"
 
@@ -294,6 +295,42 @@ TEST(Seq2SeqSpec, UnknownFeedForwardProjIsAnErrorNamingTheField) {
   const std::string what = spec.error().what();
   EXPECT_NE(what.find("feed_forward_proj"), std::string::npos) << what;
   EXPECT_NE(what.find("gated-swish"), std::string::npos) << what;
+}
+
+// The checkpoint written as a folder (model.safetensors + config.json) loads through
+// load_model, finding the spec by config.json, and gives the reference's logits.
+TEST(Seq2SeqLoader, FolderLoadsAndMatchesTheReference) {
+  for (const Kind kind : {Kind::kT5Gated, Kind::kM2M100}) {
+    const Config c = config_of(kind);
+    const Weights w = make_weights(c);
+    const fs::path dir = write_config(std::string("folder_") + name_of(kind), config_json(c));
+    std::vector<SafetensorsEntry> entries;
+    std::vector<const TensorView*> views;
+    for (const auto& [name, view] : w.map) {
+      entries.push_back({name, DType::kF32, view.shape});
+      views.push_back(&view);
+    }
+    ASSERT_TRUE(write_safetensors(dir / "model.safetensors", entries, {},
+                                  [&](std::size_t i) -> Result<TensorView> { return *views[i]; }));
+    LoadOptions options;
+    options.allow_seq2seq = true;
+    auto loaded = load_model(dir, options);
+    ASSERT_TRUE(loaded) << loaded.error().what();
+    ASSERT_TRUE(loaded->seq2seq);
+    EXPECT_EQ(loaded->spec_file.filename(), kind == Kind::kM2M100 ? "m2m100.json" : "t5.json");
+    const std::vector<int> src{5, 9, 3, 12, 7, 30, 21, 2};
+    const std::vector<int> dec{loaded->seq2seq->decoder_start_token_id(), 7, 22};
+    const Reference ref(c, w);
+    const auto want = ref.decode(ref.encode(src), dec);
+    model::Seq2SeqSession session(*loaded->seq2seq, 4, 16, 1);
+    auto ids = session.start({std::vector<std::int32_t>(src.begin(), src.end())}, 3);
+    ASSERT_TRUE(ids);
+    std::vector<float> logits;
+    for (std::size_t i = 0; i < dec.size(); ++i) {
+      ASSERT_TRUE(session.step(*ids, {dec[i]}, logits));
+      EXPECT_LT(rel_error(logits, 0, want[i]), 2e-4) << name_of(kind) << " step " << i;
+    }
+  }
 }
 
 TEST(Seq2SeqLoader, RefusedWhereTheCallerCannotRunIt) {
