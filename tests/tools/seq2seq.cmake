@@ -35,3 +35,12 @@ add_test(NAME weft_bench_refuses_seq2seq
          COMMAND sh -c "\"$<TARGET_FILE:weft>\" bench --model ${seq2seq_tiny}/t5 --num-requests 1 2>&1; echo exit=$?")
 set_tests_properties(weft_bench_refuses_seq2seq PROPERTIES PASS_REGULAR_EXPRESSION
   "T5ForConditionalGeneration is an encoder-decoder model; it runs with `weft generate`.*exit=1\n$")
+# A forced decoder prefix (NLLB's target language): greedy after forcing the first greedy token
+# continues as the unforced run does, one token later.
+add_test(NAME weft_generate_seq2seq_decoder_prefix
+         COMMAND sh -c "a=$(\"$<TARGET_FILE:weft>\" generate --model ${seq2seq_tiny}/t5 --prompt-ids 5,9,3,12,7,30,21,2 --max-tokens 6 --ignore-eos); first=\${a%% *}; b=$(\"$<TARGET_FILE:weft>\" generate --model ${seq2seq_tiny}/t5 --prompt-ids 5,9,3,12,7,30,21,2 --max-tokens 5 --ignore-eos --decoder-prefix-ids $first); test \"$a\" = \"$first $b\" && echo same")
+set_tests_properties(weft_generate_seq2seq_decoder_prefix PROPERTIES PASS_REGULAR_EXPRESSION "^same\n$")
+add_test(NAME weft_generate_decoder_prefix_on_decoder_only
+         COMMAND sh -c "\"$<TARGET_FILE:weft>\" generate --model ${CMAKE_SOURCE_DIR}/models/weft-tiny --prompt-ids 1,2 --decoder-prefix-ids 3 2>&1; echo exit=$?")
+set_tests_properties(weft_generate_decoder_prefix_on_decoder_only PROPERTIES PASS_REGULAR_EXPRESSION
+  "--decoder-prefix-ids is for encoder-decoder models; .*weft-tiny holds a decoder-only one.*\nexit=1\n$")

@@ -42,6 +42,7 @@ struct GenerateOptions {
   std::string spec_file;
   std::optional<std::string> prompt;
   std::vector<int> prompt_ids;
+  std::vector<int> decoder_prefix_ids;  // encoder-decoder models: forced first decoder tokens
   int max_tokens = 64;
   float temperature = 0.0f;
   std::uint64_t seed = 0;
@@ -320,6 +321,7 @@ int run_generate(const GenerateOptions& o) {
     s.model_dir = o.model_dir;
     s.prompt = o.prompt;
     s.prompt_ids = o.prompt_ids;
+    s.decoder_prefix_ids = o.decoder_prefix_ids;
     s.max_tokens = o.max_tokens;
     s.sampling = sampling_params(o);
     s.seed = o.seed;
@@ -329,6 +331,10 @@ int run_generate(const GenerateOptions& o) {
     s.page_size = o.page_size;
     s.kv_dtype = *cpu_kv_dtype;
     return run_seq2seq_generate(*loaded, s);
+  }
+  if (!o.decoder_prefix_ids.empty()) {
+    return fail("--decoder-prefix-ids is for encoder-decoder models; " + o.model_dir +
+                " holds a decoder-only one (put the tokens in the prompt)");
   }
   const auto& model = loaded->model;
   const int vocab = model.spec().vocab_size;
@@ -545,6 +551,10 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   auto* ids = cmd->add_option("--prompt-ids", opts->prompt_ids, "prompt token ids, e.g. 1,2,3")
                   ->delimiter(',');
   text->excludes(ids);
+  cmd->add_option("--decoder-prefix-ids", opts->decoder_prefix_ids,
+                  "encoder-decoder models: token ids the decoder takes after its start token "
+                  "before generating, e.g. NLLB's target language code (docs/seq2seq.md)")
+      ->delimiter(',');
   cmd->add_option("--max-tokens", opts->max_tokens, "tokens to generate at most")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

@@ -46,11 +46,18 @@ int run_seq2seq_generate(const LoadedModel& loaded, const Seq2SeqGenerateOptions
                   " is outside the model's vocabulary [0, " + std::to_string(vocab) + ")");
     }
   }
+  for (const int id : o.decoder_prefix_ids) {
+    if (id < 0 || id >= vocab) {
+      return fail("--decoder-prefix-ids: token id " + std::to_string(id) +
+                  " is outside the model's vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+  }
   if (auto ok = sampling::validate(o.sampling, vocab); !ok) return fail(ok.error().what());
 
   // The decoder takes its start token and then each generated token but the last.
   const int max_tokens = std::max(o.max_tokens, 0);
-  const int decoder_positions = std::max(1, max_tokens);
+  const int prefix = static_cast<int>(o.decoder_prefix_ids.size());
+  const int decoder_positions = std::max(1, max_tokens) + prefix;
   const auto pages_for = [&](int tokens) { return (tokens + o.page_size - 1) / o.page_size; };
   const int pages = pages_for(static_cast<int>(source.size())) + pages_for(decoder_positions);
   model::KvLayout layout = model.kv_layout(o.page_size);
@@ -73,13 +80,21 @@ int run_seq2seq_generate(const LoadedModel& loaded, const Seq2SeqGenerateOptions
   const double encode_s = std::chrono::duration<double>(clock::now() - start).count();
   const int id = ids->front();
 
-  std::int32_t next = model.decoder_start_token_id();
-  const std::vector<std::int32_t> decoder_prompt{next};
+  // The start token, then the forced prefix: all but the last are fed without sampling.
+  std::vector<std::int32_t> decoder_prompt{model.decoder_start_token_id()};
+  decoder_prompt.insert(decoder_prompt.end(), o.decoder_prefix_ids.begin(),
+                        o.decoder_prefix_ids.end());
+  std::vector<float> logits;
+  for (std::size_t i = 0; i + 1 < decoder_prompt.size(); ++i) {
+    if (auto ok = session->step({id}, {decoder_prompt[i]}, logits); !ok) {
+      return fail(ok.error().what());
+    }
+  }
+  std::int32_t next = decoder_prompt.back();
   sampling::SequenceSampler sampler(o.sampling, decoder_prompt, o.seed);
   std::optional<text::IncrementalDetokenizer> detokenizer;
   if (tokenizer) detokenizer.emplace(tokenizer, /*skip_special_tokens=*/true);
   const auto& eos = loaded.generation.eos_token_ids;
-  std::vector<float> logits;
   std::string finish = "length";
   int generated = 0;
   double decode_s = 0;

@@ -18,6 +18,9 @@ struct Seq2SeqGenerateOptions {
   std::string model_dir;
   std::optional<std::string> prompt;  // encoded with the folder's tokenizer.json
   std::vector<int> prompt_ids;        // or given as ids
+  // Forced decoder tokens after the start token (NLLB's target language code, which
+  // transformers forces as forced_bos_token_id); not printed, not counted as generated.
+  std::vector<int> decoder_prefix_ids;
   int max_tokens = 64;
   sampling::SamplingParams sampling;  // validated here against the vocabulary
   std::uint64_t seed = 0;
