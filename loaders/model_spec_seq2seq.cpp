@@ -91,6 +91,11 @@ Result<void> read_seq2seq_blocks(const SpecReader& r, dom::element root, model::
     WEFT_TRY(v, integer(r, section, key, low, kMax));
     *target = v ? static_cast<int>(*v) : fallback;
   }
+  if (e.encoder_heads <= 0 || e.encoder_layers <= 0 || e.encoder_intermediate_size <= 0) {
+    return r.spec_error("encoder_decoder",
+                        "resolves to an encoder without layers, heads or MLP width (from the "
+                        "decoder's, which config.json leaves at 0)");
+  }
   // The encoder's head_dim: explicit (T5's d_kv), else hidden / encoder heads.
   WEFT_TRY(head_dim, integer(r, section, "encoder_head_dim", 1, kMax));
   e.encoder_head_dim = head_dim ? static_cast<int>(*head_dim) : s.hidden_size / e.encoder_heads;

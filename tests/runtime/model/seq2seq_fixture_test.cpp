@@ -135,7 +135,7 @@ TEST_P(Seq2SeqFixture, CpuMatchesTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Seq2SeqFixture,
-                         ::testing::Values("t5", "t5_gated_untied", "m2m100"),
+                         ::testing::Values("t5", "t5_gated_untied", "mt5", "m2m100"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -333,6 +333,17 @@ TEST(Seq2SeqLoader, FolderLoadsAndMatchesTheReference) {
   }
 }
 
+TEST(Seq2SeqSpec, ZeroHeadsAreAnErrorNotADivision) {
+  // M2M100's spec derives the encoder's head_dim from its heads: 0 heads must be refused.
+  std::string json = config_json(config_of(Kind::kM2M100));
+  json.replace(json.find("\"encoder_attention_heads\":4"), 27, "\"encoder_attention_heads\":0");
+  const fs::path dir = write_config("zero_heads", json);
+  auto spec = read_model_spec(default_spec_dir() / "m2m100.json", dir / "config.json");
+  ASSERT_FALSE(spec);
+  EXPECT_NE(std::string(spec.error().what()).find("encoder_heads"), std::string::npos)
+      << spec.error().what();
+}
+
 TEST(Seq2SeqLoader, RefusedWhereTheCallerCannotRunIt) {
   // A folder whose config is T5's: without allow_seq2seq the loader says what runs it (before
   // it needs any weights file).
