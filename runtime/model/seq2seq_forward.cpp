@@ -255,6 +255,13 @@ Result<void> Seq2SeqModel::decode(const StepBatch& batch,
         "token trees (speculative verification) are not supported by "
         "encoder-decoder models");
   }
+  for (const auto& seq : batch.sequences) {
+    if (seq.slot_offset != 0) {
+      return bad_input(
+          "KV compression (a sequence's slot offset) is not supported by "
+          "encoder-decoder models");
+    }
+  }
   if (auto ok = check_cross(cross, batch.sequences.size(), kv); !ok) return ok;
   path = cpu::resolve(path);
   const auto& e = spec_.seq2seq;
