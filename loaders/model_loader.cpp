@@ -88,6 +88,26 @@ Result<LoadedModel> load_model(const std::filesystem::path& dir, const LoadOptio
     out.encoder = std::move(encoder.value());
     return out;
   }
+  if (spec->network == model::Network::kEncoderDecoder) {
+    if (!options.allow_seq2seq) {
+      return Error(ErrorCode::kUnsupported,
+                   dir.string() + ": " + spec->architecture +
+                       " is an encoder-decoder model; it runs with `weft generate` (without "
+                       "--beam-width, --speculate or --tensor-parallel) only so far: the engine "
+                       "behind serve and bench schedules decoder-only models");
+    }
+    if (options.tensor_parallel_size > 1 || quantized) {
+      return Error(ErrorCode::kUnsupported,
+                   dir.string() +
+                       ": encoder-decoder models do not run tensor-parallel or with "
+                       "quantized weights yet");
+    }
+    auto seq2seq = model::Seq2SeqModel::create(spec.value(), lookup);
+    if (!seq2seq) return seq2seq.error();
+    out.full_spec = spec.value();
+    out.seq2seq = std::move(seq2seq.value());
+    return out;
+  }
   if (stored == quant::QuantType::kNone && options.quantize != quant::QuantType::kNone) {
     cpu::ThreadPool pool(options.quantize_threads);
     auto quantized_lookup = model::quantize_weights(lookup, spec.value(), options.quantize, &pool,

@@ -11,6 +11,7 @@
 #include "loaders/safetensors.hpp"
 #include "runtime/model/encoder_model.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/model/seq2seq_model.hpp"
 #include "weft/error.hpp"
 
 namespace weft {
@@ -27,6 +28,10 @@ struct LoadOptions {
   // can run them (the Engine's embeddings); otherwise they are refused with a message
   // pointing at `weft embed`.
   bool allow_encoder = false;
+  // Encoder-decoder models (T5, M2M100/NLLB) load into LoadedModel::seq2seq only when the
+  // caller can run them (`weft generate`); otherwise they are refused with a message saying
+  // what runs them.
+  bool allow_seq2seq = false;
   // Quantize the weight matrices to this format as they load (docs/quantization.md); kNone
   // keeps the checkpoint's dtype. A folder already quantized (config.json's "quantization")
   // loads in its own format whatever this says, except that asking for another is an error.
@@ -44,6 +49,8 @@ struct LoadedModel {
   // normalize come from the spec file, overridden by a sentence-transformers folder's
   // 1_Pooling/config.json and modules.json.
   std::optional<model::EncoderModel> encoder;
+  // Encoder-decoder networks (T5, M2M100): `model` is then empty.
+  std::optional<model::Seq2SeqModel> seq2seq;
   model::ModelSpec full_spec;  // the whole model's spec (model.spec() is the rank's shard)
 };
 

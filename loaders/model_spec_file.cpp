@@ -236,13 +236,14 @@ Result<model::ModelSpec> read_model_spec(const std::filesystem::path& spec_file,
   WEFT_TRY(pos, section(r, "position_embedding"));
   WEFT_TRY(pos_type, r.resolve_key(pos, "type", "position_embedding.type"));
   WEFT_TRY(pos_text, r.required<std::string>(pos_type, "position_embedding.type", "a string"));
-  WEFT_TRY(pos_kind,
-           choose<model::PositionEmbedding>(r, "position_embedding.type", pos_text,
-                                            {{"rope", model::PositionEmbedding::kRope},
-                                             {"alibi", model::PositionEmbedding::kAlibi},
-                                             {"learned", model::PositionEmbedding::kLearned},
-                                             {"sinusoidal", model::PositionEmbedding::kSinusoidal},
-                                             {"none", model::PositionEmbedding::kNone}}));
+  WEFT_TRY(pos_kind, choose<model::PositionEmbedding>(
+                         r, "position_embedding.type", pos_text,
+                         {{"rope", model::PositionEmbedding::kRope},
+                          {"alibi", model::PositionEmbedding::kAlibi},
+                          {"learned", model::PositionEmbedding::kLearned},
+                          {"sinusoidal", model::PositionEmbedding::kSinusoidal},
+                          {"none", model::PositionEmbedding::kNone},
+                          {"relative_buckets", model::PositionEmbedding::kRelativeBuckets}}));
   s.position = pos_kind;
   if (s.position == model::PositionEmbedding::kRope) {
     if (auto ok = read_rope(r, pos, s); !ok) return ok.error();
@@ -298,6 +299,9 @@ Result<model::ModelSpec> read_model_spec(const std::filesystem::path& spec_file,
     if (auto ok = read_encoder_spec(spec_file, config_json, s); !ok) return ok.error();
   }
   if (auto ok = read_zoo_blocks(r, spec_doc.root, s); !ok) return ok.error();
+  if (s.network == model::Network::kEncoderDecoder) {
+    if (auto ok = read_seq2seq_blocks(r, spec_doc.root, s); !ok) return ok.error();
+  }
   if (auto problem = model::validate(s)) {
     return Error(ErrorCode::kInvalidArgument, config_json.string() + " with spec " +
                                                   spec_file.filename().string() + ": " + *problem);

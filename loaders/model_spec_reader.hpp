@@ -258,6 +258,10 @@ Result<E> choose(const SpecReader& r, const std::string& key, const std::string&
 // offset, embedding scale, learned positions, parallel attention, linear layout.
 Result<void> read_zoo_blocks(const SpecReader& r, dom::element root, model::ModelSpec& s);
 
+// Encoder-decoder networks (model_spec_seq2seq.cpp): the "encoder_decoder" section and the
+// "encoder" and "cross_attention" objects of "tensors".
+Result<void> read_seq2seq_blocks(const SpecReader& r, dom::element root, model::ModelSpec& s);
+
 // longrope ("su") rope scaling: short_factor and long_factor from the rope_scaling object,
 // original_max_position_embeddings from position_embedding or the object.
 Result<void> read_longrope(const SpecReader& r, dom::element pos, dom::object scaling,

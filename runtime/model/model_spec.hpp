@@ -9,13 +9,16 @@
 #include <vector>
 
 #include "runtime/model/encoder_spec.hpp"
+#include "runtime/model/seq2seq_spec.hpp"
 
 namespace weft::model {
 
 enum class Network { kDecoderOnly, kEncoderOnly, kEncoderDecoder };
 enum class Norm { kRms, kLayer };
 enum class Activation { kSilu, kGelu, kGeluTanh, kRelu };
-enum class PositionEmbedding { kRope, kAlibi, kLearned, kSinusoidal, kNone };
+// kRelativeBuckets: T5's learned per-head biases by bucketed relative distance (encoder-decoder
+// networks only, ModelSpec::seq2seq).
+enum class PositionEmbedding { kRope, kAlibi, kLearned, kSinusoidal, kNone, kRelativeBuckets };
 enum class RopeScaling { kDefault, kLinear, kDynamic, kLlama3, kYarn, kLongrope };
 // kHalfSplit rotates (x[i], x[i + d/2]) pairs (GPT-NeoX, Hugging Face's rotate_half);
 // kInterleaved rotates (x[2i], x[2i + 1]) pairs (GPT-J, Meta's original Llama code).
@@ -108,6 +111,7 @@ struct ModelSpec {
 
   TensorNames tensors;
   EncoderSpec encoder;  // network kEncoderOnly only
+  Seq2SeqSpec seq2seq;  // network kEncoderDecoder only
 
   int q_dim() const { return num_heads * head_dim; }
   int kv_dim() const { return num_kv_heads * head_dim; }

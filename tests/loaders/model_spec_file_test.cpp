@@ -48,7 +48,8 @@ TEST(ModelSpecFile, KnowsTheShippedArchitectures) {
   for (const char* arch :
        {"BloomForCausalLM", "FalconForCausalLM", "GPT2LMHeadModel", "GemmaForCausalLM",
         "LlamaForCausalLM", "MistralForCausalLM", "OPTForCausalLM", "Phi3ForCausalLM",
-        "Qwen2ForCausalLM", "BertModel", "BertForMaskedLM", "RobertaModel", "XLMRobertaModel"}) {
+        "Qwen2ForCausalLM", "BertModel", "BertForMaskedLM", "RobertaModel", "XLMRobertaModel",
+        "T5ForConditionalGeneration", "M2M100ForConditionalGeneration"}) {
     EXPECT_NE(std::find(known.begin(), known.end(), arch), known.end()) << arch;
   }
 }

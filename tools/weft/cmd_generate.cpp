@@ -27,6 +27,7 @@
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
 #include "tools/weft/generate_beam.hpp"
+#include "tools/weft/generate_seq2seq.hpp"
 #include "tools/weft/kv_compress_option.hpp"
 #include "tools/weft/load_progress.hpp"
 #include "tools/weft/quantize_option.hpp"
@@ -41,6 +42,7 @@ struct GenerateOptions {
   std::string spec_file;
   std::optional<std::string> prompt;
   std::vector<int> prompt_ids;
+  std::vector<int> decoder_prefix_ids;  // encoder-decoder models: forced first decoder tokens
   int max_tokens = 64;
   float temperature = 0.0f;
   std::uint64_t seed = 0;
@@ -282,6 +284,7 @@ int run_generate(const GenerateOptions& o) {
   if (!o.quantize.empty()) load_options.quantize = quant::parse_quant_type(o.quantize).value();
   load_options.tensor_parallel_size = o.tensor_parallel;
   load_options.tensor_parallel_rank = rank;
+  load_options.allow_seq2seq = !world;
   auto loaded = load_model(o.model_dir, load_options);
   if (world) {
     // Ranks agree on whether any failed to load, so an error every rank meets alike (a bad
@@ -300,6 +303,39 @@ int run_generate(const GenerateOptions& o) {
     }
   }
   if (!loaded) return fail(loaded.error().what());
+  if (loaded->seq2seq) {
+    // Encoder-decoder models (T5, M2M100): their own loop (generate_seq2seq.hpp), CPU only.
+    if (device->cuda && o.device != "auto") {
+      return fail("encoder-decoder models run on the CPU only so far; pass --device cpu");
+    }
+    auto cpu_kv_dtype = actors::resolve_kv_cache_dtype(o.kv_cache_dtype, actors::DeviceChoice{});
+    if (!cpu_kv_dtype) return fail(std::string("--kv-cache-dtype: ") + cpu_kv_dtype.error().what());
+    auto format = response_format(o);
+    if (!format) return fail(format.error().what());
+    if (format->constrained()) {
+      return fail(
+          "constrained output (--json-schema, --regex, --grammar, --json-object) is not "
+          "implemented for encoder-decoder models");
+    }
+    Seq2SeqGenerateOptions s;
+    s.model_dir = o.model_dir;
+    s.prompt = o.prompt;
+    s.prompt_ids = o.prompt_ids;
+    s.decoder_prefix_ids = o.decoder_prefix_ids;
+    s.max_tokens = o.max_tokens;
+    s.sampling = sampling_params(o);
+    s.seed = o.seed;
+    s.json = o.format == "json";
+    s.ignore_eos = o.ignore_eos;
+    s.threads = o.threads;
+    s.page_size = o.page_size;
+    s.kv_dtype = *cpu_kv_dtype;
+    return run_seq2seq_generate(*loaded, s);
+  }
+  if (!o.decoder_prefix_ids.empty()) {
+    return fail("--decoder-prefix-ids is for encoder-decoder models; " + o.model_dir +
+                " holds a decoder-only one (put the tokens in the prompt)");
+  }
   const auto& model = loaded->model;
   const int vocab = model.spec().vocab_size;
 
@@ -515,6 +551,10 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   auto* ids = cmd->add_option("--prompt-ids", opts->prompt_ids, "prompt token ids, e.g. 1,2,3")
                   ->delimiter(',');
   text->excludes(ids);
+  cmd->add_option("--decoder-prefix-ids", opts->decoder_prefix_ids,
+                  "encoder-decoder models: token ids the decoder takes after its start token "
+                  "before generating, e.g. NLLB's target language code (docs/seq2seq.md)")
+      ->delimiter(',');
   cmd->add_option("--max-tokens", opts->max_tokens, "tokens to generate at most")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
