@@ -268,6 +268,7 @@ asio::awaitable<void> SchedulerActor::loop() {
       if (s.draft) {
         model::SequenceSlice& slice = batch.sequences.back();
         slice.all_logits = true;
+        slice.verify = true;
         if (!s.draft->is_chain()) {         // a chain runs as an ordinary causal chunk
           slice.tree_parent.push_back(-1);  // the root, the sequence's last token
           for (auto parent : s.draft->parent)
