@@ -438,6 +438,18 @@ void Engine::submit_impl(GenerateRequest request,
   if (auto ok = sampling::validate(request.sampling, s.vocab_size); !ok) {
     return fail(std::move(handler), ok.error());
   }
+  if (const std::string& how = request.sampling.speculate;
+      !how.empty() && how != "off" && how != s.config.speculate) {
+    return fail(std::move(handler),
+                Error(ErrorCode::kInvalidArgument,
+                      "speculation.method: \"" + how + "\" needs an engine started with it (" +
+                          (s.config.speculate.empty()
+                               ? std::string("this one runs without a speculator; start it with "
+                                             "--speculate ") +
+                                     how
+                               : "this one speculates with " + s.config.speculate) +
+                          ")"));
+  }
   if (request.sampling.beam_width > 1 && request.response_format.constrained()) {
     return fail(std::move(handler),
                 Error(ErrorCode::kInvalidArgument,
