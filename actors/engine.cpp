@@ -276,6 +276,7 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   if (!backend) throw backend.error();
   stop_followers.group = nullptr;
   const bool token_trees = (*backend)->supports_token_trees();
+  const int exact_verify_rows = (*backend)->exact_verify_rows();
   // Before any thread starts: a draft model that fails to load throws from here.
   std::unique_ptr<speculative::Speculator> speculator;
   if (!s.config.speculate.empty()) {
@@ -318,6 +319,7 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
     spec.max_nodes = s.config.spec_tokens * s.config.spec_width;
     spec.step_budget = s.config.spec_step_budget;
     spec.trees = token_trees;
+    spec.max_step_rows = exact_verify_rows;
     s.scheduler->set_speculation(std::move(speculator), spec,
                                  token_trees ? s.config.spec_width : 1);
   }

@@ -57,6 +57,24 @@ Result<void> CudaModel::launch(const StepBatch& batch) {
   return {};
 }
 
+namespace {
+
+// CudaModelOptions::row_kernel_tokens, or WEFT_ROW_KERNEL_TOKENS where set; at most
+// cuda::kGemvRowsMax.
+int row_kernel_limit(const CudaModelOptions& options) {
+  static const int env = [] {
+    const char* v = std::getenv("WEFT_ROW_KERNEL_TOKENS");
+    return v != nullptr ? std::atoi(v) : -1;
+  }();
+  return std::clamp(env >= 0 ? env : options.row_kernel_tokens, 0, cuda::kGemvRowsMax);
+}
+
+}  // namespace
+
+int CudaModel::exact_verify_rows() const noexcept {
+  return row_kernel_limit(state_->options);
+}
+
 bool CudaModel::supports_token_trees() const noexcept {
   return state_->alibi_slopes.get() == nullptr;
 }
@@ -389,12 +407,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   auto uses_quant = [&](const DeviceBuffer& wq) { return quant_step && wq.get() != nullptr; };
   // The decode rows' products through the row kernel (CudaModelOptions::row_kernel_tokens):
   // alone when the step has nothing else, else after cuBLAS has computed every row.
-  static const int row_kernel_env = [] {
-    const char* v = std::getenv("WEFT_ROW_KERNEL_TOKENS");
-    return v != nullptr ? std::atoi(v) : -1;
-  }();
-  const int row_limit = std::min(row_kernel_env >= 0 ? row_kernel_env : options.row_kernel_tokens,
-                                 cuda::kGemvRowsMax);
+  const int row_limit = row_kernel_limit(options);
   const bool row_kernel = decode_count >= 1 && decode_count <= row_limit;
   auto product = [&](const void* in_x, int tokens, const DeviceBuffer& w16, const DeviceBuffer& wq,
                      int out_features, int in_features, float* y, int ldy,

@@ -102,6 +102,9 @@ class CudaModel final : public ForwardBackend {
   // Token trees run through the decode attention kernel, each node a query over the context
   // and its path (kernels/cuda/tree_slots.cuh); not on ALiBi models.
   bool supports_token_trees() const noexcept override;
+  // The row kernel's limit (row_kernel_tokens, or WEFT_ROW_KERNEL_TOKENS); 0 when it is off,
+  // then nothing bounds the exactness of cuBLAS rows anyway.
+  int exact_verify_rows() const noexcept override;
   Result<void> launch(const StepBatch& batch) override;
   Result<void> sample(const DeviceSamplingInput& input, DeviceSamplingOutput& output) override;
 
