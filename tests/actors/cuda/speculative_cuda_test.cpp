@@ -43,12 +43,12 @@ const char* kPrompts[] = {
     "in my purse, I thought I would sail about. Call me Ishmael. Some years ago",
     "Fellow-Citizens of the Senate and House of Representatives: Fellow-Citizens of the Senate"};
 
-struct Run {
+struct SpecRun {
   std::vector<Collected> outputs;
   EngineMetrics metrics;
 };
 
-Run run(const std::string& speculate, int tokens, int width) {
+SpecRun run(const std::string& speculate, int tokens, int width) {
   Runtime runtime{RuntimeOptions{.worker_threads = 2}};
   EngineConfig c;
   c.model_dir = tiny_dir();
@@ -60,7 +60,7 @@ Run run(const std::string& speculate, int tokens, int width) {
   c.spec_tokens = tokens;
   c.spec_width = width;
   Engine engine(runtime.executor(), c);
-  Run r;
+  SpecRun r;
   for (const char* p : kPrompts) {
     GenerateRequest g;
     g.prompt = p;
@@ -74,7 +74,7 @@ Run run(const std::string& speculate, int tokens, int width) {
   return r;
 }
 
-void expect_plain(const Run& plain, const Run& spec, const std::string& what) {
+void expect_plain(const SpecRun& plain, const SpecRun& spec, const std::string& what) {
   ASSERT_EQ(spec.outputs.size(), plain.outputs.size());
   for (std::size_t i = 0; i < plain.outputs.size(); ++i) {
     EXPECT_EQ(spec.outputs[i].reason, FinishReason::kLength)
@@ -88,15 +88,15 @@ void expect_plain(const Run& plain, const Run& spec, const std::string& what) {
 
 TEST(CudaSpeculative, GreedyOutputIsPlainGreedyOutput) {
   SKIP_WITHOUT_GPU();
-  const Run plain = run("", 4, 1);
+  const SpecRun plain = run("", 4, 1);
   for (const auto& o : plain.outputs)
     ASSERT_EQ(o.reason, FinishReason::kLength) << o.error;
-  const Run chain = run("prompt-lookup", 4, 1);
+  const SpecRun chain = run("prompt-lookup", 4, 1);
   expect_plain(plain, chain, "prompt lookup chain");
   EXPECT_GT(chain.metrics.speculative_accepted_tokens, 0u);
   EXPECT_LT(chain.metrics.steps, plain.metrics.steps) << "speculation saved no step";
   expect_plain(plain, run("prompt-lookup", 3, 2), "prompt lookup tree");
-  const Run self = run("draft", 4, 1);
+  const SpecRun self = run("draft", 4, 1);
   expect_plain(plain, self, "self draft");
   // The draft is weft-tiny on the CPU (fp32), the target on the GPU (bf16): they agree but at
   // near-ties.
