@@ -41,7 +41,7 @@ text = open("models/weft-tiny/heldout-head.txt", encoding="utf-8").read()
 with open(sys.argv[1], "w") as out:
     for i in range(64):
         passage = text[i * 220 : i * 220 + 1100]
-        out.write(json.dumps(passage + "\n\nIn short: " + passage[:200]) + "\n")
+        out.write(json.dumps(passage + "\n\n" + passage[:200]) + "\n")
 PY
 "$weft" tokenize --tokenizer models/weft-tiny --jsonl <"$work/texts.jsonl" >"$work/ids.txt"
 python3 - "$work/ids.txt" "$work/summary.jsonl" "$output_len" <<'PY'
