@@ -573,8 +573,10 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   auto mlp_block = [&](std::size_t l, const Layer& W, const void* in) {
     // Without a bias, gate and up are written as 16 bits (what the activation reads them
     // as in transformers too): half the bytes of fp32 through the product and the
-    // activation. With a bias, or on the small-step kernel, fp32 as before.
-    if (W.up_bias.get() == nullptr && !blas->small_step(T) && !uses_quant(W.up_q) && !row_kernel) {
+    // activation. With a bias, or on the small-step kernel or the row kernel (16-bit weights),
+    // fp32 as before.
+    if (W.up_bias.get() == nullptr && !blas->small_step(T) && !uses_quant(W.up_q) &&
+        !(row_kernel && W.up.get() != nullptr)) {
       blas_ok &= blas->linear16(in, T, dense16(W.up, W.up_q, mlp_width, H), mlp_width, H, mlp.get(),
                                 mlp_width, P, stream);
       mark("gate_up product");
