@@ -283,6 +283,7 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   if (!*backend) throw Error(ErrorCode::kInvalidArgument, "make_backend: returned no backend");
   stop_followers.group = nullptr;
   const bool token_trees = (*backend)->supports_token_trees();
+  const int exact_verify_rows = (*backend)->exact_verify_rows();
   // Before any thread starts: a draft model that fails to load throws from here.
   std::unique_ptr<speculative::Speculator> speculator;
   if (!s.config.speculate.empty()) {
@@ -328,6 +329,7 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
     spec.max_nodes = s.config.spec_tokens * s.config.spec_width;
     spec.step_budget = s.config.spec_step_budget;
     spec.trees = token_trees;
+    spec.max_step_rows = exact_verify_rows;
     s.scheduler->set_speculation(std::move(speculator), spec,
                                  token_trees ? s.config.spec_width : 1);
   }
@@ -447,6 +449,18 @@ void Engine::submit_impl(GenerateRequest request,
   }
   if (auto ok = sampling::validate(request.sampling, s.vocab_size); !ok) {
     return fail(std::move(handler), ok.error());
+  }
+  if (const std::string& how = request.sampling.speculate;
+      !how.empty() && how != "off" && how != s.config.speculate) {
+    return fail(std::move(handler),
+                Error(ErrorCode::kInvalidArgument,
+                      "speculation.method: \"" + how + "\" needs an engine started with it (" +
+                          (s.config.speculate.empty()
+                               ? std::string("this one runs without a speculator; start it with "
+                                             "--speculate ") +
+                                     how
+                               : "this one speculates with " + s.config.speculate) +
+                          ")"));
   }
   if (request.sampling.beam_width > 1 && request.response_format.constrained()) {
     return fail(std::move(handler),

@@ -280,6 +280,40 @@ Result<void> parse_response_format(const json::value& v, ResponseFormat& format)
   return {};
 }
 
+// `speculation` (docs/speculative.md#per-request): {"method": "off" | "prompt-lookup" | "draft",
+// "tokens": N}, both optional; a bare string is the method. null: the server's choice.
+Result<void> parse_speculation(const json::value& v, sampling::SamplingParams& s) {
+  if (v.is_null()) return {};
+  auto method = [&s](const json::value& m, const std::string& at) -> Result<void> {
+    if (m.is_null()) return {};
+    auto name = string(m, at);
+    if (!name) return name.error();
+    if (*name != "off" && *name != "prompt-lookup" && *name != "draft") {
+      return bad(at, "\"" + *name + "\" is not one of off, prompt-lookup, draft");
+    }
+    s.speculate = *name;
+    return {};
+  };
+  if (v.is_string()) return method(v, "speculation");
+  if (!v.is_object()) {
+    return bad("speculation",
+               "expected an object {\"method\": ..., \"tokens\": N}, got " + kind_of(v));
+  }
+  for (const auto& [key, field] : v.get_object()) {
+    if (key == "method") {
+      if (auto r = method(field, "speculation.method"); !r) return r;
+    } else if (key == "tokens") {
+      if (field.is_null()) continue;
+      auto n = integer(field, "speculation.tokens", 1, sampling::SamplingParams::kMaxSpecTokens);
+      if (!n) return n.error();
+      s.spec_tokens = static_cast<int>(*n);
+    } else {
+      return bad("speculation." + std::string(key), "unknown field (method and tokens are known)");
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<ParsedRequest> parse_request(std::string_view body, Api api, const ServedModel& model) {
@@ -425,6 +459,8 @@ Result<ParsedRequest> parse_request(const json::object& object, Api api, const S
           s.stop_token_ids.push_back(static_cast<std::int32_t>(*id));
         }
       }
+    } else if (key == "speculation") {
+      r = parse_speculation(v, s);
     } else if (key == "ignore_eos") {
       auto b = boolean(v, key);
       if (!b) return b.error();

@@ -202,6 +202,13 @@ std::string prometheus_text(const EngineMetrics& m, const GatewayState& state) {
           static_cast<double>(m.kv_compressions));
   counter("weft_kv_compressed_pages_total", "KV pages freed by KV-Compress.",
           static_cast<double>(m.kv_compressed_pages));
+  counter("weft_speculative_verifications_total",
+          "Draft trees verified (speculative decoding, docs/speculative.md).",
+          static_cast<double>(m.speculative_verifications));
+  counter("weft_speculative_draft_tokens_total", "Draft tokens proposed for verification.",
+          static_cast<double>(m.speculative_draft_tokens));
+  counter("weft_speculative_accepted_tokens_total", "Draft tokens accepted by verification.",
+          static_cast<double>(m.speculative_accepted_tokens));
   counter("weft_prompt_tokens_total", "Prompt tokens processed.",
           static_cast<double>(m.prompt_tokens));
   counter("weft_generation_tokens_total", "Tokens generated.",

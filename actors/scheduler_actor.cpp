@@ -74,10 +74,10 @@ void SchedulerActor::add_request(std::uint64_t id, std::vector<std::int32_t> pro
     }
     ids.push_back(id + static_cast<std::uint64_t>(i));
   }
-  const bool speculate = speculator_ && !constrained && params.repetition_penalty == 1.0f &&
-                         params.presence_penalty == 0.0f && params.frequency_penalty == 0.0f &&
-                         params.mirostat == 0 && params.fsd == sampling::Fsd::kOff &&
-                         params.beam_width <= 1;
+  const bool speculate = speculator_ && params.speculate != "off" && !constrained &&
+                         params.repetition_penalty == 1.0f && params.presence_penalty == 0.0f &&
+                         params.frequency_penalty == 0.0f && params.mirostat == 0 &&
+                         params.fsd == sampling::Fsd::kOff && params.beam_width <= 1;
   for (int i = 0; i < n; ++i) {
     live_.emplace(id + static_cast<std::uint64_t>(i),
                   LiveRequest{stream, params, prompt_len, i, id, constrained, speculate});
@@ -194,6 +194,10 @@ speculative::DraftTree SchedulerActor::propose(const sched::Sequence& s, int max
   speculative::ProposalLimits limits;
   limits.max_nodes = max_nodes;
   limits.max_depth = max_depth;
+  if (const int cap = it->second.params.spec_tokens; cap > 0) {  // the request's own depth
+    limits.max_depth = std::min(max_depth, cap);
+    limits.max_nodes = std::min(max_nodes, cap * speculation_width_);
+  }
   limits.width = speculation_width_;
   limits.temperature = it->second.params.temperature;
   limits.seed = it->second.params.seed.value_or(s.id) ^ static_cast<std::uint64_t>(s.generated());
@@ -290,6 +294,7 @@ asio::awaitable<void> SchedulerActor::loop() {
       if (s.draft) {
         model::SequenceSlice& slice = batch.sequences.back();
         slice.all_logits = true;
+        slice.verify = true;
         if (!s.draft->is_chain()) {         // a chain runs as an ordinary causal chunk
           slice.tree_parent.push_back(-1);  // the root, the sequence's last token
           for (auto parent : s.draft->parent)

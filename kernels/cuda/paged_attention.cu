@@ -8,6 +8,7 @@
 #include "kernels/cuda/kv_element.cuh"
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/tree_slots.cuh"
 
 namespace weft::cuda {
 namespace {
@@ -75,6 +76,16 @@ __device__ __forceinline__ float row_scale(const PagedKvView& kv, const std::int
   return detail::kv_scales(kv, page)[row];
 }
 
+// The same for a decode query's view of its page table (a token tree's path remapped).
+__device__ __forceinline__ std::size_t key_offset(const PagedKvView& kv, const SlotTable& table,
+                                                  int p, int h) {
+  return key_offset(kv, table.pages, table.slot(p), h);
+}
+__device__ __forceinline__ float row_scale(const PagedKvView& kv, const SlotTable& table, int p,
+                                           int h, bool value) {
+  return row_scale(kv, table.pages, table.slot(p), h, value);
+}
+
 // One tile of the decode kernels' online softmax, a warp per query head: turns head g's
 // `n` scores (row g of `scores`, `tile` wide) into exp(score - running max) in place, and
 // updates its running max m, sum l and the factor `corr` that rescales what was summed.
@@ -127,7 +138,7 @@ __global__ void decode_kernel(AttentionArgs a, FlatBatchView b, PagedKvView kv,
   const int t = span.t, pos = span.pos, begin = span.begin, end = span.end;
   if (begin > pos) return;  // this token's context has fewer splits than the grid
   const int kvh = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
-  const std::int32_t* table = b.page_ids + b.page_table_begin[b.token_seq[t]];
+  const SlotTable table = slot_table(b, t);  // tree nodes: their path's slots
   const KV* pool = static_cast<const KV*>(kv.pool);
   const std::size_t v_shift = static_cast<std::size_t>(kv.num_kv_heads) * kv.page_size * D;
 
@@ -259,7 +270,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int t = span.t, pos = span.pos, begin = span.begin, end = span.end;
   if (begin > pos) return;  // this token's context has fewer splits than the grid
   const int kvh = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
-  const std::int32_t* table = b.page_ids + b.page_table_begin[b.token_seq[t]];
+  const SlotTable table = slot_table(b, t);  // tree nodes: their path's slots
   const int G = a.num_heads / kv.num_kv_heads;
   const KV* pool = static_cast<const KV*>(kv.pool);
   const std::size_t v_shift = static_cast<std::size_t>(kv.num_kv_heads) * kv.page_size * D;
@@ -491,7 +502,7 @@ __global__ void __launch_bounds__(kDecodeThreads, D >= 256   ? 1
   const int t = span.t, pos = span.pos, begin = span.begin, end = span.end;
   if (begin > pos) return;  // this token's context has fewer splits than the grid
   const int kvh = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
-  const std::int32_t* table = b.page_ids + b.page_table_begin[b.token_seq[t]];
+  const SlotTable table = slot_table(b, t);  // tree nodes: their path's slots
   const int G = a.num_heads / kv.num_kv_heads;
   const T* pool = static_cast<const T*>(kv.pool);
   const std::size_t v_shift = static_cast<std::size_t>(kv.num_kv_heads) * kv.page_size * D;

@@ -34,6 +34,14 @@ struct FlatBatchView {
   const std::int32_t* page_table_begin = nullptr;  // [sequences] offset into page_ids
   const std::int32_t* page_ids = nullptr;          // every sequence's page table, concatenated
   int num_tokens = 0;
+  // Token trees (speculative verification, SequenceSlice::tree_parent; kernels/cuda/
+  // tree_slots.cuh): where tree_from is set, token t's positions p >= tree_from[t] live in
+  // slot tree_slots[tree_slot_begin[t] + p - tree_from[t]] of its page table (its ancestors'
+  // slots and its own, by depth) instead of slot p; tree_from[t] is INT32_MAX for a token
+  // outside a tree. Read by rope_store_kv and decode_attention only.
+  const std::int32_t* tree_from = nullptr;
+  const std::int32_t* tree_slot_begin = nullptr;
+  const std::int32_t* tree_slots = nullptr;
 };
 
 }  // namespace weft::cuda

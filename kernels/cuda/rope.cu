@@ -2,6 +2,7 @@
 #include "kernels/cuda/kv_element.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/rope.hpp"
+#include "kernels/cuda/tree_slots.cuh"
 
 namespace weft::cuda {
 namespace {
@@ -50,8 +51,9 @@ __global__ void rope_store_kv_kernel(RopeArgs a, FlatBatchView b, PagedKvView kv
     }
     __syncthreads();
   }
-  const int page = b.page_ids[b.page_table_begin[seq] + pos / kv.page_size];
-  const int slot = pos % kv.page_size;
+  const int kv_slot = slot_table(b, t).slot(pos);  // a tree node's scratch slot
+  const int page = b.page_ids[b.page_table_begin[seq] + kv_slot / kv.page_size];
+  const int slot = kv_slot % kv.page_size;
   KV* block =
       static_cast<KV*>(kv.pool) + static_cast<std::size_t>(page) * kv.page_elems + kv.layer_offset;
   if constexpr (detail::kv_scaled<KV>) {
@@ -92,8 +94,9 @@ __global__ void rope_store_kv_flat_kernel(RopeArgs a, FlatBatchView b, PagedKvVi
   float* row = a.qkv + static_cast<std::size_t>(t) * (NH + 2 * NKV) * D;
   const int seq = b.token_seq[t];
   const int pos = b.positions[t];
-  const int page = b.page_ids[b.page_table_begin[seq] + pos / kv.page_size];
-  const int slot = pos % kv.page_size;
+  const int kv_slot = slot_table(b, t).slot(pos);  // a tree node's scratch slot
+  const int page = b.page_ids[b.page_table_begin[seq] + kv_slot / kv.page_size];
+  const int slot = kv_slot % kv.page_size;
   T* block =
       static_cast<T*>(kv.pool) + static_cast<std::size_t>(page) * kv.page_elems + kv.layer_offset;
   if (i < pairs) {

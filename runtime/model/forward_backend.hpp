@@ -48,6 +48,10 @@ class ForwardBackend {
   virtual bool samples_on_device() const noexcept { return false; }
   // Runs StepBatch slices with a token tree (tree attention; speculative verification).
   virtual bool supports_token_trees() const noexcept { return false; }
+  // The most decode and verification rows a step may hold for its verification rows to give
+  // bit for bit the logits plain decoding gives (the scheduler sizes draft trees to stay
+  // within it; docs/speculative.md#exact-on-the-gpu); 0: any number.
+  virtual int exact_verify_rows() const noexcept { return 0; }
   virtual Result<void> launch(const StepBatch& batch);
   virtual Result<void> sample(const DeviceSamplingInput& input, DeviceSamplingOutput& output);
 };

@@ -32,6 +32,12 @@ struct SequenceSlice {
   // queries, and never from the last compress_window slots.
   int compress_evict = 0;
   int compress_window = 0;
+  // Speculative verification rows (a chain or a tree of draft tokens after the sequence's last
+  // token): a backend computes each of them as it computes a decode token (the CUDA model: the
+  // decode attention kernel and the decode products), so that a verified token's logits are
+  // bit for bit those plain decoding gives it. Numerics only; the result is the same causal
+  // (or tree) attention either way.
+  bool verify = false;
 
   // The page-table slot of the slice's i-th token whose position is `position`.
   int kv_slot(int i, int position) const {

@@ -24,14 +24,15 @@ Result<void> send_header(Communicator& comm, Header& h) {
   return comm.broadcast(std::as_writable_bytes(std::span<Header>(&h, 1)), 0);
 }
 
-// The batch as int32s: tokens, positions, then per sequence (begin, count, all_logits,
-// pages), then every sequence's page ids.
+// The batch as int32s: tokens, positions, then per sequence (begin, count, flags: all_logits 1
+// and verify 2, pages), then every sequence's page ids.
 std::vector<std::int32_t> pack(const model::StepBatch& b) {
   std::vector<std::int32_t> out(b.tokens.begin(), b.tokens.end());
   out.insert(out.end(), b.positions.begin(), b.positions.end());
   for (const auto& s : b.sequences) {
-    out.insert(out.end(), {s.token_begin, s.token_count, s.all_logits ? 1 : 0,
-                           static_cast<std::int32_t>(s.page_table.size())});
+    out.insert(out.end(),
+               {s.token_begin, s.token_count, (s.all_logits ? 1 : 0) | (s.verify ? 2 : 0),
+                static_cast<std::int32_t>(s.page_table.size())});
   }
   for (const auto& s : b.sequences)
     out.insert(out.end(), s.page_table.begin(), s.page_table.end());
@@ -48,7 +49,8 @@ Result<model::StepBatch> unpack(const Header& h, const std::vector<std::int32_t>
   at += static_cast<std::ptrdiff_t>(T);
   std::vector<std::int32_t> pages(S);
   for (std::size_t s = 0; s < S; ++s, at += 4) {
-    b.sequences.push_back({at[0], at[1], {}, at[2] != 0});
+    b.sequences.push_back({at[0], at[1], {}, (at[2] & 1) != 0});
+    b.sequences.back().verify = (at[2] & 2) != 0;
     pages[s] = at[3];
   }
   for (std::size_t s = 0; s < S; ++s) {

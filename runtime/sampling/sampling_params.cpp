@@ -156,6 +156,15 @@ Result<void> validate(const SamplingParams& p, int vocab_size) {
   if (auto fsd = validate_fsd_and_beam(p); !fsd) {
     return fsd;
   }
+  if (!p.speculate.empty() && p.speculate != "off" && p.speculate != "prompt-lookup" &&
+      p.speculate != "draft") {
+    return Error(ErrorCode::kInvalidArgument, "speculation.method: \"" + p.speculate +
+                                                  "\" is not one of off, prompt-lookup, draft");
+  }
+  if (p.spec_tokens < 0 || p.spec_tokens > SamplingParams::kMaxSpecTokens) {
+    return outside("speculation.tokens", std::to_string(p.spec_tokens),
+                   "[0, 64] (0: the engine's)");
+  }
   if (!(p.repetition_penalty > 0.0f && std::isfinite(p.repetition_penalty))) {
     return outside("repetition_penalty", p.repetition_penalty, "(0, inf) (1 is off)");
   }

@@ -55,10 +55,18 @@ struct SamplingParams {
   std::vector<std::string> stop;  // at most 16, none empty
   bool ignore_eos = false;
   int logprobs = 0;  // top-k logprobs per token, [0, 20]; the chosen token's is always reported
+  // Speculative decoding for this request (docs/speculative.md#per-request), on an engine
+  // started with a speculator: speculate "" (the engine's choice: on where the request allows
+  // it), "off", or the engine's method by name ("prompt-lookup" or "draft"; the engine refuses
+  // a method it was not started with); spec_tokens 0 (the engine's depth) or at most this many
+  // draft tokens on a path, [0, 64] (the engine's --spec-tokens caps it).
+  std::string speculate;
+  int spec_tokens = 0;
 
   static constexpr int kMaxN = 128;
   static constexpr int kMaxBeamWidth = 16;
   static constexpr int kMaxLogprobs = 20;
+  static constexpr int kMaxSpecTokens = 64;
   static constexpr std::size_t kMaxStopStrings = 16;
   static constexpr float kMaxAbsLogitBias = 100.0f;
   static constexpr float kMaxAbsPresenceOrFrequency = 2.0f;

@@ -122,6 +122,10 @@ struct SpeculationConfig {
   // sequences, since a large batch is compute-bound and verifying rejected tokens costs.
   int step_budget = 32;
   bool trees = true;  // false: the backend has no tree attention; only first chains run
+  // Decode and verification rows one step may hold for its verification rows to be computed
+  // exactly as decode rows (the CUDA model's row kernel, docs/speculative.md#exact-on-the-gpu):
+  // each of n decoding sequences gets at most (max_step_rows - n) / n draft tokens. 0: no limit.
+  int max_step_rows = 0;
 };
 
 // A verified draft slice's outcome: the tree nodes accepted (root first) and the tokens

@@ -14,7 +14,8 @@ Scheduler::propose_drafts(const std::vector<std::uint64_t>& decoding, int budget
   if (decoding.empty()) return drafts;
   // Turned down as the batch grows: each sequence's share of the step's draft budget.
   const int n = static_cast<int>(decoding.size());
-  const int share = std::min({speculation_.max_nodes, speculation_.step_budget / n, budget / n});
+  int share = std::min({speculation_.max_nodes, speculation_.step_budget / n, budget / n});
+  if (speculation_.max_step_rows > 0) share = std::min(share, (speculation_.max_step_rows - n) / n);
   if (share < 1) return drafts;
   for (std::uint64_t id : decoding) {
     Sequence& s = sequences_.at(id);

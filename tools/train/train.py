@@ -2,6 +2,15 @@
 
   python3 tools/train/train.py --corpus build/corpus --out OUT_DIR [--seconds 240] [--steps N]
 
+Other shapes take --layers, --hidden, --heads, --kv-heads, --head-dim and --intermediate (the
+defaults are weft-tiny's); --tokenizer FILE reuses a trained tokenizer.json (copied byte for
+byte) instead of training one, so a smaller model shares a target's vocabulary and can draft
+for it (docs/speculative.md). weft-tiny-draft (models/weft-tiny-draft/README.md):
+
+  python3 tools/train/train.py --corpus build/corpus --out models/weft-tiny-draft \
+      --tokenizer models/weft-tiny/tokenizer.json --layers 2 --hidden 192 --heads 3 \
+      --kv-heads 1 --intermediate 512 --seconds 60
+
 1. A byte-level BPE tokenizer (GPT-2 style pre-tokenization) trained with `tokenizers`.
 2. A Llama-architecture model (transformers' LlamaForCausalLM, ~14.5M parameters, tied
    embeddings, GQA) trained from scratch with AdamW in bf16 autocast. The number of steps is
@@ -19,6 +28,7 @@ import json
 import math
 import pathlib
 import random
+import shutil
 import time
 
 import numpy as np
@@ -65,14 +75,15 @@ def encode_documents(tok, documents):
     return np.array(ids, dtype=np.int64)
 
 
-def model_config(vocab_size, eot):
+def model_config(vocab_size, eot, args):
     return LlamaConfig(
         vocab_size=vocab_size,
-        hidden_size=384,
-        intermediate_size=896,
-        num_hidden_layers=8,
-        num_attention_heads=6,
-        num_key_value_heads=2,
+        hidden_size=args.hidden,
+        intermediate_size=args.intermediate,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads,
+        head_dim=args.head_dim or args.hidden // args.heads,
         max_position_embeddings=1024,
         rms_norm_eps=1e-5,
         rope_theta=10000.0,
@@ -148,7 +159,21 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=0)
+    # The model's shape; the defaults are weft-tiny's (~14.5M parameters).
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--hidden", type=int, default=384)
+    ap.add_argument("--heads", type=int, default=6)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--head-dim", type=int, default=0, help="0: hidden / heads")
+    ap.add_argument("--intermediate", type=int, default=896)
+    ap.add_argument("--tokenizer", type=pathlib.Path, default=None,
+                    help="a tokenizer.json to reuse (copied as it is) instead of training one")
     args = ap.parse_args()
+    if args.hidden % args.heads or args.heads % args.kv_heads:
+        ap.error(f"--hidden {args.hidden} must be a multiple of --heads {args.heads}, and "
+                 f"--heads a multiple of --kv-heads {args.kv_heads}")
+    if args.tokenizer is not None and not args.tokenizer.is_file():
+        ap.error(f"--tokenizer {args.tokenizer}: no such file")
 
     random.seed(args.seed)
     np.random.seed(args.seed)
@@ -163,7 +188,13 @@ def main():
     val_docs = sorted(rng.sample(range(len(documents)), max(1, len(documents) * 3 // 100)))
     val_set = set(val_docs)
 
-    tok = train_tokenizer(documents, args.vocab_size)
+    if args.tokenizer is not None:
+        tok = Tokenizer.from_file(str(args.tokenizer))
+        for t in SPECIALS:
+            if tok.token_to_id(t) is None:
+                raise SystemExit(f"--tokenizer {args.tokenizer}: has no special token {t}")
+    else:
+        tok = train_tokenizer(documents, args.vocab_size)
     vocab = tok.get_vocab_size()
     eot = tok.token_to_id(EOT)
     train_ids = encode_documents(tok, [d for i, d in enumerate(documents) if i not in val_set])
@@ -172,7 +203,7 @@ def main():
     log(f"tokenizer: vocab {vocab}, train {len(train_ids)} tokens, validation {len(val_ids)}, "
         f"held-out {len(held_ids)} ({time.time() - t0:.0f} s)")
 
-    config = model_config(vocab, eot)
+    config = model_config(vocab, eot, args)
     model = LlamaForCausalLM(config).cuda()
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {n_params / 1e6:.2f}M parameters")
@@ -226,7 +257,11 @@ def main():
     out_dir = args.out
     out_dir.mkdir(parents=True, exist_ok=True)
     model.to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
-    tok.save(str(out_dir / "tokenizer.json"))
+    if args.tokenizer is not None:
+        # Byte for byte: a draft model must have its target's tokenizer.json (checked at start).
+        shutil.copyfile(args.tokenizer, out_dir / "tokenizer.json")
+    else:
+        tok.save(str(out_dir / "tokenizer.json"))
     added = {
         str(tok.token_to_id(t)): {"content": t, "lstrip": False, "normalized": False,
                                   "rstrip": False, "single_word": False, "special": True}

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include "kernels/cuda/alibi_attention.hpp"
 #include "kernels/cuda/convert.hpp"
 #include "kernels/cuda/embedding.hpp"
+#include "kernels/cuda/gemv_rows.hpp"
 #include "kernels/cuda/l2_prefetch.hpp"
 #include "kernels/cuda/learned_positions.hpp"
 #include "kernels/cuda/norm.hpp"
@@ -29,9 +31,9 @@ namespace weft::model {
 
 Result<void> CudaModel::forward(const StepBatch& batch, std::vector<float>& logits) {
   state_->launched_rows = -1;  // a step launched before is no longer there to sample
-  if (batch.has_token_tree()) {
+  if (batch.has_token_tree() && !supports_token_trees()) {
     return Error(ErrorCode::kInvalidArgument,
-                 "token trees need tree attention, which the CUDA model does not have yet "
+                 "token trees on an ALiBi model (Bloom): tree attention has no ALiBi bias yet "
                  "(speculate with a tree width of 1)");
   }
   if (auto ok = check_step_batch(state_->spec, batch, state_->layout, state_->num_pages); !ok) {
@@ -42,9 +44,9 @@ Result<void> CudaModel::forward(const StepBatch& batch, std::vector<float>& logi
 
 Result<void> CudaModel::launch(const StepBatch& batch) {
   state_->launched_rows = -1;
-  if (batch.has_token_tree()) {
+  if (batch.has_token_tree() && !supports_token_trees()) {
     return Error(ErrorCode::kInvalidArgument,
-                 "token trees need tree attention, which the CUDA model does not have yet");
+                 "token trees on an ALiBi model (Bloom): tree attention has no ALiBi bias yet");
   }
   if (auto ok = check_step_batch(state_->spec, batch, state_->layout, state_->num_pages); !ok) {
     return ok;
@@ -53,6 +55,28 @@ Result<void> CudaModel::launch(const StepBatch& batch) {
   if (auto r = state_->run(batch, unused, false); !r) return r;
   state_->launched_rows = batch.logit_rows();
   return {};
+}
+
+namespace {
+
+// CudaModelOptions::row_kernel_tokens, or WEFT_ROW_KERNEL_TOKENS where set; at most
+// cuda::kGemvRowsMax.
+int row_kernel_limit(const CudaModelOptions& options) {
+  static const int env = [] {
+    const char* v = std::getenv("WEFT_ROW_KERNEL_TOKENS");
+    return v != nullptr ? std::atoi(v) : -1;
+  }();
+  return std::clamp(env >= 0 ? env : options.row_kernel_tokens, 0, cuda::kGemvRowsMax);
+}
+
+}  // namespace
+
+int CudaModel::exact_verify_rows() const noexcept {
+  return row_kernel_limit(state_->options);
+}
+
+bool CudaModel::supports_token_trees() const noexcept {
+  return state_->alibi_slopes.get() == nullptr;
 }
 
 Result<void> CudaModel::sample(const DeviceSamplingInput& input, DeviceSamplingOutput& output) {
@@ -124,9 +148,19 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
                           spec.rope.order != RopeOrder::kInterleaved &&
                           cuda::decode_attention_applies_rope(spec.num_heads, spec.num_kv_heads,
                                                               spec.head_dim, layout.dtype);
-  std::size_t page_words = 0;
-  for (const auto& seq : batch.sequences)
+  std::size_t page_words = 0, tree_words = 0;
+  bool has_tree = false, has_verify = false;
+  for (const auto& seq : batch.sequences) {
     page_words += seq.page_table.size();
+    has_verify |= seq.verify && seq.token_count > 0;
+    if (!seq.tree_parent.empty()) {
+      has_tree = true;
+      // Each token lists its path's slots: at most its node's index + 1.
+      const int nodes = static_cast<int>(seq.tree_parent.size());
+      for (int i = 0; i < seq.token_count; ++i)
+        tree_words += static_cast<std::size_t>(nodes - seq.token_count + i + 1);
+    }
+  }
   const int rows = batch.logit_rows();
   StepLayout L;
   {
@@ -147,6 +181,11 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     L.tiles = take(2 * static_cast<std::size_t>(T));
     L.inv_freq = take(static_cast<std::size_t>(S) * half);
     L.factor = take(S);
+    L.row_list = take(T);
+    L.head_rows = take(rows);
+    L.tree_from = take(has_tree ? T : 0);
+    L.tree_begin = take(has_tree ? T : 0);
+    L.tree_slots = take(tree_words);  // tree steps run without graphs
     L.page_ids = take(page_words);
     L.words = at;
   }
@@ -164,9 +203,9 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   auto* floats = meta_host.as<float>();
   std::memcpy(words + L.tokens, batch.tokens.data(), T * sizeof(std::int32_t));
   std::memcpy(words + L.positions, batch.positions.data(), T * sizeof(std::int32_t));
-  int decode_count = 0, tile_count = 0, decode_context = 0, row = 0;
+  int decode_count = 0, tile_count = 0, decode_context = 0, row = 0, head_decode_rows = 0;
   const int tile_queries = cuda::prefill_tile_queries(spec.head_dim, layout.dtype);
-  std::size_t page_at = 0;
+  std::size_t page_at = 0, tree_at = 0;
   for (int s = 0; s < S; ++s) {
     const auto& seq = batch.sequences[static_cast<std::size_t>(s)];
     words[L.table_begin + s] = static_cast<std::int32_t>(page_at);
@@ -177,13 +216,42 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       words[L.token_seq + i] = s;
       longest = std::max(longest, batch.positions[static_cast<std::size_t>(i)] + 1);
     }
+    // Decode rows: single tokens, and speculative verification rows (each a decode query at
+    // its own position, computed exactly as plain decoding computes it; docs/speculative.md).
+    const bool decode_rows =
+        seq.token_count == 1 || seq.verify || (seq.token_count > 0 && !seq.tree_parent.empty());
     if (seq.token_count > 0) {
       const int first = seq.all_logits ? seq.token_begin : seq.token_begin + seq.token_count - 1;
-      for (int i = first; i < seq.token_begin + seq.token_count; ++i)
+      for (int i = first; i < seq.token_begin + seq.token_count; ++i) {
+        if (decode_rows) words[L.head_rows + head_decode_rows++] = row;
         words[L.logit_rows + row++] = i;
+      }
     }
-    if (seq.token_count == 1) {
-      words[L.decode_queries + decode_count++] = seq.token_begin;
+    if (has_tree) {
+      // A tree node's path: the slots of its ancestors and itself, from the top down; its
+      // positions from pos - (path length - 1) live there (kernels/cuda/tree_slots.cuh).
+      const int nodes = static_cast<int>(seq.tree_parent.size());
+      for (int i = 0; i < seq.token_count; ++i) {
+        const int t = seq.token_begin + i;
+        if (nodes == 0) {
+          words[L.tree_from + t] = INT_MAX;
+          continue;
+        }
+        const std::size_t begin = tree_at;
+        for (int n = nodes - seq.token_count + i; n >= 0;
+             n = seq.tree_parent[static_cast<std::size_t>(n)])
+          words[L.tree_slots + tree_at++] = seq.tree_first_slot + n;
+        std::reverse(words + L.tree_slots + begin, words + L.tree_slots + tree_at);
+        words[L.tree_begin + t] = static_cast<std::int32_t>(begin);
+        words[L.tree_from + t] = batch.positions[static_cast<std::size_t>(t)] -
+                                 static_cast<std::int32_t>(tree_at - begin) + 1;
+      }
+    }
+    if (decode_rows) {
+      for (int i = seq.token_begin; i < seq.token_begin + seq.token_count; ++i) {
+        words[L.row_list + decode_count] = i;
+        words[L.decode_queries + decode_count++] = i;
+      }
       decode_context = std::max(decode_context, longest);
     } else {
       for (int i = 0; i < seq.token_count; i += tile_queries) {
@@ -248,6 +316,11 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   fb.page_table_begin = dev + L.table_begin;
   fb.page_ids = dev + L.page_ids;
   fb.num_tokens = T;
+  if (has_tree) {
+    fb.tree_from = dev + L.tree_from;
+    fb.tree_slot_begin = dev + L.tree_begin;
+    fb.tree_slots = dev + L.tree_slots;
+  }
   cuda::PagedKvView kvv;
   kvv.pool = kv.get();
   kvv.precision = options.precision;
@@ -332,8 +405,13 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   constexpr int kQuantChunkedTokens = 3 * cuda::kQuantGemvMaxTokens;  // 24
   const bool quant_step = quant_format.has_value() && T <= kQuantChunkedTokens;
   auto uses_quant = [&](const DeviceBuffer& wq) { return quant_step && wq.get() != nullptr; };
+  // The decode rows' products through the row kernel (CudaModelOptions::row_kernel_tokens):
+  // alone when the step has nothing else, else after cuBLAS has computed every row.
+  const int row_limit = row_kernel_limit(options);
+  const bool row_kernel = decode_count >= 1 && decode_count <= row_limit;
   auto product = [&](const void* in_x, int tokens, const DeviceBuffer& w16, const DeviceBuffer& wq,
-                     int out_features, int in_features, float* y, int ldy) -> bool {
+                     int out_features, int in_features, float* y, int ldy,
+                     bool head = false) -> bool {
     if (wq.get() != nullptr && quant_format) {
       const cuda::QuantMatrixView view{wq.get(), *quant_format, out_features, in_features};
       if (tokens <= kQuantChunkedTokens && cuda::quant_gemv_supported(in_x, 1, view)) {
@@ -355,6 +433,20 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
         ok = blas->linear(in_x, tokens, dequant_scratch.get(), n, in_features, y + r0, ldy, P,
                           stream);
       }
+      return ok;
+    }
+    const int decode_rows = head ? head_decode_rows : decode_count;
+    if (row_kernel && decode_rows > 0 && w16.get() != nullptr &&
+        cuda::gemv_rows_supported(in_x, decode_rows, w16.get(), in_features)) {
+      if (decode_rows == tokens) {
+        cuda::gemv_rows(in_x, tokens, nullptr, w16.get(), out_features, in_features, y, ldy, P,
+                        stream);
+        return true;
+      }
+      const bool ok =
+          blas->linear(in_x, tokens, w16.get(), out_features, in_features, y, ldy, P, stream);
+      cuda::gemv_rows(in_x, decode_rows, dev + (head ? L.head_rows : L.row_list), w16.get(),
+                      out_features, in_features, y, ldy, P, stream);
       return ok;
     }
     return blas->linear(in_x, tokens, w16.get(), out_features, in_features, y, ldy, P, stream);
@@ -460,8 +552,9 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       return;
     }
     // In a step of decode tokens only, the decode attention kernel rotates and stores them
-    // itself (bitwise the same; one launch less per layer).
-    if (tile_count == 0 && fused_rope && W.qkv_bias.get() == nullptr) {
+    // itself (bitwise the same; one launch less per layer). Not with verification rows, whose
+    // queries read the keys of the tokens before them in the same step.
+    if (tile_count == 0 && !has_verify && !has_tree && fused_rope && W.qkv_bias.get() == nullptr) {
       aa.rope_inv_freq = ra.inv_freq;
       aa.rope_factor = ra.attention_factor;
     } else {
@@ -480,8 +573,10 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   auto mlp_block = [&](std::size_t l, const Layer& W, const void* in) {
     // Without a bias, gate and up are written as 16 bits (what the activation reads them
     // as in transformers too): half the bytes of fp32 through the product and the
-    // activation. With a bias, or on the small-step kernel, fp32 as before.
-    if (W.up_bias.get() == nullptr && !blas->small_step(T) && !uses_quant(W.up_q)) {
+    // activation. With a bias, or on the small-step kernel or the row kernel (16-bit weights),
+    // fp32 as before.
+    if (W.up_bias.get() == nullptr && !blas->small_step(T) && !uses_quant(W.up_q) &&
+        !(row_kernel && W.up.get() != nullptr)) {
       blas_ok &= blas->linear16(in, T, dense16(W.up, W.up_q, mlp_width, H), mlp_width, H, mlp.get(),
                                 mlp_width, P, stream);
       mark("gate_up product");
@@ -654,7 +749,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       }
       mark("lm_head all-gather");
     } else {
-      blas_ok &= product(h.get(), rows, head, lm_head_q, V, H, logits.as<float>(), V);
+      blas_ok &= product(h.get(), rows, head, lm_head_q, V, H, logits.as<float>(), V, true);
       mark("lm_head product");
     }
     if (forked) {
@@ -664,9 +759,10 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   };
   // A pure decode step of a shape seen before replays its CUDA graph: one launch instead of
   // ~10 per layer. The graph's kernels read this step's metadata from the same buffer.
-  const bool graph_step = options.cuda_graphs && !graphs_broken && tile_count == 0 && !profiling;
+  const bool graph_step =
+      options.cuda_graphs && !graphs_broken && tile_count == 0 && !has_tree && !profiling;
   if (graph_step) {
-    const GraphKey key{T, S, rows, cuda::decode_split_count(decode_context)};
+    const GraphKey key{T, S, rows, cuda::decode_split_count(decode_context), has_verify};
     auto it = graphs.find(key);
     if (it == graphs.end()) {
       if (graphs.size() >= kMaxGraphs) drop_graphs();

@@ -44,6 +44,16 @@ struct CudaModelOptions {
   // default: its sums are in another order than cuBLAS's, so a token's logits (and, at near
   // ties, its greedy choice) would depend on the size of the step it runs in.
   int small_step_kernel_tokens = 0;
+  // A step's decode rows (single-token slices and speculative verification rows), when it has
+  // 1 to this many (at most cuda::kGemvRowsMax, 32), go through the row kernel
+  // (kernels/cuda/gemv_rows.hpp) for every 16-bit product instead of cuBLAS: a row's bits then
+  // do not depend on how many rows share its step, so a verified draft token gets exactly the
+  // logits plain decoding gives it, and verifying a few rows reads the weights once. In a step
+  // that also holds prefill chunks, cuBLAS computes every row and the row kernel recomputes
+  // the decode rows (one more pass over the weights). 0: cuBLAS for every product (then
+  // speculative greedy output may differ from plain greedy output in the last bits).
+  // WEFT_ROW_KERNEL_TOKENS overrides it, for comparisons.
+  int row_kernel_tokens = 16;
   // Called while the weights upload, after each matrix, with the bytes of the stored
   // (mmapped) weights copied so far and in all.
   std::function<void(std::size_t done, std::size_t total)> on_upload_progress;
@@ -89,6 +99,12 @@ class CudaModel final : public ForwardBackend {
   // without waiting; sample() samples the rows of its logits and waits once, for the
   // results. Only the candidates and a few numbers per row cross the bus, not the logits.
   bool samples_on_device() const noexcept override { return true; }
+  // Token trees run through the decode attention kernel, each node a query over the context
+  // and its path (kernels/cuda/tree_slots.cuh); not on ALiBi models.
+  bool supports_token_trees() const noexcept override;
+  // The row kernel's limit (row_kernel_tokens, or WEFT_ROW_KERNEL_TOKENS); 0 when it is off,
+  // then nothing bounds the exactness of cuBLAS rows anyway.
+  int exact_verify_rows() const noexcept override;
   Result<void> launch(const StepBatch& batch) override;
   Result<void> sample(const DeviceSamplingInput& input, DeviceSamplingOutput& output) override;
 

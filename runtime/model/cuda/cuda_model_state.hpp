@@ -61,6 +61,9 @@ inline cuda::ActivationKind to_kernel(Activation a) {
 struct StepLayout {
   std::size_t tokens = 0, positions = 0, token_seq = 0, table_begin = 0, page_ids = 0;
   std::size_t logit_rows = 0, decode_queries = 0, tiles = 0, inv_freq = 0, factor = 0;
+  // Decode rows (single tokens and verification rows) of the step and of its logit rows, for
+  // the row kernel (gemv_rows) in steps that also hold prefill chunks; token trees' paths.
+  std::size_t row_list = 0, head_rows = 0, tree_from = 0, tree_begin = 0, tree_slots = 0;
   std::size_t words = 0;
 };
 
@@ -136,9 +139,10 @@ struct CudaModel::State {
   int bf16_reduce_tokens = 0;
   DeviceBuffer delta16;
 
-  // Decode graphs by (tokens, sequences, logit rows, decode splits): what fixes their grids
-  // and metadata offsets. They point into the buffers above, so any reallocation drops them.
-  using GraphKey = std::tuple<int, int, int, int>;
+  // Decode graphs by (tokens, sequences, logit rows, decode splits, whether verification rows
+  // are in it): what fixes their grids, kernels and metadata offsets. They point into the
+  // buffers above, so any reallocation drops them.
+  using GraphKey = std::tuple<int, int, int, int, bool>;
   static constexpr std::size_t kMaxGraphs = 512;
   std::map<GraphKey, cudaGraphExec_t> graphs;
   bool graphs_broken = false;

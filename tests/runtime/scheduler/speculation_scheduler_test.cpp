@@ -190,6 +190,38 @@ TEST(SpeculationScheduler, TheStepBudgetTurnsSpeculationDownThenOff) {
   }
 }
 
+// A backend whose verification rows are exact up to 16 rows a step (the CUDA row kernel):
+// each of n sequences gets at most (16 - n) / n draft tokens.
+TEST(SpeculationScheduler, TheExactRowLimitBoundsTheDraftTokens) {
+  for (auto [sequences, want_nodes] : {std::pair{3, 4}, {4, 3}, {5, 2}, {8, 1}, {9, 0}}) {
+    Scheduler s(config(256));
+    SpeculationConfig spec;
+    spec.max_depth = 4;
+    spec.max_nodes = 4;
+    spec.step_budget = 64;
+    spec.max_step_rows = 16;
+    spec.propose = [&](const Sequence& seq, int nodes, int depth) {
+      speculative::DraftTree t;
+      for (int k = 0; k < std::min(nodes, depth); ++k) {
+        t.tokens.push_back(truth(static_cast<int>(seq.tokens.size()) + k));
+        t.parent.push_back(k - 1);
+      }
+      return t;
+    };
+    s.set_speculation(spec);
+    for (int id = 1; id <= sequences; ++id)
+      ASSERT_TRUE(s.add(static_cast<std::uint64_t>(id), {1, 2, 3}, 20).ok());
+    StepPlan prefill = s.plan_step();
+    s.complete_step(prefill, std::vector<std::int32_t>(static_cast<std::size_t>(sequences), 7));
+    StepPlan step = s.plan_step();
+    int drafted = 0;
+    for (const auto& slice : step.slices)
+      drafted += slice.draft ? slice.draft->size() : 0;
+    EXPECT_EQ(drafted, sequences * want_nodes) << sequences << " sequences";
+    EXPECT_LE(static_cast<int>(step.tokens.size()), 16) << sequences << " sequences";
+  }
+}
+
 TEST(SpeculationScheduler, NoScratchPagesWhenThePoolIsFullAndAllComeBackOnCancel) {
   // 3 pages of 4: a 5-token prompt with 4 new tokens needs all three, so a tree that wants a
   // fourth page gets none and the sequence decodes plainly.
