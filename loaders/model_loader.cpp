@@ -117,9 +117,8 @@ Result<LoadedModel> load_model(const std::filesystem::path& dir, const LoadOptio
     if (!plan) {
       return Error(plan.error().code(), dir.string() + ": " + plan.error().what());
     }
-    const auto& part =
-        plan->ranks[static_cast<std::size_t>(options.pipeline_stage * options.tensor_parallel_size +
-                                             options.tensor_parallel_rank)];
+    const auto& part = plan->ranks[static_cast<std::size_t>(
+        options.pipeline_stage * options.tensor_parallel_size + options.tensor_parallel_rank)];
     const model::LayerRange layers{static_cast<int>(part.layers.begin),
                                    static_cast<int>(part.layers.count)};
     model = options.tensor_parallel_size > 1

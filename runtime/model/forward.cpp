@@ -175,8 +175,8 @@ Result<void> Model::forward_layers(const StepBatch& batch, KvCache& kv, LayerRan
   }
   if (kv.layout().num_layers != layers.count) {
     return Error(ErrorCode::kInvalidArgument,
-                 "KV cache holds " + std::to_string(kv.layout().num_layers) + " layers, the stage " +
-                     std::to_string(layers.count));
+                 "KV cache holds " + std::to_string(kv.layout().num_layers) +
+                     " layers, the stage " + std::to_string(layers.count));
   }
   {
     // The batch's checks see the whole model's layer count; the cache holds the stage's.
@@ -190,11 +190,11 @@ Result<void> Model::forward_layers(const StepBatch& batch, KvCache& kv, LayerRan
   const std::size_t T = batch.tokens.size();
   const auto H = static_cast<std::size_t>(spec_.hidden_size);
   if (!embeds && hidden_in.size() != T * H) {
-    return Error(ErrorCode::kInvalidArgument,
-                 "a stage from layer " + std::to_string(layers.begin) + " takes " +
-                     std::to_string(T) + " x " + std::to_string(H) +
-                     " hidden values from the stage before, got " +
-                     std::to_string(hidden_in.size()));
+    return Error(ErrorCode::kInvalidArgument, "a stage from layer " + std::to_string(layers.begin) +
+                                                  " takes " + std::to_string(T) + " x " +
+                                                  std::to_string(H) +
+                                                  " hidden values from the stage before, got " +
+                                                  std::to_string(hidden_in.size()));
   }
   const auto I = static_cast<std::size_t>(spec_.intermediate_size);
   const auto D = static_cast<std::size_t>(spec_.head_dim);
@@ -317,8 +317,8 @@ Result<void> Model::forward_layers(const StepBatch& batch, KvCache& kv, LayerRan
       const auto& seq = batch.sequences[seq_of[t]];
       const auto pos = static_cast<std::size_t>(
           seq.kv_slot(static_cast<int>(t) - seq.token_begin, batch.positions[t]));
-      kv.store_token(seq.page_table[pos / page_size], kv_layer,
-                     static_cast<int>(pos % page_size), k.data() + t * KVD, v.data() + t * KVD);
+      kv.store_token(seq.page_table[pos / page_size], kv_layer, static_cast<int>(pos % page_size),
+                     k.data() + t * KVD, v.data() + t * KVD);
     }
     const bool windowed = spec_.layer_uses_window(static_cast<int>(l));
     pool.parallel_for(T, [&](std::size_t begin, std::size_t end) {

@@ -44,8 +44,7 @@ class StageForward {
 // is set here).
 class CpuStage final : public StageForward {
  public:
-  CpuStage(const Model& model, LayerRange layers, KvLayout layout, int num_pages,
-           unsigned threads);
+  CpuStage(const Model& model, LayerRange layers, KvLayout layout, int num_pages, unsigned threads);
   const ModelSpec& spec() const noexcept override { return model_.spec(); }
   LayerRange layers() const noexcept override { return layers_; }
   int num_pages() const noexcept override { return kv_.num_pages(); }

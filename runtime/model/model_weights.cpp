@@ -162,8 +162,7 @@ class Binder {
 
 }  // namespace
 
-Result<Model> Model::create(const ModelSpec& spec, const WeightLookup& weights,
-                            LayerRange layers) {
+Result<Model> Model::create(const ModelSpec& spec, const WeightLookup& weights, LayerRange layers) {
   if (auto problem = validate(spec)) {
     return Error(ErrorCode::kInvalidArgument, spec.architecture + ": " + *problem);
   }

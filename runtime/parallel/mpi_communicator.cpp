@@ -85,8 +85,7 @@ class MpiCommunicator final : public Communicator {
   Result<void> broadcast(std::span<std::byte> data, int root) override {
     if (auto ok = check_root(*this, root); !ok) return ok;
     if (auto ok = check_count("broadcast", data.size()); !ok) return ok;
-    const int rc =
-        MPI_Bcast(data.data(), static_cast<int>(data.size()), MPI_BYTE, root, comm_);
+    const int rc = MPI_Bcast(data.data(), static_cast<int>(data.size()), MPI_BYTE, root, comm_);
     if (rc != MPI_SUCCESS) return mpi_error("MPI_Bcast", rc);
     return {};
   }

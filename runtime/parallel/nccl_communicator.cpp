@@ -176,9 +176,7 @@ class OwningBootstrap final : public Communicator {
   Result<void> send(std::span<const std::byte> d, int dest) override {
     return nccl_->send(d, dest);
   }
-  Result<void> recv(std::span<std::byte> d, int source) override {
-    return nccl_->recv(d, source);
-  }
+  Result<void> recv(std::span<std::byte> d, int source) override { return nccl_->recv(d, source); }
   Result<void> wait_sends() override { return nccl_->wait_sends(); }
   Result<std::unique_ptr<Communicator>> split(int color, int key) override {
     return nccl_->split(color, key);

@@ -24,13 +24,12 @@ Result<PartitionPlan> plan_partition(const model::ModelSpec& spec, int tp, int p
   // q|k|v order; ALiBi's slopes and learned positions would need per-rank handling too.
   // A pipeline alone cuts between whole layers, so it takes every block the forward pass has;
   // the tensor-parallel slicer does not cover these.
-  if (tp > 1 &&
-      (spec.qkv_layout == model::QkvLayout::kGrouped ||
-       spec.linear_layout == model::LinearLayout::kInOut ||
-       spec.position == model::PositionEmbedding::kAlibi ||
-       spec.position == model::PositionEmbedding::kLearned || spec.parallel_attention ||
-       spec.norm_placement == model::NormPlacement::kPost ||
-       !spec.tensors.embedding_norm.empty())) {
+  if (tp > 1 && (spec.qkv_layout == model::QkvLayout::kGrouped ||
+                 spec.linear_layout == model::LinearLayout::kInOut ||
+                 spec.position == model::PositionEmbedding::kAlibi ||
+                 spec.position == model::PositionEmbedding::kLearned || spec.parallel_attention ||
+                 spec.norm_placement == model::NormPlacement::kPost ||
+                 !spec.tensors.embedding_norm.empty())) {
     return unsupported(spec.architecture +
                        ": tensor parallelism covers rope models with nn.Linear "
                        "weights and pre-norm sequential layers; this spec uses a block the "

@@ -24,9 +24,9 @@ Result<std::unique_ptr<PipelineBackend>> PipelineBackend::create(
     std::unique_ptr<model::StageForward> stage, Communicator& world, PipelinePlace place,
     int micro_batches) {
   if (world.device_buffers()) {
-    return Error(ErrorCode::kInvalidArgument,
-                 "pipeline: stages exchange host buffers; the " + world.name() +
-                     " communicator wants device buffers");
+    return Error(ErrorCode::kInvalidArgument, "pipeline: stages exchange host buffers; the " +
+                                                  world.name() +
+                                                  " communicator wants device buffers");
   }
   if (world.size() != place.stages * place.tensor_parallel) {
     return Error(ErrorCode::kInvalidArgument,
@@ -36,9 +36,9 @@ Result<std::unique_ptr<PipelineBackend>> PipelineBackend::create(
                      std::to_string(world.size()));
   }
   if (place.world_rank(place.stage, place.tp_rank) != world.rank()) {
-    return Error(ErrorCode::kInvalidArgument,
-                 "pipeline: rank " + std::to_string(world.rank()) + " is not stage " +
-                     std::to_string(place.stage) + ", tp rank " + std::to_string(place.tp_rank));
+    return Error(ErrorCode::kInvalidArgument, "pipeline: rank " + std::to_string(world.rank()) +
+                                                  " is not stage " + std::to_string(place.stage) +
+                                                  ", tp rank " + std::to_string(place.tp_rank));
   }
   if (stage->embeds() != (place.stage == 0) || stage->ends() != (place.stage + 1 == place.stages)) {
     return Error(ErrorCode::kInvalidArgument,
@@ -48,8 +48,8 @@ Result<std::unique_ptr<PipelineBackend>> PipelineBackend::create(
                      std::to_string(stage->layers().count));
   }
   if (micro_batches < 1) {
-    return Error(ErrorCode::kInvalidArgument,
-                 "pipeline: micro-batches must be at least 1, not " + std::to_string(micro_batches));
+    return Error(ErrorCode::kInvalidArgument, "pipeline: micro-batches must be at least 1, not " +
+                                                  std::to_string(micro_batches));
   }
   return std::unique_ptr<PipelineBackend>(
       new PipelineBackend(std::move(stage), world, place, micro_batches));

@@ -23,7 +23,9 @@ struct PipelinePlace {
   int stages = 1;
   int tp_rank = 0;
   int tensor_parallel = 1;
-  int world_rank(int at_stage, int at_tp_rank) const { return at_stage * tensor_parallel + at_tp_rank; }
+  int world_rank(int at_stage, int at_tp_rank) const {
+    return at_stage * tensor_parallel + at_tp_rank;
+  }
 };
 
 // The place of world rank `rank` in tensor_parallel x stages ranks.
