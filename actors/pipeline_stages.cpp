@@ -4,6 +4,7 @@
 #include <string>
 
 #include "runtime/parallel/step_broadcast.hpp"
+#include "weft/log.hpp"
 
 #if WEFT_HAVE_CUDA
 #include "kernels/cuda/precision.hpp"
@@ -251,6 +252,9 @@ Result<std::unique_ptr<model::ForwardBackend>> make_engine_gpu_cpu_hybrid(
                                 options.max_tokens_per_step, options.gpu_memory_fraction,
                                 options.on_progress);
   }
+  log_info("engine: GPU/CPU hybrid: layers [0, " +
+           std::to_string(model.spec().num_layers - cpu_layers) + ") on " + device_name(device) +
+           ", the last " + std::to_string(cpu_layers) + " cpu layers and the lm head on the CPU");
   return make_gpu_cpu_hybrid(model, device, layout, options, cpu_layers);
 }
 
