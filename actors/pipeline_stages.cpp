@@ -1,6 +1,5 @@
 #include "actors/pipeline_stages.hpp"
 
-#include <cstdlib>
 #include <string>
 
 #include "runtime/parallel/step_broadcast.hpp"
@@ -80,18 +79,6 @@ Result<std::unique_ptr<model::StageForward>> make_stage(const model::Model& mode
 #else
   return without_cuda(device);
 #endif
-}
-
-DeviceChoice rank_device(const DeviceChoice& device, int world_rank) {
-  if (!device.cuda) return device;
-  int local = world_rank;
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
-    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') {
-      local = std::atoi(v);
-      break;
-    }
-  }
-  return DeviceChoice{true, device.index + local};
 }
 
 Result<std::unique_ptr<model::ForwardBackend>> make_pipeline_rank_backend(

@@ -32,13 +32,9 @@ Result<std::unique_ptr<model::StageForward>> make_stage(const model::Model& mode
                                                         const model::KvLayout& layout,
                                                         const StageOptions& options);
 
-// This process's GPU when one process per GPU runs on each host: --device cuda:N gives rank
-// with local rank r the GPU N + r (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, else the world
-// rank). The CPU stays the CPU.
-DeviceChoice rank_device(const DeviceChoice& device, int world_rank);
-
 // One rank of a pipeline (stages x tensor_parallel ranks over `world`, which must outlive
-// it): its stage of `model` behind a PipelineBackend. A tensor-parallel stage runs on the CPU.
+// it): its stage of `model` behind a PipelineBackend; on a GPU, `device` is this rank's
+// (tensor_parallel_device). A tensor-parallel stage runs on the CPU.
 Result<std::unique_ptr<model::ForwardBackend>> make_pipeline_rank_backend(
     const model::Model& model, const DeviceChoice& device, const model::KvLayout& layout,
     const StageOptions& options, parallel::Communicator& world, parallel::PipelinePlace place,

@@ -24,6 +24,10 @@ struct NcclApi {
   decltype(&ncclAllReduce) all_reduce = nullptr;
   decltype(&ncclAllGather) all_gather = nullptr;
   decltype(&ncclBroadcast) broadcast = nullptr;
+  decltype(&ncclSend) send = nullptr;
+  decltype(&ncclRecv) recv = nullptr;
+  decltype(&ncclGroupStart) group_start = nullptr;
+  decltype(&ncclGroupEnd) group_end = nullptr;
   std::string error;  // why it could not be opened; empty when every entry is set
 };
 
@@ -56,6 +60,10 @@ const NcclApi& nccl() {
     bind(a.all_reduce, "ncclAllReduce");
     bind(a.all_gather, "ncclAllGather");
     bind(a.broadcast, "ncclBroadcast");
+    bind(a.send, "ncclSend");
+    bind(a.recv, "ncclRecv");
+    bind(a.group_start, "ncclGroupStart");
+    bind(a.group_end, "ncclGroupEnd");
     return a;
   }();
   return api;
@@ -117,18 +125,18 @@ class NcclCommunicator final : public Communicator {
   // ncclSend/ncclRecv, each in a group of its own, enqueued on the stream; bytes as ncclUint8.
   Result<void> send(std::span<const std::byte> data, int dest) override {
     if (auto ok = check_peer(*this, "send", dest); !ok) return ok;
-    ncclGroupStart();
-    const auto rc = ncclSend(data.data(), data.size(), ncclUint8, dest, comm_, stream_);
-    const auto end = ncclGroupEnd();
+    nccl().group_start();
+    const auto rc = nccl().send(data.data(), data.size(), ncclUint8, dest, comm_, stream_);
+    const auto end = nccl().group_end();
     if (rc != ncclSuccess) return nccl_error("ncclSend", rc);
     if (end != ncclSuccess) return nccl_error("ncclGroupEnd (send)", end);
     return {};
   }
   Result<void> recv(std::span<std::byte> data, int source) override {
     if (auto ok = check_peer(*this, "recv", source); !ok) return ok;
-    ncclGroupStart();
-    const auto rc = ncclRecv(data.data(), data.size(), ncclUint8, source, comm_, stream_);
-    const auto end = ncclGroupEnd();
+    nccl().group_start();
+    const auto rc = nccl().recv(data.data(), data.size(), ncclUint8, source, comm_, stream_);
+    const auto end = nccl().group_end();
     if (rc != ncclSuccess) return nccl_error("ncclRecv", rc);
     if (end != ncclSuccess) return nccl_error("ncclGroupEnd (recv)", end);
     return {};

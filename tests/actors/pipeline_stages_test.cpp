@@ -71,12 +71,5 @@ TEST(GpuCpuHybrid, RefusesTheCpuAndBadLayerCounts) {
                "one");
 }
 
-TEST(RankDevice, OneGpuPerLocalRank) {
-  EXPECT_FALSE(rank_device(DeviceChoice{}, 3).cuda);
-  ::setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
-  EXPECT_EQ(rank_device(DeviceChoice{true, 2}, 5).index, 3);
-  ::unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
-}
-
 }  // namespace
 }  // namespace weft::actors
