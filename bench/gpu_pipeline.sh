@@ -2,22 +2,29 @@
 # Layer-cut runs on GPUs (docs/parallel.md), from prebuilt binaries:
 #   --mode hybrid (one GPU): a Llama-3-8B-shaped model (16 GB of bf16 weights) under a GPU
 #       memory budget smaller than it (--gpu-memory-budget-mb, default 12000), so the last
-#       layers and the lm head run on the CPU; then --cpu-layers K for each K of --cpu-layers-list;
-#       against the same requests all on the GPU. Decode tok/s (batch 1) and output tok/s
-#       (batch 8).
+#       layers and the lm head run on the CPU; then --cpu-layers K for each K of
+#       --cpu-layers-list; against the same requests all on the GPU. Decode (batch 1, TPOT) and
+#       output tok/s (batch 8).
 #   --mode pp (two GPUs): mpirun -np 2 weft bench --pipeline-parallel 2 (one stage per GPU,
-#       the residual stream through host memory over MPI, two micro-batches) against one GPU.
+#       the residual stream through host memory over MPI, micro-batches 2 and 1) against one GPU.
 #   --mode all: both (pp is skipped, with a message, where fewer than two GPUs are visible).
-# Usage: bash bench/gpu_pipeline.sh --bin DIR [--mode hybrid|pp|all] [--model DIR]
-#          [--tokenizer DIR] [--gpu-memory-budget-mb MB] [--cpu-layers-list "4 8 16"]
+# Usage: bash bench/gpu_pipeline.sh [--bin DIR] [--mode hybrid|pp|all] [--model DIR]
+#          [--tokenizer DIR] [--gpu-memory-budget-mb MB] [--cpu-layers-list "8 16"]
 #          [--threads N] [--out DIR]
-#   --bin: the folder holding weft (and lib/ beside it, if the build has one);
-#   --model: default /tmp/llama8b, made by bench/make_random_model.py --shape 8b with the
-#     tokenizer folder of --tokenizer (default .devcarry/l3) when absent.
+#   --bin: the prebuilt binaries as scripts/gpu-check --stage lays them out (the default
+#     .devcarry/gpu): DIR/bin/weft, DIR/lib (shared libraries), DIR/openmpi (Open MPI for a
+#     machine without it, scripts/stage-openmpi; else the mpirun on PATH). A folder holding
+#     weft itself works too.
+#   --model: default /tmp/llama8b, made by bench/make_random_model.py --shape 8b (torch) with
+#     the tokenizer folder of --tokenizer (default .devcarry/l3, see bench/gpu_8b.sh) if absent.
+# With the device tool:
+#   here:  scripts/gpu-check --stage; the Llama-3 tokenizer into .devcarry/l3 (bench/gpu_8b.sh)
+#   there: run(carry=[".devcarry/gpu", ".devcarry/l3"], command="bash bench/gpu_pipeline.sh --mode hybrid")
+#          run(kind="nvidia-h100-x2", carry=[...], command="bash bench/gpu_pipeline.sh --mode pp")
 # Results: one JSON line per run in $OUT/pipeline_runs.jsonl and a table in $OUT/pipeline_table.md.
 set -u
 cd "$(dirname "$0")/.."
-BIN="" MODE=all M=/tmp/llama8b TOK=.devcarry/l3 BUDGET=12000 KS="4 8 16" THREADS=16
+BIN=.devcarry/gpu MODE=all M=/tmp/llama8b TOK=.devcarry/l3 BUDGET=12000 KS="8 16" THREADS=16
 OUT=${OUT:-build/gpu-pipeline}
 while [ $# -gt 0 ]; do
   case $1 in
@@ -32,12 +39,27 @@ while [ $# -gt 0 ]; do
     *) echo "gpu_pipeline.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-[ -n "$BIN" ] && [ -x "$BIN/weft" ] || { echo "gpu_pipeline.sh: --bin DIR must hold the weft binary" >&2; exit 2; }
+BIN=$(cd "$BIN" 2>/dev/null && pwd) || { echo "gpu_pipeline.sh: no folder $BIN (--bin)" >&2; exit 2; }
+W=$BIN/bin/weft
+[ -x "$W" ] || W=$BIN/weft
+[ -x "$W" ] || { echo "gpu_pipeline.sh: no weft in $BIN/bin or $BIN (--bin)" >&2; exit 2; }
 case $MODE in hybrid|pp|all) ;; *) echo "gpu_pipeline.sh: --mode is hybrid, pp or all" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH=$BIN/../lib:$BIN/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+pylib() { python3 -c "import nvidia.$1, os; print(os.path.join(list(nvidia.$1.__path__)[0], 'lib'))" 2>/dev/null || true; }
+cublas_dir=$(pylib cublas)
+export LD_LIBRARY_PATH="$BIN/lib:$BIN/openmpi/lib:/usr/local/cuda/lib64${cublas_dir:+:$cublas_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export WEFT_SPEC_DIR=$PWD/config/models
 export NCCL_NVLS_ENABLE=0  # NVLink multicast off on the shared machines
+if [ -x "$BIN/openmpi/bin/mpirun" ]; then
+  # The carried Open MPI, rebased (scripts/stage-openmpi), as bench/gpu_tp.sh sets it up.
+  export OPAL_PREFIX=$BIN/openmpi/prefix PMIX_PREFIX=$BIN/openmpi/pmix
+  export PMIX_MCA_mca_base_component_path=$BIN/openmpi/pmix/lib/pmix
+  export OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 OMPI_MCA_mca_base_component_show_load_errors=0
+  MPIRUN=$BIN/openmpi/bin/mpirun
+else
+  MPIRUN=$(command -v mpirun || true)
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if [ ! -f "$M/config.json" ]; then
   [ -f "$TOK/tokenizer.json" ] || gunzip -k "$TOK/tokenizer.json.gz"
   python3 bench/make_random_model.py --shape 8b --tokenizer "$TOK" --out "$M" 2>&1 | tail -1
@@ -50,14 +72,14 @@ run() {  # TAG LAUNCH... -- ARGS...: one weft bench run, its JSON line tagged in
   while [ "$1" != "--" ]; do launch+=("$1"); shift; done
   shift
   local line
-  line=$(timeout 300 "${launch[@]}" "$BIN/weft" bench --model "$M" --device cuda --threads "$THREADS" \
+  line=$(timeout 300 "${launch[@]}" "$W" bench --model "$M" --device cuda --threads "$THREADS" \
     --kv-budget-mb 2048 "$@" 2>>"$OUT/pipeline.err" | tail -1)
   echo "$tag: $(echo "$line" | cut -c1-160)"
   python3 -c 'import json,sys; d=json.loads(sys.argv[2]); d["tag"]=sys.argv[1]; print(json.dumps(d))' \
     "$tag" "$line" >> "$RUNS" || echo "run $tag gave no JSON (see $OUT/pipeline.err)"
 }
-B1=(--num-requests 8 --max-concurrency 1 --input-len 128 --output-len 64)
-B8=(--num-requests 32 --max-concurrency 8 --input-len 128 --output-len 64)
+B1=(--num-requests 4 --max-concurrency 1 --input-len 128 --output-len 32)
+B8=(--num-requests 16 --max-concurrency 8 --input-len 128 --output-len 32)
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 if [ "$MODE" != pp ]; then
   run "gpu b1" -- "${B1[@]}"
@@ -73,10 +95,10 @@ fi
 if [ "$MODE" != hybrid ]; then
   if [ "$gpus" -lt 2 ]; then
     echo "gpu_pipeline.sh: --mode pp needs two GPUs, $gpus visible: skipped"
-  elif ! command -v mpirun >/dev/null; then
-    echo "gpu_pipeline.sh: --mode pp needs mpirun (openmpi-bin; scripts/setup installs it): skipped"
+  elif [ -z "$MPIRUN" ]; then
+    echo "gpu_pipeline.sh: --mode pp needs mpirun: stage Open MPI with scripts/stage-openmpi $BIN/openmpi: skipped"
   else
-    MPI=(mpirun --allow-run-as-root --oversubscribe -np 2 -x LD_LIBRARY_PATH -x WEFT_SPEC_DIR -x NCCL_NVLS_ENABLE)
+    MPI=("$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -np 2 -x LD_LIBRARY_PATH -x WEFT_SPEC_DIR -x NCCL_NVLS_ENABLE)
     run "1 gpu b1" -- "${B1[@]}"
     run "1 gpu b8" -- "${B8[@]}"
     run "pp2 b1" "${MPI[@]}" -- "${B1[@]}" --pipeline-parallel 2
