@@ -73,10 +73,6 @@ void tree_slots(const SequenceSlice& seq, int i, const std::vector<std::int32_t>
 
 }  // namespace
 
-Result<void> Model::check_batch(const StepBatch& batch, const KvCache& kv) const {
-  return check_step_batch(spec_, batch, kv.layout(), kv.num_pages());
-}
-
 Result<void> check_step_batch(const ModelSpec& spec, const StepBatch& batch, const KvLayout& have,
                               int num_pages) {
   auto bad = [](const std::string& what) { return Error(ErrorCode::kInvalidArgument, what); };

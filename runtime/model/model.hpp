@@ -106,8 +106,6 @@ class Model {
   };
 
  private:
-  Result<void> check_batch(const StepBatch& batch, const KvCache& kv) const;
-
   ModelSpec spec_;
   quant::QuantType quantization_ = quant::QuantType::kNone;
   TensorView embedding_;
