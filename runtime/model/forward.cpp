@@ -171,8 +171,10 @@ Result<void> Model::forward_layers(const StepBatch& batch, KvCache& kv, LayerRan
   }
   if (kv.layout().num_layers != layers.count) {
     return Error(ErrorCode::kInvalidArgument,
-                 "KV cache holds " + std::to_string(kv.layout().num_layers) +
-                     " layers, the stage " + std::to_string(layers.count));
+                 "KV cache layout does not match the model (layers, kv heads, head_dim): it "
+                 "holds " +
+                     std::to_string(kv.layout().num_layers) + " layers, the layers run " +
+                     std::to_string(layers.count));
   }
   {
     // The batch's checks see the whole model's layer count; the cache holds the stage's.
