@@ -346,7 +346,7 @@ Result<void> Model::forward_layers(const StepBatch& batch, KvCache& kv, LayerRan
     });
     for (const auto& seq : batch.sequences) {
       if (seq.compress_evict > 0) {
-        compress_layer_kv(seq, batch.positions, q.data(), NH, scale, static_cast<int>(l), kv, path);
+        compress_layer_kv(seq, batch.positions, q.data(), NH, scale, kv_layer, kv, path);
       }
     }
     cpu::matmul(attn.data(), T, L.o, bias_or_null(L.o_bias), attn_out.data(), &pool, path);
