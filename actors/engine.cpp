@@ -25,6 +25,7 @@
 #include "actors/embedding_engine.hpp"
 #include "actors/executor_actor.hpp"
 #include "actors/kv_allocator_actor.hpp"
+#include "actors/pipeline_stages.hpp"
 #include "actors/sampler_actor.hpp"
 #include "actors/scheduler_actor.hpp"
 #include "actors/tokenizer_actor.hpp"
@@ -166,9 +167,23 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
     load_options.quantize = quant::parse_quant_type(s.config.quantize).value();
   }
   parallel::Communicator* group = s.config.tensor_parallel.get();
+  const int stages = s.config.pipeline_parallel;
   if (group != nullptr && group->size() > 1) {
-    load_options.tensor_parallel_size = group->size();
-    load_options.tensor_parallel_rank = group->rank();
+    if (group->size() % stages != 0) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "pipeline_parallel " + std::to_string(stages) + " does not divide the " +
+                      std::to_string(group->size()) + " ranks of the group");
+    }
+    // Ranks are stage * N + tp rank (docs/parallel.md); the leader is rank 0 of stage 0.
+    const int tp = group->size() / stages;
+    load_options.tensor_parallel_size = tp;
+    load_options.tensor_parallel_rank = group->rank() % tp;
+    load_options.pipeline_parallel_size = stages;
+    load_options.pipeline_stage = group->rank() / tp;
+  } else if (stages > 1) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "pipeline_parallel " + std::to_string(stages) +
+                    " needs a group of processes (EngineConfig::tensor_parallel, from mpirun)");
   } else {
     group = nullptr;
   }
@@ -267,18 +282,33 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
                     std::to_string(budget_pages) + " pages of " + std::to_string(page_bytes) +
                     " bytes; need at least one");
   }
+  actors::StageOptions stage_options;
+  stage_options.num_pages = from_device ? 0 : static_cast<int>(budget_pages);
+  stage_options.cpu_threads = s.config.cpu_threads;
+  stage_options.max_tokens_per_step = s.config.max_tokens_per_step;
+  stage_options.gpu_memory_fraction = s.config.gpu_memory_fraction;
+  stage_options.on_progress = s.config.on_load_progress;
+  const bool hybrid = s.config.cpu_layers > 0 || s.config.gpu_memory_budget_mb > 0;
   Result<std::unique_ptr<model::ForwardBackend>> backend =
       s.config.make_backend ? Result<std::unique_ptr<model::ForwardBackend>>(
                                   s.config.make_backend(model, static_cast<int>(budget_pages)))
+      : group != nullptr && stages > 1
+          ? actors::make_pipeline_leader(
+                model, *device, layout, stage_options, *group,
+                parallel::pipeline_place(0, group->size() / stages, stages),
+                s.config.micro_batches > 0 ? s.config.micro_batches : stages)
       : group != nullptr
           ? actors::make_tensor_parallel_leader(
                 model, *device, layout, from_device ? 0 : static_cast<int>(budget_pages),
                 s.config.cpu_threads, *group, s.config.max_tokens_per_step,
                 s.config.gpu_memory_fraction, s.config.on_load_progress)
-          : actors::make_forward_backend(model, *device, layout,
-                                         from_device ? 0 : static_cast<int>(budget_pages),
-                                         s.config.cpu_threads, s.config.max_tokens_per_step,
-                                         s.config.gpu_memory_fraction, s.config.on_load_progress);
+      : hybrid ? actors::make_engine_gpu_cpu_hybrid(model, *device, layout, stage_options,
+                                                    s.config.cpu_layers,
+                                                    s.config.gpu_memory_budget_mb << 20)
+               : actors::make_forward_backend(
+                     model, *device, layout, from_device ? 0 : static_cast<int>(budget_pages),
+                     s.config.cpu_threads, s.config.max_tokens_per_step,
+                     s.config.gpu_memory_fraction, s.config.on_load_progress);
   if (!backend) throw backend.error();
   if (!*backend) throw Error(ErrorCode::kInvalidArgument, "make_backend: returned no backend");
   stop_followers.group = nullptr;

@@ -81,6 +81,12 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
       ok = as_int(c.kv_compress_window);
     } else if (key == "cpu_threads") {
       ok = as_int(c.cpu_threads);
+    } else if (key == "cpu_layers") {
+      ok = as_int(c.cpu_layers);
+    } else if (key == "gpu_memory_budget_mb") {
+      ok = as_int(c.gpu_memory_budget_mb);
+    } else if (key == "micro_batches") {
+      ok = as_int(c.micro_batches);
     } else if (key == "prefix_cache") {
       bool v = true;
       if (value.get(v) != simdjson::SUCCESS) {
@@ -112,7 +118,8 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
                    path.string() + ": unknown field \"" + std::string(key) +
                        "\" (known: model_dir, spec_file, quantize, device, page_size, "
                        "kv_budget_bytes, max_tokens_per_step, max_running, "
-                       "admission, cpu_threads, gpu_memory_fraction, "
+                       "admission, cpu_threads, gpu_memory_fraction, cpu_layers, "
+                       "gpu_memory_budget_mb, micro_batches, "
                        "jump_forward, prefix_cache, kv_cache_dtype, kv_compress_rate, "
                        "kv_compress_window, speculate, "
                        "draft_model_dir, spec_tokens, spec_width, "
@@ -153,6 +160,24 @@ Result<void> EngineConfig::validate() const {
   if (!(gpu_memory_fraction >= 0.0 && gpu_memory_fraction < 1.0)) {
     return bad("gpu_memory_fraction: " + std::to_string(gpu_memory_fraction) +
                " is outside [0, 1) (0: size the KV pool from kv_budget_bytes)");
+  }
+  if (pipeline_parallel < 1 || pipeline_parallel > 1024) {
+    return bad("pipeline_parallel: " + std::to_string(pipeline_parallel) + " is outside [1, 1024]");
+  }
+  if (micro_batches < 0 || micro_batches > 1024) {
+    return bad("micro_batches: " + std::to_string(micro_batches) + " is outside [0, 1024]");
+  }
+  if (cpu_layers < 0) return bad("cpu_layers: " + std::to_string(cpu_layers) + " is negative");
+  if (gpu_memory_budget_mb < 0) {
+    return bad("gpu_memory_budget_mb: " + std::to_string(gpu_memory_budget_mb) + " is negative");
+  }
+  if (cpu_layers > 0 && gpu_memory_budget_mb > 0) {
+    return bad("cpu_layers and gpu_memory_budget_mb both choose the CPU's layers; give one");
+  }
+  if ((cpu_layers > 0 || gpu_memory_budget_mb > 0) && !d->cuda) {
+    return bad(std::string(cpu_layers > 0 ? "cpu_layers" : "gpu_memory_budget_mb") +
+               ": keeps layers on the CPU beside a GPU; device \"" + device +
+               "\" runs every layer on the CPU already");
   }
   if (!speculate.empty() && speculate != "prompt-lookup" && speculate != "draft") {
     return bad("speculate: \"" + speculate +

@@ -118,21 +118,32 @@ Result<LoadedModel> load_model(const std::filesystem::path& dir, const LoadOptio
   auto model = model::Model::create(spec.value(), lookup);
   if (!model) return model.error();
   out.full_spec = spec.value();
-  if (options.tensor_parallel_size > 1) {
+  if (options.tensor_parallel_size > 1 || options.pipeline_parallel_size > 1) {
     // The whole checkpoint was checked above (binding only maps views), so a bad shape is
-    // reported against the model's numbers; now bind this rank's slices.
+    // reported against the model's numbers; now bind this rank's slices and layers.
     if (options.tensor_parallel_rank < 0 ||
         options.tensor_parallel_rank >= options.tensor_parallel_size) {
       return Error(ErrorCode::kInvalidArgument,
                    "tensor-parallel rank " + std::to_string(options.tensor_parallel_rank) +
                        " is not in [0, " + std::to_string(options.tensor_parallel_size) + ")");
     }
-    auto plan = parallel::plan_partition(spec.value(), options.tensor_parallel_size);
+    if (options.pipeline_stage < 0 || options.pipeline_stage >= options.pipeline_parallel_size) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "pipeline stage " + std::to_string(options.pipeline_stage) + " is not in [0, " +
+                       std::to_string(options.pipeline_parallel_size) + ")");
+    }
+    auto plan = parallel::plan_partition(spec.value(), options.tensor_parallel_size,
+                                         options.pipeline_parallel_size);
     if (!plan) {
       return Error(plan.error().code(), dir.string() + ": " + plan.error().what());
     }
-    const auto& part = plan->ranks[static_cast<std::size_t>(options.tensor_parallel_rank)];
-    model = model::Model::create(part.spec, parallel::shard_weights(lookup, part));
+    const auto& part = plan->ranks[static_cast<std::size_t>(
+        options.pipeline_stage * options.tensor_parallel_size + options.tensor_parallel_rank)];
+    const model::LayerRange layers{static_cast<int>(part.layers.begin),
+                                   static_cast<int>(part.layers.count)};
+    model = options.tensor_parallel_size > 1
+                ? model::Model::create(part.spec, parallel::shard_weights(lookup, part), layers)
+                : model::Model::create(part.spec, lookup, layers);
     if (!model) return model.error();
   }
   out.model = std::move(model.value());

@@ -24,6 +24,12 @@ struct LoadOptions {
   // communicator. Shapes the group size does not divide are refused.
   int tensor_parallel_size = 1;
   int tensor_parallel_rank = 0;
+  // Load only one pipeline stage's layers (docs/parallel.md): stage s of pipeline_parallel_size
+  // holds the planner's layer range (its KV layout then holds only those layers); with
+  // tensor_parallel_size > 1 too, the rank's shard of that stage (tensor_parallel_rank is then
+  // the rank within the stage's group).
+  int pipeline_parallel_size = 1;
+  int pipeline_stage = 0;
   // Encoder-only models (BERT family) load into LoadedModel::encoder only when the caller
   // can run them (the Engine's embeddings); otherwise they are refused with a message
   // pointing at `weft embed`.

@@ -73,10 +73,6 @@ void tree_slots(const SequenceSlice& seq, int i, const std::vector<std::int32_t>
 
 }  // namespace
 
-Result<void> Model::check_batch(const StepBatch& batch, const KvCache& kv) const {
-  return check_step_batch(spec_, batch, kv.layout(), kv.num_pages());
-}
-
 Result<void> check_step_batch(const ModelSpec& spec, const StepBatch& batch, const KvLayout& have,
                               int num_pages) {
   auto bad = [](const std::string& what) { return Error(ErrorCode::kInvalidArgument, what); };
@@ -157,10 +153,47 @@ Result<void> check_step_batch(const ModelSpec& spec, const StepBatch& batch, con
 Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<float>& logits,
                             cpu::ThreadPool& pool, cpu::KernelPath path,
                             parallel::Communicator* tensor_parallel) const {
-  if (auto ok = check_batch(batch, kv); !ok) return ok;
+  return forward_layers(batch, kv, {first_layer_, layer_count_}, {}, logits, pool, path,
+                        tensor_parallel);
+}
+
+Result<void> Model::forward_layers(const StepBatch& batch, KvCache& kv, LayerRange layers,
+                                   std::span<const float> hidden_in, std::vector<float>& logits,
+                                   cpu::ThreadPool& pool, cpu::KernelPath path,
+                                   parallel::Communicator* tensor_parallel) const {
+  if (layers.begin < first_layer_ || layers.count < 1 ||
+      layers.begin + layers.count > first_layer_ + layer_count_) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "layers [" + std::to_string(layers.begin) + ", " +
+                     std::to_string(layers.begin + layers.count) + ") are not among the held [" +
+                     std::to_string(first_layer_) + ", " +
+                     std::to_string(first_layer_ + layer_count_) + ")");
+  }
+  if (kv.layout().num_layers != layers.count) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "KV cache layout does not match the model (layers, kv heads, head_dim): it "
+                 "holds " +
+                     std::to_string(kv.layout().num_layers) + " layers, the layers run " +
+                     std::to_string(layers.count));
+  }
+  {
+    // The batch's checks see the whole model's layer count; the cache holds the stage's.
+    KvLayout whole = kv.layout();
+    whole.num_layers = spec_.num_layers;
+    if (auto ok = check_step_batch(spec_, batch, whole, kv.num_pages()); !ok) return ok;
+  }
+  const bool embeds = layers.begin == 0;
+  const bool ends = layers.begin + layers.count == spec_.num_layers;
   path = cpu::resolve(path);
   const std::size_t T = batch.tokens.size();
   const auto H = static_cast<std::size_t>(spec_.hidden_size);
+  if (!embeds && hidden_in.size() != T * H) {
+    return Error(ErrorCode::kInvalidArgument, "a stage from layer " + std::to_string(layers.begin) +
+                                                  " takes " + std::to_string(T) + " x " +
+                                                  std::to_string(H) +
+                                                  " hidden values from the stage before, got " +
+                                                  std::to_string(hidden_in.size()));
+  }
   const auto I = static_cast<std::size_t>(spec_.intermediate_size);
   const auto D = static_cast<std::size_t>(spec_.head_dim);
   const auto NH = static_cast<std::size_t>(spec_.num_heads);
@@ -212,7 +245,9 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
 
   std::vector<float> x(T * H), h(T * H), q(T * QD), k(T * KVD), v(T * KVD), attn(T * QD);
   std::vector<float> gate(T * I), up(T * I), fused, attn_out(T * H), mlp_in;
-  {
+  if (!embeds) {
+    std::copy(hidden_in.begin(), hidden_in.end(), x.begin());
+  } else {
     const cpu::EmbeddingTable tokens{embedding_.dtype, embedding_.data,
                                      static_cast<std::size_t>(spec_.vocab_size), H};
     const cpu::EmbeddingTable positions{
@@ -244,8 +279,10 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
     return tensor_parallel->all_reduce_sum(std::span<float>(partial.data(), T * H));
   };
 
-  for (std::size_t l = 0; l < layers_.size(); ++l) {
+  const auto layer_end = static_cast<std::size_t>(layers.begin + layers.count);
+  for (auto l = static_cast<std::size_t>(layers.begin); l < layer_end; ++l) {
     const Layer& L = layers_[l];
+    const int kv_layer = static_cast<int>(l) - layers.begin;  // the cache holds the stage's
     if (post_norm) {
       std::copy(x.begin(), x.end(), h.begin());
     } else {
@@ -278,8 +315,8 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
       const auto& seq = batch.sequences[seq_of[t]];
       const auto pos = static_cast<std::size_t>(
           seq.kv_slot(static_cast<int>(t) - seq.token_begin, batch.positions[t]));
-      kv.store_token(seq.page_table[pos / page_size], static_cast<int>(l),
-                     static_cast<int>(pos % page_size), k.data() + t * KVD, v.data() + t * KVD);
+      kv.store_token(seq.page_table[pos / page_size], kv_layer, static_cast<int>(pos % page_size),
+                     k.data() + t * KVD, v.data() + t * KVD);
     }
     const bool windowed = spec_.layer_uses_window(static_cast<int>(l));
     pool.parallel_for(T, [&](std::size_t begin, std::size_t end) {
@@ -290,7 +327,7 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
         const auto& seq = batch.sequences[seq_of[t]];
         pages.clear();
         for (auto page : seq.page_table)
-          pages.push_back(kv.layer_bytes(page, static_cast<int>(l)));
+          pages.push_back(kv.layer_bytes(page, kv_layer));
         const cpu::PagedKv view{
             pages.data(), page_size, NKV, D, kv.layout().dtype, kv.layout().scales_offset()};
         // The token's own slot: positions and slots differ after a KV-Compress eviction.
@@ -309,7 +346,7 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
     });
     for (const auto& seq : batch.sequences) {
       if (seq.compress_evict > 0) {
-        compress_layer_kv(seq, batch.positions, q.data(), NH, scale, static_cast<int>(l), kv, path);
+        compress_layer_kv(seq, batch.positions, q.data(), NH, scale, kv_layer, kv, path);
       }
     }
     cpu::matmul(attn.data(), T, L.o, bias_or_null(L.o_bias), attn_out.data(), &pool, path);
@@ -363,6 +400,10 @@ Result<void> Model::forward(const StepBatch& batch, KvCache& kv, std::vector<flo
     }
   }
 
+  if (!ends) {
+    logits = std::move(x);  // the residual stream, for the next stage
+    return {};
+  }
   // Only the rows that need logits go through the final norm and the (large) lm head.
   std::vector<float> selected;
   for (const auto& seq : batch.sequences) {

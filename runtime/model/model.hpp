@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,11 +40,21 @@ struct WeightLookup {
 std::string layer_tensor_name(const std::string& pattern, int layer);
 std::string bias_tensor_name(const std::string& weight_name);
 
+// Layers [begin, begin + count) of a model: what one pipeline stage holds (count -1: all).
+struct LayerRange {
+  int begin = 0;
+  int count = -1;
+};
+
 class Model {
  public:
   // Binds and checks every tensor the spec needs: present, a float dtype, the shape the
   // spec's numbers imply. The error names the file, the tensor and the expected shape.
-  static Result<Model> create(const ModelSpec& spec, const WeightLookup& weights);
+  // `layers` binds only those layers (a pipeline stage, docs/parallel.md); the others stay
+  // empty and the model's own KV layout holds only its layers. Embedding, final norm and lm
+  // head are bound whatever the range (views into the mapped file).
+  static Result<Model> create(const ModelSpec& spec, const WeightLookup& weights,
+                              LayerRange layers = {});
 
   const ModelSpec& spec() const noexcept { return spec_; }
   // The format of the model's quantized matrices, kNone when every matrix is f32/f16/bf16.
@@ -59,6 +70,21 @@ class Model {
   Result<void> forward(const StepBatch& batch, KvCache& kv, std::vector<float>& logits,
                        cpu::ThreadPool& pool, cpu::KernelPath path = cpu::KernelPath::kAuto,
                        parallel::Communicator* tensor_parallel = nullptr) const;
+
+  // The layers this model holds: [first_layer(), first_layer() + layer_count()).
+  int first_layer() const noexcept { return first_layer_; }
+  int layer_count() const noexcept { return layer_count_; }
+
+  // One pipeline stage's part of a step over `layers` (within the held ones), whose keys and
+  // values live in `kv` (a layout of layers.count layers). The first layer of the model
+  // embeds the batch's tokens (hidden_in empty); a later one starts from hidden_in, the
+  // residual stream [tokens x hidden_size] the stage before produced. A range that ends
+  // at the last layer fills `out` with the logits, as forward(); otherwise with the residual
+  // stream after its last layer.
+  Result<void> forward_layers(const StepBatch& batch, KvCache& kv, LayerRange layers,
+                              std::span<const float> hidden_in, std::vector<float>& out,
+                              cpu::ThreadPool& pool, cpu::KernelPath path = cpu::KernelPath::kAuto,
+                              parallel::Communicator* tensor_parallel = nullptr) const;
 
   // The bound weights, read-only, for other backends (the CUDA model uploads them).
   const TensorView& embedding() const noexcept { return embedding_; }
@@ -80,8 +106,6 @@ class Model {
   };
 
  private:
-  Result<void> check_batch(const StepBatch& batch, const KvCache& kv) const;
-
   ModelSpec spec_;
   quant::QuantType quantization_ = quant::QuantType::kNone;
   TensorView embedding_;
@@ -90,7 +114,8 @@ class Model {
   TensorView position_table_;
   std::vector<float> embedding_norm_, embedding_norm_bias_;
   std::vector<float> alibi_slopes_;
-  std::vector<Layer> layers_;
+  std::vector<Layer> layers_;  // num_layers entries; those outside the held range empty
+  int first_layer_ = 0, layer_count_ = 0;
   std::vector<std::shared_ptr<const void>> owners_;  // keep mapped weights alive
 
  public:

@@ -162,7 +162,7 @@ class Binder {
 
 }  // namespace
 
-Result<Model> Model::create(const ModelSpec& spec, const WeightLookup& weights) {
+Result<Model> Model::create(const ModelSpec& spec, const WeightLookup& weights, LayerRange layers) {
   if (auto problem = validate(spec)) {
     return Error(ErrorCode::kInvalidArgument, spec.architecture + ": " + *problem);
   }
@@ -177,8 +177,17 @@ Result<Model> Model::create(const ModelSpec& spec, const WeightLookup& weights) 
                      ": sinusoidal positions are named by the spec format but have no forward "
                      "pass yet (rope, alibi, learned and none do)");
   }
+  if (layers.count < 0) layers = {0, spec.num_layers};
+  if (layers.begin < 0 || layers.count < 1 || layers.begin + layers.count > spec.num_layers) {
+    return Error(ErrorCode::kInvalidArgument,
+                 spec.architecture + ": layers [" + std::to_string(layers.begin) + ", " +
+                     std::to_string(layers.begin + layers.count) + ") are not within the model's " +
+                     std::to_string(spec.num_layers) + " layers");
+  }
   Model m;
   m.spec_ = spec;
+  m.first_layer_ = layers.begin;
+  m.layer_count_ = layers.count;
   m.quantization_ = weights.quantized;
   const auto& n = spec.tensors;
   const std::int64_t hidden = spec.hidden_size, inter = spec.intermediate_size;
@@ -249,7 +258,7 @@ Result<Model> Model::create(const ModelSpec& spec, const WeightLookup& weights) 
   }
 
   m.layers_.resize(static_cast<std::size_t>(spec.num_layers));
-  for (int i = 0; i < spec.num_layers; ++i) {
+  for (int i = layers.begin; i < layers.begin + layers.count; ++i) {
     Layer& L = m.layers_[static_cast<std::size_t>(i)];
     auto name = [&](const std::string& pattern) { return layer_tensor_name(pattern, i); };
     std::vector<Result<void>> steps;
@@ -292,7 +301,7 @@ Result<Model> Model::create(const ModelSpec& spec, const WeightLookup& weights) 
 }
 
 KvLayout Model::kv_layout(int page_size) const {
-  return KvLayout{spec_.num_layers, spec_.num_kv_heads, spec_.head_dim, page_size};
+  return KvLayout{layer_count_, spec_.num_kv_heads, spec_.head_dim, page_size};
 }
 
 std::string layer_tensor_name(const std::string& pattern, int layer) {

@@ -12,8 +12,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <deque>
+#include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "weft/error.hpp"
 
@@ -40,6 +43,21 @@ class Communicator {
   // root's bytes to every rank.
   virtual Result<void> broadcast(std::span<std::byte> data, int root) = 0;
   virtual Result<void> barrier() = 0;
+
+  // Point to point (pipeline parallelism: a stage's activations to the next stage). send()
+  // returns once `data` may be reused (MPI copies it and sends without blocking; NCCL enqueues
+  // on the stream, so the buffer must hold until the stream passes the send); recv() returns
+  // once `data` holds the message (NCCL: once the receive is enqueued). Messages from one
+  // rank to another arrive in the order sent, and a recv's size must equal the send's.
+  virtual Result<void> send(std::span<const std::byte> data, int dest) = 0;
+  virtual Result<void> recv(std::span<std::byte> data, int source) = 0;
+  // Waits until every send() of this rank has been delivered (MPI) or has left the stream
+  // (NCCL).
+  virtual Result<void> wait_sends() { return {}; }
+
+  // The members of this group with the same `color`, ordered by `key` (MPI_Comm_split): the
+  // tensor-parallel group of one pipeline stage. Collective over the whole group.
+  virtual Result<std::unique_ptr<Communicator>> split(int color, int key) = 0;
 };
 
 // The checks every backend makes before a collective; the error names the call.
@@ -62,7 +80,17 @@ inline Result<void> check_root(const Communicator& comm, int root) {
   return {};
 }
 
-// A group of one: reductions and broadcasts leave the data as it is.
+inline Result<void> check_peer(const Communicator& comm, const char* call, int peer) {
+  if (peer < 0 || peer >= comm.size()) {
+    return Error(ErrorCode::kInvalidArgument, comm.name() + " " + call + ": rank " +
+                                                  std::to_string(peer) + " is not in [0, " +
+                                                  std::to_string(comm.size()) + ")");
+  }
+  return {};
+}
+
+// A group of one: reductions and broadcasts leave the data as it is; a send to itself is
+// queued until the matching recv (in order, sizes checked).
 class LocalCommunicator final : public Communicator {
  public:
   int rank() const noexcept override { return 0; }
@@ -79,6 +107,32 @@ class LocalCommunicator final : public Communicator {
     return check_root(*this, root);
   }
   Result<void> barrier() override { return {}; }
+  Result<void> send(std::span<const std::byte> data, int dest) override {
+    if (auto ok = check_peer(*this, "send", dest); !ok) return ok;
+    queued_.emplace_back(data.begin(), data.end());
+    return {};
+  }
+  Result<void> recv(std::span<std::byte> data, int source) override {
+    if (auto ok = check_peer(*this, "recv", source); !ok) return ok;
+    if (queued_.empty()) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "local recv: nothing was sent (a group of one would wait forever)");
+    }
+    if (queued_.front().size() != data.size()) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "local recv: the message holds " + std::to_string(queued_.front().size()) +
+                       " bytes, expected " + std::to_string(data.size()));
+    }
+    if (!data.empty()) std::memcpy(data.data(), queued_.front().data(), data.size());
+    queued_.pop_front();
+    return {};
+  }
+  Result<std::unique_ptr<Communicator>> split(int, int) override {
+    return std::unique_ptr<Communicator>(std::make_unique<LocalCommunicator>());
+  }
+
+ private:
+  std::deque<std::vector<std::byte>> queued_;
 };
 
 }  // namespace weft::parallel

@@ -24,6 +24,10 @@ struct NcclApi {
   decltype(&ncclAllReduce) all_reduce = nullptr;
   decltype(&ncclAllGather) all_gather = nullptr;
   decltype(&ncclBroadcast) broadcast = nullptr;
+  decltype(&ncclSend) send = nullptr;
+  decltype(&ncclRecv) recv = nullptr;
+  decltype(&ncclGroupStart) group_start = nullptr;
+  decltype(&ncclGroupEnd) group_end = nullptr;
   std::string error;  // why it could not be opened; empty when every entry is set
 };
 
@@ -56,6 +60,10 @@ const NcclApi& nccl() {
     bind(a.all_reduce, "ncclAllReduce");
     bind(a.all_gather, "ncclAllGather");
     bind(a.broadcast, "ncclBroadcast");
+    bind(a.send, "ncclSend");
+    bind(a.recv, "ncclRecv");
+    bind(a.group_start, "ncclGroupStart");
+    bind(a.group_end, "ncclGroupEnd");
     return a;
   }();
   return api;
@@ -114,6 +122,35 @@ class NcclCommunicator final : public Communicator {
     }
     return bootstrap_.barrier();
   }
+  // ncclSend/ncclRecv, each in a group of its own, enqueued on the stream; bytes as ncclUint8.
+  Result<void> send(std::span<const std::byte> data, int dest) override {
+    if (auto ok = check_peer(*this, "send", dest); !ok) return ok;
+    nccl().group_start();
+    const auto rc = nccl().send(data.data(), data.size(), ncclUint8, dest, comm_, stream_);
+    const auto end = nccl().group_end();
+    if (rc != ncclSuccess) return nccl_error("ncclSend", rc);
+    if (end != ncclSuccess) return nccl_error("ncclGroupEnd (send)", end);
+    return {};
+  }
+  Result<void> recv(std::span<std::byte> data, int source) override {
+    if (auto ok = check_peer(*this, "recv", source); !ok) return ok;
+    nccl().group_start();
+    const auto rc = nccl().recv(data.data(), data.size(), ncclUint8, source, comm_, stream_);
+    const auto end = nccl().group_end();
+    if (rc != ncclSuccess) return nccl_error("ncclRecv", rc);
+    if (end != ncclSuccess) return nccl_error("ncclGroupEnd (recv)", end);
+    return {};
+  }
+  Result<void> wait_sends() override {
+    if (auto rc = cudaSetDevice(device_); rc != cudaSuccess) return cuda_error("cudaSetDevice", rc);
+    if (auto rc = cudaStreamSynchronize(stream_); rc != cudaSuccess) {
+      return cuda_error("cudaStreamSynchronize", rc);
+    }
+    return {};
+  }
+  // The split of the NCCL group follows the bootstrap's: a NCCL communicator over the members
+  // with the same color, joined through the bootstrap's split.
+  Result<std::unique_ptr<Communicator>> split(int color, int key) override;
 
  private:
   Communicator& bootstrap_;
@@ -121,6 +158,51 @@ class NcclCommunicator final : public Communicator {
   int device_;
   cudaStream_t stream_;
 };
+
+// A split NCCL communicator together with the host communicator it was bootstrapped over (the
+// NCCL one refers to it, so it is destroyed first).
+class OwningBootstrap final : public Communicator {
+ public:
+  OwningBootstrap(std::unique_ptr<Communicator> bootstrap, std::unique_ptr<Communicator> nccl)
+      : bootstrap_(std::move(bootstrap)), nccl_(std::move(nccl)) {}
+  ~OwningBootstrap() override { nccl_.reset(); }
+  int rank() const noexcept override { return nccl_->rank(); }
+  int size() const noexcept override { return nccl_->size(); }
+  std::string name() const override { return nccl_->name(); }
+  bool device_buffers() const noexcept override { return true; }
+  Result<void> all_reduce_sum(std::span<float> d) override { return nccl_->all_reduce_sum(d); }
+  Result<void> all_reduce_sum_bf16(std::span<std::uint16_t> d) override {
+    return nccl_->all_reduce_sum_bf16(d);
+  }
+  Result<void> all_gather(std::span<const float> mine, std::span<float> all) override {
+    return nccl_->all_gather(mine, all);
+  }
+  Result<void> broadcast(std::span<std::byte> d, int root) override {
+    return nccl_->broadcast(d, root);
+  }
+  Result<void> barrier() override { return nccl_->barrier(); }
+  Result<void> send(std::span<const std::byte> d, int dest) override {
+    return nccl_->send(d, dest);
+  }
+  Result<void> recv(std::span<std::byte> d, int source) override { return nccl_->recv(d, source); }
+  Result<void> wait_sends() override { return nccl_->wait_sends(); }
+  Result<std::unique_ptr<Communicator>> split(int color, int key) override {
+    return nccl_->split(color, key);
+  }
+
+ private:
+  std::unique_ptr<Communicator> bootstrap_;
+  std::unique_ptr<Communicator> nccl_;
+};
+
+Result<std::unique_ptr<Communicator>> NcclCommunicator::split(int color, int key) {
+  auto part = bootstrap_.split(color, key);
+  if (!part) return part.error();
+  auto made = make_nccl_communicator(**part, device_, stream_);
+  if (!made) return made.error();
+  return std::unique_ptr<Communicator>(
+      std::make_unique<OwningBootstrap>(std::move(*part), std::move(*made)));
+}
 
 }  // namespace
 

@@ -22,15 +22,16 @@ Result<PartitionPlan> plan_partition(const model::ModelSpec& spec, int tp, int p
   const std::string tp_text = " --tensor-parallel " + std::to_string(tp);
   // The planner slices checkpoint tensors as they are stored, in nn.Linear's [out, in] and
   // q|k|v order; ALiBi's slopes and learned positions would need per-rank handling too.
-  if ((tp > 1 || pp > 1) &&
-      (spec.qkv_layout == model::QkvLayout::kGrouped ||
-       spec.linear_layout == model::LinearLayout::kInOut ||
-       spec.position == model::PositionEmbedding::kAlibi ||
-       spec.position == model::PositionEmbedding::kLearned || spec.parallel_attention ||
-       spec.norm_placement == model::NormPlacement::kPost ||
-       !spec.tensors.embedding_norm.empty())) {
+  // A pipeline alone cuts between whole layers, so it takes every block the forward pass has;
+  // the tensor-parallel slicer does not cover these.
+  if (tp > 1 && (spec.qkv_layout == model::QkvLayout::kGrouped ||
+                 spec.linear_layout == model::LinearLayout::kInOut ||
+                 spec.position == model::PositionEmbedding::kAlibi ||
+                 spec.position == model::PositionEmbedding::kLearned || spec.parallel_attention ||
+                 spec.norm_placement == model::NormPlacement::kPost ||
+                 !spec.tensors.embedding_norm.empty())) {
     return unsupported(spec.architecture +
-                       ": tensor and pipeline parallelism cover rope models with nn.Linear "
+                       ": tensor parallelism covers rope models with nn.Linear "
                        "weights and pre-norm sequential layers; this spec uses a block the "
                        "partition planner does not slice (grouped qkv, Conv1D weights, ALiBi, "
                        "learned positions, parallel attention, post-norm or an embedding norm)");

@@ -14,6 +14,38 @@ if(WEFT_HAVE_MPI AND WEFT_MPIEXEC)
              COMMAND sh -c "one=$($<TARGET_FILE:weft> ${tp_args}) && two=$(${tp_launch_text} -np 2 $<TARGET_FILE:weft> ${tp_args} --tensor-parallel 2) && echo \"tp1: $one\" && echo \"tp2: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]")
     set_tests_properties(weft_generate_tensor_parallel_${name} PROPERTIES TIMEOUT 120)
   endforeach()
+  # --pipeline-parallel 2: the same tokens as one process on every fixture model, and on the
+  # zoo's families (post-norm, ALiBi, learned positions, parallel attention: a pipeline alone
+  # cuts between whole layers, so it takes every block).
+  file(GLOB pp_zoo LIST_DIRECTORIES true ${CMAKE_SOURCE_DIR}/tests/fixtures/zoo/*)
+  foreach(dir ${tp_fixtures} ${pp_zoo})
+    if(NOT EXISTS ${dir}/config.json)
+      continue()
+    endif()
+    get_filename_component(name ${dir} NAME)
+    set(pp_args "generate --model ${dir} --prompt-ids 5,17,42,99,3,201,64 --max-tokens 16 --ignore-eos --device cpu --threads 1")
+    add_test(NAME weft_generate_pipeline_parallel_${name}
+             COMMAND sh -c "one=$($<TARGET_FILE:weft> ${pp_args}) && two=$(${tp_launch_text} -np 2 $<TARGET_FILE:weft> ${pp_args} --pipeline-parallel 2) && echo \"pp1: $one\" && echo \"pp2: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]")
+    set_tests_properties(weft_generate_pipeline_parallel_${name} PROPERTIES TIMEOUT 120)
+  endforeach()
+  # Hybrid: two stages of two tensor-parallel ranks each (4 processes, oversubscribed).
+  set(hybrid_args "generate --model ${fixture_models}/llama_gqa_f32 --prompt-ids 5,17,42,99,3,201,64 --max-tokens 16 --ignore-eos --device cpu --threads 1")
+  add_test(NAME weft_generate_tensor_pipeline_hybrid
+           COMMAND sh -c "one=$($<TARGET_FILE:weft> ${hybrid_args}) && four=$(${tp_launch_text} -np 4 $<TARGET_FILE:weft> ${hybrid_args} --tensor-parallel 2 --pipeline-parallel 2 --micro-batches 2) && echo \"one: $one\" && echo \"tp2 x pp2: $four\" && [ -n \"$one\" ] && [ \"$one\" = \"$four\" ]")
+  set_tests_properties(weft_generate_tensor_pipeline_hybrid PROPERTIES TIMEOUT 180)
+  add_test(NAME weft_generate_pipeline_parallel_needs_mpirun
+           COMMAND weft generate --model ${fixture_models}/llama_gqa_f32 --prompt-ids 5 --device cpu --tensor-parallel 2 --pipeline-parallel 2)
+  set_tests_properties(weft_generate_pipeline_parallel_needs_mpirun PROPERTIES PASS_REGULAR_EXPRESSION
+    "--tensor-parallel 2 x --pipeline-parallel 2 needs 4 processes, one per rank, but MPI started 1: launch with mpirun -np 4")
+  add_test(NAME weft_generate_pipeline_parallel_too_many_stages
+           COMMAND ${tp_launch} -np 3 $<TARGET_FILE:weft> generate --model ${fixture_models}/llama_gqa_f32
+                   --prompt-ids 5 --device cpu --threads 1 --pipeline-parallel 3)
+  set_tests_properties(weft_generate_pipeline_parallel_too_many_stages PROPERTIES TIMEOUT 120
+    PASS_REGULAR_EXPRESSION "weft generate: [^\n]*llama_gqa_f32: --pipeline-parallel 3 exceeds num_layers \\(2\\)")
+  add_test(NAME weft_generate_cpu_layers_needs_gpu
+           COMMAND weft generate --model ${fixture_models}/llama_gqa_f32 --prompt-ids 5 --device cpu --cpu-layers 1)
+  set_tests_properties(weft_generate_cpu_layers_needs_gpu PROPERTIES PASS_REGULAR_EXPRESSION
+    "--cpu-layers keeps some layers on the CPU beside a GPU; on --device cpu every layer is on the CPU already")
   add_test(NAME weft_generate_tensor_parallel_needs_mpirun
            COMMAND weft generate --model ${fixture_models}/llama_gqa_f32 --prompt-ids 5 --device cpu --tensor-parallel 2)
   set_tests_properties(weft_generate_tensor_parallel_needs_mpirun PROPERTIES PASS_REGULAR_EXPRESSION
@@ -33,6 +65,11 @@ if(WEFT_HAVE_MPI AND WEFT_MPIEXEC)
                    --device cpu --threads 1 --tensor-parallel 2 --num-requests 3 --input-len 8 --output-len 4)
   set_tests_properties(weft_bench_tensor_parallel PROPERTIES TIMEOUT 180
     PASS_REGULAR_EXPRESSION "requests 3 \\(0 failed\\)[^\n]*\n[^\n]*\n[^\n]*\"output_tokens\":12,")
+  # Two pipeline stages behind the engine, two micro-batches: the same output digest as one
+  # process (the digest of the generated tokens).
+  add_test(NAME weft_bench_pipeline_parallel
+           COMMAND sh -c "one=$($<TARGET_FILE:weft> bench --model ${CMAKE_SOURCE_DIR}/models/weft-tiny --device cpu --threads 1 --num-requests 3 --input-len 8 --output-len 4 | grep -o 'output_digest\":\"[0-9a-f]*') && two=$(${tp_launch_text} -np 2 $<TARGET_FILE:weft> bench --model ${CMAKE_SOURCE_DIR}/models/weft-tiny --device cpu --threads 1 --num-requests 3 --input-len 8 --output-len 4 --pipeline-parallel 2 --micro-batches 2 | grep -o 'output_digest\":\"[0-9a-f]*') && echo \"one: $one\" && echo \"pp2: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]")
+  set_tests_properties(weft_bench_pipeline_parallel PROPERTIES TIMEOUT 180)
 endif()
 
 # weft serve leading a group of two ranks: a greedy completion over HTTP equals weft generate.
@@ -41,6 +78,12 @@ if(WEFT_HAVE_MPI AND WEFT_MPIEXEC)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gateway/tensor_parallel_serve.sh $<TARGET_FILE:weft>
                    ${CMAKE_SOURCE_DIR}/models/weft-tiny ${tp_launch})
   set_tests_properties(weft_serve_tensor_parallel PROPERTIES TIMEOUT 180
+    PASS_REGULAR_EXPRESSION "tensor-parallel serve ok" FAIL_REGULAR_EXPRESSION "FAIL")
+  add_test(NAME weft_serve_pipeline_parallel
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gateway/tensor_parallel_serve.sh $<TARGET_FILE:weft>
+                   ${CMAKE_SOURCE_DIR}/models/weft-tiny ${tp_launch})
+  set_tests_properties(weft_serve_pipeline_parallel PROPERTIES TIMEOUT 180
+    ENVIRONMENT "WEFT_SERVE_PARALLEL=--pipeline-parallel 2"
     PASS_REGULAR_EXPRESSION "tensor-parallel serve ok" FAIL_REGULAR_EXPRESSION "FAIL")
 endif()
 

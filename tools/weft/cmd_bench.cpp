@@ -35,6 +35,7 @@
 #include "tools/weft/default_model.hpp"
 #include "tools/weft/kv_compress_option.hpp"
 #include "tools/weft/load_progress.hpp"
+#include "tools/weft/pipeline_options.hpp"
 #include "tools/weft/quantize_option.hpp"
 #include "tools/weft/speculative_options.hpp"
 #include "tools/weft/tensor_parallel.hpp"
@@ -51,6 +52,7 @@ struct BenchOptions {
   std::string model_dir;
   std::string quantize;  // --quantize: a block format name, empty for none
   int tensor_parallel = 1;
+  PipelineOptions pipeline;
   std::string dataset;
   bool num_requests_given = false;
   int num_requests = 100;
@@ -253,6 +255,10 @@ int run_bench(const BenchOptions& o) {
   config.admission = o.admission;
   config.cpu_threads = o.threads;
   config.jump_forward = !o.no_jump_forward;
+  config.pipeline_parallel = o.pipeline.stages;
+  config.micro_batches = o.pipeline.micro_batches;
+  config.cpu_layers = o.pipeline.cpu_layers;
+  config.gpu_memory_budget_mb = o.pipeline.gpu_memory_budget_mb;
   auto tp = start_tensor_parallel("bench", o.tensor_parallel, config);
   if (tp.exit_code) return *tp.exit_code;
   config.tensor_parallel = tp.group;
@@ -593,6 +599,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   regex->excludes(grammar_opt)->excludes(object);
   grammar_opt->excludes(object);
   add_tensor_parallel_option(cmd, opts->tensor_parallel);
+  add_pipeline_options(cmd, opts->pipeline);
   cmd->add_option("--threads", opts->threads, "CPU threads for the forward pass (0: all cores)")
       ->capture_default_str();
   cmd->add_option("--prefix-cache", opts->prefix_cache,

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "actors/device_backend.hpp"
+#include "actors/pipeline_stages.hpp"
 #include "kernels/cpu/quant/format.hpp"
 #include "loaders/gguf_model.hpp"
 #include "loaders/gguf_tokenizer.hpp"
@@ -30,6 +31,7 @@
 #include "tools/weft/generate_seq2seq.hpp"
 #include "tools/weft/kv_compress_option.hpp"
 #include "tools/weft/load_progress.hpp"
+#include "tools/weft/pipeline_options.hpp"
 #include "tools/weft/quantize_option.hpp"
 #include "tools/weft/speculative_options.hpp"
 
@@ -75,6 +77,7 @@ struct GenerateOptions {
   unsigned threads = 0;
   int page_size = 16;
   int tensor_parallel = 1;
+  PipelineOptions pipeline;
   std::string json_schema_file;
   std::string regex;
   std::string grammar_file;
@@ -155,6 +158,9 @@ int run_generate_beams(const GenerateOptions& o) {
     return 1;
   };
   if (o.tensor_parallel > 1) return fail("--beam-width: not with --tensor-parallel");
+  if (o.pipeline.stages > 1 || o.pipeline.hybrid()) {
+    return fail("--beam-width: not with --pipeline-parallel, --cpu-layers or a GPU budget");
+  }
   auto format = response_format(o);
   if (!format) return fail(format.error().what());
   if (format->constrained()) {
@@ -186,6 +192,9 @@ int run_speculative_generate(const GenerateOptions& o) {
     return 1;
   };
   if (o.tensor_parallel > 1) return fail("--speculate: not with --tensor-parallel so far");
+  if (o.pipeline.stages > 1 || o.pipeline.hybrid()) {
+    return fail("--speculate: not with --pipeline-parallel, --cpu-layers or a GPU budget so far");
+  }
   auto device = actors::parse_device(o.device);
   if (!device) return fail(std::string("--device: ") + device.error().what());
   auto format = response_format(o);
@@ -261,19 +270,26 @@ int run_generate(const GenerateOptions& o) {
   if (!device) return fail(std::string("--device: ") + device.error().what());
   auto kv_dtype = actors::resolve_kv_cache_dtype(o.kv_cache_dtype, *device);
   if (!kv_dtype) return fail(std::string("--kv-cache-dtype: ") + kv_dtype.error().what());
-  if (o.tensor_parallel > 1) {
+  const int stages = o.pipeline.stages;
+  const int ranks = o.tensor_parallel * stages;
+  if (ranks > 1 && o.pipeline.hybrid()) {
+    return fail(
+        "--cpu-layers and --gpu-memory-budget-mb run in one process, not with "
+        "--tensor-parallel or --pipeline-parallel");
+  }
+  if (ranks > 1) {
     auto opened = parallel::mpi_world();
-    if (!opened) return fail("--tensor-parallel: " + std::string(opened.error().what()));
+    if (!opened) {
+      return fail(std::string(stages > 1 ? "--pipeline-parallel: " : "--tensor-parallel: ") +
+                  opened.error().what());
+    }
     world = std::move(opened.value());
     rank = world->rank();
-    if (world->size() != o.tensor_parallel) {
+    if (world->size() != ranks) {
       const int started = world->size();
       if (rank != 0) return 1;  // every rank sees this; rank 0 says it
       world.reset();
-      return fail("--tensor-parallel " + std::to_string(o.tensor_parallel) + " needs " +
-                  std::to_string(o.tensor_parallel) + " processes, one per rank, but MPI started " +
-                  std::to_string(started) + ": launch with mpirun -np " +
-                  std::to_string(o.tensor_parallel) + " weft generate ...");
+      return fail(wrong_process_count("generate", o.tensor_parallel, stages, started));
     }
     // On GPUs, each rank takes its local rank's.
     device = actors::tensor_parallel_device(*device, rank);
@@ -283,7 +299,9 @@ int run_generate(const GenerateOptions& o) {
   load_options.spec_file = o.spec_file;
   if (!o.quantize.empty()) load_options.quantize = quant::parse_quant_type(o.quantize).value();
   load_options.tensor_parallel_size = o.tensor_parallel;
-  load_options.tensor_parallel_rank = rank;
+  load_options.tensor_parallel_rank = rank % o.tensor_parallel;
+  load_options.pipeline_parallel_size = stages;
+  load_options.pipeline_stage = rank / o.tensor_parallel;
   load_options.allow_seq2seq = !world;
   auto loaded = load_model(o.model_dir, load_options);
   if (world) {
@@ -404,11 +422,36 @@ int run_generate(const GenerateOptions& o) {
   }
   std::unique_ptr<model::ForwardBackend> backend;
   try {
-    if (world) {
+    actors::StageOptions stage_options;
+    stage_options.num_pages = static_cast<int>(pages);
+    stage_options.cpu_threads = o.threads;
+    stage_options.max_tokens_per_step = static_cast<int>(prompt.size());
+    if (device->cuda && rank == 0) {
+      stage_options.on_progress = upload_progress(actors::device_name(*device));
+    }
+    if (world && stages > 1) {
+      // Only rank 0's forward returns logits: the last stage sends them there to be sampled.
+      auto made = actors::make_pipeline_rank_backend(
+          model, *device, layout, stage_options, *world,
+          parallel::pipeline_place(rank, o.tensor_parallel, stages),
+          o.pipeline.micro_batch_count());
+      if (!made) return fail(made.error().what());
+      backend = std::move(made.value());
+    } else if (world) {
       auto made = actors::make_tensor_parallel_shard(
           model, *device, layout, static_cast<int>(pages), o.threads,
-          static_cast<int>(prompt.size()), 0.9, *world,
-          device->cuda && rank == 0 ? upload_progress(actors::device_name(*device)) : nullptr);
+          static_cast<int>(prompt.size()), 0.9, *world, stage_options.on_progress);
+      if (!made) return fail(made.error().what());
+      backend = std::move(made.value());
+    } else if (o.pipeline.hybrid()) {
+      auto choice = choose_cpu_layers(o.pipeline, model, layout, *device);
+      if (!choice) return fail(choice.error().what());
+      auto made = choice->cpu_layers == 0
+                      ? actors::make_forward_backend(
+                            model, *device, layout, static_cast<int>(pages), o.threads,
+                            static_cast<int>(prompt.size()), 0.9, stage_options.on_progress)
+                      : actors::make_gpu_cpu_hybrid(model, *device, layout, stage_options,
+                                                    choice->cpu_layers);
       if (!made) return fail(made.error().what());
       backend = std::move(made.value());
     } else {
@@ -658,6 +701,7 @@ void add_generate_command(CLI::App& app, int& exit_code) {
                   "GPU per rank, the local rank's; docs/parallel.md)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  add_pipeline_options(cmd, opts->pipeline);
   add_speculative_options(cmd, opts->speculative);
   cmd->callback([opts, &exit_code] { exit_code = run_generate(*opts); });
 }

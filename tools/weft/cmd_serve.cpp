@@ -31,6 +31,7 @@
 #include "tools/weft/default_model.hpp"
 #include "tools/weft/kv_compress_option.hpp"
 #include "tools/weft/load_progress.hpp"
+#include "tools/weft/pipeline_options.hpp"
 #include "tools/weft/quantize_option.hpp"
 #include "tools/weft/speculative_options.hpp"
 #include "tools/weft/tensor_parallel.hpp"
@@ -56,6 +57,7 @@ struct ServeOptions {
   double gpu_memory_fraction = 0.0;
   double shutdown_timeout_s = 30;
   int tensor_parallel = 1;
+  PipelineOptions pipeline;
   SpeculativeOptions speculative;
 };
 
@@ -115,6 +117,10 @@ int run_serve(const ServeOptions& opts) {
     config.gpu_memory_fraction = opts.gpu_memory_fraction;
     config.max_running = opts.max_running;
     config.kv_cache_dtype = opts.kv_cache_dtype;
+    config.pipeline_parallel = opts.pipeline.stages;
+    config.micro_batches = opts.pipeline.micro_batches;
+    config.cpu_layers = opts.pipeline.cpu_layers;
+    config.gpu_memory_budget_mb = opts.pipeline.gpu_memory_budget_mb;
     auto tp = start_tensor_parallel("serve", opts.tensor_parallel, config);
     if (tp.exit_code) return *tp.exit_code;
     config.tensor_parallel = tp.group;
@@ -299,6 +305,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--kv-cache-dtype", opts->kv_cache_dtype, kKvCacheDtypeHelp)
       ->capture_default_str();
   add_tensor_parallel_option(cmd, opts->tensor_parallel);
+  add_pipeline_options(cmd, opts->pipeline);
   add_speculative_options(cmd, opts->speculative);
   cmd->add_option("--prefix-cache", opts->prefix_cache,
                   "on: keep finished requests' full KV pages and reuse them for any request "

@@ -4,32 +4,37 @@
 #include <iostream>
 
 #include "actors/device_backend.hpp"
+#include "actors/pipeline_stages.hpp"
 #include "loaders/model_loader.hpp"
 #include "runtime/parallel/mpi_communicator.hpp"
 #include "runtime/parallel/step_broadcast.hpp"
+#include "tools/weft/pipeline_options.hpp"
 
 namespace weft::cli {
 
 TensorParallelStart start_tensor_parallel(const std::string& command, int ranks,
                                           const EngineConfig& config) {
   TensorParallelStart start;
-  if (ranks <= 1) return start;
+  // With --pipeline-parallel M the group is M stages of `ranks` each (docs/parallel.md).
+  const int stages = config.pipeline_parallel;
+  if (ranks * stages <= 1) return start;
   auto fail = [&](const std::string& message) {
     std::cerr << "weft " << command << ": " << message << '\n';
     start.exit_code = 1;
     return start;
   };
   auto world = parallel::mpi_world();
-  if (!world) return fail("--tensor-parallel: " + std::string(world.error().what()));
+  if (!world) {
+    return fail(std::string(stages > 1 ? "--pipeline-parallel: " : "--tensor-parallel: ") +
+                world.error().what());
+  }
   std::shared_ptr<parallel::Communicator> group = std::move(world.value());
-  if (group->size() != ranks) {
+  if (group->size() != ranks * stages) {
     if (group->rank() != 0) {
       start.exit_code = 1;  // every rank sees this; rank 0 says it
       return start;
     }
-    return fail("--tensor-parallel " + std::to_string(ranks) + " needs " + std::to_string(ranks) +
-                " processes, one per rank, but MPI started " + std::to_string(group->size()) +
-                ": launch with mpirun -np " + std::to_string(ranks) + " weft " + command + " ...");
+    return fail(wrong_process_count(command, ranks, stages, group->size()));
   }
   if (group->rank() == 0) {
     start.group = std::move(group);
@@ -50,7 +55,9 @@ TensorParallelStart start_tensor_parallel(const std::string& command, int ranks,
   LoadOptions options;
   options.spec_file = config.spec_file;
   options.tensor_parallel_size = ranks;
-  options.tensor_parallel_rank = rank;
+  options.tensor_parallel_rank = rank % ranks;
+  options.pipeline_parallel_size = stages;
+  options.pipeline_stage = rank / ranks;
   auto loaded = load_model(config.model_dir, options);
   if (!loaded) return abort_all(loaded.error().what());
   auto device = actors::parse_device(config.device);
@@ -64,6 +71,17 @@ TensorParallelStart start_tensor_parallel(const std::string& command, int ranks,
   layout.dtype = *kv_dtype;
   auto followed = parallel::follow_tensor_parallel_leader(
       *group, [&](int num_pages) -> Result<std::unique_ptr<model::ForwardBackend>> {
+        if (stages > 1) {
+          actors::StageOptions stage_options;
+          stage_options.num_pages = num_pages;
+          stage_options.cpu_threads = config.cpu_threads;
+          stage_options.max_tokens_per_step = config.max_tokens_per_step;
+          stage_options.gpu_memory_fraction = config.gpu_memory_fraction;
+          return actors::make_pipeline_rank_backend(
+              loaded->model, *device, layout, stage_options, *group,
+              parallel::pipeline_place(rank, ranks, stages),
+              config.micro_batches > 0 ? config.micro_batches : stages);
+        }
         // The leader's page count, on the CPU or on this rank's GPU alike.
         return actors::make_tensor_parallel_shard(loaded->model, *device, layout, num_pages,
                                                   config.cpu_threads, config.max_tokens_per_step,

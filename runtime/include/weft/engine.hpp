@@ -112,6 +112,19 @@ struct EngineConfig {
   // config file.
   std::function<std::unique_ptr<model::ForwardBackend>(const model::Model& model, int num_pages)>
       make_backend;
+  // Pipeline parallelism (docs/parallel.md): the group above (of pipeline_parallel x N ranks)
+  // cut into this many stages by layers, each a tensor-parallel group of N ranks numbered
+  // stage * N + tp rank; rank 0 (stage 0) leads. Each step is cut into micro_batches pieces
+  // (0: one per stage) so the stages work at once. The last stage's logits come back to
+  // rank 0, whose sampler picks the tokens.
+  int pipeline_parallel = 1;
+  int micro_batches = 0;
+  // GPU/CPU hybrid in one process (docs/parallel.md): the last cpu_layers layers and the lm
+  // head on the CPU, their KV in host memory, the others on the GPU; or, with
+  // gpu_memory_budget_mb > 0, as many last layers as keep the GPU's weights within 3/4 of
+  // that budget (its KV pool then takes the rest).
+  int cpu_layers = 0;
+  std::int64_t gpu_memory_budget_mb = 0;
 
   // Reads a JSON object with the fields above (unknown fields are an error naming them).
   static Result<EngineConfig> from_file(const std::filesystem::path& path);

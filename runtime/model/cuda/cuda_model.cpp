@@ -29,17 +29,63 @@
 
 namespace weft::model {
 
+namespace {
+
+// The batch checks against the whole model's layer count (a stage's pool holds fewer).
+Result<void> check_stage_batch(const CudaModel::State& s, const StepBatch& batch) {
+  KvLayout whole = s.layout;
+  whole.num_layers = s.spec.num_layers;
+  return check_step_batch(s.spec, batch, whole, s.num_pages);
+}
+
+Result<void> refuse_partial(const CudaModel::State& s) {
+  if (s.embeds && s.ends) return {};
+  return Error(ErrorCode::kInvalidArgument,
+               "this CUDA model holds layers [" + std::to_string(s.first_layer) + ", " +
+                   std::to_string(s.first_layer + s.layout.num_layers) +
+                   ") of a pipeline: it runs through forward_layers");
+}
+
+}  // namespace
+
 Result<void> CudaModel::forward(const StepBatch& batch, std::vector<float>& logits) {
   state_->launched_rows = -1;  // a step launched before is no longer there to sample
+  if (auto ok = refuse_partial(*state_); !ok) return ok;
   if (batch.has_token_tree() && !supports_token_trees()) {
     return Error(ErrorCode::kInvalidArgument,
                  "token trees on an ALiBi model (Bloom): tree attention has no ALiBi bias yet "
                  "(speculate with a tree width of 1)");
   }
-  if (auto ok = check_step_batch(state_->spec, batch, state_->layout, state_->num_pages); !ok) {
-    return ok;
-  }
+  if (auto ok = check_stage_batch(*state_, batch); !ok) return ok;
   return state_->run(batch, logits);
+}
+
+LayerRange CudaModel::layers() const noexcept {
+  return {state_->first_layer, state_->layout.num_layers};
+}
+
+Result<void> CudaModel::forward_layers(const StepBatch& batch, std::span<const float> hidden_in,
+                                       std::vector<float>& out) {
+  State& s = *state_;
+  s.launched_rows = -1;
+  if (batch.has_token_tree()) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "token trees need tree attention, which the CUDA model does not have yet");
+  }
+  if (auto ok = check_stage_batch(s, batch); !ok) return ok;
+  const std::size_t want = batch.tokens.size() * static_cast<std::size_t>(s.spec.hidden_size);
+  if (!s.embeds && hidden_in.size() != want) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "a stage from layer " + std::to_string(s.first_layer) + " takes " +
+                     std::to_string(want) + " hidden values from the stage before, got " +
+                     std::to_string(hidden_in.size()));
+  }
+  s.stage_in = s.embeds ? nullptr : hidden_in.data();
+  s.stage_out = s.ends ? nullptr : &out;
+  auto ran = s.run(batch, out);
+  s.stage_in = nullptr;
+  s.stage_out = nullptr;
+  return ran;
 }
 
 Result<void> CudaModel::launch(const StepBatch& batch) {
@@ -48,9 +94,8 @@ Result<void> CudaModel::launch(const StepBatch& batch) {
     return Error(ErrorCode::kInvalidArgument,
                  "token trees on an ALiBi model (Bloom): tree attention has no ALiBi bias yet");
   }
-  if (auto ok = check_step_batch(state_->spec, batch, state_->layout, state_->num_pages); !ok) {
-    return ok;
-  }
+  if (auto ok = refuse_partial(*state_); !ok) return ok;
+  if (auto ok = check_stage_batch(*state_, batch); !ok) return ok;
   std::vector<float> unused;
   if (auto r = state_->run(batch, unused, false); !r) return r;
   state_->launched_rows = batch.logit_rows();
@@ -542,7 +587,8 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     aa.q_stride = static_cast<std::size_t>(qkv_width);
     aa.num_heads = spec.num_heads;
     aa.scale = 1.0f / std::sqrt(static_cast<float>(spec.head_dim));
-    aa.sliding_window = spec.layer_uses_window(static_cast<int>(l)) ? spec.sliding_window : 0;
+    aa.sliding_window =
+        spec.layer_uses_window(first_layer + static_cast<int>(l)) ? spec.sliding_window : 0;
     aa.out = attn.get();
     if (alibi) {
       cuda::rope_store_kv(ra, fb, kvv, stream);
@@ -600,28 +646,36 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   // Every kernel of the step, in order, on `stream`.
   auto enqueue = [&] {
     mark("start");
-    cuda::embedding_gather(embedding.get(), P, dev + L.tokens, T, H, x.as<float>(), stream);
-    if (spec.embedding_scale != 1.0 || position_table.get() != nullptr) {
-      cuda::scale_add_positions(x.as<float>(), T, H, static_cast<float>(spec.embedding_scale),
-                                position_table.get(), P, dev + L.positions, spec.position_offset,
-                                stream);
-    }
-    if (embedding_norm.get() != nullptr || post_norm) {
-      // Bloom's embedding norm; post-norm layers read the residual itself as 16 bits.
-      if (embedding_norm.get() != nullptr) {
-        cuda::ResidualNormArgs en;
-        en.residual = x.as<float>();
-        en.rows = T;
-        en.n = H;
-        en.kind = norm_kind;
-        en.weight = embedding_norm.as<float>();
-        en.bias = or_null(embedding_norm_bias);
-        en.eps = eps;
-        en.out = post_norm ? h.get() : nullptr;
-        en.precision = P;
-        cuda::residual_norm(en, stream);
-      } else {
-        cuda::rows_to_precision(x.as<float>(), nullptr, T, H, h.get(), P, stream);
+    if (!embeds) {
+      // A later pipeline stage starts from the residual stream the stage before produced;
+      // post-norm layers read it as 16 bits too.
+      cudaMemcpyAsync(x.get(), stage_in, static_cast<std::size_t>(T) * H * 4,
+                      cudaMemcpyHostToDevice, stream);
+      if (post_norm) cuda::rows_to_precision(x.as<float>(), nullptr, T, H, h.get(), P, stream);
+    } else {
+      cuda::embedding_gather(embedding.get(), P, dev + L.tokens, T, H, x.as<float>(), stream);
+      if (spec.embedding_scale != 1.0 || position_table.get() != nullptr) {
+        cuda::scale_add_positions(x.as<float>(), T, H, static_cast<float>(spec.embedding_scale),
+                                  position_table.get(), P, dev + L.positions, spec.position_offset,
+                                  stream);
+      }
+      if (embedding_norm.get() != nullptr || post_norm) {
+        // Bloom's embedding norm; post-norm layers read the residual itself as 16 bits.
+        if (embedding_norm.get() != nullptr) {
+          cuda::ResidualNormArgs en;
+          en.residual = x.as<float>();
+          en.rows = T;
+          en.n = H;
+          en.kind = norm_kind;
+          en.weight = embedding_norm.as<float>();
+          en.bias = or_null(embedding_norm_bias);
+          en.eps = eps;
+          en.out = post_norm ? h.get() : nullptr;
+          en.precision = P;
+          cuda::residual_norm(en, stream);
+        } else {
+          cuda::rows_to_precision(x.as<float>(), nullptr, T, H, h.get(), P, stream);
+        }
       }
     }
     mark("embedding");
@@ -703,6 +757,18 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       }
       if (!early_next_prefetch) prefetch_next(l, false);
     }
+    if (!ends) {
+      // A stage before the last hands on the whole residual stream, its deferred add done.
+      if (deferred_residual && !layers.empty()) {
+        cuda::add_residual(x.as<float>(), delta.as<float>(), or_null(layers.back().down_bias), T, H,
+                           stream);
+      }
+      if (forked) {
+        cudaEventRecord(join_event, side_stream);
+        cudaStreamWaitEvent(stream, join_event, 0);
+      }
+      return;
+    }
     // The last residual add and the final norm, only for the rows that need logits; a
     // post-norm network has no final norm, its rows go to the head as they are.
     if (final_norm.get() == nullptr) {
@@ -759,8 +825,8 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   };
   // A pure decode step of a shape seen before replays its CUDA graph: one launch instead of
   // ~10 per layer. The graph's kernels read this step's metadata from the same buffer.
-  const bool graph_step =
-      options.cuda_graphs && !graphs_broken && tile_count == 0 && !has_tree && !profiling;
+  const bool graph_step = options.cuda_graphs && !graphs_broken && tile_count == 0 && !has_tree &&
+                          !profiling && embeds && ends;
   if (graph_step) {
     const GraphKey key{T, S, rows, cuda::decode_split_count(decode_context), has_verify};
     auto it = graphs.find(key);
@@ -801,6 +867,19 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   if (!reduce_ok) {
     return Error(ErrorCode::kInternal,
                  "CUDA: a tensor-parallel all-reduce (" + tensor_parallel->name() + ") failed");
+  }
+  if (!ends) {
+    // The residual stream to the host, for the next stage.
+    stage_out->resize(static_cast<std::size_t>(T) * H);
+    if (auto err = cudaMemcpyAsync(stage_out->data(), x.get(), stage_out->size() * 4,
+                                   cudaMemcpyDeviceToHost, stream);
+        err != cudaSuccess) {
+      return cuda_error(err, "copying the stage's hidden state to the host");
+    }
+    if (auto err = cudaStreamSynchronize(stream); err != cudaSuccess) {
+      return cuda_error(err, "running the stage");
+    }
+    return {};
   }
   if (!copy_logits) {
     // Launched only; a profiled step waits here so its kernel times can be read.

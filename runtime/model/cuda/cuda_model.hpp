@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,11 @@ struct CudaModelOptions {
   // Called while the weights upload, after each matrix, with the bytes of the stored
   // (mmapped) weights copied so far and in all.
   std::function<void(std::size_t done, std::size_t total)> on_upload_progress;
+  // Hold and run only these layers of the model (a pipeline stage, docs/parallel.md; count -1:
+  // all). The pool then holds only their keys and values, the embedding is uploaded only for a
+  // stage that starts at layer 0 (or ends with a tied lm head), the final norm and lm head only
+  // for one that ends at the last layer. A partial model runs through forward_layers().
+  LayerRange layers;
 };
 
 class CudaModel final : public ForwardBackend {
@@ -94,6 +100,15 @@ class CudaModel final : public ForwardBackend {
   // with batch.logit_rows() rows of vocab_size floats, like Model::forward. Invalid input is
   // an error (the same checks as the CPU model); a CUDA failure is a kInternal error.
   Result<void> forward(const StepBatch& batch, std::vector<float>& logits) override;
+
+  // The layers this model holds (CudaModelOptions::layers), and one pipeline stage's part of
+  // a step, as Model::forward_layers: from the token embedding (first stage, hidden_in empty)
+  // or from hidden_in (host, [tokens x hidden_size] fp32), to the logits (last stage) or the
+  // residual stream after the stage's last layer (host fp32). Steps run as plain launches
+  // (no CUDA graphs) unless the model holds every layer.
+  LayerRange layers() const noexcept;
+  Result<void> forward_layers(const StepBatch& batch, std::span<const float> hidden_in,
+                              std::vector<float>& out);
 
   // Sampling on the GPU (kernels/cuda/sampling.hpp): launch() enqueues a step and returns
   // without waiting; sample() samples the rows of its logits and waits once, for the

@@ -190,10 +190,24 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
                                          : std::to_string(count) + " devices visible") +
                      ")");
   }
+  LayerRange held = options.layers;
+  if (held.count < 0) held = {model.first_layer(), model.layer_count()};
+  if (held.count < 1 || held.begin < model.first_layer() ||
+      held.begin + held.count > model.first_layer() + model.layer_count()) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "CUDA model: layers [" + std::to_string(held.begin) + ", " +
+                     std::to_string(held.begin + held.count) + ") are not among the model's [" +
+                     std::to_string(model.first_layer()) + ", " +
+                     std::to_string(model.first_layer() + model.layer_count()) + ")");
+  }
   auto s = std::make_unique<State>();
   s->spec = spec;
   s->options = options;
+  s->first_layer = held.begin;
+  s->embeds = held.begin == 0;
+  s->ends = held.begin + held.count == spec.num_layers;
   s->layout = model.kv_layout(options.page_size);
+  s->layout.num_layers = held.count;
   if (options.kv_dtype == KvDtype::kF32) {
     return Error(ErrorCode::kUnsupported,
                  "CUDA model: kv cache dtype f32 is not supported (bf16, int8 or fp8)");
@@ -228,10 +242,14 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
       return w.data == nullptr ? std::size_t{0} : w.rows * w.row_bytes();
     };
     const TensorView& e = model.embedding();
-    s->upload_total =
-        static_cast<std::size_t>(spec.vocab_size) * spec.hidden_size * dtype_size(e.dtype);
-    if (model.lm_head().data != e.data) s->upload_total += bytes(model.lm_head());
-    for (const Model::Layer& L : model.layers()) {
+    const bool tied = model.lm_head().data == e.data;
+    if (s->embeds || (tied && s->ends)) {
+      s->upload_total +=
+          static_cast<std::size_t>(spec.vocab_size) * spec.hidden_size * dtype_size(e.dtype);
+    }
+    if (!tied && s->ends) s->upload_total += bytes(model.lm_head());
+    for (int l = held.begin; l < held.begin + held.count; ++l) {
+      const Model::Layer& L = model.layers()[static_cast<std::size_t>(l)];
       for (const cpu::WeightMatrix* w :
            {&L.q, &L.k, &L.v, &L.qkv, &L.o, &L.gate_up, &L.gate, &L.up, &L.down}) {
         s->upload_total += bytes(*w);
@@ -252,29 +270,39 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
   {
     const TensorView& e = model.embedding();
     const cpu::WeightMatrix table{e.dtype, e.data, static_cast<std::size_t>(spec.vocab_size), H};
-    if (auto r = s->upload_matrix(table, s->embedding, 0, table.rows, staging); !r)
-      return r.error();
     const cpu::WeightMatrix& head = model.lm_head();
-    if (head.data != e.data) {
+    const bool tied = head.data == e.data;
+    // A pipeline stage holds the table only where it embeds, or where it is the tied head.
+    if (s->embeds || (tied && s->ends)) {
+      if (auto r = s->upload_matrix(table, s->embedding, 0, table.rows, staging); !r)
+        return r.error();
+    }
+    if (!tied && s->ends) {
       if (auto r = s->upload_matrix(head, s->lm_head, 0, head.rows, staging); !r) return r.error();
       if (auto r = s->upload_quantized(head, s->lm_head_q, 0, head.rows); !r) return r.error();
     }
   }
-  if (const TensorView& p = model.position_table(); p.data != nullptr) {
+  if (const TensorView& p = model.position_table(); p.data != nullptr && s->embeds) {
     const cpu::WeightMatrix table{p.dtype, p.data, static_cast<std::size_t>(p.shape[0]), H};
     s->upload_total += table.rows * H * dtype_size(p.dtype);
     if (auto r = s->upload_matrix(table, s->position_table, 0, table.rows, staging); !r) {
       return r.error();
     }
   }
-  for (auto [v, dst] : {std::pair{&model.embedding_norm(), &s->embedding_norm},
-                        std::pair{&model.embedding_norm_bias(), &s->embedding_norm_bias},
-                        std::pair{&model.alibi_slopes(), &s->alibi_slopes}}) {
-    if (auto r = s->upload_floats(*v, *dst); !r) return r.error();
+  if (s->embeds) {
+    for (auto [v, dst] : {std::pair{&model.embedding_norm(), &s->embedding_norm},
+                          std::pair{&model.embedding_norm_bias(), &s->embedding_norm_bias}}) {
+      if (auto r = s->upload_floats(*v, *dst); !r) return r.error();
+    }
   }
-  if (auto r = s->upload_floats(model.final_norm(), s->final_norm); !r) return r.error();
-  if (auto r = s->upload_floats(model.final_norm_bias(), s->final_norm_bias); !r) return r.error();
-  s->layers.resize(static_cast<std::size_t>(spec.num_layers));
+  if (auto r = s->upload_floats(model.alibi_slopes(), s->alibi_slopes); !r) return r.error();
+  if (s->ends) {
+    if (auto r = s->upload_floats(model.final_norm(), s->final_norm); !r) return r.error();
+    if (auto r = s->upload_floats(model.final_norm_bias(), s->final_norm_bias); !r) {
+      return r.error();
+    }
+  }
+  s->layers.resize(static_cast<std::size_t>(held.count));
   auto concat = [](std::initializer_list<const std::vector<float>*> parts) {
     std::vector<float> out;
     for (const auto* p : parts)
@@ -282,7 +310,7 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
     return out;
   };
   for (std::size_t l = 0; l < s->layers.size(); ++l) {
-    const Model::Layer& L = model.layers()[l];
+    const Model::Layer& L = model.layers()[static_cast<std::size_t>(held.begin) + l];
     State::Layer& D = s->layers[l];
     std::vector<Result<void>> steps;
     steps.push_back(s->upload_floats(L.attn_norm, D.attn_norm));

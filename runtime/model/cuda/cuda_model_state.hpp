@@ -74,7 +74,13 @@ using namespace cuda_model_detail;
 struct CudaModel::State {
   ModelSpec spec;
   CudaModelOptions options;
-  KvLayout layout;
+  KvLayout layout;  // the held layers' (options.layers) keys and values
+  // Pipeline stage (options.layers): the first held layer, whether the stage embeds and ends;
+  // while a stage step runs, its host input (null: embed) and output (null: logits).
+  int first_layer = 0;
+  bool embeds = true, ends = true;
+  const float* stage_in = nullptr;
+  std::vector<float>* stage_out = nullptr;
   int num_pages = 0;
   std::vector<int> free;  // a stack, as KvCache's
   cudaStream_t stream = nullptr;

@@ -4,13 +4,15 @@
 # its engine down, which stops rank 1). Open MPI's mpirun exits 1 after passing a signal on,
 # so its status is not checked; an error from either rank is.
 # Usage: tensor_parallel_serve.sh WEFT MODEL MPIRUN [MPIRUN_FLAGS...]
+# WEFT_SERVE_PARALLEL: the split of the two ranks (default --tensor-parallel 2; the pipeline
+# test passes --pipeline-parallel 2).
 set -uo pipefail
 weft=${1:?usage: tensor_parallel_serve.sh WEFT MODEL MPIRUN [FLAGS...]}
 model=${2:?}
 shift 2
 log=$(mktemp)
 "$@" -np 2 "$weft" serve --model "$model" --device cpu --port 0 --threads 1 \
-  --tensor-parallel 2 >"$log" 2>&1 &
+  ${WEFT_SERVE_PARALLEL:---tensor-parallel 2} >"$log" 2>&1 &
 launcher=$!
 trap 'kill -9 $launcher 2>/dev/null; rm -f "$log"' EXIT
 for _ in $(seq 600); do

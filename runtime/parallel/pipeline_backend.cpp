@@ -1,0 +1,114 @@
+#include "runtime/parallel/pipeline_backend.hpp"
+
+#include <string>
+
+namespace weft::parallel {
+namespace {
+
+std::span<std::byte> bytes(std::vector<float>& v) {
+  return std::as_writable_bytes(std::span<float>(v));
+}
+
+}  // namespace
+
+PipelinePlace pipeline_place(int rank, int tensor_parallel, int stages) {
+  PipelinePlace p;
+  p.tensor_parallel = tensor_parallel;
+  p.stages = stages;
+  p.stage = rank / tensor_parallel;
+  p.tp_rank = rank % tensor_parallel;
+  return p;
+}
+
+Result<std::unique_ptr<PipelineBackend>> PipelineBackend::create(
+    std::unique_ptr<model::StageForward> stage, Communicator& world, PipelinePlace place,
+    int micro_batches) {
+  if (world.device_buffers()) {
+    return Error(ErrorCode::kInvalidArgument, "pipeline: stages exchange host buffers; the " +
+                                                  world.name() +
+                                                  " communicator wants device buffers");
+  }
+  if (world.size() != place.stages * place.tensor_parallel) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "pipeline: " + std::to_string(place.stages) + " stages x " +
+                     std::to_string(place.tensor_parallel) + " tensor-parallel ranks need " +
+                     std::to_string(place.stages * place.tensor_parallel) + " processes, not " +
+                     std::to_string(world.size()));
+  }
+  if (place.world_rank(place.stage, place.tp_rank) != world.rank()) {
+    return Error(ErrorCode::kInvalidArgument, "pipeline: rank " + std::to_string(world.rank()) +
+                                                  " is not stage " + std::to_string(place.stage) +
+                                                  ", tp rank " + std::to_string(place.tp_rank));
+  }
+  if (stage->embeds() != (place.stage == 0) || stage->ends() != (place.stage + 1 == place.stages)) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "pipeline: stage " + std::to_string(place.stage) + " of " +
+                     std::to_string(place.stages) + " holds layers from " +
+                     std::to_string(stage->layers().begin) + ", count " +
+                     std::to_string(stage->layers().count));
+  }
+  if (micro_batches < 1) {
+    return Error(ErrorCode::kInvalidArgument, "pipeline: micro-batches must be at least 1, not " +
+                                                  std::to_string(micro_batches));
+  }
+  return std::unique_ptr<PipelineBackend>(
+      new PipelineBackend(std::move(stage), world, place, micro_batches));
+}
+
+PipelineBackend::~PipelineBackend() {
+  (void)world_.wait_sends();
+}
+
+Result<void> PipelineBackend::forward(const model::StepBatch& batch, std::vector<float>& logits) {
+  logits.clear();
+  const auto& spec = stage_->spec();
+  // Every rank checks the whole batch before anything is sent, so a bad batch fails on every
+  // rank alike instead of leaving a later stage waiting for a message that never comes.
+  {
+    model::KvLayout any;
+    any.num_layers = spec.num_layers;
+    any.num_kv_heads = spec.num_kv_heads;
+    any.head_dim = spec.head_dim;
+    any.page_size = stage_->page_size();
+    if (auto ok = model::check_step_batch(spec, batch, any, num_pages()); !ok) return ok;
+  }
+  if (place_.tensor_parallel > 1 && tensor_group_ == nullptr) {
+    auto group = world_.split(place_.stage, place_.tp_rank);
+    if (!group) return group.error();
+    tensor_group_ = std::move(group.value());
+  }
+  const auto H = static_cast<std::size_t>(spec.hidden_size);
+  const auto V = static_cast<std::size_t>(spec.vocab_size);
+  const bool first = place_.stage == 0, last = place_.stage + 1 == place_.stages;
+  const int prev = first ? -1 : place_.world_rank(place_.stage - 1, place_.tp_rank);
+  const int next = last ? -1 : place_.world_rank(place_.stage + 1, place_.tp_rank);
+  const int head_rank = place_.world_rank(place_.stages - 1, 0);
+  const bool leader = world_.rank() == 0;
+  const auto parts = model::split_micro_batches(batch, micro_batches_);
+  for (const auto& mb : parts) {
+    in_.clear();
+    if (!first) {
+      in_.resize(mb.tokens.size() * H);
+      if (auto ok = world_.recv(bytes(in_), prev); !ok) return ok;
+    }
+    if (auto ok = stage_->forward(mb, in_, out_, tensor_group_.get()); !ok) return ok;
+    if (!last) {
+      if (auto ok = world_.send(bytes(out_), next); !ok) return ok;
+    } else if (leader) {
+      logits.insert(logits.end(), out_.begin(), out_.end());  // one stage only
+    } else if (place_.tp_rank == 0) {
+      if (auto ok = world_.send(bytes(out_), 0); !ok) return ok;
+    }
+  }
+  if (leader && !last) {
+    logits.reserve(static_cast<std::size_t>(batch.logit_rows()) * V);
+    for (const auto& mb : parts) {
+      received_.resize(static_cast<std::size_t>(mb.logit_rows()) * V);
+      if (auto ok = world_.recv(bytes(received_), head_rank); !ok) return ok;
+      logits.insert(logits.end(), received_.begin(), received_.end());
+    }
+  }
+  return world_.wait_sends();
+}
+
+}  // namespace weft::parallel

@@ -1,0 +1,64 @@
+#pragma once
+// Pipeline parallelism across processes (docs/parallel.md, "Pipeline"): each rank runs one
+// stage (a layer range, runtime/model/layer_pipeline.hpp) of the model, or its shard of one
+// when the stage is a tensor-parallel group (hybrid: ranks are numbered stage * N + tp_rank).
+// Every rank sees every step's batch (the leader broadcasts it, step_broadcast.hpp; `weft
+// generate` runs the same loop everywhere), cuts it into the same micro-batches, and for each
+// receives the residual stream from its peer in the stage before, runs its layers and sends
+// the result to its peer in the stage after. Stage 0 goes on to micro-batch i + 1 while
+// stage 1 runs i. The last stage's tp rank 0 sends each micro-batch's logits to world rank 0,
+// where the engine's sampler is: only rank 0's forward() returns logits.
+
+#include <memory>
+
+#include "runtime/model/forward_backend.hpp"
+#include "runtime/model/layer_pipeline.hpp"
+#include "runtime/parallel/communicator.hpp"
+
+namespace weft::parallel {
+
+// Where a rank sits: world rank = stage * tensor_parallel + tp_rank.
+struct PipelinePlace {
+  int stage = 0;
+  int stages = 1;
+  int tp_rank = 0;
+  int tensor_parallel = 1;
+  int world_rank(int at_stage, int at_tp_rank) const {
+    return at_stage * tensor_parallel + at_tp_rank;
+  }
+};
+
+// The place of world rank `rank` in tensor_parallel x stages ranks.
+PipelinePlace pipeline_place(int rank, int tensor_parallel, int stages);
+
+class PipelineBackend final : public model::ForwardBackend {
+ public:
+  // `world` (host buffers) must outlive the backend and have stages * tensor_parallel ranks;
+  // `stage` holds this rank's layers. With tensor_parallel > 1 the stage's group is split
+  // from the world at the first step (MPI_Comm_split is collective over the world, and the
+  // first step is the first moment every rank is sure to be in the same call).
+  // micro_batches: how many pieces each step is cut into (at most one per sequence).
+  static Result<std::unique_ptr<PipelineBackend>> create(std::unique_ptr<model::StageForward> stage,
+                                                         Communicator& world, PipelinePlace place,
+                                                         int micro_batches);
+  ~PipelineBackend() override;
+
+  const model::ModelSpec& spec() const noexcept override { return stage_->spec(); }
+  int num_pages() const noexcept override { return stage_->num_pages(); }
+  // On world rank 0 `logits` gets the step's logits; elsewhere it is left empty.
+  Result<void> forward(const model::StepBatch& batch, std::vector<float>& logits) override;
+
+ private:
+  PipelineBackend(std::unique_ptr<model::StageForward> stage, Communicator& world,
+                  PipelinePlace place, int micro_batches)
+      : stage_(std::move(stage)), world_(world), place_(place), micro_batches_(micro_batches) {}
+
+  std::unique_ptr<model::StageForward> stage_;
+  Communicator& world_;
+  PipelinePlace place_;
+  int micro_batches_;
+  std::unique_ptr<Communicator> tensor_group_;  // split at the first step
+  std::vector<float> in_, out_, received_;
+};
+
+}  // namespace weft::parallel
