@@ -53,8 +53,12 @@ struct CudaModelOptions {
   // that also holds prefill chunks, cuBLAS computes every row and the row kernel recomputes
   // the decode rows (one more pass over the weights). 0: cuBLAS for every product (then
   // speculative greedy output may differ from plain greedy output in the last bits).
-  // WEFT_ROW_KERNEL_TOKENS overrides it, for comparisons.
-  int row_kernel_tokens = 16;
+  // WEFT_ROW_KERNEL_TOKENS overrides it, for comparisons. Off by default: measured on an H100
+  // (docs/PERFORMANCE.md, 2026-11-25), 16 made plain batch-1 decode of the 8B shape 17% slower
+  // (7.26 against 6.21 ms a step) and broke the engine's batch invariance
+  // (CudaEngine.SeededRequestIsReproducibleAndGreedyIsBatchInvariant); 16 turns exact
+  // verification on.
+  int row_kernel_tokens = 0;
   // Called while the weights upload, after each matrix, with the bytes of the stored
   // (mmapped) weights copied so far and in all.
   std::function<void(std::size_t done, std::size_t total)> on_upload_progress;

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <random>
 
@@ -21,7 +23,13 @@ using model::CudaModel;
 using model::CudaModelOptions;
 using model::StepBatch;
 
-const std::filesystem::path kTinyDir = std::filesystem::path(WEFT_SOURCE_DIR) / "models/weft-tiny";
+// The checkout's weft-tiny, or WEFT_TEST_SOURCE_DIR's where the binary runs from another
+// checkout (scripts/gpu-check on the device machine).
+std::filesystem::path tiny_dir() {
+  const char* env = std::getenv("WEFT_TEST_SOURCE_DIR");
+  const std::filesystem::path source = env != nullptr && *env != '\0' ? env : WEFT_SOURCE_DIR;
+  return source / "models/weft-tiny";
+}
 
 bool have_gpu() {
   return !cuda::visible_devices().devices.empty();
@@ -53,7 +61,7 @@ CudaModel make(const model::Model& cpu, KvDtype dtype, int pages, double fractio
 // keeps them fp32; both quantize K and V the same way, bitwise (cuda_kv_quant_test).
 TEST(CudaKvQuantModel, AgreesWithTheCpuModelWithTheSameKvType) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  auto loaded = load_model(kTinyDir);
+  auto loaded = load_model(tiny_dir());
   ASSERT_TRUE(loaded) << loaded.error().what();
   const auto& cpu = loaded->model;
   const int vocab = cpu.spec().vocab_size;
@@ -119,7 +127,7 @@ TEST(CudaKvQuantModel, AgreesWithTheCpuModelWithTheSameKvType) {
 // of bf16 (weft-tiny: head_dim 64, so 4 bytes of scale per 64 bytes of row: 128 / 68).
 TEST(CudaKvQuantModel, PoolHoldsAboutTwiceTheTokensOfBf16) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  auto loaded = load_model(kTinyDir);
+  auto loaded = load_model(tiny_dir());
   ASSERT_TRUE(loaded) << loaded.error().what();
   int bf16_pages = 0;
   {
@@ -137,7 +145,7 @@ TEST(CudaKvQuantModel, PoolHoldsAboutTwiceTheTokensOfBf16) {
 
 TEST(CudaKvQuantModel, RefusesF32Pages) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  auto loaded = load_model(kTinyDir);
+  auto loaded = load_model(tiny_dir());
   ASSERT_TRUE(loaded) << loaded.error().what();
   CudaModelOptions o;
   o.num_pages = 4;
