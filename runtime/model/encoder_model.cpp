@@ -13,6 +13,7 @@
 #include "kernels/cpu/norm.hpp"
 #include "kernels/cpu/paged_attention.hpp"
 #include "kernels/cpu/vector_math.hpp"
+#include "runtime/model/float_tensor_binder.hpp"
 
 namespace weft::model {
 namespace {
@@ -20,68 +21,6 @@ namespace {
 const float* bias_or_null(const std::vector<float>& b) {
   return b.empty() ? nullptr : b.data();
 }
-
-// Finds tensors under the checkpoint's prefix and checks dtype and shape.
-class EncoderBinder {
- public:
-  EncoderBinder(const ModelSpec& spec, const WeightLookup& weights, std::string prefix,
-                std::vector<std::shared_ptr<const void>>& owners)
-      : spec_(spec), weights_(weights), prefix_(std::move(prefix)), owners_(owners) {}
-
-  Result<TensorView> tensor(const std::string& pattern, const std::vector<std::int64_t>& shape,
-                            const char* block) {
-    const std::string name = prefix_ + pattern;
-    const TensorView* t = weights_.find(name);
-    if (t == nullptr) {
-      return Error(ErrorCode::kNotFound, weights_.where + ": tensor \"" + name + "\" (" + block +
-                                             ") required by the " + spec_.architecture +
-                                             " spec is absent from the checkpoint");
-    }
-    if (t->dtype != DType::kF32 && t->dtype != DType::kF16 && t->dtype != DType::kBF16) {
-      return Error(ErrorCode::kInvalidArgument,
-                   weights_.origin(name) + ": tensor \"" + name + "\" has dtype " +
-                       std::string(dtype_name(t->dtype)) + ", expected F32, F16 or BF16");
-    }
-    if (t->shape != shape) {
-      return Error(ErrorCode::kInvalidArgument,
-                   weights_.origin(name) + ": tensor \"" + name + "\" has shape " +
-                       shape_string(t->shape) + ", but the " + spec_.architecture +
-                       " spec with this config.json expects " + shape_string(shape));
-    }
-    TensorView view = *t;
-    if (reinterpret_cast<std::uintptr_t>(view.data) % dtype_size(view.dtype) != 0) {
-      // Kernels read through typed pointers: copy a misaligned tensor once.
-      auto copy = std::make_shared<std::vector<std::uint64_t>>((view.nbytes() + 7) / 8);
-      std::memcpy(copy->data(), view.data, view.nbytes());
-      view.data = reinterpret_cast<const std::byte*>(copy->data());
-      view.owner = copy;
-    }
-    owners_.push_back(view.owner);
-    return view;
-  }
-
-  Result<cpu::WeightMatrix> matrix(const std::string& pattern, std::int64_t rows, std::int64_t cols,
-                                   const char* block) {
-    auto t = tensor(pattern, {rows, cols}, block);
-    if (!t) return t.error();
-    return cpu::WeightMatrix{t->dtype, t->data, static_cast<std::size_t>(rows),
-                             static_cast<std::size_t>(cols)};
-  }
-
-  Result<std::vector<float>> vector(const std::string& pattern, std::int64_t n, const char* block) {
-    auto t = tensor(pattern, {n}, block);
-    if (!t) return t.error();
-    std::vector<float> out(static_cast<std::size_t>(n));
-    cpu::to_f32(t->dtype, t->data, out.data(), out.size(), cpu::KernelPath::kScalar);
-    return out;
-  }
-
- private:
-  const ModelSpec& spec_;
-  const WeightLookup& weights_;
-  std::string prefix_;
-  std::vector<std::shared_ptr<const void>>& owners_;
-};
 
 // NOLINTNEXTLINE(bugprone-macro-parentheses)
 #define WEFT_ENCODER_TRY(target, expr)    \
@@ -137,7 +76,7 @@ Result<EncoderModel> EncoderModel::create(const ModelSpec& spec, const WeightLoo
     return Error(ErrorCode::kNotFound, weights.where + ": no token embedding (tried " + tried +
                                            ") for the " + spec.architecture + " spec");
   }
-  EncoderBinder bind(spec, weights, m.prefix_, m.owners_);
+  FloatTensorBinder bind(spec, weights, m.owners_, m.prefix_);
   const std::int64_t H = spec.hidden_size, I = spec.intermediate_size;
   WEFT_ENCODER_TRY(m.word_embedding_,
                    bind.tensor(spec.tensors.embedding, {spec.vocab_size, H}, "token embedding"));

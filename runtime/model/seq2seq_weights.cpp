@@ -6,81 +6,11 @@
 #include <string>
 
 #include "kernels/cpu/vector_math.hpp"
+#include "runtime/model/float_tensor_binder.hpp"
 #include "runtime/model/seq2seq_model.hpp"
 
 namespace weft::model {
 namespace {
-
-class Seq2SeqBinder {
- public:
-  Seq2SeqBinder(const ModelSpec& spec, const WeightLookup& weights,
-                std::vector<std::shared_ptr<const void>>& owners)
-      : spec_(spec), weights_(weights), owners_(owners) {}
-
-  Result<TensorView> tensor(const std::string& name, const std::vector<std::int64_t>& shape,
-                            const std::string& block) {
-    const TensorView* t = weights_.find(name);
-    if (t == nullptr) {
-      return Error(ErrorCode::kNotFound, weights_.where + ": tensor \"" + name + "\" (" + block +
-                                             ") required by the " + spec_.architecture +
-                                             " spec is absent from the checkpoint");
-    }
-    if (t->dtype != DType::kF32 && t->dtype != DType::kF16 && t->dtype != DType::kBF16) {
-      return Error(ErrorCode::kInvalidArgument,
-                   weights_.origin(name) + ": tensor \"" + name + "\" has dtype " +
-                       std::string(dtype_name(t->dtype)) + ", expected F32, F16 or BF16");
-    }
-    if (t->shape != shape) {
-      return Error(ErrorCode::kInvalidArgument,
-                   weights_.origin(name) + ": tensor \"" + name + "\" has shape " +
-                       shape_string(t->shape) + ", but the " + spec_.architecture +
-                       " spec with this config.json expects " + shape_string(shape));
-    }
-    TensorView view = *t;
-    if (reinterpret_cast<std::uintptr_t>(view.data) % dtype_size(view.dtype) != 0) {
-      // Kernels read through typed pointers: copy a misaligned tensor once.
-      auto copy = std::make_shared<std::vector<std::uint64_t>>((view.nbytes() + 7) / 8);
-      std::memcpy(copy->data(), view.data, view.nbytes());
-      view.data = reinterpret_cast<const std::byte*>(copy->data());
-      view.owner = copy;
-    }
-    owners_.push_back(view.owner);
-    return view;
-  }
-
-  Result<cpu::WeightMatrix> matrix(const std::string& name, std::int64_t rows, std::int64_t cols,
-                                   const std::string& block) {
-    auto t = tensor(name, {rows, cols}, block);
-    if (!t) return t.error();
-    return cpu::WeightMatrix{t->dtype, t->data, static_cast<std::size_t>(rows),
-                             static_cast<std::size_t>(cols)};
-  }
-
-  Result<std::vector<float>> vector(const std::string& name, std::int64_t n,
-                                    const std::string& block) {
-    auto t = tensor(name, {n}, block);
-    if (!t) return t.error();
-    std::vector<float> out(static_cast<std::size_t>(n));
-    cpu::to_f32(t->dtype, t->data, out.data(), out.size(), cpu::KernelPath::kScalar);
-    return out;
-  }
-
-  Result<std::vector<float>> table(const std::string& name, std::int64_t rows, std::int64_t cols,
-                                   const std::string& block) {
-    auto t = tensor(name, {rows, cols}, block);
-    if (!t) return t.error();
-    std::vector<float> out(static_cast<std::size_t>(rows * cols));
-    cpu::to_f32(t->dtype, t->data, out.data(), out.size(), cpu::KernelPath::kScalar);
-    return out;
-  }
-
-  bool has(const std::string& name) const { return weights_.find(name) != nullptr; }
-
- private:
-  const ModelSpec& spec_;
-  const WeightLookup& weights_;
-  std::vector<std::shared_ptr<const void>>& owners_;
-};
 
 // NOLINTNEXTLINE(bugprone-macro-parentheses)
 #define WEFT_S2S_TRY(target, expr)        \
@@ -134,7 +64,7 @@ Result<Seq2SeqModel> Seq2SeqModel::create(const ModelSpec& spec, const WeightLoo
   }
   Seq2SeqModel m;
   m.spec_ = spec;
-  Seq2SeqBinder bind(spec, weights, m.owners_);
+  FloatTensorBinder bind(spec, weights, m.owners_);
   const std::int64_t H = spec.hidden_size;
   const bool layer_norm = spec.norm == model::Norm::kLayer;
 
