@@ -25,6 +25,11 @@ void RequestStream::push(Event event) {
   std::optional<boost::asio::any_completion_handler<Signature>> handler;
   {
     std::lock_guard lock(mutex_);
+    if (event.index >= 0 && static_cast<std::size_t>(event.index) < ended_.size()) {
+      char& ended = ended_[static_cast<std::size_t>(event.index)];
+      if (ended != 0) return;  // nothing after a sample's final event
+      if (event.kind == Event::Kind::kFinal) ended = 1;
+    }
     if (waiting_) {
       handler = std::move(waiting_);
       waiting_.reset();

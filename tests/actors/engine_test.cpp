@@ -188,6 +188,34 @@ TEST_F(EngineTest, SamplesShareThePromptAndStayCorrect) {
   EXPECT_EQ(engine.metrics(asio::use_future).get().kv_pages_used, 0);
 }
 
+// A cancel pushes a sample's final event from the scheduler's strand while the detokenizer
+// may still push that sample's last delta from its own: the stream drops what comes after a
+// sample's final, so a reader never sees an event after n finals (this raced in
+// SamplesShareThePromptAndStayCorrect under load).
+TEST(RequestStreamTest, DropsEventsAfterASamplesFinal) {
+  auto stream = std::make_shared<RequestStream>(7, 2);
+  auto event = [](Event::Kind kind, int index, std::string text) {
+    Event e;
+    e.kind = kind;
+    e.index = index;
+    e.text = std::move(text);
+    return e;
+  };
+  stream->push(event(Event::Kind::kDelta, 0, "a"));
+  stream->push(event(Event::Kind::kFinal, 0, ""));
+  stream->push(event(Event::Kind::kDelta, 0, "late"));  // dropped
+  stream->push(event(Event::Kind::kFinal, 0, ""));      // a second final: dropped
+  stream->push(event(Event::Kind::kDelta, 1, "b"));
+  stream->push(event(Event::Kind::kFinal, 1, ""));
+  std::vector<std::string> seen;
+  for (int i = 0; i < 4; ++i) {
+    Event e = stream->next(asio::use_future).get();
+    seen.push_back(std::to_string(e.index) + (e.kind == Event::Kind::kFinal ? "F" : e.text));
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"0a", "0F", "1b", "1F"}));
+  EXPECT_THROW(stream->next(asio::use_future).get(), Error);
+}
+
 TEST_F(EngineTest, CancelEndsTheStreamAndFreesPages) {
   Engine engine(runtime.executor(), tiny_config());
   auto stream = engine.submit(greedy("The whale", 500), asio::use_future).get();

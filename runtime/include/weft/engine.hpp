@@ -220,7 +220,8 @@ class RequestStream : public std::enable_shared_from_this<RequestStream> {
  public:
   using Signature = void(std::exception_ptr, Event);
 
-  explicit RequestStream(std::uint64_t id, int samples = 1) : id_(id), samples_(samples) {}
+  explicit RequestStream(std::uint64_t id, int samples = 1)
+      : id_(id), samples_(samples), ended_(static_cast<std::size_t>(samples > 0 ? samples : 1)) {}
   std::uint64_t id() const noexcept { return id_; }
 
   // The next event. After the last final event has been taken, fails with kOutOfRange. One
@@ -234,7 +235,9 @@ class RequestStream : public std::enable_shared_from_this<RequestStream> {
         token);
   }
 
-  // For the engine's actors: queue an event for the reader.
+  // For the engine's actors: queue an event for the reader. An event for a sample whose final
+  // event was already pushed is dropped: a cancel ends a sample at once, while the
+  // detokenizer (another strand) may still be turning that sample's last step into text.
   void push(Event event);
 
  private:
@@ -246,6 +249,7 @@ class RequestStream : public std::enable_shared_from_this<RequestStream> {
   std::optional<boost::asio::any_completion_handler<Signature>> waiting_;
   int samples_;
   int finals_taken_ = 0;
+  std::vector<char> ended_;  // per sample: 1 once its final event was pushed
 };
 
 struct EngineMetrics {
