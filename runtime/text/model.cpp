@@ -22,6 +22,7 @@ Vocabulary::Vocabulary(std::vector<std::pair<std::string, std::uint32_t>> entrie
 }
 
 Vocabulary& Vocabulary::operator=(Vocabulary&& other) noexcept {
+  if (this == &other) return *this;
   // Moving the vector hands over its buffer, so the strings stay where they are and the
   // index's string_view keys (which point into them, short strings included) stay valid.
   tokens_ = std::move(other.tokens_);
