@@ -349,13 +349,23 @@ std::vector<std::string> known_architectures(const std::filesystem::path& spec_d
   return out;
 }
 
+SpecIndex read_spec_index(const std::filesystem::path& spec_dir) {
+  return SpecIndex{spec_dir, spec_index(spec_dir), spec_index(spec_dir, "model_types")};
+}
+
 // config.json's "architectures" first (exact class names), then its "model_type" (the family,
 // which a config without architectures, or with a head class no spec lists, still names).
 Result<std::filesystem::path> find_spec_file(const std::filesystem::path& spec_dir,
                                              const std::filesystem::path& config_json) {
+  return find_spec_file(read_spec_index(spec_dir), config_json);
+}
+
+Result<std::filesystem::path> find_spec_file(const SpecIndex& specs,
+                                             const std::filesystem::path& config_json) {
   JsonDoc config;
   if (auto ok = parse_json(config_json, config); !ok) return ok.error();
-  const auto index = spec_index(spec_dir);
+  const auto& index = specs.architectures;
+  const auto& spec_dir = specs.dir;
   std::string names;
   dom::element archs;
   if (!config.root["architectures"].get(archs) && !archs.is_null()) {
@@ -377,7 +387,7 @@ Result<std::filesystem::path> find_spec_file(const std::filesystem::path& spec_d
       }
     }
   }
-  const auto types = spec_index(spec_dir, "model_types");
+  const auto& types = specs.model_types;
   std::string_view model_type;
   dom::element type_node;
   const bool has_type = !config.root["model_type"].get(type_node) && !type_node.get(model_type);

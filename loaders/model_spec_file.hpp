@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/model/model_spec.hpp"
@@ -21,6 +22,16 @@ Result<model::ModelSpec> read_model_spec(const std::filesystem::path& spec_file,
 // "architectures". An unknown architecture is an error listing the known ones and saying how
 // to add a spec file.
 Result<std::filesystem::path> find_spec_file(const std::filesystem::path& spec_dir,
+                                             const std::filesystem::path& config_json);
+
+// The names each spec file of a folder covers ("architectures", "model_types"), read once for
+// many find_spec_file calls (the overload above reads the folder each time).
+struct SpecIndex {
+  std::filesystem::path dir;
+  std::vector<std::pair<std::string, std::filesystem::path>> architectures, model_types;
+};
+SpecIndex read_spec_index(const std::filesystem::path& spec_dir);
+Result<std::filesystem::path> find_spec_file(const SpecIndex& specs,
                                              const std::filesystem::path& config_json);
 
 // Architectures each spec file in `spec_dir` covers, sorted.

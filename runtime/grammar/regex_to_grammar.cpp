@@ -1,6 +1,7 @@
 #include "runtime/grammar/regex_to_grammar.hpp"
 
 #include <cctype>
+#include <map>
 
 namespace weft::grammar {
 namespace {
@@ -57,8 +58,18 @@ class RegexParser {
                                         " (in /" + std::string(p_) + "/)");
   }
 
+  // A set's UTF-8 expression is built once per pattern and shared by each use (expressions
+  // never change once made): `.` or \w repeated throughout a pattern would otherwise rebuild
+  // the same byte-range tree each time.
   ExprId chars(const std::vector<CodepointRange>& set) {
-    return o_.json_string ? json_string_char(g_, set) : g_.codepoints(set);
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> key;
+    key.reserve(set.size());
+    for (const auto& r : set)
+      key.emplace_back(r.lo, r.hi);
+    if (auto it = chars_made_.find(key); it != chars_made_.end()) return it->second;
+    const ExprId id = o_.json_string ? json_string_char(g_, set) : g_.codepoints(set);
+    chars_made_.emplace(std::move(key), id);
+    return id;
   }
   // `.` in ECMAScript: anything but line terminators.
   ExprId any() { return chars(complement_ranges({{0x0A, 0x0A}, {0x0D, 0x0D}, {0x2028, 0x2029}})); }
@@ -348,6 +359,7 @@ class RegexParser {
   Grammar& g_;
   std::string_view p_;
   RegexOptions o_;
+  std::map<std::vector<std::pair<std::uint32_t, std::uint32_t>>, ExprId> chars_made_;
   std::size_t i_ = 0;
 };
 

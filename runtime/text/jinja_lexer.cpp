@@ -348,9 +348,24 @@ class Lexer {
     auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
     std::size_t line_index = static_cast<std::size_t>(it - line_starts_.begin()) - 1;
     t.line = static_cast<int>(line_index + 1);
-    t.column = static_cast<int>(count_code_points(std::string_view(src_).substr(
-                                    line_starts_[line_index], offset - line_starts_[line_index])) +
-                                1);
+    // Tokens come in order, so the code points before this one are counted from the previous
+    // token of the line rather than from the line's start (a long line of many tokens was
+    // counted over and over: quadratic). The previous offset is reused only where it holds an
+    // ASCII byte, which no UTF-8 sequence, well-formed or not, reaches across.
+    std::size_t from = line_starts_[line_index];
+    std::size_t before = 0;
+    if (counted_line_ == line_index && counted_offset_ >= from && counted_offset_ <= offset) {
+      from = counted_offset_;
+      before = counted_points_;
+    }
+    const std::size_t points =
+        before + count_code_points(std::string_view(src_).substr(from, offset - from));
+    if (offset < src_.size() && static_cast<unsigned char>(src_[offset]) < 0x80) {
+      counted_line_ = line_index;
+      counted_offset_ = offset;
+      counted_points_ = points;
+    }
+    t.column = static_cast<int>(points + 1);
     return t;
   }
 
@@ -364,6 +379,10 @@ class Lexer {
   std::string_view name_;
   LexOptions options_;
   std::vector<std::size_t> line_starts_;
+  // The last position make() counted: its line, its offset and the code points before it.
+  mutable std::size_t counted_line_ = static_cast<std::size_t>(-1);
+  mutable std::size_t counted_offset_ = 0;
+  mutable std::size_t counted_points_ = 0;
   std::vector<Token> tokens_;
 };
 

@@ -14,26 +14,24 @@ Vocabulary::Vocabulary(std::vector<std::pair<std::string, std::uint32_t>> entrie
     tokens_[id] = std::move(token);
     has_[id] = true;
   }
-  rebuild_index();
-  // A token listed twice maps to the id it was listed with last.
+  // Only the listed ids, not every id below the bound: a file may list a few tokens with ids
+  // in the millions. A token listed twice maps to the id it was listed with last.
+  ids_.reserve(entries.size());
   for (const auto& [token, id] : entries)
     ids_[std::string_view(tokens_[id])] = id;
 }
 
 Vocabulary& Vocabulary::operator=(Vocabulary&& other) noexcept {
+  if (this == &other) return *this;
+  // Moving the vector hands over its buffer, so the strings stay where they are and the
+  // index's string_view keys (which point into them, short strings included) stay valid.
   tokens_ = std::move(other.tokens_);
   has_ = std::move(other.has_);
-  rebuild_index();
+  ids_ = std::move(other.ids_);
+  other.tokens_.clear();
+  other.has_.clear();
+  other.ids_.clear();
   return *this;
-}
-
-void Vocabulary::rebuild_index() {
-  // string_view keys must point into this object's strings (SSO strings move their bytes).
-  ids_.clear();
-  ids_.reserve(tokens_.size());
-  for (std::uint32_t id = 0; id < tokens_.size(); ++id) {
-    if (has_[id]) ids_[std::string_view(tokens_[id])] = id;
-  }
 }
 
 }  // namespace weft::text

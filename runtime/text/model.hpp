@@ -35,7 +35,6 @@ class Vocabulary {
   std::size_t size() const { return ids_.size(); }
 
  private:
-  void rebuild_index();
   std::vector<std::string> tokens_;
   std::vector<bool> has_;
   std::unordered_map<std::string_view, std::uint32_t> ids_;  // views into tokens_

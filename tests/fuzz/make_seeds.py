@@ -201,6 +201,39 @@ def generated(target):
                                r"[^\x00-\x1f\"\\]{0,20}", r"\p{L}+\s\w*", r"(a(b(c)?)+)+", r"[\u00e9\u4e00-\u9fff]",
                                r"x{2,}y{,3}z{4}", r".*?(?:ab|cd)+", r"\\[tn]|\.\*\+", r"[[:alpha:]]"]):
             s["r%02d" % i] = r.encode()
+    elif target == "fuzz_tokenizer_json":
+        # Small files of each model type and component, beside the 40-128 KB fixtures: the time
+        # per input grows with its size, and mutations of a small file reach the same code.
+        vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "a": 3, "b": 4, "ab": 5, "\u0120": 6, "\u2581": 7, "##b": 8}
+        added = [{"id": 1, "content": "<s>", "special": True, "single_word": False, "lstrip": False,
+                  "rstrip": False, "normalized": False}]
+        bpe = {"type": "BPE", "vocab": vocab, "merges": ["a b"], "unk_token": "<unk>", "byte_fallback": True}
+        s["small_bpe"] = json.dumps({"added_tokens": added, "normalizer": {"type": "NFC"},
+                                     "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False},
+                                     "model": bpe, "decoder": {"type": "ByteLevel"},
+                                     "post_processor": {"type": "TemplateProcessing",
+                                                        "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                                                   {"Sequence": {"id": "A", "type_id": 0}}],
+                                                        "special_tokens": {"<s>": {"id": "<s>", "ids": [1]}}}}).encode()
+        s["small_spm_bpe"] = json.dumps({"normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "\u2581"}, {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+            "model": bpe, "decoder": {"type": "Sequence", "decoders": [
+                {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
+                {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}}).encode()
+        s["small_wordpiece"] = json.dumps({"normalizer": {"type": "BertNormalizer", "lowercase": True},
+                                           "pre_tokenizer": {"type": "BertPreTokenizer"},
+                                           "model": {"type": "WordPiece", "vocab": vocab, "unk_token": "<unk>",
+                                                     "continuing_subword_prefix": "##"},
+                                           "decoder": {"type": "WordPiece", "prefix": "##"}}).encode()
+        s["small_unigram"] = json.dumps({"pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581",
+                                                           "prepend_scheme": "always"},
+                                         "model": {"type": "Unigram", "unk_id": 0, "vocab": [
+                                             [k, -float(i)] for i, k in enumerate(vocab)]},
+                                         "decoder": {"type": "Metaspace", "replacement": "\u2581"}}).encode()
+        s["small_split"] = json.dumps({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": "\\p{L}+|\\s+"}, "behavior": "Isolated", "invert": False},
+            {"type": "Digits", "individual_digits": True}, {"type": "Punctuation"}]},
+            "model": bpe}).encode()
     elif target == "fuzz_ebnf":
         s["json_like"] = (b'root ::= obj\nobj ::= "{" ws (pair ("," ws pair)*)? "}"\n'
                           b'pair ::= str ws ":" ws val\nval ::= str | [0-9]+ | obj | "true"\n'

@@ -128,6 +128,36 @@ TEST(ModelSpecFile, UnknownArchitectureListsTheKnownOnesAndHowToAddOne) {
                    "gpt2, llama", "docs/model-spec.md", "--spec FILE", "config.json"});
 }
 
+// An index read once answers as reading the folder each time does, for every fixture model
+// and for an unknown architecture.
+TEST(ModelSpecFile, ASpecIndexReadOnceFindsTheSameFiles) {
+  const SpecIndex specs = read_spec_index(kSpecs);
+  EXPECT_FALSE(specs.architectures.empty());
+  EXPECT_FALSE(specs.model_types.empty());
+  int found = 0;
+  for (const auto& entry : fs::directory_iterator(kModels)) {
+    const auto config = entry.path() / "config.json";
+    if (!fs::exists(config)) continue;
+    auto once = find_spec_file(specs, config);
+    auto each = find_spec_file(kSpecs, config);
+    ASSERT_EQ(once.ok(), each.ok()) << config;
+    if (once.ok()) {
+      EXPECT_EQ(*once, *each) << config;
+      ++found;
+    } else {
+      EXPECT_STREQ(once.error().what(), each.error().what());
+    }
+  }
+  EXPECT_GT(found, 5);
+  const auto unknown = scratch_config(
+      "unknown_index", R"({"architectures":["MambaForCausalLM"],"model_type":"mamba"})");
+  auto once = find_spec_file(specs, unknown);
+  auto each = find_spec_file(kSpecs, unknown);
+  ASSERT_FALSE(once.ok());
+  ASSERT_FALSE(each.ok());
+  EXPECT_STREQ(once.error().what(), each.error().what());
+}
+
 TEST(ModelSpecFile, ConfigFieldOfTheWrongType) {
   const std::string base = R"("architectures":["LlamaForCausalLM"],"vocab_size":10,
     "intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2)";

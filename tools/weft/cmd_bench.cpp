@@ -349,17 +349,21 @@ int run_bench(const BenchOptions& o) {
                                    std::chrono::duration<double>(offset_s)));
     requests.push_back(std::move(r));
   }
+  // Closed loop (--max-concurrency): N clients, each sending its next request (in order, from
+  // a shared counter) when its previous one has finished, so no request queues in the engine
+  // behind others. A coroutine lambda's frame refers to the lambda object (its captures are
+  // not copied into the frame), so the lambda and the counter live until every client has
+  // finished (the f.get() below): declared inside the branch, they were freed while the
+  // clients still ran (ThreadSanitizer: heap-use-after-free on the counter).
+  std::atomic<int> next{0};
+  auto client = [&]() -> asio::awaitable<void> {
+    for (int i; (i = next.fetch_add(1)) < num_requests;) {
+      const auto k = static_cast<std::size_t>(i);
+      co_await run_request(*engine, std::move(requests[k]), std::max(start, Clock::now()), times[k],
+                           progress);
+    }
+  };
   if (o.max_concurrency > 0) {
-    // Closed loop: N clients, each sending its next request (in order, from a shared counter)
-    // when its previous one has finished, so no request queues in the engine behind others.
-    auto next = std::make_shared<std::atomic<int>>(0);
-    auto client = [&, next]() -> asio::awaitable<void> {
-      for (int i; (i = next->fetch_add(1)) < num_requests;) {
-        const auto k = static_cast<std::size_t>(i);
-        co_await run_request(*engine, std::move(requests[k]), std::max(start, Clock::now()),
-                             times[k], progress);
-      }
-    };
     for (int c = 0; c < std::min(o.max_concurrency, num_requests); ++c)
       done.push_back(asio::co_spawn(runtime.executor(), client(), asio::use_future));
   } else {

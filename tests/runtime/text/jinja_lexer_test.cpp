@@ -81,5 +81,26 @@ TEST(JinjaLexerTest, ErrorsAreLocated) {
   EXPECT_STREQ(bad_escape.error().what(), "t.jinja:1:5: truncated \\u escape");
 }
 
+// Columns count code points from the line's start, across many tokens on one long line with
+// multi-byte and malformed UTF-8 between them (each token's column is counted on from the
+// previous token's: a line of n tokens was counted n times over).
+TEST(JinjaLexerTest, ColumnsOnALongLine) {
+  std::string source;
+  std::size_t points = 0;
+  for (int i = 0; i < 2000; ++i) {
+    source += "\xC3\xA9{{ x }}\xE2\x82";  // é, a tag, a truncated 3-byte sequence (2 points)
+    points += 1 + 7 + 2;
+  }
+  source += "{{ a ? b }}";
+  auto bad = tokenize(source, "t.jinja");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(std::string(bad.error().what()),
+            "t.jinja:1:" + std::to_string(points + 6) + ": unexpected character '?'");
+  auto tokens = lex("\xC3\xA9{{ x }}\xE2\x82{{ y }}");
+  ASSERT_EQ(tokens.size(), 9u);
+  EXPECT_EQ(tokens[6].text, "y");
+  EXPECT_EQ(tokens[6].column, 14);
+}
+
 }  // namespace
 }  // namespace weft::jinja

@@ -238,3 +238,22 @@ TEST(TokenizerJsonErrors, CorruptedFilesLoadOrFailButNeverCrash) {
 
 }  // namespace
 }  // namespace weft::text::testing
+
+// A vocabulary with a few ids far apart: its index holds the listed tokens only and survives
+// the vocabulary's moves into the model and the tokenizer (its keys point into the tokens,
+// short ones included). Building it once walked every id below the largest after every move.
+TEST(TokenizerJsonErrors, SparseIdsLoadAndEncode) {
+  const std::string json = R"({
+    "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+              "max_input_chars_per_word": 100,
+              "vocab": {"[UNK]": 0, "hi": 7, "there": 16000000, "##s": 9000000, "a": 3}},
+    "pre_tokenizer": {"type": "WhitespaceSplit"}})";
+  auto tok = weft::loaders::parse_tokenizer_json(json, "sparse.json");
+  ASSERT_TRUE(tok.ok()) << tok.error().what();
+  auto ids = (*tok)->encode("hi theres a zz", false);
+  ASSERT_TRUE(ids.ok()) << ids.error().what();
+  EXPECT_EQ(*ids, (std::vector<std::uint32_t>{7, 16000000, 9000000, 3, 0}));
+  ASSERT_NE((*tok)->id_to_token(9000000), nullptr);
+  EXPECT_EQ(*(*tok)->id_to_token(9000000), "##s");
+  EXPECT_EQ((*tok)->id_to_token(9000001), nullptr);
+}

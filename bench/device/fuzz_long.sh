@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# The fuzz long run on the device machine's cores (docs/reliability.md, "The long run").
+#
+#   bench/device/fuzz_long.sh --pack [BUILD_DIR]   here: strip the fuzz binaries of BUILD_DIR
+#       (default build/fuzz) into .devcarry/fuzz/fuzz.tar.xz, and the corpora of
+#       build/fuzz-work into .devcarry/fuzz/corpus.tar.xz when there are any
+#   bench/device/fuzz_long.sh [SECONDS] [options]   there: the run
+#
+# Options of the run (environment variables in brackets):
+#   --seconds S     each target fuzzes for S seconds (FUZZ_SECONDS; 480, under the tool's 10 min)
+#   --jobs N        libFuzzer jobs per target (FUZZ_JOBS; default: the cores / the targets run
+#                   at once, at least 1)
+#   --targets "..." the targets (FUZZ_TARGETS; the five slow ones: regex json_schema
+#                   chat_template config_json tokenizer_json)
+#   --serial        one target after another, each with all the cores (then SECONDS each)
+#   --bin FILE      the binaries' tarball (FUZZ_BIN; .devcarry/fuzz/fuzz.tar.xz)
+#   --corpus FILE   corpora to continue (FUZZ_CORPUS; .devcarry/fuzz/corpus.tar.xz if present)
+#   --slow S        an input slower than S seconds is saved as a slow unit (FUZZ_SLOW; 5)
+#
+# Writes to $OUT (or /tmp/fuzz-out): fuzz_summary.md (one table: executions, rate, corpus,
+# crashes, slow units per target), corpus.tar.xz (every target's corpus, to carry into the
+# next run with --corpus), findings.tar.gz (each target's crashes/ folder, slow units included,
+# and the tail of its logs) and the scripts/fuzz output per target.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+
+if [ "${1:-}" = --pack ]; then
+  build=${2:-build/fuzz}
+  [ -d "$build/fuzz" ] || { echo "fuzz_long: no $build/fuzz (cmake --preset fuzz && cmake --build $build --target fuzz_all)" >&2; exit 1; }
+  stage=$(mktemp -d)
+  mkdir -p "$stage/fuzz" .devcarry/fuzz
+  cp -a "$build"/fuzz/. "$stage/fuzz/"
+  # Debug info off, symbols kept: the sanitizers' stack traces still name the functions.
+  for f in "$stage"/fuzz/fuzz_*; do strip --strip-debug "$f"; done
+  tar -C "$stage" -cf - fuzz | xz -6 -T2 > .devcarry/fuzz/fuzz.tar.xz
+  rm -rf "$stage"
+  echo "fuzz_long: .devcarry/fuzz/fuzz.tar.xz ($(du -h .devcarry/fuzz/fuzz.tar.xz | cut -f1))"
+  if compgen -G "build/fuzz-work/fuzz_*/corpus" >/dev/null; then
+    (cd build/fuzz-work && tar -cf - fuzz_*/corpus) | xz -6 -T2 > .devcarry/fuzz/corpus.tar.xz
+    echo "fuzz_long: .devcarry/fuzz/corpus.tar.xz ($(du -h .devcarry/fuzz/corpus.tar.xz | cut -f1))"
+  fi
+  exit 0
+fi
+
+seconds=${FUZZ_SECONDS:-480}
+jobs=${FUZZ_JOBS:-}
+targets=${FUZZ_TARGETS:-regex json_schema chat_template config_json tokenizer_json}
+bin=${FUZZ_BIN:-.devcarry/fuzz/fuzz.tar.xz}
+corpus=${FUZZ_CORPUS:-.devcarry/fuzz/corpus.tar.xz}
+slow=${FUZZ_SLOW:-5}
+serial=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --seconds) seconds=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
+    --targets) targets=$2; shift 2 ;;
+    --serial) serial=1; shift ;;
+    --bin) bin=$2; shift 2 ;;
+    --corpus) corpus=$2; shift 2 ;;
+    --slow) slow=$2; shift 2 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    [0-9]*) seconds=$1; shift ;;
+    *) echo "fuzz_long: unknown option '$1' (--help)" >&2; exit 2 ;;
+  esac
+done
+read -r -a list <<< "$targets"
+[ ${#list[@]} -gt 0 ] || { echo "fuzz_long: no targets" >&2; exit 2; }
+cores=$(nproc)
+if [ -z "$jobs" ]; then
+  if [ $serial = 1 ]; then jobs=$cores; else jobs=$(( cores / ${#list[@]} )); fi
+  [ "$jobs" -ge 1 ] || jobs=1
+fi
+out=${OUT:-/tmp/fuzz-out}
+work=/tmp/fuzz-long
+mkdir -p "$out" "$work/bin"
+[ -f "$bin" ] || { echo "fuzz_long: no binaries at $bin (run bench/device/fuzz_long.sh --pack here first)" >&2; exit 1; }
+tar -C "$work/bin" -xJf "$bin"
+if [ -f "$corpus" ]; then
+  mkdir -p "$work/fw" && tar -C "$work/fw" -xJf "$corpus"
+  echo "fuzz_long: continuing the corpora of $corpus"
+fi
+count() { find "$1" -type f 2>/dev/null | wc -l; }
+declare -A before
+for t in "${list[@]}"; do
+  t=fuzz_${t#fuzz_}
+  before[$t]=$(count "$work/fw/$t/corpus")
+done
+echo "fuzz_long: $cores cores; ${list[*]}: $jobs job(s) each, $seconds s each, $([ $serial = 1 ] && echo 'one after another' || echo 'all at once')"
+
+run_one() {
+  local t=$1
+  # scripts/fuzz seeds the corpus, adds the target's dictionary and -max_len, and keeps
+  # crash and slow inputs in $work/fw/$t/crashes.
+  scripts/fuzz "$t" "$seconds" --jobs "$jobs" --prebuilt "$work/bin/fuzz" --work "$work/fw" \
+    -- -report_slow_units="$slow" > "$out/$t.txt" 2>&1
+  echo "fuzz_long: $(grep -h "^fuzz: fuzz_.*execs in" "$out/$t.txt" | tail -1)"
+}
+start=$(date +%s)
+for t in "${list[@]}"; do
+  t=fuzz_${t#fuzz_}
+  if [ $serial = 1 ]; then run_one "$t"; else run_one "$t" & fi
+done
+wait
+wall=$(( $(date +%s) - start ))
+
+{
+  echo "Fuzz long run: $(date -u '+%Y-%m-%d %H:%M UTC'), $cores cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $jobs job(s) per target, $seconds s per target, $wall s in all"
+  echo
+  echo "| target | executions | executions/s | corpus before | corpus after | crashes | slow units | exit |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+  for t in "${list[@]}"; do
+    t=fuzz_${t#fuzz_}
+    d=$work/fw/$t
+    execs=$(cat "$d"/logs/fuzz-*.log 2>/dev/null | sed -n 's/^stat::number_of_executed_units: *//p' | awk '{s+=$1} END {print s+0}')
+    crashes=$(find "$d/crashes" -type f ! -name 'slow-unit-*' 2>/dev/null | wc -l)
+    slows=$(find "$d/crashes" -type f -name 'slow-unit-*' 2>/dev/null | wc -l)
+    rc=$(sed -n 's/.*exit \([0-9]*\)$/\1/p' "$out/$t.txt" | tail -1)
+    echo "| \`$t\` | $execs | $(( execs / (seconds > 0 ? seconds : 1) )) | ${before[$t]} | $(count "$d/corpus") | $crashes | $slows | ${rc:-?} |"
+  done
+} > "$out/fuzz_summary.md"
+cat "$out/fuzz_summary.md"
+
+(cd "$work/fw" && tar -cf - fuzz_*/corpus) | xz -6 -T0 > "$out/corpus.tar.xz"
+(cd "$work/fw" && for t in fuzz_*; do
+   mkdir -p "/tmp/fuzz-findings/$t"
+   cp -a "$t/crashes" "/tmp/fuzz-findings/$t/" 2>/dev/null
+   for l in "$t"/logs/*.log; do [ -f "$l" ] && tail -60 "$l" > "/tmp/fuzz-findings/$t/$(basename "$l")"; done
+ done)
+tar -C /tmp/fuzz-findings -czf "$out/findings.tar.gz" .
+ls -la "$out"
