@@ -170,6 +170,51 @@ std::int32_t CompiledGrammar::Scratch::intern(const StackSet& s) {
   return id;
 }
 
+std::int32_t CompiledGrammar::Scratch::step(std::int32_t id, std::uint8_t byte) {
+  const auto at = static_cast<std::size_t>(id) * 256 + byte;
+  if (next[at] >= 0) return next[at];
+  pda.step(states[static_cast<std::size_t>(id)], byte, stepped);
+  const std::int32_t nid = intern(stepped);
+  if (nid >= 0) next[at] = nid;
+  return nid;
+}
+
+bool CompiledGrammar::Scratch::holds_string(std::int32_t id, StringClass klass) {
+  auto& known = klass == kStringUtf8 ? holds_utf8 : holds_ascii;
+  if (known.size() <= static_cast<std::size_t>(id)) known.resize(states.size(), -1);
+  if (known[static_cast<std::size_t>(id)] >= 0) return known[static_cast<std::size_t>(id)] == 1;
+  // Breadth over (automaton state, memo id) pairs; a string's loop meets a handful (the
+  // boundary and the continuation states of multi-byte characters).
+  // A string's loop comes back to its set after a character: anything else (a bounded
+  // string's chain of copies, a literal) is refused after one step.
+  constexpr std::size_t kMaxPairs = 16;
+  std::vector<std::pair<int, std::int32_t>> seen{{0, id}};
+  bool ok = step(id, 'a') == id;
+  for (std::size_t k = 0; k < seen.size() && ok; ++k) {
+    const auto [q, m] = seen[k];
+    for (int i = 0; i < 256 && ok; ++i) {
+      const auto b = static_cast<std::uint8_t>(i);
+      const int q2 = string_class_step(klass, q, b);
+      if (q2 < 0) continue;
+      const std::int32_t m2 = step(m, b);
+      if (m2 < 0 || states[static_cast<std::size_t>(m2)].cursors.empty()) {
+        ok = false;
+        break;
+      }
+      const std::pair<int, std::int32_t> p{q2, m2};
+      if (std::find(seen.begin(), seen.end(), p) != seen.end()) continue;
+      if (seen.size() >= kMaxPairs) {
+        ok = false;
+        break;
+      }
+      seen.push_back(p);
+    }
+  }
+  if (known.size() < states.size()) known.resize(states.size(), -1);
+  known[static_cast<std::size_t>(id)] = ok ? 1 : 0;
+  return ok;
+}
+
 std::size_t CompiledGrammar::KeyHash::operator()(
     const std::vector<std::uint32_t>& key) const noexcept {
   std::uint64_t h = 0xcbf29ce484222325ull;
@@ -336,11 +381,7 @@ void CompiledGrammar::precompute(std::uint32_t rule, std::uint32_t alt, std::uin
   levels[0].cursors.push_back(
       Cursor{ctx.bottom, 0, static_cast<std::uint32_t>(levels[0].frames.size())});
 
-  if (scratch.states.size() >= Scratch::kMaxStates) {
-    scratch.states.clear();
-    scratch.index.clear();
-    scratch.next.clear();
-  }
+  if (scratch.states.size() >= Scratch::kMaxStates) scratch.clear_memo();
   auto& states = scratch.states;
   auto& next_id = scratch.next;
   // `id`: the memo id of the set at depth d (then levels[d] is unused), or -1 when the memo
@@ -349,11 +390,31 @@ void CompiledGrammar::precompute(std::uint32_t rule, std::uint32_t alt, std::uin
       [&](std::uint32_t v, std::size_t d, bool uncertain, std::int32_t id) {
         const auto& node = trie.node(v);
         const StackSet& cur = id >= 0 ? states[static_cast<std::size_t>(id)] : levels[d];
+        // Inside a free JSON string, the subtrees of string text (most of the vocabulary) are
+        // accepted whole: the walk would find every token of them alive.
+        std::uint8_t whole = 0;
+        if (id >= 0 && node.child_count > 0) {
+          if (scratch.holds_string(id, kStringUtf8))
+            whole = kStringUtf8;
+          else if (scratch.holds_string(id, kStringAscii))
+            whole = kStringAscii;
+        }
         for (std::uint32_t ci = 0; ci < node.child_count; ++ci) {
           std::uint32_t c = node.first_child + ci;
           const auto& child = trie.node(c);
           // Only tokens longer than skip_len are decided here (ref has the others).
           if (trie.deepest(c) <= skip_len) continue;
+          if (whole & trie.string_classes(c)) {
+            for (std::uint32_t i = child.subtree_begin; i < child.subtree_end; ++i) {
+              const std::int32_t t = trie.order()[i];
+              if (skip_len != 0 &&
+                  trie.vocab().tokens[static_cast<std::size_t>(t)].size() <= skip_len)
+                continue;
+              kind[t] = kAccept;
+              touched.push_back(t);
+            }
+            continue;
+          }
           bool uncertain_here = uncertain || (cur.left_context && follow.test(child.byte));
           std::int32_t nid = -1;
           const StackSet* next = nullptr;

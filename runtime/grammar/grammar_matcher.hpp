@@ -107,6 +107,23 @@ class CompiledGrammar {
     std::vector<std::int32_t> next;
     std::string key;
     std::int32_t intern(const StackSet& s);
+    // The memo id one byte after `id` (stepped and interned on a miss), -1 when the memo is full.
+    std::int32_t step(std::int32_t id, std::uint8_t byte);
+    // Whether every path of the string automaton `klass` (token_trie.hpp), from its character
+    // boundary, keeps the set `id` alive (some stack left): then every token of a trie subtree
+    // whose string_classes() hold klass is accepted from there, without walking it. A free
+    // JSON string's character loop holds kStringUtf8; the check is one product of the
+    // automaton with the memo (a few hundred memoized steps), cached per id.
+    bool holds_string(std::int32_t id, StringClass klass);
+    std::vector<std::int8_t> holds_utf8, holds_ascii;  // per id: -1 unknown, 0 no, 1 yes
+    StackSet stepped;
+    void clear_memo() {
+      states.clear();
+      index.clear();
+      next.clear();
+      holds_utf8.clear();
+      holds_ascii.clear();
+    }
   };
   void compute_contexts();
   // `ref`, when given, is the mask of the same position in the outermost copy of a bounded
