@@ -185,8 +185,6 @@ bool CompiledGrammar::Scratch::holds_string(std::int32_t id, StringClass klass) 
   if (known[static_cast<std::size_t>(id)] >= 0) return known[static_cast<std::size_t>(id)] == 1;
   // Breadth over (automaton state, memo id) pairs; a string's loop meets a handful (the
   // boundary and the continuation states of multi-byte characters).
-  // A string's loop comes back to its set after a character: anything else (a bounded
-  // string's chain of copies, a literal) is refused after one step.
   constexpr std::size_t kMaxPairs = 16;
   std::vector<std::pair<int, std::int32_t>> seen{{0, id}};
   bool ok = step(id, 'a') == id;
@@ -200,6 +198,16 @@ bool CompiledGrammar::Scratch::holds_string(std::int32_t id, StringClass klass) 
       if (m2 < 0 || states[static_cast<std::size_t>(m2)].cursors.empty()) {
         ok = false;
         break;
+      }
+      // Back at a character boundary the set must be id again: a string's loop. Anything
+      // else (a pattern's sets growing with each ':' of '.+:.+', a bounded string's copies)
+      // is refused at its first such byte, so a failing check costs a step or two.
+      if (q2 == 0) {
+        if (m2 != id) {
+          ok = false;
+          break;
+        }
+        continue;
       }
       const std::pair<int, std::int32_t> p{q2, m2};
       if (std::find(seen.begin(), seen.end(), p) != seen.end()) continue;
@@ -393,7 +401,9 @@ void CompiledGrammar::precompute(std::uint32_t rule, std::uint32_t alt, std::uin
         // Inside a free JSON string, the subtrees of string text (most of the vocabulary) are
         // accepted whole: the walk would find every token of them alive.
         std::uint8_t whole = 0;
-        if (id >= 0 && node.child_count > 0) {
+        // A string's loop set is met within one character of the position (a UTF-8 character
+        // is at most 4 bytes); deeper sets of it are the same id, already known.
+        if (id >= 0 && node.child_count > 0 && d <= 4) {
           if (scratch.holds_string(id, kStringUtf8))
             whole = kStringUtf8;
           else if (scratch.holds_string(id, kStringAscii))
