@@ -89,6 +89,8 @@ class Flattener {
                    "repetition {" + std::to_string(e.min) + "," + std::to_string(e.max) +
                        "} in rule '" + current_ + "' has its minimum above its maximum");
     std::uint64_t copies = e.max == kUnbounded ? e.min + 1ull : e.max;
+    if (limits_.counted_above != 0 && copies > limits_.counted_above && consumes(e.children[0]))
+      return lower_counted(e);
     if (copies > limits_.max_repeat_expansion)
       return Error(ErrorCode::kResourceExhausted,
                    "repetition bound " + std::to_string(copies) + " in rule '" + current_ +
@@ -214,6 +216,69 @@ class Flattener {
     return std::vector<Seq>{std::move(seq)};
   }
 
+  // x{m,n} as one counted element over a rule of x's own: x's alternatives when x is a small
+  // rule (so its positions sit on this element alone and are precomputed with its count, see
+  // CompiledGrammar), otherwise x itself.
+  Result<std::vector<Seq>> lower_counted(const Expr& e) {
+    const std::uint64_t bound = e.max == kUnbounded ? e.min : e.max;
+    if (bound > limits_.max_counted_repeat)
+      return Error(ErrorCode::kResourceExhausted,
+                   "repetition bound " + std::to_string(bound) + " in rule '" + current_ +
+                       "' exceeds the limit of " + std::to_string(limits_.max_counted_repeat));
+    const Expr& item_expr = g_.expr(e.children[0]);
+    std::uint32_t rule = 0;
+    if (item_expr.kind == Expr::Kind::kRule && item_expr.rule != current_rule_ &&
+        std::find(inlining_.begin(), inlining_.end(), item_expr.rule) == inlining_.end() &&
+        g_.rule(item_expr.rule).body) {
+      inlining_.push_back(item_expr.rule);
+      auto alts = lower(*g_.rule(item_expr.rule).body);
+      inlining_.pop_back();
+      if (!alts) return alts.error();
+      std::size_t elements = 0;
+      for (const auto& a : *alts)
+        elements += a.size();
+      rule = alts->size() <= kMaxInlineAlts && elements <= kMaxInlineElements
+                 ? helper(std::move(*alts))
+                 : item_expr.rule;
+    } else {
+      auto alts = lower(e.children[0]);
+      if (!alts) return alts.error();
+      rule = helper(std::move(*alts));
+    }
+    Element el{true, rule};
+    el.min = e.min;
+    el.max = e.max;
+    if (!el.counted()) return std::vector<Seq>{{Element{true, rule}}};
+    return std::vector<Seq>{{el}};
+  }
+
+  // Whether every match of the expression consumes at least one byte (conservative: a rule
+  // met again while deciding counts as not consuming).
+  bool consumes(ExprId id) {
+    const Expr& e = g_.expr(id);
+    switch (e.kind) {
+      case Expr::Kind::kBytes:
+        return !e.bytes.empty();
+      case Expr::Kind::kRule: {
+        if (auto it = consumes_.find(e.rule); it != consumes_.end()) return it->second;
+        if (!g_.rule(e.rule).body) return false;
+        consumes_[e.rule] = false;  // recursion: not known to consume
+        const bool c = consumes(*g_.rule(e.rule).body);
+        consumes_[e.rule] = c;
+        return c;
+      }
+      case Expr::Kind::kSequence:
+        return std::any_of(e.children.begin(), e.children.end(),
+                           [&](ExprId c) { return consumes(c); });
+      case Expr::Kind::kChoice:
+        return !e.children.empty() && std::all_of(e.children.begin(), e.children.end(),
+                                                  [&](ExprId c) { return consumes(c); });
+      case Expr::Kind::kRepeat:
+        return e.min > 0 && consumes(e.children[0]);
+    }
+    return false;
+  }
+
   std::uint32_t new_rule() {
     out_.rules.push_back(FlatRule{current_ + "#" + std::to_string(out_.rules.size()), {}});
     return static_cast<std::uint32_t>(out_.rules.size() - 1);
@@ -244,6 +309,7 @@ class Flattener {
   };
   std::vector<ChainCopy> chains_;
   std::map<std::array<std::uint64_t, 4>, std::uint32_t> sets_;
+  std::map<RuleId, bool> consumes_;
 };
 
 Result<void> analyse(FlatGrammar& g) {
@@ -251,7 +317,11 @@ Result<void> analyse(FlatGrammar& g) {
   g.nullable.assign(n, false);
   std::vector<bool> productive(n, false);
   auto element_productive = [&](const Element& e) {
-    return e.is_rule ? productive[e.index] : !g.byte_sets[e.index].empty();
+    return e.is_rule ? productive[e.index] || e.min == 0 : !g.byte_sets[e.index].empty();
+  };
+  // A counted x{0,n} matches the empty string whatever x is.
+  auto element_nullable = [&](const Element& e) {
+    return e.is_rule && (g.nullable[e.index] || (e.counted() && e.min == 0));
   };
   for (bool changed = true; changed;) {
     changed = false;
@@ -260,7 +330,7 @@ Result<void> analyse(FlatGrammar& g) {
         bool all_nullable = true;
         bool all_productive = true;
         for (const auto& e : seq) {
-          if (!e.is_rule || !g.nullable[e.index]) all_nullable = false;
+          if (!element_nullable(e)) all_nullable = false;
           if (!element_productive(e)) all_productive = false;
         }
         if (all_nullable && !g.nullable[r]) g.nullable[r] = changed = true;
@@ -282,7 +352,7 @@ Result<void> analyse(FlatGrammar& g) {
       for (const auto& e : seq) {
         if (!e.is_rule) break;
         left[r].push_back(e.index);
-        if (!g.nullable[e.index]) break;
+        if (!element_nullable(e)) break;
       }
   std::vector<int> color(n, 0);  // 0 new, 1 on the path, 2 done
   for (std::size_t start = 0; start < n; ++start) {
@@ -321,7 +391,7 @@ Result<void> analyse(FlatGrammar& g) {
           ByteSet before = g.first[r];
           g.first[r] |= e.is_rule ? g.first[e.index] : g.byte_sets[e.index];
           if (!(before == g.first[r])) changed = true;
-          if (!e.is_rule || !g.nullable[e.index]) break;
+          if (!element_nullable(e)) break;
         }
   }
   g.follow.assign(n, ByteSet{});
@@ -335,10 +405,12 @@ Result<void> analyse(FlatGrammar& g) {
           if (!seq[i].is_rule) continue;
           std::uint32_t b = seq[i].index;
           ByteSet add;
+          // A counted copy may be followed by the next copy.
+          if (seq[i].counted() && seq[i].max > 1) add |= g.first[b];
           bool rest_nullable = true;
           for (std::size_t j = i + 1; j < seq.size() && rest_nullable; ++j) {
             add |= seq[j].is_rule ? g.first[seq[j].index] : g.byte_sets[seq[j].index];
-            rest_nullable = seq[j].is_rule && g.nullable[seq[j].index];
+            rest_nullable = element_nullable(seq[j]);
           }
           bool end = false;
           if (rest_nullable) {

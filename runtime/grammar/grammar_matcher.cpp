@@ -83,36 +83,128 @@ const CompiledGrammar::PositionMask& CompiledGrammar::mask(std::uint32_t i) cons
     ref = &mask(static_cast<std::uint32_t>(slot_mask_[slot(Frame{outer, f.alt, f.pos})]));
     skip_len = g_.repeat_left[f.rule];
   }
-  std::unique_ptr<Scratch> scratch;
-  {
-    std::lock_guard lock(scratch_mutex_);
-    if (!scratch_.empty()) {
-      scratch = std::move(scratch_.back());
-      scratch_.pop_back();
-    }
-  }
-  if (!scratch)
-    scratch = std::make_unique<Scratch>(g_, sentinels_, trie_->max_token_bytes() + 2,
-                                        trie_->vocab_size());
+  std::unique_ptr<Scratch> scratch = take_scratch();
   auto computed = std::make_unique<PositionMask>();
+  // A context resting on a counted element is only known with its count (counted_mask()); the
+  // shared mask then takes the stack below as unknown.
   if (spec.site < 0) {
-    precompute(f.rule, f.alt, f.pos, contexts_[f.rule], *computed, *scratch, ref, skip_len);
+    if (contexts_[f.rule].counted) {
+      precompute(f.rule, f.alt, f.pos, StaticContext{kContextNode, {}, f.rule}, *computed,
+                 *scratch);
+    } else {
+      precompute(f.rule, f.alt, f.pos, contexts_[f.rule], *computed, *scratch, ref, skip_len);
+    }
   } else {
     const Frame& site = rule_sites_[f.rule][static_cast<std::size_t>(spec.site)];
     StaticContext ctx = contexts_[site.rule];
+    if (ctx.counted) ctx = StaticContext{kContextNode, {}, site.rule};
     ctx.frames.push_back(site);
     precompute(f.rule, f.alt, f.pos, ctx, *computed, *scratch);
   }
-  {
-    std::lock_guard lock(scratch_mutex_);
-    scratch_.push_back(std::move(scratch));
-  }
+  give_scratch(std::move(scratch));
   // Another thread may have finished the same mask meanwhile: the first one stays.
   const PositionMask* expected = nullptr;
   if (masks_[i].compare_exchange_strong(expected, computed.get(), std::memory_order_acq_rel,
                                         std::memory_order_acquire))
     return *computed.release();
   return *expected;
+}
+
+std::unique_ptr<CompiledGrammar::Scratch> CompiledGrammar::take_scratch() const {
+  {
+    std::lock_guard lock(scratch_mutex_);
+    if (!scratch_.empty()) {
+      auto scratch = std::move(scratch_.back());
+      scratch_.pop_back();
+      return scratch;
+    }
+  }
+  return std::make_unique<Scratch>(g_, sentinels_, trie_->max_token_bytes() + 2,
+                                   trie_->vocab_size());
+}
+
+void CompiledGrammar::give_scratch(std::unique_ptr<Scratch> scratch) const {
+  std::lock_guard lock(scratch_mutex_);
+  scratch_.push_back(std::move(scratch));
+}
+
+std::uint32_t CompiledGrammar::count_bucket(const Element& e, std::uint32_t count) const {
+  // A token of at most K - 1 bytes finishes at most K - 1 copies (each consumes a byte), so
+  // remaining copies (max - count) or missing ones (min - count) of K or more look alike to
+  // every token: the mask depends on both only up to K.
+  const std::uint32_t k = counted_cap();
+  const std::uint32_t left = e.max == kUnbounded ? k : std::min(e.max - count, k);
+  const std::uint32_t missing = count >= e.min ? 0 : std::min(e.min - count, k);
+  return left << 16 | missing;
+}
+
+const CompiledGrammar::PositionMask& CompiledGrammar::counted_mask(std::uint32_t i,
+                                                                   std::uint32_t bucket,
+                                                                   std::uint32_t count) const {
+  const std::uint64_t key = std::uint64_t{i} << 32 | bucket;
+  {
+    std::lock_guard lock(counted_mutex_);
+    if (auto it = counted_masks_.find(key); it != counted_masks_.end()) return *it->second;
+  }
+  const Frame& f = specs_[i].frame;
+  StaticContext ctx = contexts_[f.rule];
+  if (bucket == kUnknownCount) {
+    ctx = StaticContext{kContextNode, {}, f.rule};
+  } else {
+    ctx.frames[0].count = count;
+  }
+  // With fewer than K copies left, the tokens of at most that many bytes cannot tell this
+  // count from one with K or more left and as many missing: they take that mask's verdicts
+  // (the argument of FlatGrammar::repeat_left), and only longer tokens are walked.
+  const PositionMask* ref = nullptr;
+  std::size_t skip_len = 0;
+  if (bucket != kUnknownCount) {
+    const Frame& cf = ctx.frames[0];
+    const Element& e = g_.rules[cf.rule].alts[cf.alt][cf.pos];
+    const std::uint32_t k = counted_cap(), left = bucket >> 16, missing = bucket & 0xffff;
+    if (left < k) {
+      // A count with K or more left and `missing` missing, if the bounds have one.
+      std::int64_t c = missing == k ? 0 : missing > 0 ? std::int64_t{e.min} - missing : e.min;
+      if (c >= 0 && (e.max == kUnbounded || std::int64_t{e.max} - c >= k) &&
+          count_bucket(e, static_cast<std::uint32_t>(c)) == (k << 16 | missing)) {
+        ref = &counted_mask(i, k << 16 | missing, static_cast<std::uint32_t>(c));
+        skip_len = left;
+      }
+    }
+  }
+  std::unique_ptr<Scratch> scratch = take_scratch();
+  auto computed = std::make_unique<PositionMask>();
+  precompute(f.rule, f.alt, f.pos, ctx, *computed, *scratch, ref, skip_len);
+  give_scratch(std::move(scratch));
+  std::lock_guard lock(counted_mutex_);
+  auto [it, inserted] = counted_masks_.try_emplace(key, std::move(computed));
+  return *it->second;
+}
+
+CompiledGrammar::MaskRef CompiledGrammar::mask_index(const StackArena& arena, NodeId top) const {
+  const Frame& f = arena[top].frame;
+  const std::uint32_t s = slot(f);
+  auto base = static_cast<std::uint32_t>(slot_mask_[s]);
+  const StaticContext& ctx = contexts_[f.rule];
+  if (ctx.counted) {
+    // The counted frame lies ctx.frames.size() frames below the top.
+    NodeId p = top;
+    for (std::size_t k = 0; k < ctx.frames.size() && p > kContextNode; ++k)
+      p = arena[p].parent;
+    if (p > kContextNode) {
+      const Frame& cf = arena[p].frame;
+      const Frame& want = ctx.frames[0];
+      if (cf.rule == want.rule && cf.alt == want.alt && cf.pos == want.pos)
+        return {base, count_bucket(g_.rules[cf.rule].alts[cf.alt][cf.pos], cf.count), cf.count};
+    }
+    return {base, kUnknownCount, 0};  // unreachable when the context is right; still sound
+  }
+  if (slot_site_base_[s] < 0 || !per_site(f.rule)) return {base, kNoBucket, 0};
+  const auto& sites = rule_sites_[f.rule];
+  const Frame& below = arena[arena[top].parent].frame;
+  for (std::uint32_t i = 0; i < sites.size(); ++i)
+    if (sites[i] == below) return {static_cast<std::uint32_t>(slot_site_base_[s]) + i, kNoBucket, 0};
+  return {base, kNoBucket, 0};  // unreachable when the sites are complete
 }
 
 bool CompiledGrammar::per_site(std::uint32_t r) const {
@@ -143,6 +235,8 @@ void CompiledGrammar::precompute_all(const std::atomic<bool>* cancel) const {
     per_site(r);
   for (std::uint32_t i = 0; i < specs_.size() && !cancelled(); ++i) {
     const MaskSpec& spec = specs_[i];
+    // Masks resting on a counted element are computed per count, on use.
+    if (spec.site < 0 && contexts_[spec.frame.rule].counted) continue;
     if (spec.site < 0 || per_site(spec.frame.rule)) mask(i);
   }
 }
@@ -159,6 +253,7 @@ std::int32_t CompiledGrammar::Scratch::intern(const StackSet& s) {
       put(f.rule);
       put(f.alt);
       put(f.pos);
+      put(f.count);
     }
   }
   if (auto it = index.find(key); it != index.end()) return it->second;
@@ -266,7 +361,8 @@ void CompiledGrammar::compute_contexts() {
       const auto& seq = g.rules[r].alts[a];
       for (std::uint32_t p = 0; p < seq.size(); ++p) {
         if (!seq[p].is_rule) continue;
-        if (p + 1 == seq.size()) {
+        // A counted element keeps its frame (to count), so it is a place, not a tail call.
+        if (p + 1 == seq.size() && !seq[p].counted()) {
           if (seq[p].index != r) tail_callers[seq[p].index].push_back(r);
         } else {
           sites[seq[p].index].push_back(Frame{r, a, p});
@@ -294,6 +390,9 @@ void CompiledGrammar::compute_contexts() {
     }
     return found;
   };
+  auto counted_site = [&](const Frame& f) {
+    return f.rule != kRootSite && g.rules[f.rule].alts[f.alt][f.pos].counted();
+  };
   contexts_.assign(n, StaticContext{});
   // Depth-bounded; a rule already on the chain ends it (recursion).
   constexpr std::size_t kMaxDepth = 8;
@@ -314,6 +413,12 @@ void CompiledGrammar::compute_contexts() {
       q = found[0].rule;
       ctx.bottom_rule = q;
       chain.push_back(q);
+      // Below a counted element the masks depend on its count (counted_mask): the context
+      // ends there, so they depend on no other.
+      if (counted_site(found[0])) {
+        ctx.counted = true;
+        break;
+      }
     }
     contexts_[r] = std::move(ctx);
   }
@@ -324,23 +429,12 @@ void CompiledGrammar::compute_contexts() {
     auto found = context_sites(r, kMaxSites + 1);
     if (found.size() < 2 || found.size() > kMaxSites) continue;
     if (std::any_of(found.begin(), found.end(),
-                    [&](const Frame& f) { return f.rule == kRootSite; }))
+                    [&](const Frame& f) { return f.rule == kRootSite || counted_site(f); }))
       continue;
     rule_sites_[r] = std::move(found);
   }
 }
 
-std::uint32_t CompiledGrammar::mask_index(const StackArena& arena, NodeId top) const {
-  const Frame& f = arena[top].frame;
-  const std::uint32_t s = slot(f);
-  auto base = static_cast<std::uint32_t>(slot_mask_[s]);
-  if (slot_site_base_[s] < 0 || !per_site(f.rule)) return base;
-  const auto& sites = rule_sites_[f.rule];
-  const Frame& below = arena[arena[top].parent].frame;
-  for (std::uint32_t i = 0; i < sites.size(); ++i)
-    if (sites[i] == below) return static_cast<std::uint32_t>(slot_site_base_[s]) + i;
-  return base;  // unreachable when the sites are complete
-}
 
 std::pair<std::string, std::size_t> CompiledGrammar::largest_uncertain() const {
   precompute_all();
@@ -348,7 +442,7 @@ std::pair<std::string, std::size_t> CompiledGrammar::largest_uncertain() const {
   for (std::uint32_t r = 0; r < g_.rules.size(); ++r)
     for (std::uint32_t a = 0; a < g_.rules[r].alts.size(); ++a)
       for (std::uint32_t p = 0; p < g_.rules[r].alts[a].size(); ++p) {
-        auto mi = per_site(r) ? -1 : slot_mask_[slot(Frame{r, a, p})];
+        auto mi = per_site(r) || contexts_[r].counted ? -1 : slot_mask_[slot(Frame{r, a, p})];
         if (mi < 0) continue;
         const auto& m = mask(static_cast<std::uint32_t>(mi));
         if (m.uncertain.size() > best.second)
@@ -363,6 +457,7 @@ std::size_t CompiledGrammar::uncertain_count() const {
   std::size_t n = 0;
   for (std::uint32_t i = 0; i < specs_.size(); ++i) {
     const MaskSpec& spec = specs_[i];
+    if (spec.site < 0 && contexts_[spec.frame.rule].counted) continue;
     // A rule using per-place masks never consults its shared ones.
     if ((spec.site < 0) != per_site(spec.frame.rule)) n += mask(i).uncertain.size();
   }
@@ -588,15 +683,20 @@ void GrammarMatcher::fill_next_token_bitmask(std::span<std::uint32_t> words) {
   }
   seen_slots_.clear();
   for (NodeId n : s.tops) {
-    auto mi = cg.mask_index(arena_, n);
-    if (slot_epoch_[mi] != epoch_) {
-      slot_epoch_[mi] = epoch_;
-      seen_slots_.push_back(mi);
+    auto ref = cg.mask_index(arena_, n);
+    if (ref.bucket == CompiledGrammar::kNoBucket) {
+      if (slot_epoch_[ref.index] == epoch_) continue;
+      slot_epoch_[ref.index] = epoch_;
+    } else if (std::any_of(seen_slots_.begin(), seen_slots_.end(), [&](const auto& r) {
+                 return r.index == ref.index && r.bucket == ref.bucket;
+               })) {
+      continue;
     }
+    seen_slots_.push_back(ref);
   }
   const std::size_t n_words = std::min(words.size(), bitmask_words());
-  for (auto mi : seen_slots_) {
-    const auto& m = cg.mask(mi);
+  for (const auto& ref : seen_slots_) {
+    const auto& m = cg.mask_at(ref);
     if (!m.accepted_bits.empty()) {
       const std::uint32_t* src = m.accepted_bits.data();
       std::uint32_t* dst = words.data();
@@ -611,19 +711,20 @@ void GrammarMatcher::fill_next_token_bitmask(std::span<std::uint32_t> words) {
   // sharing the steps of common prefixes and skipping subtrees with none of them.
   if (levels_.empty()) levels_.resize(trie.max_token_bytes() + 2);
   // Their verdicts depend only on the full stacks, so they are looked up first by those.
-  for (auto mi : seen_slots_) {
-    const auto& m = cg.mask(mi);
+  for (const auto& ref : seen_slots_) {
+    const auto& m = cg.mask_at(ref);
     if (m.uncertain.empty()) continue;
     StackSet& start = levels_[0];
     start.clear();
-    dependent_key_.assign(1, mi);
+    dependent_key_.assign({ref.index, ref.bucket});
     for (NodeId n : s.tops) {
-      if (cg.mask_index(arena_, n) != mi) continue;
+      const auto other = cg.mask_index(arena_, n);
+      if (other.index != ref.index || other.bucket != ref.bucket) continue;
       start.cursors.push_back(Cursor{n, 0, 0});
       NodeId p = n;
       for (; p > kContextNode; p = arena_[p].parent) {
         const Frame& f = arena_[p].frame;
-        dependent_key_.insert(dependent_key_.end(), {f.rule, f.alt, f.pos});
+        dependent_key_.insert(dependent_key_.end(), {f.rule, f.alt, f.pos, f.count});
       }
       dependent_key_.push_back(~p);  // the bottom, which also ends this stack in the key
     }

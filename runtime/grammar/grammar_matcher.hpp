@@ -88,6 +88,9 @@ class CompiledGrammar {
     NodeId bottom = kContextNode;   // kRootNode when the whole stack is known
     std::vector<Frame> frames;      // bottom to top
     std::uint32_t bottom_rule = 0;  // whose FOLLOW applies when the context is left
+    // frames[0] is a counted element's frame (Element::counted), whose count the masks depend
+    // on: they are computed per count (counted_mask), the context ending there.
+    bool counted = false;
   };
   // Scratch for one precomputation; a pool of them lets threads compute masks at once.
   struct Scratch {
@@ -139,8 +142,33 @@ class CompiledGrammar {
   bool per_site(std::uint32_t r) const;
   std::size_t mask_count() const { return specs_.size(); }
   // The mask of a committed stack top: its position's, or for a rule used from a few places
-  // (rule_sites_) that uses per-place masks, the one for the frame below it.
-  std::uint32_t mask_index(const StackArena& arena, NodeId top) const;
+  // (rule_sites_) that uses per-place masks, the one for the frame below it, or below a counted
+  // element the one for its count's bucket.
+  static constexpr std::uint32_t kNoBucket = 0xffffffffu;
+  static constexpr std::uint32_t kUnknownCount = 0xfffffffeu;  // the stack below taken as unknown
+  struct MaskRef {
+    std::uint32_t index = 0;
+    std::uint32_t bucket = kNoBucket;  // kNoBucket: mask(index); else counted_mask()
+    std::uint32_t count = 0;
+  };
+  MaskRef mask_index(const StackArena& arena, NodeId top) const;
+  const PositionMask& mask_at(const MaskRef& ref) const {
+    return ref.bucket == kNoBucket ? mask(ref.index) : counted_mask(ref.index, ref.bucket, ref.count);
+  }
+  // A count seen by tokens: at most the longest token's bytes plus one (see count_bucket).
+  std::uint32_t counted_cap() const {
+    return static_cast<std::uint32_t>(std::min<std::size_t>(trie_->max_token_bytes() + 1, 0x7fff));
+  }
+  // (copies left, capped) << 16 | (copies missing, capped).
+  std::uint32_t count_bucket(const Element& e, std::uint32_t count) const;
+  // Mask i resting on a counted element whose count falls in `bucket`, computed with `count`
+  // on first use and kept.
+  const PositionMask& counted_mask(std::uint32_t i, std::uint32_t bucket,
+                                   std::uint32_t count) const;
+  mutable std::mutex counted_mutex_;
+  mutable std::unordered_map<std::uint64_t, std::unique_ptr<const PositionMask>> counted_masks_;
+  std::unique_ptr<Scratch> take_scratch() const;
+  void give_scratch(std::unique_ptr<Scratch> scratch) const;
   std::vector<StaticContext> contexts_;  // per rule
   // Per rule used from 2..kMaxSites places: those places' frames. Its positions may then have
   // one mask per place, each precomputed with that place as the stack below, because a bounded
@@ -235,7 +263,7 @@ class GrammarMatcher {
   // Scratch reused across calls so a step allocates nothing once warm.
   StackSet a_, b_;
   std::vector<StackSet> levels_;  // per byte depth, for check_uncertain
-  std::vector<std::uint32_t> seen_slots_;
+  std::vector<CompiledGrammar::MaskRef> seen_slots_;
   std::vector<std::uint32_t> dependent_key_;    // see CompiledGrammar::find_dependent
   std::vector<std::int32_t> dependent_tokens_;  // the tokens check_uncertain allowed
   std::vector<std::uint32_t> slot_epoch_;
