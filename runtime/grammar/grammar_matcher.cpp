@@ -153,23 +153,32 @@ const CompiledGrammar::PositionMask& CompiledGrammar::counted_mask(std::uint32_t
   } else {
     ctx.frames[0].count = count;
   }
-  // With fewer than K copies left, the tokens of at most that many bytes cannot tell this
-  // count from one with K or more left and as many missing: they take that mask's verdicts
-  // (the argument of FlatGrammar::repeat_left), and only longer tokens are walked.
+  // A lower count's mask (any of the 64 below, computed already) decides the tokens of at most
+  // `left` bytes (copies left at this count), or min(left, missing) where the two counts differ
+  // in whether the repetition may end yet: such a token cannot finish enough copies to meet a
+  // bound that differs, so it cannot tell the two counts apart (the argument of
+  // FlatGrammar::repeat_left). Only the longer tokens are walked: along a bounded string, each
+  // new count walks the few tokens longer than what is left of it.
   const PositionMask* ref = nullptr;
   std::size_t skip_len = 0;
-  if (bucket != kUnknownCount) {
+  if (bucket != kUnknownCount && count > 0) {
     const Frame& cf = ctx.frames[0];
     const Element& e = g_.rules[cf.rule].alts[cf.alt][cf.pos];
-    const std::uint32_t k = counted_cap(), left = bucket >> 16, missing = bucket & 0xffff;
-    if (left < k) {
-      // A count with K or more left and `missing` missing, if the bounds have one.
-      std::int64_t c = missing == k ? 0 : missing > 0 ? std::int64_t{e.min} - missing : e.min;
-      if (c >= 0 && (e.max == kUnbounded || std::int64_t{e.max} - c >= k) &&
-          count_bucket(e, static_cast<std::uint32_t>(c)) == (k << 16 | missing)) {
-        ref = &counted_mask(i, k << 16 | missing, static_cast<std::uint32_t>(c));
-        skip_len = left;
-      }
+    const std::uint32_t left = bucket >> 16, missing = bucket & 0xffff;
+    std::lock_guard lock(counted_mutex_);
+    for (std::uint32_t lower = count; lower-- > 0 && count - lower <= 64;) {
+      const std::uint32_t lower_bucket = count_bucket(e, lower);
+      auto it = counted_masks_.find(std::uint64_t{i} << 32 | lower_bucket);
+      if (it == counted_masks_.end()) continue;
+      // Where the lower count could not yet leave the repetition, a token finishing `missing`
+      // copies and going on past it tells them apart (none can when neither may leave yet
+      // within `missing` copies, or both may).
+      const std::uint32_t lower_missing = lower_bucket & 0xffff;
+      const std::size_t skip = lower_missing == 0 ? left : std::min(left, missing);
+      if (skip == 0) break;
+      ref = it->second.get();
+      skip_len = skip;
+      break;
     }
   }
   std::unique_ptr<Scratch> scratch = take_scratch();
@@ -203,7 +212,8 @@ CompiledGrammar::MaskRef CompiledGrammar::mask_index(const StackArena& arena, No
   const auto& sites = rule_sites_[f.rule];
   const Frame& below = arena[arena[top].parent].frame;
   for (std::uint32_t i = 0; i < sites.size(); ++i)
-    if (sites[i] == below) return {static_cast<std::uint32_t>(slot_site_base_[s]) + i, kNoBucket, 0};
+    if (sites[i] == below)
+      return {static_cast<std::uint32_t>(slot_site_base_[s]) + i, kNoBucket, 0};
   return {base, kNoBucket, 0};  // unreachable when the sites are complete
 }
 
@@ -274,15 +284,42 @@ std::int32_t CompiledGrammar::Scratch::step(std::int32_t id, std::uint8_t byte) 
   return nid;
 }
 
-bool CompiledGrammar::Scratch::holds_string(std::int32_t id, StringClass klass) {
+bool CompiledGrammar::Scratch::same_but_count(const StackSet& a, const StackSet& b,
+                                              const FlatGrammar& g, std::uint32_t cap) const {
+  if (a.accepted != b.accepted || a.left_context != b.left_context ||
+      a.cursors.size() != b.cursors.size())
+    return false;
+  bool counted = false;
+  for (std::size_t i = 0; i < a.cursors.size(); ++i) {
+    const Cursor &ca = a.cursors[i], &cb = b.cursors[i];
+    if (ca.base != cb.base || ca.len != cb.len) return false;
+    for (std::uint32_t k = 0; k < ca.len; ++k) {
+      const Frame &fa = a.frames[ca.begin + k], &fb = b.frames[cb.begin + k];
+      if (fa.rule != fb.rule || fa.alt != fb.alt || fa.pos != fb.pos) return false;
+      if (fa.count == fb.count) continue;
+      const Element& e = g.rules[fa.rule].alts[fa.alt][fa.pos];
+      if (!e.counted() || fb.count != fa.count + 1) return false;
+      if (e.max != kUnbounded && e.max - fb.count < cap) return false;
+      counted = true;
+    }
+  }
+  return counted;
+}
+
+bool CompiledGrammar::Scratch::holds_string(std::int32_t id, StringClass klass,
+                                            const FlatGrammar& g, std::uint32_t cap) {
   auto& known = klass == kStringUtf8 ? holds_utf8 : holds_ascii;
   if (known.size() <= static_cast<std::size_t>(id)) known.resize(states.size(), -1);
   if (known[static_cast<std::size_t>(id)] >= 0) return known[static_cast<std::size_t>(id)] == 1;
   // Breadth over (automaton state, memo id) pairs; a string's loop meets a handful (the
   // boundary and the continuation states of multi-byte characters).
-  constexpr std::size_t kMaxPairs = 16;
+  constexpr std::size_t kMaxPairs = 64;
   std::vector<std::pair<int, std::int32_t>> seen{{0, id}};
-  bool ok = step(id, 'a') == id;
+  auto same = [&](std::int32_t m) {
+    return m == id || (m >= 0 && same_but_count(states[static_cast<std::size_t>(id)],
+                                                states[static_cast<std::size_t>(m)], g, cap));
+  };
+  bool ok = same(step(id, 'a'));
   for (std::size_t k = 0; k < seen.size() && ok; ++k) {
     const auto [q, m] = seen[k];
     for (int i = 0; i < 256 && ok; ++i) {
@@ -298,7 +335,7 @@ bool CompiledGrammar::Scratch::holds_string(std::int32_t id, StringClass klass) 
       // else (a pattern's sets growing with each ':' of '.+:.+', a bounded string's copies)
       // is refused at its first such byte, so a failing check costs a step or two.
       if (q2 == 0) {
-        if (m2 != id) {
+        if (!same(m2)) {
           ok = false;
           break;
         }
@@ -435,7 +472,6 @@ void CompiledGrammar::compute_contexts() {
   }
 }
 
-
 std::pair<std::string, std::size_t> CompiledGrammar::largest_uncertain() const {
   precompute_all();
   std::pair<std::string, std::size_t> best{"", 0};
@@ -499,9 +535,9 @@ void CompiledGrammar::precompute(std::uint32_t rule, std::uint32_t alt, std::uin
         // A string's loop set is met within one character of the position (a UTF-8 character
         // is at most 4 bytes); deeper sets of it are the same id, already known.
         if (id >= 0 && node.child_count > 0 && d <= 4) {
-          if (scratch.holds_string(id, kStringUtf8))
+          if (scratch.holds_string(id, kStringUtf8, g_, counted_cap()))
             whole = kStringUtf8;
-          else if (scratch.holds_string(id, kStringAscii))
+          else if (scratch.holds_string(id, kStringAscii, g_, counted_cap()))
             whole = kStringAscii;
         }
         for (std::uint32_t ci = 0; ci < node.child_count; ++ci) {

@@ -117,7 +117,12 @@ class CompiledGrammar {
     // whose string_classes() hold klass is accepted from there, without walking it. A free
     // JSON string's character loop holds kStringUtf8; the check is one product of the
     // automaton with the memo (a few hundred memoized steps), cached per id.
-    bool holds_string(std::int32_t id, StringClass klass);
+    // Inside a counted string (maxLength), a character takes the set back to itself with its
+    // count one higher: that counts as the same set while at least `cap` copies are left
+    // (no token is long enough to reach the bound), with `g` telling counted elements.
+    bool holds_string(std::int32_t id, StringClass klass, const FlatGrammar& g, std::uint32_t cap);
+    bool same_but_count(const StackSet& a, const StackSet& b, const FlatGrammar& g,
+                        std::uint32_t cap) const;
     std::vector<std::int8_t> holds_utf8, holds_ascii;  // per id: -1 unknown, 0 no, 1 yes
     StackSet stepped;
     void clear_memo() {
@@ -153,7 +158,8 @@ class CompiledGrammar {
   };
   MaskRef mask_index(const StackArena& arena, NodeId top) const;
   const PositionMask& mask_at(const MaskRef& ref) const {
-    return ref.bucket == kNoBucket ? mask(ref.index) : counted_mask(ref.index, ref.bucket, ref.count);
+    return ref.bucket == kNoBucket ? mask(ref.index)
+                                   : counted_mask(ref.index, ref.bucket, ref.count);
   }
   // A count seen by tokens: at most the longest token's bytes plus one (see count_bucket).
   std::uint32_t counted_cap() const {

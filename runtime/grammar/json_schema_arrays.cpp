@@ -128,8 +128,8 @@ Result<ExprId> JsonSchemaConverter::array_schema(Json s, const std::string& path
   // The first elements with schemas of their own (prefixItems, contains) are one rule each;
   // the rest, all `items`, are one repetition whose bounds are what minItems and maxItems leave
   // (counted by the matcher when large, grammar_compiler.hpp).
-  const std::uint64_t expanded = std::min<std::uint64_t>(
-      hi, std::max<std::uint64_t>(prefix.size(), containing.size()));
+  const std::uint64_t expanded =
+      std::min<std::uint64_t>(hi, std::max<std::uint64_t>(prefix.size(), containing.size()));
   if (expanded > kMaxExpandedItems)
     return error(path, "arrays with bounds past " + std::to_string(kMaxExpandedItems) +
                            " items are not supported");

@@ -50,7 +50,8 @@ class StackArena {
   };
   struct KeyHash {
     std::size_t operator()(const Key& k) const {
-      return k.a * 0x9E3779B97F4A7C15ull ^ (k.b + (k.a >> 29)) ^ (std::uint64_t{k.c} * 0xC2B2AE3D27D4EB4Full);
+      return k.a * 0x9E3779B97F4A7C15ull ^ (k.b + (k.a >> 29)) ^
+             (std::uint64_t{k.c} * 0xC2B2AE3D27D4EB4Full);
     }
   };
   std::vector<StackNode> nodes_;

@@ -102,14 +102,16 @@ TEST(CountedRepeat, ArraySizesAreExact) {
 // Masks equal brute force all the way through a bounded string, with tokens long enough to
 // cross the bound (so the per-count masks near it differ from the ones far from it).
 TEST(CountedRepeat, MasksEqualBruteForceAcrossTheBound) {
-  std::vector<std::string> extra = {"aaaa", "aaaaaaaa", "aaaaaaaaaaaaaaaa", "a\"", "aa\"}",
-                                    "\"}", "\\n", "a\\n", "\xc3\xa9", "a\xc3\xa9"};
+  std::vector<std::string> extra = {
+      "aaaa", "aaaaaaaa", "aaaaaaaaaaaaaaaa", "a\"",      "aa\"}", "\"}",
+      "\\n",  "a\\n",     "\xc3\xa9",         "a\xc3\xa9"};
   auto vocab = byte_vocab(extra);
   auto trie = TokenTrie::build(vocab);
   ASSERT_TRUE(trie.ok());
-  for (const char* schema :
-       {R"({"type":"object","properties":{"s":{"type":"string","minLength":37,"maxLength":45}},"required":["s"]})",
-        R"({"type":"array","items":{"type":"string","maxLength":40},"minItems":35,"maxItems":36})"}) {
+  for (
+      const char* schema :
+      {R"({"type":"object","properties":{"s":{"type":"string","minLength":37,"maxLength":45}},"required":["s"]})",
+       R"({"type":"array","items":{"type":"string","maxLength":40},"minItems":35,"maxItems":36})"}) {
     auto g = json_schema_to_grammar(schema);
     ASSERT_TRUE(g.ok()) << g.error().what();
     auto cg = CompiledGrammar::compile(*g, *trie);
@@ -140,8 +142,50 @@ TEST(CountedRepeat, MasksEqualBruteForceAcrossTheBound) {
     EXPECT_TRUE(m.can_terminate());
     // One more character, one more element: refused.
     GrammarMatcher over(*cg);
-    std::string longer = object ? "{\"s\":\"" + repeated("a", 46) : doc.substr(0, doc.size() - 1) + ",\"\"";
+    std::string longer =
+        object ? "{\"s\":\"" + repeated("a", 46) : doc.substr(0, doc.size() - 1) + ",\"\"";
     EXPECT_FALSE(over.accept_bytes(longer)) << schema;
+  }
+}
+
+// Random walks (each step a token drawn among the allowed ones, so counts jump by several
+// characters at once) through bounded strings and arrays: every mask equals brute force.
+TEST(CountedRepeat, RandomWalkMasksEqualBruteForce) {
+  std::vector<std::string> extra = {
+      "aa",  "aaa", "aaaaa", "aaaaaaaaaaa", "a\"",           "aaa\"",        "\",\"",
+      "\"]", "\"}", "\\n",   "\xc3\xa9",    "\xe6\x97\xa5" "a", "a\xf0\x9f\x98"};
+  auto vocab = byte_vocab(extra);
+  auto trie = TokenTrie::build(vocab);
+  ASSERT_TRUE(trie.ok());
+  std::mt19937 rng(7);
+  for (
+      const char* schema :
+      {R"({"type":"string","minLength":34,"maxLength":41})", R"({"type":"string","maxLength":50})",
+       R"({"type":"array","items":{"type":"string","minLength":1,"maxLength":35},"minItems":2,"maxItems":40})"}) {
+    auto g = json_schema_to_grammar(schema);
+    ASSERT_TRUE(g.ok()) << g.error().what();
+    auto cg = CompiledGrammar::compile(*g, *trie);
+    ASSERT_TRUE(cg.ok()) << cg.error().what();
+    for (int walk = 0; walk < 6; ++walk) {
+      GrammarMatcher m(*cg);
+      std::string text;
+      for (int step = 0; step < 120 && !m.is_terminated(); ++step) {
+        auto fast = fast_mask(m);
+        ASSERT_TRUE(same_mask(fast, brute_mask(m, vocab.tokens.size()), vocab))
+            << schema << " after '" << text << "'";
+        std::vector<std::int32_t> allowed;
+        for (std::size_t t = 0; t < vocab.tokens.size(); ++t)
+          if (fast[t / 32] >> (t % 32) & 1) allowed.push_back(static_cast<std::int32_t>(t));
+        ASSERT_FALSE(allowed.empty()) << schema << " after '" << text << "'";
+        // Prefer the long 'a' runs half of the time, so the walks reach the bounds.
+        std::int32_t next =
+            allowed[std::uniform_int_distribution<std::size_t>(0, allowed.size() - 1)(rng)];
+        for (std::int32_t t : allowed)
+          if (rng() % 2 && vocab.tokens[t].size() >= 3 && vocab.tokens[t][0] == 'a') next = t;
+        ASSERT_TRUE(m.accept_token(next));
+        if (!m.is_terminated()) text += vocab.tokens[next];
+      }
+    }
   }
 }
 

@@ -89,6 +89,10 @@ TEST(Llama3Vocab, MasksEqualBruteForceAlongDocuments) {
       // without walking them (TokenTrie::string_classes).
       {R"({"type":"object","properties":{"s":{"type":"string"}},"required":["s"],"additionalProperties":{"type":"string"}})",
        R"({"s":"caf\u00e9 café 日本語 😀 \\ \n end","x y":"über"})"},
+      // A counted string (maxLength above 32): per-count masks, the string subtrees accepted
+      // whole while enough characters are left, and the bound reached (48 characters).
+      {R"({"type":"object","properties":{"t":{"type":"string","minLength":3,"maxLength":48}},"required":["t"]})",
+       R"({"t":"na\u00efve café 日本 text and more text, up to 48 chars"})"},
   };
   for (const auto& [schema, doc] : cases) {
     auto g = json_schema_to_grammar(schema);
