@@ -245,8 +245,13 @@ void CompiledGrammar::precompute_all(const std::atomic<bool>* cancel) const {
     per_site(r);
   for (std::uint32_t i = 0; i < specs_.size() && !cancelled(); ++i) {
     const MaskSpec& spec = specs_[i];
-    // Masks resting on a counted element are computed per count, on use.
-    if (spec.site < 0 && contexts_[spec.frame.rule].counted) continue;
+    // Masks resting on a counted element are computed per count: here for its first copy
+    // (what a sequence meets first); the later counts' on use.
+    if (spec.site < 0 && contexts_[spec.frame.rule].counted) {
+      const Frame& cf = contexts_[spec.frame.rule].frames[0];
+      counted_mask(i, count_bucket(g_.rules[cf.rule].alts[cf.alt][cf.pos], 0), 0);
+      continue;
+    }
     if (spec.site < 0 || per_site(spec.frame.rule)) mask(i);
   }
 }
@@ -285,7 +290,7 @@ std::int32_t CompiledGrammar::Scratch::step(std::int32_t id, std::uint8_t byte) 
 }
 
 bool CompiledGrammar::Scratch::same_but_count(const StackSet& a, const StackSet& b,
-                                              const FlatGrammar& g, std::uint32_t cap) const {
+                                              const FlatGrammar& g) {
   if (a.accepted != b.accepted || a.left_context != b.left_context ||
       a.cursors.size() != b.cursors.size())
     return false;
@@ -299,7 +304,6 @@ bool CompiledGrammar::Scratch::same_but_count(const StackSet& a, const StackSet&
       if (fa.count == fb.count) continue;
       const Element& e = g.rules[fa.rule].alts[fa.alt][fa.pos];
       if (!e.counted() || fb.count != fa.count + 1) return false;
-      if (e.max != kUnbounded && e.max - fb.count < cap) return false;
       counted = true;
     }
   }
@@ -307,7 +311,7 @@ bool CompiledGrammar::Scratch::same_but_count(const StackSet& a, const StackSet&
 }
 
 bool CompiledGrammar::Scratch::holds_string(std::int32_t id, StringClass klass,
-                                            const FlatGrammar& g, std::uint32_t cap) {
+                                            const FlatGrammar& g) {
   auto& known = klass == kStringUtf8 ? holds_utf8 : holds_ascii;
   if (known.size() <= static_cast<std::size_t>(id)) known.resize(states.size(), -1);
   if (known[static_cast<std::size_t>(id)] >= 0) return known[static_cast<std::size_t>(id)] == 1;
@@ -317,7 +321,7 @@ bool CompiledGrammar::Scratch::holds_string(std::int32_t id, StringClass klass,
   std::vector<std::pair<int, std::int32_t>> seen{{0, id}};
   auto same = [&](std::int32_t m) {
     return m == id || (m >= 0 && same_but_count(states[static_cast<std::size_t>(id)],
-                                                states[static_cast<std::size_t>(m)], g, cap));
+                                                states[static_cast<std::size_t>(m)], g));
   };
   bool ok = same(step(id, 'a'));
   for (std::size_t k = 0; k < seen.size() && ok; ++k) {
@@ -352,6 +356,16 @@ bool CompiledGrammar::Scratch::holds_string(std::int32_t id, StringClass klass,
   }
   if (known.size() < states.size()) known.resize(states.size(), -1);
   known[static_cast<std::size_t>(id)] = ok ? 1 : 0;
+  if (ok) {
+    std::uint32_t h = 0xffffffffu;
+    const StackSet& set = states[static_cast<std::size_t>(id)];
+    for (const Frame& f : set.frames) {
+      const Element& e = g.rules[f.rule].alts[f.alt][f.pos];
+      if (e.counted() && e.max != kUnbounded) h = std::min(h, e.max - f.count);
+    }
+    if (horizon.size() < states.size()) horizon.resize(states.size(), 0);
+    horizon[static_cast<std::size_t>(id)] = h;
+  }
   return ok;
 }
 
@@ -382,7 +396,8 @@ std::size_t CompiledGrammar::computed_mask_count() const {
   std::size_t n = 0;
   for (std::size_t i = 0; i < specs_.size(); ++i)
     n += masks_[i].load(std::memory_order_acquire) != nullptr;
-  return n;
+  std::lock_guard lock(counted_mutex_);
+  return n + counted_masks_.size();
 }
 
 void CompiledGrammar::compute_contexts() {
@@ -532,20 +547,22 @@ void CompiledGrammar::precompute(std::uint32_t rule, std::uint32_t alt, std::uin
         // Inside a free JSON string, the subtrees of string text (most of the vocabulary) are
         // accepted whole: the walk would find every token of them alive.
         std::uint8_t whole = 0;
+        std::size_t horizon = 0;
         // A string's loop set is met within one character of the position (a UTF-8 character
         // is at most 4 bytes); deeper sets of it are the same id, already known.
         if (id >= 0 && node.child_count > 0 && d <= 4) {
-          if (scratch.holds_string(id, kStringUtf8, g_, counted_cap()))
+          if (scratch.holds_string(id, kStringUtf8, g_))
             whole = kStringUtf8;
-          else if (scratch.holds_string(id, kStringAscii, g_, counted_cap()))
+          else if (scratch.holds_string(id, kStringAscii, g_))
             whole = kStringAscii;
+          if (whole) horizon = scratch.horizon[static_cast<std::size_t>(id)];
         }
         for (std::uint32_t ci = 0; ci < node.child_count; ++ci) {
           std::uint32_t c = node.first_child + ci;
           const auto& child = trie.node(c);
           // Only tokens longer than skip_len are decided here (ref has the others).
           if (trie.deepest(c) <= skip_len) continue;
-          if (whole & trie.string_classes(c)) {
+          if ((whole & trie.string_classes(c)) && trie.deepest(c) - d <= horizon) {
             for (std::uint32_t i = child.subtree_begin; i < child.subtree_end; ++i) {
               const std::int32_t t = trie.order()[i];
               if (skip_len != 0 &&

@@ -54,7 +54,7 @@ class CompiledGrammar {
   const TokenTrie& trie() const { return *trie_; }
   // Byte-set positions of the grammar (each has a mask, computed on first use).
   std::size_t position_count() const { return slot_positions_; }
-  // Masks computed so far (positions' and per-place ones).
+  // Masks computed so far (positions', per-place and per-count ones).
   std::size_t computed_mask_count() const;
   // Total uncertain (stack-dependent) entries over all positions: what a step may check.
   // Computes every mask first.
@@ -118,11 +118,13 @@ class CompiledGrammar {
     // JSON string's character loop holds kStringUtf8; the check is one product of the
     // automaton with the memo (a few hundred memoized steps), cached per id.
     // Inside a counted string (maxLength), a character takes the set back to itself with its
-    // count one higher: that counts as the same set while at least `cap` copies are left
-    // (no token is long enough to reach the bound), with `g` telling counted elements.
-    bool holds_string(std::int32_t id, StringClass klass, const FlatGrammar& g, std::uint32_t cap);
-    bool same_but_count(const StackSet& a, const StackSet& b, const FlatGrammar& g,
-                        std::uint32_t cap) const;
+    // count one higher: that counts as the same set (`g` tells counted elements), and
+    // horizon[id] is then how many more characters the counts allow (the fewest copies left
+    // of a counted frame in the set; 0xffffffff without one): only subtrees whose tokens are at
+    // most that many bytes past the node are accepted whole.
+    bool holds_string(std::int32_t id, StringClass klass, const FlatGrammar& g);
+    static bool same_but_count(const StackSet& a, const StackSet& b, const FlatGrammar& g);
+    std::vector<std::uint32_t> horizon;
     std::vector<std::int8_t> holds_utf8, holds_ascii;  // per id: -1 unknown, 0 no, 1 yes
     StackSet stepped;
     void clear_memo() {
@@ -131,6 +133,7 @@ class CompiledGrammar {
       next.clear();
       holds_utf8.clear();
       holds_ascii.clear();
+      horizon.clear();
     }
   };
   void compute_contexts();
