@@ -36,5 +36,5 @@ stamp "weft bench done"
 timeout 150 python3 bench/hf_decode_bench.py --shape 8b --batch 1 64 --steps 16 2>&1 | tail -3
 stamp "transformers done"
 # Constrained against unconstrained on the same work: output tok/s, TTFT and ITL per format.
-MODEL_DIR=$M OUT=$OUT bash bench/gpu_constrained.sh 2>&1 | tail -12
+REPS=${CONSTRAINED_REPS:-1} MODEL_DIR=$M OUT=$OUT bash bench/gpu_constrained.sh 2>&1 | tail -12
 stamp "constrained done"

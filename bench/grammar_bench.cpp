@@ -5,18 +5,23 @@
 // document (cold: compile_ms, then first_ms for all its masks and cold_max_us for the slowest)
 // is reported apart from the later passes (warm p50/p99/max), and all_ms is what computing
 // every mask of the grammar up front takes.
-// Usage: grammar_bench [TOKENIZER_JSON] [REPEATS] [--corpus DIR]
+// Usage: grammar_bench [TOKENIZER_JSON] [REPEATS] [--corpus DIR]...
 //   default TOKENIZER_JSON: BUILD_DIR/test-data/tokenizers/llama3/tokenizer.json
 //   (scripts/fetch-test-data BUILD_DIR puts it there)
 //   --corpus DIR: also compile every *.json schema under DIR (e.g.
 //   tests/fixtures/schemas/real-world) and report schema-to-grammar and compile time
-//   percentiles, and the first mask's time.
+//   percentiles, and the first mask's time; then, per schema, a fresh grammar driven through
+//   a random walk of up to 64 tokens (seeded; each token drawn uniformly among the allowed
+//   ones, jump-forward text accepted after each): what a new schema's first tokens cost on the
+//   TTFT path (every mask on it is a position's first use), as percentiles over the schemas of
+//   the walk's total mask time and of its slowest mask. --corpus may be given more than once.
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -66,9 +71,9 @@ int main(int argc, char** argv) {
       argc > 1 ? argv[1]
                : std::string(WEFT_BINARY_DIR) + "/test-data/tokenizers/llama3/tokenizer.json";
   int repeats = argc > 2 ? std::max(2, std::atoi(argv[2])) : 20;
-  std::string corpus;
+  std::vector<std::string> corpora;
   for (int i = 1; i + 1 < argc; ++i)
-    if (std::string(argv[i]) == "--corpus") corpus = argv[i + 1];
+    if (std::string(argv[i]) == "--corpus") corpora.push_back(argv[i + 1]);
   if (argc > 1 && std::string(argv[1]) == "--corpus")
     path = std::string(WEFT_BINARY_DIR) + "/test-data/tokenizers/llama3/tokenizer.json";
   std::ifstream in(path, std::ios::binary);
@@ -153,12 +158,13 @@ int main(int argc, char** argv) {
     std::printf("    stack-dependent tokens: %zu over all positions, at most %zu (%s)\n",
                 (*cg)->uncertain_count(), most, where.c_str());
   }
-  if (!corpus.empty()) {
+  for (const auto& corpus : corpora) {
     std::vector<std::filesystem::path> files;
     for (const auto& e : std::filesystem::recursive_directory_iterator(corpus))
       if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path());
     std::sort(files.begin(), files.end());
-    std::vector<double> convert, compile, first_mask;
+    std::vector<double> convert, compile, first_mask, walk_total, walk_max, walk_jf;
+    std::vector<std::pair<double, std::string>> slowest;
     std::size_t refused = 0;
     std::vector<std::uint32_t> mask;
     for (const auto& f : files) {
@@ -185,6 +191,37 @@ int main(int argc, char** argv) {
       convert.push_back(std::chrono::duration<double, std::milli>(s1 - s0).count());
       compile.push_back(std::chrono::duration<double, std::milli>(s2 - s1).count());
       first_mask.push_back(std::chrono::duration<double, std::milli>(s3 - s2).count());
+      // The first tokens of a new schema: a fresh grammar, so every position is a first use.
+      auto fresh = grammar::CompiledGrammar::compile(*g, *trie);
+      grammar::GrammarMatcher w(*fresh);
+      std::mt19937 rng(static_cast<unsigned>(std::hash<std::string>{}(f.filename().string())));
+      double total = 0, most = 0, jf = 0;
+      std::vector<std::int32_t> allowed;
+      for (int step = 0; step < 64 && !w.is_terminated(); ++step) {
+        auto m0 = Clock::now();
+        w.fill_next_token_bitmask(mask);
+        double ms = std::chrono::duration<double, std::milli>(Clock::now() - m0).count();
+        total += ms;
+        most = std::max(most, ms);
+        allowed.clear();
+        for (std::size_t t = 0; t < vocab->tokens.size(); ++t)
+          if (mask[t / 32] >> (t % 32) & 1) allowed.push_back(static_cast<std::int32_t>(t));
+        if (allowed.empty()) break;
+        auto next = allowed[std::uniform_int_distribution<std::size_t>(0, allowed.size() - 1)(rng)];
+        if (!w.accept_token(next)) {
+          std::fprintf(stderr, "%s: the walk's token %d was allowed but not accepted\n",
+                       f.string().c_str(), next);
+          return 1;
+        }
+        auto j0 = Clock::now();
+        auto forced = w.find_jump_forward_string();
+        if (!forced.empty()) w.accept_bytes(forced);
+        jf += std::chrono::duration<double, std::milli>(Clock::now() - j0).count();
+      }
+      walk_total.push_back(total);
+      walk_max.push_back(most);
+      walk_jf.push_back(jf);
+      slowest.emplace_back(total, f.filename().string());
     }
     if (compile.empty()) {
       std::fprintf(stderr, "grammar_bench: no schema under %s compiled\n", corpus.c_str());
@@ -200,6 +237,14 @@ int main(int argc, char** argv) {
     row("schema to grammar", convert);
     row("compile", compile);
     row("first mask", first_mask);
+    row("walk masks (64 tokens)", walk_total);
+    row("walk slowest mask", walk_max);
+    row("walk jump-forward", walk_jf);
+    std::sort(slowest.rbegin(), slowest.rend());
+    std::printf("slowest walks (ms):");
+    for (std::size_t i = 0; i < std::min<std::size_t>(5, slowest.size()); ++i)
+      std::printf(" %s %.1f", slowest[i].second.c_str(), slowest[i].first);
+    std::printf("\n");
   }
   return 0;
 }

@@ -89,6 +89,8 @@ class Flattener {
                    "repetition {" + std::to_string(e.min) + "," + std::to_string(e.max) +
                        "} in rule '" + current_ + "' has its minimum above its maximum");
     std::uint64_t copies = e.max == kUnbounded ? e.min + 1ull : e.max;
+    if (limits_.counted_above != 0 && copies > limits_.counted_above && consumes(e.children[0]))
+      return lower_counted(e);
     if (copies > limits_.max_repeat_expansion)
       return Error(ErrorCode::kResourceExhausted,
                    "repetition bound " + std::to_string(copies) + " in rule '" + current_ +
@@ -214,6 +216,69 @@ class Flattener {
     return std::vector<Seq>{std::move(seq)};
   }
 
+  // x{m,n} as one counted element over a rule of x's own: x's alternatives when x is a small
+  // rule (so its positions sit on this element alone and are precomputed with its count, see
+  // CompiledGrammar), otherwise x itself.
+  Result<std::vector<Seq>> lower_counted(const Expr& e) {
+    const std::uint64_t bound = e.max == kUnbounded ? e.min : e.max;
+    if (bound > limits_.max_counted_repeat)
+      return Error(ErrorCode::kResourceExhausted,
+                   "repetition bound " + std::to_string(bound) + " in rule '" + current_ +
+                       "' exceeds the limit of " + std::to_string(limits_.max_counted_repeat));
+    const Expr& item_expr = g_.expr(e.children[0]);
+    std::uint32_t rule = 0;
+    if (item_expr.kind == Expr::Kind::kRule && item_expr.rule != current_rule_ &&
+        std::find(inlining_.begin(), inlining_.end(), item_expr.rule) == inlining_.end() &&
+        g_.rule(item_expr.rule).body) {
+      inlining_.push_back(item_expr.rule);
+      auto alts = lower(*g_.rule(item_expr.rule).body);
+      inlining_.pop_back();
+      if (!alts) return alts.error();
+      std::size_t elements = 0;
+      for (const auto& a : *alts)
+        elements += a.size();
+      rule = alts->size() <= kMaxInlineAlts && elements <= kMaxInlineElements
+                 ? helper(std::move(*alts))
+                 : item_expr.rule;
+    } else {
+      auto alts = lower(e.children[0]);
+      if (!alts) return alts.error();
+      rule = helper(std::move(*alts));
+    }
+    Element el{true, rule};
+    el.min = e.min;
+    el.max = e.max;
+    if (!el.counted()) return std::vector<Seq>{{Element{true, rule}}};
+    return std::vector<Seq>{{el}};
+  }
+
+  // Whether every match of the expression consumes at least one byte (conservative: a rule
+  // met again while deciding counts as not consuming).
+  bool consumes(ExprId id) {
+    const Expr& e = g_.expr(id);
+    switch (e.kind) {
+      case Expr::Kind::kBytes:
+        return !e.bytes.empty();
+      case Expr::Kind::kRule: {
+        if (auto it = consumes_.find(e.rule); it != consumes_.end()) return it->second;
+        if (!g_.rule(e.rule).body) return false;
+        consumes_[e.rule] = false;  // recursion: not known to consume
+        const bool c = consumes(*g_.rule(e.rule).body);
+        consumes_[e.rule] = c;
+        return c;
+      }
+      case Expr::Kind::kSequence:
+        return std::any_of(e.children.begin(), e.children.end(),
+                           [&](ExprId c) { return consumes(c); });
+      case Expr::Kind::kChoice:
+        return !e.children.empty() && std::all_of(e.children.begin(), e.children.end(),
+                                                  [&](ExprId c) { return consumes(c); });
+      case Expr::Kind::kRepeat:
+        return e.min > 0 && consumes(e.children[0]);
+    }
+    return false;
+  }
+
   std::uint32_t new_rule() {
     out_.rules.push_back(FlatRule{current_ + "#" + std::to_string(out_.rules.size()), {}});
     return static_cast<std::uint32_t>(out_.rules.size() - 1);
@@ -244,63 +309,35 @@ class Flattener {
   };
   std::vector<ChainCopy> chains_;
   std::map<std::array<std::uint64_t, 4>, std::uint32_t> sets_;
+  std::map<RuleId, bool> consumes_;
 };
 
-// The fixpoints below (nullable, productive, FIRST, FOLLOW) are solved with worklists over
-// the rules' dependencies rather than by sweeping every rule until nothing changes: a sweep
-// propagates a fact only one step against the rules' order per pass, so a chain of n rules
-// (x{0,n} makes one) took n passes of n rules. Each worklist visits a rule again only when
-// something it depends on changed, which a byte set can do at most 256 times.
 Result<void> analyse(FlatGrammar& g) {
   const std::size_t n = g.rules.size();
-  // Every alternative gets an index; uses[b] lists the alternative of each occurrence of rule b.
-  std::vector<std::uint32_t> alt_rule;
-  std::vector<std::vector<std::uint32_t>> uses(n);
-  std::vector<std::uint32_t> need_nullable, need_productive;
-  constexpr std::uint32_t kNever = 0xffffffffu;
-  for (std::size_t r = 0; r < n; ++r)
-    for (const auto& seq : g.rules[r].alts) {
-      const auto alt = static_cast<std::uint32_t>(alt_rule.size());
-      alt_rule.push_back(static_cast<std::uint32_t>(r));
-      std::uint32_t rules = 0;
-      bool has_bytes = false, has_empty_set = false;
-      for (const auto& e : seq) {
-        if (e.is_rule) {
-          ++rules;
-          uses[e.index].push_back(alt);
-        } else {
-          has_bytes = true;
-          if (g.byte_sets[e.index].empty()) has_empty_set = true;
-        }
-      }
-      need_nullable.push_back(has_bytes ? kNever : rules);
-      need_productive.push_back(has_empty_set ? kNever : rules);
-    }
-  // A rule is nullable (productive) once one of its alternatives has every rule element
-  // nullable (productive) and no byte element (no empty byte set): count down per alternative.
-  auto solve = [&](std::vector<std::uint32_t>& need, std::vector<bool>& mark) {
-    std::vector<std::uint32_t> work;
-    for (std::size_t a = 0; a < need.size(); ++a)
-      if (need[a] == 0 && !mark[alt_rule[a]]) {
-        mark[alt_rule[a]] = true;
-        work.push_back(alt_rule[a]);
-      }
-    while (!work.empty()) {
-      const std::uint32_t b = work.back();
-      work.pop_back();
-      for (std::uint32_t a : uses[b]) {
-        if (need[a] == kNever || need[a] == 0) continue;
-        if (--need[a] == 0 && !mark[alt_rule[a]]) {
-          mark[alt_rule[a]] = true;
-          work.push_back(alt_rule[a]);
-        }
-      }
-    }
-  };
   g.nullable.assign(n, false);
   std::vector<bool> productive(n, false);
-  solve(need_nullable, g.nullable);
-  solve(need_productive, productive);
+  auto element_productive = [&](const Element& e) {
+    return e.is_rule ? productive[e.index] || e.min == 0 : !g.byte_sets[e.index].empty();
+  };
+  // A counted x{0,n} matches the empty string whatever x is.
+  auto element_nullable = [&](const Element& e) {
+    return e.is_rule && (g.nullable[e.index] || (e.counted() && e.min == 0));
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::size_t r = 0; r < n; ++r) {
+      for (const auto& seq : g.rules[r].alts) {
+        bool all_nullable = true;
+        bool all_productive = true;
+        for (const auto& e : seq) {
+          if (!element_nullable(e)) all_nullable = false;
+          if (!element_productive(e)) all_productive = false;
+        }
+        if (all_nullable && !g.nullable[r]) g.nullable[r] = changed = true;
+        if (all_productive && !productive[r]) productive[r] = changed = true;
+      }
+    }
+  }
   for (std::size_t r = 0; r < n; ++r)
     if (!productive[r])
       return Error(ErrorCode::kInvalidArgument,
@@ -315,7 +352,7 @@ Result<void> analyse(FlatGrammar& g) {
       for (const auto& e : seq) {
         if (!e.is_rule) break;
         left[r].push_back(e.index);
-        if (!g.nullable[e.index]) break;
+        if (!element_nullable(e)) break;
       }
   std::vector<int> color(n, 0);  // 0 new, 1 on the path, 2 done
   for (std::size_t start = 0; start < n; ++start) {
@@ -343,70 +380,49 @@ Result<void> analyse(FlatGrammar& g) {
     }
   }
 
-  // FIRST and FOLLOW sets, used by the mask precomputation to reject tokens that leave a rule
-  // with a byte nothing can follow it with. `into[b]` lists the rules whose set takes b's.
-  auto propagate = [n](std::vector<ByteSet>& set, std::vector<bool>* end,
-                       const std::vector<std::vector<std::uint32_t>>& into) {
-    std::vector<std::uint32_t> work;
-    std::vector<bool> queued(n, true);
-    for (std::size_t r = n; r-- > 0;)
-      work.push_back(static_cast<std::uint32_t>(r));
-    while (!work.empty()) {
-      const std::uint32_t b = work.back();
-      work.pop_back();
-      queued[b] = false;
-      for (std::uint32_t r : into[b]) {
-        const ByteSet before = set[r];
-        set[r] |= set[b];
-        bool changed = !(before == set[r]);
-        if (end && (*end)[b] && !(*end)[r]) (*end)[r] = changed = true;
-        if (changed && !queued[r]) {
-          queued[r] = true;
-          work.push_back(r);
-        }
-      }
-    }
-  };
-  // FIRST(r) holds the byte sets and the FIRST of the rules that can begin r.
+  // FIRST and FOLLOW sets (the textbook fixpoints), used by the mask precomputation to reject
+  // tokens that leave a rule with a byte nothing can follow it with.
   g.first.assign(n, ByteSet{});
-  std::vector<std::vector<std::uint32_t>> into(n);
-  for (std::size_t r = 0; r < n; ++r)
-    for (const auto& seq : g.rules[r].alts)
-      for (const auto& e : seq) {
-        if (e.is_rule) {
-          into[e.index].push_back(static_cast<std::uint32_t>(r));
-        } else {
-          g.first[r] |= g.byte_sets[e.index];
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::size_t r = 0; r < n; ++r)
+      for (const auto& seq : g.rules[r].alts)
+        for (const auto& e : seq) {
+          ByteSet before = g.first[r];
+          g.first[r] |= e.is_rule ? g.first[e.index] : g.byte_sets[e.index];
+          if (!(before == g.first[r])) changed = true;
+          if (!element_nullable(e)) break;
         }
-        if (!e.is_rule || !g.nullable[e.index]) break;
-      }
-  propagate(g.first, nullptr, into);
-  // FOLLOW(b) holds, for each occurrence of b, the FIRST of what may come after it and, where
-  // all of that may be empty, FOLLOW of the rule it occurs in (and whether input may end).
+  }
   g.follow.assign(n, ByteSet{});
   g.follow_end.assign(n, false);
   g.follow_end[g.root] = true;
-  for (auto& v : into)
-    v.clear();
-  for (std::size_t r = 0; r < n; ++r)
-    for (const auto& seq : g.rules[r].alts) {
-      ByteSet rest;  // FIRST of seq[i + 1, end)
-      bool rest_nullable = true;
-      for (std::size_t i = seq.size(); i-- > 0;) {
-        const Element& e = seq[i];
-        if (e.is_rule) {
-          g.follow[e.index] |= rest;
-          if (rest_nullable) into[r].push_back(e.index);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::size_t r = 0; r < n; ++r)
+      for (const auto& seq : g.rules[r].alts)
+        for (std::size_t i = 0; i < seq.size(); ++i) {
+          if (!seq[i].is_rule) continue;
+          std::uint32_t b = seq[i].index;
+          ByteSet add;
+          // A counted copy may be followed by the next copy.
+          if (seq[i].counted() && seq[i].max > 1) add |= g.first[b];
+          bool rest_nullable = true;
+          for (std::size_t j = i + 1; j < seq.size() && rest_nullable; ++j) {
+            add |= seq[j].is_rule ? g.first[seq[j].index] : g.byte_sets[seq[j].index];
+            rest_nullable = element_nullable(seq[j]);
+          }
+          bool end = false;
+          if (rest_nullable) {
+            add |= g.follow[r];
+            end = g.follow_end[r];
+          }
+          ByteSet before = g.follow[b];
+          g.follow[b] |= add;
+          if (!(before == g.follow[b])) changed = true;
+          if (end && !g.follow_end[b]) g.follow_end[b] = changed = true;
         }
-        if (e.is_rule && g.nullable[e.index]) {
-          rest |= g.first[e.index];
-        } else {
-          rest = e.is_rule ? g.first[e.index] : g.byte_sets[e.index];
-          rest_nullable = false;
-        }
-      }
-    }
-  propagate(g.follow, &g.follow_end, into);
+  }
   return {};
 }
 

@@ -20,6 +20,13 @@ namespace weft::grammar {
 struct Element {
   bool is_rule = false;
   std::uint32_t index = 0;  // into FlatGrammar::byte_sets, or a rule id
+  // A counted repetition of the rule, x{min,max} (max may be kUnbounded), when not {1,1}: the
+  // frame at this element keeps the count of finished copies (Frame::count) instead of the
+  // repetition being spelt out as max copies, so a bound of thousands costs one element. Only
+  // for a rule that consumes a byte in every alternative (each copy advances the input).
+  std::uint32_t min = 1;
+  std::uint32_t max = 1;
+  bool counted() const { return is_rule && (min != 1 || max != 1); }
 };
 
 struct FlatRule {
@@ -47,8 +54,14 @@ struct FlatGrammar {
 };
 
 struct CompileLimits {
-  // x{m,n} is expanded; this bounds the copies so a schema cannot blow up compile time.
+  // x{m,n} is spelt out as copies up to this many (max, or min for x{m,}); above it, when x
+  // consumes a byte in every alternative, it is a counted element (Element::min/max) instead.
+  // 0: always spell out.
+  std::uint32_t counted_above = 32;
+  // x{m,n} spelt out is bounded by this so a schema cannot blow up compile time; so is a
+  // counted repetition's bound by max_counted_repeat.
   std::uint32_t max_repeat_expansion = 4096;
+  std::uint32_t max_counted_repeat = 1000000;
   std::uint32_t max_rules = 200000;
 };
 

@@ -83,36 +83,138 @@ const CompiledGrammar::PositionMask& CompiledGrammar::mask(std::uint32_t i) cons
     ref = &mask(static_cast<std::uint32_t>(slot_mask_[slot(Frame{outer, f.alt, f.pos})]));
     skip_len = g_.repeat_left[f.rule];
   }
-  std::unique_ptr<Scratch> scratch;
-  {
-    std::lock_guard lock(scratch_mutex_);
-    if (!scratch_.empty()) {
-      scratch = std::move(scratch_.back());
-      scratch_.pop_back();
-    }
-  }
-  if (!scratch)
-    scratch = std::make_unique<Scratch>(g_, sentinels_, trie_->max_token_bytes() + 2,
-                                        trie_->vocab_size());
+  std::unique_ptr<Scratch> scratch = take_scratch();
   auto computed = std::make_unique<PositionMask>();
+  // A context resting on a counted element is only known with its count (counted_mask()); the
+  // shared mask then takes the stack below as unknown.
   if (spec.site < 0) {
-    precompute(f.rule, f.alt, f.pos, contexts_[f.rule], *computed, *scratch, ref, skip_len);
+    if (contexts_[f.rule].counted) {
+      precompute(f.rule, f.alt, f.pos, StaticContext{kContextNode, {}, f.rule}, *computed,
+                 *scratch);
+    } else {
+      precompute(f.rule, f.alt, f.pos, contexts_[f.rule], *computed, *scratch, ref, skip_len);
+    }
   } else {
     const Frame& site = rule_sites_[f.rule][static_cast<std::size_t>(spec.site)];
     StaticContext ctx = contexts_[site.rule];
+    if (ctx.counted) ctx = StaticContext{kContextNode, {}, site.rule};
     ctx.frames.push_back(site);
     precompute(f.rule, f.alt, f.pos, ctx, *computed, *scratch);
   }
-  {
-    std::lock_guard lock(scratch_mutex_);
-    scratch_.push_back(std::move(scratch));
-  }
+  give_scratch(std::move(scratch));
   // Another thread may have finished the same mask meanwhile: the first one stays.
   const PositionMask* expected = nullptr;
   if (masks_[i].compare_exchange_strong(expected, computed.get(), std::memory_order_acq_rel,
                                         std::memory_order_acquire))
     return *computed.release();
   return *expected;
+}
+
+std::unique_ptr<CompiledGrammar::Scratch> CompiledGrammar::take_scratch() const {
+  {
+    std::lock_guard lock(scratch_mutex_);
+    if (!scratch_.empty()) {
+      auto scratch = std::move(scratch_.back());
+      scratch_.pop_back();
+      return scratch;
+    }
+  }
+  return std::make_unique<Scratch>(g_, sentinels_, trie_->max_token_bytes() + 2,
+                                   trie_->vocab_size());
+}
+
+void CompiledGrammar::give_scratch(std::unique_ptr<Scratch> scratch) const {
+  std::lock_guard lock(scratch_mutex_);
+  scratch_.push_back(std::move(scratch));
+}
+
+std::uint32_t CompiledGrammar::count_bucket(const Element& e, std::uint32_t count) const {
+  // A token of at most K - 1 bytes finishes at most K - 1 copies (each consumes a byte), so
+  // remaining copies (max - count) or missing ones (min - count) of K or more look alike to
+  // every token: the mask depends on both only up to K.
+  const std::uint32_t k = counted_cap();
+  const std::uint32_t left = e.max == kUnbounded ? k : std::min(e.max - count, k);
+  const std::uint32_t missing = count >= e.min ? 0 : std::min(e.min - count, k);
+  return left << 16 | missing;
+}
+
+const CompiledGrammar::PositionMask& CompiledGrammar::counted_mask(std::uint32_t i,
+                                                                   std::uint32_t bucket,
+                                                                   std::uint32_t count) const {
+  const std::uint64_t key = std::uint64_t{i} << 32 | bucket;
+  {
+    std::lock_guard lock(counted_mutex_);
+    if (auto it = counted_masks_.find(key); it != counted_masks_.end()) return *it->second;
+  }
+  const Frame& f = specs_[i].frame;
+  StaticContext ctx = contexts_[f.rule];
+  if (bucket == kUnknownCount) {
+    ctx = StaticContext{kContextNode, {}, f.rule};
+  } else {
+    ctx.frames[0].count = count;
+  }
+  // A lower count's mask (any of the 64 below, computed already) decides the tokens of at most
+  // `left` bytes (copies left at this count), or min(left, missing) where the two counts differ
+  // in whether the repetition may end yet: such a token cannot finish enough copies to meet a
+  // bound that differs, so it cannot tell the two counts apart (the argument of
+  // FlatGrammar::repeat_left). Only the longer tokens are walked: along a bounded string, each
+  // new count walks the few tokens longer than what is left of it.
+  const PositionMask* ref = nullptr;
+  std::size_t skip_len = 0;
+  if (bucket != kUnknownCount && count > 0) {
+    const Frame& cf = ctx.frames[0];
+    const Element& e = g_.rules[cf.rule].alts[cf.alt][cf.pos];
+    const std::uint32_t left = bucket >> 16, missing = bucket & 0xffff;
+    std::lock_guard lock(counted_mutex_);
+    for (std::uint32_t lower = count; lower-- > 0 && count - lower <= 64;) {
+      const std::uint32_t lower_bucket = count_bucket(e, lower);
+      auto it = counted_masks_.find(std::uint64_t{i} << 32 | lower_bucket);
+      if (it == counted_masks_.end()) continue;
+      // Where the lower count could not yet leave the repetition, a token finishing `missing`
+      // copies and going on past it tells them apart (none can when neither may leave yet
+      // within `missing` copies, or both may).
+      const std::uint32_t lower_missing = lower_bucket & 0xffff;
+      const std::size_t skip = lower_missing == 0 ? left : std::min(left, missing);
+      if (skip == 0) break;
+      ref = it->second.get();
+      skip_len = skip;
+      break;
+    }
+  }
+  std::unique_ptr<Scratch> scratch = take_scratch();
+  auto computed = std::make_unique<PositionMask>();
+  precompute(f.rule, f.alt, f.pos, ctx, *computed, *scratch, ref, skip_len);
+  give_scratch(std::move(scratch));
+  std::lock_guard lock(counted_mutex_);
+  auto [it, inserted] = counted_masks_.try_emplace(key, std::move(computed));
+  return *it->second;
+}
+
+CompiledGrammar::MaskRef CompiledGrammar::mask_index(const StackArena& arena, NodeId top) const {
+  const Frame& f = arena[top].frame;
+  const std::uint32_t s = slot(f);
+  auto base = static_cast<std::uint32_t>(slot_mask_[s]);
+  const StaticContext& ctx = contexts_[f.rule];
+  if (ctx.counted) {
+    // The counted frame lies ctx.frames.size() frames below the top.
+    NodeId p = top;
+    for (std::size_t k = 0; k < ctx.frames.size() && p > kContextNode; ++k)
+      p = arena[p].parent;
+    if (p > kContextNode) {
+      const Frame& cf = arena[p].frame;
+      const Frame& want = ctx.frames[0];
+      if (cf.rule == want.rule && cf.alt == want.alt && cf.pos == want.pos)
+        return {base, count_bucket(g_.rules[cf.rule].alts[cf.alt][cf.pos], cf.count), cf.count};
+    }
+    return {base, kUnknownCount, 0};  // unreachable when the context is right; still sound
+  }
+  if (slot_site_base_[s] < 0 || !per_site(f.rule)) return {base, kNoBucket, 0};
+  const auto& sites = rule_sites_[f.rule];
+  const Frame& below = arena[arena[top].parent].frame;
+  for (std::uint32_t i = 0; i < sites.size(); ++i)
+    if (sites[i] == below)
+      return {static_cast<std::uint32_t>(slot_site_base_[s]) + i, kNoBucket, 0};
+  return {base, kNoBucket, 0};  // unreachable when the sites are complete
 }
 
 bool CompiledGrammar::per_site(std::uint32_t r) const {
@@ -143,6 +245,13 @@ void CompiledGrammar::precompute_all(const std::atomic<bool>* cancel) const {
     per_site(r);
   for (std::uint32_t i = 0; i < specs_.size() && !cancelled(); ++i) {
     const MaskSpec& spec = specs_[i];
+    // Masks resting on a counted element are computed per count: here for its first copy
+    // (what a sequence meets first); the later counts' on use.
+    if (spec.site < 0 && contexts_[spec.frame.rule].counted) {
+      const Frame& cf = contexts_[spec.frame.rule].frames[0];
+      counted_mask(i, count_bucket(g_.rules[cf.rule].alts[cf.alt][cf.pos], 0), 0);
+      continue;
+    }
     if (spec.site < 0 || per_site(spec.frame.rule)) mask(i);
   }
 }
@@ -159,6 +268,7 @@ std::int32_t CompiledGrammar::Scratch::intern(const StackSet& s) {
       put(f.rule);
       put(f.alt);
       put(f.pos);
+      put(f.count);
     }
   }
   if (auto it = index.find(key); it != index.end()) return it->second;
@@ -168,6 +278,95 @@ std::int32_t CompiledGrammar::Scratch::intern(const StackSet& s) {
   next.resize(next.size() + 256, -1);
   index.emplace(key, id);
   return id;
+}
+
+std::int32_t CompiledGrammar::Scratch::step(std::int32_t id, std::uint8_t byte) {
+  const auto at = static_cast<std::size_t>(id) * 256 + byte;
+  if (next[at] >= 0) return next[at];
+  pda.step(states[static_cast<std::size_t>(id)], byte, stepped);
+  const std::int32_t nid = intern(stepped);
+  if (nid >= 0) next[at] = nid;
+  return nid;
+}
+
+bool CompiledGrammar::Scratch::same_but_count(const StackSet& a, const StackSet& b,
+                                              const FlatGrammar& g) {
+  if (a.accepted != b.accepted || a.left_context != b.left_context ||
+      a.cursors.size() != b.cursors.size())
+    return false;
+  bool counted = false;
+  for (std::size_t i = 0; i < a.cursors.size(); ++i) {
+    const Cursor &ca = a.cursors[i], &cb = b.cursors[i];
+    if (ca.base != cb.base || ca.len != cb.len) return false;
+    for (std::uint32_t k = 0; k < ca.len; ++k) {
+      const Frame &fa = a.frames[ca.begin + k], &fb = b.frames[cb.begin + k];
+      if (fa.rule != fb.rule || fa.alt != fb.alt || fa.pos != fb.pos) return false;
+      if (fa.count == fb.count) continue;
+      const Element& e = g.rules[fa.rule].alts[fa.alt][fa.pos];
+      if (!e.counted() || fb.count != fa.count + 1) return false;
+      counted = true;
+    }
+  }
+  return counted;
+}
+
+bool CompiledGrammar::Scratch::holds_string(std::int32_t id, StringClass klass,
+                                            const FlatGrammar& g) {
+  auto& known = klass == kStringUtf8 ? holds_utf8 : holds_ascii;
+  if (known.size() <= static_cast<std::size_t>(id)) known.resize(states.size(), -1);
+  if (known[static_cast<std::size_t>(id)] >= 0) return known[static_cast<std::size_t>(id)] == 1;
+  // Breadth over (automaton state, memo id) pairs; a string's loop meets a handful (the
+  // boundary and the continuation states of multi-byte characters).
+  constexpr std::size_t kMaxPairs = 64;
+  std::vector<std::pair<int, std::int32_t>> seen{{0, id}};
+  auto same = [&](std::int32_t m) {
+    return m == id || (m >= 0 && same_but_count(states[static_cast<std::size_t>(id)],
+                                                states[static_cast<std::size_t>(m)], g));
+  };
+  bool ok = same(step(id, 'a'));
+  for (std::size_t k = 0; k < seen.size() && ok; ++k) {
+    const auto [q, m] = seen[k];
+    for (int i = 0; i < 256 && ok; ++i) {
+      const auto b = static_cast<std::uint8_t>(i);
+      const int q2 = string_class_step(klass, q, b);
+      if (q2 < 0) continue;
+      const std::int32_t m2 = step(m, b);
+      if (m2 < 0 || states[static_cast<std::size_t>(m2)].cursors.empty()) {
+        ok = false;
+        break;
+      }
+      // Back at a character boundary the set must be id again: a string's loop. Anything
+      // else (a pattern's sets growing with each ':' of '.+:.+', a bounded string's copies)
+      // is refused at its first such byte, so a failing check costs a step or two.
+      if (q2 == 0) {
+        if (!same(m2)) {
+          ok = false;
+          break;
+        }
+        continue;
+      }
+      const std::pair<int, std::int32_t> p{q2, m2};
+      if (std::find(seen.begin(), seen.end(), p) != seen.end()) continue;
+      if (seen.size() >= kMaxPairs) {
+        ok = false;
+        break;
+      }
+      seen.push_back(p);
+    }
+  }
+  if (known.size() < states.size()) known.resize(states.size(), -1);
+  known[static_cast<std::size_t>(id)] = ok ? 1 : 0;
+  if (ok) {
+    std::uint32_t h = 0xffffffffu;
+    const StackSet& set = states[static_cast<std::size_t>(id)];
+    for (const Frame& f : set.frames) {
+      const Element& e = g.rules[f.rule].alts[f.alt][f.pos];
+      if (e.counted() && e.max != kUnbounded) h = std::min(h, e.max - f.count);
+    }
+    if (horizon.size() < states.size()) horizon.resize(states.size(), 0);
+    horizon[static_cast<std::size_t>(id)] = h;
+  }
+  return ok;
 }
 
 std::size_t CompiledGrammar::KeyHash::operator()(
@@ -197,7 +396,8 @@ std::size_t CompiledGrammar::computed_mask_count() const {
   std::size_t n = 0;
   for (std::size_t i = 0; i < specs_.size(); ++i)
     n += masks_[i].load(std::memory_order_acquire) != nullptr;
-  return n;
+  std::lock_guard lock(counted_mutex_);
+  return n + counted_masks_.size();
 }
 
 void CompiledGrammar::compute_contexts() {
@@ -213,7 +413,8 @@ void CompiledGrammar::compute_contexts() {
       const auto& seq = g.rules[r].alts[a];
       for (std::uint32_t p = 0; p < seq.size(); ++p) {
         if (!seq[p].is_rule) continue;
-        if (p + 1 == seq.size()) {
+        // A counted element keeps its frame (to count), so it is a place, not a tail call.
+        if (p + 1 == seq.size() && !seq[p].counted()) {
           if (seq[p].index != r) tail_callers[seq[p].index].push_back(r);
         } else {
           sites[seq[p].index].push_back(Frame{r, a, p});
@@ -241,6 +442,9 @@ void CompiledGrammar::compute_contexts() {
     }
     return found;
   };
+  auto counted_site = [&](const Frame& f) {
+    return f.rule != kRootSite && g.rules[f.rule].alts[f.alt][f.pos].counted();
+  };
   contexts_.assign(n, StaticContext{});
   // Depth-bounded; a rule already on the chain ends it (recursion).
   constexpr std::size_t kMaxDepth = 8;
@@ -261,6 +465,12 @@ void CompiledGrammar::compute_contexts() {
       q = found[0].rule;
       ctx.bottom_rule = q;
       chain.push_back(q);
+      // Below a counted element the masks depend on its count (counted_mask): the context
+      // ends there, so they depend on no other.
+      if (counted_site(found[0])) {
+        ctx.counted = true;
+        break;
+      }
     }
     contexts_[r] = std::move(ctx);
   }
@@ -271,22 +481,10 @@ void CompiledGrammar::compute_contexts() {
     auto found = context_sites(r, kMaxSites + 1);
     if (found.size() < 2 || found.size() > kMaxSites) continue;
     if (std::any_of(found.begin(), found.end(),
-                    [&](const Frame& f) { return f.rule == kRootSite; }))
+                    [&](const Frame& f) { return f.rule == kRootSite || counted_site(f); }))
       continue;
     rule_sites_[r] = std::move(found);
   }
-}
-
-std::uint32_t CompiledGrammar::mask_index(const StackArena& arena, NodeId top) const {
-  const Frame& f = arena[top].frame;
-  const std::uint32_t s = slot(f);
-  auto base = static_cast<std::uint32_t>(slot_mask_[s]);
-  if (slot_site_base_[s] < 0 || !per_site(f.rule)) return base;
-  const auto& sites = rule_sites_[f.rule];
-  const Frame& below = arena[arena[top].parent].frame;
-  for (std::uint32_t i = 0; i < sites.size(); ++i)
-    if (sites[i] == below) return static_cast<std::uint32_t>(slot_site_base_[s]) + i;
-  return base;  // unreachable when the sites are complete
 }
 
 std::pair<std::string, std::size_t> CompiledGrammar::largest_uncertain() const {
@@ -295,7 +493,7 @@ std::pair<std::string, std::size_t> CompiledGrammar::largest_uncertain() const {
   for (std::uint32_t r = 0; r < g_.rules.size(); ++r)
     for (std::uint32_t a = 0; a < g_.rules[r].alts.size(); ++a)
       for (std::uint32_t p = 0; p < g_.rules[r].alts[a].size(); ++p) {
-        auto mi = per_site(r) ? -1 : slot_mask_[slot(Frame{r, a, p})];
+        auto mi = per_site(r) || contexts_[r].counted ? -1 : slot_mask_[slot(Frame{r, a, p})];
         if (mi < 0) continue;
         const auto& m = mask(static_cast<std::uint32_t>(mi));
         if (m.uncertain.size() > best.second)
@@ -310,6 +508,7 @@ std::size_t CompiledGrammar::uncertain_count() const {
   std::size_t n = 0;
   for (std::uint32_t i = 0; i < specs_.size(); ++i) {
     const MaskSpec& spec = specs_[i];
+    if (spec.site < 0 && contexts_[spec.frame.rule].counted) continue;
     // A rule using per-place masks never consults its shared ones.
     if ((spec.site < 0) != per_site(spec.frame.rule)) n += mask(i).uncertain.size();
   }
@@ -336,11 +535,7 @@ void CompiledGrammar::precompute(std::uint32_t rule, std::uint32_t alt, std::uin
   levels[0].cursors.push_back(
       Cursor{ctx.bottom, 0, static_cast<std::uint32_t>(levels[0].frames.size())});
 
-  if (scratch.states.size() >= Scratch::kMaxStates) {
-    scratch.states.clear();
-    scratch.index.clear();
-    scratch.next.clear();
-  }
+  if (scratch.states.size() >= Scratch::kMaxStates) scratch.clear_memo();
   auto& states = scratch.states;
   auto& next_id = scratch.next;
   // `id`: the memo id of the set at depth d (then levels[d] is unused), or -1 when the memo
@@ -349,11 +544,35 @@ void CompiledGrammar::precompute(std::uint32_t rule, std::uint32_t alt, std::uin
       [&](std::uint32_t v, std::size_t d, bool uncertain, std::int32_t id) {
         const auto& node = trie.node(v);
         const StackSet& cur = id >= 0 ? states[static_cast<std::size_t>(id)] : levels[d];
+        // Inside a free JSON string, the subtrees of string text (most of the vocabulary) are
+        // accepted whole: the walk would find every token of them alive.
+        std::uint8_t whole = 0;
+        std::size_t horizon = 0;
+        // A string's loop set is met within one character of the position (a UTF-8 character
+        // is at most 4 bytes); deeper sets of it are the same id, already known.
+        if (id >= 0 && node.child_count > 0 && d <= 4) {
+          if (scratch.holds_string(id, kStringUtf8, g_))
+            whole = kStringUtf8;
+          else if (scratch.holds_string(id, kStringAscii, g_))
+            whole = kStringAscii;
+          if (whole) horizon = scratch.horizon[static_cast<std::size_t>(id)];
+        }
         for (std::uint32_t ci = 0; ci < node.child_count; ++ci) {
           std::uint32_t c = node.first_child + ci;
           const auto& child = trie.node(c);
           // Only tokens longer than skip_len are decided here (ref has the others).
           if (trie.deepest(c) <= skip_len) continue;
+          if ((whole & trie.string_classes(c)) && trie.deepest(c) - d <= horizon) {
+            for (std::uint32_t i = child.subtree_begin; i < child.subtree_end; ++i) {
+              const std::int32_t t = trie.order()[i];
+              if (skip_len != 0 &&
+                  trie.vocab().tokens[static_cast<std::size_t>(t)].size() <= skip_len)
+                continue;
+              kind[t] = kAccept;
+              touched.push_back(t);
+            }
+            continue;
+          }
           bool uncertain_here = uncertain || (cur.left_context && follow.test(child.byte));
           std::int32_t nid = -1;
           const StackSet* next = nullptr;
@@ -517,15 +736,20 @@ void GrammarMatcher::fill_next_token_bitmask(std::span<std::uint32_t> words) {
   }
   seen_slots_.clear();
   for (NodeId n : s.tops) {
-    auto mi = cg.mask_index(arena_, n);
-    if (slot_epoch_[mi] != epoch_) {
-      slot_epoch_[mi] = epoch_;
-      seen_slots_.push_back(mi);
+    auto ref = cg.mask_index(arena_, n);
+    if (ref.bucket == CompiledGrammar::kNoBucket) {
+      if (slot_epoch_[ref.index] == epoch_) continue;
+      slot_epoch_[ref.index] = epoch_;
+    } else if (std::any_of(seen_slots_.begin(), seen_slots_.end(), [&](const auto& r) {
+                 return r.index == ref.index && r.bucket == ref.bucket;
+               })) {
+      continue;
     }
+    seen_slots_.push_back(ref);
   }
   const std::size_t n_words = std::min(words.size(), bitmask_words());
-  for (auto mi : seen_slots_) {
-    const auto& m = cg.mask(mi);
+  for (const auto& ref : seen_slots_) {
+    const auto& m = cg.mask_at(ref);
     if (!m.accepted_bits.empty()) {
       const std::uint32_t* src = m.accepted_bits.data();
       std::uint32_t* dst = words.data();
@@ -540,19 +764,20 @@ void GrammarMatcher::fill_next_token_bitmask(std::span<std::uint32_t> words) {
   // sharing the steps of common prefixes and skipping subtrees with none of them.
   if (levels_.empty()) levels_.resize(trie.max_token_bytes() + 2);
   // Their verdicts depend only on the full stacks, so they are looked up first by those.
-  for (auto mi : seen_slots_) {
-    const auto& m = cg.mask(mi);
+  for (const auto& ref : seen_slots_) {
+    const auto& m = cg.mask_at(ref);
     if (m.uncertain.empty()) continue;
     StackSet& start = levels_[0];
     start.clear();
-    dependent_key_.assign(1, mi);
+    dependent_key_.assign({ref.index, ref.bucket});
     for (NodeId n : s.tops) {
-      if (cg.mask_index(arena_, n) != mi) continue;
+      const auto other = cg.mask_index(arena_, n);
+      if (other.index != ref.index || other.bucket != ref.bucket) continue;
       start.cursors.push_back(Cursor{n, 0, 0});
       NodeId p = n;
       for (; p > kContextNode; p = arena_[p].parent) {
         const Frame& f = arena_[p].frame;
-        dependent_key_.insert(dependent_key_.end(), {f.rule, f.alt, f.pos});
+        dependent_key_.insert(dependent_key_.end(), {f.rule, f.alt, f.pos, f.count});
       }
       dependent_key_.push_back(~p);  // the bottom, which also ends this stack in the key
     }

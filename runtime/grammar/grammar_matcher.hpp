@@ -54,7 +54,7 @@ class CompiledGrammar {
   const TokenTrie& trie() const { return *trie_; }
   // Byte-set positions of the grammar (each has a mask, computed on first use).
   std::size_t position_count() const { return slot_positions_; }
-  // Masks computed so far (positions' and per-place ones).
+  // Masks computed so far (positions', per-place and per-count ones).
   std::size_t computed_mask_count() const;
   // Total uncertain (stack-dependent) entries over all positions: what a step may check.
   // Computes every mask first.
@@ -88,6 +88,9 @@ class CompiledGrammar {
     NodeId bottom = kContextNode;   // kRootNode when the whole stack is known
     std::vector<Frame> frames;      // bottom to top
     std::uint32_t bottom_rule = 0;  // whose FOLLOW applies when the context is left
+    // frames[0] is a counted element's frame (Element::counted), whose count the masks depend
+    // on: they are computed per count (counted_mask), the context ending there.
+    bool counted = false;
   };
   // Scratch for one precomputation; a pool of them lets threads compute masks at once.
   struct Scratch {
@@ -107,6 +110,31 @@ class CompiledGrammar {
     std::vector<std::int32_t> next;
     std::string key;
     std::int32_t intern(const StackSet& s);
+    // The memo id one byte after `id` (stepped and interned on a miss), -1 when the memo is full.
+    std::int32_t step(std::int32_t id, std::uint8_t byte);
+    // Whether every path of the string automaton `klass` (token_trie.hpp), from its character
+    // boundary, keeps the set `id` alive (some stack left): then every token of a trie subtree
+    // whose string_classes() hold klass is accepted from there, without walking it. A free
+    // JSON string's character loop holds kStringUtf8; the check is one product of the
+    // automaton with the memo (a few hundred memoized steps), cached per id.
+    // Inside a counted string (maxLength), a character takes the set back to itself with its
+    // count one higher: that counts as the same set (`g` tells counted elements), and
+    // horizon[id] is then how many more characters the counts allow (the fewest copies left
+    // of a counted frame in the set; 0xffffffff without one): only subtrees whose tokens are at
+    // most that many bytes past the node are accepted whole.
+    bool holds_string(std::int32_t id, StringClass klass, const FlatGrammar& g);
+    static bool same_but_count(const StackSet& a, const StackSet& b, const FlatGrammar& g);
+    std::vector<std::uint32_t> horizon;
+    std::vector<std::int8_t> holds_utf8, holds_ascii;  // per id: -1 unknown, 0 no, 1 yes
+    StackSet stepped;
+    void clear_memo() {
+      states.clear();
+      index.clear();
+      next.clear();
+      holds_utf8.clear();
+      holds_ascii.clear();
+      horizon.clear();
+    }
   };
   void compute_contexts();
   // `ref`, when given, is the mask of the same position in the outermost copy of a bounded
@@ -122,8 +150,34 @@ class CompiledGrammar {
   bool per_site(std::uint32_t r) const;
   std::size_t mask_count() const { return specs_.size(); }
   // The mask of a committed stack top: its position's, or for a rule used from a few places
-  // (rule_sites_) that uses per-place masks, the one for the frame below it.
-  std::uint32_t mask_index(const StackArena& arena, NodeId top) const;
+  // (rule_sites_) that uses per-place masks, the one for the frame below it, or below a counted
+  // element the one for its count's bucket.
+  static constexpr std::uint32_t kNoBucket = 0xffffffffu;
+  static constexpr std::uint32_t kUnknownCount = 0xfffffffeu;  // the stack below taken as unknown
+  struct MaskRef {
+    std::uint32_t index = 0;
+    std::uint32_t bucket = kNoBucket;  // kNoBucket: mask(index); else counted_mask()
+    std::uint32_t count = 0;
+  };
+  MaskRef mask_index(const StackArena& arena, NodeId top) const;
+  const PositionMask& mask_at(const MaskRef& ref) const {
+    return ref.bucket == kNoBucket ? mask(ref.index)
+                                   : counted_mask(ref.index, ref.bucket, ref.count);
+  }
+  // A count seen by tokens: at most the longest token's bytes plus one (see count_bucket).
+  std::uint32_t counted_cap() const {
+    return static_cast<std::uint32_t>(std::min<std::size_t>(trie_->max_token_bytes() + 1, 0x7fff));
+  }
+  // (copies left, capped) << 16 | (copies missing, capped).
+  std::uint32_t count_bucket(const Element& e, std::uint32_t count) const;
+  // Mask i resting on a counted element whose count falls in `bucket`, computed with `count`
+  // on first use and kept.
+  const PositionMask& counted_mask(std::uint32_t i, std::uint32_t bucket,
+                                   std::uint32_t count) const;
+  mutable std::mutex counted_mutex_;
+  mutable std::unordered_map<std::uint64_t, std::unique_ptr<const PositionMask>> counted_masks_;
+  std::unique_ptr<Scratch> take_scratch() const;
+  void give_scratch(std::unique_ptr<Scratch> scratch) const;
   std::vector<StaticContext> contexts_;  // per rule
   // Per rule used from 2..kMaxSites places: those places' frames. Its positions may then have
   // one mask per place, each precomputed with that place as the stack below, because a bounded
@@ -218,7 +272,7 @@ class GrammarMatcher {
   // Scratch reused across calls so a step allocates nothing once warm.
   StackSet a_, b_;
   std::vector<StackSet> levels_;  // per byte depth, for check_uncertain
-  std::vector<std::uint32_t> seen_slots_;
+  std::vector<CompiledGrammar::MaskRef> seen_slots_;
   std::vector<std::uint32_t> dependent_key_;    // see CompiledGrammar::find_dependent
   std::vector<std::int32_t> dependent_tokens_;  // the tokens check_uncertain allowed
   std::vector<std::uint32_t> slot_epoch_;

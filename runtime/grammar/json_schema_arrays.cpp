@@ -125,11 +125,20 @@ Result<ExprId> JsonSchemaConverter::array_schema(Json s, const std::string& path
       return unique_array(*values, lo, hi, path);
     }
   }
-  std::uint64_t expanded = std::max<std::uint64_t>(lo, prefix.size());
-  if (hi != unbounded) expanded = hi;
+  // The first elements with schemas of their own (prefixItems, contains) are one rule each;
+  // the rest, all `items`, are one repetition whose bounds are what minItems and maxItems leave
+  // (counted by the matcher when large, grammar_compiler.hpp).
+  const std::uint64_t expanded =
+      std::min<std::uint64_t>(hi, std::max<std::uint64_t>(prefix.size(), containing.size()));
   if (expanded > kMaxExpandedItems)
     return error(path, "arrays with bounds past " + std::to_string(kMaxExpandedItems) +
                            " items are not supported");
+  const std::uint64_t rest_lo = lo > expanded ? lo - expanded : 0;
+  const std::uint64_t rest_hi = hi == unbounded ? unbounded : hi - expanded;
+  if (rest_hi != unbounded && rest_hi >= kUnbounded)
+    return error(path + "/maxItems", "maxItems " + std::to_string(hi) + " is too large");
+  if (rest_lo >= kUnbounded)
+    return error(path + "/minItems", "minItems " + std::to_string(lo) + " is too large");
 
   auto element = [&](std::uint64_t j) {
     if (j < containing.size()) return g_.ref(*containing[j]);
@@ -138,16 +147,21 @@ Result<ExprId> JsonSchemaConverter::array_schema(Json s, const std::string& path
   // tail(j): the elements from index j on, each preceded by a comma (j > 0) or not (j == 0).
   // Built from the end so each is one rule referring to the next.
   std::optional<ExprId> tail;
-  if (hi == unbounded) {
-    // From index `expanded` on, any number of `items` elements.
-    ExprId more = g_.star(g_.sequence({comma(), g_.ref(*items)}));
-    if (expanded == 0) {
-      tail = g_.optional(g_.sequence({g_.ref(*items), more}));
-    } else {
-      tail = more;
-    }
-  } else {
+  if (rest_hi == 0) {
     tail = g_.empty();
+  } else {
+    // From index `expanded` on, rest_lo to rest_hi `items` elements.
+    const auto max_more = rest_hi == unbounded ? kUnbounded : static_cast<std::uint32_t>(rest_hi);
+    ExprId next = g_.sequence({comma(), g_.ref(*items)});
+    if (expanded == 0) {
+      const auto min_more = static_cast<std::uint32_t>(rest_lo > 0 ? rest_lo - 1 : 0);
+      ExprId some = g_.sequence(
+          {g_.ref(*items),
+           g_.repeat(next, min_more, max_more == kUnbounded ? kUnbounded : max_more - 1)});
+      tail = rest_lo == 0 ? g_.optional(some) : some;
+    } else {
+      tail = g_.repeat(next, static_cast<std::uint32_t>(rest_lo), max_more);
+    }
   }
   for (std::uint64_t j = expanded; j-- > 0;) {
     RuleId r = new_rule("items");

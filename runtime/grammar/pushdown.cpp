@@ -11,7 +11,7 @@ StackArena::StackArena() {
 }
 
 NodeId StackArena::intern(NodeId parent, const Frame& f) {
-  Key key{(std::uint64_t{parent} << 32) | f.rule, (std::uint64_t{f.alt} << 32) | f.pos};
+  Key key{(std::uint64_t{parent} << 32) | f.rule, (std::uint64_t{f.alt} << 32) | f.pos, f.count};
   auto [it, inserted] = index_.try_emplace(key, static_cast<NodeId>(nodes_.size()));
   if (inserted) nodes_.push_back(StackNode{parent, f});
   return it->second;
@@ -81,15 +81,15 @@ void Pushdown::expand(NodeId base, const Frame* frames, std::uint32_t len, Stack
           if (it.begin + it.len != scratch_.size()) {
             Frame p = scratch_[it.begin + it.len - 1];
             --it.len;
-            ++p.pos;
+            advance(p);
             push_frame(it, p);
           } else {
-            ++scratch_[it.begin + it.len - 1].pos;
+            advance(scratch_[it.begin + it.len - 1]);
           }
         } else {
           Frame p = arena_[it.base].frame;
           it.base = arena_[it.base].parent;
-          ++p.pos;
+          advance(p);
           it.begin = static_cast<std::uint32_t>(scratch_.size());
           push_frame(it, p);
         }
@@ -98,6 +98,30 @@ void Pushdown::expand(NodeId base, const Frame* frames, std::uint32_t len, Stack
       const Element& e = seq[f.pos];
       if (!e.is_rule) {
         emit(it, out);
+        break;
+      }
+      if (e.counted()) {
+        // Another copy above this frame (which stays, to count it), and, once enough copies
+        // finished, the element left behind. Each copy consumes a byte before it finishes,
+        // so this closure ends.
+        if (f.count >= e.min) {
+          Item after = it;
+          if (after.len) {
+            --after.len;
+          } else {
+            after.base = arena_[after.base].parent;
+          }
+          push_frame(after, Frame{f.rule, f.alt, f.pos + 1, 0});
+          work_.push_back(after);
+        }
+        if (e.max == kUnbounded || f.count < e.max) {
+          const auto alts = static_cast<std::uint32_t>(g_.rules[e.index].alts.size());
+          for (std::uint32_t a = alts; a-- > 0;) {
+            Item child = it;
+            push_frame(child, Frame{e.index, a, 0, 0});
+            work_.push_back(child);
+          }
+        }
         break;
       }
       // A reference in tail position replaces the frame instead of pushing above it, so

@@ -25,6 +25,8 @@ struct Frame {
   std::uint32_t rule = 0;
   std::uint32_t alt = 0;
   std::uint32_t pos = 0;
+  // At a counted element (Element::counted): how many copies have finished.
+  std::uint32_t count = 0;
   bool operator==(const Frame&) const = default;
 };
 
@@ -43,11 +45,13 @@ class StackArena {
  private:
   struct Key {
     std::uint64_t a, b;
+    std::uint32_t c;
     bool operator==(const Key&) const = default;
   };
   struct KeyHash {
     std::size_t operator()(const Key& k) const {
-      return k.a * 0x9E3779B97F4A7C15ull ^ (k.b + (k.a >> 29));
+      return k.a * 0x9E3779B97F4A7C15ull ^ (k.b + (k.a >> 29)) ^
+             (std::uint64_t{k.c} * 0xC2B2AE3D27D4EB4Full);
     }
   };
   std::vector<StackNode> nodes_;
@@ -104,6 +108,15 @@ class Pushdown {
     return it.len ? scratch_[it.begin + it.len - 1] : arena_[it.base].frame;
   }
   void push_frame(Item& it, const Frame& f);
+  // The frame after the element at f.pos finished: the next position, or at a counted element
+  // one more finished copy.
+  void advance(Frame& f) const {
+    if (g_.rules[f.rule].alts[f.alt][f.pos].counted()) {
+      ++f.count;
+    } else {
+      ++f.pos;
+    }
+  }
   void emit(const Item& it, StackSet& out);
 
   const FlatGrammar& g_;

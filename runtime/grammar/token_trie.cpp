@@ -5,6 +5,40 @@
 
 namespace weft::grammar {
 
+int string_class_step(StringClass klass, int state, std::uint8_t b) {
+  if (klass == kStringAscii)
+    return state == 0 && b >= 0x20 && b < 0x80 && b != '"' && b != '\\' ? 0 : -1;
+  // States: 0 boundary; 1, 2, 3 continuation bytes left (any of 0x80-0xBF); 4 after E0 (next
+  // A0-BF), 5 after ED (next 80-9F: no surrogates), 6 after F0 (next 90-BF), 7 after F4 (next
+  // 80-8F: at most U+10FFFF).
+  switch (state) {
+    case 0:
+      if (b < 0x80) return b >= 0x20 && b != '"' && b != '\\' ? 0 : -1;
+      if (b >= 0xC2 && b <= 0xDF) return 1;
+      if (b == 0xE0) return 4;
+      if (b == 0xED) return 5;
+      if (b >= 0xE1 && b <= 0xEF) return 2;
+      if (b == 0xF0) return 6;
+      if (b >= 0xF1 && b <= 0xF3) return 3;
+      if (b == 0xF4) return 7;
+      return -1;
+    case 1:
+    case 2:
+    case 3:
+      return b >= 0x80 && b <= 0xBF ? state - 1 : -1;
+    case 4:
+      return b >= 0xA0 && b <= 0xBF ? 1 : -1;
+    case 5:
+      return b >= 0x80 && b <= 0x9F ? 1 : -1;
+    case 6:
+      return b >= 0x90 && b <= 0xBF ? 2 : -1;
+    case 7:
+      return b >= 0x80 && b <= 0x8F ? 2 : -1;
+    default:
+      return -1;
+  }
+}
+
 Result<std::shared_ptr<const TokenTrie>> TokenTrie::build(TokenizerVocab vocab) {
   const std::size_t n = vocab.tokens.size();
   if (n == 0) return Error(ErrorCode::kInvalidArgument, "vocabulary is empty");
@@ -104,6 +138,33 @@ Result<std::shared_ptr<const TokenTrie>> TokenTrie::build(TokenizerVocab vocab) 
       if (nodes[v].token >= 0) deepest[v] = std::max(deepest[v], depth[v]);
       for (std::uint32_t c = 0; c < nodes[v].child_count; ++c)
         deepest[v] = std::max(deepest[v], deepest[nodes[v].first_child + c]);
+    }
+  }
+  {
+    // ok[v] bit q: the UTF-8 string automaton started in state q at v's edge accepts the whole
+    // subtree. Children come after their parent, so one backward pass computes it.
+    std::vector<std::uint16_t> ok(nodes.size(), 0);
+    std::vector<std::uint8_t> ascii(nodes.size(), 0);
+    auto& classes = trie->string_classes_;
+    classes.assign(nodes.size(), 0);
+    for (std::size_t v = nodes.size(); v-- > 1;) {
+      const Node& node = nodes[v];
+      std::uint16_t bits = 0;
+      for (int q = 0; q < kStringClassStates; ++q) {
+        int next = string_class_step(kStringUtf8, q, node.byte);
+        if (next < 0) continue;
+        bool all = true;
+        for (std::uint32_t c = 0; c < node.child_count && all; ++c)
+          all = (ok[node.first_child + c] >> next) & 1;
+        if (all) bits |= static_cast<std::uint16_t>(1u << q);
+      }
+      ok[v] = bits;
+      bool a = string_class_step(kStringAscii, 0, node.byte) == 0;
+      for (std::uint32_t c = 0; c < node.child_count && a; ++c)
+        a = ascii[node.first_child + c] != 0;
+      ascii[v] = a;
+      classes[v] =
+          static_cast<std::uint8_t>(((bits & 1) ? kStringUtf8 : 0) | (a ? kStringAscii : 0));
     }
   }
   trie->order_index_.assign(n, -1);

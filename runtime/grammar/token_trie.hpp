@@ -14,6 +14,15 @@
 
 namespace weft::grammar {
 
+// Byte automata of the text inside a JSON string, for the vocabulary-level precomputation
+// below: kStringUtf8 accepts any valid UTF-8 (RFC 3629: no overlongs, no surrogates) other than
+// '"', '\\' and the C0 controls, exactly what a free JSON string holds unescaped; kStringAscii
+// the same restricted to ASCII (0x20-0x7F). State 0 is a character boundary.
+enum StringClass : std::uint8_t { kStringUtf8 = 1, kStringAscii = 2 };
+inline constexpr int kStringClassStates = 8;
+// The next state from `state` on `byte`, or -1 where the automaton rejects it.
+int string_class_step(StringClass klass, int state, std::uint8_t byte);
+
 struct TokenizerVocab {
   std::vector<std::string> tokens;  // token id -> bytes
   std::vector<bool> special;        // same size as tokens (or empty: none special)
@@ -45,6 +54,12 @@ class TokenTrie {
   std::size_t max_token_bytes() const { return max_token_bytes_; }
   // The length in bytes of the longest token in node i's subtree (its own included).
   std::uint16_t deepest(std::uint32_t i) const { return deepest_[i]; }
+  // The StringClass bits whose automaton, started at a character boundary at the edge into
+  // node i, accepts every path of the subtree (the edge's byte and all below): every token of
+  // the subtree, read from that edge on, is text a free JSON string may hold. Schema-independent,
+  // so made once per vocabulary; the mask precomputation accepts such a subtree whole, without
+  // walking it, where the grammar's state is a string's (CompiledGrammar::precompute).
+  std::uint8_t string_classes(std::uint32_t i) const { return string_classes_[i]; }
   bool is_eos(std::int32_t id) const;
   // The longest token that is a prefix of `text`: (id, length), or (-1, 0) when none. Greedy
   // tokenization for tests and benchmarks, and for re-tokenizing a jump-forward string.
@@ -57,6 +72,7 @@ class TokenTrie {
   std::vector<Node> nodes_;
   std::vector<std::int32_t> order_;
   std::vector<std::uint16_t> deepest_;
+  std::vector<std::uint8_t> string_classes_;
   std::vector<std::int32_t> order_index_;
   std::vector<std::pair<std::int32_t, std::int32_t>> aliases_;
   std::size_t max_token_bytes_ = 0;

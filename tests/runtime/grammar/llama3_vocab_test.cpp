@@ -25,6 +25,50 @@ TEST(Llama3Vocab, ReadsByteLevelTokens) {
   EXPECT_GT(with_space, 20000u);  // 'Ġ' mapped back to a space byte
 }
 
+// Every token under a node whose string_classes() holds kStringUtf8 is JSON string text from
+// that node's edge on, and the flag is exact: a subtree with one token that is not gets none.
+TEST(Llama3Vocab, StringClassesOfSubtrees) {
+  auto vocab = llama3_vocab();
+  ASSERT_TRUE(vocab);
+  auto trie = TokenTrie::build(*vocab);
+  ASSERT_TRUE(trie.ok());
+  const TokenTrie& t = **trie;
+  auto string_text = [](std::string_view bytes, StringClass klass) {
+    int q = 0;
+    for (char c : bytes)
+      if ((q = string_class_step(klass, q, static_cast<std::uint8_t>(c))) < 0) return false;
+    return true;
+  };
+  // Depth-first over the trie with each node's depth, checking every child of the root and a
+  // sample of deeper nodes against their subtree's tokens.
+  std::vector<std::pair<std::uint32_t, std::size_t>> todo{{t.root(), 0}};
+  std::size_t checked = 0, whole = 0;
+  while (!todo.empty()) {
+    auto [v, depth] = todo.back();
+    todo.pop_back();
+    const auto& node = t.node(v);
+    for (std::uint32_t c = node.first_child; c < node.first_child + node.child_count; ++c)
+      todo.push_back({c, depth + 1});
+    if (v == t.root() || (depth > 1 && v % 97 != 0)) continue;
+    for (StringClass klass : {kStringUtf8, kStringAscii}) {
+      bool all = true;
+      for (std::uint32_t i = t.node(v).subtree_begin; i < t.node(v).subtree_end && all; ++i)
+        all = string_text(std::string_view(vocab->tokens[t.order()[i]]).substr(depth - 1), klass);
+      ASSERT_EQ(all, (t.string_classes(v) & klass) != 0) << "node " << v << " class " << int(klass);
+      whole += all;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 1000u);
+  EXPECT_GT(whole, checked / 4);
+  EXPECT_EQ(string_class_step(kStringUtf8, 0, 0xED), 5);  // then 80-9F only: no surrogates
+  EXPECT_LT(string_class_step(kStringUtf8, 5, 0xA0), 0);
+  EXPECT_LT(string_class_step(kStringUtf8, 0, 0xC0), 0);  // overlong
+  EXPECT_LT(string_class_step(kStringUtf8, 0, '"'), 0);
+  EXPECT_EQ(string_class_step(kStringUtf8, 0, 0x7F), 0);
+  EXPECT_LT(string_class_step(kStringAscii, 0, 0xC3), 0);
+}
+
 TEST(Llama3Vocab, MasksEqualBruteForceAlongDocuments) {
   auto vocab = llama3_vocab();
   ASSERT_TRUE(vocab);
@@ -40,6 +84,15 @@ TEST(Llama3Vocab, MasksEqualBruteForceAlongDocuments) {
       // for short tokens), so few tokens are left to check at run time.
       {R"({"type":"object","properties":{"t":{"type":"string","maxLength":7},"u":{"type":"string"}},"required":["t","u"]})",
        R"({"t":"abc de\"","u":"free text"})"},
+      // Free strings holding multi-byte characters and escapes, and extra property names
+      // (printable ASCII): the positions where whole subtrees of string text are accepted
+      // without walking them (TokenTrie::string_classes).
+      {R"({"type":"object","properties":{"s":{"type":"string"}},"required":["s"],"additionalProperties":{"type":"string"}})",
+       R"({"s":"caf\u00e9 café 日本語 😀 \\ \n end","x y":"über"})"},
+      // A counted string (maxLength above 32): per-count masks, the string subtrees accepted
+      // whole while enough characters are left, and the bound reached (48 characters).
+      {R"({"type":"object","properties":{"t":{"type":"string","minLength":3,"maxLength":48}},"required":["t"]})",
+       R"({"t":"na\u00efve café 日本 text and more text, up to 48 chars"})"},
   };
   for (const auto& [schema, doc] : cases) {
     auto g = json_schema_to_grammar(schema);
