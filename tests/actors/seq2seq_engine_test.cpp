@@ -237,7 +237,7 @@ TEST_P(Seq2SeqEngine, BatchedRequestsGiveTheTokensEachGivesAlone) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Seq2SeqEngine,
                          ::testing::Values("t5", "t5_gated_untied", "m2m100"),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& p) { return p.param; });
 
 TEST(Seq2SeqEngineLifecycle, CancelMidGenerationReturnsEveryPage) {
   const Reference ref = read_reference(fixture("t5"));

@@ -45,7 +45,7 @@ set_tests_properties(weft_generate_seq2seq_constrained PROPERTIES PASS_REGULAR_E
   "not implemented for encoder-decoder models\nexit=1\n$")
 # weft bench and weft serve run encoder-decoder folders through the same engine.
 add_test(NAME weft_bench_seq2seq
-         COMMAND sh -c "\"$<TARGET_FILE:weft>\" bench --model ${seq2seq_tiny}/t5 --num-requests 6 --input-len 12 --output-len 8 --range-ratio 0 --threads 1 2>/dev/null | tail -1; echo exit=$?")
+         COMMAND sh -c "\"$<TARGET_FILE:weft>\" bench --model ${seq2seq_tiny}/t5 --num-requests 6 --input-len 12 --output-len 8 --range-ratio 0 --threads 1 --device cpu 2>/dev/null | tail -1; echo exit=$?")
 set_tests_properties(weft_bench_seq2seq PROPERTIES PASS_REGULAR_EXPRESSION
   "\"failed\":0,.*\"output_tokens\":48,.*\nexit=0\n$")
 add_test(NAME weft_serve_seq2seq

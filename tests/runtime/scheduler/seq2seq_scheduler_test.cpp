@@ -50,7 +50,7 @@ void check_plan(const Scheduler& scheduler, const StepPlan& plan) {
     EXPECT_EQ(self.count(p), 0u) << "page " << p << " is both a cross and a self page";
 }
 
-struct Run {
+struct Seq2SeqRun {
   std::map<std::uint64_t, std::vector<std::int32_t>> outputs;
   int steps = 0;
   int encoder_passes = 0;
@@ -58,8 +58,8 @@ struct Run {
 };
 
 // Adds every request at once and runs them all to their max_new tokens.
-Run run_all(Scheduler& scheduler, const std::vector<std::pair<int, int>>& source_and_max_new) {
-  Run run;
+Seq2SeqRun run_all(Scheduler& scheduler, const std::vector<std::pair<int, int>>& source_and_max_new) {
+  Seq2SeqRun run;
   std::map<std::uint64_t, int> max_new;
   std::uint64_t id = 1;
   for (const auto& [len, max] : source_and_max_new) {
@@ -143,7 +143,7 @@ TEST(Seq2SeqScheduler, ReserveAdmissionCountsCrossPagesAndNeverOverCommits) {
   config.num_pages = 10;
   Scheduler scheduler(config);
   // Each: 4 cross pages and 8 decoder tokens (2 pages): 6 pages, so two never run at once.
-  const Run run = run_all(scheduler, {{16, 7}, {16, 7}, {3, 2}});
+  const Seq2SeqRun run = run_all(scheduler, {{16, 7}, {16, 7}, {3, 2}});
   EXPECT_EQ(run.outputs.size(), 3u);
   EXPECT_EQ(run.encoder_passes, 3);
   EXPECT_EQ(scheduler.preemptions(), 0u);
@@ -165,7 +165,7 @@ TEST(Seq2SeqScheduler, ManyRequestsBatchEncoderPassesAndDecodeSteps) {
   std::vector<std::pair<int, int>> requests;
   for (int i = 0; i < 12; ++i)
     requests.push_back({3 + (i * 7) % 20, 4 + (i * 5) % 13});
-  const Run run = run_all(scheduler, requests);
+  const Seq2SeqRun run = run_all(scheduler, requests);
   EXPECT_EQ(run.outputs.size(), 12u);
   EXPECT_EQ(run.encoder_passes, 12);
   EXPECT_GT(run.steps_mixing_encode_and_decode, 0);
@@ -200,7 +200,7 @@ TEST(Seq2SeqScheduler, OptimisticPreemptionFreesCrossPagesAndEncodesAgain) {
   config.admission = AdmissionPolicy::kOptimistic;
   Scheduler scheduler(config);
   // Three requests of 2 cross pages whose outputs outgrow the pool together.
-  const Run run = run_all(scheduler, {{4, 12}, {4, 12}, {4, 12}});
+  const Seq2SeqRun run = run_all(scheduler, {{4, 12}, {4, 12}, {4, 12}});
   EXPECT_GT(scheduler.preemptions(), 0u);
   EXPECT_GT(run.encoder_passes, 3) << "a preempted sequence encodes again when readmitted";
   EXPECT_EQ(run.outputs.size(), 3u);
