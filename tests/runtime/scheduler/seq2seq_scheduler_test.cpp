@@ -58,7 +58,8 @@ struct Seq2SeqRun {
 };
 
 // Adds every request at once and runs them all to their max_new tokens.
-Seq2SeqRun run_all(Scheduler& scheduler, const std::vector<std::pair<int, int>>& source_and_max_new) {
+Seq2SeqRun run_all(Scheduler& scheduler,
+                   const std::vector<std::pair<int, int>>& source_and_max_new) {
   Seq2SeqRun run;
   std::map<std::uint64_t, int> max_new;
   std::uint64_t id = 1;
