@@ -270,6 +270,32 @@ TEST(Seq2SeqEngineLifecycle, CancelMidGenerationReturnsEveryPage) {
   EXPECT_EQ(run_one(*engine, request_of(ref.encoder_ids, 5)).reason, FinishReason::kLength);
 }
 
+TEST(Seq2SeqEngineLifecycle, SamplesOfOneRequestEachEncodeAndSampleTheirOwn) {
+  const Reference ref = read_reference(fixture("m2m100"));
+  RunningEngine engine(config_for("m2m100"));
+  GenerateRequest r = request_of(ref.encoder_ids, 8);
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = 5;
+  const Collected one = run_one(*engine, r);
+  r.sampling.n = 3;
+  auto stream = engine->submit(r, asio::use_future).get();
+  std::vector<std::vector<std::int32_t>> ids(3);
+  for (int finals = 0; finals < 3;) {
+    Event e = stream->next(asio::use_future).get();
+    if (e.kind == Event::Kind::kFinal) {
+      EXPECT_EQ(e.finish_reason, FinishReason::kLength) << e.error;
+      ++finals;
+      continue;
+    }
+    auto& out = ids.at(static_cast<std::size_t>(e.index));
+    out.insert(out.end(), e.token_ids.begin(), e.token_ids.end());
+  }
+  EXPECT_EQ(ids[0], one.ids) << "sample 0 draws as a request of one sample does";
+  EXPECT_EQ(ids[1].size(), 8u);
+  EXPECT_NE(ids[1], ids[0]);
+  EXPECT_EQ(engine->metrics(asio::use_future).get().kv_pages_used, 0);
+}
+
 TEST(Seq2SeqEngineLifecycle, StopsAtTheDecodersEos) {
   // The tiny T5 samples its eos (1) third with this seed (as `weft generate` did directly).
   RunningEngine engine(config_for("../seq2seq_tiny/t5"));
