@@ -28,6 +28,16 @@ std::vector<std::uint64_t> DetokenizerActor::process_tokens(const std::vector<Ne
     if (it == states_.end()) continue;  // cancelled meanwhile
     State& s = it->second;
     if (s.stops.stopped()) continue;
+    if (!tokenizer_) {  // ids only
+      if (t.token.id < 0) continue;
+      Event event;
+      event.kind = Event::Kind::kDelta;
+      event.index = s.index;
+      event.token_ids.push_back(t.token.id);
+      event.logprobs.push_back(t.token);
+      s.stream->push(std::move(event));
+      continue;
+    }
     if (t.token.id < 0) {
       // No token: the output ends here (NewToken::last); what was held back goes out.
       if (!t.last) continue;

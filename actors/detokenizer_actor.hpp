@@ -26,6 +26,7 @@ struct NewToken {
 
 class DetokenizerActor : public Actor {
  public:
+  // A null `tokenizer` (an encoder-decoder folder without one) streams ids without text.
   DetokenizerActor(const asio::any_io_executor& executor,
                    std::shared_ptr<const text::Tokenizer> tokenizer);
 

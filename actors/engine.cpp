@@ -23,6 +23,7 @@
 #include "actors/detokenizer_actor.hpp"
 #include "actors/device_backend.hpp"
 #include "actors/embedding_engine.hpp"
+#include "actors/engine_seq2seq.hpp"
 #include "actors/executor_actor.hpp"
 #include "actors/kv_allocator_actor.hpp"
 #include "actors/pipeline_stages.hpp"
@@ -197,6 +198,7 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
     }
   } stop_followers{group};
   load_options.allow_encoder = group == nullptr;
+  load_options.allow_seq2seq = group == nullptr;
   if (group != nullptr && s.config.kv_compress_rate > 0.0) {
     throw Error(ErrorCode::kUnsupported,
                 "kv_compress_rate > 0 needs the whole model on one device (no tensor "
@@ -218,41 +220,63 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
     return;
   }
   s.loaded = std::move(loaded.value());
+  // An encoder-decoder model (docs/seq2seq.md) runs through the same actors with its own
+  // backend; `model` is then empty and `model_spec` is the decoder's.
+  const bool seq2seq = s.loaded.seq2seq.has_value();
+  if (seq2seq) {
+    if (auto ok = actors::check_seq2seq_config(s.config); !ok) throw ok.error();
+  }
   const model::Model& model = s.loaded.model;
-  s.vocab_size = model.spec().vocab_size;
+  const model::ModelSpec& model_spec = seq2seq ? s.loaded.seq2seq->spec() : model.spec();
+  s.vocab_size = model_spec.vocab_size;
   std::vector<std::int32_t> eos(s.loaded.generation.eos_token_ids.begin(),
                                 s.loaded.generation.eos_token_ids.end());
   // The matcher's vocabulary is read from tokenizer.json (or a GGUF file's tokenizer metadata)
   // and its token trie built (~0.1-0.2 s for 128K tokens) while the weights go to the device;
   // the constructor waits for it at the end, so the first constrained request does not pay
   // for it in its time to first token.
+  // (Encoder-decoder models refuse constrained output: no compiler.)
   const auto model_path = std::filesystem::path(s.config.model_dir);
-  s.constraint_compiler = std::make_unique<grammar::ConstraintCompiler>(
-      [model_path]() -> Result<grammar::TokenizerVocab> {
-        auto text = read_tokenizer_json_text(model_path);
-        if (!text) return text.error();
-        return grammar::vocab_from_tokenizer_json(*text);
-      },
-      eos);
-  // (A failure is not kept: the first constrained request tries again and reports it.)
-  auto trie_built = std::make_shared<std::promise<void>>();
-  std::future<void> trie_ready = trie_built->get_future();
-  asio::post(s.compile_pool, [compiler = s.constraint_compiler.get(), trie_built] {
-    (void)compiler->trie();
-    trie_built->set_value();
-  });
-  s.context_length = model.spec().rope.max_position_embeddings;
+  std::future<void> trie_ready;
+  if (!seq2seq) {
+    s.constraint_compiler = std::make_unique<grammar::ConstraintCompiler>(
+        [model_path]() -> Result<grammar::TokenizerVocab> {
+          auto text = read_tokenizer_json_text(model_path);
+          if (!text) return text.error();
+          return grammar::vocab_from_tokenizer_json(*text);
+        },
+        eos);
+    // (A failure is not kept: the first constrained request tries again and reports it.)
+    auto trie_built = std::make_shared<std::promise<void>>();
+    trie_ready = trie_built->get_future();
+    asio::post(s.compile_pool, [compiler = s.constraint_compiler.get(), trie_built] {
+      (void)compiler->trie();
+      trie_built->set_value();
+    });
+  }
+  // Encoder-decoder models have no fixed context (T5's relative positions, M2M100's
+  // sinusoidal ones are computed for any position): the KV pool bounds a request.
+  s.context_length = seq2seq ? 0 : model_spec.rope.max_position_embeddings;
   if (s.config.kv_compress_rate > 0.0 &&
-      (model.spec().position == model::PositionEmbedding::kAlibi ||
-       model.spec().sliding_window > 0)) {
+      (model_spec.position == model::PositionEmbedding::kAlibi || model_spec.sliding_window > 0)) {
     throw Error(ErrorCode::kUnsupported,
-                "kv_compress_rate > 0: " + model.spec().architecture +
+                "kv_compress_rate > 0: " + model_spec.architecture +
                     " uses ALiBi or a sliding window, whose attention depends on distances "
                     "that compacted slots no longer keep");
   }
 
-  auto tokenizer = loaders::load_tokenizer(s.config.model_dir);
-  if (!tokenizer) throw tokenizer.error();
+  // An encoder-decoder folder may come without a tokenizer (random-weight test models):
+  // requests then give prompt_ids and stream ids without text.
+  std::shared_ptr<const text::Tokenizer> text_tokenizer;
+  if (auto tokenizer = loaders::load_tokenizer(s.config.model_dir); tokenizer) {
+    text_tokenizer = tokenizer->tokenizer;
+  } else {
+    std::error_code ec;
+    if (!seq2seq || std::filesystem::exists(model_path / "tokenizer.json", ec)) {
+      throw tokenizer.error();
+    }
+    log_info("engine: " + s.config.model_dir + " has no tokenizer.json; prompts must be ids");
+  }
   std::optional<ChatTemplate> chat_template;
   std::string chat_template_error;
   if (auto t = load_chat_template(s.config.model_dir, /*with_tools=*/false); t) {
@@ -263,13 +287,18 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
 
   auto device = actors::parse_device(s.config.device);
   if (!device) throw device.error();
+  if (seq2seq) {
+    device = actors::seq2seq_device(s.config, *device);
+    if (!device) throw device.error();
+  }
   if (group != nullptr) {
     device = actors::tensor_parallel_device(*device, group->rank());
     if (!device) throw device.error();
   }
   auto kv_dtype = actors::resolve_kv_cache_dtype(s.config.kv_cache_dtype, *device);
   if (!kv_dtype) throw kv_dtype.error();
-  model::KvLayout layout = model.kv_layout(s.config.page_size);
+  model::KvLayout layout = seq2seq ? s.loaded.seq2seq->kv_layout(s.config.page_size)
+                                   : model.kv_layout(s.config.page_size);
   layout.dtype = *kv_dtype;
   const auto page_bytes = static_cast<std::int64_t>(actors::kv_page_bytes(*device, layout));
   // On a GPU with gpu_memory_fraction set, the backend sizes its pool from the device (0
@@ -290,8 +319,11 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   stage_options.on_progress = s.config.on_load_progress;
   const bool hybrid = s.config.cpu_layers > 0 || s.config.gpu_memory_budget_mb > 0;
   Result<std::unique_ptr<model::ForwardBackend>> backend =
-      s.config.make_backend ? Result<std::unique_ptr<model::ForwardBackend>>(
-                                  s.config.make_backend(model, static_cast<int>(budget_pages)))
+      seq2seq
+          ? Result<std::unique_ptr<model::ForwardBackend>>(actors::make_seq2seq_backend(
+                *s.loaded.seq2seq, layout, static_cast<int>(budget_pages), s.config.cpu_threads))
+      : s.config.make_backend ? Result<std::unique_ptr<model::ForwardBackend>>(
+                                    s.config.make_backend(model, static_cast<int>(budget_pages)))
       : group != nullptr && stages > 1
           ? actors::make_pipeline_leader(
                 model, *device, layout, stage_options, *group,
@@ -330,11 +362,11 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   s.device_thread = std::thread([&s] { s.device_context.run(); });
   s.executor_actor = std::make_unique<actors::ExecutorActor>(s.device_context.get_executor(),
                                                              std::move(backend.value()));
-  s.tokenizer = std::make_unique<actors::TokenizerActor>(
-      executor, tokenizer->tokenizer, std::move(chat_template), std::move(chat_template_error),
-      s.vocab_size);
+  s.tokenizer =
+      std::make_unique<actors::TokenizerActor>(executor, text_tokenizer, std::move(chat_template),
+                                               std::move(chat_template_error), s.vocab_size);
   s.sampler = std::make_unique<actors::SamplerActor>(executor);
-  s.detokenizer = std::make_unique<actors::DetokenizerActor>(executor, tokenizer->tokenizer);
+  s.detokenizer = std::make_unique<actors::DetokenizerActor>(executor, text_tokenizer);
   if (const int cores = static_cast<int>(std::thread::hardware_concurrency()); cores > 4) {
     s.mask_pool.emplace(static_cast<std::size_t>(std::clamp(cores / 4, 1, 4)));
   }
@@ -348,7 +380,8 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   sc.max_running = s.config.max_running;
   sc.admission = s.config.admission == "optimistic" ? sched::AdmissionPolicy::kOptimistic
                                                     : sched::AdmissionPolicy::kReserve;
-  sc.prefix_cache = s.config.prefix_cache;
+  // An encoder-decoder sequence's decoder KV depends on its source, not only its tokens.
+  sc.prefix_cache = s.config.prefix_cache && !seq2seq;
   sc.kv_compress = {s.config.kv_compress_rate, s.config.kv_compress_window};
   s.kv_allocator = std::make_unique<actors::KvAllocatorActor>(executor, sc.num_pages, sc.page_size);
   s.scheduler = std::make_unique<actors::SchedulerActor>(
@@ -364,7 +397,7 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
                                  token_trees ? s.config.spec_width : 1);
   }
   s.scheduler->start();
-  trie_ready.wait();
+  if (trie_ready.valid()) trie_ready.wait();
 }
 
 Engine::~Engine() {
@@ -406,6 +439,9 @@ int Engine::context_length() const {
 bool Engine::embeds() const {
   return impl_->embedding != nullptr;
 }
+bool Engine::encoder_decoder() const {
+  return impl_->loaded.seq2seq.has_value();
+}
 int Engine::embedding_size() const {
   return impl_->embedding ? impl_->embedding->model().spec().hidden_size : 0;
 }
@@ -434,10 +470,12 @@ void Engine::embed_impl(EmbedRequest request,
   if (!s.embedding) {
     return actors::complete(
         std::move(handler), s.executor,
-        std::make_exception_ptr(Error(ErrorCode::kUnsupported,
-                                      s.loaded.full_spec.architecture +
-                                          " is a decoder-only model; embeddings need an "
-                                          "encoder-only one (BERT family, docs/embeddings.md)")),
+        std::make_exception_ptr(Error(
+            ErrorCode::kUnsupported,
+            s.loaded.full_spec.architecture +
+                (s.loaded.seq2seq ? " is an encoder-decoder model" : " is a decoder-only model") +
+                "; embeddings need an encoder-only one (BERT family, "
+                "docs/embeddings.md)")),
         EmbedResult{});
   }
   s.embedding->embed(std::move(request), std::move(handler));
@@ -498,6 +536,22 @@ void Engine::submit_impl(GenerateRequest request,
                       "beam_width: cannot be combined with response_format (beams would each "
                       "need a grammar matcher of their own)"));
   }
+  if (s.loaded.seq2seq) {
+    const char* refused = request.response_format.constrained() ? "response_format"
+                          : request.sampling.beam_width > 1     ? "beam_width > 1"
+                                                                : nullptr;
+    if (refused != nullptr) {
+      return fail(std::move(handler),
+                  Error(ErrorCode::kUnsupported,
+                        std::string(refused) + ": not implemented for encoder-decoder models (" +
+                            s.loaded.full_spec.architecture + ") yet"));
+    }
+  } else if (!request.decoder_prefix_ids.empty()) {
+    return fail(std::move(handler), Error(ErrorCode::kInvalidArgument,
+                                          "decoder_prefix_ids: for encoder-decoder models; " +
+                                              s.loaded.full_spec.architecture +
+                                              " is decoder-only (put the tokens in the prompt)"));
+  }
   if (!request.response_format.constrained()) {
     return start(std::move(request), nullptr, std::move(handler));
   }
@@ -544,10 +598,12 @@ void Engine::start(GenerateRequest request, std::shared_ptr<const grammar::Compi
                      std::shared_ptr<RequestStream>());
   };
   SamplingParams params = request.sampling;
+  std::vector<std::int32_t> decoder_prefix = request.decoder_prefix_ids;
   s.tokenizer->encode(
-      std::move(request), [&s, fail, params = std::move(params), grammar = std::move(grammar),
-                           handler = std::move(handler)](std::exception_ptr error,
-                                                         std::vector<std::int32_t> ids) mutable {
+      std::move(request),
+      [&s, fail, params = std::move(params), grammar = std::move(grammar),
+       decoder_prefix = std::move(decoder_prefix), handler = std::move(handler)](
+          std::exception_ptr error, std::vector<std::int32_t> ids) mutable {
         if (error) {
           actors::complete(std::move(handler), s.executor, error, std::shared_ptr<RequestStream>());
           return;
@@ -571,31 +627,45 @@ void Engine::start(GenerateRequest request, std::shared_ptr<const grammar::Compi
                                 std::to_string(s.context_length) + "; at most " +
                                 std::to_string(s.context_length - n)));
         }
+        // An encoder-decoder model: `ids` are the encoder's input; the decoder starts from its
+        // own prompt, which the sampler's penalties see as the prompt.
+        std::vector<std::int32_t> decoder_prompt;
+        if (s.loaded.seq2seq) {
+          auto prompt = actors::seq2seq_decoder_prompt(*s.loaded.seq2seq, decoder_prefix);
+          if (!prompt) return fail(std::move(handler), prompt.error());
+          decoder_prompt = std::move(prompt.value());
+        }
+        const std::vector<std::int32_t>& sampler_prompt = s.loaded.seq2seq ? decoder_prompt : ids;
         // One sequence id per sample; the request (and its stream) takes the first.
         const int samples = std::max(1, params.n);
         const std::uint64_t id = s.next_id.fetch_add(static_cast<std::uint64_t>(samples));
         auto stream = std::make_shared<RequestStream>(id, samples);
         const std::uint64_t seed = params.seed ? *params.seed : s.draw_seed();
         for (int i = 0; i < samples; ++i) {
-          s.sampler->add(id + static_cast<std::uint64_t>(i), params, ids, seed, i);
+          s.sampler->add(id + static_cast<std::uint64_t>(i), params, sampler_prompt, seed, i);
           s.detokenizer->add(id + static_cast<std::uint64_t>(i), stream, params.stop, i);
           if (grammar) s.constraint->add(id + static_cast<std::uint64_t>(i), grammar);
         }
         const bool constrained = grammar != nullptr;
-        s.scheduler->add(id, std::move(ids), std::move(params), stream, constrained,
-                         [&s, id, samples, stream, constrained,
-                          handler = std::move(handler)](std::exception_ptr e) mutable {
-                           if (e) {
-                             for (int i = 0; i < samples; ++i) {
-                               s.sampler->remove(id + static_cast<std::uint64_t>(i));
-                               s.detokenizer->remove(id + static_cast<std::uint64_t>(i));
-                               if (constrained)
-                                 s.constraint->remove(id + static_cast<std::uint64_t>(i));
-                             }
-                             stream.reset();
-                           }
-                           actors::complete(std::move(handler), s.executor, e, std::move(stream));
-                         });
+        auto added = [&s, id, samples, stream, constrained,
+                      handler = std::move(handler)](std::exception_ptr e) mutable {
+          if (e) {
+            for (int i = 0; i < samples; ++i) {
+              s.sampler->remove(id + static_cast<std::uint64_t>(i));
+              s.detokenizer->remove(id + static_cast<std::uint64_t>(i));
+              if (constrained) s.constraint->remove(id + static_cast<std::uint64_t>(i));
+            }
+            stream.reset();
+          }
+          actors::complete(std::move(handler), s.executor, e, std::move(stream));
+        };
+        if (s.loaded.seq2seq) {
+          s.scheduler->add_seq2seq(id, std::move(ids), std::move(decoder_prompt), std::move(params),
+                                   stream, std::move(added));
+        } else {
+          s.scheduler->add(id, std::move(ids), std::move(params), stream, constrained,
+                           std::move(added));
+        }
       });
 }
 

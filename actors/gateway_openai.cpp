@@ -459,6 +459,16 @@ Result<ParsedRequest> parse_request(const json::object& object, Api api, const S
           s.stop_token_ids.push_back(static_cast<std::int32_t>(*id));
         }
       }
+    } else if (key == "decoder_prefix_ids") {  // encoder-decoder models (docs/seq2seq.md)
+      if (!v.is_null()) {
+        if (!v.is_array()) return bad(key, "expected an array of token ids");
+        for (std::size_t i = 0; i < v.get_array().size(); ++i) {
+          auto id = integer(v.get_array()[i], key + "[" + std::to_string(i) + "]", 0,
+                            model.vocab_size - 1);
+          if (!id) return id.error();
+          request.decoder_prefix_ids.push_back(static_cast<std::int32_t>(*id));
+        }
+      }
     } else if (key == "speculation") {
       r = parse_speculation(v, s);
     } else if (key == "ignore_eos") {

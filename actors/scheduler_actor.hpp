@@ -61,6 +61,22 @@ class SchedulerActor : public Actor {
         std::forward<Token>(token));
   }
 
+  // An encoder-decoder request (scheduler_actor_seq2seq.cpp): `source` is the encoder's input,
+  // `decoder_prompt` the decoder's start token and forced prefix (not streamed, not counted
+  // as output); usage counts the source as the prompt. params.n sequences as add() makes.
+  template <class Token>
+  auto add_seq2seq(std::uint64_t id, std::vector<std::int32_t> source,
+                   std::vector<std::int32_t> decoder_prompt, SamplingParams params,
+                   std::shared_ptr<RequestStream> stream, Token&& token) {
+    return ask(
+        [this, id, source = std::move(source), decoder_prompt = std::move(decoder_prompt),
+         params = std::move(params), stream = std::move(stream)]() mutable {
+          add_seq2seq_request(id, std::move(source), std::move(decoder_prompt), std::move(params),
+                              std::move(stream));
+        },
+        std::forward<Token>(token));
+  }
+
   // Cancels every sample of the request `id` (the id its stream carries).
   void cancel(std::uint64_t id);
 
@@ -102,6 +118,9 @@ class SchedulerActor : public Actor {
   asio::awaitable<void> detokenize(std::vector<NewToken> tokens);
   void add_request(std::uint64_t id, std::vector<std::int32_t> prompt, SamplingParams params,
                    std::shared_ptr<RequestStream> stream, bool constrained);
+  void add_seq2seq_request(std::uint64_t id, std::vector<std::int32_t> source,
+                           std::vector<std::int32_t> decoder_prompt, SamplingParams params,
+                           std::shared_ptr<RequestStream> stream);
   // `completion_tokens` >= 0 overrides the count the scheduler's sequence gives (beam search:
   // the returned hypothesis's length).
   void finish(std::uint64_t id, FinishReason reason, std::string error = {},

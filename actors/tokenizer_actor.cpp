@@ -67,6 +67,11 @@ std::vector<std::int32_t> TokenizerActor::encode_request(const GenerateRequest& 
     }
     return r.prompt_ids;
   }
+  if (!tokenizer_) {
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(r.messages.empty() ? "prompt" : "messages") +
+                    ": the model folder has no tokenizer.json; give prompt_ids");
+  }
   std::string text = r.prompt;
   bool add_special = r.add_special_tokens;
   if (!r.messages.empty()) {

@@ -24,6 +24,7 @@ jinja::Value chat_messages_value(const std::vector<ChatMessage>& messages);
 class TokenizerActor : public Actor {
  public:
   // `chat_template` may be empty: requests with messages are then refused with the reason.
+  // `tokenizer` may be null (an encoder-decoder folder without one): only prompt_ids work.
   TokenizerActor(const asio::any_io_executor& executor,
                  std::shared_ptr<const text::Tokenizer> tokenizer,
                  std::optional<ChatTemplate> chat_template, std::string chat_template_error,

@@ -92,9 +92,9 @@ Result<LoadedModel> load_model(const std::filesystem::path& dir, const LoadOptio
     if (!options.allow_seq2seq) {
       return Error(ErrorCode::kUnsupported,
                    dir.string() + ": " + spec->architecture +
-                       " is an encoder-decoder model; it runs with `weft generate` (without "
-                       "--beam-width, --speculate or --tensor-parallel) only so far: the engine "
-                       "behind serve and bench schedules decoder-only models");
+                       " is an encoder-decoder model; it runs with `weft generate`, `weft "
+                       "serve` and `weft bench` in one process (not tensor- or "
+                       "pipeline-parallel, and not with this command yet)");
     }
     if (options.tensor_parallel_size > 1 || quantized) {
       return Error(ErrorCode::kUnsupported,

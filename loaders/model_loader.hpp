@@ -35,8 +35,8 @@ struct LoadOptions {
   // pointing at `weft embed`.
   bool allow_encoder = false;
   // Encoder-decoder models (T5, M2M100/NLLB) load into LoadedModel::seq2seq only when the
-  // caller can run them (`weft generate`); otherwise they are refused with a message saying
-  // what runs them.
+  // caller can run them (the Engine, `weft generate`); otherwise they are refused with a message
+  // saying what runs them.
   bool allow_seq2seq = false;
   // Quantize the weight matrices to this format as they load (docs/quantization.md); kNone
   // keeps the checkpoint's dtype. A folder already quantized (config.json's "quantization")

@@ -38,6 +38,14 @@ struct SequenceSlice {
   // bit for bit those plain decoding gives it. Numerics only; the result is the same causal
   // (or tree) attention either way.
   bool verify = false;
+  // Encoder-decoder models (Seq2SeqModel): the pages holding the sequence's cross-attention
+  // keys and values (encoder position j in cross_page_table[j / page_size]) and its encoder
+  // tokens' count. When encoder_tokens is not empty the step first runs the encoder over them
+  // (one batched pass for every such slice) and writes the cross pages, then the slice's
+  // decoder tokens; otherwise the cross pages were written by an earlier step.
+  std::vector<std::int32_t> cross_page_table;
+  int cross_length = 0;
+  std::vector<std::int32_t> encoder_tokens;
 
   // The page-table slot of the slice's i-th token whose position is `position`.
   int kv_slot(int i, int position) const {
@@ -55,6 +63,13 @@ struct StepBatch {
   bool has_token_tree() const {
     for (const auto& s : sequences)
       if (!s.tree_parent.empty()) return true;
+    return false;
+  }
+
+  // Some slice runs the encoder this step (encoder-decoder models only).
+  bool has_encoder_pass() const {
+    for (const auto& s : sequences)
+      if (!s.encoder_tokens.empty()) return true;
     return false;
   }
 

@@ -35,8 +35,10 @@ Scheduler::Scheduler(SchedulerConfig config, kv::PagePool& pool) : config_(confi
 }
 
 Scheduler::~Scheduler() {
-  for (const auto& [id, seq] : sequences_)
+  for (const auto& [id, seq] : sequences_) {
     pool_.release_all(seq.pages);
+    pool_.release_all(seq.cross_pages);
+  }
   cache_.reset();  // its pages go back too
 }
 
@@ -58,12 +60,15 @@ int Scheduler::available_pages() const {
 
 // A sequence's pages go back: to the prefix cache (its full computed pages) or the pool.
 void Scheduler::release_pages(Sequence& seq) {
-  if (cache_ && !seq.compressed) {
+  // An encoder-decoder sequence's decoder KV depends on its source: never shared by tokens.
+  if (cache_ && !seq.compressed && seq.source.empty()) {
     cache_->release(seq.tokens, seq.computed, seq.pages);
   } else {
     pool_.release_all(seq.pages);
   }
   seq.pages.clear();
+  pool_.release_all(seq.cross_pages);
+  seq.cross_pages.clear();
   seq.evicted = 0;
   seq.compressed = false;
 }
@@ -113,7 +118,8 @@ Result<void> Scheduler::add_sibling(std::uint64_t id, std::uint64_t parent) {
                  "scheduler: sibling of unknown request " + std::to_string(parent));
   }
   std::vector<std::int32_t> prompt(p->tokens.begin(), p->tokens.begin() + p->prompt_len);
-  auto added = add(id, std::move(prompt), p->max_new_tokens);
+  auto added = p->source.empty() ? add(id, std::move(prompt), p->max_new_tokens)
+                                 : add_seq2seq(id, p->source, std::move(prompt), p->max_new_tokens);
   if (!added) return added;
   sequences_.at(id).share_prefix_of = parent;
   return {};
@@ -181,14 +187,14 @@ bool Scheduler::admission_allows(const Sequence& candidate) const {
   for (std::uint64_t id : running_) {
     const Sequence& s = sequences_.at(id);
     if (s.beam_group == 0) {
-      demands.push_back(
-          {static_cast<int>(s.tokens.size()) - s.evicted, s.max_new_tokens - s.generated()});
+      demands.push_back({static_cast<int>(s.tokens.size()) - s.evicted,
+                         s.max_new_tokens - s.generated(), fixed_pages(s)});
     }
   }
   add_beam_demands(demands, &candidate);
   if (candidate.beam_group == 0) {
     demands.push_back({static_cast<int>(candidate.tokens.size()),
-                       candidate.max_new_tokens - candidate.generated()});
+                       candidate.max_new_tokens - candidate.generated(), fixed_pages(candidate)});
   }
   return peak_pages(std::move(demands), config_.page_size) <= config_.num_pages;
 }
@@ -211,7 +217,9 @@ StepPlan Scheduler::plan_step() {
   struct Choice {
     std::uint64_t id;
     int count;
+    bool encode = false;  // an encoder-decoder sequence's encoder pass runs first
   };
+  int encoded = 0;  // encoder passes in this step
   std::vector<Choice> chosen;
 
   // Decodes first: each running sequence with one token to feed. If their new pages do not
@@ -266,8 +274,17 @@ StepPlan Scheduler::plan_step() {
       if (parent != sequences_.end() && parent->second.computed < shareable) break;
       share_prefix(s);
     }
+    // An encoder-decoder sequence's encoder pass runs in the step that admits it; its tokens
+    // count against the budget, but one token is always left for its decoder, so a source
+    // longer than the budget still runs (as the step's only encoder pass).
+    const bool encodes = !s.source.empty() && s.cross_pages.empty();
+    const int encoder_cost = encodes ? static_cast<int>(s.source.size()) : 0;
+    if (encodes && encoded > 0 && encoder_cost >= budget) break;
+    if (!take_cross_pages(s)) break;  // optimistic admission: too few free pages now
+    const int budget_before = budget;
+    budget -= std::min(encoder_cost, budget - 1);
     int hit = 0;
-    const bool looked_up = cache_ && s.computed == 0 && s.pages.empty();
+    const bool looked_up = cache_ && s.computed == 0 && s.pages.empty() && s.source.empty();
     if (looked_up) {
       // At least the last token is computed: its logits give the next token.
       hit = cache_->match(s.tokens, static_cast<int>(s.tokens.size()) - 1, s.pages);
@@ -279,7 +296,16 @@ StepPlan Scheduler::plan_step() {
         s.pages.clear();
         s.computed = 0;
       }
+      if (encodes) {  // nor cross pages
+        pool_.release_all(s.cross_pages);
+        s.cross_pages.clear();
+        budget = budget_before;
+      }
       break;
+    }
+    if (encodes) {
+      chosen.back().encode = true;
+      ++encoded;
     }
     if (looked_up) {
       if (s.preemptions == 0) s.cached_tokens = std::min(hit, s.prompt_len);
@@ -316,6 +342,11 @@ StepPlan Scheduler::plan_step() {
     slice.slot_offset = s.evicted;
     slice.compress_evict = compress_evict(s, c.count);
     if (slice.compress_evict > 0) slice.compress_window = config_.kv_compress.window;
+    if (!s.source.empty()) {
+      slice.cross_page_table = s.cross_pages;
+      slice.cross_length = static_cast<int>(s.source.size());
+      if (c.encode) slice.encoder_tokens = s.source;
+    }
     for (int i = 0; i < c.count; ++i) {
       plan.tokens.push_back(s.tokens[static_cast<std::size_t>(s.computed + i)]);
       plan.positions.push_back(s.computed + i);
@@ -353,7 +384,9 @@ void Scheduler::complete_step(const StepPlan& plan, std::span<const std::int32_t
 }
 
 int Scheduler::compress_evict(const Sequence& s, int count) const {
-  if (!config_.kv_compress.enabled() || s.compressed || s.beam_group != 0) return 0;
+  if (!config_.kv_compress.enabled() || s.compressed || s.beam_group != 0 || !s.source.empty()) {
+    return 0;
+  }
   if (s.computed + count != static_cast<int>(s.tokens.size())) return 0;  // not its last chunk
   if (count == 1 && s.computed >= s.prompt_len) return 0;  // a decode step, not a prefill
   for (auto page : s.pages) {

@@ -75,6 +75,12 @@ struct ScheduledSlice {
   int slot_offset = 0;
   int compress_evict = 0;
   int compress_window = 0;
+  // Encoder-decoder sequences (Scheduler::add_seq2seq): the pages of the encoder output's
+  // cross-attention keys and values and the encoder input's length; encoder_tokens is not
+  // empty in the step that runs the sequence's encoder pass (before its decoder tokens).
+  std::vector<std::int32_t> cross_page_table;
+  int cross_length = 0;
+  std::vector<std::int32_t> encoder_tokens;
 };
 
 struct StepPlan {
@@ -106,6 +112,13 @@ struct Sequence {
   // and whether the sequence was compressed (then its pages never join the prefix cache).
   int evicted = 0;
   bool compressed = false;
+  // Encoder-decoder models: the encoder's input (empty for a decoder-only sequence, whose
+  // `tokens` are all it has) and the pages of its cross-attention keys and values, taken when
+  // the sequence is admitted (its encoder pass runs in that step) and freed with its other
+  // pages (a preempted sequence encodes again when readmitted). `tokens` are then the
+  // decoder's: its start token and forced prefix as the prompt, then the output.
+  std::vector<std::int32_t> source;
+  std::vector<std::int32_t> cross_pages;
 
   int generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
 };
@@ -159,6 +172,17 @@ class Scheduler {
   // Queues a request. Fails (kResourceExhausted) if the request alone could never fit in the
   // pool, and (kInvalidArgument) on an empty prompt, max_new_tokens < 1 or a duplicate id.
   Result<void> add(std::uint64_t id, std::vector<std::int32_t> prompt, int max_new_tokens);
+
+  // Queues an encoder-decoder request (scheduler_seq2seq.cpp): `source` is the encoder's
+  // input, `decoder_prompt` the decoder's first tokens (its start token, then any forced
+  // prefix). Admission counts the cross-attention pages the encoder output takes
+  // (pages_for(source)) with the decoder's pages, for the sequence's whole life, so the pool is
+  // never over-committed; they are taken in the step that runs the encoder pass. Fails as
+  // add() does, and on an empty source. Sequences of one scheduler are best all of one kind:
+  // the prefix cache never holds or matches an encoder-decoder sequence's pages (its decoder
+  // KV depends on its source).
+  Result<void> add_seq2seq(std::uint64_t id, std::vector<std::int32_t> source,
+                           std::vector<std::int32_t> decoder_prompt, int max_new_tokens);
 
   // Queues another sample of the same prompt as `parent` (added before it). When it is
   // admitted after the parent has prefilled, it shares the parent's full prompt pages
@@ -231,6 +255,13 @@ class Scheduler {
   int compress_evict(const Sequence& s, int count) const;
   void complete_compression(Sequence& s, const ScheduledSlice& slice);
   void check_config() const;
+  // The pages a sequence holds whatever its length (its cross-attention pages, once taken).
+  int fixed_pages(const Sequence& s) const {
+    return s.source.empty() ? 0 : pages_for(static_cast<int>(s.source.size()));
+  }
+  // Takes an encoder-decoder sequence's cross pages before its first step (false: too few
+  // free pages); true without doing anything for other sequences or when it holds them.
+  bool take_cross_pages(Sequence& s);
   bool grow_pages(Sequence& seq, int positions);
   int available_pages() const;
   void release_pages(Sequence& seq);

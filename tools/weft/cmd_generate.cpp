@@ -322,12 +322,10 @@ int run_generate(const GenerateOptions& o) {
   }
   if (!loaded) return fail(loaded.error().what());
   if (loaded->seq2seq) {
-    // Encoder-decoder models (T5, M2M100): their own loop (generate_seq2seq.hpp), CPU only.
+    // Encoder-decoder models (T5, M2M100): through the engine (generate_seq2seq.hpp), CPU only.
     if (device->cuda && o.device != "auto") {
       return fail("encoder-decoder models run on the CPU only so far; pass --device cpu");
     }
-    auto cpu_kv_dtype = actors::resolve_kv_cache_dtype(o.kv_cache_dtype, actors::DeviceChoice{});
-    if (!cpu_kv_dtype) return fail(std::string("--kv-cache-dtype: ") + cpu_kv_dtype.error().what());
     auto format = response_format(o);
     if (!format) return fail(format.error().what());
     if (format->constrained()) {
@@ -337,18 +335,17 @@ int run_generate(const GenerateOptions& o) {
     }
     Seq2SeqGenerateOptions s;
     s.model_dir = o.model_dir;
+    s.spec_file = o.spec_file;
     s.prompt = o.prompt;
     s.prompt_ids = o.prompt_ids;
     s.decoder_prefix_ids = o.decoder_prefix_ids;
     s.max_tokens = o.max_tokens;
     s.sampling = sampling_params(o);
-    s.seed = o.seed;
     s.json = o.format == "json";
-    s.ignore_eos = o.ignore_eos;
     s.threads = o.threads;
     s.page_size = o.page_size;
-    s.kv_dtype = *cpu_kv_dtype;
-    return run_seq2seq_generate(*loaded, s);
+    s.kv_cache_dtype = o.kv_cache_dtype;
+    return run_seq2seq_generate(std::move(loaded.value()), s);
   }
   if (!o.decoder_prefix_ids.empty()) {
     return fail("--decoder-prefix-ids is for encoder-decoder models; " + o.model_dir +

@@ -133,7 +133,10 @@ int run_serve(const ServeOptions& opts) {
     name_thread("weft-gateway");  // now: threads inherit the name of the one that starts them
 
     // The engine keeps its tokenizer inside; logprobs need each token's text here.
-    auto tokenizer = loaders::load_tokenizer(opts.model_dir).value().tokenizer;
+    // (An encoder-decoder folder may have none: its tokens then have no text.)
+    auto loaded_tokenizer = loaders::load_tokenizer(opts.model_dir);
+    std::shared_ptr<const text::Tokenizer> tokenizer =
+        loaded_tokenizer ? loaded_tokenizer->tokenizer : nullptr;
     gateway::ServedModel model;
     model.name = std::filesystem::path(opts.model_dir).lexically_normal().filename().string();
     if (std::filesystem::path(opts.model_dir).extension() == ".gguf") {
@@ -150,6 +153,7 @@ int run_serve(const ServeOptions& opts) {
     model.vocab_size = engine.vocab_size();
     model.context_length = engine.context_length();
     model.token_text = [tokenizer](std::int32_t id) {
+      if (!tokenizer) return std::string();
       const std::uint32_t ids[] = {static_cast<std::uint32_t>(id)};
       auto text = tokenizer->decode(ids, false);
       return text ? *text : std::string();
@@ -165,6 +169,11 @@ int run_serve(const ServeOptions& opts) {
                 << "-number vectors): POST /v1/embeddings and WebSocket embeddings frames"
                 << std::endl;
     } else {
+      if (engine.encoder_decoder()) {
+        std::cout << "weft serve: encoder-decoder model: the prompt is the encoder's input "
+                     "(/v1/completions and WebSocket generate frames)"
+                  << std::endl;
+      }
       const EngineMetrics m = engine.metrics(asio::use_future).get();
       std::cout << "weft serve: KV pool of " << m.kv_pool_tokens << " tokens (" << m.kv_pages_total
                 << " pages of " << m.kv_page_bytes << " bytes, " << m.kv_cache_dtype << " KV)"

@@ -1,46 +1,35 @@
 #include "tools/weft/generate_seq2seq.hpp"
 
 #include <algorithm>
+#include <boost/asio/use_future.hpp>
 #include <boost/json.hpp>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
-#include <span>
 
-#include "loaders/tokenizer_json.hpp"
-#include "runtime/model/seq2seq_session.hpp"
-#include "runtime/sampling/sequence_sampler.hpp"
-#include "runtime/text/detokenizer.hpp"
+#include "actors/device_backend.hpp"
+#include "weft/engine.hpp"
+#include "weft/runtime.hpp"
 
 namespace weft::cli {
 
-int run_seq2seq_generate(const LoadedModel& loaded, const Seq2SeqGenerateOptions& o) {
+int run_seq2seq_generate(LoadedModel loaded, const Seq2SeqGenerateOptions& o) {
+  namespace asio = boost::asio;
   auto fail = [](const std::string& message) {
     std::cerr << "weft generate: " << message << '\n';
     return 1;
   };
-  const auto& model = *loaded.seq2seq;
-  const int vocab = model.spec().vocab_size;
-
-  std::shared_ptr<const text::Tokenizer> tokenizer;
-  const auto tokenizer_json = std::filesystem::path(o.model_dir) / "tokenizer.json";
+  const int vocab = loaded.seq2seq->spec().vocab_size;
   std::error_code ec;
-  if (std::filesystem::exists(tokenizer_json, ec)) {
-    auto t = loaders::load_tokenizer(tokenizer_json);
-    if (!t) return fail(t.error().what());
-    tokenizer = t->tokenizer;
+  const bool has_tokenizer =
+      std::filesystem::exists(std::filesystem::path(o.model_dir) / "tokenizer.json", ec);
+  if (o.prompt && !has_tokenizer) {
+    return fail(o.model_dir + " has no tokenizer.json; use --prompt-ids");
   }
-  std::vector<std::int32_t> source(o.prompt_ids.begin(), o.prompt_ids.end());
-  if (o.prompt) {
-    if (!tokenizer) return fail(o.model_dir + " has no tokenizer.json; use --prompt-ids");
-    // The tokenizer's post-processor adds what the encoder expects (T5's </s>, NLLB's
-    // language code and </s>).
-    auto ids = tokenizer->encode(*o.prompt, /*add_special_tokens=*/true);
-    if (!ids) return fail(ids.error().what());
-    source.assign(ids->begin(), ids->end());
+  if (!o.prompt && o.prompt_ids.empty()) {
+    return fail("the prompt is empty; give --prompt or --prompt-ids");
   }
-  if (source.empty()) return fail("the prompt is empty; give --prompt or --prompt-ids");
-  for (const auto id : source) {
+  for (const int id : o.prompt_ids) {
     if (id < 0 || id >= vocab) {
       return fail("prompt token id " + std::to_string(id) +
                   " is outside the model's vocabulary [0, " + std::to_string(vocab) + ")");
@@ -52,103 +41,106 @@ int run_seq2seq_generate(const LoadedModel& loaded, const Seq2SeqGenerateOptions
                   " is outside the model's vocabulary [0, " + std::to_string(vocab) + ")");
     }
   }
-  if (auto ok = sampling::validate(o.sampling, vocab); !ok) return fail(ok.error().what());
-
-  // The decoder takes its start token and then each generated token but the last.
-  const int max_tokens = std::max(o.max_tokens, 0);
-  const int prefix = static_cast<int>(o.decoder_prefix_ids.size());
-  const int decoder_positions = std::max(1, max_tokens) + prefix;
-  const auto pages_for = [&](int tokens) { return (tokens + o.page_size - 1) / o.page_size; };
-  const int pages = pages_for(static_cast<int>(source.size())) + pages_for(decoder_positions);
-  model::KvLayout layout = model.kv_layout(o.page_size);
-  layout.dtype = o.kv_dtype;
-  if (static_cast<double>(pages) * static_cast<double>(layout.bytes_per_page()) >
-      64.0 * (1ull << 30)) {
+  // A pool for this one request: its encoder output's pages and its decoder positions (a text
+  // prompt's length is not known before the engine encodes it: 4096 tokens are allowed for).
+  auto kv_dtype = actors::resolve_kv_cache_dtype(o.kv_cache_dtype, actors::DeviceChoice{});
+  if (!kv_dtype) return fail(std::string("--kv-cache-dtype: ") + kv_dtype.error().what());
+  model::KvLayout layout = loaded.seq2seq->kv_layout(o.page_size);
+  layout.dtype = *kv_dtype;
+  const int max_tokens = std::max(1, o.max_tokens);
+  const auto pages_for = [&](std::int64_t tokens) {
+    return (tokens + o.page_size - 1) / o.page_size;
+  };
+  const std::int64_t source = o.prompt ? 4096 : static_cast<std::int64_t>(o.prompt_ids.size());
+  const std::int64_t decoder =
+      1 + static_cast<std::int64_t>(o.decoder_prefix_ids.size()) + max_tokens;
+  const std::int64_t pages = pages_for(source) + pages_for(decoder) + 1;
+  const double bytes = static_cast<double>(pages) * static_cast<double>(layout.bytes_per_page());
+  if (bytes > 64.0 * (1ull << 30)) {
     return fail("--max-tokens " + std::to_string(o.max_tokens) +
                 " needs a KV cache over 64 GiB; at most 64 GiB is allowed");
   }
-  std::optional<model::Seq2SeqSession> session;
+  loaded = LoadedModel{};  // the engine loads its own
+
+  EngineConfig config;
+  config.model_dir = o.model_dir;
+  config.spec_file = o.spec_file;
+  config.device = "cpu";
+  config.page_size = o.page_size;
+  config.cpu_threads = o.threads;
+  config.kv_cache_dtype = o.kv_cache_dtype;
+  config.kv_budget_bytes = static_cast<std::int64_t>(bytes);
+  GenerateRequest request;
+  if (o.prompt) {
+    request.prompt = *o.prompt;
+  } else {
+    request.prompt_ids.assign(o.prompt_ids.begin(), o.prompt_ids.end());
+  }
+  request.decoder_prefix_ids.assign(o.decoder_prefix_ids.begin(), o.decoder_prefix_ids.end());
+  request.sampling = o.sampling;
+  request.sampling.max_tokens = max_tokens;
+
+  Runtime runtime(RuntimeOptions{.worker_threads = 2});
+  std::optional<Engine> engine;
   try {
-    session.emplace(model, o.page_size, pages, o.threads, o.kv_dtype);
-  } catch (const std::bad_alloc&) {
-    return fail("not enough memory for the KV cache");
+    engine.emplace(runtime.executor(), std::move(config));
+  } catch (const Error& e) {
+    return fail(e.what());
   }
   using clock = std::chrono::steady_clock;
-  auto start = clock::now();
-  auto ids = session->start({source}, decoder_positions);
-  if (!ids) return fail(ids.error().what());
-  const double encode_s = std::chrono::duration<double>(clock::now() - start).count();
-  const int id = ids->front();
-
-  // The start token, then the forced prefix: all but the last are fed without sampling.
-  std::vector<std::int32_t> decoder_prompt{model.decoder_start_token_id()};
-  decoder_prompt.insert(decoder_prompt.end(), o.decoder_prefix_ids.begin(),
-                        o.decoder_prefix_ids.end());
-  std::vector<float> logits;
-  for (std::size_t i = 0; i + 1 < decoder_prompt.size(); ++i) {
-    if (auto ok = session->step({id}, {decoder_prompt[i]}, logits); !ok) {
-      return fail(ok.error().what());
-    }
-  }
-  std::int32_t next = decoder_prompt.back();
-  sampling::SequenceSampler sampler(o.sampling, decoder_prompt, o.seed);
-  std::optional<text::IncrementalDetokenizer> detokenizer;
-  if (tokenizer) detokenizer.emplace(tokenizer, /*skip_special_tokens=*/true);
-  const auto& eos = loaded.generation.eos_token_ids;
-  std::string finish = "length";
-  int generated = 0;
-  double decode_s = 0;
-  while (generated < max_tokens) {
-    start = clock::now();
-    if (auto ok = session->step({id}, {next}, logits); !ok) return fail(ok.error().what());
-    decode_s += std::chrono::duration<double>(clock::now() - start).count();
-    ++generated;
-    auto sampled =
-        sampler.try_sample(std::span<float>(logits.data(), static_cast<std::size_t>(vocab)));
-    if (!sampled) return fail(sampled.error().what());
-    const sampling::SampledToken& choice = sampled.value();
-    const bool stop = !o.ignore_eos && std::find(eos.begin(), eos.end(), choice.id) != eos.end();
-    const bool last = stop || generated == max_tokens;
-    std::string piece;
-    if (detokenizer) {
-      auto delta = detokenizer->push(static_cast<std::uint32_t>(choice.id));
-      if (!delta) return fail(delta.error().what());
-      piece = std::move(delta.value());
-      if (last) {
-        auto rest = detokenizer->finish();
-        if (!rest) return fail(rest.error().what());
-        piece += rest.value();
+  const auto start = clock::now();
+  double first_token_s = 0;
+  int code = 0;
+  int printed = 0;
+  Event final_event;
+  try {
+    auto stream = engine->submit(std::move(request), asio::use_future).get();
+    for (;;) {
+      Event e = stream->next(asio::use_future).get();
+      if (e.kind == Event::Kind::kFinal) {
+        final_event = std::move(e);
+        break;
       }
-    }
-    if (o.json) {
-      boost::json::object event{{"id", choice.id}};
-      if (detokenizer) event["text"] = piece;
-      event["logprob"] = choice.logprob;
-      if (o.sampling.logprobs > 0) {
-        boost::json::array top;
-        for (const auto& t : choice.top)
-          top.push_back({{"id", t.id}, {"logprob", t.logprob}});
-        event["top_logprobs"] = std::move(top);
+      if (printed == 0) first_token_s = std::chrono::duration<double>(clock::now() - start).count();
+      if (o.json) {
+        // One object per token; a delta's text goes with its last token.
+        for (std::size_t k = 0; k < e.logprobs.size(); ++k) {
+          const TokenLogprobs& t = e.logprobs[k];
+          boost::json::object event{{"id", t.id}};
+          if (has_tokenizer) event["text"] = k + 1 == e.logprobs.size() ? e.text : std::string();
+          event["logprob"] = t.logprob;
+          if (o.sampling.logprobs > 0) {
+            boost::json::array top;
+            for (const auto& alt : t.top)
+              top.push_back({{"id", alt.id}, {"logprob", alt.logprob}});
+            event["top_logprobs"] = std::move(top);
+          }
+          std::cout << boost::json::serialize(event) << '\n' << std::flush;
+        }
+      } else if (has_tokenizer) {
+        std::cout << e.text << std::flush;
+      } else {
+        int shown = printed;
+        for (const std::int32_t id : e.token_ids)
+          std::cout << (shown++ > 0 ? " " : "") << id;
+        std::cout << std::flush;
       }
-      std::cout << boost::json::serialize(event) << '\n' << std::flush;
-    } else if (detokenizer) {
-      std::cout << piece << std::flush;
-    } else {
-      std::cout << (generated > 1 ? " " : "") << choice.id << std::flush;
+      printed += static_cast<int>(e.token_ids.size());
     }
-    if (stop) {
-      finish = "stop";
-      break;
-    }
-    next = choice.id;
+  } catch (const std::exception& e) {
+    std::cerr << "weft generate: " << e.what() << '\n';
+    code = 1;
   }
-  session->finish(id);
+  const double seconds = std::chrono::duration<double>(clock::now() - start).count();
+  engine->shutdown(asio::use_future).get();
+  if (code != 0) return code;
+  if (final_event.finish_reason == FinishReason::kError) return fail(final_event.error);
   if (o.json) {
-    boost::json::object done{{"finish_reason", finish},
-                             {"prompt_tokens", source.size()},
-                             {"completion_tokens", generated},
-                             {"encode_seconds", encode_s},
-                             {"decode_seconds", decode_s}};
+    boost::json::object done{{"finish_reason", to_string(final_event.finish_reason)},
+                             {"prompt_tokens", final_event.usage.prompt_tokens},
+                             {"completion_tokens", final_event.usage.completion_tokens},
+                             {"first_token_seconds", first_token_s},
+                             {"seconds", seconds}};
     std::cout << boost::json::serialize(done) << '\n';
   } else {
     std::cout << '\n';

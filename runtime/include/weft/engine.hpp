@@ -161,6 +161,11 @@ struct GenerateRequest {
   // Constrained generation: JSON Schema, JSON object, regex or EBNF grammar. Every sample of
   // the request follows it.
   ResponseFormat response_format;
+  // Encoder-decoder models (T5, M2M100/NLLB; docs/seq2seq.md), where the prompt is the
+  // encoder's input: decoder tokens forced after the decoder's start token before generating
+  // (NLLB's target language code). Neither streamed nor counted as output. Empty for
+  // decoder-only models.
+  std::vector<std::int32_t> decoder_prefix_ids;
 };
 
 // Embeddings from an encoder-only model (BERT family, docs/embeddings.md): each input is run
@@ -386,6 +391,9 @@ class Engine {
   // Whether the model is encoder-only: embed() works and submit() does not.
   bool embeds() const;
   int embedding_size() const;  // 0 for a decoder-only model
+  // Whether the model is encoder-decoder (T5, M2M100/NLLB): the prompt is the encoder's input
+  // and the output the decoder's (docs/seq2seq.md).
+  bool encoder_decoder() const;
 
  private:
   void submit_impl(GenerateRequest request,
