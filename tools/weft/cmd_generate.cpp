@@ -322,9 +322,11 @@ int run_generate(const GenerateOptions& o) {
   }
   if (!loaded) return fail(loaded.error().what());
   if (loaded->seq2seq) {
-    // Encoder-decoder models (T5, M2M100): their own loop (generate_seq2seq.hpp), CPU only.
-    if (device->cuda && o.device != "auto") {
-      return fail("encoder-decoder models run on the CPU only so far; pass --device cpu");
+    // Encoder-decoder models (T5, M2M100): their own loop (generate_seq2seq.hpp), on the CPU
+    // or one GPU (CudaSeq2Seq, whose caches are bf16 like its weights).
+    if (device->cuda && *kv_dtype != KvDtype::kBF16) {
+      return fail("--kv-cache-dtype " + o.kv_cache_dtype +
+                  ": encoder-decoder models on a GPU keep their caches in bf16 (auto or bf16)");
     }
     auto cpu_kv_dtype = actors::resolve_kv_cache_dtype(o.kv_cache_dtype, actors::DeviceChoice{});
     if (!cpu_kv_dtype) return fail(std::string("--kv-cache-dtype: ") + cpu_kv_dtype.error().what());
@@ -348,6 +350,8 @@ int run_generate(const GenerateOptions& o) {
     s.threads = o.threads;
     s.page_size = o.page_size;
     s.kv_dtype = *cpu_kv_dtype;
+    s.cuda = device->cuda;
+    s.cuda_device = device->index;
     return run_seq2seq_generate(*loaded, s);
   }
   if (!o.decoder_prefix_ids.empty()) {

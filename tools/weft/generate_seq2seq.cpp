@@ -5,12 +5,17 @@
 #include <chrono>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <span>
 
 #include "loaders/tokenizer_json.hpp"
-#include "runtime/model/seq2seq_session.hpp"
+#include "runtime/model/seq2seq_runner.hpp"
 #include "runtime/sampling/sequence_sampler.hpp"
 #include "runtime/text/detokenizer.hpp"
+
+#if WEFT_HAVE_CUDA
+#include "runtime/model/cuda/cuda_seq2seq.hpp"
+#endif
 
 namespace weft::cli {
 
@@ -58,20 +63,35 @@ int run_seq2seq_generate(const LoadedModel& loaded, const Seq2SeqGenerateOptions
   const int max_tokens = std::max(o.max_tokens, 0);
   const int prefix = static_cast<int>(o.decoder_prefix_ids.size());
   const int decoder_positions = std::max(1, max_tokens) + prefix;
-  const auto pages_for = [&](int tokens) { return (tokens + o.page_size - 1) / o.page_size; };
-  const int pages = pages_for(static_cast<int>(source.size())) + pages_for(decoder_positions);
-  model::KvLayout layout = model.kv_layout(o.page_size);
-  layout.dtype = o.kv_dtype;
-  if (static_cast<double>(pages) * static_cast<double>(layout.bytes_per_page()) >
-      64.0 * (1ull << 30)) {
-    return fail("--max-tokens " + std::to_string(o.max_tokens) +
-                " needs a KV cache over 64 GiB; at most 64 GiB is allowed");
-  }
-  std::optional<model::Seq2SeqSession> session;
-  try {
-    session.emplace(model, o.page_size, pages, o.threads, o.kv_dtype);
-  } catch (const std::bad_alloc&) {
-    return fail("not enough memory for the KV cache");
+  std::unique_ptr<model::Seq2SeqRunner> session;
+  if (o.cuda) {
+#if WEFT_HAVE_CUDA
+    model::CudaSeq2SeqOptions options;
+    options.device = o.cuda_device;
+    options.precision = cuda::Precision::kBF16;
+    auto gpu = model::CudaSeq2Seq::create(model, options);
+    if (!gpu) return fail(gpu.error().what());
+    session = std::move(gpu.value());
+#else
+    return fail("device cuda:" + std::to_string(o.cuda_device) +
+                ": this Weft was built without CUDA (configure with WEFT_CUDA=ON)");
+#endif
+  } else {
+    const auto pages_for = [&](int tokens) { return (tokens + o.page_size - 1) / o.page_size; };
+    const int pages = pages_for(static_cast<int>(source.size())) + pages_for(decoder_positions);
+    model::KvLayout layout = model.kv_layout(o.page_size);
+    layout.dtype = o.kv_dtype;
+    if (static_cast<double>(pages) * static_cast<double>(layout.bytes_per_page()) >
+        64.0 * (1ull << 30)) {
+      return fail("--max-tokens " + std::to_string(o.max_tokens) +
+                  " needs a KV cache over 64 GiB; at most 64 GiB is allowed");
+    }
+    try {
+      session = std::make_unique<model::CpuSeq2SeqRunner>(model, o.page_size, pages, o.threads,
+                                                          o.kv_dtype);
+    } catch (const std::bad_alloc&) {
+      return fail("not enough memory for the KV cache");
+    }
   }
   using clock = std::chrono::steady_clock;
   auto start = clock::now();

@@ -1,7 +1,7 @@
 #pragma once
 // `weft generate` on an encoder-decoder model folder (T5, M2M100/NLLB): the prompt is the
 // encoder's input; the decoder starts from decoder_start_token_id and continues greedily or by
-// sampling, on the CPU (docs/seq2seq.md).
+// sampling, on the CPU or one GPU (docs/seq2seq.md).
 
 #include <cstdint>
 #include <optional>
@@ -28,7 +28,10 @@ struct Seq2SeqGenerateOptions {
   bool ignore_eos = false;
   unsigned threads = 0;
   int page_size = 16;
-  KvDtype kv_dtype = KvDtype::kF32;
+  KvDtype kv_dtype = KvDtype::kF32;  // the CPU's pages
+  // On a GPU (model::CudaSeq2Seq, bf16): threads, page_size and kv_dtype do not apply.
+  bool cuda = false;
+  int cuda_device = 0;
 };
 
 // Runs the request on `loaded.seq2seq`, printing tokens as they come; returns the exit code
