@@ -65,8 +65,9 @@ TEST(Mt5Spec, T5KeepsItsScale) {
   const auto tied = resolve("t5_tied", R"(,"tie_word_embeddings":true)",
                             "T5ForConditionalGeneration", "t5", "t5.json");
   EXPECT_DOUBLE_EQ(tied.seq2seq.lm_head_scale, 0.125);
-  const auto flan = resolve("t5_flan", R"(,"tie_word_embeddings":true,"scale_decoder_outputs":false)",
-                            "T5ForConditionalGeneration", "t5", "t5.json");
+  const auto flan =
+      resolve("t5_flan", R"(,"tie_word_embeddings":true,"scale_decoder_outputs":false)",
+              "T5ForConditionalGeneration", "t5", "t5.json");
   EXPECT_DOUBLE_EQ(flan.seq2seq.lm_head_scale, 1.0);
 }
 
