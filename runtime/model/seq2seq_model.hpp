@@ -90,6 +90,20 @@ class Seq2SeqModel {
     Mlp mlp;
   };
 
+  // The bound weights, for backends that copy them elsewhere (the CUDA model).
+  const TensorView& embedding() const noexcept { return embedding_; }
+  const cpu::WeightMatrix& lm_head() const noexcept { return lm_head_; }
+  const Norm& encoder_final_norm() const noexcept { return encoder_final_norm_; }
+  const Norm& decoder_final_norm() const noexcept { return decoder_final_norm_; }
+  const std::vector<float>& encoder_relative_bias() const noexcept {
+    return encoder_relative_bias_;
+  }
+  const std::vector<float>& decoder_relative_bias() const noexcept {
+    return decoder_relative_bias_;
+  }
+  const std::vector<EncoderLayer>& encoder_layers() const noexcept { return encoder_layers_; }
+  const std::vector<DecoderLayer>& decoder_layers() const noexcept { return decoder_layers_; }
+
  private:
   Result<void> check_cross(const std::vector<CrossAttentionSlice>& cross, std::size_t sequences,
                            const KvCache& kv) const;

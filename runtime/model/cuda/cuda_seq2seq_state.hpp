@@ -1,0 +1,100 @@
+#pragma once
+// CudaSeq2Seq's state: device weights, the relative bias and position tables, step buffers
+// and the live requests' caches. Shared by cuda_seq2seq_load.cpp (upload) and
+// cuda_seq2seq.cpp (forward pass); host code only.
+
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/seq2seq.hpp"
+#include "runtime/model/cuda/cuda_seq2seq.hpp"
+#include "runtime/model/cuda/device_buffer.hpp"
+
+namespace weft::model {
+
+// kResourceExhausted for cudaErrorMemoryAllocation, else kInternal; "CUDA: what: reason".
+Error cuda_seq2seq_failure(cudaError_t err, const std::string& what);
+
+struct CudaSeq2Seq::State {
+  using DeviceBuffer = cuda_detail::DeviceBuffer;
+
+  struct Norm {
+    DeviceBuffer weight, bias;  // fp32; bias unset for RMS norms
+  };
+  struct Attention {
+    DeviceBuffer qkv, qkv_bias, o, o_bias;  // q, k, v rows in one matrix; biases fp32
+  };
+  struct Mlp {
+    DeviceBuffer up, up_bias, down, down_bias;  // up: [gate | up] rows when gated
+  };
+  struct EncoderLayer {
+    Norm attn_norm, mlp_norm;
+    Attention attn;
+    Mlp mlp;
+  };
+  struct DecoderLayer {
+    Norm attn_norm, cross_norm, mlp_norm;
+    Attention self;
+    DeviceBuffer cross_q, cross_q_bias, cross_o, cross_o_bias;
+    Mlp mlp;
+  };
+  struct Request {
+    // 16-bit [position][layer][k | v][inner]: encoder tokens, decoder positions.
+    DeviceBuffer cross, self;
+    int source_length = 0;
+    int max_tokens = 0;
+    int position = 0;  // the next decoder position
+  };
+
+  const Seq2SeqModel* model = nullptr;
+  CudaSeq2SeqOptions options;
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<cuda::Blas> blas;
+  std::size_t weight_bytes = 0;
+
+  DeviceBuffer embedding, lm_head;          // lm_head unset when tied (the embedding serves)
+  DeviceBuffer encoder_bias, decoder_bias;  // [heads][2 * bias_radius + 1] fp32 (T5)
+  int bias_radius = 0;
+  std::vector<EncoderLayer> encoder_layers;
+  std::vector<DecoderLayer> decoder_layers;
+  DeviceBuffer cross_kv, cross_kv_bias;  // [layers * 2 * inner, hidden]; [layers * 2 * inner]
+  Norm encoder_final_norm, decoder_final_norm;
+  DeviceBuffer positions;  // M2M100's sinusoidal rows, fp32 [position_rows, hidden]
+  int position_rows = 0;
+  DeviceBuffer staging;
+
+  int capacity_tokens = 0;
+  DeviceBuffer x, h, wide, attn, delta, mlp, act;  // see reserve_step
+  DeviceBuffer tokens_d, table_rows_d, rows_d, cross_rows_d, dst_d;
+  DeviceBuffer logits_d, hidden_d;
+
+  std::map<int, Request> requests;
+  int next_id = 0;
+
+  ~State();
+
+  Result<void> upload16(const void* src, DType dtype, std::size_t count, DeviceBuffer& dst,
+                        std::size_t offset, std::size_t total);
+  Result<void> upload_floats(const std::vector<float>& v, DeviceBuffer& dst);
+  Result<void> upload_matrix(const cpu::WeightMatrix& w, DeviceBuffer& dst, std::size_t row_offset,
+                             std::size_t total_rows);
+  // The norm's weight (and bias) times `scale`.
+  Result<void> upload_norm(const Seq2SeqModel::Norm& n, Norm& dst, float scale = 1.0f);
+  Result<void> upload_mlp(const Seq2SeqModel::Mlp& m, bool gated, std::size_t width, Mlp& dst);
+  Result<void> upload_self_attention(const Seq2SeqModel::Attention& a, std::size_t inner,
+                                     Attention& dst);
+  // T5's [buckets][heads] table as [heads][distance] for the kernel (seq2seq.hpp).
+  Result<void> make_bias_table(const std::vector<float>& buckets, int heads, bool bidirectional,
+                               DeviceBuffer& dst);
+  // The sinusoidal table holds at least `rows` rows.
+  Result<void> ensure_positions(int rows);
+  // Step buffers for `tokens` rows.
+  Result<void> reserve_step(int tokens);
+};
+
+}  // namespace weft::model
