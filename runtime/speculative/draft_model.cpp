@@ -104,8 +104,16 @@ void DraftModel::forget(std::uint64_t sequence) {
 
 bool DraftModel::reserve(State& state, int slots) {
   const int needed = (slots + page_size_ - 1) / page_size_;
+  const std::size_t had = state.pages.size();
   while (static_cast<int>(state.pages.size()) < needed) {
-    if (free_.empty()) return false;
+    if (free_.empty()) {
+      // Not enough: give back what was taken now, so the others' proposals still fit.
+      while (state.pages.size() > had) {
+        free_.push_back(state.pages.back());
+        state.pages.pop_back();
+      }
+      return false;
+    }
     state.pages.push_back(free_.back());
     free_.pop_back();
   }
