@@ -302,12 +302,47 @@ std::vector<DraftTree> DraftModel::propose_batch(std::span<const ProposalRequest
       w->row_begin = static_cast<int>(batch.sequences.size());
       batch.sequences.push_back(std::move(slice));
     }
-    if (!run_rows(batch, active)) return out;
-    for (Work* w : active)
-      w->state->computed = w->n;
+    // Greedy chains on a device that runs them: every depth enqueued at once, the argmaxes
+    // fed back on the device, one wait and one copy of the ids for the whole chain.
+    const bool chains = device_chains_ && backend_->runs_greedy_chains() &&
+                        std::all_of(active.begin(), active.end(),
+                                    [](const Work* w) { return w->width == 1 && !w->sampled; }) &&
+                        std::all_of(active.begin(), active.end(), [&](const Work* w) {
+                          // Every sequence runs the longest depth: its pages must cover it.
+                          int steps = 0;
+                          for (const Work* v : active)
+                            steps = std::max(steps, v->max_depth);
+                          return reserve(*w->state, w->n + steps);
+                        });
+    if (chains) {
+      int steps = 0;
+      for (const Work* w : active)
+        steps = std::max(steps, w->max_depth);
+      std::vector<std::int32_t> ids;
+      const std::size_t first_tokens = batch.tokens.size();
+      if (!backend_->greedy_chain(batch, steps, ids)) return out;
+      passes_ += static_cast<std::uint64_t>(steps);
+      tokens_run_ += first_tokens + static_cast<std::uint64_t>(steps - 1) * active.size();
+      const std::size_t S = active.size();
+      for (std::size_t i = 0; i < S; ++i) {
+        Work* w = active[i];
+        w->state->computed = w->n;
+        for (int d = 0; d < w->max_depth; ++d) {
+          const std::int32_t id = ids[static_cast<std::size_t>(d) * S + i];
+          if (id < 0) break;
+          w->nodes.push_back({id, d - 1, 0.0, d + 1 < steps});
+        }
+        w->active = false;
+      }
+      active.clear();
+    } else {
+      if (!run_rows(batch, active)) return out;
+      for (Work* w : active)
+        w->state->computed = w->n;
+    }
   }
 
-  for (int depth = 1; !active.empty(); ++depth) {
+  for (int depth = 1; !active.empty(); ++depth) {  // (chains on the device are done)
     for (Work* w : active) {
       struct Candidate {
         int parent;

@@ -52,6 +52,9 @@ class DraftModel final : public Speculator {
   // Whether the greedy trees' top entries are picked on the backend's device.
   bool picks_on_device() const noexcept { return backend_->samples_on_device(); }
   bool token_trees() const noexcept { return backend_->supports_token_trees(); }
+  // Whether greedy chains run on the device in one go (ForwardBackend::greedy_chain) where the
+  // backend can; off: one pass and one wait per depth, as for trees (for comparisons).
+  void set_device_chains(bool on) noexcept { device_chains_ = on; }
 
  private:
   struct State {
@@ -73,6 +76,7 @@ class DraftModel final : public Speculator {
   std::unordered_map<std::uint64_t, State> states_;
   std::uint64_t passes_ = 0, tokens_run_ = 0, reused_ = 0;
   std::vector<float> logits_;
+  bool device_chains_ = true;
 };
 
 }  // namespace weft::speculative

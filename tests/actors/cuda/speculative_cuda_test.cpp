@@ -171,6 +171,12 @@ TEST(CudaSpeculative, DraftModelOnTheGpuBatchesAndAgreesWithTheCpu) {
       actors::make_forward_backend(m, actors::DeviceChoice{true, 0}, layout, 256, 2, 512);
   ASSERT_TRUE(backend) << backend.error().what();
   speculative::DraftModel gpu(std::move(backend.value()), 16);
+  // The same on the GPU with a pass and a wait per depth instead of whole chains at once.
+  auto backend2 =
+      actors::make_forward_backend(m, actors::DeviceChoice{true, 0}, layout, 256, 2, 512);
+  ASSERT_TRUE(backend2) << backend2.error().what();
+  speculative::DraftModel gpu_steps(std::move(backend2.value()), 16);
+  gpu_steps.set_device_chains(false);
   speculative::DraftModel cpu(m, 256, 16, 2);
   EXPECT_TRUE(gpu.picks_on_device());
   EXPECT_FALSE(cpu.picks_on_device());
@@ -198,6 +204,12 @@ TEST(CudaSpeculative, DraftModelOnTheGpuBatchesAndAgreesWithTheCpu) {
     const auto on_gpu = gpu.propose_batch(requests);
     EXPECT_EQ(gpu.forward_passes() - passes, 5u) << "one catch-up pass, then one per depth";
     const auto on_cpu = cpu.propose_batch(requests);
+    const auto stepwise = gpu_steps.propose_batch(requests);
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      // Chains at once and depth by depth run the same step shapes: the same bits.
+      EXPECT_EQ(on_gpu[i].tokens, stepwise[i].tokens) << "width " << width << " sequence " << i;
+      EXPECT_EQ(on_gpu[i].parent, stepwise[i].parent) << "width " << width << " sequence " << i;
+    }
     int same = 0, total = 0;
     for (std::size_t i = 0; i < seqs.size(); ++i) {
       ASSERT_EQ(on_gpu[i].size(), 4 * width) << "width " << width << " sequence " << i;
@@ -210,7 +222,39 @@ TEST(CudaSpeculative, DraftModelOnTheGpuBatchesAndAgreesWithTheCpu) {
     EXPECT_GE(same * 10, total * 7) << "width " << width << ": the GPU draft proposed " << same
                                     << " of " << total << " of the CPU draft's tokens";
   }
-  for (std::uint64_t id : {100, 101, 102, 103, 104, 105, 200, 201, 202, 203, 204, 205})
+  // Second proposals after accepting two tokens of each first chain: the chain's KV is reused.
+  std::vector<std::vector<std::int32_t>> grown = seqs;
+  std::vector<speculative::ProposalRequest> again;
+  {
+    std::vector<speculative::ProposalRequest> requests;
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      speculative::ProposalLimits l;
+      l.max_depth = 4;
+      l.max_nodes = 4;
+      requests.push_back({300 + i, seqs[i], l});
+    }
+    const auto trees = gpu.propose_batch(requests);
+    const auto reused = gpu.reused_tokens();
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      ASSERT_EQ(trees[i].size(), 4);
+      grown[i].push_back(trees[i].tokens[0]);
+      grown[i].push_back(trees[i].tokens[1]);
+      grown[i].push_back(5);
+      again.push_back({300 + i, grown[i], requests[i].limits});
+    }
+    const auto second = gpu.propose_batch(again);
+    EXPECT_EQ(gpu.reused_tokens() - reused, 2u * seqs.size());
+    speculative::DraftModel fresh_cpu(m, 256, 16, 2);
+    const auto reference = fresh_cpu.propose_batch(again);
+    int same = 0;
+    for (std::size_t i = 0; i < seqs.size(); ++i)
+      for (int j = 0; j < 4 && j < second[i].size() && j < reference[i].size(); ++j)
+        same += second[i].tokens[static_cast<std::size_t>(j)] ==
+                reference[i].tokens[static_cast<std::size_t>(j)];
+    EXPECT_GE(same * 10, static_cast<int>(seqs.size()) * 4 * 7);
+  }
+  for (std::uint64_t id :
+       {100, 101, 102, 103, 104, 105, 200, 201, 202, 203, 204, 205, 300, 301, 302, 303, 304, 305})
     gpu.forget(id);
   EXPECT_EQ(gpu.free_pages(), all);
 }
