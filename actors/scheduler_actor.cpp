@@ -369,10 +369,16 @@ asio::awaitable<void> SchedulerActor::loop() {
     const auto launched = std::chrono::steady_clock::now();
     std::vector<std::uint32_t> step_masks;  // device sampling: every constrained row's mask
     try {
-      // Verification reads every row of a draft slice on the host.
+      // Sampled verification reads every row of a draft slice on the host; greedy
+      // verification, on a backend that samples on its device, only the device's picks.
       // (Not a conditional expression: GCC's coroutines mishandle a co_await inside one.)
+      const bool greedy_verify =
+          std::all_of(verify.begin(), verify.end(), [this](const VerifyRow& v) {
+            auto it = live_.find(v.id);
+            return it != live_.end() && it->second.params.temperature == 0.0f;
+          });
       StepLogits logits;
-      if (verify.empty()) {
+      if (verify.empty() || greedy_verify) {
         logits = co_await executor_.launch(std::move(batch), asio::use_awaitable);
       } else {
         logits = co_await executor_.run(std::move(batch), asio::use_awaitable);
@@ -417,14 +423,30 @@ asio::awaitable<void> SchedulerActor::loop() {
       if (logits.on_device) {
         // The logits stay on the GPU: the sampler describes each row's draw, the executor
         // samples on the device, the sampler finishes the draws from the candidates.
-        DeviceSamplePlan prepared = co_await sampler_.prepare(
-            std::move(rows), logits.vocab, std::move(step_masks), asio::use_awaitable);
-        model::DeviceSamplingInput input = std::move(prepared.input);
-        model::DeviceSamplingOutput sampled =
-            co_await executor_.sample(std::move(input), asio::use_awaitable);
-        account_forward(std::chrono::steady_clock::now());
-        outcomes =
-            co_await sampler_.finish(std::move(prepared), std::move(sampled), asio::use_awaitable);
+        if (verify.empty()) {
+          DeviceSamplePlan prepared = co_await sampler_.prepare(
+              std::move(rows), logits.vocab, std::move(step_masks), asio::use_awaitable);
+          model::DeviceSamplingInput input = std::move(prepared.input);
+          model::DeviceSamplingOutput sampled =
+              co_await executor_.sample(std::move(input), asio::use_awaitable);
+          account_forward(std::chrono::steady_clock::now());
+          outcomes = co_await sampler_.finish(std::move(prepared), std::move(sampled),
+                                              asio::use_awaitable);
+        } else {
+          // Greedy draft slices: each node's row drawn greedily on the device beside the plain
+          // rows; the trees are walked on the sampler's strand by those picks.
+          DeviceSamplePlan prepared =
+              co_await sampler_.prepare_step(std::move(rows), std::move(verify), logits.vocab,
+                                             std::move(step_masks), asio::use_awaitable);
+          model::DeviceSamplingInput input = std::move(prepared.input);
+          model::DeviceSamplingOutput sampled =
+              co_await executor_.sample(std::move(input), asio::use_awaitable);
+          account_forward(std::chrono::steady_clock::now());
+          StepOutcomes both = co_await sampler_.finish_step(std::move(prepared), std::move(sampled),
+                                                            asio::use_awaitable);
+          outcomes = std::move(both.sampled);
+          verified = std::move(both.verified);
+        }
       } else if (!verify.empty()) {
         StepOutcomes both = co_await sampler_.sample_and_verify(
             std::move(logits), std::move(rows), std::move(verify), asio::use_awaitable);
