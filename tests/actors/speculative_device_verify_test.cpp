@@ -109,13 +109,13 @@ const char* kPrompts[] = {
     "in my purse, I thought I would sail about. Call me Ishmael. Some years ago",
     "Fellow-Citizens of the Senate and House of Representatives: Fellow-Citizens of the Senate"};
 
-struct Run {
+struct EngineRun {
   std::vector<Collected> outputs;
   EngineMetrics metrics;
 };
 
-Run run(const std::string& speculate, const std::string& draft, int tokens, int width,
-        std::shared_ptr<DeviceCounts> counts) {
+EngineRun run(const std::string& speculate, const std::string& draft, int tokens, int width,
+              std::shared_ptr<DeviceCounts> counts) {
   Runtime runtime{RuntimeOptions{.worker_threads = 2}};
   EngineConfig c = test_support::tiny_config();
   c.prefix_cache = false;
@@ -138,7 +138,7 @@ Run run(const std::string& speculate, const std::string& draft, int tokens, int 
     g.sampling.logprobs = 2;
     streams.push_back(engine.submit(std::move(g), asio::use_future).get());
   }
-  Run r;
+  EngineRun r;
   for (auto& s : streams)
     r.outputs.push_back(collect(s));
   r.metrics = engine.metrics(asio::use_future).get();
@@ -146,7 +146,7 @@ Run run(const std::string& speculate, const std::string& draft, int tokens, int 
   return r;
 }
 
-void expect_plain(const Run& plain, const Run& spec, const std::string& what) {
+void expect_plain(const EngineRun& plain, const EngineRun& spec, const std::string& what) {
   ASSERT_EQ(spec.outputs.size(), plain.outputs.size());
   for (std::size_t i = 0; i < plain.outputs.size(); ++i) {
     EXPECT_EQ(spec.outputs[i].reason, FinishReason::kLength)
@@ -167,7 +167,7 @@ void expect_plain(const Run& plain, const Run& spec, const std::string& what) {
 
 TEST(SpeculativeDeviceVerify, GreedyDraftsAreVerifiedFromTheDevicesPicks) {
   auto plain_counts = std::make_shared<DeviceCounts>();
-  const Run plain = run("", "", 4, 1, plain_counts);
+  const EngineRun plain = run("", "", 4, 1, plain_counts);
   for (const auto& o : plain.outputs)
     ASSERT_EQ(o.reason, FinishReason::kLength) << o.error;
   EXPECT_EQ(plain_counts->host_forwards.load(), 0);
@@ -190,7 +190,7 @@ TEST(SpeculativeDeviceVerify, GreedyDraftsAreVerifiedFromTheDevicesPicks) {
     const std::string what = c.speculate + " " + c.draft + " depth " + std::to_string(c.tokens) +
                              " width " + std::to_string(c.width);
     auto counts = std::make_shared<DeviceCounts>();
-    const Run spec = run(c.speculate, c.draft, c.tokens, c.width, counts);
+    const EngineRun spec = run(c.speculate, c.draft, c.tokens, c.width, counts);
     expect_plain(plain, spec, what);
     // Every step, verification steps included, launched and sampled on the "device": no
     // logits row came to the host.
