@@ -318,6 +318,8 @@ std::vector<DraftTree> DraftModel::propose_batch(std::span<const ProposalRequest
       int steps = 0;
       for (const Work* w : active)
         steps = std::max(steps, w->max_depth);
+      for (std::size_t i = 0; i < active.size(); ++i)  // with the pages just reserved
+        batch.sequences[i].page_table = active[i]->state->pages;
       std::vector<std::int32_t> ids;
       const std::size_t first_tokens = batch.tokens.size();
       if (!backend_->greedy_chain(batch, steps, ids)) return out;
