@@ -161,5 +161,79 @@ TEST_F(DraftModelTest, SampledTreesCarryTheirDistributions) {
   }
 }
 
+// A CPU backend that runs greedy chains "on its device" (ForwardBackend::greedy_chain) the way
+// the CUDA model does, a step per depth with each slice's argmax fed to the next, so that the
+// draft's chain path (its pages, its nodes, what it keeps for the next proposal) runs here.
+class ChainBackend final : public model::ForwardBackend {
+ public:
+  ChainBackend(const model::Model& m, int pages) : cpu_(m, m.kv_layout(16), pages, 2) {}
+  const model::ModelSpec& spec() const noexcept override { return cpu_.spec(); }
+  int num_pages() const noexcept override { return cpu_.num_pages(); }
+  bool supports_token_trees() const noexcept override { return cpu_.supports_token_trees(); }
+  Result<void> forward(const model::StepBatch& batch, std::vector<float>& logits) override {
+    return cpu_.forward(batch, logits);
+  }
+  bool runs_greedy_chains() const noexcept override { return true; }
+  Result<void> greedy_chain(const model::StepBatch& first, int steps,
+                            std::vector<std::int32_t>& tokens) override {
+    ++chains;
+    const int S = static_cast<int>(first.sequences.size());
+    const int V = spec().vocab_size;
+    tokens.assign(static_cast<std::size_t>(steps * S), -1);
+    model::StepBatch batch = first;
+    std::vector<float> logits;
+    for (int d = 0; d < steps; ++d) {
+      if (auto ok = cpu_.forward(batch, logits); !ok) return ok;
+      model::StepBatch next;
+      for (int s = 0; s < S; ++s) {
+        const float* row = logits.data() + static_cast<std::size_t>(s) * V;
+        const auto id = static_cast<std::int32_t>(std::max_element(row, row + V) - row);
+        tokens[static_cast<std::size_t>(d * S + s)] = id;
+        const auto& slice = batch.sequences[static_cast<std::size_t>(s)];
+        next.tokens.push_back(id);
+        next.positions.push_back(
+            batch.positions[static_cast<std::size_t>(slice.token_begin + slice.token_count - 1)] +
+            1);
+        next.sequences.push_back({s, 1, slice.page_table});
+      }
+      batch = std::move(next);
+    }
+    return {};
+  }
+  int chains = 0;
+
+ private:
+  model::CpuForwardBackend cpu_;
+};
+
+TEST_F(DraftModelTest, ChainsInOneGoAreTheChainsDepthByDepth) {
+  auto backend = std::make_unique<ChainBackend>(loaded_->model, 64);
+  ChainBackend* chain_backend = backend.get();
+  DraftModel chains(std::move(backend), 16);
+  DraftModel steps = make();
+  std::vector<std::vector<std::int32_t>> seqs = {tokens(5, 11), tokens(30, 12), tokens(2, 13)};
+  for (int round = 0; round < 3; ++round) {
+    std::vector<ProposalRequest> requests;
+    for (std::size_t i = 0; i < seqs.size(); ++i)
+      requests.push_back({i, seqs[i], limits(static_cast<int>(2 + i), 1)});  // depths 2, 3, 4
+    const auto a = chains.propose_batch(requests);
+    const auto b = steps.propose_batch(requests);
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      EXPECT_EQ(a[i].tokens, b[i].tokens) << "round " << round << " sequence " << i;
+      EXPECT_EQ(a[i].parent, b[i].parent) << "round " << round << " sequence " << i;
+      ASSERT_EQ(a[i].size(), static_cast<int>(2 + i));
+      // The target accepts the first draft token and adds one of its own.
+      seqs[i].push_back(a[i].tokens[0]);
+      seqs[i].push_back(a[i].tokens[0] == 77 ? 78 : 77);
+    }
+  }
+  EXPECT_EQ(chain_backend->chains, 3);
+  EXPECT_EQ(chains.reused_tokens(), steps.reused_tokens());
+  EXPECT_EQ(chains.reused_tokens(), 6u);  // one token a sequence after each of two rounds
+  for (std::uint64_t id : {0, 1, 2})
+    chains.forget(id);
+  EXPECT_EQ(chains.free_pages(), 64);
+}
+
 }  // namespace
 }  // namespace weft::speculative
