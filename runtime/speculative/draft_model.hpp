@@ -12,11 +12,11 @@
 // probability): on a backend that samples on its device only the top entries of each row
 // cross the bus (one wait per depth), never the logits; greedy chains (width 1) on a backend
 // that runs them (ForwardBackend::greedy_chain, the CUDA model) go in one go: every depth
-// enqueued without a wait, the argmaxes fed to the next depth on the device, one wait. Stochastic verification draws children
-// from the draft's distribution at the request's temperature, and keeps the drawn tokens' q and
-// draws for the verifier (the rows come to the host). The tree's own KV sits in scratch slots
-// after the sequence's; the first chain's nodes sit at their final slots, so the part of it
-// the target accepts is not computed again by the next proposal.
+// enqueued without a wait, the argmaxes fed to the next depth on the device, one wait. Stochastic
+// verification draws children from the draft's distribution at the request's temperature, and keeps
+// the drawn tokens' q and draws for the verifier (the rows come to the host). The tree's own KV
+// sits in scratch slots after the sequence's; the first chain's nodes sit at their final slots, so
+// the part of it the target accepts is not computed again by the next proposal.
 
 #include <cstdint>
 #include <memory>
