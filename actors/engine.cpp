@@ -51,7 +51,8 @@ struct Engine::Impl {
   EngineConfig config;
   asio::any_io_executor executor;
   LoadedModel loaded;
-  std::optional<LoadedModel> draft;  // speculate "draft": the draft model (the CPU runs it)
+  // speculate "draft": the draft model (run by the CPU or a CudaModel of its own)
+  std::optional<LoadedModel> draft;
   int context_length = 0;
   int vocab_size = 0;
   // The KV pool as EngineMetrics reports it (fixed at start).
@@ -113,9 +114,11 @@ std::string read_file_or_empty(const std::filesystem::path& path) {
 
 // The speculator EngineConfig::speculate names; a draft model is loaded here and must share the
 // target's tokenizer (the same vocabulary size and tokenizer.json).
+// On a GPU target (draft_device "auto"), the draft runs on the same GPU: its own weights, KV
+// pages (draft_kv_budget_bytes) and CUDA graphs, in what the target's pool left of the device.
 static std::unique_ptr<speculative::Speculator> make_speculator(
     const EngineConfig& config, int vocab_size, bool token_trees,
-    std::optional<LoadedModel>& draft_slot) {
+    std::optional<LoadedModel>& draft_slot, const actors::DeviceChoice& device) {
   if (!token_trees && config.spec_width > 1) {
     log_info("engine: the " + config.device +
              " backend has no tree attention yet; speculating with chains (spec_width 1)");
@@ -146,13 +149,29 @@ static std::unique_ptr<speculative::Speculator> make_speculator(
                     "/tokenizer.json differs from the model's; a draft model needs the same "
                     "tokenizer");
   }
-  const model::KvLayout layout = model.kv_layout(config.page_size);
+  const bool on_gpu = device.cuda && config.draft_device == "auto";
+  model::KvLayout layout = model.kv_layout(config.page_size);
+  if (on_gpu) layout.dtype = KvDtype::kBF16;
   const auto page_bytes = static_cast<std::int64_t>(layout.bytes_per_page());
-  const auto pages = std::max<std::int64_t>(1, config.draft_kv_budget_bytes / page_bytes);
-  return std::make_unique<speculative::DraftModel>(
-      model, static_cast<int>(std::min<std::int64_t>(pages, 1 << 24)), config.page_size,
-      config.cpu_threads == 0 ? std::max(1u, std::thread::hardware_concurrency())
-                              : config.cpu_threads);
+  const auto pages = static_cast<int>(std::min<std::int64_t>(
+      std::max<std::int64_t>(1, config.draft_kv_budget_bytes / page_bytes), 1 << 24));
+  const unsigned threads = config.cpu_threads == 0
+                               ? std::max(1u, std::thread::hardware_concurrency())
+                               : config.cpu_threads;
+  // Steps of the draft: a pass per depth over every decoding sequence's frontier, and catch-up
+  // passes of up to 512 tokens a sequence (a larger step grows the buffers once).
+  auto backend = actors::make_forward_backend(model, on_gpu ? device : actors::DeviceChoice{},
+                                              layout, pages, threads, config.max_tokens_per_step);
+  if (!backend) {
+    throw Error(backend.error().code(),
+                "draft_model_dir: " + config.draft_model_dir + " on " +
+                    actors::device_name(on_gpu ? device : actors::DeviceChoice{}) + ": " +
+                    backend.error().what());
+  }
+  log_info("engine: draft model on " +
+           actors::device_name(on_gpu ? device : actors::DeviceChoice{}) + ", KV pool of " +
+           actors::describe_kv_pool(layout, pages));
+  return std::make_unique<speculative::DraftModel>(std::move(backend.value()), config.page_size);
 }
 
 Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
@@ -349,7 +368,7 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   // Before any thread starts: a draft model that fails to load throws from here.
   std::unique_ptr<speculative::Speculator> speculator;
   if (!s.config.speculate.empty()) {
-    speculator = make_speculator(s.config, s.vocab_size, token_trees, s.draft);
+    speculator = make_speculator(s.config, s.vocab_size, token_trees, s.draft, *device);
   }
   const std::int64_t num_pages = (*backend)->num_pages();
   log_info("engine: KV pool of " + actors::describe_kv_pool(layout, num_pages) + " on " +

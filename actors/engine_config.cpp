@@ -106,6 +106,8 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
       ok = as_int(c.spec_step_budget);
     } else if (key == "draft_kv_budget_bytes") {
       ok = as_int(c.draft_kv_budget_bytes);
+    } else if (key == "draft_device") {
+      ok = as_string(c.draft_device);
     } else if (key == "jump_forward") {
       bool v = true;
       if (value.get(v) != simdjson::SUCCESS) {
@@ -123,7 +125,7 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
                        "jump_forward, prefix_cache, kv_cache_dtype, kv_compress_rate, "
                        "kv_compress_window, speculate, "
                        "draft_model_dir, spec_tokens, spec_width, "
-                       "spec_step_budget, draft_kv_budget_bytes)");
+                       "spec_step_budget, draft_kv_budget_bytes, draft_device)");
     }
     if (!ok) return ok.error();
   }
@@ -195,6 +197,10 @@ Result<void> EngineConfig::validate() const {
   if (spec_step_budget < 0 || spec_step_budget > (1 << 20)) {
     return bad("spec_step_budget: " + std::to_string(spec_step_budget) +
                " is outside [0, 1048576]");
+  }
+  if (draft_device != "auto" && draft_device != "cpu") {
+    return bad("draft_device: \"" + draft_device +
+               "\" must be \"auto\" (the model's device) or \"cpu\"");
   }
   if (draft_kv_budget_bytes < 1) {
     return bad("draft_kv_budget_bytes: " + std::to_string(draft_kv_budget_bytes) + " must be > 0");

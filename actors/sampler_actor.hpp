@@ -38,16 +38,6 @@ struct SampleOutcome {
   std::vector<sampling::TokenLogprob> beam;  // a beam row's candidates (SampleRow::beam_k)
 };
 
-// A step's rows prepared for sampling on the device: the backend's input, and for each row
-// of the step (in order) either its index among input.rows or the error that kept it off.
-struct DeviceSamplePlan {
-  model::DeviceSamplingInput input;
-  std::vector<std::uint64_t> ids;   // per row of the step
-  std::vector<int> device_row;      // per row of the step; -1: see errors
-  std::vector<std::string> errors;  // per row of the step
-  std::vector<int> beam_k;          // per row of the step (SampleRow::beam_k)
-};
-
 // A draft slice's rows (speculative decoding): the target's logits at the root (first_row)
 // and at each of the tree's nodes after it, verified against the tree.
 struct VerifyRow {
@@ -64,6 +54,22 @@ struct VerifyOutcome {
 struct StepOutcomes {
   std::vector<SampleOutcome> sampled;
   std::vector<VerifyOutcome> verified;
+};
+
+// A step's rows prepared for sampling on the device: the backend's input, and for each row
+// of the step (in order) either its index among input.rows or the error that kept it off.
+struct DeviceSamplePlan {
+  model::DeviceSamplingInput input;
+  std::vector<std::uint64_t> ids;   // per row of the step
+  std::vector<int> device_row;      // per row of the step; -1: see errors
+  std::vector<std::string> errors;  // per row of the step
+  std::vector<int> beam_k;          // per row of the step (SampleRow::beam_k)
+  // Greedy draft slices verified from the device's picks (prepare_step): each slice's root
+  // and node rows drawn greedily there, from input.rows[verify_row[k]] on; -1: see
+  // verify_errors.
+  std::vector<VerifyRow> verify;
+  std::vector<int> verify_row;
+  std::vector<std::string> verify_errors;
 };
 
 class SamplerActor : public Actor {
@@ -111,6 +117,36 @@ class SamplerActor : public Actor {
                std::forward<Token>(token));
   }
 
+  // Sampling on the device with greedy draft slices: prepare() for the plain rows, and each
+  // draft slice's rows (its root and every node) as greedy draws on the device; finish_step()
+  // completes the plain draws and walks each tree by the device's picks (the argmax at each
+  // node: plain greedy decoding's token, logprob and top logprobs), so only the picks cross
+  // the bus, never the rows (actors/sampler_verify.cpp). Every draft slice's request must
+  // decode greedily.
+  template <class Token>
+  auto prepare_step(std::vector<SampleRow> rows, std::vector<VerifyRow> verify, int vocab,
+                    std::vector<std::uint32_t> masks, Token&& token) {
+    return ask(
+        [this, rows = std::move(rows), verify = std::move(verify), vocab,
+         masks = std::move(masks)]() mutable {
+          DeviceSamplePlan plan = prepare_rows(rows, vocab, std::move(masks));
+          prepare_verify_rows(plan, std::move(verify), vocab);
+          return plan;
+        },
+        std::forward<Token>(token));
+  }
+  template <class Token>
+  auto finish_step(DeviceSamplePlan plan, model::DeviceSamplingOutput output, Token&& token) {
+    return ask(
+        [this, plan = std::move(plan), output = std::move(output)]() mutable {
+          StepOutcomes out;
+          out.sampled = finish_rows(plan, output);
+          out.verified = finish_verify_rows(plan, output);
+          return out;
+        },
+        std::forward<Token>(token));
+  }
+
   // sample() for the plain rows, and the verification of the draft slices' rows
   // (actors/sampler_verify.cpp: greedy, or SpecInfer's multi-step stochastic verification).
   template <class Token>
@@ -143,6 +179,9 @@ class SamplerActor : public Actor {
   std::string check_row(const SampleRow& r, std::size_t vocab, sampling::SequenceSampler*& sampler);
   std::vector<SampleOutcome> finish_rows(const DeviceSamplePlan& plan,
                                          model::DeviceSamplingOutput& output);
+  void prepare_verify_rows(DeviceSamplePlan& plan, std::vector<VerifyRow> verify, int vocab);
+  std::vector<VerifyOutcome> finish_verify_rows(const DeviceSamplePlan& plan,
+                                                model::DeviceSamplingOutput& output);
 
   std::unordered_map<std::uint64_t, sampling::SequenceSampler> samplers_;
 };

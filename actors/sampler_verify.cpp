@@ -104,4 +104,97 @@ std::vector<VerifyOutcome> SamplerActor::verify_rows(const StepLogits& logits,
   return out;
 }
 
+void SamplerActor::prepare_verify_rows(DeviceSamplePlan& plan, std::vector<VerifyRow> verify,
+                                       int vocab) {
+  for (VerifyRow& v : verify) {
+    plan.verify_row.push_back(-1);
+    plan.verify_errors.emplace_back();
+    auto it = samplers_.find(v.id);
+    if (it == samplers_.end()) {
+      plan.verify_errors.back() = "no sampler for request " + std::to_string(v.id);
+    } else if (it->second.params().temperature != 0.0f) {
+      plan.verify_errors.back() = "request " + std::to_string(v.id) +
+                                  " samples: its draft is verified on the host, not the device";
+    } else {
+      // The root's row and each node's, all greedy draws as plain decoding's (bias included).
+      const auto begin = static_cast<int>(plan.input.rows.size());
+      for (int u = 0; u <= v.tree->size(); ++u) {
+        auto row = it->second.device_row(vocab, plan.input.edits);
+        if (!row) {
+          plan.verify_errors.back() = row.error().what();
+          break;
+        }
+        row->row = v.first_row + u;
+        plan.input.rows.push_back(*row);
+      }
+      if (plan.verify_errors.back().empty()) {
+        plan.verify_row.back() = begin;
+      } else {
+        plan.input.rows.resize(static_cast<std::size_t>(begin));
+      }
+    }
+    plan.verify.push_back(std::move(v));
+  }
+}
+
+std::vector<VerifyOutcome> SamplerActor::finish_verify_rows(const DeviceSamplePlan& plan,
+                                                            model::DeviceSamplingOutput& output) {
+  std::vector<VerifyOutcome> out;
+  for (std::size_t k = 0; k < plan.verify.size(); ++k) {
+    const VerifyRow& v = plan.verify[k];
+    VerifyOutcome outcome;
+    outcome.id = v.id;
+    auto it = samplers_.find(v.id);
+    if (plan.verify_row[k] < 0) {
+      outcome.error = plan.verify_errors[k];
+    } else if (it == samplers_.end()) {
+      outcome.error = "no sampler for request " + std::to_string(v.id);
+    }
+    if (!outcome.error.empty()) {
+      out.push_back(std::move(outcome));
+      continue;
+    }
+    // Greedy verification: the device's pick at each node is the target's argmax there; follow
+    // the child that carries it, and the pick at the first node without one is the bonus token.
+    // Each pick is recorded by the sampler as plain device sampling records it.
+    const speculative::DraftTree& tree = *v.tree;
+    int u = 0;  // the row: 0 for the root, j + 1 for node j
+    for (;;) {
+      const auto at = static_cast<std::size_t>(plan.verify_row[k] + u);
+      if (at >= output.results.size() || at >= output.host_rows.size() ||
+          output.top.size() < (at + 1) * sampling::kDeviceTopEntries) {
+        outcome.error = "the device returned no result for request " + std::to_string(v.id);
+        break;
+      }
+      const auto top = std::span<const sampling::DeviceCandidate>(output.top)
+                           .subspan(at * sampling::kDeviceTopEntries, sampling::kDeviceTopEntries);
+      auto token = it->second.finish_device(output.results[at], output.candidates, top,
+                                            output.host_rows[at]);
+      if (!token) {
+        outcome.error = token.error().what();
+        break;
+      }
+      const std::int32_t id = token->id;
+      outcome.tokens.push_back(std::move(token.value()));
+      int child = -1;
+      for (int j = 0; j < tree.size(); ++j) {
+        if (tree.parent[static_cast<std::size_t>(j)] == u - 1 &&
+            tree.tokens[static_cast<std::size_t>(j)] == id) {
+          child = j;
+          break;
+        }
+      }
+      if (child < 0) break;
+      outcome.accepted.push_back(child);
+      u = child + 1;
+    }
+    if (!outcome.error.empty()) {
+      outcome.tokens.clear();
+      outcome.accepted.clear();
+    }
+    out.push_back(std::move(outcome));
+  }
+  return out;
+}
+
 }  // namespace weft::actors

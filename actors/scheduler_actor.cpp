@@ -35,6 +35,10 @@ void SchedulerActor::set_speculation(std::unique_ptr<speculative::Speculator> sp
     config.propose = [this](const sched::Sequence& s, int max_nodes, int max_depth) {
       return propose(s, max_nodes, max_depth);
     };
+    // A step's proposals together: a draft model runs one forward per depth for them all.
+    config.propose_batch = [this](const std::vector<sched::SpeculationConfig::Ask>& asks) {
+      return propose_batch(asks);
+    };
   }
   scheduler_.set_speculation(std::move(config));
 }
@@ -187,10 +191,11 @@ void SchedulerActor::finish(std::uint64_t id, FinishReason reason, std::string e
   }
 }
 
-speculative::DraftTree SchedulerActor::propose(const sched::Sequence& s, int max_nodes,
-                                               int max_depth) {
+std::optional<speculative::ProposalLimits> SchedulerActor::proposal_limits(const sched::Sequence& s,
+                                                                           int max_nodes,
+                                                                           int max_depth) const {
   auto it = live_.find(s.id);
-  if (it == live_.end() || !it->second.speculate) return {};
+  if (it == live_.end() || !it->second.speculate) return std::nullopt;
   speculative::ProposalLimits limits;
   limits.max_nodes = max_nodes;
   limits.max_depth = max_depth;
@@ -201,7 +206,33 @@ speculative::DraftTree SchedulerActor::propose(const sched::Sequence& s, int max
   limits.width = speculation_width_;
   limits.temperature = it->second.params.temperature;
   limits.seed = it->second.params.seed.value_or(s.id) ^ static_cast<std::uint64_t>(s.generated());
-  return speculator_->propose(s.id, s.tokens, limits);
+  return limits;
+}
+
+speculative::DraftTree SchedulerActor::propose(const sched::Sequence& s, int max_nodes,
+                                               int max_depth) {
+  const auto limits = proposal_limits(s, max_nodes, max_depth);
+  if (!limits) return {};
+  return speculator_->propose(s.id, s.tokens, *limits);
+}
+
+std::vector<speculative::DraftTree> SchedulerActor::propose_batch(
+    const std::vector<sched::SpeculationConfig::Ask>& asks) {
+  std::vector<speculative::DraftTree> trees(asks.size());
+  std::vector<speculative::ProposalRequest> requests;
+  std::vector<std::size_t> at;  // the ask of each request
+  for (std::size_t k = 0; k < asks.size(); ++k) {
+    const sched::Sequence& s = *asks[k].sequence;
+    if (auto limits = proposal_limits(s, asks[k].max_nodes, asks[k].max_depth)) {
+      requests.push_back({s.id, s.tokens, *limits});
+      at.push_back(k);
+    }
+  }
+  if (requests.empty()) return trees;
+  auto proposed = speculator_->propose_batch(requests);
+  for (std::size_t r = 0; r < at.size() && r < proposed.size(); ++r)
+    trees[at[r]] = std::move(proposed[r]);
+  return trees;
 }
 
 sched::VerifiedDraft SchedulerActor::cut_verified(const VerifyOutcome& o) const {
@@ -341,10 +372,16 @@ asio::awaitable<void> SchedulerActor::loop() {
     const auto launched = std::chrono::steady_clock::now();
     std::vector<std::uint32_t> step_masks;  // device sampling: every constrained row's mask
     try {
-      // Verification reads every row of a draft slice on the host.
+      // Sampled verification reads every row of a draft slice on the host; greedy
+      // verification, on a backend that samples on its device, only the device's picks.
       // (Not a conditional expression: GCC's coroutines mishandle a co_await inside one.)
+      const bool greedy_verify =
+          std::all_of(verify.begin(), verify.end(), [this](const VerifyRow& v) {
+            auto it = live_.find(v.id);
+            return it != live_.end() && it->second.params.temperature == 0.0f;
+          });
       StepLogits logits;
-      if (verify.empty()) {
+      if (verify.empty() || greedy_verify) {
         logits = co_await executor_.launch(std::move(batch), asio::use_awaitable);
       } else {
         logits = co_await executor_.run(std::move(batch), asio::use_awaitable);
@@ -389,14 +426,30 @@ asio::awaitable<void> SchedulerActor::loop() {
       if (logits.on_device) {
         // The logits stay on the GPU: the sampler describes each row's draw, the executor
         // samples on the device, the sampler finishes the draws from the candidates.
-        DeviceSamplePlan prepared = co_await sampler_.prepare(
-            std::move(rows), logits.vocab, std::move(step_masks), asio::use_awaitable);
-        model::DeviceSamplingInput input = std::move(prepared.input);
-        model::DeviceSamplingOutput sampled =
-            co_await executor_.sample(std::move(input), asio::use_awaitable);
-        account_forward(std::chrono::steady_clock::now());
-        outcomes =
-            co_await sampler_.finish(std::move(prepared), std::move(sampled), asio::use_awaitable);
+        if (verify.empty()) {
+          DeviceSamplePlan prepared = co_await sampler_.prepare(
+              std::move(rows), logits.vocab, std::move(step_masks), asio::use_awaitable);
+          model::DeviceSamplingInput input = std::move(prepared.input);
+          model::DeviceSamplingOutput sampled =
+              co_await executor_.sample(std::move(input), asio::use_awaitable);
+          account_forward(std::chrono::steady_clock::now());
+          outcomes = co_await sampler_.finish(std::move(prepared), std::move(sampled),
+                                              asio::use_awaitable);
+        } else {
+          // Greedy draft slices: each node's row drawn greedily on the device beside the plain
+          // rows; the trees are walked on the sampler's strand by those picks.
+          DeviceSamplePlan prepared =
+              co_await sampler_.prepare_step(std::move(rows), std::move(verify), logits.vocab,
+                                             std::move(step_masks), asio::use_awaitable);
+          model::DeviceSamplingInput input = std::move(prepared.input);
+          model::DeviceSamplingOutput sampled =
+              co_await executor_.sample(std::move(input), asio::use_awaitable);
+          account_forward(std::chrono::steady_clock::now());
+          StepOutcomes both = co_await sampler_.finish_step(std::move(prepared), std::move(sampled),
+                                                            asio::use_awaitable);
+          outcomes = std::move(both.sampled);
+          verified = std::move(both.verified);
+        }
       } else if (!verify.empty()) {
         StepOutcomes both = co_await sampler_.sample_and_verify(
             std::move(logits), std::move(rows), std::move(verify), asio::use_awaitable);

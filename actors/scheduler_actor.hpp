@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -146,7 +147,12 @@ class SchedulerActor : public Actor {
   int beam_row_k(std::uint64_t sequence) const;  // 0: not a beam
   bool is_stop_token(const LiveRequest& request, std::int32_t token) const;
   EngineMetrics snapshot() const;
+  // A request's proposal limits; none when it does not speculate.
+  std::optional<speculative::ProposalLimits> proposal_limits(const sched::Sequence& s,
+                                                             int max_nodes, int max_depth) const;
   speculative::DraftTree propose(const sched::Sequence& s, int max_nodes, int max_depth);
+  std::vector<speculative::DraftTree> propose_batch(
+      const std::vector<sched::SpeculationConfig::Ask>& asks);
   // A verified draft's tokens cut after the first stop token and at max_tokens.
   sched::VerifiedDraft cut_verified(const VerifyOutcome& o) const;
 

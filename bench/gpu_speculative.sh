@@ -4,7 +4,10 @@
 #   1. weft-tiny with prompt lookup (chain, then a tree of width 2) on summary-like prompts: a
 #      passage of the held-out text followed by its first 200 characters again;
 #   2. weft-tiny with weft-tiny-draft as its draft model (when models/weft-tiny-draft holds
-#      weights), and weft-tiny drafting for itself (the upper bound: every draft accepted);
+#      weights) on the GPU (the default with --device cuda: batched, greedy chains in one go;
+#      docs/speculative.md#the-draft-on-the-gpu), as a chain and as a tree, and on the CPU
+#      (--draft-device cpu, as before) for comparison; weft-tiny drafting for itself on the
+#      GPU (the upper bound: every draft accepted);
 #   3. with --llama8b DIR (bench/make_random_model.py --shape 8b): prompt lookup on repeated
 #      random prompts, and plain decoding with the row kernel off (WEFT_ROW_KERNEL_TOKENS=0:
 #      cuBLAS, as before it) against on, which is what plain decoding costs for exact
@@ -64,12 +67,20 @@ table "weft-tiny, prompt lookup (chain of 4), summary-like prompts" \
 table "weft-tiny, prompt lookup (tree: 3 deep, width 2), summary-like prompts" \
   "--speculate prompt-lookup --spec-tokens 3 --spec-width 2" "${tiny[@]}"
 if [[ -f models/weft-tiny-draft/model.safetensors ]]; then
-  table "weft-tiny, draft model weft-tiny-draft (chain of 4)" \
+  table "weft-tiny, draft model weft-tiny-draft on the GPU (chain of 4)" \
     "--speculate draft --draft-model models/weft-tiny-draft --spec-tokens 4" "${tiny[@]}"
+  table "weft-tiny, draft model weft-tiny-draft on the GPU (chain of 6)" \
+    "--speculate draft --draft-model models/weft-tiny-draft --spec-tokens 6" "${tiny[@]}"
+  table "weft-tiny, draft model weft-tiny-draft on the GPU (tree: 4 deep, width 2)" \
+    "--speculate draft --draft-model models/weft-tiny-draft --spec-tokens 4 --spec-width 2" \
+    "${tiny[@]}"
+  table "weft-tiny, draft model weft-tiny-draft on the CPU (chain of 4; before issue #17)" \
+    "--speculate draft --draft-model models/weft-tiny-draft --draft-device cpu --spec-tokens 4" \
+    "${tiny[@]}"
 else
   echo; echo "## weft-tiny-draft: models/weft-tiny-draft has no weights yet (see its README)"
 fi
-table "weft-tiny drafting for itself (upper bound, chain of 4)" \
+table "weft-tiny drafting for itself on the GPU (upper bound, chain of 4)" \
   "--speculate draft --draft-model models/weft-tiny --spec-tokens 4" "${tiny[@]}"
 
 if [[ -n $llama ]]; then

@@ -54,7 +54,22 @@ class ForwardBackend {
   virtual int exact_verify_rows() const noexcept { return 0; }
   virtual Result<void> launch(const StepBatch& batch);
   virtual Result<void> sample(const DeviceSamplingInput& input, DeviceSamplingOutput& output);
+
+  // Greedy chains on the device (a draft model's proposals, docs/speculative.md): runs
+  // `first` (one logit row per slice, no token trees), then steps - 1 steps of one token per
+  // slice at the positions after its last, each slice's token the argmax of its row in the
+  // step before, picked and fed on the device: the host waits once for the whole chain.
+  // `tokens` gets steps x slices argmaxes, step by step (-1: none). The page tables must
+  // cover the last position. Backends that return true here implement it.
+  virtual bool runs_greedy_chains() const noexcept { return false; }
+  virtual Result<void> greedy_chain(const StepBatch& first, int steps,
+                                    std::vector<std::int32_t>& tokens);
 };
+
+inline Result<void> ForwardBackend::greedy_chain(const StepBatch&, int,
+                                                 std::vector<std::int32_t>&) {
+  return Error(ErrorCode::kInternal, "this backend does not run greedy chains on its device");
+}
 
 inline Result<void> ForwardBackend::launch(const StepBatch&) {
   return Error(ErrorCode::kInternal, "this backend does not sample on its device");

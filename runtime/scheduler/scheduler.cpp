@@ -317,7 +317,7 @@ StepPlan Scheduler::plan_step() {
   }
 
   std::unordered_map<std::uint64_t, std::shared_ptr<const speculative::DraftTree>> drafts;
-  if (speculation_.propose) {
+  if (speculation_.enabled()) {
     std::vector<std::uint64_t> decoding;
     for (const Choice& c : chosen) {
       const Sequence& s = sequences_.at(c.id);

@@ -128,6 +128,15 @@ struct SpeculationConfig {
   // Proposes a tree for a decoding sequence within max_nodes and max_depth (an empty tree:
   // none this step). Null: speculation off.
   std::function<speculative::DraftTree(const Sequence&, int max_nodes, int max_depth)> propose;
+  // Or every decoding sequence of the step at once (a draft model runs one forward pass per
+  // depth for all of them), one tree per ask in order; used instead of `propose` when set.
+  struct Ask {
+    const Sequence* sequence;
+    int max_nodes;
+    int max_depth;
+  };
+  std::function<std::vector<speculative::DraftTree>(const std::vector<Ask>&)> propose_batch;
+  bool enabled() const { return propose || propose_batch; }
   int max_depth = 4;  // tokens of one path
   int max_nodes = 4;  // tokens of one tree
   // Draft tokens one step verifies over all its sequences: with few sequences each gets up to
@@ -225,7 +234,7 @@ class Scheduler {
   // Throws weft::Error (kInvalidArgument) with KV-Compress on: draft trees sit at slots
   // counted from positions, which a compressed sequence no longer has.
   void set_speculation(SpeculationConfig config) {
-    if (config.propose && config_.kv_compress.enabled()) {
+    if (config.enabled() && config_.kv_compress.enabled()) {
       throw Error(ErrorCode::kInvalidArgument,
                   "speculative decoding and KV-Compress (kv_compress_rate > 0) do not mix");
     }

@@ -17,6 +17,10 @@ Scheduler::propose_drafts(const std::vector<std::uint64_t>& decoding, int budget
   int share = std::min({speculation_.max_nodes, speculation_.step_budget / n, budget / n});
   if (speculation_.max_step_rows > 0) share = std::min(share, (speculation_.max_step_rows - n) / n);
   if (share < 1) return drafts;
+  // Each sequence's depth (what is left of its output), then every tree at once where the
+  // speculator takes a batch.
+  std::vector<Sequence*> asked;
+  std::vector<SpeculationConfig::Ask> asks;
   for (std::uint64_t id : decoding) {
     Sequence& s = sequences_.at(id);
     // The root's own token is sampled by this step too: the tree holds at most what is left
@@ -24,7 +28,21 @@ Scheduler::propose_drafts(const std::vector<std::uint64_t>& decoding, int budget
     const int left = s.max_new_tokens - s.generated() - 1;
     const int depth = std::min(speculation_.max_depth, left);
     if (depth < 1) continue;
-    auto tree = std::make_shared<speculative::DraftTree>(speculation_.propose(s, share, depth));
+    asked.push_back(&s);
+    asks.push_back({&s, share, depth});
+  }
+  std::vector<speculative::DraftTree> proposed;
+  if (speculation_.propose_batch) {
+    if (!asks.empty()) proposed = speculation_.propose_batch(asks);
+  } else {
+    for (const auto& a : asks)
+      proposed.push_back(speculation_.propose(*a.sequence, a.max_nodes, a.max_depth));
+  }
+  for (std::size_t k = 0; k < asked.size() && k < proposed.size(); ++k) {
+    Sequence& s = *asked[k];
+    const std::uint64_t id = s.id;
+    const int depth = asks[k].max_depth;
+    auto tree = std::make_shared<speculative::DraftTree>(std::move(proposed[k]));
     if (tree->empty()) continue;
     if (!speculation_.trees && !tree->is_chain()) {
       // Keep the first chain (nodes 0, 1, ... each the child of the one before).

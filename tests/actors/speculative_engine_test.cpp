@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <boost/asio/use_future.hpp>
+#include <filesystem>
 
 #include "tests/actors/collect_stream.hpp"
 #include "tests/actors/tiny_engine.hpp"
@@ -126,6 +127,19 @@ TEST_F(SpeculativeEngineTest, DraftTreeGivesPlainGreedyOutput) {
       << "a tree of width 3 proposes siblings that are rejected";
 }
 
+// weft-tiny-draft (a smaller model, trained to agree with weft-tiny), every sequence's
+// proposals made together: plain greedy output, and some of its drafts accepted.
+TEST_F(SpeculativeEngineTest, WeftTinyDraftGivesPlainGreedyOutput) {
+  EngineConfig c = speculative("draft", 4, 1);
+  c.draft_model_dir = std::string(WEFT_SOURCE_DIR) + "/models/weft-tiny-draft";
+  if (!std::filesystem::exists(c.draft_model_dir + "/model.safetensors")) {
+    GTEST_SKIP() << c.draft_model_dir << " has no weights";
+  }
+  const SpecRun run = run_all(c, kTokens);
+  expect_same_as_plain(run, "weft-tiny-draft");
+  EXPECT_GT(run.metrics.speculative_accepted_tokens, 0u);
+}
+
 TEST_F(SpeculativeEngineTest, ALargeBatchTurnsSpeculationOff) {
   EngineConfig c = speculative("prompt-lookup", 4, 1);
   c.spec_step_budget = 2;  // fewer draft tokens than the three sequences decoding together
@@ -178,6 +192,9 @@ TEST(SpeculativeEngineConfig, BadSpeculationSettingsAreNamed) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("draft_model_dir"), std::string::npos) << e.what();
   }
+  c.draft_device = "gpu";
+  EXPECT_NE(std::string(c.validate().error().what()).find("draft_device"), std::string::npos);
+  c.draft_device = "cpu";
   c.speculate = "prompt-lookup";
   c.spec_width = 0;
   EXPECT_NE(std::string(c.validate().error().what()).find("spec_width"), std::string::npos);

@@ -18,14 +18,20 @@ void add_speculative_options(CLI::App* cmd, SpeculativeOptions& o) {
       "without (greedy: token for token; sampled: the same distribution)");
   speculate->check(CLI::IsMember({"prompt-lookup", "draft"}));
   cmd->add_option("--draft-model", o.draft_model,
-                  "with --speculate draft: a model folder with the same tokenizer, run on the CPU")
+                  "with --speculate draft: a model folder with the same tokenizer, run on the "
+                  "model's device (see --draft-device)")
       ->needs(speculate);
+  cmd->add_option("--draft-device", o.draft_device,
+                  "where the draft model runs: auto (the model's device: with --device cuda, "
+                  "the same GPU, batched, with CUDA graphs) or cpu")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cpu"}));
   cmd->add_option("--spec-tokens", o.spec_tokens,
                   "speculative depth: draft tokens on one path of the tree")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
   cmd->add_option("--spec-width", o.spec_width,
-                  "token tree width (1: a chain); trees run on the CPU backend, a GPU uses chains")
+                  "token tree width (1: a chain); ALiBi models use chains")
       ->capture_default_str()
       ->check(CLI::Range(1, 16));
   cmd->add_option("--spec-step-budget", o.spec_step_budget,
@@ -38,6 +44,7 @@ void add_speculative_options(CLI::App* cmd, SpeculativeOptions& o) {
 void apply_speculative_options(const SpeculativeOptions& o, EngineConfig& config) {
   config.speculate = o.speculate;
   config.draft_model_dir = o.draft_model;
+  config.draft_device = o.draft_device;
   config.spec_tokens = o.spec_tokens;
   config.spec_width = o.spec_width;
   config.spec_step_budget = o.spec_step_budget;

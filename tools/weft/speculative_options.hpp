@@ -12,6 +12,7 @@ namespace weft::cli {
 struct SpeculativeOptions {
   std::string speculate;  // empty: off; prompt-lookup; draft
   std::string draft_model;
+  std::string draft_device = "auto";
   int spec_tokens = 4;
   int spec_width = 1;
   int spec_step_budget = 32;

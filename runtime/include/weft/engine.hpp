@@ -89,8 +89,8 @@ struct EngineConfig {
   int kv_compress_window = 16;
   // Speculative decoding (docs/speculative.md): "" (off), "prompt-lookup" (n-gram lookup in
   // the request's own tokens) or "draft" (draft_model_dir, a model with the same tokenizer,
-  // run on the CPU). spec_tokens: the draft's depth (tokens of one path); spec_width: the
-  // tree's width (1: a chain); spec_step_budget: draft tokens one step verifies over all its
+  // run where draft_device says). spec_tokens: the draft's depth (tokens of one path); spec_width:
+  // the tree's width (1: a chain); spec_step_budget: draft tokens one step verifies over all its
   // sequences (turns speculation down as the batch grows).
   std::string speculate;
   std::string draft_model_dir;
@@ -98,6 +98,9 @@ struct EngineConfig {
   int spec_width = 1;
   int spec_step_budget = 32;
   std::int64_t draft_kv_budget_bytes = 64ll << 20;
+  // Where the draft model runs: "auto" (the target's device: its GPU, with weights, KV pages
+  // and CUDA graphs of its own, when the target runs on one) or "cpu".
+  std::string draft_device = "auto";
   // Called on the constructing thread while the weights upload to a GPU (bytes done, bytes
   // in all), e.g. for a progress bar. Not read from a config file.
   std::function<void(std::size_t done, std::size_t total)> on_load_progress;

@@ -16,6 +16,7 @@
 #include <span>
 
 #include "kernels/cuda/alibi_attention.hpp"
+#include "kernels/cuda/chain_feed.hpp"
 #include "kernels/cuda/convert.hpp"
 #include "kernels/cuda/embedding.hpp"
 #include "kernels/cuda/gemv_rows.hpp"
@@ -120,6 +121,21 @@ int CudaModel::exact_verify_rows() const noexcept {
   return row_kernel_limit(state_->options);
 }
 
+bool CudaModel::runs_greedy_chains() const noexcept {
+  return state_->tensor_parallel == nullptr;
+}
+
+Result<void> CudaModel::greedy_chain(const StepBatch& first, int steps,
+                                     std::vector<std::int32_t>& tokens) {
+  state_->launched_rows = -1;
+  if (auto ok = refuse_partial(*state_); !ok) return ok;
+  if (first.has_token_tree()) {
+    return Error(ErrorCode::kInvalidArgument, "a greedy chain's first step has a token tree");
+  }
+  if (auto ok = check_stage_batch(*state_, first); !ok) return ok;
+  return state_->greedy_chain(first, steps, tokens);
+}
+
 bool CudaModel::supports_token_trees() const noexcept {
   return state_->alibi_slopes.get() == nullptr;
 }
@@ -139,6 +155,14 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   }
   if (auto err = cudaSetDevice(options.device); err != cudaSuccess) {
     return cuda_error(err, "selecting device " + std::to_string(options.device));
+  }
+  if (meta_pending) {
+    // The step before was enqueued without a wait (a greedy chain): its metadata upload must
+    // have left meta_host before this step writes it.
+    meta_pending = false;
+    if (auto err = cudaEventSynchronize(meta_event); err != cudaSuccess) {
+      return cuda_error(err, "waiting for the previous step's metadata upload");
+    }
   }
   if (auto r = reserve_step(T); !r) return r;
 
@@ -351,6 +375,26 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
                                  cudaMemcpyHostToDevice, stream);
       err != cudaSuccess) {
     return cuda_error(err, "uploading step metadata");
+  }
+  if (feed_tokens != nullptr) {
+    // A greedy chain's step: its tokens are the argmaxes of the step before, on the device.
+    cuda::chain_feed(feed_tokens, feed_pitch, meta.as<std::int32_t>() + L.tokens, T, V, stream);
+    if (auto err = cudaGetLastError(); err != cudaSuccess) {
+      return cuda_error(err, "feeding the chain's tokens");
+    }
+  }
+  if (!copy_logits) {
+    // Enqueued without a wait: the next step waits for this upload before writing meta_host.
+    if (meta_event == nullptr) {
+      if (auto err = cudaEventCreateWithFlags(&meta_event, cudaEventDisableTiming);
+          err != cudaSuccess) {
+        return cuda_error(err, "creating the metadata upload event");
+      }
+    }
+    if (auto err = cudaEventRecord(meta_event, stream); err != cudaSuccess) {
+      return cuda_error(err, "recording the metadata upload");
+    }
+    meta_pending = true;
   }
 
   const auto* dev = meta.as<std::int32_t>();

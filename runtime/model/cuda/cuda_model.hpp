@@ -126,6 +126,13 @@ class CudaModel final : public ForwardBackend {
   int exact_verify_rows() const noexcept override;
   Result<void> launch(const StepBatch& batch) override;
   Result<void> sample(const DeviceSamplingInput& input, DeviceSamplingOutput& output) override;
+  // A draft model's greedy chain (ForwardBackend::greedy_chain; cuda_draft_chain.cpp): every
+  // step is enqueued without waiting (decode steps replay their CUDA graphs), the argmaxes are
+  // picked by the sampling kernel and copied into the next step's tokens on the device, and
+  // one copy of steps x slices ids comes back after the one wait.
+  bool runs_greedy_chains() const noexcept override;
+  Result<void> greedy_chain(const StepBatch& first, int steps,
+                            std::vector<std::int32_t>& tokens) override;
 
   // Tensor parallelism (docs/parallel.md; cuda_model_parallel.cpp). The stream every step
   // runs on (a cudaStream_t): a group's NCCL communicator is made on it, so its collectives

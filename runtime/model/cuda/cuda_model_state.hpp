@@ -132,6 +132,15 @@ struct CudaModel::State {
   DeviceBuffer sample_in, sample_out, sample_work;
   PinnedBuffer sample_in_host, sample_out_host;
   int launched_rows = -1;  // logit rows of the step launch() enqueued; -1: none
+  // Greedy chains (cuda_draft_chain.cpp): when set, run() copies T token ids from here (one
+  // every feed_pitch bytes, device memory) over the step's uploaded tokens, after the upload.
+  const void* feed_tokens = nullptr;
+  std::size_t feed_pitch = 0;
+  // Recorded after each step's metadata upload from meta_host: a step enqueued while the one
+  // before has not finished (a chain) waits for it before writing meta_host again.
+  cudaEvent_t meta_event = nullptr;
+  bool meta_pending = false;
+  PinnedBuffer chain_host;  // a chain's ids, steps x slices
   // A tensor-parallel group (set_tensor_parallel): o's and down's outputs are all-reduced.
   parallel::Communicator* tensor_parallel = nullptr;
   // Vocab-parallel head (set_tensor_parallel, WEFT_TP_VOCAB_PARALLEL): each rank multiplies its
@@ -193,6 +202,7 @@ struct CudaModel::State {
       if (side_stream != nullptr) cudaStreamDestroy(side_stream);
       if (upload_stream != nullptr) cudaStreamDestroy(upload_stream);
       if (upload_event != nullptr) cudaEventDestroy(upload_event);
+      if (meta_event != nullptr) cudaEventDestroy(meta_event);
       if (fork_event != nullptr) cudaEventDestroy(fork_event);
       if (join_event != nullptr) cudaEventDestroy(join_event);
       cudaStreamDestroy(stream);
@@ -218,6 +228,7 @@ struct CudaModel::State {
   // copy_logits false: enqueue the step and return without waiting (launch()).
   Result<void> run(const StepBatch& batch, std::vector<float>& logits, bool copy_logits = true);
   Result<void> sample(const DeviceSamplingInput& input, DeviceSamplingOutput& output);
+  Result<void> greedy_chain(const StepBatch& first, int steps, std::vector<std::int32_t>& tokens);
 };
 
 }  // namespace weft::model

@@ -1,7 +1,9 @@
 // Speculative decoding on the GPU end to end (docs/speculative.md#exact-on-the-gpu): on
-// weft-tiny ("cuda:0"), greedy output with prompt lookup (a chain, and a tree of width 2) and
-// with weft-tiny drafting for itself is plain greedy output token for token; requests run one
-// at a time, so that each step holds only the request's own rows. Skips without a GPU.
+// weft-tiny ("cuda:0"), greedy output with prompt lookup (a chain, and a tree of width 2), with
+// weft-tiny drafting for itself and with weft-tiny-draft (the draft on the same GPU, or on the
+// CPU) is plain greedy output token for token; requests run one at a time, so that each step
+// holds only the request's own rows, and for the GPU draft also all at once (batched
+// proposals). The DraftModel on a CudaModel backend against the CPU's. Skips without a GPU.
 
 #include <gtest/gtest.h>
 
@@ -9,7 +11,10 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "actors/device_backend.hpp"
 #include "kernels/cuda/device_info.hpp"
+#include "loaders/model_loader.hpp"
+#include "runtime/speculative/draft_model.hpp"
 #include "tests/actors/collect_stream.hpp"
 #include "weft/engine.hpp"
 #include "weft/runtime.hpp"
@@ -48,7 +53,17 @@ struct SpecRun {
   EngineMetrics metrics;
 };
 
-SpecRun run(const std::string& speculate, int tokens, int width) {
+std::string tiny_draft_dir() {
+  return (std::filesystem::path(tiny_dir()).parent_path() / "weft-tiny-draft").string();
+}
+
+struct RunOptions {
+  std::string draft;                  // "draft": the draft model folder (default: weft-tiny)
+  std::string draft_device = "auto";  // auto: the GPU
+  bool together = false;              // every prompt at once (one batch) instead of one by one
+};
+
+SpecRun run(const std::string& speculate, int tokens, int width, const RunOptions& o = {}) {
   Runtime runtime{RuntimeOptions{.worker_threads = 2}};
   EngineConfig c;
   c.model_dir = tiny_dir();
@@ -56,18 +71,29 @@ SpecRun run(const std::string& speculate, int tokens, int width) {
   c.kv_budget_bytes = 64ll << 20;
   c.prefix_cache = false;
   c.speculate = speculate;
-  if (speculate == "draft") c.draft_model_dir = c.model_dir;
+  if (speculate == "draft") c.draft_model_dir = o.draft.empty() ? c.model_dir : o.draft;
+  c.draft_device = o.draft_device;
   c.spec_tokens = tokens;
   c.spec_width = width;
   Engine engine(runtime.executor(), c);
   SpecRun r;
-  for (const char* p : kPrompts) {
+  auto request = [](const char* p) {
     GenerateRequest g;
     g.prompt = p;
     g.sampling.temperature = 0;
     g.sampling.max_tokens = 48;
     g.sampling.ignore_eos = true;
-    r.outputs.push_back(collect(engine.submit(std::move(g), asio::use_future).get()));
+    return g;
+  };
+  if (o.together) {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const char* p : kPrompts)
+      streams.push_back(engine.submit(request(p), asio::use_future).get());
+    for (auto& s : streams)
+      r.outputs.push_back(collect(s));
+  } else {
+    for (const char* p : kPrompts)
+      r.outputs.push_back(collect(engine.submit(request(p), asio::use_future).get()));
   }
   r.metrics = engine.metrics(asio::use_future).get();
   engine.shutdown(asio::use_future).get();
@@ -98,11 +124,139 @@ TEST(CudaSpeculative, GreedyOutputIsPlainGreedyOutput) {
   expect_plain(plain, run("prompt-lookup", 3, 2), "prompt lookup tree");
   const SpecRun self = run("draft", 4, 1);
   expect_plain(plain, self, "self draft");
-  // The draft is weft-tiny on the CPU (fp32), the target on the GPU (bf16): they agree but at
-  // near-ties.
+  // weft-tiny drafting for itself on the same GPU: the draft's rows are the target's but for
+  // the rounding of its other step shapes; they agree but at near-ties.
   EXPECT_GE(self.metrics.speculative_accepted_tokens * 10,
             self.metrics.speculative_draft_tokens * 8);
   expect_plain(plain, run("draft", 3, 3), "self draft tree");
+  // The draft on the CPU (draft_device "cpu", fp32) agrees too.
+  const SpecRun self_cpu = run("draft", 4, 1, {.draft_device = "cpu"});
+  expect_plain(plain, self_cpu, "self draft on the CPU");
+  EXPECT_GE(self_cpu.metrics.speculative_accepted_tokens * 10,
+            self_cpu.metrics.speculative_draft_tokens * 8);
+}
+
+// weft-tiny-draft on the GPU (issue #17): one request at a time (batch 1) and all together,
+// chains and trees, the plain greedy output token for token, every page back.
+TEST(CudaSpeculative, GpuDraftModelGivesPlainGreedyOutputAloneAndBatched) {
+  SKIP_WITHOUT_GPU();
+  if (!std::filesystem::exists(std::filesystem::path(tiny_draft_dir()) / "model.safetensors")) {
+    GTEST_SKIP() << tiny_draft_dir() << " has no weights";
+  }
+  const SpecRun plain = run("", 4, 1);
+  for (const auto& o : plain.outputs)
+    ASSERT_EQ(o.reason, FinishReason::kLength) << o.error;
+  const SpecRun alone = run("draft", 4, 1, {.draft = tiny_draft_dir()});
+  expect_plain(plain, alone, "weft-tiny-draft, batch 1");
+  EXPECT_GT(alone.metrics.speculative_accepted_tokens, 0u) << "no draft token accepted";
+  EXPECT_LT(alone.metrics.steps, plain.metrics.steps) << "speculation saved no step";
+  const SpecRun together = run("draft", 4, 1, {.draft = tiny_draft_dir(), .together = true});
+  expect_plain(plain, together, "weft-tiny-draft, three sequences at once");
+  expect_plain(plain, run("draft", 3, 2, {.draft = tiny_draft_dir(), .together = true}),
+               "weft-tiny-draft tree, three sequences at once");
+  expect_plain(plain, run("draft", 4, 1, {.draft = tiny_draft_dir(), .draft_device = "cpu"}),
+               "weft-tiny-draft on the CPU");
+}
+
+// The draft model on a CudaModel: greedy picks on the device, one forward pass per depth for a
+// whole batch, its pages back; its proposals are the CPU draft's but at near-ties (bf16).
+TEST(CudaSpeculative, DraftModelOnTheGpuBatchesAndAgreesWithTheCpu) {
+  SKIP_WITHOUT_GPU();
+  auto loaded = load_model(tiny_draft_dir());
+  ASSERT_TRUE(loaded) << loaded.error().what();
+  const model::Model& m = loaded->model;
+  model::KvLayout layout = m.kv_layout(16);
+  layout.dtype = KvDtype::kBF16;
+  auto backend =
+      actors::make_forward_backend(m, actors::DeviceChoice{true, 0}, layout, 256, 2, 512);
+  ASSERT_TRUE(backend) << backend.error().what();
+  speculative::DraftModel gpu(std::move(backend.value()), 16);
+  // The same on the GPU with a pass and a wait per depth instead of whole chains at once.
+  auto backend2 =
+      actors::make_forward_backend(m, actors::DeviceChoice{true, 0}, layout, 256, 2, 512);
+  ASSERT_TRUE(backend2) << backend2.error().what();
+  speculative::DraftModel gpu_steps(std::move(backend2.value()), 16);
+  gpu_steps.set_device_chains(false);
+  speculative::DraftModel cpu(m, 256, 16, 2);
+  EXPECT_TRUE(gpu.picks_on_device());
+  EXPECT_FALSE(cpu.picks_on_device());
+  const int all = gpu.free_pages();
+  std::vector<std::vector<std::int32_t>> seqs;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<std::int32_t> t;
+    std::uint32_t x = 977u * static_cast<std::uint32_t>(i + 1);
+    for (int k = 0; k < 3 + 7 * i; ++k) {  // 3 to 38 tokens: some need a catch-up pass
+      x = x * 1664525u + 1013904223u;
+      t.push_back(static_cast<std::int32_t>((x >> 8) % 8000) + 100);
+    }
+    seqs.push_back(std::move(t));
+  }
+  for (int width : {1, 2}) {
+    std::vector<speculative::ProposalRequest> requests;
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      speculative::ProposalLimits l;
+      l.max_depth = 4;
+      l.max_nodes = 4 * width;
+      l.width = width;
+      requests.push_back({100 * static_cast<std::uint64_t>(width) + i, seqs[i], l});
+    }
+    const std::uint64_t passes = gpu.forward_passes();
+    const auto on_gpu = gpu.propose_batch(requests);
+    EXPECT_EQ(gpu.forward_passes() - passes, 5u) << "one catch-up pass, then one per depth";
+    const auto on_cpu = cpu.propose_batch(requests);
+    const auto stepwise = gpu_steps.propose_batch(requests);
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      // Chains at once and depth by depth run the same step shapes: the same bits.
+      EXPECT_EQ(on_gpu[i].tokens, stepwise[i].tokens) << "width " << width << " sequence " << i;
+      EXPECT_EQ(on_gpu[i].parent, stepwise[i].parent) << "width " << width << " sequence " << i;
+    }
+    int same = 0, total = 0;
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      ASSERT_EQ(on_gpu[i].size(), 4 * width) << "width " << width << " sequence " << i;
+      EXPECT_EQ(on_gpu[i].depth(), 4);
+      EXPECT_EQ(on_gpu[i].is_chain(), width == 1);
+      for (int j = 0; j < on_gpu[i].size() && j < on_cpu[i].size(); ++j, ++total)
+        same += on_gpu[i].tokens[static_cast<std::size_t>(j)] ==
+                on_cpu[i].tokens[static_cast<std::size_t>(j)];
+    }
+    EXPECT_GE(same * 10, total * 7) << "width " << width << ": the GPU draft proposed " << same
+                                    << " of " << total << " of the CPU draft's tokens";
+  }
+  // Second proposals after accepting two tokens of each first chain: the chain's KV is reused.
+  std::vector<std::vector<std::int32_t>> grown = seqs;
+  std::vector<speculative::ProposalRequest> again;
+  {
+    std::vector<speculative::ProposalRequest> requests;
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      speculative::ProposalLimits l;
+      l.max_depth = 4;
+      l.max_nodes = 4;
+      requests.push_back({300 + i, seqs[i], l});
+    }
+    const auto trees = gpu.propose_batch(requests);
+    const auto reused = gpu.reused_tokens();
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      ASSERT_EQ(trees[i].size(), 4);
+      grown[i].push_back(trees[i].tokens[0]);
+      grown[i].push_back(trees[i].tokens[1]);
+      grown[i].push_back(5);
+      again.push_back({300 + i, grown[i], requests[i].limits});
+    }
+    const auto second = gpu.propose_batch(again);
+    EXPECT_EQ(gpu.reused_tokens() - reused, 2u * seqs.size());
+    speculative::DraftModel fresh_cpu(m, 256, 16, 2);
+    const auto reference = fresh_cpu.propose_batch(again);
+    int same = 0;
+    for (std::size_t i = 0; i < seqs.size(); ++i)
+      for (int j = 0; j < 4 && j < second[i].size() && j < reference[i].size(); ++j)
+        same += second[i].tokens[static_cast<std::size_t>(j)] ==
+                reference[i].tokens[static_cast<std::size_t>(j)];
+    EXPECT_GE(same * 10, static_cast<int>(seqs.size()) * 4 * 7);
+  }
+  for (std::uint64_t id :
+       {100, 101, 102, 103, 104, 105, 200, 201, 202, 203, 204, 205, 300, 301, 302, 303, 304, 305})
+    gpu.forget(id);
+  EXPECT_EQ(gpu.free_pages(), all);
 }
 
 }  // namespace
