@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/activation.hpp"
 #include "kernels/cuda/precision.hpp"
 #include "kernels/cuda/quant_layout.hpp"
 
@@ -59,6 +60,15 @@ void quant_gemv(QuantGemvKernel kernel, const void* x, int tokens, const QuantMa
 // The tensor-core kernel (what quant_gemv runs for kMma); in quant_gemv_mma.cu.
 void quant_gemv_mma(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
                     Precision precision, cudaStream_t stream);
+
+// A gated MLP's fused gate_up product (w: [2 * width, cols], gate rows first) and its
+// activation in one kernel (the mma kernel's): out[t, i] = act(gate[t, i]) * up[t, i], 16-bit,
+// [tokens, width], as mlp_activation would write from quant_gemv's fp32 rows. Supported for
+// the operands of quant_gemv_supported when w.rows is a multiple of 32, the default kernel is
+// mma and WEFT_QUANT_GATED is not "0" (read once).
+bool quant_gemv_gated_supported(const void* x, int tokens, const QuantMatrixView& w);
+void quant_gemv_gated(ActivationKind kind, const void* x, int tokens, const QuantMatrixView& w,
+                      void* out, Precision precision, cudaStream_t stream);
 
 // Writes rows [row_begin, row_begin + rows) of w, dequantized (min + q * scale in fp32, then
 // rounded once), to out: [rows, w.cols] in `precision`, 16-byte aligned.

@@ -36,6 +36,16 @@
 // bf16 has 8 significant bits, so q8 codes (up to 255) cannot ride on 128: they go through
 // fp32 (2^23 + q) and one cvt.rn.bf16x2.f32 per pair. x is permuted the same way (PRMT).
 //
+// The gated MLP's gate_up product can end in its activation (quant_gemv_gated): a block then
+// takes gate tile b and up tile b + rows / 32 (same rows of the two halves) and writes
+// act(gate) * up as 16 bits, the sums the plain product with 2 tiles per block would write, so
+// the result is what the separate activation kernel makes of them, one launch and the fp32
+// round trip fewer.
+//
+// Launched with programmatic dependent launch (common.cuh's launch; WEFT_PDL=0 turns it off):
+// a warp loads its first code words and headers while the kernel before it on the stream
+// finishes, and waits for it only before reading x.
+//
 // Sums: per lane in fp32 (the mma's fp32 accumulation within a segment), then over the four
 // lanes of a row in a fixed order, then over the warps of a tile in a fixed order, so results
 // do not depend on timing.
@@ -46,8 +56,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
+#include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/quant_gemv.cuh"
 #include "kernels/cuda/quant_gemv.hpp"
@@ -90,15 +102,15 @@ __device__ __forceinline__ unsigned unbias(unsigned v, const __half*) {
 }
 
 // d += A * B, fp32 accumulators.
-__device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0,
-                                    unsigned b1, const __nv_bfloat16*) {
+__device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1,
+                                    const __nv_bfloat16*) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
       "{%8, %9}, {%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-__device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0,
-                                    unsigned b1, const __half*) {
+__device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1,
+                                    const __half*) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
       "{%8, %9}, {%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -162,10 +174,10 @@ __device__ __forceinline__ unsigned x_pair(const unsigned (&xw)[kXWords], int j)
 }
 
 // Chunks (4 groups each) whose code words a warp loads before it computes: about 32 registers
-// of codes (2 rows).
+// of codes (2 rows) at 1-2 tokens, fewer with more tokens (whose x takes registers too).
 template <int kBits, int kPairs>
 __host__ __device__ constexpr int unroll_chunks() {
-  const int budget = kPairs > 2 ? 8 : 16;
+  const int budget = 16 / kPairs;
   return budget / kBits > 0 ? budget / kBits : 1;
 }
 
@@ -173,7 +185,8 @@ template <class T, int kBits, int kUnitW, int kBlock, int kPairs>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     quant_gemv_mma_kernel(const T* __restrict__ x, int tokens, const unsigned* __restrict__ codes,
                           const unsigned* __restrict__ headers, int out, int in,
-                          float* __restrict__ y, int ldy, int tiles_per_block) {
+                          float* __restrict__ y, int ldy, int tiles_per_block, int act,
+                          T* __restrict__ act_out) {
   using G = Geometry<kBits, kUnitW, kBlock>;
   constexpr int kGroupWeights = G::kGroupWeights;
   constexpr int kXWords = kGroupWeights / 2;  // x of a group as 16-bit pairs
@@ -187,7 +200,11 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   const int g = lane >> 2, t = lane & 3;
   const int splits = kWarps / tiles_per_block;  // warps per tile
   const int tile_in_block = warp / splits, split = warp % splits;
-  const int row0 = (static_cast<int>(blockIdx.x) * tiles_per_block + tile_in_block) * kTileRows;
+  // Gated (act >= 0, two tiles per block): gate tile b and the up tile out / 32 tiles on.
+  const int half_tiles = out / (2 * kTileRows);
+  const int row0 = (act < 0 ? static_cast<int>(blockIdx.x) * tiles_per_block + tile_in_block
+                            : static_cast<int>(blockIdx.x) + tile_in_block * half_tiles) *
+                   kTileRows;
   const int groups = in / kGroupWeights;
   const int chunks = (groups + 3) / 4;
   const std::size_t row_words = (static_cast<std::size_t>(groups) * kBits + 3) / 4 * 4;
@@ -234,6 +251,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
           ha[u][s] = hb[u][s] = 0;
       }
     }
+    // Weights are constant: they load before the kernel before has finished (programmatic
+    // dependent launch, common.cuh); x, which that kernel writes, after it.
+    detail::grid_dependency_wait();
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (c0 + u >= c_end) break;  // the same for the whole warp
@@ -244,9 +264,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         const int token = 2 * p + (g & 1);
         unsigned xw[kXWords];
         if (x_lane && group < groups && token < tokens) {
-          const auto* xp = reinterpret_cast<const uint4*>(
-              x + static_cast<std::size_t>(token) * in +
-              static_cast<std::size_t>(group) * kGroupWeights);
+          const auto* xp =
+              reinterpret_cast<const uint4*>(x + static_cast<std::size_t>(token) * in +
+                                             static_cast<std::size_t>(group) * kGroupWeights);
 #pragma unroll
           for (int v = 0; v < kXWords / 4; ++v) {
             const uint4 q = __ldg(xp + v);
@@ -266,10 +286,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 #pragma unroll
           for (int k = 0; k < kSegSteps; ++k) {
             const int j = 2 * (s * kSegSteps + k);
-            const unsigned a[4] = {
-                code_pair<T, kBits, kUnitW>(wa[u], j), code_pair<T, kBits, kUnitW>(wb[u], j),
-                code_pair<T, kBits, kUnitW>(wa[u], j + 1),
-                code_pair<T, kBits, kUnitW>(wb[u], j + 1)};
+            const unsigned a[4] = {code_pair<T, kBits, kUnitW>(wa[u], j),
+                                   code_pair<T, kBits, kUnitW>(wb[u], j),
+                                   code_pair<T, kBits, kUnitW>(wa[u], j + 1),
+                                   code_pair<T, kBits, kUnitW>(wb[u], j + 1)};
             const unsigned b0 = x_pair<kBits, kUnitW>(xw, j);
             const unsigned b1 = x_pair<kBits, kUnitW>(xw, j + 1);
             mma(d, a, b0, b1, tag);
@@ -286,6 +306,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     }
   }
 
+  detail::grid_dependency_wait();  // for warps without columns, before y is written
   // Over the four lanes of a row (their groups), then over the tile's warps.
   __shared__ float partial[kWarps][kTileRows][2 * kPairs];
 #pragma unroll
@@ -304,6 +325,23 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   }
   __syncthreads();
   constexpr int kPerTile = kTileRows * 2 * kPairs;
+  if (act >= 0) {
+    // act(gate) * up, rounded once to 16 bits: what mlp_activation makes of these sums.
+    const int width = out / 2;
+    for (int i = static_cast<int>(threadIdx.x); i < kPerTile; i += kWarps * 32) {
+      const int r = i / (2 * kPairs), token = i % (2 * kPairs);
+      const int row = static_cast<int>(blockIdx.x) * kTileRows + r;
+      if (row >= width || token >= tokens) continue;
+      float gate = 0.0f, up = 0.0f;
+      for (int k = 0; k < splits; ++k) {
+        gate += partial[k][r][token];
+        up += partial[splits + k][r][token];
+      }
+      act_out[static_cast<std::size_t>(token) * width + row] =
+          detail::from_float<T>(detail::activate(static_cast<ActivationKind>(act), gate) * up);
+    }
+    return;
+  }
   for (int i = static_cast<int>(threadIdx.x); i < tiles_per_block * kPerTile; i += kWarps * 32) {
     const int tile = i / kPerTile, r = (i / (2 * kPairs)) % kTileRows, token = i % (2 * kPairs);
     const int row = (static_cast<int>(blockIdx.x) * tiles_per_block + tile) * kTileRows + r;
@@ -344,37 +382,43 @@ int tiles_per_block(int tiles) {
   return per;
 }
 
+// act < 0: y = x w^T (fp32, row stride ldy). act >= 0 (an ActivationKind): w is a fused
+// gate_up matrix, act_out = act(gate) * up (16-bit, [tokens, w.rows / 2]).
 template <class T, int kBits, int kUnitW, int kBlock, int kPairs>
-void launch_mma(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
-                cudaStream_t stream) {
+void launch_mma(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy, int act,
+                void* act_out, cudaStream_t stream) {
   const QuantMatrixLayout layout = quant_matrix_layout(w.format, static_cast<std::size_t>(w.rows),
                                                        static_cast<std::size_t>(w.cols));
   const auto* base = static_cast<const unsigned char*>(w.data);
   const int tiles = (w.rows + kTileRows - 1) / kTileRows;
-  const int per = tiles_per_block(tiles);
-  const int grid = (tiles + per - 1) / per;
-  quant_gemv_mma_kernel<T, kBits, kUnitW, kBlock, kPairs><<<grid, kWarps * 32, 0, stream>>>(
-      static_cast<const T*>(x), tokens, reinterpret_cast<const unsigned*>(base),
-      reinterpret_cast<const unsigned*>(base + layout.header_offset()), w.rows, w.cols, y, ldy,
-      per);
+  const int per = act >= 0 ? 2 : tiles_per_block(tiles);
+  const int grid = act >= 0 ? tiles / 2 : (tiles + per - 1) / per;
+  detail::launch(quant_gemv_mma_kernel<T, kBits, kUnitW, kBlock, kPairs>, dim3(grid),
+                 dim3(kWarps * 32), 0, stream, static_cast<const T*>(x), tokens,
+                 reinterpret_cast<const unsigned*>(base),
+                 reinterpret_cast<const unsigned*>(base + layout.header_offset()), w.rows, w.cols,
+                 y, ldy, per, act, static_cast<T*>(act_out));
 }
 
 template <class T, int kBits, int kUnitW, int kBlock>
-void dispatch_pairs(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
-                    cudaStream_t stream) {
+void dispatch_pairs(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy, int act,
+                    void* act_out, cudaStream_t stream) {
   if (tokens <= 2) {
-    launch_mma<T, kBits, kUnitW, kBlock, 1>(x, tokens, w, y, ldy, stream);
+    launch_mma<T, kBits, kUnitW, kBlock, 1>(x, tokens, w, y, ldy, act, act_out, stream);
   } else if (tokens <= 4) {
-    launch_mma<T, kBits, kUnitW, kBlock, 2>(x, tokens, w, y, ldy, stream);
+    launch_mma<T, kBits, kUnitW, kBlock, 2>(x, tokens, w, y, ldy, act, act_out, stream);
   } else {
-    launch_mma<T, kBits, kUnitW, kBlock, 4>(x, tokens, w, y, ldy, stream);
+    launch_mma<T, kBits, kUnitW, kBlock, 4>(x, tokens, w, y, ldy, act, act_out, stream);
   }
 }
 
 }  // namespace
 
 #define WEFT_MMA_CALL(bits, unit, block) \
-  dispatch_pairs<T, bits, unit, block>(x, tokens, w, y, ldy, stream)
+  dispatch_pairs<T, bits, unit, block>(x, tokens, w, y, ldy, -1, nullptr, stream)
+#define WEFT_GATED_CALL(bits, unit, block)                                                    \
+  dispatch_pairs<T, bits, unit, block>(x, tokens, w, nullptr, 0, static_cast<int>(kind), out, \
+                                       stream)
 
 void quant_gemv_mma(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
                     Precision precision, cudaStream_t stream) {
@@ -382,6 +426,22 @@ void quant_gemv_mma(const void* x, int tokens, const QuantMatrixView& w, float* 
   WEFT_DISPATCH_PRECISION(precision, {WEFT_QUANT_FORMAT_SWITCH(w.format, WEFT_MMA_CALL)});
 }
 
+bool quant_gemv_gated_supported(const void* x, int tokens, const QuantMatrixView& w) {
+  static const bool on = [] {
+    const char* v = std::getenv("WEFT_QUANT_GATED");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on && quant_gemv_default_kernel() == QuantGemvKernel::kMma &&
+         quant_gemv_supported(x, tokens, w) && w.rows % (2 * kTileRows) == 0;
+}
+
+void quant_gemv_gated(ActivationKind kind, const void* x, int tokens, const QuantMatrixView& w,
+                      void* out, Precision precision, cudaStream_t stream) {
+  if (tokens <= 0 || w.rows <= 0) return;
+  WEFT_DISPATCH_PRECISION(precision, {WEFT_QUANT_FORMAT_SWITCH(w.format, WEFT_GATED_CALL)});
+}
+
 #undef WEFT_MMA_CALL
+#undef WEFT_GATED_CALL
 
 }  // namespace weft::cuda
