@@ -46,6 +46,17 @@ __device__ __forceinline__ void load_group(const unsigned* tile, int n, int i,
   }
 }
 
+// Asks L2 for group `i`'s words (as load_group reads them), without waiting for them.
+template <int kBits, int kPiece = 0, int kBefore = 0>
+__device__ __forceinline__ void prefetch_group(const unsigned* tile, int n, int i) {
+  constexpr int width = piece_width(kBits, kPiece);
+  if constexpr (width > 0) {
+    asm volatile(
+        "prefetch.global.L2 [%0];" ::"l"(tile + static_cast<std::size_t>(n) * kBefore + i * width));
+    prefetch_group<kBits, kPiece + 1, kBefore + width>(tile, n, i);
+  }
+}
+
 // Unit u (0..31) of a group: bits u * kBits .. of its words, least significant first.
 template <int kBits>
 __device__ __forceinline__ unsigned unit_code(const unsigned (&w)[kBits], int u) {

@@ -42,6 +42,10 @@
 // the result is what the separate activation kernel makes of them, one launch and the fp32
 // round trip fewer.
 //
+// A warp with more than one pass over its columns (the head, gate_up, down) asks L2 for the
+// next pass's code words and headers (prefetch.global.L2) as it starts a pass, so more bytes
+// are on their way than its registers hold.
+//
 // Launched with programmatic dependent launch (common.cuh's launch; WEFT_PDL=0 turns it off):
 // a warp loads its first code words and headers while the kernel before it on the stream
 // finishes, and waits for it only before reading x.
@@ -186,7 +190,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     quant_gemv_mma_kernel(const T* __restrict__ x, int tokens, const unsigned* __restrict__ codes,
                           const unsigned* __restrict__ headers, int out, int in,
                           float* __restrict__ y, int ldy, int tiles_per_block, int act,
-                          T* __restrict__ act_out) {
+                          T* __restrict__ act_out, int prefetch) {
   using G = Geometry<kBits, kUnitW, kBlock>;
   constexpr int kGroupWeights = G::kGroupWeights;
   constexpr int kXWords = kGroupWeights / 2;  // x of a group as 16-bit pairs
@@ -249,6 +253,23 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 #pragma unroll
         for (int s = 0; s < G::kSegments; ++s)
           ha[u][s] = hb[u][s] = 0;
+      }
+    }
+    // The next pass's code words and headers, asked of L2 now (prefetch != 0): the loads above
+    // are in flight, and the next ones will find their bytes nearer.
+    if (prefetch != 0) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int group = (c0 + kUnroll + u) * 4 + t;
+        if (c0 + kUnroll + u < c_end && group < groups) {
+          const int tile = group >> 5, n = min(32, groups - tile * 32);
+          const std::size_t at = static_cast<std::size_t>(tile) * 32 * kBits;
+          prefetch_group<kBits>(codes + row_a * row_words + at, n, group & 31);
+          prefetch_group<kBits>(codes + row_b * row_words + at, n, group & 31);
+          const int block = group * kGroupWeights / kBlock;
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(headers + row_a * row_blocks + block));
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(headers + row_b * row_blocks + block));
+        }
       }
     }
     // Weights are constant: they load before the kernel before has finished (programmatic
@@ -384,6 +405,16 @@ int tiles_per_block(int tiles) {
 
 // act < 0: y = x w^T (fp32, row stride ldy). act >= 0 (an ActivationKind): w is a fused
 // gate_up matrix, act_out = act(gate) * up (16-bit, [tokens, w.rows / 2]).
+// Whether warps with more than one pass over their columns ask L2 for the next pass's weights
+// (WEFT_QUANT_GEMV_PREFETCH=0: no, for measurements).
+bool prefetch_next_pass() {
+  static const bool on = [] {
+    const char* v = std::getenv("WEFT_QUANT_GEMV_PREFETCH");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
 template <class T, int kBits, int kUnitW, int kBlock, int kPairs>
 void launch_mma(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy, int act,
                 void* act_out, cudaStream_t stream) {
@@ -397,7 +428,7 @@ void launch_mma(const void* x, int tokens, const QuantMatrixView& w, float* y, i
                  dim3(kWarps * 32), 0, stream, static_cast<const T*>(x), tokens,
                  reinterpret_cast<const unsigned*>(base),
                  reinterpret_cast<const unsigned*>(base + layout.header_offset()), w.rows, w.cols,
-                 y, ldy, per, act, static_cast<T*>(act_out));
+                 y, ldy, per, act, static_cast<T*>(act_out), prefetch_next_pass() ? 1 : 0);
 }
 
 template <class T, int kBits, int kUnitW, int kBlock>

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The quantized-product kernels on one H100 (nvidia-h100-x1), under 10 minutes: the tensor-core
+# kernel ("mma", quant_gemv_mma.cu) against the CUDA-core one ("lanes"), docs/quantization.md
+# "On the GPU".
+#   1. tests: kernels_test's *CudaQuant* (both kernels, every format, 1-8 tokens, the fused
+#      gate_up), model_cuda_test's quantized weft-tiny with WEFT_QUANT_GEMV=mma and =lanes;
+#   2. cuda_quant_gemv_bench --tokens 1: per product and per decode step, lanes against mma, for
+#      q4_b32, q4_b64, q8_b32, q2_b32 (QF to change), bf16 in the same run;
+#   3. cuda_forward_bench, random 8B model, batch-1 decode at context 512: bf16, then q4_b32 with
+#      lanes, with mma, with mma but WEFT_QUANT_GATED=0 (gate_up and activation apart), with mma
+#      but WEFT_QUANT_GEMV_PREFETCH=0, with mma and WEFT_PDL=0; last, mma with --profile.
+# Usage, after `WEFT_CARRY=.devcarry/q4gemv scripts/gpu-check --stage && strip
+# .devcarry/q4gemv/bin/*` here:
+#   run(command="bash bench/device/q4gemv.sh .devcarry/q4gemv", carry=[".devcarry/q4gemv"])
+set -u
+C=${1:-.devcarry/q4gemv}
+O=${OUT:-/tmp/out}
+mkdir -p "$O"
+R=$PWD
+B=$R/$C/bin
+export LD_LIBRARY_PATH=$R/$C/lib:/usr/local/cuda/lib64 WEFT_SPEC_DIR=$R/config/models \
+  WEFT_TEST_SOURCE_DIR=$R
+t0=$(date +%s)
+st() { echo "[t+$(($(date +%s) - t0))s] $*"; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+
+st "1. tests"
+timeout 120 "$B/kernels_test" --gtest_filter='*CudaQuant*' --gtest_color=no >"$O/kernels_quant.log" 2>&1
+echo "kernels_test *CudaQuant* rc=$?"
+grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]|^\[  FAILED  \]|Failure|Expected|Which is' \
+  "$O/kernels_quant.log" | head -30
+for k in mma lanes; do
+  WEFT_QUANT_GEMV=$k timeout 120 "$B/model_cuda_test" --gtest_filter='CudaModel.Quantized*' \
+    --gtest_color=no >"$O/model_quant_$k.log" 2>&1
+  echo "model_cuda_test CudaModel.Quantized* with $k rc=$?"
+  grep -E 'worst relative|^\[  (PASSED|FAILED) |Failure' "$O/model_quant_$k.log" | head -20
+done
+
+st "2. products"
+timeout 150 "$B/cuda_quant_gemv_bench" --tokens 1 --formats "${QF:-q4_b32,q4_b64,q8_b32,q2_b32}" \
+  --kernels lanes,mma --no-reference 2>&1 | tee "$O/gemv.txt"
+
+st "3. batch-1 decode, 8B"
+decode() {  # label, then environment assignments; Q: the format ("" for bf16)
+  local label=$1
+  shift
+  local args=(--shape 8b --batches 1 --prefill "" --context 512 --gpu-memory-fraction 0.9)
+  [ -n "$Q" ] && args+=(--quantize "$Q")
+  env "$@" timeout 110 "$B/cuda_forward_bench" "${args[@]}" ${EXTRA:-} >"$O/decode_$label.log" 2>&1
+  echo "$label (rc=$?): $(awk '$1 == "decode" && $2 == 1 {print; exit}' "$O/decode_$label.log")"
+}
+echo "columns: decode BATCH CONTEXT ms/step tokens/s vs-floor bound weights-floor"
+Q= decode bf16
+Q=q4_b32 decode q4_lanes WEFT_QUANT_GEMV=lanes
+Q=q4_b32 decode q4_mma WEFT_QUANT_GEMV=mma
+Q=q4_b32 decode q4_mma_unfused WEFT_QUANT_GATED=0
+Q=q4_b32 decode q4_mma_noprefetch WEFT_QUANT_GEMV_PREFETCH=0
+Q=q4_b32 decode q4_mma_nopdl WEFT_PDL=0
+st "profile"
+Q=q4_b32 EXTRA=--profile decode q4_mma_profile WEFT_QUANT_GEMV=mma
+sed -n '/profile/,$p' "$O/decode_q4_mma_profile.log" | head -40
+st done
