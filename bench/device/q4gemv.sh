@@ -5,7 +5,8 @@
 #   1. tests: kernels_test's *CudaQuant* (both kernels, every format, 1-8 tokens, the fused
 #      gate_up), model_cuda_test's quantized weft-tiny with WEFT_QUANT_GEMV=mma and =lanes;
 #   2. cuda_quant_gemv_bench --tokens 1: per product and per decode step, lanes against mma, for
-#      q4_b32, q4_b64, q8_b32, q2_b32 (QF to change), bf16 in the same run;
+#      q4_b32, q4_b64, q8_b32, q2_b32 (QF to change), bf16 in the same run; then the decode
+#      products alone at 4 and 8 tokens for q4_b32;
 #   3. cuda_forward_bench, random 8B model, batch-1 decode at context 512: bf16, then q4_b32 with
 #      lanes, with mma, with mma but WEFT_QUANT_GATED=0 (gate_up and activation apart), with mma
 #      but WEFT_QUANT_GEMV_PREFETCH=0, with mma and WEFT_PDL=0; last, mma with --profile.
@@ -39,6 +40,11 @@ done
 st "2. products"
 timeout 150 "$B/cuda_quant_gemv_bench" --tokens 1 --formats "${QF:-q4_b32,q4_b64,q8_b32,q2_b32}" \
   --kernels lanes,mma --no-reference 2>&1 | tee "$O/gemv.txt"
+
+for n in 4 8; do  # decode batches: the mma kernel's 2 and 4 token pairs
+  timeout 60 "$B/cuda_quant_gemv_bench" --tokens $n --formats q4_b32 --kernels lanes,mma \
+    --no-reference 2>&1 | tee "$O/gemv_tokens$n.txt" | sed -n '/decode products/,$p'
+done
 
 st "3. batch-1 decode, 8B"
 decode() {  # label, then environment assignments; Q: the format ("" for bf16)
