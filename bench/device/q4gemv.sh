@@ -9,17 +9,35 @@
 #      products alone at 4 and 8 tokens for q4_b32;
 #   3. cuda_forward_bench, random 8B model, batch-1 decode at context 512: bf16, then q4_b32 with
 #      lanes, with mma, with mma but WEFT_QUANT_GATED=0 (gate_up and activation apart), with mma
-#      but WEFT_QUANT_GEMV_PREFETCH=0, with mma and WEFT_PDL=0; last, mma with --profile.
-# Usage, after `WEFT_CARRY=.devcarry/q4gemv scripts/gpu-check --stage && strip
-# .devcarry/q4gemv/bin/*` here:
-#   run(command="bash bench/device/q4gemv.sh .devcarry/q4gemv", carry=[".devcarry/q4gemv"])
+#      but WEFT_QUANT_GEMV_PREFETCH=0, with mma and WEFT_PDL=0; last, mma with --profile (each
+#      run quantizes the random model on the CPU, about a minute; runs that would start after
+#      BUDGET_S, default 480 s, are skipped so the call ends within 10 minutes).
+# The four binaries (stripped, about 70 MB: over the 64 MiB a call carries, so as an xz
+# tarball of bin/ and lib/, about 18 MB), built here with `cmake --preset release`:
+#   cmake --build build/release -j2 --target kernels_test model_cuda_test \
+#     cuda_quant_gemv_bench cuda_forward_bench
+#   mkdir -p .devcarry/q4/bin .devcarry/q4/lib
+#   for b in tests/kernels/kernels_test tests/runtime/model_cuda_test bin/cuda_quant_gemv_bench \
+#     bin/cuda_forward_bench; do strip -o .devcarry/q4/bin/${b##*/} build/release/$b; done
+#   for b in .devcarry/q4/bin/*; do ldd $b | awk '/=> \// {print $3}'; done |
+#     grep -E 'simdjson|libmpi|open-rte|open-pal|hwloc|libevent' | sort -u |
+#     xargs -r -I{} cp -L {} .devcarry/q4/lib/
+#   tar -C .devcarry/q4 -cf - bin lib | xz -6 -T2 > .devcarry/q4gemv.tar.xz
+#   run(command="bash bench/device/q4gemv.sh .devcarry/q4gemv.tar.xz",
+#       carry=[".devcarry/q4gemv.tar.xz"])
+# (A folder with bin/ and lib/, e.g. from scripts/gpu-check --stage, works too.)
 set -u
-C=${1:-.devcarry/q4gemv}
+C=${1:-.devcarry/q4gemv.tar.xz}
 O=${OUT:-/tmp/out}
 mkdir -p "$O"
 R=$PWD
-B=$R/$C/bin
-export LD_LIBRARY_PATH=$R/$C/lib:/usr/local/cuda/lib64 WEFT_SPEC_DIR=$R/config/models \
+if [ -f "$C" ]; then
+  mkdir -p /tmp/q4gemv && tar -C /tmp/q4gemv -xJf "$C" && C=/tmp/q4gemv
+else
+  C=$R/$C
+fi
+B=$C/bin
+export LD_LIBRARY_PATH=$C/lib:/usr/local/cuda/lib64 WEFT_SPEC_DIR=$R/config/models \
   WEFT_TEST_SOURCE_DIR=$R
 t0=$(date +%s)
 st() { echo "[t+$(($(date +%s) - t0))s] $*"; }
@@ -50,6 +68,10 @@ st "3. batch-1 decode, 8B"
 decode() {  # label, then environment assignments; Q: the format ("" for bf16)
   local label=$1
   shift
+  if [ $(($(date +%s) - t0)) -gt "${BUDGET_S:-480}" ]; then
+    echo "$label: skipped (past ${BUDGET_S:-480} s of the call)"
+    return
+  fi
   local args=(--shape 8b --batches 1 --prefill "" --context 512 --gpu-memory-fraction 0.9)
   [ -n "$Q" ] && args+=(--quantize "$Q")
   env "$@" timeout 110 "$B/cuda_forward_bench" "${args[@]}" ${EXTRA:-} >"$O/decode_$label.log" 2>&1
