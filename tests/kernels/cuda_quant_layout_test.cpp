@@ -5,7 +5,8 @@
 // - quant_gemv, both kernels (QuantGemvKernel: lanes, mma), 1 to 8 tokens, bf16 and fp16,
 //   against the CPU reference dequantize_row then an fp64 product (row counts that are not
 //   multiples of the kernels' tiles, columns that end in a partial tile or chunk, and matrices
-//   tall enough that the mma kernel puts 2 and 4 tiles in a thread block), and
+//   tall enough that the mma kernel puts 2 and 4 tiles in a thread block; the mma kernel's rows
+//   bitwise the same at every token count), and
 //   quant_dequantize against dequantize_row rounded to 16 bits, and quant_gemv_gated (the gate_up
 //   product with its activation, every activation kind) against the fp64 reference.
 // The GPU checks skip without a GPU.
@@ -408,6 +409,44 @@ std::vector<Case> all_cases() {
     out.push_back({f, Precision::kF16});
   }
   return out;
+}
+
+// The mma kernel adds each token's sums in the same order whatever the token count: a token's
+// row is bitwise the same in a pass of 1 to 8 tokens (what batch-invariant decode needs).
+TEST_P(CudaQuantGemvProduct, MmaTokenIsTheSameAtEveryTokenCount) {
+  const auto [format, precision, kernel] = GetParam();
+  if (kernel != QuantGemvKernel::kMma) GTEST_SKIP() << "the lanes kernel is not batch invariant";
+  std::mt19937 rng(7 + static_cast<int>(format));
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int rows = 100, cols = 2112, tokens = kQuantGemvMaxTokens;
+  const Weights w = make_weights(format, rows, cols, rng);
+  std::vector<std::uint16_t> x16(static_cast<std::size_t>(tokens) * cols);
+  for (auto& v : x16) {
+    const float f = dist(rng);
+    v = precision == Precision::kBF16 ? cpu::f32_to_bf16(f) : cpu::f32_to_f16(f);
+  }
+  auto* dx = upload(x16);
+  auto* dw = upload(w.gpu.words);
+  void* raw_y = nullptr;
+  ASSERT_EQ(cudaMalloc(&raw_y, sizeof(float) * tokens * rows), cudaSuccess);
+  auto* dy = static_cast<float*>(raw_y);
+  std::vector<std::vector<float>> results;
+  for (int n = 1; n <= tokens; ++n) {
+    quant_gemv(kernel, dx, n, {dw, format, rows, cols}, dy, rows, precision, nullptr);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    std::vector<float> y(static_cast<std::size_t>(n) * rows);
+    ASSERT_EQ(cudaMemcpy(y.data(), dy, sizeof(float) * y.size(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    results.push_back(std::move(y));
+  }
+  cudaFree(dx);
+  cudaFree(dw);
+  cudaFree(dy);
+  const std::vector<float>& all = results.back();
+  for (int n = 1; n < tokens; ++n) {
+    ASSERT_EQ(std::memcmp(results[n - 1].data(), all.data(), results[n - 1].size() * 4), 0)
+        << name_of(format) << ": the first " << n << " token(s) differ from the 8-token pass";
+  }
 }
 
 std::vector<ProductCase> product_cases() {
