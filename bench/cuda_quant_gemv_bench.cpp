@@ -19,8 +19,12 @@
 // (quant_gemv_blocks.hpp, reading the CPU layout) for comparison. The copy bandwidth counts
 // bytes read + written.
 //
+// The timed calls run as one CUDA graph (as the model's decode steps do; before 2026-11-25
+// night they were launched one by one, which --no-graphs still does), so host launch costs do
+// not hide kernels of a few microseconds.
+//
 //   cuda_quant_gemv_bench [--tokens 1] [--iters 20] [--layers 32] [--formats all|q4_b32,...]
-//                         [--kernels lanes,mma] [--no-reference]
+//                         [--kernels lanes,mma] [--no-reference] [--no-graphs]
 
 #include <cuda_runtime_api.h>
 
@@ -101,7 +105,12 @@ void check(cudaError_t err, const char* what) {
   }
 }
 
-// Milliseconds per call of `body`, over `iters` calls after one warm-up.
+// Whether the timed calls run as one CUDA graph (as the model's decode steps do), so that host
+// launch costs do not hide short kernels; --no-graphs launches them one by one.
+bool use_graphs = true;
+
+// Milliseconds per call of `body`, over `iters` calls after one warm-up (as a graph of the
+// `iters` calls, replayed 3 times after a warm-up replay, with use_graphs).
 template <class F>
 double time_ms(cudaStream_t stream, int iters, F&& body) {
   body();
@@ -110,9 +119,28 @@ double time_ms(cudaStream_t stream, int iters, F&& body) {
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
+  cudaGraphExec_t exec = nullptr;
+  int replays = 1;
+  if (use_graphs) {
+    cudaGraph_t graph = nullptr;
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "graph capture");
+    for (int i = 0; i < iters; ++i)
+      body();
+    check(cudaStreamEndCapture(stream, &graph), "graph capture");
+    check(cudaGraphInstantiate(&exec, graph, 0), "graph instantiation");
+    cudaGraphDestroy(graph);
+    check(cudaGraphLaunch(exec, stream), "graph launch");
+    check(cudaStreamSynchronize(stream), "graph warm-up");
+    replays = 3;
+  }
   cudaEventRecord(start, stream);
-  for (int i = 0; i < iters; ++i)
-    body();
+  if (exec != nullptr) {
+    for (int r = 0; r < replays; ++r)
+      check(cudaGraphLaunch(exec, stream), "graph launch");
+  } else {
+    for (int i = 0; i < iters; ++i)
+      body();
+  }
   cudaEventRecord(stop, stream);
   check(cudaEventSynchronize(stop), "timed runs");
   check(cudaGetLastError(), "launch");
@@ -120,7 +148,8 @@ double time_ms(cudaStream_t stream, int iters, F&& body) {
   cudaEventElapsedTime(&ms, start, stop);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  return ms / iters;
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  return ms / (iters * replays);
 }
 
 void* alloc_weights(std::size_t n) {
@@ -144,14 +173,20 @@ int main(int argc, char** argv) {
       reference = false;
       continue;
     }
+    if (a == "--no-graphs") {
+      use_graphs = false;
+      continue;
+    }
     if (a == "--help" || a == "-h" || i + 1 >= argc) {
       std::fprintf(
           stderr,
           "usage: cuda_quant_gemv_bench [--tokens N (1-%d)] [--iters N] [--layers N]\n"
           "         [--formats all|NAME,NAME,...] [--kernels lanes,mma] [--no-reference]\n"
+          "         [--no-graphs]\n"
           "  --kernels: the quant_gemv kernels to run each format through (lanes: CUDA cores,\n"
           "             mma: tensor cores; default both)\n"
-          "  --no-reference: leave out the bf16 and 'blocks' (first kernel) rows\n",
+          "  --no-reference: leave out the bf16 and 'blocks' (first kernel) rows\n"
+          "  --no-graphs: launch the timed calls one by one (default: one CUDA graph)\n",
           weft::cuda::kQuantGemvMaxTokens);
       return a == "--help" || a == "-h" ? 0 : 2;
     }
@@ -240,8 +275,9 @@ int main(int argc, char** argv) {
   const double bandwidth = copy_bandwidth_bytes_per_s();
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
-  std::printf("%s; copy bandwidth %.0f GB/s (read+write); %d token(s)\n", prop.name,
-              bandwidth / 1e9, tokens);
+  std::printf("%s; copy bandwidth %.0f GB/s (read+write); %d token(s); %s\n", prop.name,
+              bandwidth / 1e9, tokens,
+              use_graphs ? "timed calls as one CUDA graph" : "timed calls launched one by one");
 
   void *x = nullptr, *y = nullptr;
   check(cudaMalloc(&x, sizeof(std::uint16_t) * tokens * 14336), "x");
