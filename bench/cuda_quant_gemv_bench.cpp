@@ -2,18 +2,29 @@
 // (Llama-3-8B: 32 layers, hidden 4096, fused qkv 6144, MLP 14336, vocabulary 128256), against
 // the device-to-device copy bandwidth measured in the same run. Two tables:
 //
-// 1. Per format and matrix shape (out x in: 4096x4096, 14336x4096, 4096x14336, 128256x4096):
-//    microseconds per product and the effective bandwidth, the quantized matrix's bytes (codes
-//    and headers) divided by that time, with its percentage of the copy bandwidth. Enough
-//    copies of the matrix rotate that none is read from L2.
+// 1. Per format, kernel and matrix shape (out x in: 4096x4096 o, 6144x4096 fused qkv,
+//    14336x4096, 28672x4096 fused gate_up, 4096x14336 down, 128256x4096 head): microseconds per
+//    product and the effective bandwidth, the quantized matrix's bytes (codes and headers)
+//    divided by that time, with its percentage of the copy bandwidth. Enough copies of the
+//    matrix rotate that none is read from L2.
+// 1b. With the mma kernel: the fused gate_up product with its SiLU (quant_gemv_gated) against
+//    the mma product then the activation kernel (28672x4096).
 // 2. Batch-1 decode's products (every layer's qkv, o, gate_up and down, then the lm head; each
 //    layer its own weights): time per token, tokens/s if decode were only these products, the
 //    floor (weight bytes / copy bandwidth) and the ratio to it and to bf16 (cuda::gemv).
 //
-// "blocks q4_b32/q8_b32" are the first kernels (quant_gemv_blocks.hpp, reading the CPU layout)
-// for comparison. The copy bandwidth counts bytes read + written.
+// Each GPU-layout format runs through each kernel of --kernels (quant_gemv.hpp's
+// QuantGemvKernel: "lanes", the CUDA-core kernel, and "mma", the tensor-core one), rows named
+// "q4_b32 lanes", "q4_b32 mma". "blocks q4_b32/q8_b32" are the first kernels
+// (quant_gemv_blocks.hpp, reading the CPU layout) for comparison. The copy bandwidth counts
+// bytes read + written.
+//
+// The timed calls run as one CUDA graph (as the model's decode steps do; before 2026-11-25
+// night they were launched one by one, which --no-graphs still does), so host launch costs do
+// not hide kernels of a few microseconds.
 //
 //   cuda_quant_gemv_bench [--tokens 1] [--iters 20] [--layers 32] [--formats all|q4_b32,...]
+//                         [--kernels lanes,mma] [--no-reference] [--no-graphs]
 
 #include <cuda_runtime_api.h>
 
@@ -24,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/activation.hpp"
 #include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/quant_gemv.hpp"
 #include "kernels/cuda/quant_gemv_blocks.hpp"
@@ -47,6 +59,7 @@ struct Format {
   enum Kind { kBF16, kBlocks, kLayout } kind = kLayout;
   weft::cuda::QuantBlocksFormat blocks{};
   QuantGemvFormat layout{};
+  weft::cuda::QuantGemvKernel kernel{};
   std::size_t bytes(Shape s) const {
     if (kind == kBF16) return std::size_t{2} * s.out * s.in;
     if (kind == kBlocks) return weft::cuda::quant_blocks_row_bytes(blocks, s.in) * s.out;
@@ -59,7 +72,7 @@ struct Format {
     } else if (kind == kBlocks) {
       weft::cuda::quant_gemv_blocks(x, tokens, w, blocks, s.out, s.in, y, s.out, P, stream);
     } else {
-      weft::cuda::quant_gemv(x, tokens, {w, layout, s.out, s.in}, y, s.out, P, stream);
+      weft::cuda::quant_gemv(kernel, x, tokens, {w, layout, s.out, s.in}, y, s.out, P, stream);
     }
   }
 };
@@ -92,7 +105,12 @@ void check(cudaError_t err, const char* what) {
   }
 }
 
-// Milliseconds per call of `body`, over `iters` calls after one warm-up.
+// Whether the timed calls run as one CUDA graph (as the model's decode steps do), so that host
+// launch costs do not hide short kernels; --no-graphs launches them one by one.
+bool use_graphs = true;
+
+// Milliseconds per call of `body`, over `iters` calls after one warm-up (as a graph of the
+// `iters` calls, replayed 3 times after a warm-up replay, with use_graphs).
 template <class F>
 double time_ms(cudaStream_t stream, int iters, F&& body) {
   body();
@@ -101,9 +119,28 @@ double time_ms(cudaStream_t stream, int iters, F&& body) {
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
+  cudaGraphExec_t exec = nullptr;
+  int replays = 1;
+  if (use_graphs) {
+    cudaGraph_t graph = nullptr;
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "graph capture");
+    for (int i = 0; i < iters; ++i)
+      body();
+    check(cudaStreamEndCapture(stream, &graph), "graph capture");
+    check(cudaGraphInstantiate(&exec, graph, 0), "graph instantiation");
+    cudaGraphDestroy(graph);
+    check(cudaGraphLaunch(exec, stream), "graph launch");
+    check(cudaStreamSynchronize(stream), "graph warm-up");
+    replays = 3;
+  }
   cudaEventRecord(start, stream);
-  for (int i = 0; i < iters; ++i)
-    body();
+  if (exec != nullptr) {
+    for (int r = 0; r < replays; ++r)
+      check(cudaGraphLaunch(exec, stream), "graph launch");
+  } else {
+    for (int i = 0; i < iters; ++i)
+      body();
+  }
   cudaEventRecord(stop, stream);
   check(cudaEventSynchronize(stop), "timed runs");
   check(cudaGetLastError(), "launch");
@@ -111,7 +148,8 @@ double time_ms(cudaStream_t stream, int iters, F&& body) {
   cudaEventElapsedTime(&ms, start, stop);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  return ms / iters;
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  return ms / (iters * replays);
 }
 
 void* alloc_weights(std::size_t n) {
@@ -127,14 +165,29 @@ void* alloc_weights(std::size_t n) {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows show as they come, even into a pipe
   int tokens = 1, iters = 20, layers = 32;
-  std::string formats_arg = "all";
+  std::string formats_arg = "all", kernels_arg = "lanes,mma";
+  bool reference = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--no-reference") {
+      reference = false;
+      continue;
+    }
+    if (a == "--no-graphs") {
+      use_graphs = false;
+      continue;
+    }
     if (a == "--help" || a == "-h" || i + 1 >= argc) {
-      std::fprintf(stderr,
-                   "usage: cuda_quant_gemv_bench [--tokens N (1-%d)] [--iters N] [--layers N] "
-                   "[--formats all|NAME,NAME,...]\n",
-                   weft::cuda::kQuantGemvMaxTokens);
+      std::fprintf(
+          stderr,
+          "usage: cuda_quant_gemv_bench [--tokens N (1-%d)] [--iters N] [--layers N]\n"
+          "         [--formats all|NAME,NAME,...] [--kernels lanes,mma] [--no-reference]\n"
+          "         [--no-graphs]\n"
+          "  --kernels: the quant_gemv kernels to run each format through (lanes: CUDA cores,\n"
+          "             mma: tensor cores; default both)\n"
+          "  --no-reference: leave out the bf16 and 'blocks' (first kernel) rows\n"
+          "  --no-graphs: launch the timed calls one by one (default: one CUDA graph)\n",
+          weft::cuda::kQuantGemvMaxTokens);
       return a == "--help" || a == "-h" ? 0 : 2;
     }
     const char* v = argv[++i];
@@ -146,6 +199,8 @@ int main(int argc, char** argv) {
       layers = std::atoi(v);
     } else if (a == "--formats") {
       formats_arg = v;
+    } else if (a == "--kernels") {
+      kernels_arg = v;
     } else {
       std::fprintf(stderr, "unknown option %s (--help lists them)\n", a.c_str());
       return 2;
@@ -159,10 +214,30 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--iters and --layers must be positive\n");
     return 2;
   }
+  std::vector<weft::cuda::QuantGemvKernel> kernels;
+  {
+    std::stringstream ss(kernels_arg);
+    for (std::string item; std::getline(ss, item, ',');) {
+      if (item == "lanes") {
+        kernels.push_back(weft::cuda::QuantGemvKernel::kLanes);
+      } else if (item == "mma") {
+        kernels.push_back(weft::cuda::QuantGemvKernel::kMma);
+      } else {
+        std::fprintf(stderr, "--kernels: unknown kernel %s (lanes or mma)\n", item.c_str());
+        return 2;
+      }
+    }
+    if (kernels.empty()) {
+      std::fprintf(stderr, "--kernels: name at least one kernel (lanes or mma)\n");
+      return 2;
+    }
+  }
   std::vector<Format> formats;
   formats.push_back({"bf16", Format::kBF16});
-  formats.push_back({"blocks q8_b32", Format::kBlocks, weft::cuda::QuantBlocksFormat::kQ8B32});
-  formats.push_back({"blocks q4_b32", Format::kBlocks, weft::cuda::QuantBlocksFormat::kQ4B32});
+  if (reference) {
+    formats.push_back({"blocks q8_b32", Format::kBlocks, weft::cuda::QuantBlocksFormat::kQ8B32});
+    formats.push_back({"blocks q4_b32", Format::kBlocks, weft::cuda::QuantBlocksFormat::kQ4B32});
+  }
   {
     std::vector<std::string> wanted;
     std::stringstream ss(formats_arg);
@@ -172,7 +247,14 @@ int main(int argc, char** argv) {
       bool on = formats_arg == "all";
       for (const auto& w : wanted)
         on = on || w == kNames[f];
-      if (on) formats.push_back({kNames[f], Format::kLayout, {}, static_cast<QuantGemvFormat>(f)});
+      if (!on) continue;
+      for (const auto k : kernels) {
+        formats.push_back({std::string(kNames[f]) + " " + weft::cuda::quant_gemv_kernel_name(k),
+                           Format::kLayout,
+                           {},
+                           static_cast<QuantGemvFormat>(f),
+                           k});
+      }
     }
     for (const auto& w : wanted) {
       bool known = w == "all";
@@ -193,8 +275,9 @@ int main(int argc, char** argv) {
   const double bandwidth = copy_bandwidth_bytes_per_s();
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
-  std::printf("%s; copy bandwidth %.0f GB/s (read+write); %d token(s)\n", prop.name,
-              bandwidth / 1e9, tokens);
+  std::printf("%s; copy bandwidth %.0f GB/s (read+write); %d token(s); %s\n", prop.name,
+              bandwidth / 1e9, tokens,
+              use_graphs ? "timed calls as one CUDA graph" : "timed calls launched one by one");
 
   void *x = nullptr, *y = nullptr;
   check(cudaMalloc(&x, sizeof(std::uint16_t) * tokens * 14336), "x");
@@ -205,7 +288,8 @@ int main(int argc, char** argv) {
   check(cudaStreamCreate(&stream), "stream");
 
   // Table 1: one product per shape.
-  const std::vector<Shape> shapes = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
+  const std::vector<Shape> shapes = {{4096, 4096},  {6144, 4096},  {14336, 4096},
+                                     {28672, 4096}, {4096, 14336}, {128256, 4096}};
   std::printf("\nper product (effective bandwidth: the matrix's bytes / time)\n");
   std::printf("%-14s %-12s %10s %10s %10s %9s\n", "format", "shape", "MB", "us", "GB/s", "% copy");
   for (const Format& f : formats) {
@@ -230,6 +314,50 @@ int main(int argc, char** argv) {
       for (void* p : w)
         cudaFree(p);
     }
+  }
+
+  // Table 1b: the gated MLP's gate_up (28672x4096) with its activation (SiLU), as the model
+  // runs it: the mma product into fp32 rows then mlp_activation, against quant_gemv_gated (one
+  // kernel, 16-bit out).
+  bool any_mma = false;
+  for (const Format& f : formats)
+    any_mma |= f.kind == Format::kLayout && f.kernel == weft::cuda::QuantGemvKernel::kMma;
+  if (any_mma) {
+    std::printf("\ngate_up 28672x4096 + SiLU: mma product then activation kernel, against fused\n");
+    std::printf("%-14s %12s %12s %9s\n", "format", "2 kernels us", "fused us", "saved");
+    const Shape s{28672, 4096};
+    void* act = nullptr;
+    check(cudaMalloc(&act, sizeof(std::uint16_t) * tokens * (s.out / 2)), "act");
+    for (const Format& f : formats) {
+      if (f.kind != Format::kLayout || f.kernel != weft::cuda::QuantGemvKernel::kMma) continue;
+      const std::size_t bytes = f.bytes(s);
+      const std::size_t copies = std::max<std::size_t>(2, (std::size_t{512} << 20) / bytes);
+      std::vector<void*> w;
+      for (std::size_t c = 0; c < copies; ++c)
+        w.push_back(alloc_weights(bytes));
+      const auto P = weft::cuda::Precision::kBF16;
+      const int calls = std::max<int>(iters * 10, static_cast<int>(copies));
+      std::size_t next = 0;
+      const double two = time_ms(stream, calls, [&] {
+        const weft::cuda::QuantMatrixView view{w[next], f.layout, s.out, s.in};
+        weft::cuda::quant_gemv(weft::cuda::QuantGemvKernel::kMma, x, tokens, view, yf, s.out, P,
+                               stream);
+        weft::cuda::mlp_activation(weft::cuda::ActivationKind::kSilu, true, yf, nullptr, tokens,
+                                   s.out / 2, act, P, stream);
+        next = (next + 1) % copies;
+      });
+      next = 0;
+      const double fused = time_ms(stream, calls, [&] {
+        weft::cuda::quant_gemv_gated(weft::cuda::ActivationKind::kSilu, x, tokens,
+                                     {w[next], f.layout, s.out, s.in}, act, P, stream);
+        next = (next + 1) % copies;
+      });
+      std::printf("%-14s %12.1f %12.1f %8.1f%%\n", f.name.c_str(), two * 1e3, fused * 1e3,
+                  (two - fused) / two * 100);
+      for (void* p : w)
+        cudaFree(p);
+    }
+    cudaFree(act);
   }
 
   // Table 2: a decode step's products.

@@ -8,14 +8,18 @@
 #    download), once for bf16 and once per format: batch-1 decode tokens/s against its floor
 #    (weights + KV bytes / copy bandwidth; "weights" is the weights-only ratio), the speed-up
 #    over bf16 of the same run, the GPU weight bytes and the KV pool the rest of the memory
-#    holds (--gpu-memory-fraction 0.9).
+#    holds (--gpu-memory-fraction 0.9). Each format once per kernel of --kernels
+#    (WEFT_QUANT_GEMV=lanes|mma, quant_gemv.hpp), the kernel in its own column.
 #
-#   bench/gpu_quant.sh --bin DIR [--formats LIST|all] [--tokens N] [--context N] [--skip-gemv]
+#   bench/gpu_quant.sh --bin DIR [--formats LIST|all] [--kernels lanes,mma] [--tokens N]
+#                      [--context N] [--skip-gemv]
 #
 # --bin: the folder with cuda_quant_gemv_bench and cuda_forward_bench (build/release/bin, or
 # .devcarry/gpu/bin from scripts/gpu-check --stage; a lib/ beside it is put on the library path).
 # --formats: comma-separated (default: Inferflow's Table 3 choices q8_b32,q6_b64,q5_b64,q4_b32,
 # q3h_b64,q3_b32,q2_b32, plus q4_b64); "all" is every format (about a minute each).
+# --kernels: the quantized product kernels to compare (default lanes,mma: the CUDA-core and the
+# tensor-core kernel).
 set -u
 cd "$(dirname "$0")/.."
 bin=
@@ -23,10 +27,12 @@ formats=q8_b32,q6_b64,q5_b64,q4_b32,q4_b64,q3h_b64,q3_b32,q2_b32
 tokens=1
 context=512
 skip_gemv=0
+kernels=lanes,mma
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) bin="$2"; shift 2 ;;
     --formats) formats="$2"; shift 2 ;;
+    --kernels) kernels="$2"; shift 2 ;;
     --tokens) tokens="$2"; shift 2 ;;
     --context) context="$2"; shift 2 ;;
     --skip-gemv) skip_gemv=1; shift ;;
@@ -45,30 +51,37 @@ export WEFT_SPEC_DIR=${WEFT_SPEC_DIR:-$PWD/config/models}
 
 if [ "$skip_gemv" = 0 ]; then
   echo "== 1. dequantize-fused products (cuda_quant_gemv_bench --tokens $tokens)"
-  "$bin/cuda_quant_gemv_bench" --tokens "$tokens" --formats "$formats" || exit 1
+  "$bin/cuda_quant_gemv_bench" --tokens "$tokens" --formats "$formats" --kernels "$kernels" ||
+    exit 1
   echo
 fi
 
 echo "== 2. batch-$tokens decode, 8B shape, context $context (cuda_forward_bench)"
-printf "%-9s %10s %10s %10s %9s %9s %8s %12s\n" format "weights GB" "ms/step" "tokens/s" \
-  "vs floor" weights "vs bf16" "KV tokens"
+printf "%-9s %-6s %10s %10s %10s %9s %9s %8s %12s\n" format kernel "weights GB" "ms/step" \
+  "tokens/s" "vs floor" weights "vs bf16" "KV tokens"
 bf16_tps=
-for f in bf16 ${formats//,/ }; do
+runs="bf16:-"
+for f in ${formats//,/ }; do
+  for k in ${kernels//,/ }; do runs="$runs $f:$k"; done
+done
+for run in $runs; do
+  f=${run%%:*}
+  k=${run#*:}
   args=(--shape 8b --batches "$tokens" --prefill "" --context "$context" --gpu-memory-fraction 0.9)
   [ "$f" != bf16 ] && args+=(--quantize "$f")
   log=$(mktemp)
-  if ! "$bin/cuda_forward_bench" "${args[@]}" >"$log" 2>&1; then
-    echo "$f: cuda_forward_bench failed:"; tail -5 "$log"; rm -f "$log"; continue
+  if ! WEFT_QUANT_GEMV=${k/-/mma} "$bin/cuda_forward_bench" "${args[@]}" >"$log" 2>&1; then
+    echo "$f $k: cuda_forward_bench failed:"; tail -5 "$log"; rm -f "$log"; continue
   fi
   gb=$(sed -n 's/.*model [^,]*, \([0-9.]*\) GB of.*/\1/p' "$log" | head -1)
   kv=$(sed -n 's/^KV pool: [0-9]* pages of [0-9]* tokens = \([0-9]*\) tokens.*/\1/p' "$log" | head -1)
   # decode BATCH CONTEXT ms/step tokens/s vs-floor% bound weights%
   row=$(awk -v b="$tokens" '$1 == "decode" && $2 == b {print; exit}' "$log")
   rm -f "$log"
-  if [ -z "$row" ]; then echo "$f: no decode row in the output"; continue; fi
+  if [ -z "$row" ]; then echo "$f $k: no decode row in the output"; continue; fi
   read -r _ _ _ ms tps floor _ wfloor <<<"$row"
   [ "$f" = bf16 ] && bf16_tps=$tps
   speedup=$(awk -v a="$tps" -v b="${bf16_tps:-0}" 'BEGIN {if (b > 0) printf "%.2fx", a / b; else print "-"}')
-  printf "%-9s %10s %10s %10s %9s %9s %8s %12s\n" "$f" "$gb" "$ms" "$tps" "$floor" "$wfloor" \
-    "$speedup" "$kv"
+  printf "%-9s %-6s %10s %10s %10s %9s %9s %8s %12s\n" "$f" "$k" "$gb" "$ms" "$tps" "$floor" \
+    "$wfloor" "$speedup" "$kv"
 done

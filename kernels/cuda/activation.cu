@@ -1,27 +1,14 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/activation.hpp"
 #include "kernels/cuda/common.cuh"
 
 namespace weft::cuda {
 namespace {
 
-__device__ __forceinline__ float activate(ActivationKind kind, float x) {
-  switch (kind) {
-    case ActivationKind::kSilu:
-      return x / (1.0f + expf(-x));
-    case ActivationKind::kGelu:  // exact, erf form (torch's default)
-      return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    case ActivationKind::kGeluTanh: {
-      const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-      return 0.5f * x * (1.0f + tanhf(inner));
-    }
-    case ActivationKind::kRelu:
-      return x > 0.0f ? x : 0.0f;
-  }
-  return x;
-}
+using detail::activate;
 
 template <class T, class In>
 __global__ void mlp_activation_kernel(ActivationKind kind, bool gated, const In* in,

@@ -14,7 +14,12 @@
 
 #include <cuda_fp16.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/quant_gemv.cuh"
 #include "kernels/cuda/quant_gemv.hpp"
 
 namespace weft::cuda {
@@ -22,54 +27,7 @@ namespace {
 
 constexpr int kWarps = 4;
 
-// Words of piece `piece` of a group of `bits` words (quant_piece_width, for device code).
-__host__ __device__ constexpr int piece_width(int bits, int piece) {
-  int left = bits;
-  for (int p = 0;; ++p) {
-    const int w = left >= 4 ? 4 : left >= 2 ? 2 : left;
-    if (p == piece) return w;
-    left -= w;
-    if (left == 0) return 0;
-  }
-}
-
-// Weights are read once: they skip L1, which keeps x.
-__device__ __forceinline__ void load_words(const unsigned* p, unsigned* w, int count) {
-  if (count == 4) {
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
-        : "l"(p));
-  } else if (count == 2) {
-    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
-  } else {
-    asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
-  }
-}
-
-// Group `i` of a tile of `n` groups at `tile`: its kBits words, piece by piece.
-template <int kBits, int kPiece = 0, int kBefore = 0>
-__device__ __forceinline__ void load_group(const unsigned* tile, int n, int i,
-                                           unsigned (&w)[kBits]) {
-  constexpr int width = piece_width(kBits, kPiece);
-  if constexpr (width > 0) {
-    load_words(tile + static_cast<std::size_t>(n) * kBefore + i * width, w + kBefore, width);
-    load_group<kBits, kPiece + 1, kBefore + width>(tile, n, i, w);
-  }
-}
-
-// Unit u (0..31) of a group: bits u * kBits .. of its words, least significant first.
-template <int kBits>
-__device__ __forceinline__ unsigned unit_code(const unsigned (&w)[kBits], int u) {
-  const int bit = u * kBits, word = bit >> 5, shift = bit & 31;
-  const unsigned v =
-      shift + kBits <= 32 ? w[word] >> shift : __funnelshift_r(w[word], w[word + 1], shift);
-  return v & ((1u << kBits) - 1u);
-}
-
-// A small unsigned integer as a float, exactly: 2^23 + v has v in its mantissa.
-__device__ __forceinline__ float code_float(unsigned v) {
-  return __uint_as_float(v | 0x4b000000u) - 8388608.0f;
-}
+using namespace quant_device;
 
 // The codes of units u0 .. u0 + 7 of a group as floats (8 * kUnitW weights' codes).
 template <int kBits, int kUnitW>
@@ -125,22 +83,6 @@ __device__ __forceinline__ void unpack(const uint4& v, float* f, const __half*) 
     f[2 * i + 1] = p.y;
   }
 }
-
-__device__ __forceinline__ float2 header_floats(unsigned word) {
-  __half2 h;
-  memcpy(&h, &word, sizeof(h));
-  return __half22float2(h);  // .x scale (the lower address), .y min
-}
-
-template <int kBits, int kUnitW, int kBlock>
-struct Geometry {
-  static constexpr int kGroupWeights = 32 * kUnitW;
-  // Headers per group: 2 for q3h_b32 (a group of 64 weights, blocks of 32), else 1 (a b64
-  // block of 1-weight units spans two groups, and its header serves both).
-  static constexpr int kSegments = kGroupWeights > kBlock ? kGroupWeights / kBlock : 1;
-  static constexpr int kSegmentUnits = 32 / kSegments;
-  static_assert(kSegmentUnits % 8 == 0);
-};
 
 // q4 at 1 or 2 tokens (batch-1 decode), a group's sums with fewer integer operations: nibble
 // j of a code word is masked where it lies, so 2^23 + q * 16^j is a float at the cost of one
@@ -406,54 +348,6 @@ void launch_dequantize(const QuantMatrixView& w, int row_begin, int rows, void* 
                                  row_begin, rows, w.cols, static_cast<T*>(out));
 }
 
-// The switch from a format to its kernels' template arguments (code bits, weights per unit,
-// block), calling CALL(bits, unit_weights, block).
-#define WEFT_QUANT_FORMAT_SWITCH(format, CALL) \
-  switch (format) {                            \
-    case QuantGemvFormat::kQ8B32:              \
-      CALL(8, 1, 32);                          \
-      break;                                   \
-    case QuantGemvFormat::kQ8B64:              \
-      CALL(8, 1, 64);                          \
-      break;                                   \
-    case QuantGemvFormat::kQ6B32:              \
-      CALL(6, 1, 32);                          \
-      break;                                   \
-    case QuantGemvFormat::kQ6B64:              \
-      CALL(6, 1, 64);                          \
-      break;                                   \
-    case QuantGemvFormat::kQ5B32:              \
-      CALL(5, 1, 32);                          \
-      break;                                   \
-    case QuantGemvFormat::kQ5B64:              \
-      CALL(5, 1, 64);                          \
-      break;                                   \
-    case QuantGemvFormat::kQ4B32:              \
-      CALL(4, 1, 32);                          \
-      break;                                   \
-    case QuantGemvFormat::kQ4B64:              \
-      CALL(4, 1, 64);                          \
-      break;                                   \
-    case QuantGemvFormat::kQ3HB32:             \
-      CALL(7, 2, 32);                          \
-      break;                                   \
-    case QuantGemvFormat::kQ3HB64:             \
-      CALL(7, 2, 64);                          \
-      break;                                   \
-    case QuantGemvFormat::kQ3B32:              \
-      CALL(3, 1, 32);                          \
-      break;                                   \
-    case QuantGemvFormat::kQ3B64:              \
-      CALL(3, 1, 64);                          \
-      break;                                   \
-    case QuantGemvFormat::kQ2B32:              \
-      CALL(2, 1, 32);                          \
-      break;                                   \
-    case QuantGemvFormat::kQ2B64:              \
-      CALL(2, 1, 64);                          \
-      break;                                   \
-  }
-
 }  // namespace
 
 #define WEFT_GEMV_CALL(bits, unit, block) \
@@ -461,10 +355,30 @@ void launch_dequantize(const QuantMatrixView& w, int row_begin, int rows, void* 
 #define WEFT_DEQUANTIZE_CALL(bits, unit, block) \
   launch_dequantize<T, bits, unit, block>(w, row_begin, rows, out, stream)
 
+QuantGemvKernel quant_gemv_default_kernel() {
+  static const QuantGemvKernel kernel = [] {
+    const char* v = std::getenv("WEFT_QUANT_GEMV");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "mma") == 0) return QuantGemvKernel::kMma;
+    if (std::strcmp(v, "lanes") == 0) return QuantGemvKernel::kLanes;
+    std::fprintf(stderr, "WEFT_QUANT_GEMV=%s: not a kernel (lanes or mma); using mma\n", v);
+    return QuantGemvKernel::kMma;
+  }();
+  return kernel;
+}
+
+void quant_gemv(QuantGemvKernel kernel, const void* x, int tokens, const QuantMatrixView& w,
+                float* y, int ldy, Precision precision, cudaStream_t stream) {
+  if (tokens <= 0 || w.rows <= 0) return;
+  if (kernel == QuantGemvKernel::kMma) {
+    quant_gemv_mma(x, tokens, w, y, ldy, precision, stream);
+    return;
+  }
+  WEFT_DISPATCH_PRECISION(precision, {WEFT_QUANT_FORMAT_SWITCH(w.format, WEFT_GEMV_CALL)});
+}
+
 void quant_gemv(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
                 Precision precision, cudaStream_t stream) {
-  if (tokens <= 0 || w.rows <= 0) return;
-  WEFT_DISPATCH_PRECISION(precision, {WEFT_QUANT_FORMAT_SWITCH(w.format, WEFT_GEMV_CALL)});
+  quant_gemv(quant_gemv_default_kernel(), x, tokens, w, y, ldy, precision, stream);
 }
 
 void quant_dequantize(const QuantMatrixView& w, int row_begin, int rows, void* out,
@@ -475,6 +389,5 @@ void quant_dequantize(const QuantMatrixView& w, int row_begin, int rows, void* o
 
 #undef WEFT_GEMV_CALL
 #undef WEFT_DEQUANTIZE_CALL
-#undef WEFT_QUANT_FORMAT_SWITCH
 
 }  // namespace weft::cuda

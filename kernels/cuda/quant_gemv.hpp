@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/activation.hpp"
 #include "kernels/cuda/precision.hpp"
 #include "kernels/cuda/quant_layout.hpp"
 
@@ -33,9 +34,41 @@ inline bool quant_gemv_supported(const void* x, int tokens, const QuantMatrixVie
          reinterpret_cast<std::uintptr_t>(w.data) % 16 == 0;
 }
 
-// x is [tokens, w.cols] in `precision`, y [tokens, w.rows] fp32 with row stride ldy.
+// The product's kernels (docs/quantization.md, "On the GPU"), same results up to the order
+// of fp32 additions:
+// - kLanes: CUDA cores; a lane per group of 32 units, 4 rows per thread block (2 from 5
+//   tokens), codes turned into fp32 and multiplied with fp32 FMAs.
+// - kMma: tensor cores (mma.sync m16n8k16); a warp per 16-row tile and slice of the columns,
+//   codes exact as 16-bit numbers, sum(q * x) and sum(x) per block in fp32, then scale and
+//   min per block.
+enum class QuantGemvKernel { kLanes, kMma };
+inline const char* quant_gemv_kernel_name(QuantGemvKernel k) {
+  return k == QuantGemvKernel::kLanes ? "lanes" : "mma";
+}
+
+// The kernel quant_gemv runs: WEFT_QUANT_GEMV=lanes|mma, read once (default mma; another
+// value is reported on stderr and the default kept).
+QuantGemvKernel quant_gemv_default_kernel();
+
+// x is [tokens, w.cols] in `precision`, y [tokens, w.rows] fp32 with row stride ldy. Through
+// quant_gemv_default_kernel(), or the kernel named.
 void quant_gemv(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
                 Precision precision, cudaStream_t stream);
+void quant_gemv(QuantGemvKernel kernel, const void* x, int tokens, const QuantMatrixView& w,
+                float* y, int ldy, Precision precision, cudaStream_t stream);
+
+// The tensor-core kernel (what quant_gemv runs for kMma); in quant_gemv_mma.cu.
+void quant_gemv_mma(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
+                    Precision precision, cudaStream_t stream);
+
+// A gated MLP's fused gate_up product (w: [2 * width, cols], gate rows first) and its
+// activation in one kernel (the mma kernel's): out[t, i] = act(gate[t, i]) * up[t, i], 16-bit,
+// [tokens, width], as mlp_activation would write from quant_gemv's fp32 rows. Supported for
+// the operands of quant_gemv_supported when w.rows is a multiple of 32, the default kernel is
+// mma and WEFT_QUANT_GATED is not "0" (read once).
+bool quant_gemv_gated_supported(const void* x, int tokens, const QuantMatrixView& w);
+void quant_gemv_gated(ActivationKind kind, const void* x, int tokens, const QuantMatrixView& w,
+                      void* out, Precision precision, cudaStream_t stream);
 
 // Writes rows [row_begin, row_begin + rows) of w, dequantized (min + q * scale in fp32, then
 // rounded once), to out: [rows, w.cols] in `precision`, 16-byte aligned.

@@ -2,8 +2,13 @@
 // it (kernels/cuda/quant_gemv.hpp), for every block format:
 // - the repacking, on the host (no GPU needed): every unit and header of the CPU format is
 //   found where the layout says, and the alignment the kernels' vector loads need holds;
-// - quant_gemv (1 to 8 tokens, bf16 and fp16) against the CPU reference dequantize_row then
-//   an fp64 product, and quant_dequantize against dequantize_row rounded to 16 bits.
+// - quant_gemv, both kernels (QuantGemvKernel: lanes, mma), 1 to 8 tokens, bf16 and fp16,
+//   against the CPU reference dequantize_row then an fp64 product (row counts that are not
+//   multiples of the kernels' tiles, columns that end in a partial tile or chunk, and matrices
+//   tall enough that the mma kernel puts 2 and 4 tiles in a thread block; the mma kernel's rows
+//   bitwise the same at every token count), and
+//   quant_dequantize against dequantize_row rounded to 16 bits, and quant_gemv_gated (the gate_up
+//   product with its activation, every activation kind) against the fp64 reference.
 // The GPU checks skip without a GPU.
 
 #include <cuda_runtime_api.h>
@@ -204,8 +209,25 @@ Weights make_weights(QuantGemvFormat f, int rows, int cols, std::mt19937& rng) {
   return w;
 }
 
-TEST_P(CudaQuantGemv, MatchesDequantizeThenProduct) {
-  const auto [format, precision] = GetParam();
+struct ProductCase {
+  QuantGemvFormat format;
+  Precision precision;
+  QuantGemvKernel kernel;
+};
+
+class CudaQuantGemvProduct : public ::testing::TestWithParam<ProductCase> {
+ protected:
+  void SetUp() override {
+    const DeviceList list = visible_devices();
+    if (list.devices.empty()) {
+      GTEST_SKIP() << "no GPU visible (" << list.unavailable_reason
+                   << "): GPU checks run on the device machine through scripts/gpu-check";
+    }
+  }
+};
+
+TEST_P(CudaQuantGemvProduct, MatchesDequantizeThenProduct) {
+  const auto [format, precision, kernel] = GetParam();
   std::mt19937 rng(3 + static_cast<int>(format));
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (auto [tokens, rows, cols] : {std::tuple<int, int, int>{1, 1, 64},
@@ -215,8 +237,12 @@ TEST_P(CudaQuantGemv, MatchesDequantizeThenProduct) {
                                     {3, 9, 2112},
                                     {4, 6, 128},
                                     {5, 130, 512},
+                                    {6, 17, 320},
+                                    {7, 33, 1088},
                                     {8, 67, 2112},
-                                    {1, 3, 14336}}) {
+                                    {1, 3, 14336},
+                                    {2, 34000, 64},
+                                    {3, 17000, 256}}) {
     const Weights w = make_weights(format, rows, cols, rng);
     std::vector<std::uint16_t> x16(static_cast<std::size_t>(tokens) * cols);
     std::vector<float> x(x16.size());
@@ -235,7 +261,7 @@ TEST_P(CudaQuantGemv, MatchesDequantizeThenProduct) {
     auto* dy = static_cast<float*>(raw_y);
     const QuantMatrixView view{dw, format, rows, cols};
     ASSERT_TRUE(quant_gemv_supported(dx, tokens, view));
-    quant_gemv(dx, tokens, view, dy, ldy, precision, nullptr);
+    quant_gemv(kernel, dx, tokens, view, dy, ldy, precision, nullptr);
     ASSERT_EQ(cudaGetLastError(), cudaSuccess);
     std::vector<float> y(static_cast<std::size_t>(tokens) * ldy);
     ASSERT_EQ(cudaMemcpy(y.data(), dy, sizeof(float) * y.size(), cudaMemcpyDeviceToHost),
@@ -253,14 +279,95 @@ TEST_P(CudaQuantGemv, MatchesDequantizeThenProduct) {
           magnitude += std::fabs(p);
         }
         ASSERT_NEAR(y[static_cast<std::size_t>(t) * ldy + o], want, 1e-5 * magnitude + 1e-6)
-            << name_of(format) << " tokens=" << tokens << " rows=" << rows << " cols=" << cols
-            << " t=" << t << " o=" << o;
+            << name_of(format) << " " << quant_gemv_kernel_name(kernel) << " tokens=" << tokens
+            << " rows=" << rows << " cols=" << cols << " t=" << t << " o=" << o;
       }
       // The columns between rows and ldy are not written.
       for (int o = rows; o < ldy; ++o) {
         std::uint32_t bits = 0;
         std::memcpy(&bits, &y[static_cast<std::size_t>(t) * ldy + o], 4);
         ASSERT_EQ(bits, 0xffffffffu) << name_of(format) << ": wrote past the rows";
+      }
+    }
+  }
+}
+
+double activate(ActivationKind kind, double v) {
+  switch (kind) {
+    case ActivationKind::kSilu:
+      return v / (1.0 + std::exp(-v));
+    case ActivationKind::kGelu:
+      return 0.5 * v * (1.0 + std::erf(v * 0.70710678118654752));
+    case ActivationKind::kGeluTanh:
+      return 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+    case ActivationKind::kRelu:
+      return v > 0 ? v : 0;
+  }
+  return v;
+}
+
+// The gated MLP's fused gate_up product with its activation (the mma kernel's epilogue):
+// act(gate) * up against the fp64 reference, rounded once to 16 bits.
+TEST_P(CudaQuantGemv, GatedProductMatchesTheReference) {
+  const auto [format, precision] = GetParam();
+  std::mt19937 rng(5 + static_cast<int>(format));
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  int case_index = 0;
+  for (auto [tokens, width, cols] : {std::tuple<int, int, int>{1, 48, 320},
+                                     {2, 16, 4096},
+                                     {3, 32, 192},
+                                     {4, 64, 1024},
+                                     {5, 16, 64},
+                                     {6, 48, 2112},
+                                     {7, 32, 256},
+                                     {8, 80, 512}}) {
+    const auto kind = static_cast<ActivationKind>(case_index++ % 4);
+    const int rows = 2 * width;
+    const Weights w = make_weights(format, rows, cols, rng);
+    std::vector<std::uint16_t> x16(static_cast<std::size_t>(tokens) * cols);
+    std::vector<float> x(x16.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const float v = dist(rng);
+      x16[i] = precision == Precision::kBF16 ? cpu::f32_to_bf16(v) : cpu::f32_to_f16(v);
+      x[i] = precision == Precision::kBF16 ? cpu::bf16_to_f32(x16[i]) : cpu::f16_to_f32(x16[i]);
+    }
+    auto* dx = upload(x16);
+    auto* dw = upload(w.gpu.words);
+    void* raw = nullptr;
+    const std::size_t n = static_cast<std::size_t>(tokens) * width;
+    ASSERT_EQ(cudaMalloc(&raw, n * 2), cudaSuccess);
+    quant_gemv_gated(kind, dx, tokens, {dw, format, rows, cols}, raw, precision, nullptr);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    std::vector<std::uint16_t> out(n);
+    ASSERT_EQ(cudaMemcpy(out.data(), raw, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    cudaFree(dx);
+    cudaFree(dw);
+    cudaFree(raw);
+    const double ulp = precision == Precision::kBF16 ? 1.0 / 128 : 1.0 / 1024;
+    for (int t = 0; t < tokens; ++t) {
+      for (int i = 0; i < width; ++i) {
+        double sums[2] = {0, 0}, magnitudes[2] = {0, 0};
+        for (int half = 0; half < 2; ++half) {
+          const std::size_t row = static_cast<std::size_t>(half * width + i);
+          for (int k = 0; k < cols; ++k) {
+            const double p = static_cast<double>(x[static_cast<std::size_t>(t) * cols + k]) *
+                             w.dequantized[row * cols + k];
+            sums[half] += p;
+            magnitudes[half] += std::fabs(p);
+          }
+        }
+        const double a = activate(kind, sums[0]);
+        const double want = a * sums[1];
+        const std::uint16_t bits = out[static_cast<std::size_t>(t) * width + i];
+        const double got =
+            precision == Precision::kBF16 ? cpu::bf16_to_f32(bits) : cpu::f16_to_f32(bits);
+        // One rounding to 16 bits, and the sums' fp32 error through act (slope <= 1.13).
+        const double tolerance =
+            ulp * std::fabs(want) +
+            2e-5 * (magnitudes[0] * std::fabs(sums[1]) + std::fabs(a) * magnitudes[1]) + 1e-6;
+        ASSERT_NEAR(got, want, tolerance)
+            << name_of(format) << " activation " << static_cast<int>(kind) << " tokens=" << tokens
+            << " width=" << width << " cols=" << cols << " t=" << t << " i=" << i;
       }
     }
   }
@@ -303,6 +410,62 @@ std::vector<Case> all_cases() {
   }
   return out;
 }
+
+// The mma kernel adds each token's sums in the same order whatever the token count: a token's
+// row is bitwise the same in a pass of 1 to 8 tokens (what batch-invariant decode needs).
+TEST_P(CudaQuantGemvProduct, MmaTokenIsTheSameAtEveryTokenCount) {
+  const auto [format, precision, kernel] = GetParam();
+  if (kernel != QuantGemvKernel::kMma) GTEST_SKIP() << "the lanes kernel is not batch invariant";
+  std::mt19937 rng(7 + static_cast<int>(format));
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int rows = 100, cols = 2112, tokens = kQuantGemvMaxTokens;
+  const Weights w = make_weights(format, rows, cols, rng);
+  std::vector<std::uint16_t> x16(static_cast<std::size_t>(tokens) * cols);
+  for (auto& v : x16) {
+    const float f = dist(rng);
+    v = precision == Precision::kBF16 ? cpu::f32_to_bf16(f) : cpu::f32_to_f16(f);
+  }
+  auto* dx = upload(x16);
+  auto* dw = upload(w.gpu.words);
+  void* raw_y = nullptr;
+  ASSERT_EQ(cudaMalloc(&raw_y, sizeof(float) * tokens * rows), cudaSuccess);
+  auto* dy = static_cast<float*>(raw_y);
+  std::vector<std::vector<float>> results;
+  for (int n = 1; n <= tokens; ++n) {
+    quant_gemv(kernel, dx, n, {dw, format, rows, cols}, dy, rows, precision, nullptr);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    std::vector<float> y(static_cast<std::size_t>(n) * rows);
+    ASSERT_EQ(cudaMemcpy(y.data(), dy, sizeof(float) * y.size(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    results.push_back(std::move(y));
+  }
+  cudaFree(dx);
+  cudaFree(dw);
+  cudaFree(dy);
+  const std::vector<float>& all = results.back();
+  for (int n = 1; n < tokens; ++n) {
+    ASSERT_EQ(std::memcmp(results[n - 1].data(), all.data(), results[n - 1].size() * 4), 0)
+        << name_of(format) << ": the first " << n << " token(s) differ from the 8-token pass";
+  }
+}
+
+std::vector<ProductCase> product_cases() {
+  std::vector<ProductCase> out;
+  for (QuantGemvFormat f : all_formats()) {
+    for (Precision p : {Precision::kBF16, Precision::kF16}) {
+      for (QuantGemvKernel k : {QuantGemvKernel::kLanes, QuantGemvKernel::kMma})
+        out.push_back({f, p, k});
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantGemvProduct, ::testing::ValuesIn(product_cases()),
+                         [](const ::testing::TestParamInfo<ProductCase>& p) {
+                           return name_of(p.param.format) + "_" +
+                                  precision_name(p.param.precision) + "_" +
+                                  quant_gemv_kernel_name(p.param.kernel);
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantGemv, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<Case>& p) {
