@@ -90,8 +90,7 @@ struct PipeLayout {
 // then m and l.
 __device__ __forceinline__ float* split_record(float* workspace, int qi, int num_heads, int h,
                                                int splits, int s, int D) {
-  return workspace +
-         ((static_cast<std::size_t>(qi) * num_heads + h) * splits + s) * (D + 2);
+  return workspace + ((static_cast<std::size_t>(qi) * num_heads + h) * splits + s) * (D + 2);
 }
 
 template <class T, int D, int GM>
@@ -136,14 +135,15 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
   // This thread copies chunk `cpart` of rows crow + k * kRowsPerPass of every tile.
   const int crow = threadIdx.x / L, cpart = threadIdx.x % L;
 
-  // Row offsets of the next tile to copy: page-table lookups loaded a tile ahead, so the
-  // copy of a tile never waits on them.
-  std::size_t off[CPT];
+  // Rows of the next tile to copy, in head_dim units from the pool's start (pages and layer
+  // blocks are whole rows; 32 bits hold pools up to 2^32 rows): page-table lookups loaded a
+  // tile ahead, so the copy of a tile never waits on them.
+  unsigned off[CPT];
   auto offsets = [&](int tb) {
 #pragma unroll
     for (int k = 0; k < CPT; ++k) {
       const int p = tb + crow + k * kRowsPerPass;
-      off[k] = p < end ? key_offset(kv, table, p, kvh) : 0;
+      off[k] = p < end ? static_cast<unsigned>(key_offset(kv, table, p, kvh) / D) : 0u;
     }
   };
   auto issue = [&](int tb, int stage) {
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
     for (int k = 0; k < CPT; ++k) {
       const int r = crow + k * kRowsPerPass;
       const bool live = tb + r < end;
-      const T* row = pool + off[k] + cpart * kVec;
+      const T* row = pool + static_cast<std::size_t>(off[k]) * D + cpart * kVec;
       const int at = r * L + (cpart ^ tile_swizzle(r));
       cp_async16(ks + at, row, live);
       cp_async16(vs + at, row + v_shift, live);
@@ -562,7 +562,7 @@ int env_int(const char* name, int fallback) {
 }
 
 std::atomic<int> g_parts{-1};  // decode_attention_parts(); -1: not read from the environment yet
-int g_optin_bytes = 0;          // prepare_decode_pipelined's argument
+int g_optin_bytes = 0;         // prepare_decode_pipelined's argument
 
 // Stages of the ring: WEFT_DECODE_STAGES (2-4), else 3 (2 for head_dim 256), fewer where the
 // shared memory a block may use is short.
@@ -650,22 +650,21 @@ void decode_attention_pipelined(const AttentionArgs& args, const FlatBatchView& 
                                 int num_queries, int max_context, float* workspace,
                                 cudaStream_t stream) {
   const int G = args.num_heads / kv.num_kv_heads, D = kv.head_dim;
-  const int splits = std::min(kMaxDecodeSplits,
-                              (max_context + kDecodeSplitQuantum - 1) / kDecodeSplitQuantum);
+  const int splits =
+      std::min(kMaxDecodeSplits, (max_context + kDecodeSplitQuantum - 1) / kDecodeSplitQuantum);
   const int split_tiles = split_positions(std::max(max_context, 1)) / kTileKeys;
   const int stages = pipe_stages(D, G);
   const std::size_t shared = pipe_shared_bytes(D, G, stages);
   WEFT_DISPATCH_PRECISION(kv.precision, {
     PipeKernel kernel = pipe_kernel<T>(D, G);
-    const int spp =
-        choose_splits_per_part(static_cast<long long>(num_queries) * kv.num_kv_heads, splits,
-                               split_tiles, resident_blocks(kernel, shared));
+    const int spp = choose_splits_per_part(static_cast<long long>(num_queries) * kv.num_kv_heads,
+                                           splits, split_tiles, resident_blocks(kernel, shared));
     const int parts = (splits + spp - 1) / spp;
-    launch(kernel, dim3(kv.num_kv_heads, num_queries, parts), kThreads, shared, stream, args,
-           batch, kv, query_tokens, workspace, splits, spp, stages);
+    launch(kernel, dim3(kv.num_kv_heads, num_queries, parts), kThreads, shared, stream, args, batch,
+           kv, query_tokens, workspace, splits, spp, stages);
     if (parts > 1) {
-      launch(fold_combine_kernel<T>, dim3(args.num_heads, num_queries), 128, 0, stream, args,
-             batch, D, query_tokens, workspace, splits, spp);
+      launch(fold_combine_kernel<T>, dim3(args.num_heads, num_queries), 128, 0, stream, args, batch,
+             D, query_tokens, workspace, splits, spp);
     }
   });
 }
