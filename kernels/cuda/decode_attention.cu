@@ -569,8 +569,9 @@ int g_optin_bytes = 0;         // prepare_decode_pipelined's argument
 int pipe_stages(int D, int G) {
   static const int env = env_int("WEFT_DECODE_STAGES", 0);
   int stages = env >= 2 && env <= 4 ? env : (D >= 256 ? 2 : 3);
+  // 4 KB for the kernel's static shared memory (at most 2.6 KB).
   while (stages > 2 && g_optin_bytes > 0 &&
-         pipe_shared_bytes(D, G, stages) > static_cast<std::size_t>(g_optin_bytes))
+         pipe_shared_bytes(D, G, stages) + 4096 > static_cast<std::size_t>(g_optin_bytes))
     --stages;
   return stages;
 }
@@ -640,6 +641,8 @@ void prepare_decode_pipelined(int bytes) {
         }
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              bytes - static_cast<int>(attr.sharedSizeBytes));
+        // Fills the occupancy cache now, outside any stream capture.
+        resident_blocks(k, pipe_shared_bytes(D, G, pipe_stages(D, G)));
       }
     }
   }
