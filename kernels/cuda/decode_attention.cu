@@ -488,6 +488,7 @@ template <class T>
 __global__ void fold_combine_kernel(AttentionArgs a, FlatBatchView b, int head_dim,
                                     const std::int32_t* query_tokens, const float* workspace,
                                     int grid_splits, int splits_per_part) {
+  __shared__ float ms[kMaxDecodeSplits], ls[kMaxDecodeSplits];
   __shared__ float fa[kMaxDecodeSplits], fb[kMaxDecodeSplits];
   __shared__ float total;
   grid_dependency_wait();
@@ -496,10 +497,15 @@ __global__ void fold_combine_kernel(AttentionArgs a, FlatBatchView b, int head_d
   if (ts.used <= splits_per_part) return;  // one part: its block wrote the output
   const float* recs =
       workspace + (static_cast<std::size_t>(qi) * a.num_heads + h) * grid_splits * (D + 2);
+  if (threadIdx.x < ts.used) {  // every split's m and l loaded at once
+    ms[threadIdx.x] = recs[threadIdx.x * (D + 2) + D];
+    ls[threadIdx.x] = recs[threadIdx.x * (D + 2) + D + 1];
+  }
+  __syncthreads();
   if (threadIdx.x == 0) {
     float M = -INFINITY, L = 0.0f;
     for (int s = 0; s < ts.used; ++s)
-      fold_split(M, L, recs[s * (D + 2) + D], recs[s * (D + 2) + D + 1], fa[s], fb[s]);
+      fold_split(M, L, ms[s], ls[s], fa[s], fb[s]);
     total = L;
   }
   __syncthreads();
