@@ -568,16 +568,24 @@ int env_int(const char* name, int fallback) {
 }
 
 std::atomic<int> g_parts{-1};  // decode_attention_parts(); -1: not read from the environment yet
-int g_optin_bytes = 0;         // prepare_decode_pipelined's argument
+int g_optin_bytes = 0;         // shared memory a block may opt into (prepare_decode_pipelined)
+int g_sm_bytes = 0;            // shared memory per SM
 
-// Stages of the ring: WEFT_DECODE_STAGES (2-4), else 3 (2 for head_dim 256), fewer where the
-// shared memory a block may use is short.
+// Stages of the ring: WEFT_DECODE_STAGES (2-4), else 3 where two blocks of 3 stages fit an
+// SM (head_dim 64, and 128 with up to 4 query heads per kv head), else 2; fewer where the
+// shared memory a block may use is short. 4 KB per block for the kernel's static shared
+// memory (at most 1.5 KB) and the 1 KB the system reserves.
 int pipe_stages(int D, int G) {
   static const int env = env_int("WEFT_DECODE_STAGES", 0);
-  int stages = env >= 2 && env <= 4 ? env : (D >= 256 ? 2 : 3);
-  // 4 KB for the kernel's static shared memory (at most 2.6 KB).
+  constexpr std::size_t kExtra = 4096;
+  int stages = env >= 2 && env <= 4 ? env : 3;
+  if (env < 2 || env > 4) {
+    if (g_sm_bytes > 0 &&
+        2 * (pipe_shared_bytes(D, G, 3) + kExtra) > static_cast<std::size_t>(g_sm_bytes))
+      stages = 2;
+  }
   while (stages > 2 && g_optin_bytes > 0 &&
-         pipe_shared_bytes(D, G, stages) + 4096 > static_cast<std::size_t>(g_optin_bytes))
+         pipe_shared_bytes(D, G, stages) + kExtra > static_cast<std::size_t>(g_optin_bytes))
     --stages;
   return stages;
 }
@@ -637,6 +645,13 @@ bool decode_pipelined_supports(int num_heads, int num_kv_heads, int head_dim, Kv
 
 void prepare_decode_pipelined(int bytes) {
   g_optin_bytes = bytes;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&g_sm_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) !=
+          cudaSuccess) {
+    cudaGetLastError();
+    g_sm_bytes = 0;
+  }
   for (int D : {64, 128, 256}) {
     for (int G : {4, kMaxGroup}) {
       for (PipeKernel k : {pipe_kernel<__nv_bfloat16>(D, G), pipe_kernel<__half>(D, G)}) {
