@@ -2,8 +2,9 @@
 // paged_attention.hpp and docs/cuda.md, "Pipelined decode attention", describe it).
 //
 // One block per (query token, kv head, part): a part is a run of consecutive splits of the
-// token's context (the same splits as the per-split kernel: multiples of 64 positions, at most
-// 32, cut from the token's own context). The block walks the part's tiles of 64 keys through
+// token's context (by default the same splits as the per-split kernel: multiples of 64
+// positions, at most 32, cut from the token's own context; WEFT_DECODE_SPLIT_KEYS sets a
+// larger minimum). The block walks the part's tiles of 64 keys through
 // a ring of `stages` shared-memory buffers filled by cp.async, so while it computes one tile
 // the next stages - 1 are in flight, and the page-table lookups of the tile after those are
 // loaded in registers meanwhile. The per-tile arithmetic (mma.sync m16n8k16, q*scale and the
@@ -63,18 +64,27 @@ __device__ __forceinline__ float fold_acc(float acc, float os, float fa, float f
   return __fmaf_rn(os, fb, __fmul_rn(acc, fa));
 }
 
+// Positions per split of this kernel for a context of `span` positions: the per-split
+// kernel's cut (at most kMaxDecodeSplits), or `min_chunk` (a multiple of 64,
+// WEFT_DECODE_SPLIT_KEYS) if larger.
+__host__ __device__ __forceinline__ int pipe_split_positions(int span, int min_chunk) {
+  const int chunk = split_positions(span);
+  return chunk > min_chunk ? chunk : min_chunk;
+}
+
 // The token's splits: positions [first, pos] cut into `used` splits of `chunk` positions.
 struct TokenSplits {
   int t, pos, first, chunk, used;
 };
 __device__ __forceinline__ TokenSplits token_splits(const AttentionArgs& a, const FlatBatchView& b,
-                                                    const std::int32_t* query_tokens, int qi) {
+                                                    const std::int32_t* query_tokens, int qi,
+                                                    int min_chunk) {
   TokenSplits s;
   s.t = query_tokens[qi];
   s.pos = b.positions[s.t];
   s.first = first_position(s.pos, a.sliding_window);
   const int span = s.pos + 1 - s.first;
-  s.chunk = split_positions(span);
+  s.chunk = pipe_split_positions(span, min_chunk);
   s.used = (span + s.chunk - 1) / s.chunk;
   return s;
 }
@@ -97,7 +107,7 @@ template <class T, int D, int GM>
 __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
     decode_kernel_pipelined(AttentionArgs a, FlatBatchView b, PagedKvView kv,
                             const std::int32_t* query_tokens, float* workspace, int grid_splits,
-                            int splits_per_part, int stages) {
+                            int splits_per_part, int stages, int min_chunk) {
   constexpr int kVec = 8, L = D / kVec;  // 16-byte chunks per row
   constexpr int TP = kTileKeys, kWarpKeys = TP / kWarps;
   constexpr int KC = D / 32;  // k chunks of 32 elements (two m16n8k16 steps each)
@@ -117,7 +127,7 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
 
   grid_dependency_wait();
   const int qi = blockIdx.y;
-  const TokenSplits ts = token_splits(a, b, query_tokens, qi);
+  const TokenSplits ts = token_splits(a, b, query_tokens, qi, min_chunk);
   const int t = ts.t, pos = ts.pos;
   const int s0 = blockIdx.z * splits_per_part;
   if (s0 >= ts.used) return;  // this token's context has fewer parts than the grid
@@ -487,13 +497,13 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
 template <class T>
 __global__ void fold_combine_kernel(AttentionArgs a, FlatBatchView b, int head_dim,
                                     const std::int32_t* query_tokens, const float* workspace,
-                                    int grid_splits, int splits_per_part) {
+                                    int grid_splits, int splits_per_part, int min_chunk) {
   __shared__ float ms[kMaxDecodeSplits], ls[kMaxDecodeSplits];
   __shared__ float fa[kMaxDecodeSplits], fb[kMaxDecodeSplits];
   __shared__ float total;
   grid_dependency_wait();
   const int h = blockIdx.x, qi = blockIdx.y, D = head_dim;
-  const TokenSplits ts = token_splits(a, b, query_tokens, qi);
+  const TokenSplits ts = token_splits(a, b, query_tokens, qi, min_chunk);
   if (ts.used <= splits_per_part) return;  // one part: its block wrote the output
   const float* recs =
       workspace + (static_cast<std::size_t>(qi) * a.num_heads + h) * grid_splits * (D + 2);
@@ -520,7 +530,7 @@ __global__ void fold_combine_kernel(AttentionArgs a, FlatBatchView b, int head_d
 }
 
 using PipeKernel = void (*)(AttentionArgs, FlatBatchView, PagedKvView, const std::int32_t*, float*,
-                            int, int, int);
+                            int, int, int, int);
 
 template <class T, int D>
 PipeKernel pipe_kernel_for_group(int G) {
@@ -588,6 +598,24 @@ int pipe_stages(int D, int G) {
          pipe_shared_bytes(D, G, stages) + kExtra > static_cast<std::size_t>(g_optin_bytes))
     --stages;
   return stages;
+}
+
+// Positions per split at least (WEFT_DECODE_SPLIT_KEYS: a multiple of 64 up to 4096; 64, the
+// per-split kernel's splits, by default). Read once: it sets the kernel's numerics (results
+// stay batch invariant for any value) and its launches' shape.
+int pipe_min_split() {
+  static const int keys = [] {
+    const int v = env_int("WEFT_DECODE_SPLIT_KEYS", kDecodeSplitQuantum);
+    if (v < kDecodeSplitQuantum || v > 4096 || v % kDecodeSplitQuantum != 0) {
+      std::fprintf(stderr,
+                   "weft: ignoring WEFT_DECODE_SPLIT_KEYS=%d (expected a multiple of 64 from 64 "
+                   "to 4096)\n",
+                   v);
+      return kDecodeSplitQuantum;
+    }
+    return v;
+  }();
+  return keys;
 }
 
 // Blocks of `kernel` resident at once on the device (SMs x blocks per SM), cached.
@@ -674,9 +702,9 @@ void decode_attention_pipelined(const AttentionArgs& args, const FlatBatchView& 
                                 int num_queries, int max_context, float* workspace,
                                 cudaStream_t stream) {
   const int G = args.num_heads / kv.num_kv_heads, D = kv.head_dim;
-  const int splits =
-      std::min(kMaxDecodeSplits, (max_context + kDecodeSplitQuantum - 1) / kDecodeSplitQuantum);
-  const int split_tiles = split_positions(std::max(max_context, 1)) / kTileKeys;
+  const int min_chunk = pipe_min_split();
+  const int splits = std::min(kMaxDecodeSplits, (max_context + min_chunk - 1) / min_chunk);
+  const int split_tiles = pipe_split_positions(std::max(max_context, 1), min_chunk) / kTileKeys;
   const int stages = pipe_stages(D, G);
   const std::size_t shared = pipe_shared_bytes(D, G, stages);
   WEFT_DISPATCH_PRECISION(kv.precision, {
@@ -685,10 +713,10 @@ void decode_attention_pipelined(const AttentionArgs& args, const FlatBatchView& 
                                            splits, split_tiles, resident_blocks(kernel, shared));
     const int parts = (splits + spp - 1) / spp;
     launch(kernel, dim3(kv.num_kv_heads, num_queries, parts), kThreads, shared, stream, args, batch,
-           kv, query_tokens, workspace, splits, spp, stages);
+           kv, query_tokens, workspace, splits, spp, stages, min_chunk);
     if (parts > 1) {
       launch(fold_combine_kernel<T>, dim3(args.num_heads, num_queries), 128, 0, stream, args, batch,
-             D, query_tokens, workspace, splits, spp);
+             D, query_tokens, workspace, splits, spp, min_chunk);
     }
   });
 }
