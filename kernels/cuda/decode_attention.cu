@@ -649,14 +649,19 @@ int choose_splits_per_part(long long items, int splits, int split_tiles, int res
     const int parts = std::min(forced, splits);
     return (splits + parts - 1) / parts;
   }
-  int best_spp = splits;
-  double best_cost = 0;
+  // WEFT_DECODE_PART_TILES: at most this many tiles per part (0: no bound). The cost below
+  // assumes every context is as long as the longest; in a batch of mostly short contexts the
+  // few long ones' blocks finish last, and a bound on their length bounds that tail.
+  static const int max_tiles = env_int("WEFT_DECODE_PART_TILES", 0);
+  int best_spp = 1;
+  double best_cost = -1;
   for (int spp = splits; spp >= 1; --spp) {
+    if (max_tiles > 0 && spp > 1 && spp * split_tiles > max_tiles) continue;
     const int parts = (splits + spp - 1) / spp;
     const long long blocks = items * parts;
     const double waves = static_cast<double>((blocks + resident - 1) / resident);
     const double cost = waves * (spp * split_tiles + 1) + (parts > 1 ? 2 : 0);
-    if (spp == splits || cost < best_cost) {
+    if (best_cost < 0 || cost < best_cost) {
       best_cost = cost;
       best_spp = spp;
     }
