@@ -37,7 +37,10 @@
 // the row names which bound it is. "weights only" is the older ratio that ignored the KV reads.
 // Decode steps replay CUDA graphs. --profile adds, per decode batch, a few more steps run as plain
 // launches with a device event after each kernel class, and prints the device milliseconds per step
-// by class.
+// by class; then, where the shape has both decode attention kernels (16-bit KV, head_dim
+// 64/128/256, up to 8 query heads per kv head), the same steps once with each ("old": a block per
+// split, "new": the pipelined kernel; WEFT_DECODE_ATTN picks the one the rest of the run uses) and
+// their decode attention ms per step and KV read rate (JSON decode_attention_kernels).
 //
 // Before the rows it measures the bf16 GEMM peak: cuBLAS (cublasGemmEx, bf16 inputs, fp32
 // compute) on 8192^3 with bf16 and with fp32 output, and on the model's prefill products at
@@ -63,6 +66,7 @@
 #include <vector>
 
 #include "kernels/cuda/device_info.hpp"
+#include "kernels/cuda/paged_attention.hpp"
 #include "loaders/model_loader.hpp"
 #include "runtime/model/cuda/cuda_model.hpp"
 #include "runtime/model/quantize_weights.hpp"
@@ -338,7 +342,10 @@ int main(int argc, char** argv) {
                    "mpirun -np N, one GPU per rank; its switches are environment variables\n"
                    "  (WEFT_TP_OVERLAP, WEFT_TP_PREFETCH_MB, WEFT_TP_VOCAB_PARALLEL,\n"
                    "  WEFT_TP_BF16_REDUCE_TOKENS: docs/parallel.md); with --profile, each decode\n"
-                   "  batch's device ms per step in all-reduces and the head's all-gather\n");
+                   "  batch's device ms per step in all-reduces and the head's all-gather\n"
+                   "  --profile also times both decode attention kernels on the same steps\n"
+                   "  (old: a block per split, new: pipelined); WEFT_DECODE_ATTN=old|new picks\n"
+                   "  the one the rest of the run uses (docs/cuda.md)\n");
       return 2;
     }
   }
@@ -767,6 +774,39 @@ int main(int argc, char** argv) {
       }
       std::printf(" sum %.3f; wall %.3f\n", device_ms, wall / profile_steps * 1e3);
       json << "},\"profile_wall_ms\":" << wall / profile_steps * 1e3;
+      // Both decode attention kernels (paged_attention.hpp, DecodeAttentionKernel) on the same
+      // steps, where the shape has both: ms per step and the KV read rate.
+      if (cuda::decode_attention_applies_rope(spec.num_heads, kv_layout.num_kv_heads, spec.head_dim,
+                                              kv_layout.dtype)) {
+        const cuda::DecodeAttentionKernel chosen = cuda::decode_attention_kernel();
+        std::printf("  decode attention, batch %d, KV %.2f GB per step:", batch, kv_bytes / 1e9);
+        json << ",\"decode_attention_kernels\":{";
+        for (auto kernel :
+             {cuda::DecodeAttentionKernel::kSplit, cuda::DecodeAttentionKernel::kPipelined}) {
+          cuda::set_decode_attention_kernel(kernel);
+          gpu.set_kernel_profiling(true);
+          gpu.take_kernel_profile();
+          for (int k = repeats; k < repeats + profile_steps; ++k) {
+            if (auto ok = decode_step(decode_batch(k)); !ok) {
+              std::fprintf(stderr, "%s\n", ok.error().what());
+              return failed();
+            }
+          }
+          gpu.set_kernel_profiling(false);
+          const auto classes = gpu.take_kernel_profile();
+          const auto it = classes.find("decode attention");
+          const double ms = it == classes.end() ? 0.0 : it->second / profile_steps;
+          const double gbps = ms > 0 ? kv_bytes / (ms * 1e-3) / 1e9 : 0.0;
+          const char* name = cuda::decode_attention_kernel_name(kernel);
+          std::printf(" %s %.3f ms (%.0f GB/s, %.0f%% of copy bandwidth);", name, ms, gbps,
+                      gbps * 1e9 / bandwidth * 100);
+          json << (kernel == cuda::DecodeAttentionKernel::kSplit ? "" : ",") << "\"" << name
+               << "\":{\"ms\":" << ms << ",\"gb_per_s\":" << gbps << "}";
+        }
+        std::printf("\n");
+        json << "}";
+        cuda::set_decode_attention_kernel(chosen);
+      }
     }
     json << "}";
     release(tables);

@@ -1,10 +1,14 @@
 #include <mma.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/decode_attention_pipelined.hpp"
 #include "kernels/cuda/kv_element.cuh"
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/rope.cuh"
@@ -13,15 +17,20 @@
 namespace weft::cuda {
 namespace {
 
+using detail::cp_async16;
+using detail::cp_async_commit;
+using detail::cp_async_wait;
+using detail::first_position;
+using detail::key_offset;
+using detail::mma_16816;
+using detail::pack2;
+using detail::split_positions;
+
 constexpr int kDecodeThreads = 128;  // also the tile of positions one pass scores
 constexpr int kKeyTile = 32;         // prefill: keys per tile
 constexpr int kPrefillThreads = 128;
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxGroupInRegisters = 8;  // query heads per kv head scored from registers
-
-__host__ __device__ __forceinline__ int first_position(int pos, int window) {
-  return window > 0 && pos + 1 > window ? pos + 1 - window : 0;
-}
 
 // The keys a prefill tile of `count` query rows (positions pos[0..count)) attends to:
 // [lo, hi], the union of each row's causal, sliding-window span.
@@ -33,12 +42,6 @@ __device__ __forceinline__ void tile_key_range(const int* pos, int count, int wi
     lo = min(lo, first_position(pos[r], window));
     hi = max(hi, pos[r]);
   }
-}
-
-// Positions per split for a context of `span` positions (see kDecodeSplitQuantum).
-__host__ __device__ __forceinline__ int split_positions(int span) {
-  const int per = (span + kMaxDecodeSplits - 1) / kMaxDecodeSplits;
-  return (per + kDecodeSplitQuantum - 1) / kDecodeSplitQuantum * kDecodeSplitQuantum;
 }
 
 // The positions [begin, end) that split blockIdx.z of decode query blockIdx.y attends to (the
@@ -59,15 +62,6 @@ __device__ __forceinline__ DecodeSpan decode_span(const AttentionArgs& a, const 
   return {t, pos, begin, end};
 }
 
-// Offset in elements of position p's key row for kv head h; the value row is
-// num_kv_heads * page_size * head_dim further.
-__device__ __forceinline__ std::size_t key_offset(const PagedKvView& kv, const std::int32_t* table,
-                                                  int p, int h) {
-  const int page = table[p / kv.page_size];
-  return static_cast<std::size_t>(page) * kv.page_elems + kv.layer_offset +
-         (static_cast<std::size_t>(h) * kv.page_size + p % kv.page_size) * kv.head_dim;
-}
-
 // int8/fp8 pages: the scale of position p's key row for kv head h (`value`: its value row's).
 __device__ __forceinline__ float row_scale(const PagedKvView& kv, const std::int32_t* table, int p,
                                            int h, bool value) {
@@ -77,10 +71,6 @@ __device__ __forceinline__ float row_scale(const PagedKvView& kv, const std::int
 }
 
 // The same for a decode query's view of its page table (a token tree's path remapped).
-__device__ __forceinline__ std::size_t key_offset(const PagedKvView& kv, const SlotTable& table,
-                                                  int p, int h) {
-  return key_offset(kv, table.pages, table.slot(p), h);
-}
 __device__ __forceinline__ float row_scale(const PagedKvView& kv, const SlotTable& table, int p,
                                            int h, bool value) {
   return row_scale(kv, table.pages, table.slot(p), h, value);
@@ -418,19 +408,6 @@ __global__ void __launch_bounds__(kDecodeThreads)
 // Keys per shared-memory tile of the tensor-core decode kernel (16 per warp).
 constexpr int kStageKeys = 64;
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool live) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
-               "r"(live ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 // Tensor-core decode, one block per (query token, kv head, split) as the other decode
 // kernels. The block copies tiles of kStageKeys keys and values into shared memory with
 // cp.async (16 bytes per instruction, nothing held in registers while in flight; two tiles
@@ -448,40 +425,6 @@ __device__ __forceinline__ void cp_async_wait() {
 //   keys 2t, 2t+1) is already its B fragment; lane g reads head_dim elements
 //   [g*D/8, (g+1)*D/8) of its four keys and packs pairs of keys with byte permutes.
 // Every sum runs in an order fixed by the token's context alone.
-__device__ __forceinline__ void mma_16816(float* c, const unsigned* a, unsigned b0, unsigned b1,
-                                          __nv_bfloat16) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void mma_16816(float* c, const unsigned* a, unsigned b0, unsigned b1,
-                                          __half) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats as 16-bit values in one register (x in the low half), and what rounding left.
-template <class T>
-__device__ __forceinline__ unsigned pack2(float x, float y, float& rx, float& ry) {
-  const T hx = detail::from_float<T>(x), hy = detail::from_float<T>(y);
-  rx = x - detail::to_float(hx);
-  ry = y - detail::to_float(hy);
-  unsigned short ux, uy;
-  memcpy(&ux, &hx, 2);
-  memcpy(&uy, &hy, 2);
-  return static_cast<unsigned>(ux) | (static_cast<unsigned>(uy) << 16);
-}
-template <class T>
-__device__ __forceinline__ unsigned pack2(float x, float y) {
-  float rx, ry;
-  return pack2<T>(x, y, rx, ry);
-}
-
 template <class T, int D>
 __global__ void __launch_bounds__(kDecodeThreads, D >= 256   ? 1
                                                   : D >= 128 ? 4
@@ -1552,6 +1495,7 @@ void prepare_attention_kernels() {
     }
     allow_all_shared_memory<__nv_bfloat16>(bytes);
     allow_all_shared_memory<__half>(bytes);
+    detail::prepare_decode_pipelined(bytes);
     return true;
   }();
   (void)prepared;
@@ -1563,8 +1507,45 @@ bool decode_attention_applies_rope(int num_heads, int num_kv_heads, int head_dim
   return decode_tc_kernel<__nv_bfloat16>(head_dim, num_heads / num_kv_heads) != nullptr;
 }
 
+namespace {
+
+// decode_attention_kernel(): -1 until read from WEFT_DECODE_ATTN.
+std::atomic<int> g_decode_kernel{-1};
+
+DecodeAttentionKernel decode_kernel_from_env() {
+  const char* v = std::getenv("WEFT_DECODE_ATTN");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "old") == 0 || std::strcmp(v, "split") == 0)
+    return DecodeAttentionKernel::kSplit;
+  if (std::strcmp(v, "new") == 0 || std::strcmp(v, "pipelined") == 0)
+    return DecodeAttentionKernel::kPipelined;
+  std::fprintf(stderr, "weft: ignoring WEFT_DECODE_ATTN=%s (expected old or new)\n", v);
+  return DecodeAttentionKernel::kSplit;
+}
+
+}  // namespace
+
+DecodeAttentionKernel decode_attention_kernel() {
+  int k = g_decode_kernel.load(std::memory_order_relaxed);
+  if (k < 0) {
+    int expected = -1;
+    g_decode_kernel.compare_exchange_strong(expected, static_cast<int>(decode_kernel_from_env()));
+    k = g_decode_kernel.load(std::memory_order_relaxed);
+  }
+  return static_cast<DecodeAttentionKernel>(k);
+}
+
+void set_decode_attention_kernel(DecodeAttentionKernel kernel) {
+  g_decode_kernel.store(static_cast<int>(kernel), std::memory_order_relaxed);
+}
+
+const char* decode_attention_kernel_name(DecodeAttentionKernel kernel) {
+  return kernel == DecodeAttentionKernel::kPipelined ? "new" : "old";
+}
+
 int decode_split_count(int max_context) {
-  return decode_splits(max_context);
+  // The pipelined kernel's grid differs: a graph captured with one kernel is not the other's.
+  const bool pipelined = decode_attention_kernel() == DecodeAttentionKernel::kPipelined;
+  return decode_splits(max_context) + (pipelined ? kMaxDecodeSplits + 1 : 0);
 }
 
 std::size_t decode_workspace_floats(int queries, int num_heads, int head_dim, int max_context) {
@@ -1581,6 +1562,12 @@ void decode_attention(const AttentionArgs& args, const FlatBatchView& batch, con
   const int G = args.num_heads / kv.num_kv_heads, D = kv.head_dim;
   const int splits = decode_splits(max_context);
   const dim3 grid(kv.num_kv_heads, num_queries, splits);
+  if (decode_attention_kernel() == DecodeAttentionKernel::kPipelined &&
+      detail::decode_pipelined_supports(args.num_heads, kv.num_kv_heads, D, kv.dtype)) {
+    detail::decode_attention_pipelined(args, batch, kv, query_tokens, num_queries, max_context,
+                                       workspace, stream);
+    return;
+  }
   WEFT_DISPATCH_KV(kv, {
     TcKernel tc = detail::kv_scaled<KV> ? nullptr : decode_tc_kernel<T>(D, G);
     if (tc != nullptr) {

@@ -24,6 +24,15 @@
 //   dependent loads before its copy, 4 blocks per SM (128 registers), DRAM at ~50% of peak.
 //   head_dim 32 runs a register kernel (lanes of a key read 16 bytes each, a softmax per
 //   warp), other shapes a scalar one.
+//   The pipelined kernel (DecodeAttentionKernel::kPipelined, decode_attention.cu) serves the
+//   same 16-bit shapes with the same per-tile arithmetic and splits, but one block walks a
+//   run of consecutive splits ("part") of its token through a ring of 2-4 shared-memory
+//   stages filled by cp.async (the next tiles and their page-table lookups in flight while it
+//   computes one), so its setup is paid once per part and its loads overlap its compute. The
+//   launch cuts contexts into as few parts as fill the GPU (one part at large batches: the
+//   block folds its splits itself and writes the output, no workspace and no combine
+//   launch); a token's splits are folded in split order in either case, bitwise alike, so
+//   results do not depend on the batch.
 // - prefill: one block per (tile of up to 32 consecutive query tokens of one sequence, query
 //   head) walks the keys in tiles of 32 with an online softmax (FlashAttention's recurrence),
 //   staging K and V tiles in shared memory. Straightforward CUDA-core code, no tensor cores.
@@ -67,6 +76,26 @@ struct AttentionArgs {
 inline constexpr int kDecodeSplitQuantum = 64;
 inline constexpr int kMaxDecodeSplits = 32;
 
+// The decode kernel for 16-bit pages, head_dim 64, 128 or 256 and up to 8 query heads per kv
+// head (other shapes and int8/fp8 pages keep their kernels):
+// - kSplit: a block per (token, kv head, split), records combined by a second kernel;
+// - kPipelined: a block per (token, kv head, part of consecutive splits), tiles pipelined.
+// Their outputs differ by rounding only (the pipelined kernel folds the splits in order).
+// The environment variable WEFT_DECODE_ATTN=old|new (or split|pipelined) sets the initial
+// choice, kSplit when unset; set_decode_attention_kernel changes it for later launches
+// (benchmarks, tests). CUDA graphs captured before keep the kernel they captured; the model's
+// graphs are keyed by decode_split_count, which includes the choice.
+enum class DecodeAttentionKernel { kSplit, kPipelined };
+DecodeAttentionKernel decode_attention_kernel();
+void set_decode_attention_kernel(DecodeAttentionKernel kernel);
+const char* decode_attention_kernel_name(DecodeAttentionKernel kernel);  // "old" or "new"
+
+// Parts per token of the pipelined kernel: 0 (default) lets the launch choose from the batch
+// and the device; n > 0 forces min(n, splits) (WEFT_DECODE_PARTS sets the initial value; for
+// tests and tuning). Results are bitwise the same for every value.
+int decode_attention_parts();
+void set_decode_attention_parts(int parts);
+
 // Lets every attention kernel use all the shared memory a block can opt into. Runs once per
 // process (later calls return at once); the launchers call it, and a caller that captures
 // launches into a CUDA graph calls it before capturing (it is not a stream operation).
@@ -78,8 +107,9 @@ void prepare_attention_kernels();
 bool decode_attention_applies_rope(int num_heads, int num_kv_heads, int head_dim,
                                    KvDtype dtype = KvDtype::kBF16);
 
-// The decode grid's depth (splits) for tokens whose longest context is max_context: a CUDA
-// graph of a decode step stays valid while this and the batch shape do not change.
+// A key of the decode launch for tokens whose longest context is max_context (the grid's
+// splits, and which decode kernel is selected): a CUDA graph of a decode step stays valid
+// while this and the batch shape do not change.
 int decode_split_count(int max_context);
 
 // Floats of workspace decode_attention needs for `queries` tokens whose longest context is
