@@ -144,6 +144,7 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Ranks are not pinned to a core: each runs an engine with several threads.
 MPI2=("$MPIRUN" --oversubscribe --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x NCCL_DEBUG -x LD_LIBRARY_PATH)
+MPI4=("$MPIRUN" --oversubscribe --allow-run-as-root --bind-to none -np 4 -x NCCL_NVLS_ENABLE -x NCCL_DEBUG -x LD_LIBRARY_PATH)
 
 (nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader || true) | tee "$OUT/gpus.txt"
 gpus=$(grep -c . "$OUT/gpus.txt" || true)
@@ -178,6 +179,24 @@ if want tests; then
         sort -rn | head -12
     fi
   done
+  # Hybrid on GPUs (when weft is carried): TP 2 x PP 2 over 4 ranks (two per GPU on 2 GPUs)
+  # gives TP=2's greedy tokens, with plain and symmetric buffers.
+  if [ -x "$B/weft" ]; then
+    hy=(generate --model "$ROOT/tests/fixtures/models/llama_gqa_f32" --prompt-ids 5,17,42,99,3,201,64
+        --max-tokens 8 --ignore-eos --device cuda)
+    for buffers in plain symmetric; do
+      stamp "== hybrid on GPUs, WEFT_TP_NCCL_BUFFERS=$buffers: TP=2 against TP 2 x PP 2"
+      log=$OUT/hybrid_$buffers.log
+      two=$(WEFT_TP_NCCL_BUFFERS=$buffers timeout 120 "${MPI2[@]}" -x WEFT_TP_NCCL_BUFFERS "$B/weft" \
+        "${hy[@]}" --tensor-parallel 2 2>"$log")
+      four=$(WEFT_TP_NCCL_BUFFERS=$buffers timeout 120 "${MPI4[@]}" -x WEFT_TP_NCCL_BUFFERS "$B/weft" \
+        "${hy[@]}" --tensor-parallel 2 --pipeline-parallel 2 --micro-batches 2 2>>"$log")
+      echo "tp2:       $two"
+      echo "tp2 x pp2: $four"
+      if [ -n "$two" ] && [ "$two" = "$four" ]; then echo "hybrid ($buffers): same tokens"; else
+        failed=1; echo "hybrid ($buffers): FAILED (log: $log)"; tail -5 "$log"; fi
+    done
+  fi
 fi
 
 if want forward; then
