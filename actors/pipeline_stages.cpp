@@ -9,12 +9,21 @@
 #include "kernels/cuda/precision.hpp"
 #include "runtime/model/cuda/cuda_model.hpp"
 #endif
+#if WEFT_HAVE_NCCL
+#include "runtime/parallel/nccl_communicator.hpp"
+#endif
 
 namespace weft::actors {
 namespace {
 
 #if WEFT_HAVE_CUDA
-// A CudaModel holding a layer range, as a pipeline stage.
+// A CudaModel holding a layer range (of its rank's shard, in a hybrid), as a pipeline stage.
+// In a hybrid the stage's tensor-parallel group arrives with the first step (the pipeline
+// splits it from the world then, over MPI): the stage joins it over NCCL on its GPU, with the
+// group's host communicator carrying NCCL's unique id, and from then on the model all-reduces
+// inside its layers as a tensor-parallel shard does. Each NCCL group spans the stage's ranks,
+// which sit on distinct GPUs (local rank modulo the GPUs: 4 ranks on 2 GPUs give each stage
+// GPUs 0 and 1).
 class CudaStage final : public model::StageForward {
  public:
   explicit CudaStage(model::CudaModel gpu) : gpu_(std::move(gpu)) {}
@@ -24,14 +33,37 @@ class CudaStage final : public model::StageForward {
   int page_size() const noexcept override { return gpu_.kv_layout().page_size; }
   Result<void> forward(const model::StepBatch& batch, std::span<const float> hidden_in,
                        std::vector<float>& out, parallel::Communicator* tensor_parallel) override {
-    if (tensor_parallel != nullptr) {
-      return Error(ErrorCode::kUnsupported,
-                   "a GPU pipeline stage does not split over tensor-parallel ranks yet");
+    if (tensor_parallel != joined_) {
+      if (auto ok = join(tensor_parallel); !ok) return ok;
     }
     return gpu_.forward_layers(batch, hidden_in, out);
   }
 
  private:
+  Result<void> join(parallel::Communicator* group) {
+    if (joined_ != nullptr || group == nullptr) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "a GPU pipeline stage joins one tensor-parallel group, at its first step");
+    }
+#if WEFT_HAVE_NCCL
+    auto nccl = parallel::make_nccl_communicator(*group, gpu_.device(), gpu_.cuda_stream());
+    if (!nccl) return nccl.error();
+    nccl_ = std::move(nccl.value());
+    if (auto ok = gpu_.set_tensor_parallel(*nccl_); !ok) return ok;
+    joined_ = group;
+    return {};
+#else
+    return Error(ErrorCode::kUnsupported,
+                 "a GPU pipeline stage of " + std::to_string(group->size()) +
+                     " tensor-parallel ranks needs NCCL, which this Weft was built without "
+                     "(CMake finds it next to CUDA, with MPI)");
+#endif
+  }
+
+  // The communicator outlives the model (declared first): the model's destructor waits for
+  // its stream and drops the graphs holding NCCL's kernels; the collective memory is NCCL's.
+  std::unique_ptr<parallel::Communicator> nccl_;
+  parallel::Communicator* joined_ = nullptr;  // the host group nccl_ was made over
   model::CudaModel gpu_;
 };
 
@@ -85,11 +117,13 @@ Result<std::unique_ptr<model::ForwardBackend>> make_pipeline_rank_backend(
     const model::Model& model, const DeviceChoice& device, const model::KvLayout& layout,
     const StageOptions& options, parallel::Communicator& world, parallel::PipelinePlace place,
     int micro_batches) {
+#if !WEFT_HAVE_NCCL
   if (device.cuda && place.tensor_parallel > 1) {
     return Error(ErrorCode::kUnsupported,
-                 "--tensor-parallel with --pipeline-parallel runs on the CPU backend so far "
-                 "(pass --device cpu); a GPU stage holds whole layers (docs/parallel.md)");
+                 "--tensor-parallel with --pipeline-parallel on GPUs needs NCCL, which this Weft "
+                 "was built without (pass --device cpu, or build with CUDA, MPI and NCCL)");
   }
+#endif
   auto stage =
       make_stage(model, {model.first_layer(), model.layer_count()}, device, layout, options);
   if (!stage) return stage.error();

@@ -48,6 +48,20 @@
 #     WEFT_L2_PREFETCH_MB=0 (no L2 prefetch at all).
 #   Each run builds its random weights again (about a minute): four or five variants fit a
 #   device call's 10 minutes with --only variants.
+#   and where the collectives' buffers live (docs/parallel.md, "NCCL buffers"):
+#     WEFT_TP_NCCL_BUFFERS=symmetric (NCCL symmetric windows: its low-latency symmetric kernels,
+#     no multicast needed on NVLink), WEFT_TP_NCCL_BUFFERS=registered (ncclCommRegister),
+#     WEFT_TP_SYMMETRIC_FENCE=0 (drop the fence kernel before each symmetric collective, to
+#     measure what it costs; its results are not guaranteed on NCCL before 2.30.7),
+#     WEFT_TP_NCCL_HEAD_ROWS=N (rows of the head's all-gather in the window, default 64),
+#     NCCL_SYM_KERNEL=AllReduce_AGxLL_R (force one of NCCL's symmetric kernels).
+#   The table's last lines say where each variant's collectives ran (a refused request, why).
+#   Issue #20's comparison, in two device calls (each within 10 minutes):
+#     bash bench/gpu_tp.sh --bin B --only tests
+#     bash bench/gpu_tp.sh --bin B --only variants --nccl-env "NCCL_PROTO=LL" \
+#       --nccl-env "WEFT_TP_NCCL_BUFFERS=symmetric" \
+#       --nccl-env "WEFT_TP_NCCL_BUFFERS=symmetric WEFT_TP_SYMMETRIC_FENCE=0" \
+#       --nccl-env "WEFT_TP_NCCL_BUFFERS=registered"
 # NCCL_NVLS_ENABLE=0 is exported (NVLink multicast must stay off on those machines); a variant
 # cannot turn it on.
 set -u
@@ -130,6 +144,7 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Ranks are not pinned to a core: each runs an engine with several threads.
 MPI2=("$MPIRUN" --oversubscribe --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x NCCL_DEBUG -x LD_LIBRARY_PATH)
+MPI4=("$MPIRUN" --oversubscribe --allow-run-as-root --bind-to none -np 4 -x NCCL_NVLS_ENABLE -x NCCL_DEBUG -x LD_LIBRARY_PATH)
 
 (nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader || true) | tee "$OUT/gpus.txt"
 gpus=$(grep -c . "$OUT/gpus.txt" || true)
@@ -144,12 +159,44 @@ if want tests; then
   for t in nccl_communicator_test cuda_tensor_parallel_test nccl_point_to_point_test; do
     [ -x "$B/$t" ] || { echo "($t not carried: skipped)"; continue; }
     stamp "== mpirun -np 2 $t"
-    if ! timeout 300 "${MPI2[@]}" "$B/$t" --gtest_color=no >"$OUT/$t.log" 2>&1; then
+    # nccl_communicator_test with NCCL's INIT and TUNING logs: which kernels the collectives on
+    # symmetric windows ran ("[Symmetric]" lines) and why symmetric memory is refused, if it is.
+    envs=()
+    xs=()
+    if [ $t = nccl_communicator_test ]; then
+      envs=(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING)
+      xs=(-x NCCL_DEBUG_SUBSYS)
+    fi
+    if ! env "${envs[@]}" timeout 420 "${MPI2[@]}" "${xs[@]}" "$B/$t" --gtest_color=no \
+        >"$OUT/$t.log" 2>&1; then
       failed=1
       echo "FAILED (log: $OUT/$t.log)"
     fi
-    grep -E '^\[ measured \]|^\[  (PASSED|FAILED|SKIPPED) |Failure|error' "$OUT/$t.log" | sort -u | head -40
+    grep -E '^\[ measured \]|^\[  (PASSED|FAILED|SKIPPED) |Failure|error' "$OUT/$t.log" | sort -u | head -60
+    if [ $t = nccl_communicator_test ]; then
+      echo "NCCL on symmetric memory (from its log):"
+      grep -iE 'symmetric|cumem|window' "$OUT/$t.log" | sed -E 's/^[^ ]+ [^ ]+ //' | sort | uniq -c |
+        sort -rn | head -12
+    fi
   done
+  # Hybrid on GPUs (when weft is carried): TP 2 x PP 2 over 4 ranks (two per GPU on 2 GPUs)
+  # gives TP=2's greedy tokens, with plain and symmetric buffers.
+  if [ -x "$B/weft" ]; then
+    hy=(generate --model "$ROOT/tests/fixtures/models/llama_gqa_f32" --prompt-ids 5,17,42,99,3,201,64
+        --max-tokens 8 --ignore-eos --device cuda)
+    for buffers in plain symmetric; do
+      stamp "== hybrid on GPUs, WEFT_TP_NCCL_BUFFERS=$buffers: TP=2 against TP 2 x PP 2"
+      log=$OUT/hybrid_$buffers.log
+      two=$(WEFT_TP_NCCL_BUFFERS=$buffers timeout 120 "${MPI2[@]}" -x WEFT_TP_NCCL_BUFFERS "$B/weft" \
+        "${hy[@]}" --tensor-parallel 2 2>"$log")
+      four=$(WEFT_TP_NCCL_BUFFERS=$buffers timeout 120 "${MPI4[@]}" -x WEFT_TP_NCCL_BUFFERS "$B/weft" \
+        "${hy[@]}" --tensor-parallel 2 --pipeline-parallel 2 --micro-batches 2 2>>"$log")
+      echo "tp2:       $two"
+      echo "tp2 x pp2: $four"
+      if [ -n "$two" ] && [ "$two" = "$four" ]; then echo "hybrid ($buffers): same tokens"; else
+        failed=1; echo "hybrid ($buffers): FAILED (log: $log)"; tail -5 "$log"; fi
+    done
+  fi
 fi
 
 if want forward; then
@@ -202,9 +249,12 @@ print(head)
 print("| --- |" + " ---: |" * len(batches))
 print("| TP=1 (1 GPU) | " + " | ".join(f"{one[b]['ms']:.3f}" for b in batches) + " |")
 k = 0
+buffers = []
 while os.path.exists(os.path.join(out, f"variant_{k}.name")):
     name = open(os.path.join(out, f"variant_{k}.name")).read().strip()
-    rows = decode(load(os.path.join(out, f"variant_{k}.json")))
+    doc = load(os.path.join(out, f"variant_{k}.json"))
+    rows = decode(doc)
+    buffers.append(f"- {name}: {(doc or {}).get('tensor_parallel_buffers', '(not recorded)')}")
     cells = []
     for b in batches:
         r = rows.get(b)
@@ -216,6 +266,9 @@ while os.path.exists(os.path.join(out, f"variant_{k}.name")):
         cells.append(f"{r['ms']:.3f} ({one[b]['ms'] / r['ms']:.2f}x), {coll:.3f}")
     print(f"| {name} | " + " | ".join(cells) + " |")
     k += 1
+if buffers:
+    print("\nWhere each variant's collectives ran (WEFT_TP_NCCL_BUFFERS; a refused request says why):\n")
+    print("\n".join(buffers))
 PY
   }
   k=0

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packs what bench/gpu_tp.sh needs for its tests, forward and variants phases into one
 # tarball to carry to a machine with two GPUs (the device tool carries 64 MiB at most):
-# bin/ cuda_forward_bench, cuda_tensor_parallel_test, nccl_communicator_test and lib/ the
+# bin/ cuda_forward_bench, cuda_tensor_parallel_test, nccl_communicator_test (and weft, when
+# built: the hybrid check) and lib/ the
 # shared libraries the device machine lacks (simdjson). Open MPI and NCCL are the device
 # machine's own (/usr/bin/mpirun, /lib/x86_64-linux-gnu/libnccl.so.2), so neither travels.
 #
@@ -21,6 +22,8 @@ bins=("$build/bin/cuda_forward_bench" "$build/tests/runtime/cuda_tensor_parallel
 for b in "${bins[@]}"; do
   [ -x "$b" ] || { echo "gpu_tp_pack.sh: no $b (build it first; see --help)" >&2; exit 1; }
 done
+# weft too when built (gpu_tp.sh's tests phase then checks the hybrid TP x PP on GPUs).
+[ -x "$build/bin/weft" ] && bins+=("$build/bin/weft")
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/tp2/bin" "$stage/tp2/lib"

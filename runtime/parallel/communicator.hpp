@@ -16,11 +16,32 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "weft/error.hpp"
 
 namespace weft::parallel {
+
+// What device memory a group's collectives run on (Communicator::collective_memory).
+enum class CollectiveMemoryKind {
+  kPlain,       // the caller's own memory (cudaMalloc): nothing asked of the backend
+  kRegistered,  // NCCL user buffer registration (ncclMemAlloc + ncclCommRegister)
+  kSymmetric,   // an NCCL symmetric window (ncclMemAlloc + ncclCommWindowRegister)
+};
+
+// Memory made by Communicator::collective_memory: valid until the communicator is destroyed.
+struct CollectiveMemory {
+  void* data = nullptr;
+  std::size_t bytes = 0;  // at least what was asked (rounded up to the allocation granularity)
+  CollectiveMemoryKind kind = CollectiveMemoryKind::kPlain;
+  // The collectives on this memory may start before the kernel that wrote their input has
+  // finished and flushed (NCCL's symmetric kernels are launched with programmatic dependent
+  // launch, and releases before 2.30.7 do not wait inside them): enqueue a kernel without
+  // that attribute (cuda::stream_fence) between the writer and each collective.
+  bool fence_before_collectives = false;
+  std::string description;  // for logs: how it was made, and by which library version
+};
 
 class Communicator {
  public:
@@ -58,7 +79,41 @@ class Communicator {
   // The members of this group with the same `color`, ordered by `key` (MPI_Comm_split): the
   // tensor-parallel group of one pipeline stage. Collective over the whole group.
   virtual Result<std::unique_ptr<Communicator>> split(int color, int key) = 0;
+
+  // `bytes` of device memory on which this group's collectives run faster, of `kind`
+  // (docs/parallel.md, "NCCL buffers"). Collective: every member asks for the same bytes and
+  // kind in the same order. All members succeed or all fail alike (the backend agrees before
+  // returning), so a caller that falls back to its own memory on error stays in step with
+  // the others. Backends without such memory (host buffers) answer kUnsupported.
+  virtual Result<CollectiveMemory> collective_memory(std::size_t bytes, CollectiveMemoryKind kind) {
+    (void)bytes;
+    (void)kind;
+    return Error(ErrorCode::kUnsupported, name() + " has no collective memory");
+  }
 };
+
+// "plain", "registered", "symmetric"; parse_collective_memory_kind reads them back (the value
+// of WEFT_TP_NCCL_BUFFERS; empty means plain), naming the accepted values in its error.
+inline const char* collective_memory_kind_name(CollectiveMemoryKind kind) noexcept {
+  switch (kind) {
+    case CollectiveMemoryKind::kRegistered:
+      return "registered";
+    case CollectiveMemoryKind::kSymmetric:
+      return "symmetric";
+    case CollectiveMemoryKind::kPlain:
+      break;
+  }
+  return "plain";
+}
+inline Result<CollectiveMemoryKind> parse_collective_memory_kind(std::string_view text) {
+  for (auto kind : {CollectiveMemoryKind::kPlain, CollectiveMemoryKind::kRegistered,
+                    CollectiveMemoryKind::kSymmetric}) {
+    if (text == collective_memory_kind_name(kind)) return kind;
+  }
+  if (text.empty()) return CollectiveMemoryKind::kPlain;
+  return Error(ErrorCode::kInvalidArgument, "WEFT_TP_NCCL_BUFFERS: '" + std::string(text) +
+                                                "' is not one of plain, registered, symmetric");
+}
 
 // The checks every backend makes before a collective; the error names the call.
 inline Result<void> check_gather_sizes(const Communicator& comm, std::size_t mine,

@@ -4,10 +4,14 @@
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <vector>
+
+#include "weft/log.hpp"
 
 namespace weft::parallel {
 namespace {
@@ -28,8 +32,27 @@ struct NcclApi {
   decltype(&ncclRecv) recv = nullptr;
   decltype(&ncclGroupStart) group_start = nullptr;
   decltype(&ncclGroupEnd) group_end = nullptr;
-  std::string error;  // why it could not be opened; empty when every entry is set
+  std::string error;  // why it could not be opened; empty when every entry above is set
+  // Optional: absent from older releases (ncclMemAlloc and ncclCommRegister came in 2.19,
+  // windows in 2.27); collective_memory falls back to the caller's memory without them.
+  decltype(&ncclGetVersion) get_version = nullptr;
+  decltype(&ncclMemAlloc) mem_alloc = nullptr;
+  decltype(&ncclMemFree) mem_free = nullptr;
+  decltype(&ncclCommRegister) comm_register = nullptr;
+  decltype(&ncclCommDeregister) comm_deregister = nullptr;
+  decltype(&ncclCommWindowRegister) window_register = nullptr;
+  decltype(&ncclCommWindowDeregister) window_deregister = nullptr;
+  int version = 0;  // ncclGetVersion's code (22809 for 2.28.9); 0 when unknown
 };
+
+// "2.28.9" from ncclGetVersion's code (NCCL_VERSION: X*1000+Y*100+Z up to 2.8, X*10000+Y*100+Z
+// after).
+std::string version_text(int code) {
+  if (code <= 0) return "(version unknown)";
+  const int major = code >= 10000 ? code / 10000 : code / 1000;
+  const int minor = code >= 10000 ? code % 10000 / 100 : code % 1000 / 100;
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(code % 100);
+}
 
 const NcclApi& nccl() {
   static const NcclApi api = [] {
@@ -64,6 +87,17 @@ const NcclApi& nccl() {
     bind(a.recv, "ncclRecv");
     bind(a.group_start, "ncclGroupStart");
     bind(a.group_end, "ncclGroupEnd");
+    auto bind_optional = [&](auto& fn, const char* symbol) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, symbol));
+    };
+    bind_optional(a.get_version, "ncclGetVersion");
+    bind_optional(a.mem_alloc, "ncclMemAlloc");
+    bind_optional(a.mem_free, "ncclMemFree");
+    bind_optional(a.comm_register, "ncclCommRegister");
+    bind_optional(a.comm_deregister, "ncclCommDeregister");
+    bind_optional(a.window_register, "ncclCommWindowRegister");
+    bind_optional(a.window_deregister, "ncclCommWindowDeregister");
+    if (a.get_version != nullptr && a.get_version(&a.version) != ncclSuccess) a.version = 0;
     return a;
   }();
   return api;
@@ -80,7 +114,21 @@ class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(Communicator& bootstrap, ncclComm_t comm, int device, cudaStream_t stream)
       : bootstrap_(bootstrap), comm_(comm), device_(device), stream_(stream) {}
-  ~NcclCommunicator() override { nccl().comm_destroy(comm_); }
+  // Registrations are local to the rank (NCCL's user guide), so a rank that leaves early does
+  // not hold the others; the memory goes back after the communicator that mapped it.
+  ~NcclCommunicator() override {
+    if (!memory_.empty()) {
+      cudaSetDevice(device_);
+      cudaDeviceSynchronize();  // no collective still reads it
+      for (const auto& m : memory_) {
+        if (m.window != nullptr) nccl().window_deregister(comm_, m.window);
+        if (m.handle != nullptr) nccl().comm_deregister(comm_, m.handle);
+      }
+    }
+    nccl().comm_destroy(comm_);
+    for (const auto& m : memory_)
+      nccl().mem_free(m.data);
+  }
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
@@ -152,12 +200,122 @@ class NcclCommunicator final : public Communicator {
   // with the same color, joined through the bootstrap's split.
   Result<std::unique_ptr<Communicator>> split(int color, int key) override;
 
+  // ncclMemAlloc'd memory, registered as a symmetric window (NCCL 2.27+: small collectives on
+  // it run NCCL's symmetric kernels, which on NVLink need no multicast) or as a user buffer
+  // (ncclCommRegister). Each step that can fail on one rank only is followed by an agreement
+  // over the bootstrap (MPI), so every rank returns the same outcome.
+  Result<CollectiveMemory> collective_memory(std::size_t bytes, CollectiveMemoryKind kind) override;
+
  private:
+  // Whether every rank says `ok` (a min over the bootstrap); false when the vote itself fails.
+  bool all_agree(bool ok) {
+    float votes = ok ? 1.0f : 0.0f;
+    if (!bootstrap_.all_reduce_sum(std::span<float>(&votes, 1))) return false;
+    return votes == static_cast<float>(bootstrap_.size());
+  }
+
+  struct Memory {
+    void* data = nullptr;
+    ncclWindow_t window = nullptr;
+    void* handle = nullptr;  // ncclCommRegister's
+  };
+
   Communicator& bootstrap_;
   ncclComm_t comm_;
   int device_;
   cudaStream_t stream_;
+  std::vector<Memory> memory_;
 };
+
+// Whether the symmetric kernels of this NCCL need cuda::stream_fence before them: from 2.28 to
+// 2.30.6 they are launched with programmatic dependent launch but do not wait for the kernel
+// before them (restored in 2.30.7), so they can read an input that is not yet flushed.
+// WEFT_TP_SYMMETRIC_FENCE=0 or 1 overrides, for measuring what the fence costs.
+bool symmetric_fence_needed(int version) {
+  if (const char* v = std::getenv("WEFT_TP_SYMMETRIC_FENCE"); v != nullptr && *v != '\0') {
+    return std::strcmp(v, "0") != 0;
+  }
+  return version <= 0 || version < 23007;
+}
+
+Result<CollectiveMemory> NcclCommunicator::collective_memory(std::size_t bytes,
+                                                             CollectiveMemoryKind kind) {
+  const NcclApi& api = nccl();
+  const bool symmetric = kind == CollectiveMemoryKind::kSymmetric;
+  const std::string what = std::string("nccl collective memory (") +
+                           collective_memory_kind_name(kind) + ", " + std::to_string(bytes) +
+                           " bytes, NCCL " + version_text(api.version) + ")";
+  if (kind == CollectiveMemoryKind::kPlain || bytes == 0) {
+    return Error(ErrorCode::kInvalidArgument,
+                 what + ": ask for registered or symmetric memory of at least one byte");
+  }
+  // Windows need 4 KB alignment (NCCL_WIN_REQUIRED_ALIGNMENT); ncclMemAlloc rounds further up
+  // to the allocation granularity, so the rounded size is within the allocation.
+  bytes = (bytes + 4095) / 4096 * 4096;
+  std::string why;  // this rank's reason for falling back, if any
+  if (api.mem_alloc == nullptr || api.mem_free == nullptr) {
+    why = "this NCCL has no ncclMemAlloc (2.19 or later)";
+  } else if (symmetric && (api.window_register == nullptr || api.window_deregister == nullptr)) {
+    why = "this NCCL has no ncclCommWindowRegister (2.27 or later)";
+  } else if (!symmetric && (api.comm_register == nullptr || api.comm_deregister == nullptr)) {
+    why = "this NCCL has no ncclCommRegister (2.19 or later)";
+  }
+  Memory m;
+  if (why.empty()) {
+    if (auto rc = cudaSetDevice(device_); rc != cudaSuccess) {
+      why = std::string("cudaSetDevice: ") + cudaGetErrorString(rc);
+    } else if (auto nrc = api.mem_alloc(&m.data, bytes); nrc != ncclSuccess) {
+      why = std::string("ncclMemAlloc: ") + api.get_error_string(nrc);
+      m.data = nullptr;
+    }
+  }
+  auto give_up = [&](const std::string& reason) -> Error {
+    if (m.window != nullptr) api.window_deregister(comm_, m.window);
+    if (m.handle != nullptr) api.comm_deregister(comm_, m.handle);
+    if (m.data != nullptr) api.mem_free(m.data);
+    const std::string text = what + ": " + reason + "; using plain device memory";
+    log_warn(text);
+    return Error(ErrorCode::kUnsupported, text);
+  };
+  if (!all_agree(why.empty())) {
+    return give_up(why.empty() ? "another rank could not allocate it" : why);
+  }
+  // Both registrations are made by every rank together (a window is a collective call).
+  ncclResult_t rc = ncclSuccess;
+  if (symmetric) {
+    rc = api.window_register(comm_, m.data, bytes, &m.window, NCCL_WIN_COLL_SYMMETRIC);
+    if (rc == ncclSuccess && m.window == nullptr) {
+      why =
+          "ncclCommWindowRegister returned no window (symmetric memory needs CUDA VMM: "
+          "NCCL_CUMEM_ENABLE, NCCL_WIN_ENABLE)";
+    }
+  } else {
+    rc = api.comm_register(comm_, m.data, bytes, &m.handle);
+  }
+  if (rc != ncclSuccess) {
+    why = std::string(symmetric ? "ncclCommWindowRegister: " : "ncclCommRegister: ") +
+          api.get_error_string(rc);
+  }
+  if (!all_agree(why.empty())) {
+    return give_up(why.empty() ? "another rank could not register it" : why);
+  }
+  memory_.push_back(m);
+  CollectiveMemory out;
+  out.data = m.data;
+  out.bytes = bytes;
+  out.kind = kind;
+  out.fence_before_collectives = symmetric && symmetric_fence_needed(api.version);
+  out.description = std::string(symmetric ? "symmetric window (ncclMemAlloc + "
+                                            "ncclCommWindowRegister"
+                                          : "registered buffer (ncclMemAlloc + "
+                                            "ncclCommRegister") +
+                    "), NCCL " + version_text(api.version) +
+                    (out.fence_before_collectives ? ", fenced" : "");
+  if (bootstrap_.rank() == 0) {
+    log_info("nccl: " + std::to_string(bytes) + " bytes as a " + out.description);
+  }
+  return out;
+}
 
 // A split NCCL communicator together with the host communicator it was bootstrapped over (the
 // NCCL one refers to it, so it is destroyed first).
@@ -188,6 +346,10 @@ class OwningBootstrap final : public Communicator {
   Result<void> wait_sends() override { return nccl_->wait_sends(); }
   Result<std::unique_ptr<Communicator>> split(int color, int key) override {
     return nccl_->split(color, key);
+  }
+  Result<CollectiveMemory> collective_memory(std::size_t bytes,
+                                             CollectiveMemoryKind kind) override {
+    return nccl_->collective_memory(bytes, kind);
   }
 
  private:

@@ -53,11 +53,13 @@ class PipelineBackend final : public model::ForwardBackend {
                   PipelinePlace place, int micro_batches)
       : stage_(std::move(stage)), world_(world), place_(place), micro_batches_(micro_batches) {}
 
+  // The stage's tensor-parallel group (split at the first step) is declared before the stage,
+  // so it outlives the stage: a GPU stage's NCCL communicator was bootstrapped over it.
+  std::unique_ptr<Communicator> tensor_group_;
   std::unique_ptr<model::StageForward> stage_;
   Communicator& world_;
   PipelinePlace place_;
   int micro_batches_;
-  std::unique_ptr<Communicator> tensor_group_;  // split at the first step
   std::vector<float> in_, out_, received_;
 };
 

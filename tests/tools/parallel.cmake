@@ -107,4 +107,15 @@ if(WEFT_HAVE_NCCL AND WEFT_MPIEXEC)
            COMMAND sh -c "${tp_two_gpus}; ${tp_launch_text} -np 2 $<TARGET_FILE:weft> bench --model ${CMAKE_SOURCE_DIR}/models/weft-tiny --device cuda --tensor-parallel 2 --num-requests 8 --input-len 16 --output-len 8")
   set_tests_properties(weft_bench_tensor_parallel_cuda PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77
     PASS_REGULAR_EXPRESSION "requests 8 \\(0 failed\\)")
+  # Hybrid on GPUs: two stages of two tensor-parallel ranks (4 processes: on 2 GPUs two per GPU,
+  # each stage's NCCL group over GPUs 0 and 1; on 4 GPUs one each) give the tokens of TP=2 alone
+  # (the same shards and all-reduces; the stages only hand the fp32 residual stream on), with
+  # the collectives' buffers plain and in NCCL symmetric windows.
+  foreach(buffers plain symmetric)
+    set(hy_args "generate --model ${fixture_models}/llama_gqa_f32 --prompt-ids 5,17,42,99,3,201,64 --max-tokens 8 --ignore-eos --device cuda")
+    add_test(NAME weft_generate_tensor_pipeline_hybrid_cuda_${buffers}
+             COMMAND sh -c "${tp_two_gpus}; export WEFT_TP_NCCL_BUFFERS=${buffers}; two=$(${tp_launch_text} -np 2 -x WEFT_TP_NCCL_BUFFERS $<TARGET_FILE:weft> ${hy_args} --tensor-parallel 2 2>/dev/null) && four=$(${tp_launch_text} -np 4 -x WEFT_TP_NCCL_BUFFERS $<TARGET_FILE:weft> ${hy_args} --tensor-parallel 2 --pipeline-parallel 2 --micro-batches 2) && echo \"tp2: $two\" && echo \"tp2 x pp2: $four\" && [ -n \"$two\" ] && [ \"$two\" = \"$four\" ]")
+    set_tests_properties(weft_generate_tensor_pipeline_hybrid_cuda_${buffers} PROPERTIES
+                         TIMEOUT 180 SKIP_RETURN_CODE 77)
+  endforeach()
 endif()

@@ -7,8 +7,9 @@ namespace weft::cli {
 void add_pipeline_options(CLI::App* cmd, PipelineOptions& options) {
   cmd->add_option("--pipeline-parallel", options.stages,
                   "cut the model by layers into M stages, one per process started by mpirun "
-                  "(with --tensor-parallel N: M x N processes, ranks stage * N + tp rank); each "
-                  "rank holds only its layers and their KV; rank 0 samples (docs/parallel.md)")
+                  "(with --tensor-parallel N: M x N processes, ranks stage * N + tp rank, each "
+                  "stage's N ranks a group of their own, over NCCL on GPUs); each rank holds "
+                  "only its layers and their KV; rank 0 samples (docs/parallel.md)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--micro-batches", options.micro_batches,

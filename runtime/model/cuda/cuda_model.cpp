@@ -26,6 +26,7 @@
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/residual_norm.hpp"
 #include "kernels/cuda/rope.hpp"
+#include "kernels/cuda/stream_fence.hpp"
 #include "runtime/model/cuda/cuda_model_state.hpp"
 
 namespace weft::model {
@@ -346,12 +347,16 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   const int head_ranks = vocab_parallel && tensor_parallel != nullptr ? tensor_parallel->size() : 0;
   const std::size_t shard_bytes =
       head_ranks > 0 ? static_cast<std::size_t>(rows) * ((V + head_ranks - 1) / head_ranks) * 4 : 0;
+  // Steps of few rows gather the head's logits in the group's collective memory (head_window_*).
+  const bool head_in_window = shard_bytes > 0 && rows <= head_window_rows;
+  const std::size_t own_shard_bytes = head_in_window ? 0 : shard_bytes;
   if (split_floats * 4 > split_workspace.bytes() ||
-      static_cast<std::size_t>(rows) * V * 4 > logits.bytes() || shard_bytes > head_shard.bytes() ||
-      shard_bytes * head_ranks > head_gathered.bytes()) {
+      static_cast<std::size_t>(rows) * V * 4 > logits.bytes() ||
+      own_shard_bytes > head_shard.bytes() ||
+      own_shard_bytes * head_ranks > head_gathered.bytes()) {
     drop_graphs();
   }
-  if (shard_bytes > 0) {
+  if (own_shard_bytes > 0) {
     if (auto err = head_shard.reserve(shard_bytes); err != cudaSuccess) {
       return cuda_error(err, "allocating the vocab-parallel head's logits");
     }
@@ -453,6 +458,8 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   auto all_reduce_delta = [&](bool sixteen) {
     if (tensor_parallel == nullptr) return;
     const auto n = static_cast<std::size_t>(T) * H;
+    // NCCL's symmetric kernels may start before the product's writes are flushed (tp_fence).
+    if (tp_fence && !(sixteen ? delta16 : delta).owned()) cuda::stream_fence(stream);
     if (sixteen) {
       reduce_ok &= static_cast<bool>(tensor_parallel->all_reduce_sum_bf16(
           std::span<std::uint16_t>(delta16.as<std::uint16_t>(), n)));
@@ -589,6 +596,8 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
           ? static_cast<const void*>(static_cast<const std::byte*>(head.get()) +
                                      static_cast<std::size_t>(tp_rank) * Vs * H * cuda::kHalfBytes)
           : head.get();
+  float* const shard_out = head_in_window ? head_window_shard : head_shard.as<float>();
+  float* const gathered = head_in_window ? head_window_gathered : head_gathered.as<float>();
   // The next layer's qkv, or after the last layer the head (this rank's rows of it).
   auto prefetch_next = [&](std::size_t l, bool beside_reduce) {
     if (l + 1 < layers.size()) {
@@ -848,21 +857,20 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     mark("norm");
     if (vocab_split) {
       if (head_mine > 0) {
-        blas_ok &= blas->linear(h.get(), rows, head_rows, head_mine, H, head_shard.as<float>(), Vs,
-                                P, stream);
+        blas_ok &= blas->linear(h.get(), rows, head_rows, head_mine, H, shard_out, Vs, P, stream);
       }
       mark("lm_head product");
       const auto shard_floats = static_cast<std::size_t>(rows) * Vs;
-      reduce_ok &= static_cast<bool>(tensor_parallel->all_gather(
-          std::span<const float>(head_shard.as<float>(), shard_floats),
-          std::span<float>(head_gathered.as<float>(), shard_floats * tp_ranks)));
+      if (tp_fence && head_in_window) cuda::stream_fence(stream);
+      reduce_ok &= static_cast<bool>(
+          tensor_parallel->all_gather(std::span<const float>(shard_out, shard_floats),
+                                      std::span<float>(gathered, shard_floats * tp_ranks)));
       for (int k = 0; k < tp_ranks; ++k) {
         const int width = std::min(Vs, V - k * Vs);
         if (width <= 0) continue;
         blas_ok &=
             cudaMemcpy2DAsync(logits.as<float>() + static_cast<std::size_t>(k) * Vs,
-                              static_cast<std::size_t>(V) * 4,
-                              head_gathered.as<float>() + shard_floats * k,
+                              static_cast<std::size_t>(V) * 4, gathered + shard_floats * k,
                               static_cast<std::size_t>(Vs) * 4, static_cast<std::size_t>(width) * 4,
                               rows, cudaMemcpyDeviceToDevice, stream) == cudaSuccess;
       }

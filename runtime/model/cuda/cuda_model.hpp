@@ -153,6 +153,10 @@ class CudaModel final : public ForwardBackend {
   // Steps of at least this many tokens all-reduce o's and down's outputs as bf16 (bf16 models,
   // WEFT_TP_BF16_REDUCE_TOKENS read by set_tensor_parallel); 0: always fp32.
   int bf16_reduce_tokens() const noexcept;
+  // What memory the group's collectives run on (WEFT_TP_NCCL_BUFFERS, read by
+  // set_tensor_parallel; docs/parallel.md): "plain device memory" or the communicator's
+  // description of its registered or symmetric memory, and whether each falls back.
+  std::string tensor_parallel_buffers() const;
 
   struct State;
 

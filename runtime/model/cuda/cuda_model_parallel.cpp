@@ -8,10 +8,71 @@
 #include <cstdlib>
 #include <cstring>
 #include <span>
+#include <string>
 
 #include "runtime/model/cuda/cuda_model_state.hpp"
+#include "runtime/parallel/communicator.hpp"
 
 namespace weft::model {
+namespace {
+
+// Puts the buffers the group's collectives run on into its collective memory of `kind`
+// (WEFT_TP_NCCL_BUFFERS): `delta` (o's and down's outputs, all-reduced in place), `delta16`
+// (their bf16 form, with bf16 all-reduces) and, for the vocab-parallel head, its shard and
+// gathered logits for steps of up to WEFT_TP_NCCL_HEAD_ROWS (64) rows. Every rank asks for the
+// same sizes in the same order (the spec, the step capacity and the environment are the same
+// on every rank), and the communicator makes every rank succeed or fail alike, so a buffer
+// that falls back to plain memory does so on every rank.
+void use_collective_memory(CudaModel::State& s, parallel::Communicator& comm,
+                           parallel::CollectiveMemoryKind kind, bool vocab, bool reduce16) {
+  std::string made, fell_back;
+  auto take = [&](std::size_t bytes, const char* what) -> void* {
+    auto m = comm.collective_memory(bytes, kind);
+    if (!m) {
+      fell_back += std::string(fell_back.empty() ? "" : "; ") + what + ": " + m.error().what();
+      return nullptr;
+    }
+    s.tp_fence = s.tp_fence || m->fence_before_collectives;
+    if (made.empty())
+      made = m->description + " for ";
+    else
+      made += ", ";
+    made += what;
+    return m->data;
+  };
+  const auto H = static_cast<std::size_t>(s.spec.hidden_size);
+  const auto T = static_cast<std::size_t>(std::max(1, s.capacity_tokens));
+  if (void* p = take(T * H * 4, "the fp32 all-reduces")) s.delta.adopt(p, T * H * 4);
+  if (reduce16) {
+    if (void* p = take(T * H * 2, "the bf16 all-reduces")) s.delta16.adopt(p, T * H * 2);
+  }
+  int rows = 64;
+  if (const char* r = std::getenv("WEFT_TP_NCCL_HEAD_ROWS"); r != nullptr && *r != '\0') {
+    rows = std::max(0, std::atoi(r));
+  }
+  rows = std::min(rows, static_cast<int>(T));
+  if (vocab && rows > 0) {
+    const int N = comm.size();
+    const auto shard = static_cast<std::size_t>((s.spec.vocab_size + N - 1) / N);
+    const std::size_t bytes = static_cast<std::size_t>(rows) * shard * 4;
+    auto* mine = static_cast<float*>(take(bytes, "the head's shard"));
+    auto* all =
+        mine != nullptr ? static_cast<float*>(take(bytes * N, "the head's all-gather")) : nullptr;
+    if (mine != nullptr && all != nullptr) {
+      s.head_window_shard = mine;
+      s.head_window_gathered = all;
+      s.head_window_rows = rows;
+    }
+  }
+  s.tp_buffers = made.empty() ? std::string("plain device memory") : made;
+  if (s.tp_fence) s.tp_buffers += " (a fence kernel before each collective on it)";
+  if (!fell_back.empty()) {
+    s.tp_buffers += std::string(made.empty() ? "" : "; ") + "plain device memory, " +
+                    parallel::collective_memory_kind_name(kind) + " refused (" + fell_back + ")";
+  }
+}
+
+}  // namespace
 
 void* CudaModel::cuda_stream() const noexcept {
   return state_->stream;
@@ -27,6 +88,25 @@ Result<void> CudaModel::set_tensor_parallel(parallel::Communicator& comm) {
   }
   if (auto err = cudaSetDevice(s.options.device); err != cudaSuccess) {
     return cuda_error(err, "selecting device " + std::to_string(s.options.device));
+  }
+  // Which memory the collectives run on, and the head and bf16 switches (read below too).
+  auto buffers = parallel::parse_collective_memory_kind(
+      std::getenv("WEFT_TP_NCCL_BUFFERS") != nullptr ? std::getenv("WEFT_TP_NCCL_BUFFERS") : "");
+  if (!buffers) return buffers.error();
+  const char* v = std::getenv("WEFT_TP_VOCAB_PARALLEL");
+  const bool vocab = (v == nullptr || std::strcmp(v, "0") != 0) && s.lm_head_q.get() == nullptr;
+  int reduce16 = 0;
+  if (const char* t = std::getenv("WEFT_TP_BF16_REDUCE_TOKENS");
+      t != nullptr && s.options.precision == cuda::Precision::kBF16) {
+    reduce16 = std::max(0, std::atoi(t));
+  }
+  s.drop_graphs();  // they point at the buffers about to move
+  s.tp_fence = false;
+  s.tp_buffers = "plain device memory";
+  s.head_window_shard = s.head_window_gathered = nullptr;
+  s.head_window_rows = 0;
+  if (*buffers != parallel::CollectiveMemoryKind::kPlain) {
+    use_collective_memory(s, comm, *buffers, vocab, reduce16 > 0 && s.capacity_tokens > 0);
   }
   // Rank 0 holds the row-parallel biases, the others zeros (sharded_weights): after the sum
   // every rank holds the whole bias and adds it once, after the step's all-reduce. Every rank
@@ -51,9 +131,8 @@ Result<void> CudaModel::set_tensor_parallel(parallel::Communicator& comm) {
   }
   // The vocab-parallel head (a 16-bit one): WEFT_TP_VOCAB_PARALLEL=0 keeps it whole on every
   // rank, for comparisons. Every rank reads the same variable (mpirun -x), so the group agrees;
-  // a warm-up all-gather of one row's shards, like the all-reduces above.
-  const char* v = std::getenv("WEFT_TP_VOCAB_PARALLEL");
-  const bool vocab = (v == nullptr || std::strcmp(v, "0") != 0) && s.lm_head_q.get() == nullptr;
+  // a warm-up all-gather of one row's shards, like the all-reduces above (in the collective
+  // memory too when the head has some).
   if (vocab) {
     const int V = s.spec.vocab_size;
     const std::size_t shard = static_cast<std::size_t>((V + comm.size() - 1) / comm.size());
@@ -69,14 +148,16 @@ Result<void> CudaModel::set_tensor_parallel(parallel::Communicator& comm) {
         !ok) {
       return ok;
     }
+    if (s.head_window_rows > 0) {
+      if (auto ok = comm.all_gather(std::span<const float>(s.head_window_shard, shard),
+                                    std::span<float>(s.head_window_gathered, shard * comm.size()));
+          !ok) {
+        return ok;
+      }
+    }
   }
   // bf16 all-reduces of o's and down's outputs for steps of WEFT_TP_BF16_REDUCE_TOKENS tokens or
   // more (bf16 models only; unset or 0: off), warmed up like the fp32 ones.
-  int reduce16 = 0;
-  if (const char* t = std::getenv("WEFT_TP_BF16_REDUCE_TOKENS");
-      t != nullptr && s.options.precision == cuda::Precision::kBF16) {
-    reduce16 = std::max(0, std::atoi(t));
-  }
   if (reduce16 > 0 && s.capacity_tokens > 0) {
     if (auto err = s.delta16.reserve(static_cast<std::size_t>(s.capacity_tokens) * H * 2);
         err != cudaSuccess) {
@@ -107,6 +188,10 @@ bool CudaModel::vocab_parallel_head() const noexcept {
 
 int CudaModel::bf16_reduce_tokens() const noexcept {
   return state_->tensor_parallel != nullptr ? state_->bf16_reduce_tokens : 0;
+}
+
+std::string CudaModel::tensor_parallel_buffers() const {
+  return state_->tensor_parallel != nullptr ? state_->tp_buffers : "no tensor-parallel group";
 }
 
 }  // namespace weft::model

@@ -153,6 +153,15 @@ struct CudaModel::State {
   // (capacity_tokens x hidden), summed there and widened into `delta`.
   int bf16_reduce_tokens = 0;
   DeviceBuffer delta16;
+  // The group's collective memory (set_tensor_parallel, WEFT_TP_NCCL_BUFFERS): `delta` and
+  // `delta16` adopt it (a later reserve_step beyond it gives them plain memory again), and the
+  // head's all-gather uses head_window_* for steps of up to head_window_rows logit rows. With
+  // tp_fence, a cuda::stream_fence goes before each collective on it (CollectiveMemory).
+  std::string tp_buffers = "plain device memory";
+  bool tp_fence = false;
+  float* head_window_shard = nullptr;
+  float* head_window_gathered = nullptr;
+  int head_window_rows = 0;
 
   // Decode graphs by (tokens, sequences, logit rows, decode splits, whether verification rows
   // are in it): what fixes their grids, kernels and metadata offsets. They point into the

@@ -16,12 +16,15 @@ class CudaBuffer {
   CudaBuffer() = default;
   ~CudaBuffer() { reset(); }
   CudaBuffer(CudaBuffer&& o) noexcept
-      : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+      : ptr_(std::exchange(o.ptr_, nullptr)),
+        bytes_(std::exchange(o.bytes_, 0)),
+        owned_(std::exchange(o.owned_, true)) {}
   CudaBuffer& operator=(CudaBuffer&& o) noexcept {
     if (this != &o) {
       reset();
       ptr_ = std::exchange(o.ptr_, nullptr);
       bytes_ = std::exchange(o.bytes_, 0);
+      owned_ = std::exchange(o.owned_, true);
     }
     return *this;
   }
@@ -41,10 +44,21 @@ class CudaBuffer {
     return cudaSuccess;
   }
   void reset() {
-    if (ptr_ != nullptr) Memory::release(ptr_);
+    if (ptr_ != nullptr && owned_) Memory::release(ptr_);
     ptr_ = nullptr;
     bytes_ = 0;
+    owned_ = true;
   }
+  // Holds `bytes` at `ptr`, memory owned elsewhere that outlives this buffer (a tensor-parallel
+  // group's collective memory), instead of its own; reserve() beyond `bytes` allocates its own
+  // again.
+  void adopt(void* ptr, std::size_t bytes) {
+    reset();
+    ptr_ = ptr;
+    bytes_ = bytes;
+    owned_ = false;
+  }
+  bool owned() const noexcept { return owned_; }
 
   void* get() const noexcept { return ptr_; }
   template <class T>
@@ -56,6 +70,7 @@ class CudaBuffer {
  private:
   void* ptr_ = nullptr;
   std::size_t bytes_ = 0;
+  bool owned_ = true;
 };
 
 // cudaMalloc'd device memory.

@@ -60,8 +60,18 @@ class CudaTensorParallel
 
 // How the group runs a step (set_tensor_parallel's switches): the head split over the ranks'
 // vocabulary (the default); the whole head on every rank; split, and o's and down's outputs
-// all-reduced as bf16 from one token on (bf16 models only).
-enum Mode { kVocabSplit = 0, kWholeHead = 1, kBf16Reduce = 2 };
+// all-reduced as bf16 from one token on (bf16 models only); then the split head with the
+// collectives' buffers in NCCL symmetric windows (the head's gather in one for steps of up to
+// 2 rows: decode steps, while the 12-row prefill gathers in plain memory), the same with bf16
+// all-reduces, and in registered buffers (WEFT_TP_NCCL_BUFFERS).
+enum Mode {
+  kVocabSplit = 0,
+  kWholeHead = 1,
+  kBf16Reduce = 2,
+  kSymmetric = 3,
+  kSymmetricBf16 = 4,
+  kRegistered = 5
+};
 
 TEST_P(CudaTensorParallel, SplitOverTwoGpusMatchesOneGpu) {
   auto& w = *g_world;
@@ -72,9 +82,13 @@ TEST_P(CudaTensorParallel, SplitOverTwoGpusMatchesOneGpu) {
                  << w.size() << " ranks): run on a multi-GPU machine (bench/gpu_tp.sh)";
   }
   const auto& [name, precision, mode] = GetParam();
-  if (mode == kBf16Reduce && precision != cuda::Precision::kBF16) {
+  const bool reduce16 = mode == kBf16Reduce || mode == kSymmetricBf16;
+  if (reduce16 && precision != cuda::Precision::kBF16) {
     GTEST_SKIP() << "bf16 all-reduces are for bf16 models";
   }
+  const char* buffers = mode == kSymmetric || mode == kSymmetricBf16 ? "symmetric"
+                        : mode == kRegistered                        ? "registered"
+                                                                     : "plain";
   const bool split_vocab = mode != kWholeHead;
   const int device = local_gpu(w.rank(), gpus);
   const auto dir = source_dir() / "tests/fixtures/models" / name;
@@ -106,13 +120,19 @@ TEST_P(CudaTensorParallel, SplitOverTwoGpusMatchesOneGpu) {
   ASSERT_TRUE(nccl) << nccl.error().what();
   // Read by set_tensor_parallel.
   setenv("WEFT_TP_VOCAB_PARALLEL", split_vocab ? "1" : "0", 1);
-  if (mode == kBf16Reduce) setenv("WEFT_TP_BF16_REDUCE_TOKENS", "1", 1);
+  if (reduce16) setenv("WEFT_TP_BF16_REDUCE_TOKENS", "1", 1);
+  setenv("WEFT_TP_NCCL_BUFFERS", buffers, 1);
+  setenv("WEFT_TP_NCCL_HEAD_ROWS", "2", 1);
   auto joined = part->set_tensor_parallel(**nccl);
   unsetenv("WEFT_TP_VOCAB_PARALLEL");
   unsetenv("WEFT_TP_BF16_REDUCE_TOKENS");
+  unsetenv("WEFT_TP_NCCL_BUFFERS");
+  unsetenv("WEFT_TP_NCCL_HEAD_ROWS");
   ASSERT_TRUE(joined) << joined.error().what();
   EXPECT_EQ(part->vocab_parallel_head(), split_vocab);
-  EXPECT_EQ(part->bf16_reduce_tokens(), mode == kBf16Reduce ? 1 : 0);
+  EXPECT_EQ(part->bf16_reduce_tokens(), reduce16 ? 1 : 0);
+  const std::string how = part->tensor_parallel_buffers();
+  if (std::string(buffers) == "plain") EXPECT_EQ(how, "plain device memory");
 
   // Two sequences: 7 and 5 prompt tokens, pages 0-7 and 8-15 (the same ids in both pools).
   const std::vector<std::vector<std::int32_t>> prompts = {{5, 17, 42, 99, 3, 201, 64},
@@ -183,7 +203,7 @@ TEST_P(CudaTensorParallel, SplitOverTwoGpusMatchesOneGpu) {
   if (w.rank() == 0) {
     std::cout << "[ measured ] " << name << " " << cuda::precision_name(precision)
               << (split_vocab ? " vocab-parallel head" : " whole head")
-              << (mode == kBf16Reduce ? ", bf16 all-reduces" : "")
+              << (reduce16 ? ", bf16 all-reduces" : "") << ", buffers: " << how
               << " over 2 GPUs: worst relative logit error " << worst << " (tolerance " << tol
               << "); greedy tokens checked " << checked << ", near ties skipped " << near_ties
               << "\n";
@@ -198,6 +218,20 @@ INSTANTIATE_TEST_SUITE_P(
                                          "qwen2_tied_f32", "qwen2_yarn_bf16"),
                        ::testing::Values(cuda::Precision::kBF16, cuda::Precision::kF16),
                        ::testing::Values(kVocabSplit, kWholeHead, kBf16Reduce)));
+// The collectives' buffers in NCCL's memory: symmetric windows on every fixture, registered
+// buffers on two.
+INSTANTIATE_TEST_SUITE_P(
+    SymmetricBuffers, CudaTensorParallel,
+    ::testing::Combine(::testing::Values("llama_gqa_f32", "llama_dynamic_sharded_f32",
+                                         "llama_linear_headdim_bias_f16",
+                                         "llama_mqa_tied_llama3_bf16", "mistral_swa_bf16",
+                                         "qwen2_tied_f32", "qwen2_yarn_bf16"),
+                       ::testing::Values(cuda::Precision::kBF16, cuda::Precision::kF16),
+                       ::testing::Values(kSymmetric, kSymmetricBf16)));
+INSTANTIATE_TEST_SUITE_P(RegisteredBuffers, CudaTensorParallel,
+                         ::testing::Combine(::testing::Values("llama_gqa_f32", "qwen2_tied_f32"),
+                                            ::testing::Values(cuda::Precision::kBF16),
+                                            ::testing::Values(kRegistered)));
 
 }  // namespace
 }  // namespace weft
