@@ -152,9 +152,10 @@ TEST(GrammarAnalysis, UnproductiveRulesAreNamed) {
       << flat.error().what();
 }
 
-// x{0,4000} y: a chain of 4,000 rules, each holding the next, whose FOLLOW comes from the
-// outermost copy. The sweeps carried it one rule per pass (16 million rule visits); every copy
-// must still see that y, or the end of input, may follow it.
+// x{0,4000} y: spelt out, a chain of 4,000 rules, each holding the next, whose FOLLOW comes
+// from the outermost copy (the sweeps carried it one rule per pass: 16 million rule visits).
+// Since counted repetition (grammars.md, "Bounded repetition") it is one counted element, so
+// the grammar stays small; every rule must still see that y may follow it.
 TEST(GrammarAnalysis, LongRepetitionChains) {
   Grammar g;
   RuleId root = g.add_rule("root");
@@ -162,13 +163,12 @@ TEST(GrammarAnalysis, LongRepetitionChains) {
   g.set_root(root);
   auto flat = flatten_grammar(g);
   ASSERT_TRUE(flat) << flat.error().what();
-  ASSERT_GE(flat->rules.size(), 4000u);
-  const Reference ref = sweep(*flat);
+  ASSERT_LT(flat->rules.size(), 16u) << "x{0,4000} is one counted element, not a chain";
+  // (The sweeps above know nothing of counted elements, so they are no reference here: the
+  // counted x may be followed by another x as well as by y.)
   for (std::size_t r = 1; r < flat->rules.size(); ++r) {
     ASSERT_TRUE(flat->follow[r].test('y')) << flat->rules[r].name;
     ASSERT_FALSE(flat->follow_end[r]) << flat->rules[r].name;
-    ASSERT_EQ(flat->follow[r], ref.follow[r]) << flat->rules[r].name;
-    ASSERT_EQ(flat->first[r], ref.first[r]) << flat->rules[r].name;
   }
 }
 
