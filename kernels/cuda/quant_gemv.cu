@@ -358,10 +358,13 @@ void launch_dequantize(const QuantMatrixView& w, int row_begin, int rows, void* 
 QuantGemvKernel quant_gemv_default_kernel() {
   static const QuantGemvKernel kernel = [] {
     const char* v = std::getenv("WEFT_QUANT_GEMV");
-    if (v == nullptr || *v == '\0' || std::strcmp(v, "mma") == 0) return QuantGemvKernel::kMma;
-    if (std::strcmp(v, "lanes") == 0) return QuantGemvKernel::kLanes;
-    std::fprintf(stderr, "WEFT_QUANT_GEMV=%s: not a kernel (lanes or mma); using mma\n", v);
-    return QuantGemvKernel::kMma;
+    // lanes by default: measured on an H100 (2026-11-26, PERFORMANCE.md), the 8B shape's q4_b32
+    // batch-1 decode takes 3.08 ms with lanes against 3.75 ms with mma; mma wins at 8 tokens
+    // (6.13 against 12.12 ms), so it stays one switch away until it wins at one token too.
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "lanes") == 0) return QuantGemvKernel::kLanes;
+    if (std::strcmp(v, "mma") == 0) return QuantGemvKernel::kMma;
+    std::fprintf(stderr, "WEFT_QUANT_GEMV=%s: not a kernel (lanes or mma); using lanes\n", v);
+    return QuantGemvKernel::kLanes;
   }();
   return kernel;
 }
