@@ -83,6 +83,19 @@ Result<std::string> string(const json::value& v, std::string_view param) {
 constexpr std::int64_t kMaxInt = std::numeric_limits<int>::max();
 
 // The `stop` parameter: a string or an array of strings; null is none.
+// A null value leaves `out` as it is; else an array of ids below vocab_size, appended.
+Result<void> parse_token_ids(const json::value& v, const std::string& param, int vocab_size,
+                             std::vector<std::int32_t>& out) {
+  if (v.is_null()) return {};
+  if (!v.is_array()) return bad(param, "expected an array of token ids");
+  for (std::size_t i = 0; i < v.get_array().size(); ++i) {
+    auto id = integer(v.get_array()[i], param + "[" + std::to_string(i) + "]", 0, vocab_size - 1);
+    if (!id) return id.error();
+    out.push_back(static_cast<std::int32_t>(*id));
+  }
+  return {};
+}
+
 Result<void> parse_stop(const json::value& v, std::vector<std::string>& stop) {
   if (v.is_null()) return {};
   if (v.is_string()) {
@@ -450,25 +463,9 @@ Result<ParsedRequest> parse_request(const json::object& object, Api api, const S
     } else if (key == "stop") {
       r = parse_stop(v, s.stop);
     } else if (key == "stop_token_ids") {
-      if (!v.is_null()) {
-        if (!v.is_array()) return bad(key, "expected an array of token ids");
-        for (std::size_t i = 0; i < v.get_array().size(); ++i) {
-          auto id = integer(v.get_array()[i], key + "[" + std::to_string(i) + "]", 0,
-                            model.vocab_size - 1);
-          if (!id) return id.error();
-          s.stop_token_ids.push_back(static_cast<std::int32_t>(*id));
-        }
-      }
+      r = parse_token_ids(v, key, model.vocab_size, s.stop_token_ids);
     } else if (key == "decoder_prefix_ids") {  // encoder-decoder models (docs/seq2seq.md)
-      if (!v.is_null()) {
-        if (!v.is_array()) return bad(key, "expected an array of token ids");
-        for (std::size_t i = 0; i < v.get_array().size(); ++i) {
-          auto id = integer(v.get_array()[i], key + "[" + std::to_string(i) + "]", 0,
-                            model.vocab_size - 1);
-          if (!id) return id.error();
-          request.decoder_prefix_ids.push_back(static_cast<std::int32_t>(*id));
-        }
-      }
+      r = parse_token_ids(v, key, model.vocab_size, request.decoder_prefix_ids);
     } else if (key == "speculation") {
       r = parse_speculation(v, s);
     } else if (key == "ignore_eos") {

@@ -63,9 +63,19 @@ void SchedulerActor::add_request(std::uint64_t id, std::vector<std::int32_t> pro
     return;
   }
   const int prompt_len = static_cast<int>(prompt.size());
-  const int n = std::max(1, params.n);
   auto added = scheduler_.add(id, std::move(prompt), params.max_tokens);
   if (!added) throw added.error();
+  const bool speculate = speculator_ && params.speculate != "off" && !constrained &&
+                         params.repetition_penalty == 1.0f && params.presence_penalty == 0.0f &&
+                         params.frequency_penalty == 0.0f && params.mirostat == 0 &&
+                         params.fsd == sampling::Fsd::kOff && params.beam_width <= 1;
+  add_samples(id, params, stream, prompt_len, constrained, speculate);
+}
+
+void SchedulerActor::add_samples(std::uint64_t id, const SamplingParams& params,
+                                 const std::shared_ptr<RequestStream>& stream, int prompt_len,
+                                 bool constrained, bool speculate) {
+  const int n = std::max(1, params.n);
   std::vector<std::uint64_t>& ids = samples_[id];
   ids.push_back(id);
   for (int i = 1; i < n; ++i) {
@@ -78,10 +88,6 @@ void SchedulerActor::add_request(std::uint64_t id, std::vector<std::int32_t> pro
     }
     ids.push_back(id + static_cast<std::uint64_t>(i));
   }
-  const bool speculate = speculator_ && params.speculate != "off" && !constrained &&
-                         params.repetition_penalty == 1.0f && params.presence_penalty == 0.0f &&
-                         params.frequency_penalty == 0.0f && params.mirostat == 0 &&
-                         params.fsd == sampling::Fsd::kOff && params.beam_width <= 1;
   for (int i = 0; i < n; ++i) {
     live_.emplace(id + static_cast<std::uint64_t>(i),
                   LiveRequest{stream, params, prompt_len, i, id, constrained, speculate});

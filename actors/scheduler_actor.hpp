@@ -122,6 +122,12 @@ class SchedulerActor : public Actor {
   void add_seq2seq_request(std::uint64_t id, std::vector<std::int32_t> source,
                            std::vector<std::int32_t> decoder_prompt, SamplingParams params,
                            std::shared_ptr<RequestStream> stream);
+  // After the scheduler took request `id` (sample 0): its samples 1..n-1 as siblings (all
+  // removed again, and the error thrown, if one cannot be added), each one live, then the loop
+  // woken.
+  void add_samples(std::uint64_t id, const SamplingParams& params,
+                   const std::shared_ptr<RequestStream>& stream, int prompt_len, bool constrained,
+                   bool speculate);
   // `completion_tokens` >= 0 overrides the count the scheduler's sequence gives (beam search:
   // the returned hypothesis's length).
   void finish(std::uint64_t id, FinishReason reason, std::string error = {},

@@ -122,7 +122,8 @@ __global__ void scale_add_rows_kernel(float* x, int hidden, float scale, const f
                          ? table + static_cast<std::size_t>(table_rows[blockIdx.x]) * hidden
                          : nullptr;
   for (int i = static_cast<int>(threadIdx.x); i < hidden; i += kRowThreads) {
-    float v = row[i] * scale;
+    // Rounded before the add, as the CPU model does (a contracted fma would differ by an ulp).
+    float v = __fmul_rn(row[i], scale);
     if (add != nullptr) v += add[i];
     row[i] = v;
   }

@@ -16,41 +16,13 @@
 #include "kernels/cuda/convert.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/encoder.hpp"
+#include "tests/kernels/cuda_test_buffer.hpp"
 
 namespace weft::cuda {
 namespace {
 
-template <class T>
-class DeviceArray {
- public:
-  explicit DeviceArray(std::size_t n) : n_(n) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p_), std::max<std::size_t>(n, 1) * sizeof(T)),
-              cudaSuccess);
-  }
-  explicit DeviceArray(const std::vector<T>& v) : DeviceArray(v.size()) {
-    EXPECT_EQ(cudaMemcpy(p_, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~DeviceArray() { cudaFree(p_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  std::vector<T> download() const {
-    std::vector<T> v(n_);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(v.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
-  }
-  T* get() const { return p_; }
-
- private:
-  T* p_ = nullptr;
-  std::size_t n_;
-};
-
-std::vector<float> widened(const DeviceArray<std::uint16_t>& h, std::size_t n, Precision p) {
-  DeviceArray<float> f(n);
-  convert_to_f32(h.get(), p, f.get(), n, nullptr);
-  return f.download();
-}
+using test_support::DeviceArray;
+using test_support::widened;
 
 class CudaEncoderKernels : public ::testing::TestWithParam<Precision> {
  protected:

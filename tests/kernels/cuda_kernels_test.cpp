@@ -30,38 +30,15 @@
 #include "kernels/cuda/norm.hpp"
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/rope.hpp"
+#include "tests/kernels/cuda_test_buffer.hpp"
 
 namespace weft::cuda {
 namespace {
 
-// A device array, freed at scope exit.
 template <class T>
-class Dev {
- public:
-  explicit Dev(std::size_t n) : n_(n) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p_), std::max<std::size_t>(n, 1) * sizeof(T)),
-              cudaSuccess);
-  }
-  explicit Dev(const std::vector<T>& v) : Dev(v.size()) { upload(v); }
-  ~Dev() { cudaFree(p_); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  void upload(const std::vector<T>& v) {
-    ASSERT_EQ(cudaMemcpy(p_, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  std::vector<T> download() const {
-    std::vector<T> v(n_);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(v.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
-  }
-  T* get() const { return p_; }
+using Dev = test_support::DeviceArray<T>;
 
- private:
-  T* p_ = nullptr;
-  std::size_t n_;
-};
-
+// A device array, freed at scope exit.
 using Half = std::uint16_t;  // a 16-bit element as the host sees it
 
 // Uploads fp32 values as a 16-bit device array; `rounded` gets the values it holds.

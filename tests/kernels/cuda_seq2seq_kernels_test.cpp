@@ -15,41 +15,14 @@
 #include "kernels/cuda/convert.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/seq2seq.hpp"
+#include "tests/kernels/cuda_test_buffer.hpp"
 
 namespace weft::cuda {
 namespace {
 
 template <class T>
-class Device {
- public:
-  explicit Device(std::size_t n) : n_(n) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p_), std::max<std::size_t>(n, 1) * sizeof(T)),
-              cudaSuccess);
-  }
-  explicit Device(const std::vector<T>& v) : Device(v.size()) {
-    EXPECT_EQ(cudaMemcpy(p_, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~Device() { cudaFree(p_); }
-  Device(const Device&) = delete;
-  Device& operator=(const Device&) = delete;
-  std::vector<T> download() const {
-    std::vector<T> v(n_);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(v.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
-  }
-  T* get() const { return p_; }
-
- private:
-  T* p_ = nullptr;
-  std::size_t n_;
-};
-
-std::vector<float> widened(const Device<std::uint16_t>& h, std::size_t n, Precision p) {
-  Device<float> f(n);
-  convert_to_f32(h.get(), p, f.get(), n, nullptr);
-  return f.download();
-}
+using Device = test_support::DeviceArray<T>;
+using test_support::widened;
 
 std::vector<float> random(std::size_t n, std::mt19937& rng, float scale = 1.0f) {
   std::normal_distribution<float> d(0.0f, scale);

@@ -19,35 +19,13 @@
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/learned_positions.hpp"
 #include "kernels/cuda/residual_norm.hpp"
+#include "tests/kernels/cuda_test_buffer.hpp"
 
 namespace weft::cuda {
 namespace {
 
 template <class T>
-class Dev {
- public:
-  explicit Dev(std::size_t n) : n_(n) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p_), std::max<std::size_t>(n, 1) * sizeof(T)),
-              cudaSuccess);
-  }
-  explicit Dev(const std::vector<T>& v) : Dev(v.size()) {
-    EXPECT_EQ(cudaMemcpy(p_, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~Dev() { cudaFree(p_); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  std::vector<T> download() const {
-    std::vector<T> v(n_);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(v.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
-  }
-  T* get() const { return p_; }
-
- private:
-  T* p_ = nullptr;
-  std::size_t n_;
-};
+using Dev = test_support::DeviceArray<T>;
 
 using Half = std::uint16_t;
 

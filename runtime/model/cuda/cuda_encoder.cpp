@@ -13,41 +13,18 @@
 #include "kernels/cuda/encoder.hpp"
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/learned_positions.hpp"
+#include "runtime/model/cuda/cuda_common.hpp"
 #include "runtime/model/cuda/device_buffer.hpp"
 
 namespace weft::model {
 
+using cuda_detail::cuda_error;
 using cuda_detail::DeviceBuffer;
+using cuda_detail::kernel_activation;
+using cuda_detail::select_device;
+using cuda_detail::source_type;
 
-namespace {
-
-Error cuda_failure(cudaError_t err, const std::string& what) {
-  const ErrorCode code =
-      err == cudaErrorMemoryAllocation ? ErrorCode::kResourceExhausted : ErrorCode::kInternal;
-  return Error(code, "CUDA: " + what + ": " + cudaGetErrorString(err));
-}
-
-cuda::SourceType source_of(DType d) {
-  return d == DType::kF32   ? cuda::SourceType::kF32
-         : d == DType::kF16 ? cuda::SourceType::kF16
-                            : cuda::SourceType::kBF16;
-}
-
-cuda::ActivationKind kernel_activation(Activation a) {
-  switch (a) {
-    case Activation::kSilu:
-      return cuda::ActivationKind::kSilu;
-    case Activation::kGelu:
-      return cuda::ActivationKind::kGelu;
-    case Activation::kGeluTanh:
-      return cuda::ActivationKind::kGeluTanh;
-    case Activation::kRelu:
-      return cuda::ActivationKind::kRelu;
-  }
-  return cuda::ActivationKind::kGelu;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 struct CudaEncoder::State {
   const EncoderModel* model = nullptr;
@@ -81,25 +58,25 @@ struct CudaEncoder::State {
                         std::size_t offset, std::size_t total) {
     if (dst.get() == nullptr) {
       if (auto err = dst.reserve(total * cuda::kHalfBytes); err != cudaSuccess) {
-        return cuda_failure(err, "allocating a weight matrix of " +
-                                     std::to_string(total * cuda::kHalfBytes) + " bytes");
+        return cuda_error(err, "allocating a weight matrix of " +
+                                   std::to_string(total * cuda::kHalfBytes) + " bytes");
       }
       weight_bytes += total * cuda::kHalfBytes;
     }
     const std::size_t raw = count * dtype_size(dtype);
     if (auto err = staging.reserve(raw); err != cudaSuccess) {
-      return cuda_failure(err, "allocating the upload staging buffer");
+      return cuda_error(err, "allocating the upload staging buffer");
     }
     if (auto err = cudaMemcpyAsync(staging.get(), src, raw, cudaMemcpyHostToDevice, stream);
         err != cudaSuccess) {
-      return cuda_failure(err, "uploading weights");
+      return cuda_error(err, "uploading weights");
     }
-    cuda::convert_to_precision(staging.get(), source_of(dtype),
+    cuda::convert_to_precision(staging.get(), source_type(dtype),
                                dst.as<std::byte>() + offset * cuda::kHalfBytes, options.precision,
                                count, stream);
     // The staging buffer is reused by the next upload.
     if (auto err = cudaStreamSynchronize(stream); err != cudaSuccess) {
-      return cuda_failure(err, "converting weights");
+      return cuda_error(err, "converting weights");
     }
     return {};
   }
@@ -107,16 +84,16 @@ struct CudaEncoder::State {
   Result<void> upload_floats(const std::vector<float>& v, DeviceBuffer& dst) {
     if (v.empty()) return {};
     if (auto err = dst.reserve(v.size() * sizeof(float)); err != cudaSuccess) {
-      return cuda_failure(err, "allocating a norm or bias vector");
+      return cuda_error(err, "allocating a norm or bias vector");
     }
     weight_bytes += v.size() * sizeof(float);
     if (auto err = cudaMemcpyAsync(dst.get(), v.data(), v.size() * sizeof(float),
                                    cudaMemcpyHostToDevice, stream);
         err != cudaSuccess) {
-      return cuda_failure(err, "uploading a norm or bias vector");
+      return cuda_error(err, "uploading a norm or bias vector");
     }
     if (auto err = cudaStreamSynchronize(stream); err != cudaSuccess) {
-      return cuda_failure(err, "uploading a norm or bias vector");
+      return cuda_error(err, "uploading a norm or bias vector");
     }
     return {};
   }
@@ -147,8 +124,7 @@ struct CudaEncoder::State {
         {&act, T * I * half},  {&meta, T * 7 * 4 + 16}};
     for (const auto& [buffer, bytes] : wants) {
       if (auto err = buffer->reserve(bytes); err != cudaSuccess) {
-        return cuda_failure(err,
-                            "allocating step buffers for " + std::to_string(tokens) + " tokens");
+        return cuda_error(err, "allocating step buffers for " + std::to_string(tokens) + " tokens");
       }
     }
     capacity_tokens = tokens;
@@ -177,26 +153,12 @@ Result<std::unique_ptr<CudaEncoder>> CudaEncoder::create(const EncoderModel& mod
                                               " is above the CUDA encoder attention's " +
                                               std::to_string(cuda::kEncoderMaxHeadDim));
   }
-  int count = 0;
-  if (auto err = cudaGetDeviceCount(&count); err != cudaSuccess || count == 0) {
-    cudaGetLastError();
-    return Error(ErrorCode::kUnsupported,
-                 "CUDA: no device: " +
-                     std::string(err != cudaSuccess ? cudaGetErrorString(err) : "none is visible"));
-  }
-  if (options.device < 0 || options.device >= count) {
-    return Error(ErrorCode::kInvalidArgument, "CUDA: device " + std::to_string(options.device) +
-                                                  " does not exist (" + std::to_string(count) +
-                                                  " visible)");
-  }
-  if (auto err = cudaSetDevice(options.device); err != cudaSuccess) {
-    return cuda_failure(err, "selecting device " + std::to_string(options.device));
-  }
+  if (auto selected = select_device(options.device); !selected) return selected.error();
   auto s = std::make_unique<State>();
   s->model = &model;
   s->options = options;
   if (auto err = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking); err != cudaSuccess) {
-    return cuda_failure(err, "creating a stream");
+    return cuda_error(err, "creating a stream");
   }
   s->blas = std::make_unique<cuda::Blas>();
   if (!s->blas->error().empty()) {
@@ -264,7 +226,7 @@ Result<void> CudaEncoder::encode(const EncodeBatch& batch, std::vector<float>& h
   const auto eps = static_cast<float>(spec.norm_epsilon);
   const cuda::Precision P = s.options.precision;
   if (auto err = cudaSetDevice(s.options.device); err != cudaSuccess) {
-    return cuda_failure(err, "selecting device " + std::to_string(s.options.device));
+    return cuda_error(err, "selecting device " + std::to_string(s.options.device));
   }
   if (auto r = s.reserve_step(T); !r) return r;
 
@@ -292,7 +254,7 @@ Result<void> CudaEncoder::encode(const EncodeBatch& batch, std::vector<float>& h
   if (auto err = cudaMemcpyAsync(s.meta.get(), meta.data(), meta.size() * sizeof(std::int32_t),
                                  cudaMemcpyHostToDevice, s.stream);
       err != cudaSuccess) {
-    return cuda_failure(err, "uploading the batch");
+    return cuda_error(err, "uploading the batch");
   }
   const auto* d_meta = s.meta.as<std::int32_t>();
   const std::int32_t* d_tokens = d_meta;
@@ -348,16 +310,16 @@ Result<void> CudaEncoder::encode(const EncodeBatch& batch, std::vector<float>& h
   }
   if (!products_ok) return Error(ErrorCode::kInternal, "cuBLAS: a matrix product failed");
   if (auto err = cudaGetLastError(); err != cudaSuccess) {
-    return cuda_failure(err, "launching the encoder's kernels");
+    return cuda_error(err, "launching the encoder's kernels");
   }
   hidden.resize(static_cast<std::size_t>(T) * static_cast<std::size_t>(H));
   if (auto err = cudaMemcpyAsync(hidden.data(), x, hidden.size() * sizeof(float),
                                  cudaMemcpyDeviceToHost, stream);
       err != cudaSuccess) {
-    return cuda_failure(err, "copying the hidden states back");
+    return cuda_error(err, "copying the hidden states back");
   }
   if (auto err = cudaStreamSynchronize(stream); err != cudaSuccess) {
-    return cuda_failure(err, "running the encoder");
+    return cuda_error(err, "running the encoder");
   }
   return {};
 }

@@ -680,22 +680,23 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
                                 mlp_width, P, stream);
       mark("gate_up product");
       prefetch(kDown, W.down, static_cast<std::size_t>(H) * I);
-      cuda::mlp_activation16(to_kernel(spec.activation), spec.gated_mlp, mlp.get(), nullptr, T, I,
-                             act.get(), P, stream);
+      cuda::mlp_activation16(kernel_activation(spec.activation), spec.gated_mlp, mlp.get(), nullptr,
+                             T, I, act.get(), P, stream);
     } else if (const cuda::QuantMatrixView up_view{
                    W.up_q.get(), quant_format.value_or(cuda::QuantGemvFormat{}), mlp_width, H};
                spec.gated_mlp && W.up_bias.get() == nullptr && uses_quant(W.up_q) &&
                T <= cuda::kQuantGemvMaxTokens && cuda::quant_gemv_gated_supported(in, T, up_view)) {
       // Quantized decode: the gate_up product applies the activation itself
       // (quant_gemv_gated; WEFT_QUANT_GATED=0 turns it off).
-      cuda::quant_gemv_gated(to_kernel(spec.activation), in, T, up_view, act.get(), P, stream);
+      cuda::quant_gemv_gated(kernel_activation(spec.activation), in, T, up_view, act.get(), P,
+                             stream);
       mark("gate_up product");
       prefetch_matrix(kDown, W.down, W.down_q, H, I);
     } else {
       blas_ok &= product(in, T, W.up, W.up_q, mlp_width, H, mlp.as<float>(), mlp_width);
       mark("gate_up product");
       prefetch_matrix(kDown, W.down, W.down_q, H, I);
-      cuda::mlp_activation(to_kernel(spec.activation), spec.gated_mlp, mlp.as<float>(),
+      cuda::mlp_activation(kernel_activation(spec.activation), spec.gated_mlp, mlp.as<float>(),
                            or_null(W.up_bias), T, I, act.get(), P, stream);
     }
     mark("activation");

@@ -20,42 +20,20 @@
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/quant_gemv.hpp"
 #include "kernels/cuda/quant_layout.hpp"
+#include "runtime/model/cuda/cuda_common.hpp"
 #include "runtime/model/cuda/cuda_model.hpp"
 #include "runtime/model/cuda/device_buffer.hpp"
 #include "runtime/model/rope_frequencies.hpp"
 
 namespace weft::model {
 
+using cuda_detail::cuda_error;
 using cuda_detail::DeviceBuffer;
+using cuda_detail::kernel_activation;
 using cuda_detail::PinnedBuffer;
+using cuda_detail::source_type;
 
 namespace cuda_model_detail {
-
-inline Error cuda_error(cudaError_t err, const std::string& what) {
-  const ErrorCode code =
-      err == cudaErrorMemoryAllocation ? ErrorCode::kResourceExhausted : ErrorCode::kInternal;
-  return Error(code, "CUDA: " + what + ": " + cudaGetErrorString(err));
-}
-
-inline cuda::SourceType source_type(DType d) {
-  return d == DType::kF32   ? cuda::SourceType::kF32
-         : d == DType::kF16 ? cuda::SourceType::kF16
-                            : cuda::SourceType::kBF16;
-}
-
-inline cuda::ActivationKind to_kernel(Activation a) {
-  switch (a) {
-    case Activation::kSilu:
-      return cuda::ActivationKind::kSilu;
-    case Activation::kGelu:
-      return cuda::ActivationKind::kGelu;
-    case Activation::kGeluTanh:
-      return cuda::ActivationKind::kGeluTanh;
-    case Activation::kRelu:
-      return cuda::ActivationKind::kRelu;
-  }
-  return cuda::ActivationKind::kSilu;
-}
 
 // Word offsets of the step's metadata in the one buffer uploaded per step.
 struct StepLayout {

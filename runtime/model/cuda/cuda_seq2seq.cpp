@@ -20,20 +20,6 @@ Error bad_input(const std::string& what) {
   return Error(ErrorCode::kInvalidArgument, what);
 }
 
-cuda::ActivationKind kernel_activation(Activation a) {
-  switch (a) {
-    case Activation::kSilu:
-      return cuda::ActivationKind::kSilu;
-    case Activation::kGelu:
-      return cuda::ActivationKind::kGelu;
-    case Activation::kGeluTanh:
-      return cuda::ActivationKind::kGeluTanh;
-    case Activation::kRelu:
-      return cuda::ActivationKind::kRelu;
-  }
-  return cuda::ActivationKind::kRelu;
-}
-
 template <class T>
 Result<void> upload(const std::vector<T>& host, cuda_detail::DeviceBuffer& dst,
                     cudaStream_t stream) {
@@ -42,7 +28,7 @@ Result<void> upload(const std::vector<T>& host, cuda_detail::DeviceBuffer& dst,
   if (auto err = cudaMemcpyAsync(dst.get(), host.data(), host.size() * sizeof(T),
                                  cudaMemcpyHostToDevice, stream);
       err != cudaSuccess) {
-    return cuda_seq2seq_failure(err, "uploading a step's metadata");
+    return cuda_error(err, "uploading a step's metadata");
   }
   return {};
 }
@@ -132,7 +118,7 @@ Result<std::vector<int>> CudaSeq2Seq::start(const std::vector<std::vector<std::i
   }
   if (sources.empty()) return std::vector<int>{};
   if (auto err = cudaSetDevice(s.options.device); err != cudaSuccess) {
-    return cuda_seq2seq_failure(err, "selecting device " + std::to_string(s.options.device));
+    return cuda_error(err, "selecting device " + std::to_string(s.options.device));
   }
 
   const int H = spec.hidden_size;
@@ -152,15 +138,13 @@ Result<std::vector<int>> CudaSeq2Seq::start(const std::vector<std::vector<std::i
     const std::size_t self_bytes =
         static_cast<std::size_t>(max_decoder_tokens) * cache_row * cuda::kHalfBytes;
     if (auto err = r.cross.reserve(cross_bytes); err != cudaSuccess) {
-      return cuda_seq2seq_failure(err, "allocating " + std::to_string(cross_bytes) +
-                                           " bytes of cross-attention cache for source " +
-                                           std::to_string(i));
+      return cuda_error(err, "allocating " + std::to_string(cross_bytes) +
+                                 " bytes of cross-attention cache for source " + std::to_string(i));
     }
     if (auto err = r.self.reserve(self_bytes); err != cudaSuccess) {
-      return cuda_seq2seq_failure(err, "allocating " + std::to_string(self_bytes) +
-                                           " bytes of self-attention cache for source " +
-                                           std::to_string(i) + " (" +
-                                           std::to_string(max_decoder_tokens) + " positions)");
+      return cuda_error(err, "allocating " + std::to_string(self_bytes) +
+                                 " bytes of self-attention cache for source " + std::to_string(i) +
+                                 " (" + std::to_string(max_decoder_tokens) + " positions)");
     }
   }
   if (auto r = s.reserve_step(T); !r) return r.error();
@@ -235,7 +219,7 @@ Result<std::vector<int>> CudaSeq2Seq::start(const std::vector<std::vector<std::i
   if (encoder_hidden != nullptr) {
     const std::size_t n = static_cast<std::size_t>(T) * H;
     if (auto err = s.hidden_d.reserve(n * sizeof(float)); err != cudaSuccess) {
-      return cuda_seq2seq_failure(err, "allocating the encoder output's copy");
+      return cuda_error(err, "allocating the encoder output's copy");
     }
     cuda::convert_to_f32(s.h.get(), P, s.hidden_d.as<float>(), n, stream);
   }
@@ -251,7 +235,7 @@ Result<std::vector<int>> CudaSeq2Seq::start(const std::vector<std::vector<std::i
   }
   if (!ok) return Error(ErrorCode::kInternal, "cuBLAS: a matrix product failed in the encoder");
   if (auto err = cudaGetLastError(); err != cudaSuccess) {
-    return cuda_seq2seq_failure(err, "launching the encoder's kernels");
+    return cuda_error(err, "launching the encoder's kernels");
   }
   if (encoder_hidden != nullptr) {
     encoder_hidden->resize(static_cast<std::size_t>(T) * H);
@@ -259,11 +243,11 @@ Result<std::vector<int>> CudaSeq2Seq::start(const std::vector<std::vector<std::i
             cudaMemcpyAsync(encoder_hidden->data(), s.hidden_d.get(),
                             encoder_hidden->size() * sizeof(float), cudaMemcpyDeviceToHost, stream);
         err != cudaSuccess) {
-      return cuda_seq2seq_failure(err, "copying the encoder output back");
+      return cuda_error(err, "copying the encoder output back");
     }
   }
   if (auto err = cudaStreamSynchronize(stream); err != cudaSuccess) {
-    return cuda_seq2seq_failure(err, "running the encoder");
+    return cuda_error(err, "running the encoder");
   }
   std::vector<int> ids;
   for (auto& r : made) {
@@ -310,7 +294,7 @@ Result<void> CudaSeq2Seq::step(const std::vector<int>& ids, const std::vector<st
     last_position = std::max(last_position, r.position);
   }
   if (auto err = cudaSetDevice(s.options.device); err != cudaSuccess) {
-    return cuda_seq2seq_failure(err, "selecting device " + std::to_string(s.options.device));
+    return cuda_error(err, "selecting device " + std::to_string(s.options.device));
   }
   const int H = spec.hidden_size;
   const int L = spec.num_layers;
@@ -324,7 +308,7 @@ Result<void> CudaSeq2Seq::step(const std::vector<int>& ids, const std::vector<st
   }
   const std::size_t logit_bytes = static_cast<std::size_t>(R) * V * sizeof(float);
   if (auto err = s.logits_d.reserve(logit_bytes); err != cudaSuccess) {
-    return cuda_seq2seq_failure(err, "allocating logits for " + std::to_string(R) + " rows");
+    return cuda_error(err, "allocating logits for " + std::to_string(R) + " rows");
   }
 
   std::vector<std::int32_t> table_rows;
@@ -410,16 +394,16 @@ Result<void> CudaSeq2Seq::step(const std::vector<int>& ids, const std::vector<st
   ok &= s.blas->linear(s.h.get(), R, head, V, H, s.logits_d.as<float>(), V, P, stream);
   if (!ok) return Error(ErrorCode::kInternal, "cuBLAS: a matrix product failed in the decoder");
   if (auto err = cudaGetLastError(); err != cudaSuccess) {
-    return cuda_seq2seq_failure(err, "launching the decoder's kernels");
+    return cuda_error(err, "launching the decoder's kernels");
   }
   logits.resize(static_cast<std::size_t>(R) * V);
   if (auto err = cudaMemcpyAsync(logits.data(), s.logits_d.get(), logit_bytes,
                                  cudaMemcpyDeviceToHost, stream);
       err != cudaSuccess) {
-    return cuda_seq2seq_failure(err, "copying logits back");
+    return cuda_error(err, "copying logits back");
   }
   if (auto err = cudaStreamSynchronize(stream); err != cudaSuccess) {
-    return cuda_seq2seq_failure(err, "running the decoder");
+    return cuda_error(err, "running the decoder");
   }
   for (const int id : ids)
     ++s.requests.at(id).position;

@@ -15,19 +15,7 @@ namespace weft::model {
 
 using cuda_detail::DeviceBuffer;
 
-Error cuda_seq2seq_failure(cudaError_t err, const std::string& what) {
-  const ErrorCode code =
-      err == cudaErrorMemoryAllocation ? ErrorCode::kResourceExhausted : ErrorCode::kInternal;
-  return Error(code, "CUDA: " + what + ": " + cudaGetErrorString(err));
-}
-
 namespace {
-
-cuda::SourceType source_of(DType d) {
-  return d == DType::kF32   ? cuda::SourceType::kF32
-         : d == DType::kF16 ? cuda::SourceType::kF16
-                            : cuda::SourceType::kBF16;
-}
 
 // Concatenates bias vectors of the given widths (empty ones as zeros); empty when all are.
 std::vector<float> concat_biases(const std::vector<const std::vector<float>*>& parts,
@@ -63,24 +51,24 @@ Result<void> CudaSeq2Seq::State::upload16(const void* src, DType dtype, std::siz
                                           std::size_t total) {
   if (dst.get() == nullptr) {
     if (auto err = dst.reserve(total * cuda::kHalfBytes); err != cudaSuccess) {
-      return cuda_seq2seq_failure(err, "allocating a weight matrix of " +
-                                           std::to_string(total * cuda::kHalfBytes) + " bytes");
+      return cuda_error(err, "allocating a weight matrix of " +
+                                 std::to_string(total * cuda::kHalfBytes) + " bytes");
     }
     weight_bytes += total * cuda::kHalfBytes;
   }
   const std::size_t raw = count * dtype_size(dtype);
   if (auto err = staging.reserve(raw); err != cudaSuccess) {
-    return cuda_seq2seq_failure(err, "allocating the upload staging buffer");
+    return cuda_error(err, "allocating the upload staging buffer");
   }
   if (auto err = cudaMemcpyAsync(staging.get(), src, raw, cudaMemcpyHostToDevice, stream);
       err != cudaSuccess) {
-    return cuda_seq2seq_failure(err, "uploading weights");
+    return cuda_error(err, "uploading weights");
   }
-  cuda::convert_to_precision(staging.get(), source_of(dtype),
+  cuda::convert_to_precision(staging.get(), cuda_detail::source_type(dtype),
                              dst.as<std::byte>() + offset * cuda::kHalfBytes, options.precision,
                              count, stream);
   if (auto err = cudaStreamSynchronize(stream); err != cudaSuccess) {
-    return cuda_seq2seq_failure(err, "converting weights");
+    return cuda_error(err, "converting weights");
   }
   return {};
 }
@@ -88,12 +76,12 @@ Result<void> CudaSeq2Seq::State::upload16(const void* src, DType dtype, std::siz
 Result<void> CudaSeq2Seq::State::upload_floats(const std::vector<float>& v, DeviceBuffer& dst) {
   if (v.empty()) return {};
   if (auto err = dst.reserve(v.size() * sizeof(float)); err != cudaSuccess) {
-    return cuda_seq2seq_failure(err, "allocating a norm, bias or table vector");
+    return cuda_error(err, "allocating a norm, bias or table vector");
   }
   weight_bytes += v.size() * sizeof(float);
   if (auto err = cudaMemcpy(dst.get(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice);
       err != cudaSuccess) {
-    return cuda_seq2seq_failure(err, "uploading a norm, bias or table vector");
+    return cuda_error(err, "uploading a norm, bias or table vector");
   }
   return {};
 }
@@ -232,8 +220,7 @@ Result<void> CudaSeq2Seq::State::reserve_step(int tokens) {
       {&dst_d, T * sizeof(void*)}};
   for (const auto& [buffer, bytes] : wants) {
     if (auto err = buffer->reserve(bytes); err != cudaSuccess) {
-      return cuda_seq2seq_failure(
-          err, "allocating step buffers for " + std::to_string(tokens) + " tokens");
+      return cuda_error(err, "allocating step buffers for " + std::to_string(tokens) + " tokens");
     }
   }
   capacity_tokens = tokens;
@@ -267,26 +254,14 @@ Result<std::unique_ptr<CudaSeq2Seq>> CudaSeq2Seq::create(const Seq2SeqModel& mod
     return Error(ErrorCode::kUnsupported,
                  spec.architecture + ": quantized encoder-decoder weights on CUDA");
   }
-  int count = 0;
-  if (auto err = cudaGetDeviceCount(&count); err != cudaSuccess || count == 0) {
-    cudaGetLastError();
-    return Error(ErrorCode::kUnsupported,
-                 "CUDA: no device: " +
-                     std::string(err != cudaSuccess ? cudaGetErrorString(err) : "none is visible"));
-  }
-  if (options.device < 0 || options.device >= count) {
-    return Error(ErrorCode::kInvalidArgument, "CUDA: device " + std::to_string(options.device) +
-                                                  " does not exist (" + std::to_string(count) +
-                                                  " visible)");
-  }
-  if (auto err = cudaSetDevice(options.device); err != cudaSuccess) {
-    return cuda_seq2seq_failure(err, "selecting device " + std::to_string(options.device));
+  if (auto selected = cuda_detail::select_device(options.device); !selected) {
+    return selected.error();
   }
   auto s = std::make_unique<State>();
   s->model = &model;
   s->options = options;
   if (auto err = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking); err != cudaSuccess) {
-    return cuda_seq2seq_failure(err, "creating a stream");
+    return cuda_error(err, "creating a stream");
   }
   s->blas = std::make_unique<cuda::Blas>();
   if (!s->blas->error().empty()) {

@@ -12,13 +12,14 @@
 
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/seq2seq.hpp"
+#include "runtime/model/cuda/cuda_common.hpp"
 #include "runtime/model/cuda/cuda_seq2seq.hpp"
 #include "runtime/model/cuda/device_buffer.hpp"
 
 namespace weft::model {
 
-// kResourceExhausted for cudaErrorMemoryAllocation, else kInternal; "CUDA: what: reason".
-Error cuda_seq2seq_failure(cudaError_t err, const std::string& what);
+using cuda_detail::cuda_error;
+using cuda_detail::kernel_activation;
 
 struct CudaSeq2Seq::State {
   using DeviceBuffer = cuda_detail::DeviceBuffer;

@@ -151,9 +151,20 @@ TEST(CountedRepeat, MasksEqualBruteForceAcrossTheBound) {
 // Random walks (each step a token drawn among the allowed ones, so counts jump by several
 // characters at once) through bounded strings and arrays: every mask equals brute force.
 TEST(CountedRepeat, RandomWalkMasksEqualBruteForce) {
-  std::vector<std::string> extra = {
-      "aa",  "aaa", "aaaaa", "aaaaaaaaaaa", "a\"",           "aaa\"",        "\",\"",
-      "\"]", "\"}", "\\n",   "\xc3\xa9",    "\xe6\x97\xa5" "a", "a\xf0\x9f\x98"};
+  std::vector<std::string> extra = {"aa",
+                                    "aaa",
+                                    "aaaaa",
+                                    "aaaaaaaaaaa",
+                                    "a\"",
+                                    "aaa\"",
+                                    "\",\"",
+                                    "\"]",
+                                    "\"}",
+                                    "\\n",
+                                    "\xc3\xa9",
+                                    "\xe6\x97\xa5"
+                                    "a",
+                                    "a\xf0\x9f\x98"};
   auto vocab = byte_vocab(extra);
   auto trie = TokenTrie::build(vocab);
   ASSERT_TRUE(trie.ok());

@@ -1,0 +1,67 @@
+#pragma once
+// Host-side pieces every CUDA model shares (CudaModel, CudaEncoder, CudaSeq2Seq): CUDA errors
+// as Weft errors, picking the device, and the spec's enums in the kernels' terms. Host code
+// only; internal to runtime/model/cuda.
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "kernels/cuda/activation.hpp"
+#include "kernels/cuda/precision.hpp"
+#include "runtime/model/model_spec.hpp"
+#include "weft/error.hpp"
+#include "weft/tensor.hpp"
+
+namespace weft::model::cuda_detail {
+
+// kResourceExhausted for cudaErrorMemoryAllocation, else kInternal; "CUDA: what: reason".
+inline Error cuda_error(cudaError_t err, const std::string& what) {
+  const ErrorCode code =
+      err == cudaErrorMemoryAllocation ? ErrorCode::kResourceExhausted : ErrorCode::kInternal;
+  return Error(code, "CUDA: " + what + ": " + cudaGetErrorString(err));
+}
+
+// Makes `device` current; kUnsupported when no GPU is visible, kInvalidArgument for an index
+// outside the visible ones.
+inline Result<void> select_device(int device) {
+  int count = 0;
+  if (auto err = cudaGetDeviceCount(&count); err != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return Error(ErrorCode::kUnsupported,
+                 "CUDA: no device: " +
+                     std::string(err != cudaSuccess ? cudaGetErrorString(err) : "none is visible"));
+  }
+  if (device < 0 || device >= count) {
+    return Error(ErrorCode::kInvalidArgument, "CUDA: device " + std::to_string(device) +
+                                                  " does not exist (" + std::to_string(count) +
+                                                  " visible)");
+  }
+  if (auto err = cudaSetDevice(device); err != cudaSuccess) {
+    return cuda_error(err, "selecting device " + std::to_string(device));
+  }
+  return {};
+}
+
+inline cuda::ActivationKind kernel_activation(Activation a) {
+  switch (a) {
+    case Activation::kSilu:
+      return cuda::ActivationKind::kSilu;
+    case Activation::kGelu:
+      return cuda::ActivationKind::kGelu;
+    case Activation::kGeluTanh:
+      return cuda::ActivationKind::kGeluTanh;
+    case Activation::kRelu:
+      return cuda::ActivationKind::kRelu;
+  }
+  return cuda::ActivationKind::kSilu;
+}
+
+// The element type of host weights as the conversion kernels name it.
+inline cuda::SourceType source_type(DType d) {
+  return d == DType::kF32   ? cuda::SourceType::kF32
+         : d == DType::kF16 ? cuda::SourceType::kF16
+                            : cuda::SourceType::kBF16;
+}
+
+}  // namespace weft::model::cuda_detail
