@@ -180,7 +180,8 @@ if want tests; then
     fi
   done
   # Hybrid on GPUs (when weft is carried): TP 2 x PP 2 over 4 ranks (two per GPU on 2 GPUs)
-  # gives TP=2's greedy tokens, with plain and symmetric buffers.
+  # gives TP=2's greedy tokens, with plain and symmetric buffers. (NCCL prints its version on
+  # stdout once per communicator where NCCL_DEBUG asks for it: not part of the tokens.)
   if [ -x "$B/weft" ]; then
     hy=(generate --model "$ROOT/tests/fixtures/models/llama_gqa_f32" --prompt-ids 5,17,42,99,3,201,64
         --max-tokens 8 --ignore-eos --device cuda)
@@ -188,9 +189,10 @@ if want tests; then
       stamp "== hybrid on GPUs, WEFT_TP_NCCL_BUFFERS=$buffers: TP=2 against TP 2 x PP 2"
       log=$OUT/hybrid_$buffers.log
       two=$(WEFT_TP_NCCL_BUFFERS=$buffers timeout 120 "${MPI2[@]}" -x WEFT_TP_NCCL_BUFFERS "$B/weft" \
-        "${hy[@]}" --tensor-parallel 2 2>"$log")
+        "${hy[@]}" --tensor-parallel 2 2>"$log" | grep -v '^NCCL version')
       four=$(WEFT_TP_NCCL_BUFFERS=$buffers timeout 120 "${MPI4[@]}" -x WEFT_TP_NCCL_BUFFERS "$B/weft" \
-        "${hy[@]}" --tensor-parallel 2 --pipeline-parallel 2 --micro-batches 2 2>>"$log")
+        "${hy[@]}" --tensor-parallel 2 --pipeline-parallel 2 --micro-batches 2 2>>"$log" |
+        grep -v '^NCCL version')
       echo "tp2:       $two"
       echo "tp2 x pp2: $four"
       if [ -n "$two" ] && [ "$two" = "$four" ]; then echo "hybrid ($buffers): same tokens"; else
