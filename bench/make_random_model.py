@@ -9,6 +9,11 @@ from a folder you give (e.g. the Llama-3 tokenizer that scripts/fetch-test-data 
   python3 bench/make_random_model.py --shape 70b --layers 10 --tokenizer DIR --out /tmp/llama70b-10
 
 --layers N keeps a shape's widths with N layers (70b's 80 layers would not fit one GPU).
+--copying zeroes every layer's o_proj and down_proj: the layers still read and compute all their
+weights (the same bytes and FLOPs a step), but add nothing to the residual stream, so each next
+token is a fixed function of the current one. Its greedy output walks that function's cycle,
+which a prompt can hold: bench/make_copy_workload.py writes such prompts, a workload where the
+output copies the input (issue #17's self-drafting case) on a model with the 8B step's cost.
 """
 import argparse
 import os
@@ -28,6 +33,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--layers", type=int, default=0, help="layers (default: the shape's)")
+    ap.add_argument("--copying", action="store_true",
+                    help="zero o_proj and down_proj: the next token depends on the current one only")
     a = ap.parse_args()
     start = time.time()
     torch.manual_seed(a.seed)
@@ -40,13 +47,18 @@ def main():
     torch.set_default_dtype(torch.bfloat16)
     with torch.device("cuda"):
         model = LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    if a.copying:
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.o_proj.weight.zero_()
+                layer.mlp.down_proj.weight.zero_()
     model.generation_config = GenerationConfig(bos_token_id=128000, eos_token_id=128001)
     os.makedirs(a.out, exist_ok=True)
     model.save_pretrained(a.out, safe_serialization=True, max_shard_size="4GB")
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(a.tokenizer, name), os.path.join(a.out, name))
     size = sum(os.path.getsize(os.path.join(a.out, f)) for f in os.listdir(a.out))
-    print(f"make_random_model: {a.shape} ({shape['num_hidden_layers']} layers) -> {a.out}, {size / 1e9:.1f} GB in {time.time() - start:.0f} s")
+    print(f"make_random_model: {a.shape} ({shape['num_hidden_layers']} layers{', copying' if a.copying else ''}) -> {a.out}, {size / 1e9:.1f} GB in {time.time() - start:.0f} s")
 
 
 if __name__ == "__main__":
