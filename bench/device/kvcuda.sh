@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Device call on one H100: KV-Compress on the CUDA backend (docs/kv-compress.md). First its GPU
+# tests (the kernels against the CPU's, the CUDA model against the CPU model, the engine's
+# pool accounting), then throughput at a fixed KV budget on a Llama-3-8B-shaped model with
+# random bf16 weights (bench/make_random_model.py), rates 0, 0.5 and 0.75, through
+# bench/kv_compress_budget.sh. The table goes to $OUT/kvcuda.txt, each run's JSON beside it.
+#
+# Here:  cmake --preset release && cmake --build build/release -j2 --target weft kernels_test \
+#          model_cuda_test executor_cuda_test
+#        mkdir -p .devcarry/kvcuda/bin && cp build/release/bin/{weft,kernels_test,model_cuda_test,executor_cuda_test} .devcarry/kvcuda/bin/ \
+#          && strip .devcarry/kvcuda/bin/*
+#        the Llama-3 tokenizer in .devcarry/l3 (bench/gpu_8b.sh says how)
+# There: run(command="bash bench/device/kvcuda.sh", carry=[".devcarry/kvcuda", ".devcarry/l3"])
+# Knobs (environment): BIN (default .devcarry/kvcuda/bin), MODEL_DIR (/tmp/llama8b), BUDGET_MB
+# (2048: 1,024 pages of 16 tokens of the 8B shape's bf16 KV), REQUESTS (256), INPUT (1024),
+# OUTPUT (128), RATES ("0.5 0.75"), SKIP_TESTS=1.
+set -u
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-build/kvcuda}
+mkdir -p "$OUT"
+BIN=${BIN:-.devcarry/kvcuda/bin}
+M=${MODEL_DIR:-/tmp/llama8b}
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export WEFT_SPEC_DIR=$PWD/config/models WEFT_TEST_SOURCE_DIR=$PWD
+t0=$(date +%s)
+stamp() { echo "[t+$(( $(date +%s) - t0 ))s] $*"; }
+nvidia-smi --query-gpu=name --format=csv,noheader
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  for t in kernels_test model_cuda_test executor_cuda_test; do
+    timeout 240 "$BIN/$t" --gtest_filter='*KvCompress*' --gtest_color=no > "$OUT/$t.log" 2>&1
+    echo "$t rc=$?"
+    grep -E "^\[  (PASSED|SKIPPED|FAILED) |^\[  FAILED  \]|measured" "$OUT/$t.log" | sort -u | head -30
+  done
+  stamp "tests done"
+fi
+if [ ! -f "$M/config.json" ]; then
+  [ -f .devcarry/l3/tokenizer.json ] || gunzip -k .devcarry/l3/tokenizer.json.gz
+  python3 bench/make_random_model.py --shape 8b --tokenizer .devcarry/l3 --out "$M" 2>&1 | tail -1
+fi
+stamp "model ready"
+OUT=$OUT bash bench/kv_compress_budget.sh --bin "$BIN" --model "$M" --device cuda:0 \
+  --budget-mb "${BUDGET_MB:-2048}" --rates "${RATES:-0.5 0.75}" --requests "${REQUESTS:-256}" \
+  --input-len "${INPUT:-1024}" --output-len "${OUTPUT:-128}" | tee "$OUT/kvcuda.txt"
+for r in 0 ${RATES:-0.5 0.75}; do grep -E "weights ->|KV pool" "$OUT/rate$r.err" | tail -2; done
+stamp end
