@@ -5,22 +5,35 @@
 # random bf16 weights (bench/make_random_model.py), rates 0, 0.5 and 0.75, through
 # bench/kv_compress_budget.sh. The table goes to $OUT/kvcuda.txt, each run's JSON beside it.
 #
-# Here:  cmake --preset release && cmake --build build/release -j2 --target weft kernels_test \
-#          model_cuda_test executor_cuda_test
-#        mkdir -p .devcarry/kvcuda/bin && cp build/release/bin/{weft,kernels_test,model_cuda_test,executor_cuda_test} .devcarry/kvcuda/bin/ \
-#          && strip .devcarry/kvcuda/bin/*
-#        the Llama-3 tokenizer in .devcarry/l3 (bench/gpu_8b.sh says how)
+# Here:  bench/device/kvcuda.sh --stage    (builds weft and the three GPU test binaries in
+#        build/release, copies them stripped, with the shared libraries the device machine lacks,
+#        into .devcarry/kvcuda/{bin,lib}); the Llama-3 tokenizer in .devcarry/l3 (bench/gpu_8b.sh
+#        says how)
 # There: run(command="bash bench/device/kvcuda.sh", carry=[".devcarry/kvcuda", ".devcarry/l3"])
-# Knobs (environment): BIN (default .devcarry/kvcuda/bin), MODEL_DIR (/tmp/llama8b), BUDGET_MB
-# (2048: 1,024 pages of 16 tokens of the 8B shape's bf16 KV), REQUESTS (256), INPUT (1024),
-# OUTPUT (128), RATES ("0.5 0.75"), SKIP_TESTS=1.
+# Knobs (environment): WEFT_CARRY (default .devcarry/kvcuda), MODEL_DIR (/tmp/llama8b),
+# BUDGET_MB (2048: 1,024 pages of 16 tokens of the 8B shape's bf16 KV), REQUESTS (256), INPUT
+# (1024), OUTPUT (128), RATES ("0.5 0.75"), SKIP_TESTS=1.
 set -u
 cd "$(dirname "$0")/../.."
+C=${WEFT_CARRY:-.devcarry/kvcuda}
+if [ "${1:-}" = --stage ]; then
+  export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
+  [ -f build/release/CMakeCache.txt ] || cmake --preset release
+  cmake --build build/release -j2 --target weft kernels_test model_cuda_test executor_cuda_test
+  rm -rf "$C" && mkdir -p "$C/bin" "$C/lib"
+  cp build/release/bin/weft build/release/tests/kernels/kernels_test \
+    build/release/tests/runtime/model_cuda_test build/release/tests/actors/executor_cuda_test "$C/bin/"
+  strip "$C"/bin/*
+  for b in "$C"/bin/*; do ldd "$b" | awk '/=> \// {print $3}' | grep -E 'simdjson|benchmark|fmt' || true; done |
+    sort -u | xargs -r -I{} cp -L {} "$C/lib/"
+  du -sh "$C"
+  exit 0
+fi
 OUT=${OUT:-build/kvcuda}
 mkdir -p "$OUT"
-BIN=${BIN:-.devcarry/kvcuda/bin}
+BIN=$C/bin
 M=${MODEL_DIR:-/tmp/llama8b}
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=$PWD/$C/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export WEFT_SPEC_DIR=$PWD/config/models WEFT_TEST_SOURCE_DIR=$PWD
 t0=$(date +%s)
 stamp() { echo "[t+$(( $(date +%s) - t0 ))s] $*"; }
