@@ -6,9 +6,9 @@
 # bench/kv_compress_budget.sh. The table goes to $OUT/kvcuda.txt, each run's JSON beside it.
 #
 # Here:  bench/device/kvcuda.sh --stage    (builds weft and the three GPU test binaries in
-#        build/release, copies them stripped, with the shared libraries the device machine lacks,
-#        into .devcarry/kvcuda/{bin,lib}); the Llama-3 tokenizer in .devcarry/l3 (bench/gpu_8b.sh
-#        says how)
+#        build/release and packs them stripped, with the shared libraries the device machine
+#        lacks, into .devcarry/kvcuda/gpu.tar.xz); the Llama-3 tokenizer in .devcarry/l3
+#        (bench/gpu_8b.sh says how)
 # There: run(command="bash bench/device/kvcuda.sh", carry=[".devcarry/kvcuda", ".devcarry/l3"])
 # Knobs (environment): WEFT_CARRY (default .devcarry/kvcuda), MODEL_DIR (/tmp/llama8b),
 # BUDGET_MB (2048: 1,024 pages of 16 tokens of the 8B shape's bf16 KV), REQUESTS (256), INPUT
@@ -26,14 +26,22 @@ if [ "${1:-}" = --stage ]; then
   strip "$C"/bin/*
   for b in "$C"/bin/*; do ldd "$b" | awk '/=> \// {print $3}' | grep -E 'simdjson|benchmark|fmt' || true; done |
     sort -u | xargs -r -I{} cp -L {} "$C/lib/"
+  # Packed: the CUDA kernels, repeated in every binary, compress to one copy (the carry holds
+  # 64 MiB).
+  tar -C "$C" -cf - bin lib | xz -9e -T2 > "$C/gpu.tar.xz" && rm -rf "$C/bin" "$C/lib"
   du -sh "$C"
   exit 0
 fi
 OUT=${OUT:-build/kvcuda}
 mkdir -p "$OUT"
-BIN=$C/bin
+if [ -f "$C/gpu.tar.xz" ]; then
+  G=/tmp/kvcuda-bin && mkdir -p $G && tar -C $G -xJf "$C/gpu.tar.xz"
+else
+  G=$PWD/$C
+fi
+BIN=$G/bin
 M=${MODEL_DIR:-/tmp/llama8b}
-export LD_LIBRARY_PATH=$PWD/$C/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=$G/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export WEFT_SPEC_DIR=$PWD/config/models WEFT_TEST_SOURCE_DIR=$PWD
 t0=$(date +%s)
 stamp() { echo "[t+$(( $(date +%s) - t0 ))s] $*"; }
