@@ -208,10 +208,6 @@ Result<void> EngineConfig::validate() const {
   if (auto ok = kv::check(kv::KvCompressConfig{kv_compress_rate, kv_compress_window}); !ok) {
     return bad(ok.error().what());
   }
-  if (kv_compress_rate > 0.0 && d->cuda) {
-    return bad("kv_compress_rate > 0 needs device cpu (" + device +
-               " has no KV-Compress kernels yet)");
-  }
   if (kv_compress_rate > 0.0 && !speculate.empty()) {
     return bad("kv_compress_rate > 0 and speculate \"" + speculate + "\" do not mix");
   }

@@ -9,8 +9,7 @@
 #       [--budget-mb 16] [--rates "0.25 0.5"] [--requests 24] [--input-len 512] [--output-len 64]
 #       [--dataset FILE] [-- extra weft bench arguments]
 #
-# KV-Compress runs on the CPU backend only so far: a CUDA device is refused by the engine with
-# a clear error until the CUDA scoring/compaction kernels land (docs/kv-compress.md, "Not yet").
+# --device cuda:0 runs it on a GPU (bench/device/kvcuda.sh: the 8B shape on an H100).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=build/release/bin MODEL=models/weft-tiny DEVICE=cpu BUDGET=16 RATES="0.25 0.5 0.75"

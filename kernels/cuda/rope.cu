@@ -22,7 +22,8 @@ __global__ void rope_store_kv_kernel(RopeArgs a, FlatBatchView b, PagedKvView kv
     __syncthreads();
   }
   const int seq = b.token_seq[t];
-  const int pos = b.positions[t];
+  const int slot_pos = b.positions[t];
+  const int pos = a.positions != nullptr ? a.positions[t] : slot_pos;
   const int R = a.rotary_dim, half = R / 2;
   if (R > 0) {
     const float* freq = a.inv_freq + static_cast<std::size_t>(seq) * half;
@@ -51,7 +52,7 @@ __global__ void rope_store_kv_kernel(RopeArgs a, FlatBatchView b, PagedKvView kv
     }
     __syncthreads();
   }
-  const int kv_slot = slot_table(b, t).slot(pos);  // a tree node's scratch slot
+  const int kv_slot = slot_table(b, t).slot(slot_pos);  // a tree node's scratch slot
   const int page = b.page_ids[b.page_table_begin[seq] + kv_slot / kv.page_size];
   const int slot = kv_slot % kv.page_size;
   KV* block =
@@ -93,8 +94,9 @@ __global__ void rope_store_kv_flat_kernel(RopeArgs a, FlatBatchView b, PagedKvVi
   if (i >= pairs + NKV * D) return;
   float* row = a.qkv + static_cast<std::size_t>(t) * (NH + 2 * NKV) * D;
   const int seq = b.token_seq[t];
-  const int pos = b.positions[t];
-  const int kv_slot = slot_table(b, t).slot(pos);  // a tree node's scratch slot
+  const int slot_pos = b.positions[t];
+  const int pos = a.positions != nullptr ? a.positions[t] : slot_pos;
+  const int kv_slot = slot_table(b, t).slot(slot_pos);  // a tree node's scratch slot
   const int page = b.page_ids[b.page_table_begin[seq] + kv_slot / kv.page_size];
   const int slot = kv_slot % kv.page_size;
   T* block =

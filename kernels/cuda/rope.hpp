@@ -7,6 +7,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 #include "kernels/cuda/paged_kv.hpp"
 
 namespace weft::cuda {
@@ -24,11 +26,15 @@ struct RopeArgs {
   // and sin: per sequence because dynamic NTK scaling depends on the sequence's length.
   const float* inv_freq = nullptr;
   const float* attention_factor = nullptr;
+  // [tokens] the positions the angles are taken at; null: batch.positions. After a KV-Compress
+  // eviction the batch's positions are slots (position - the sequence's slot offset) and these
+  // the tokens' own positions (runtime/model/cuda/cuda_kv_compress.hpp).
+  const std::int32_t* positions = nullptr;
 };
 
 // For each token: qkv += bias; rotate the first rotary_dim entries of every q and k head by
 // angle position * inv_freq (fp32 product, as torch forms it); write k and v into the page
-// slot of the token's position in kv's layer.
+// slot of the token's batch position in kv's layer.
 void rope_store_kv(const RopeArgs& args, const FlatBatchView& batch, const PagedKvView& kv,
                    cudaStream_t stream);
 

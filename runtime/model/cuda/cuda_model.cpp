@@ -220,8 +220,13 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
                                                               spec.head_dim, layout.dtype);
   std::size_t page_words = 0, tree_words = 0;
   bool has_tree = false, has_verify = false;
+  // KV-Compress: a sequence evicted before (its slots are its positions less an offset) or
+  // compressing in this step.
+  bool has_offsets = false, compressing = false;
   for (const auto& seq : batch.sequences) {
     page_words += seq.page_table.size();
+    has_offsets |= seq.slot_offset != 0;
+    compressing |= seq.compress_evict > 0;
     has_verify |= seq.verify && seq.token_count > 0;
     if (!seq.tree_parent.empty()) {
       has_tree = true;
@@ -244,6 +249,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     // decode graph stays valid as the page tables grow.
     L.tokens = take(T);
     L.positions = take(T);
+    L.slots = take(T);
     L.token_seq = take(T);
     L.table_begin = take(S);
     L.logit_rows = take(rows);
@@ -284,6 +290,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     int longest = 0;
     for (int i = seq.token_begin; i < seq.token_begin + seq.token_count; ++i) {
       words[L.token_seq + i] = s;
+      words[L.slots + i] = batch.positions[static_cast<std::size_t>(i)] - seq.slot_offset;
       longest = std::max(longest, batch.positions[static_cast<std::size_t>(i)] + 1);
     }
     // Decode rows: single tokens, and speculative verification rows (each a decode query at
@@ -322,7 +329,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
         words[L.row_list + decode_count] = i;
         words[L.decode_queries + decode_count++] = i;
       }
-      decode_context = std::max(decode_context, longest);
+      decode_context = std::max(decode_context, longest - seq.slot_offset);
     } else {
       for (int i = 0; i < seq.token_count; i += tile_queries) {
         words[L.tiles + 2 * tile_count] = seq.token_begin + i;
@@ -381,6 +388,10 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       err != cudaSuccess) {
     return cuda_error(err, "uploading step metadata");
   }
+  if (compressing) {
+    auto prepared = kv_compress.prepare(batch, spec.num_heads, spec.num_kv_heads, stream);
+    if (!prepared) return prepared.error();
+  }
   if (feed_tokens != nullptr) {
     // A greedy chain's step: its tokens are the argmaxes of the step before, on the device.
     cuda::chain_feed(feed_tokens, feed_pitch, meta.as<std::int32_t>() + L.tokens, T, V, stream);
@@ -405,7 +416,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   const auto* dev = meta.as<std::int32_t>();
   const auto* dev_f = meta.as<float>();
   cuda::FlatBatchView fb;
-  fb.positions = dev + L.positions;
+  fb.positions = dev + L.slots;  // the rope kernel takes the positions themselves (ra.positions)
   fb.token_seq = dev + L.token_seq;
   fb.page_table_begin = dev + L.table_begin;
   fb.page_ids = dev + L.page_ids;
@@ -634,6 +645,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     ra.interleaved = spec.rope.order == RopeOrder::kInterleaved;
     ra.inv_freq = dev_f + L.inv_freq;
     ra.attention_factor = dev_f + L.factor;
+    ra.positions = dev + L.positions;
     kvv.layer_offset = l * (layout.bytes_per_layer_block() / element_bytes);
     cuda::AttentionArgs aa;
     aa.q = qkv_out.as<float>();
@@ -652,8 +664,10 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     }
     // In a step of decode tokens only, the decode attention kernel rotates and stores them
     // itself (bitwise the same; one launch less per layer). Not with verification rows, whose
-    // queries read the keys of the tokens before them in the same step.
-    if (tile_count == 0 && !has_verify && !has_tree && fused_rope && W.qkv_bias.get() == nullptr) {
+    // queries read the keys of the tokens before them in the same step, nor with KV-Compress
+    // (the kernel would rotate by slot, and a compressing step scores the rotated queries).
+    if (tile_count == 0 && !has_verify && !has_tree && !has_offsets && !compressing && fused_rope &&
+        W.qkv_bias.get() == nullptr) {
       aa.rope_inv_freq = ra.inv_freq;
       aa.rope_factor = ra.attention_factor;
     } else {
@@ -666,6 +680,11 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     cuda::prefill_attention(aa, fb, kvv, reinterpret_cast<const cuda::PrefillTile*>(dev + L.tiles),
                             tile_count, stream);
     mark("prefill attention");
+    if (compressing) {  // as the CPU: after the layer's attention read the whole cache
+      kv_compress.compress_layer(qkv_out.as<float>(), static_cast<std::size_t>(qkv_width), aa.scale,
+                                 fb, kvv, stream);
+      mark("kv compress");
+    }
   };
 
   // One layer's MLP from the 16-bit rows `in`, into `delta` (its down bias not yet added).
@@ -888,9 +907,10 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   // A pure decode step of a shape seen before replays its CUDA graph: one launch instead of
   // ~10 per layer. The graph's kernels read this step's metadata from the same buffer.
   const bool graph_step = options.cuda_graphs && !graphs_broken && tile_count == 0 && !has_tree &&
-                          !profiling && embeds && ends;
+                          !compressing && !profiling && embeds && ends;
   if (graph_step) {
-    const GraphKey key{T, S, rows, cuda::decode_split_count(decode_context), has_verify};
+    const GraphKey key{T,          S,          rows, cuda::decode_split_count(decode_context),
+                       has_verify, has_offsets};
     auto it = graphs.find(key);
     if (it == graphs.end()) {
       if (graphs.size() >= kMaxGraphs) drop_graphs();

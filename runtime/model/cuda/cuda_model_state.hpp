@@ -21,6 +21,7 @@
 #include "kernels/cuda/quant_gemv.hpp"
 #include "kernels/cuda/quant_layout.hpp"
 #include "runtime/model/cuda/cuda_common.hpp"
+#include "runtime/model/cuda/cuda_kv_compress.hpp"
 #include "runtime/model/cuda/cuda_model.hpp"
 #include "runtime/model/cuda/device_buffer.hpp"
 #include "runtime/model/rope_frequencies.hpp"
@@ -37,7 +38,9 @@ namespace cuda_model_detail {
 
 // Word offsets of the step's metadata in the one buffer uploaded per step.
 struct StepLayout {
-  std::size_t tokens = 0, positions = 0, token_seq = 0, table_begin = 0, page_ids = 0;
+  // slots: each token's KV slot (its position less its sequence's KV-Compress slot offset),
+  // the positions the attention kernels see.
+  std::size_t tokens = 0, positions = 0, slots = 0, token_seq = 0, table_begin = 0, page_ids = 0;
   std::size_t logit_rows = 0, decode_queries = 0, tiles = 0, inv_freq = 0, factor = 0;
   // Decode rows (single tokens and verification rows) of the step and of its logit rows, for
   // the row kernel (gemv_rows) in steps that also hold prefill chunks; token trees' paths.
@@ -72,6 +75,7 @@ struct CudaModel::State {
   cudaStream_t upload_stream = nullptr;
   cudaEvent_t upload_event = nullptr;
   std::unique_ptr<cuda::Blas> blas;
+  CudaKvCompress kv_compress;  // the scratch of steps that compress (cuda_kv_compress.hpp)
   std::size_t weight_bytes = 0;
 
   struct Layer {
@@ -142,9 +146,10 @@ struct CudaModel::State {
   int head_window_rows = 0;
 
   // Decode graphs by (tokens, sequences, logit rows, decode splits, whether verification rows
-  // are in it): what fixes their grids, kernels and metadata offsets. They point into the
-  // buffers above, so any reallocation drops them.
-  using GraphKey = std::tuple<int, int, int, int, bool>;
+  // are in it, whether a sequence has a KV-Compress slot offset): what fixes their grids,
+  // kernels and metadata offsets. They point into the buffers above, so any reallocation
+  // drops them.
+  using GraphKey = std::tuple<int, int, int, int, bool, bool>;
   static constexpr std::size_t kMaxGraphs = 512;
   std::map<GraphKey, cudaGraphExec_t> graphs;
   bool graphs_broken = false;
