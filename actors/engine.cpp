@@ -306,10 +306,6 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
 
   auto device = actors::parse_device(s.config.device);
   if (!device) throw device.error();
-  if (seq2seq) {
-    device = actors::seq2seq_device(s.config, *device);
-    if (!device) throw device.error();
-  }
   if (group != nullptr) {
     device = actors::tensor_parallel_device(*device, group->rank());
     if (!device) throw device.error();
@@ -338,9 +334,10 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   stage_options.on_progress = s.config.on_load_progress;
   const bool hybrid = s.config.cpu_layers > 0 || s.config.gpu_memory_budget_mb > 0;
   Result<std::unique_ptr<model::ForwardBackend>> backend =
-      seq2seq
-          ? Result<std::unique_ptr<model::ForwardBackend>>(actors::make_seq2seq_backend(
-                *s.loaded.seq2seq, layout, static_cast<int>(budget_pages), s.config.cpu_threads))
+      seq2seq                 ? actors::make_seq2seq_backend(*s.loaded.seq2seq, *device, layout,
+                                             from_device ? 0 : static_cast<int>(budget_pages),
+                                                             s.config.cpu_threads, s.config.max_tokens_per_step,
+                                                             s.config.gpu_memory_fraction)
       : s.config.make_backend ? Result<std::unique_ptr<model::ForwardBackend>>(
                                     s.config.make_backend(model, static_cast<int>(budget_pages)))
       : group != nullptr && stages > 1

@@ -5,6 +5,10 @@
 #include "runtime/model/seq2seq_backend.hpp"
 #include "weft/log.hpp"
 
+#if WEFT_HAVE_CUDA
+#include "runtime/model/cuda/cuda_seq2seq_backend.hpp"
+#endif
+
 namespace weft::actors {
 
 Result<void> check_seq2seq_config(const EngineConfig& c) {
@@ -25,22 +29,30 @@ Result<void> check_seq2seq_config(const EngineConfig& c) {
   return {};
 }
 
-Result<DeviceChoice> seq2seq_device(const EngineConfig& config, const DeviceChoice& parsed) {
-  if (!parsed.cuda) return parsed;
-  if (config.device == "auto") {
-    log_info("engine: encoder-decoder models run on the CPU so far; using it");
-    return DeviceChoice{};
+Result<std::unique_ptr<model::ForwardBackend>> make_seq2seq_backend(
+    const model::Seq2SeqModel& model, const DeviceChoice& device, const model::KvLayout& layout,
+    int num_pages, unsigned cpu_threads, int max_tokens_per_step, double gpu_memory_fraction) {
+  if (!device.cuda) {
+    return std::unique_ptr<model::ForwardBackend>(
+        std::make_unique<model::CpuSeq2SeqBackend>(model, layout, num_pages, cpu_threads));
   }
+#if WEFT_HAVE_CUDA
+  model::CudaSeq2SeqBackendOptions options;
+  options.device = device.index;
+  options.num_pages = num_pages;
+  options.gpu_memory_fraction = gpu_memory_fraction;
+  options.max_tokens_per_step = max_tokens_per_step;
+  auto gpu = model::CudaSeq2SeqBackend::create(model, layout, options);
+  if (!gpu) return gpu.error();
+  log_info("engine: encoder-decoder model on " + gpu.value()->describe());
+  return std::unique_ptr<model::ForwardBackend>(std::move(gpu.value()));
+#else
+  (void)max_tokens_per_step;
+  (void)gpu_memory_fraction;
   return Error(ErrorCode::kUnsupported,
-               "device: encoder-decoder models run on the CPU only so far; use \"cpu\" (or "
-               "\"auto\"), not \"" +
-                   config.device + "\"");
-}
-
-std::unique_ptr<model::ForwardBackend> make_seq2seq_backend(const model::Seq2SeqModel& model,
-                                                            const model::KvLayout& layout,
-                                                            int num_pages, unsigned cpu_threads) {
-  return std::make_unique<model::CpuSeq2SeqBackend>(model, layout, num_pages, cpu_threads);
+               "device cuda:" + std::to_string(device.index) +
+                   ": this Weft was built without CUDA (configure with WEFT_CUDA=ON)");
+#endif
 }
 
 Result<std::vector<std::int32_t>> seq2seq_decoder_prompt(const model::Seq2SeqModel& model,
