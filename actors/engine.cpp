@@ -257,6 +257,7 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
     device = actors::tensor_parallel_device(*device, group->rank());
     if (!device) throw device.error();
   }
+  if (seq2seq) s.seq2seq_max_positions = actors::seq2seq_max_positions(*device);
   auto kv_dtype = actors::resolve_kv_cache_dtype(s.config.kv_cache_dtype, *device);
   if (!kv_dtype) throw kv_dtype.error();
   model::KvLayout layout = seq2seq ? s.loaded.seq2seq->kv_layout(s.config.page_size)

@@ -40,6 +40,8 @@ struct Engine::Impl {
   // speculate "draft": the draft model (run by the CPU or a CudaModel of its own)
   std::optional<LoadedModel> draft;
   int context_length = 0;
+  // Encoder-decoder models: the most positions a source or a decoder may take (0: no limit).
+  int seq2seq_max_positions = 0;
   int vocab_size = 0;
   // The KV pool as EngineMetrics reports it (fixed at start).
   std::string kv_cache_dtype;

@@ -30,6 +30,16 @@ Result<std::unique_ptr<model::ForwardBackend>> make_seq2seq_backend(
     const model::Seq2SeqModel& model, const DeviceChoice& device, const model::KvLayout& layout,
     int num_pages, unsigned cpu_threads, int max_tokens_per_step, double gpu_memory_fraction);
 
+// The most positions a request may take on `device`, encoder tokens and decoder positions
+// alike: on a GPU the CUDA attention's key limit (32768; a row's scores live in shared
+// memory), on the CPU 0 (no limit but the pool).
+int seq2seq_max_positions(const DeviceChoice& device);
+
+// kInvalidArgument naming `prompt` or `max_tokens` when a request's source, or its decoder
+// prompt plus max_tokens, would take more than `max_positions` positions (0: no limit).
+Result<void> check_seq2seq_lengths(int max_positions, std::size_t source_tokens,
+                                   std::size_t decoder_prompt_tokens, int max_tokens);
+
 // The decoder's prompt: decoder_start_token_id, then `prefix` (decoder_prefix_ids), each
 // checked against the vocabulary (kInvalidArgument naming the id).
 Result<std::vector<std::int32_t>> seq2seq_decoder_prompt(const model::Seq2SeqModel& model,

@@ -148,6 +148,11 @@ void Engine::start(GenerateRequest request, std::shared_ptr<const grammar::Compi
           auto prompt = actors::seq2seq_decoder_prompt(*s.loaded.seq2seq, decoder_prefix);
           if (!prompt) return fail(std::move(handler), prompt.error());
           decoder_prompt = std::move(prompt.value());
+          if (auto ok = actors::check_seq2seq_lengths(s.seq2seq_max_positions, ids.size(),
+                                                      decoder_prompt.size(), params.max_tokens);
+              !ok) {
+            return fail(std::move(handler), ok.error());
+          }
         }
         const std::vector<std::int32_t>& sampler_prompt = s.loaded.seq2seq ? decoder_prompt : ids;
         // One sequence id per sample; the request (and its stream) takes the first.

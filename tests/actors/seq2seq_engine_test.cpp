@@ -16,6 +16,7 @@
 #include <span>
 #include <thread>
 
+#include "actors/engine_seq2seq.hpp"
 #include "loaders/model_loader.hpp"
 #include "runtime/model/seq2seq_session.hpp"
 #include "runtime/sampling/sequence_sampler.hpp"
@@ -345,6 +346,27 @@ TEST(Seq2SeqEngineLifecycle, RefusesWhatItDoesNotRunWithAReason) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("speculative decoding"), std::string::npos) << e.what();
   }
+}
+
+// On a GPU a request's source and decoder each take at most the CUDA attention's 32768 keys;
+// past them the request is refused at submit naming the field (the CPU has no such limit).
+TEST(Seq2SeqEngineLimits, LengthsBeyondTheDeviceLimitAreRefusedNamingTheField) {
+  EXPECT_EQ(actors::seq2seq_max_positions(actors::DeviceChoice{}), 0);
+#if WEFT_HAVE_CUDA
+  EXPECT_EQ(actors::seq2seq_max_positions(actors::DeviceChoice{true, 0}), 32768);
+#endif
+  EXPECT_TRUE(actors::check_seq2seq_lengths(0, 1u << 20, 1, 1 << 30));
+  EXPECT_TRUE(actors::check_seq2seq_lengths(100, 100, 1, 99));
+  auto source = actors::check_seq2seq_lengths(100, 101, 1, 5);
+  ASSERT_FALSE(source);
+  EXPECT_EQ(source.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(std::string(source.error().what()).find("prompt: 101 tokens"), std::string::npos)
+      << source.error().what();
+  auto decoder = actors::check_seq2seq_lengths(100, 10, 3, 98);
+  ASSERT_FALSE(decoder);
+  EXPECT_NE(std::string(decoder.error().what()).find("max_tokens: 98 after 3"), std::string::npos)
+      << decoder.error().what();
+  EXPECT_NE(std::string(decoder.error().what()).find("at most 97"), std::string::npos);
 }
 
 }  // namespace
