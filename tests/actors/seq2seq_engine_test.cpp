@@ -1,6 +1,6 @@
 // Encoder-decoder models through the Engine (docs/seq2seq.md, "In the engine"), on the
-// transformers fixtures of tests/fixtures/seq2seq (t5, t5_gated_untied, m2m100): the engine's
-// tokens equal a direct Seq2SeqSession loop's (the path `weft generate` took before the
+// transformers fixtures of tests/fixtures/seq2seq (t5, t5_gated_untied, mt5, m2m100): the
+// engine's tokens equal a direct Seq2SeqSession loop's (the path `weft generate` took before the
 // engine ran these models) token for token, greedy and sampled, and transformers' greedy
 // tokens up to the first near tie; requests batched together give the tokens each gives
 // alone; a cancelled request gives back every page (cross-attention pages included).
@@ -237,7 +237,7 @@ TEST_P(Seq2SeqEngine, BatchedRequestsGiveTheTokensEachGivesAlone) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Seq2SeqEngine,
-                         ::testing::Values("t5", "t5_gated_untied", "m2m100"),
+                         ::testing::Values("t5", "t5_gated_untied", "mt5", "m2m100"),
                          [](const auto& p) { return p.param; });
 
 TEST(Seq2SeqEngineLifecycle, CancelMidGenerationReturnsEveryPage) {

@@ -1,6 +1,6 @@
 // Encoder-decoder models through the Engine on a GPU (device "cuda:0", model::CudaSeq2SeqBackend:
 // bf16 weights, cross and self keys and values in the engine's pool of pages), on the
-// transformers fixtures of tests/fixtures/seq2seq (t5, t5_gated_untied, m2m100):
+// transformers fixtures of tests/fixtures/seq2seq (t5, t5_gated_untied, mt5, m2m100):
 //
 //  - one greedy request gives, token for token, what a direct CudaSeq2Seq loop over its own
 //    caches gives (the same kernels and products; only where the keys live differs), the CPU
@@ -245,7 +245,7 @@ TEST_P(CudaSeq2SeqEngine, RequestsOfDifferentLengthsRunTogether) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaSeq2SeqEngine,
-                         ::testing::Values("t5", "t5_gated_untied", "m2m100"),
+                         ::testing::Values("t5", "t5_gated_untied", "mt5", "m2m100"),
                          [](const auto& p) { return p.param; });
 
 #define SKIP_WITHOUT_GPU()                                                                 \
