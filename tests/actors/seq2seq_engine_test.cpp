@@ -348,6 +348,22 @@ TEST(Seq2SeqEngineLifecycle, RefusesWhatItDoesNotRunWithAReason) {
   }
 }
 
+// device "cuda" runs encoder-decoder models on the GPU (tests/actors/cuda/
+// seq2seq_engine_cuda_test.cpp checks their tokens); without a GPU, or in a build without
+// CUDA, the engine refuses with a message that says so, never a crash.
+TEST(Seq2SeqEngineLifecycle, CudaDeviceWorksOrSaysWhyNot) {
+  EngineConfig c = config_for("m2m100");
+  c.device = "cuda";
+  try {
+    RunningEngine engine(c);
+    const Collected got = run_one(*engine, request_of({5, 9, 3, 2}, 4));
+    EXPECT_EQ(got.reason, FinishReason::kLength) << got.error;
+    EXPECT_EQ(got.ids.size(), 4u);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA"), std::string::npos) << e.what();
+  }
+}
+
 // On a GPU a request's source and decoder each take at most the CUDA attention's 32768 keys;
 // past them the request is refused at submit naming the field (the CPU has no such limit).
 TEST(Seq2SeqEngineLimits, LengthsBeyondTheDeviceLimitAreRefusedNamingTheField) {
