@@ -1,5 +1,5 @@
 // The Engine facade: loads the model, wires the actors, and turns the public API's calls into
-// messages. docs/engine.md describes the flow.
+// messages (submit and its checks are in engine_submit.cpp). docs/engine.md describes the flow.
 
 #include "weft/engine.hpp"
 
@@ -23,6 +23,7 @@
 #include "actors/detokenizer_actor.hpp"
 #include "actors/device_backend.hpp"
 #include "actors/embedding_engine.hpp"
+#include "actors/engine_impl.hpp"
 #include "actors/engine_seq2seq.hpp"
 #include "actors/executor_actor.hpp"
 #include "actors/kv_allocator_actor.hpp"
@@ -46,60 +47,6 @@
 namespace weft {
 
 namespace asio = boost::asio;
-
-struct Engine::Impl {
-  EngineConfig config;
-  asio::any_io_executor executor;
-  LoadedModel loaded;
-  // speculate "draft": the draft model (run by the CPU or a CudaModel of its own)
-  std::optional<LoadedModel> draft;
-  int context_length = 0;
-  int vocab_size = 0;
-  // The KV pool as EngineMetrics reports it (fixed at start).
-  std::string kv_cache_dtype;
-  std::int64_t kv_page_bytes = 0, kv_pool_tokens = 0;
-
-  // The executor actor's own thread: a forward step blocks it, and nothing else.
-  asio::io_context device_context{1};
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> device_work;
-  std::thread device_thread;
-
-  std::unique_ptr<actors::ExecutorActor> executor_actor;
-  std::unique_ptr<actors::TokenizerActor> tokenizer;
-  std::unique_ptr<actors::SamplerActor> sampler;
-  std::unique_ptr<actors::DetokenizerActor> detokenizer;
-  std::unique_ptr<actors::ConstraintActor> constraint;
-  // The scheduler runs on the KV allocator's strand and borrows its pool, so the allocator is
-  // made first and destroyed last.
-  std::unique_ptr<actors::KvAllocatorActor> kv_allocator;
-  std::unique_ptr<actors::SchedulerActor> scheduler;
-  // An encoder-only model runs here instead of the generation actors above (all null then).
-  std::unique_ptr<actors::EmbeddingEngine> embedding;
-  // Response formats compile here, off the actors' executor, so the step loop never waits for
-  // one; two threads, so a request waits for its own grammar rather than for another's.
-  std::unique_ptr<grammar::ConstraintCompiler> constraint_compiler;
-  asio::thread_pool compile_pool{2};
-  // After a compile, the grammar's masks are computed here in the background, so fewer of
-  // them are computed on first use on the constraint actor's strand (where every constrained
-  // sequence's masks are made). Stops early when the engine stops. A quarter of the cores (at
-  // least one, at most four): with a different schema per request, one thread falls behind.
-  asio::thread_pool warm_pool{static_cast<std::size_t>(
-      std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4))};
-  // A step's masks, when several must be computed, are shared out to these threads (none on
-  // a machine of 4 cores or fewer, where they would only take turns with the actors).
-  std::optional<asio::thread_pool> mask_pool;
-
-  std::atomic<bool> stopping{false};
-  std::atomic<bool> stopped{false};
-  std::atomic<std::uint64_t> next_id{1};
-  std::mutex seed_mutex;
-  std::mt19937_64 seed_source{std::random_device{}()};
-
-  std::uint64_t draw_seed() {
-    std::lock_guard lock(seed_mutex);
-    return seed_source();
-  }
-};
 
 namespace {
 
@@ -306,14 +253,11 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
 
   auto device = actors::parse_device(s.config.device);
   if (!device) throw device.error();
-  if (seq2seq) {
-    device = actors::seq2seq_device(s.config, *device);
-    if (!device) throw device.error();
-  }
   if (group != nullptr) {
     device = actors::tensor_parallel_device(*device, group->rank());
     if (!device) throw device.error();
   }
+  if (seq2seq) s.seq2seq_max_positions = actors::seq2seq_max_positions(*device);
   auto kv_dtype = actors::resolve_kv_cache_dtype(s.config.kv_cache_dtype, *device);
   if (!kv_dtype) throw kv_dtype.error();
   model::KvLayout layout = seq2seq ? s.loaded.seq2seq->kv_layout(s.config.page_size)
@@ -338,9 +282,10 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   stage_options.on_progress = s.config.on_load_progress;
   const bool hybrid = s.config.cpu_layers > 0 || s.config.gpu_memory_budget_mb > 0;
   Result<std::unique_ptr<model::ForwardBackend>> backend =
-      seq2seq
-          ? Result<std::unique_ptr<model::ForwardBackend>>(actors::make_seq2seq_backend(
-                *s.loaded.seq2seq, layout, static_cast<int>(budget_pages), s.config.cpu_threads))
+      seq2seq                 ? actors::make_seq2seq_backend(*s.loaded.seq2seq, *device, layout,
+                                             from_device ? 0 : static_cast<int>(budget_pages),
+                                                             s.config.cpu_threads, s.config.max_tokens_per_step,
+                                                             s.config.gpu_memory_fraction)
       : s.config.make_backend ? Result<std::unique_ptr<model::ForwardBackend>>(
                                     s.config.make_backend(model, static_cast<int>(budget_pages)))
       : group != nullptr && stages > 1
@@ -515,177 +460,6 @@ void Engine::shutdown_impl(asio::any_completion_handler<DoneSignature> handler) 
     s.stopped.store(true);
     actors::complete(std::move(handler), s.executor, error);
   });
-}
-
-void Engine::submit_impl(GenerateRequest request,
-                         asio::any_completion_handler<SubmitSignature> handler) {
-  Impl& s = *impl_;
-  auto fail = [&s](asio::any_completion_handler<SubmitSignature> h, Error error) {
-    actors::complete(std::move(h), s.executor, std::make_exception_ptr(std::move(error)),
-                     std::shared_ptr<RequestStream>());
-  };
-  if (s.stopping.load()) {
-    return fail(std::move(handler), Error(ErrorCode::kShutdown, "the engine is shutting down"));
-  }
-  if (s.embedding) {
-    return fail(std::move(handler),
-                Error(ErrorCode::kUnsupported,
-                      s.embedding->model().spec().architecture +
-                          " is an encoder-only model: it embeds text (Engine::embed, POST "
-                          "/v1/embeddings) and does not generate"));
-  }
-  if (auto ok = sampling::validate(request.sampling, s.vocab_size); !ok) {
-    return fail(std::move(handler), ok.error());
-  }
-  if (const std::string& how = request.sampling.speculate;
-      !how.empty() && how != "off" && how != s.config.speculate) {
-    return fail(std::move(handler),
-                Error(ErrorCode::kInvalidArgument,
-                      "speculation.method: \"" + how + "\" needs an engine started with it (" +
-                          (s.config.speculate.empty()
-                               ? std::string("this one runs without a speculator; start it with "
-                                             "--speculate ") +
-                                     how
-                               : "this one speculates with " + s.config.speculate) +
-                          ")"));
-  }
-  if (request.sampling.beam_width > 1 && request.response_format.constrained()) {
-    return fail(std::move(handler),
-                Error(ErrorCode::kInvalidArgument,
-                      "beam_width: cannot be combined with response_format (beams would each "
-                      "need a grammar matcher of their own)"));
-  }
-  if (s.loaded.seq2seq) {
-    const char* refused = request.response_format.constrained() ? "response_format"
-                          : request.sampling.beam_width > 1     ? "beam_width > 1"
-                                                                : nullptr;
-    if (refused != nullptr) {
-      return fail(std::move(handler),
-                  Error(ErrorCode::kUnsupported,
-                        std::string(refused) + ": not implemented for encoder-decoder models (" +
-                            s.loaded.full_spec.architecture + ") yet"));
-    }
-  } else if (!request.decoder_prefix_ids.empty()) {
-    return fail(std::move(handler), Error(ErrorCode::kInvalidArgument,
-                                          "decoder_prefix_ids: for encoder-decoder models; " +
-                                              s.loaded.full_spec.architecture +
-                                              " is decoder-only (put the tokens in the prompt)"));
-  }
-  if (!request.response_format.constrained()) {
-    return start(std::move(request), nullptr, std::move(handler));
-  }
-  // Compiled before anything else runs, so a bad format fails the submit.
-  asio::post(s.compile_pool, [this, &s, fail, request = std::move(request),
-                              handler = std::move(handler)]() mutable {
-    auto compiled = s.constraint_compiler->compile(request.response_format);
-    if (!compiled) {
-      const Error& e = compiled.error();
-      return fail(std::move(handler),
-                  Error(e.code() == ErrorCode::kIo || e.code() == ErrorCode::kInternal
-                            ? e.code()
-                            : ErrorCode::kInvalidArgument,
-                        // Tool call grammars name their tools[i] themselves.
-                        (request.response_format.type == ResponseFormat::Type::kToolCalls
-                             ? std::string()
-                             : std::string("response_format: ")) +
-                            std::string(e.what())));
-    }
-    if (s.stopping.load()) {
-      return fail(std::move(handler), Error(ErrorCode::kShutdown, "the engine is shutting down"));
-    }
-    asio::post(s.warm_pool,
-               [&s, grammar = compiled.value()] { grammar->precompute_all(&s.stopping); });
-    // The output's first mask (a new schema's first-use masks can take milliseconds on a 128K
-    // vocabulary) is computed here while the prompt is tokenized and prefilled, rather than on
-    // the constraint actor's strand under the prefill step, where every row of the batch would
-    // wait for it. It lands in the grammar's shared cache; the warm pool may still be busy
-    // with earlier grammars.
-    asio::post(s.compile_pool, [&s, grammar = compiled.value()] {
-      if (s.stopping.load()) return;
-      grammar::TokenConstraint first(grammar, s.vocab_size);
-      (void)first.next_mask();
-    });
-    start(std::move(request), std::move(compiled.value()), std::move(handler));
-  });
-}
-
-void Engine::start(GenerateRequest request, std::shared_ptr<const grammar::CompiledGrammar> grammar,
-                   asio::any_completion_handler<SubmitSignature> handler) {
-  Impl& s = *impl_;
-  auto fail = [&s](asio::any_completion_handler<SubmitSignature> h, Error error) {
-    actors::complete(std::move(h), s.executor, std::make_exception_ptr(std::move(error)),
-                     std::shared_ptr<RequestStream>());
-  };
-  SamplingParams params = request.sampling;
-  std::vector<std::int32_t> decoder_prefix = request.decoder_prefix_ids;
-  s.tokenizer->encode(
-      std::move(request),
-      [&s, fail, params = std::move(params), grammar = std::move(grammar),
-       decoder_prefix = std::move(decoder_prefix), handler = std::move(handler)](
-          std::exception_ptr error, std::vector<std::int32_t> ids) mutable {
-        if (error) {
-          actors::complete(std::move(handler), s.executor, error, std::shared_ptr<RequestStream>());
-          return;
-        }
-        const auto n = static_cast<std::int64_t>(ids.size());
-        if (n == 0) {
-          return fail(std::move(handler),
-                      Error(ErrorCode::kInvalidArgument, "prompt: empty after tokenization"));
-        }
-        if (s.context_length > 0 && n >= s.context_length) {
-          return fail(std::move(handler),
-                      Error(ErrorCode::kInvalidArgument,
-                            "prompt: " + std::to_string(n) + " tokens do not fit the context of " +
-                                std::to_string(s.context_length) + " (and leave room for output)"));
-        }
-        if (s.context_length > 0 && n + params.max_tokens > s.context_length) {
-          return fail(std::move(handler),
-                      Error(ErrorCode::kInvalidArgument,
-                            "max_tokens: " + std::to_string(params.max_tokens) + " after a " +
-                                std::to_string(n) + "-token prompt exceeds the context of " +
-                                std::to_string(s.context_length) + "; at most " +
-                                std::to_string(s.context_length - n)));
-        }
-        // An encoder-decoder model: `ids` are the encoder's input; the decoder starts from its
-        // own prompt, which the sampler's penalties see as the prompt.
-        std::vector<std::int32_t> decoder_prompt;
-        if (s.loaded.seq2seq) {
-          auto prompt = actors::seq2seq_decoder_prompt(*s.loaded.seq2seq, decoder_prefix);
-          if (!prompt) return fail(std::move(handler), prompt.error());
-          decoder_prompt = std::move(prompt.value());
-        }
-        const std::vector<std::int32_t>& sampler_prompt = s.loaded.seq2seq ? decoder_prompt : ids;
-        // One sequence id per sample; the request (and its stream) takes the first.
-        const int samples = std::max(1, params.n);
-        const std::uint64_t id = s.next_id.fetch_add(static_cast<std::uint64_t>(samples));
-        auto stream = std::make_shared<RequestStream>(id, samples);
-        const std::uint64_t seed = params.seed ? *params.seed : s.draw_seed();
-        for (int i = 0; i < samples; ++i) {
-          s.sampler->add(id + static_cast<std::uint64_t>(i), params, sampler_prompt, seed, i);
-          s.detokenizer->add(id + static_cast<std::uint64_t>(i), stream, params.stop, i);
-          if (grammar) s.constraint->add(id + static_cast<std::uint64_t>(i), grammar);
-        }
-        const bool constrained = grammar != nullptr;
-        auto added = [&s, id, samples, stream, constrained,
-                      handler = std::move(handler)](std::exception_ptr e) mutable {
-          if (e) {
-            for (int i = 0; i < samples; ++i) {
-              s.sampler->remove(id + static_cast<std::uint64_t>(i));
-              s.detokenizer->remove(id + static_cast<std::uint64_t>(i));
-              if (constrained) s.constraint->remove(id + static_cast<std::uint64_t>(i));
-            }
-            stream.reset();
-          }
-          actors::complete(std::move(handler), s.executor, e, std::move(stream));
-        };
-        if (s.loaded.seq2seq) {
-          s.scheduler->add_seq2seq(id, std::move(ids), std::move(decoder_prompt), std::move(params),
-                                   stream, std::move(added));
-        } else {
-          s.scheduler->add(id, std::move(ids), std::move(params), stream, constrained,
-                           std::move(added));
-        }
-      });
 }
 
 }  // namespace weft

@@ -20,6 +20,13 @@ std::size_t attention_shared_bytes(int max_keys) {
          (static_cast<std::size_t>(kSeq2SeqMaxHeadDim) + 32 + static_cast<std::size_t>(max_keys));
 }
 
+// Where key j of a row lives: j itself, or its slot in the row's pages.
+__device__ __forceinline__ std::size_t key_slot(const Seq2SeqAttentionRow& row, int page_size,
+                                                int j) {
+  if (row.pages == nullptr) return static_cast<std::size_t>(j);
+  return static_cast<std::size_t>(row.pages[j / page_size]) * page_size + j % page_size;
+}
+
 template <class KV, class Out>
 __global__ void __launch_bounds__(kThreads)
     seq2seq_attention_kernel(Seq2SeqAttentionArgs a, const Seq2SeqAttentionRow* rows) {
@@ -48,7 +55,7 @@ __global__ void __launch_bounds__(kThreads)
           : nullptr;
   // Scores: each warp takes every kWarps-th key, its lanes splitting the head's dimensions.
   for (int j = warp; j < n; j += kWarps) {
-    const KV* k = keys + static_cast<std::size_t>(j) * a.kv_stride;
+    const KV* k = keys + key_slot(row, a.page_size, j) * a.kv_stride;
     float dot = 0.0f;
     for (int d = lane; d < D; d += 32)
       dot += q_s[d] * detail::to_float(k[d]);
@@ -83,7 +90,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int d = tid; d < D; d += kThreads) {
     float acc = 0.0f;
     for (int j = 0; j < n; ++j)
-      acc += scores[j] * detail::to_float(values[static_cast<std::size_t>(j) * a.kv_stride + d]);
+      acc += scores[j] * detail::to_float(values[key_slot(row, a.page_size, j) * a.kv_stride + d]);
     out[d] = detail::from_float<Out>(acc * inv);
   }
 }

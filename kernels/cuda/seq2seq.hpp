@@ -26,12 +26,16 @@ inline constexpr int kSeq2SeqMaxHeadDim = 256;
 // Element type of the keys and values an attention reads.
 enum class KvSource { kF32, kBF16, kF16 };
 
-// One query row: key j of it is at base + k_offset + j * kv_stride (elements), its value at
-// base + v_offset + j * kv_stride; head h takes elements [h * head_dim, (h + 1) * head_dim).
+// One query row: key j of it is at base + k_offset + slot(j) * kv_stride (elements), its value
+// at base + v_offset + slot(j) * kv_stride; head h takes elements [h * head_dim, (h + 1) *
+// head_dim). slot(j) is j, or with a page table (the engine's pool of pages, whose page p
+// holds slots [p * page_size, (p + 1) * page_size)) pages[j / page_size] * page_size +
+// j % page_size.
 struct Seq2SeqAttentionRow {
   const void* base = nullptr;
-  std::int32_t num_keys = 0;        // 1..kSeq2SeqMaxKeys
-  std::int32_t query_position = 0;  // for the relative bias: distance = j - query_position
+  std::int32_t num_keys = 0;            // 1..kSeq2SeqMaxKeys
+  std::int32_t query_position = 0;      // for the relative bias: distance = j - query_position
+  const std::int32_t* pages = nullptr;  // on the device; null: keys are contiguous
 };
 
 struct Seq2SeqAttentionArgs {
@@ -47,6 +51,7 @@ struct Seq2SeqAttentionArgs {
   const float* position_bias = nullptr;
   int bias_radius = 0;
   int max_keys = 0;     // the largest num_keys of the rows (sizes shared memory)
+  int page_size = 0;    // positions a page holds, for rows with a page table
   void* out = nullptr;  // [rows, num_heads * head_dim] in `precision`
   Precision precision = Precision::kBF16;
 };

@@ -1,6 +1,6 @@
 // Encoder-decoder models through the Engine (docs/seq2seq.md, "In the engine"), on the
-// transformers fixtures of tests/fixtures/seq2seq (t5, t5_gated_untied, m2m100): the engine's
-// tokens equal a direct Seq2SeqSession loop's (the path `weft generate` took before the
+// transformers fixtures of tests/fixtures/seq2seq (t5, t5_gated_untied, mt5, m2m100): the
+// engine's tokens equal a direct Seq2SeqSession loop's (the path `weft generate` took before the
 // engine ran these models) token for token, greedy and sampled, and transformers' greedy
 // tokens up to the first near tie; requests batched together give the tokens each gives
 // alone; a cancelled request gives back every page (cross-attention pages included).
@@ -16,6 +16,7 @@
 #include <span>
 #include <thread>
 
+#include "actors/engine_seq2seq.hpp"
 #include "loaders/model_loader.hpp"
 #include "runtime/model/seq2seq_session.hpp"
 #include "runtime/sampling/sequence_sampler.hpp"
@@ -236,7 +237,7 @@ TEST_P(Seq2SeqEngine, BatchedRequestsGiveTheTokensEachGivesAlone) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Seq2SeqEngine,
-                         ::testing::Values("t5", "t5_gated_untied", "m2m100"),
+                         ::testing::Values("t5", "t5_gated_untied", "mt5", "m2m100"),
                          [](const auto& p) { return p.param; });
 
 TEST(Seq2SeqEngineLifecycle, CancelMidGenerationReturnsEveryPage) {
@@ -345,6 +346,43 @@ TEST(Seq2SeqEngineLifecycle, RefusesWhatItDoesNotRunWithAReason) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("speculative decoding"), std::string::npos) << e.what();
   }
+}
+
+// device "cuda" runs encoder-decoder models on the GPU (tests/actors/cuda/
+// seq2seq_engine_cuda_test.cpp checks their tokens); without a GPU, or in a build without
+// CUDA, the engine refuses with a message that says so, never a crash.
+TEST(Seq2SeqEngineLifecycle, CudaDeviceWorksOrSaysWhyNot) {
+  EngineConfig c = config_for("m2m100");
+  c.device = "cuda";
+  try {
+    RunningEngine engine(c);
+    const Collected got = run_one(*engine, request_of({5, 9, 3, 2}, 4));
+    EXPECT_EQ(got.reason, FinishReason::kLength) << got.error;
+    EXPECT_EQ(got.ids.size(), 4u);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA"), std::string::npos) << e.what();
+  }
+}
+
+// On a GPU a request's source and decoder each take at most the CUDA attention's 32768 keys;
+// past them the request is refused at submit naming the field (the CPU has no such limit).
+TEST(Seq2SeqEngineLimits, LengthsBeyondTheDeviceLimitAreRefusedNamingTheField) {
+  EXPECT_EQ(actors::seq2seq_max_positions(actors::DeviceChoice{}), 0);
+#if WEFT_HAVE_CUDA
+  EXPECT_EQ(actors::seq2seq_max_positions(actors::DeviceChoice{true, 0}), 32768);
+#endif
+  EXPECT_TRUE(actors::check_seq2seq_lengths(0, 1u << 20, 1, 1 << 30));
+  EXPECT_TRUE(actors::check_seq2seq_lengths(100, 100, 1, 99));
+  auto source = actors::check_seq2seq_lengths(100, 101, 1, 5);
+  ASSERT_FALSE(source);
+  EXPECT_EQ(source.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(std::string(source.error().what()).find("prompt: 101 tokens"), std::string::npos)
+      << source.error().what();
+  auto decoder = actors::check_seq2seq_lengths(100, 10, 3, 98);
+  ASSERT_FALSE(decoder);
+  EXPECT_NE(std::string(decoder.error().what()).find("max_tokens: 98 after 3"), std::string::npos)
+      << decoder.error().what();
+  EXPECT_NE(std::string(decoder.error().what()).find("at most 97"), std::string::npos);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // reference on random inputs: seq2seq_attention over fp32 keys laid out as a qkv product
 // (rows of 1 to 1500 keys, head dims 16, 24, 64 and 256, with and without a relative bias table
 // whose distances are clamped), and over 16-bit cache rows written by store_rows16 at an
-// offset; add_bias_rows and scale_add_rows. Skips without a GPU.
+// offset, and over the same rows scattered over pages (equal bit for bit); add_bias_rows and
+// scale_add_rows. Skips without a GPU.
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -221,6 +222,88 @@ TEST_P(CudaSeq2SeqKernels, StoredCacheRowsAttendAsTheirValues) {
     }
   }
   EXPECT_LT(worst, tolerance);
+}
+
+// The engine's pool (CudaSeq2SeqBackend): the same cache rows scattered over pages in another
+// order give, through each row's page table, the contiguous rows' output bit for bit (the
+// same sums in the same order), with a relative bias and page sizes that do not divide the
+// lengths.
+TEST_P(CudaSeq2SeqKernels, PagedRowsAttendAsContiguousOnes) {
+  const Precision P = GetParam();
+  std::mt19937 rng(17);
+  const int heads = 3, D = 40, radius = 6;
+  const std::size_t width = static_cast<std::size_t>(heads) * D;
+  const std::size_t row = 2 * width;  // one layer: [k | v]
+  const std::vector<int> lengths = {1, 5, 23, 64};
+  for (const int page_size : {1, 4, 16}) {
+    int total_pages = 0;
+    for (const int n : lengths)
+      total_pages += (n + page_size - 1) / page_size;
+    // Contiguous rows of each sequence, and a pool whose pages are handed out in reverse.
+    const auto values = random(static_cast<std::size_t>(lengths.back()) * row, rng, 0.5f);
+    std::vector<std::uint16_t> contiguous(values.size());
+    {
+      Device<float> f(values);
+      Device<std::uint16_t> h(values.size());
+      convert_to_precision(f.get(), SourceType::kF32, h.get(), P, values.size(), nullptr);
+      contiguous = h.download();
+    }
+    Device<std::uint16_t> flat(contiguous);
+    std::vector<std::uint16_t> pool(static_cast<std::size_t>(total_pages) * page_size * row, 0);
+    std::vector<std::int32_t> tables;
+    std::vector<std::size_t> table_at;
+    int next_page = total_pages - 1;
+    for (const int n : lengths) {
+      table_at.push_back(tables.size());
+      for (int first = 0; first < n; first += page_size) {
+        const int page = next_page--;
+        tables.push_back(page);
+        for (int j = first; j < std::min(n, first + page_size); ++j) {
+          std::copy_n(contiguous.begin() + static_cast<std::ptrdiff_t>(j * row), row,
+                      pool.begin() +
+                          static_cast<std::ptrdiff_t>((static_cast<std::size_t>(page) * page_size +
+                                                       static_cast<std::size_t>(j - first)) *
+                                                      row));
+        }
+      }
+    }
+    Device<std::uint16_t> d_pool(pool);
+    Device<std::int32_t> d_tables(tables);
+    const auto q = random(lengths.size() * width, rng, 0.5f);
+    const auto bias = random(static_cast<std::size_t>(heads) * (2 * radius + 1), rng);
+    Device<float> d_q(q), d_bias(bias);
+    std::vector<Seq2SeqAttentionRow> flat_rows, paged_rows;
+    for (std::size_t s = 0; s < lengths.size(); ++s) {
+      const int n = lengths[s];
+      flat_rows.push_back({flat.get(), n, n - 1});
+      paged_rows.push_back({d_pool.get(), n, n - 1, d_tables.get() + table_at[s]});
+    }
+    Device<Seq2SeqAttentionRow> d_flat_rows(flat_rows), d_paged_rows(paged_rows);
+    const auto R = static_cast<int>(lengths.size());
+    Device<std::uint16_t> out_flat(static_cast<std::size_t>(R) * width),
+        out_paged(static_cast<std::size_t>(R) * width);
+    Seq2SeqAttentionArgs a;
+    a.q = d_q.get();
+    a.q_stride = static_cast<int>(width);
+    a.kv = P == Precision::kBF16 ? KvSource::kBF16 : KvSource::kF16;
+    a.k_offset = 0;
+    a.v_offset = width;
+    a.kv_stride = row;
+    a.num_heads = heads;
+    a.head_dim = D;
+    a.scale = 0.4f;
+    a.position_bias = d_bias.get();
+    a.bias_radius = radius;
+    a.max_keys = lengths.back();
+    a.precision = P;
+    a.out = out_flat.get();
+    seq2seq_attention(a, d_flat_rows.get(), R, nullptr);
+    a.out = out_paged.get();
+    a.page_size = page_size;
+    seq2seq_attention(a, d_paged_rows.get(), R, nullptr);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    EXPECT_EQ(out_paged.download(), out_flat.download()) << "page size " << page_size;
+  }
 }
 
 TEST_P(CudaSeq2SeqKernels, ScaleAddRows) {

@@ -322,10 +322,7 @@ int run_generate(const GenerateOptions& o) {
   }
   if (!loaded) return fail(loaded.error().what());
   if (loaded->seq2seq) {
-    // Encoder-decoder models (T5, M2M100): through the engine (generate_seq2seq.hpp), CPU only.
-    if (device->cuda && o.device != "auto") {
-      return fail("encoder-decoder models run on the CPU only so far; pass --device cpu");
-    }
+    // Encoder-decoder models (T5, M2M100): through the engine (generate_seq2seq.hpp).
     auto format = response_format(o);
     if (!format) return fail(format.error().what());
     if (format->constrained()) {
@@ -345,6 +342,7 @@ int run_generate(const GenerateOptions& o) {
     s.threads = o.threads;
     s.page_size = o.page_size;
     s.kv_cache_dtype = o.kv_cache_dtype;
+    s.device = o.device;
     return run_seq2seq_generate(std::move(loaded.value()), s);
   }
   if (!o.decoder_prefix_ids.empty()) {

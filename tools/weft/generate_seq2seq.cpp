@@ -43,7 +43,9 @@ int run_seq2seq_generate(LoadedModel loaded, const Seq2SeqGenerateOptions& o) {
   }
   // A pool for this one request: its encoder output's pages and its decoder positions (a text
   // prompt's length is not known before the engine encodes it: 4096 tokens are allowed for).
-  auto kv_dtype = actors::resolve_kv_cache_dtype(o.kv_cache_dtype, actors::DeviceChoice{});
+  auto device = actors::parse_device(o.device);
+  if (!device) return fail(std::string("--device: ") + device.error().what());
+  auto kv_dtype = actors::resolve_kv_cache_dtype(o.kv_cache_dtype, *device);
   if (!kv_dtype) return fail(std::string("--kv-cache-dtype: ") + kv_dtype.error().what());
   model::KvLayout layout = loaded.seq2seq->kv_layout(o.page_size);
   layout.dtype = *kv_dtype;
@@ -65,7 +67,9 @@ int run_seq2seq_generate(LoadedModel loaded, const Seq2SeqGenerateOptions& o) {
   EngineConfig config;
   config.model_dir = o.model_dir;
   config.spec_file = o.spec_file;
-  config.device = "cpu";
+  config.device = o.device;
+  // On a GPU too the pool is sized for this request, not from the device's free memory.
+  config.gpu_memory_fraction = 0.0;
   config.page_size = o.page_size;
   config.cpu_threads = o.threads;
   config.kv_cache_dtype = o.kv_cache_dtype;

@@ -2,7 +2,7 @@
 // `weft generate` on an encoder-decoder model folder (T5, M2M100/NLLB): the prompt is the
 // encoder's input; the decoder starts from decoder_start_token_id and continues greedily or by
 // sampling. The request runs through the Engine, as `weft serve` and `weft bench` run these
-// models, on the CPU (docs/seq2seq.md).
+// models, on the CPU or a GPU (docs/seq2seq.md).
 
 #include <cstdint>
 #include <optional>
@@ -28,6 +28,7 @@ struct Seq2SeqGenerateOptions {
   unsigned threads = 0;
   int page_size = 16;
   std::string kv_cache_dtype = "auto";
+  std::string device = "cpu";  // --device: cpu, auto, cuda, cuda:N
 };
 
 // Checks the request against `loaded` (ids inside the vocabulary, a tokenizer for --prompt),

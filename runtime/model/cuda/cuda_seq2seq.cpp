@@ -20,28 +20,9 @@ Error bad_input(const std::string& what) {
   return Error(ErrorCode::kInvalidArgument, what);
 }
 
-template <class T>
-Result<void> upload(const std::vector<T>& host, cuda_detail::DeviceBuffer& dst,
-                    cudaStream_t stream) {
-  if (host.empty()) return {};
-  // From pageable memory: the call returns once `host` is staged, so it may go away after.
-  if (auto err = cudaMemcpyAsync(dst.get(), host.data(), host.size() * sizeof(T),
-                                 cudaMemcpyHostToDevice, stream);
-      err != cudaSuccess) {
-    return cuda_error(err, "uploading a step's metadata");
-  }
-  return {};
-}
-
 float attention_scale(const ModelSpec& spec, int head_dim) {
   const double s = spec.seq2seq.attention_scale;
   return s > 0 ? static_cast<float>(s) : 1.0f / std::sqrt(static_cast<float>(head_dim));
-}
-
-// The sinusoidal row a token reads (M2M100): the pad token the zero row, else pad + 1 + i.
-std::int32_t position_row(const ModelSpec& spec, std::int32_t token, int position) {
-  const int pad = spec.seq2seq.position_padding_idx;
-  return token == pad ? pad : pad + 1 + position;
 }
 
 }  // namespace
@@ -79,6 +60,156 @@ static bool run_mlp(CudaSeq2Seq::State& s, int rows, const CudaSeq2Seq::State::M
   ok &= s.blas->linear(s.act.get(), rows, m.down.get(), H, width, s.delta.as<float>(), H, P,
                        s.stream);
   return ok;
+}
+
+bool seq2seq_encoder_pass(CudaSeq2Seq::State& s, int T, int longest) {
+  const ModelSpec& spec = s.model->spec();
+  const auto& e = spec.seq2seq;
+  const int H = spec.hidden_size;
+  const int QDe = e.encoder_heads * e.encoder_head_dim;
+  const cuda::Precision P = s.options.precision;
+  float* wide = s.wide.as<float>();
+  cudaStream_t stream = s.stream;
+  float* x = s.x.as<float>();
+  cuda::embedding_gather(s.embedding.get(), P, s.tokens_d.as<std::int32_t>(), T, H, x, stream);
+  const bool sinusoidal = spec.position == PositionEmbedding::kSinusoidal;
+  if (sinusoidal || spec.embedding_scale != 1.0) {
+    cuda::scale_add_rows(x, T, H, static_cast<float>(spec.embedding_scale),
+                         sinusoidal ? s.positions.as<float>() : nullptr,
+                         s.table_rows_d.as<std::int32_t>(), stream);
+  }
+  bool ok = true;
+  add_norm(s, T, nullptr, nullptr, s.encoder_layers.front().attn_norm);
+  for (std::size_t l = 0; l < s.encoder_layers.size(); ++l) {
+    const auto& Ly = s.encoder_layers[l];
+    ok &= s.blas->linear(s.h.get(), T, Ly.attn.qkv.get(), 3 * QDe, H, wide, 3 * QDe, P, stream);
+    cuda::add_bias_rows(wide, T, 3 * QDe, 3 * QDe, Ly.attn.qkv_bias.as<float>(), stream);
+    cuda::Seq2SeqAttentionArgs a;
+    a.q = wide;
+    a.q_stride = 3 * QDe;
+    a.kv = cuda::KvSource::kF32;
+    a.k_offset = static_cast<std::size_t>(QDe);
+    a.v_offset = static_cast<std::size_t>(2 * QDe);
+    a.kv_stride = static_cast<std::size_t>(3 * QDe);
+    a.num_heads = e.encoder_heads;
+    a.head_dim = e.encoder_head_dim;
+    a.scale = attention_scale(spec, e.encoder_head_dim);
+    a.position_bias = s.encoder_bias.as<float>();
+    a.bias_radius = s.bias_radius;
+    a.max_keys = longest;
+    a.out = s.attn.get();
+    a.precision = P;
+    cuda::seq2seq_attention(a, s.rows_d.as<cuda::Seq2SeqAttentionRow>(), T, stream);
+    ok &=
+        s.blas->linear(s.attn.get(), T, Ly.attn.o.get(), H, QDe, s.delta.as<float>(), H, P, stream);
+    add_norm(s, T, s.delta.as<float>(), Ly.attn.o_bias.as<float>(), Ly.mlp_norm);
+    ok &= run_mlp(s, T, Ly.mlp, e.encoder_intermediate_size);
+    const bool last = l + 1 == s.encoder_layers.size();
+    add_norm(s, T, s.delta.as<float>(), Ly.mlp.down_bias.as<float>(),
+             last ? s.encoder_final_norm : s.encoder_layers[l + 1].attn_norm);
+  }
+  return ok;
+}
+
+bool seq2seq_cross_kv_pass(CudaSeq2Seq::State& s, int T) {
+  const ModelSpec& spec = s.model->spec();
+  const int H = spec.hidden_size;
+  const int L = spec.num_layers;
+  const int QD = spec.num_heads * spec.head_dim;
+  const cuda::Precision P = s.options.precision;
+  cudaStream_t stream = s.stream;
+  float* wide = s.wide.as<float>();
+  bool ok = true;
+  // Every decoder layer's cross keys and values: layer l's [k | v] columns of each cache row.
+  for (int l = 0; l < L; ++l) {
+    const std::size_t first = static_cast<std::size_t>(l) * 2 * QD;
+    ok &= s.blas->linear(s.h.get(), T, s.cross_kv.as<std::byte>() + first * H * cuda::kHalfBytes,
+                         2 * QD, H, wide, 2 * QD, P, stream);
+    if (s.cross_kv_bias.get() != nullptr) {
+      cuda::add_bias_rows(wide, T, 2 * QD, 2 * QD, s.cross_kv_bias.as<float>() + first, stream);
+    }
+    cuda::store_rows16(wide, 2 * QD, 2 * QD, s.dst_d.as<void*>(), first, T, P, stream);
+  }
+  return ok;
+}
+
+bool seq2seq_decoder_pass(CudaSeq2Seq::State& s, int R, int longest_self, int longest_cross,
+                          int page_size) {
+  const ModelSpec& spec = s.model->spec();
+  const int H = spec.hidden_size;
+  const int L = spec.num_layers;
+  const int QD = spec.num_heads * spec.head_dim;
+  const std::size_t cache_row = static_cast<std::size_t>(2) * L * QD;
+  const cuda::Precision P = s.options.precision;
+  cudaStream_t stream = s.stream;
+  float* x = s.x.as<float>();
+  float* wide = s.wide.as<float>();
+  float* delta = s.delta.as<float>();
+  cuda::embedding_gather(s.embedding.get(), P, s.tokens_d.as<std::int32_t>(), R, H, x, stream);
+  const bool sinusoidal = spec.position == PositionEmbedding::kSinusoidal;
+  if (sinusoidal || spec.embedding_scale != 1.0) {
+    cuda::scale_add_rows(x, R, H, static_cast<float>(spec.embedding_scale),
+                         sinusoidal ? s.positions.as<float>() : nullptr,
+                         s.table_rows_d.as<std::int32_t>(), stream);
+  }
+  const cuda::KvSource kv =
+      P == cuda::Precision::kBF16 ? cuda::KvSource::kBF16 : cuda::KvSource::kF16;
+  const float scale = attention_scale(spec, spec.head_dim);
+  bool ok = true;
+  add_norm(s, R, nullptr, nullptr, s.decoder_layers.front().attn_norm);
+  for (int l = 0; l < L; ++l) {
+    const auto& Ly = s.decoder_layers[static_cast<std::size_t>(l)];
+    const std::size_t k_at = static_cast<std::size_t>(l) * 2 * QD;
+    // Causal self-attention: this step's keys and values into the cache, then over it.
+    ok &= s.blas->linear(s.h.get(), R, Ly.self.qkv.get(), 3 * QD, H, wide, 3 * QD, P, stream);
+    cuda::add_bias_rows(wide, R, 3 * QD, 3 * QD, Ly.self.qkv_bias.as<float>(), stream);
+    cuda::store_rows16(wide + QD, 3 * QD, QD, s.dst_d.as<void*>(), k_at, R, P, stream);
+    cuda::store_rows16(wide + 2 * QD, 3 * QD, QD, s.dst_d.as<void*>(), k_at + QD, R, P, stream);
+    cuda::Seq2SeqAttentionArgs a;
+    a.q = wide;
+    a.q_stride = 3 * QD;
+    a.kv = kv;
+    a.k_offset = k_at;
+    a.v_offset = k_at + QD;
+    a.kv_stride = cache_row;
+    a.num_heads = spec.num_heads;
+    a.head_dim = spec.head_dim;
+    a.scale = scale;
+    a.position_bias = s.decoder_bias.as<float>();
+    a.bias_radius = s.bias_radius;
+    a.max_keys = longest_self;
+    a.out = s.attn.get();
+    a.precision = P;
+    a.page_size = page_size;
+    cuda::seq2seq_attention(a, s.rows_d.as<cuda::Seq2SeqAttentionRow>(), R, stream);
+    ok &= s.blas->linear(s.attn.get(), R, Ly.self.o.get(), H, QD, delta, H, P, stream);
+    add_norm(s, R, delta, Ly.self.o_bias.as<float>(), Ly.cross_norm);
+
+    // Cross-attention over the request's encoder output (no positions, no mask).
+    ok &= s.blas->linear(s.h.get(), R, Ly.cross_q.get(), QD, H, wide, QD, P, stream);
+    cuda::add_bias_rows(wide, R, QD, QD, Ly.cross_q_bias.as<float>(), stream);
+    a.q_stride = QD;
+    a.position_bias = nullptr;
+    a.bias_radius = 0;
+    a.max_keys = longest_cross;
+    cuda::seq2seq_attention(a, s.cross_rows_d.as<cuda::Seq2SeqAttentionRow>(), R, stream);
+    ok &= s.blas->linear(s.attn.get(), R, Ly.cross_o.get(), H, QD, delta, H, P, stream);
+    add_norm(s, R, delta, Ly.cross_o_bias.as<float>(), Ly.mlp_norm);
+
+    ok &= run_mlp(s, R, Ly.mlp, spec.intermediate_size);
+    const bool last = l + 1 == L;
+    add_norm(
+        s, R, delta, Ly.mlp.down_bias.as<float>(),
+        last ? s.decoder_final_norm : s.decoder_layers[static_cast<std::size_t>(l + 1)].attn_norm);
+  }
+  return ok;
+}
+
+bool seq2seq_lm_head_pass(CudaSeq2Seq::State& s, const void* input, int rows) {
+  const ModelSpec& spec = s.model->spec();
+  const void* head = s.lm_head.get() != nullptr ? s.lm_head.get() : s.embedding.get();
+  return s.blas->linear(input, rows, head, spec.vocab_size, spec.hidden_size,
+                        s.logits_d.as<float>(), spec.vocab_size, s.options.precision, s.stream);
 }
 
 Result<std::vector<int>> CudaSeq2Seq::start(const std::vector<std::vector<std::int32_t>>& sources,
@@ -160,7 +291,7 @@ Result<std::vector<int>> CudaSeq2Seq::start(const std::vector<std::vector<std::i
     const auto& src = sources[i];
     for (std::size_t j = 0; j < src.size(); ++j) {
       tokens.push_back(src[j]);
-      table_rows.push_back(position_row(spec, src[j], static_cast<int>(j)));
+      table_rows.push_back(seq2seq_position_row(spec, src[j], static_cast<int>(j)));
       cuda::Seq2SeqAttentionRow row;
       row.base = wide + at * 3 * static_cast<std::size_t>(QDe);
       row.num_keys = static_cast<std::int32_t>(src.size());
@@ -170,52 +301,16 @@ Result<std::vector<int>> CudaSeq2Seq::start(const std::vector<std::vector<std::i
     }
     at += src.size();
   }
-  const Result<void> uploads[] = {upload(tokens, s.tokens_d, s.stream),
-                                  upload(table_rows, s.table_rows_d, s.stream),
-                                  upload(rows, s.rows_d, s.stream), upload(dst, s.dst_d, s.stream)};
+  const Result<void> uploads[] = {upload_step_data(tokens, s.tokens_d, s.stream),
+                                  upload_step_data(table_rows, s.table_rows_d, s.stream),
+                                  upload_step_data(rows, s.rows_d, s.stream),
+                                  upload_step_data(dst, s.dst_d, s.stream)};
   for (const auto& r : uploads) {
     if (!r) return r.error();
   }
 
   cudaStream_t stream = s.stream;
-  float* x = s.x.as<float>();
-  cuda::embedding_gather(s.embedding.get(), P, s.tokens_d.as<std::int32_t>(), T, H, x, stream);
-  const bool sinusoidal = spec.position == PositionEmbedding::kSinusoidal;
-  if (sinusoidal || spec.embedding_scale != 1.0) {
-    cuda::scale_add_rows(x, T, H, static_cast<float>(spec.embedding_scale),
-                         sinusoidal ? s.positions.as<float>() : nullptr,
-                         s.table_rows_d.as<std::int32_t>(), stream);
-  }
-  bool ok = true;
-  add_norm(s, T, nullptr, nullptr, s.encoder_layers.front().attn_norm);
-  for (std::size_t l = 0; l < s.encoder_layers.size(); ++l) {
-    const auto& Ly = s.encoder_layers[l];
-    ok &= s.blas->linear(s.h.get(), T, Ly.attn.qkv.get(), 3 * QDe, H, wide, 3 * QDe, P, stream);
-    cuda::add_bias_rows(wide, T, 3 * QDe, 3 * QDe, Ly.attn.qkv_bias.as<float>(), stream);
-    cuda::Seq2SeqAttentionArgs a;
-    a.q = wide;
-    a.q_stride = 3 * QDe;
-    a.kv = cuda::KvSource::kF32;
-    a.k_offset = static_cast<std::size_t>(QDe);
-    a.v_offset = static_cast<std::size_t>(2 * QDe);
-    a.kv_stride = static_cast<std::size_t>(3 * QDe);
-    a.num_heads = e.encoder_heads;
-    a.head_dim = e.encoder_head_dim;
-    a.scale = attention_scale(spec, e.encoder_head_dim);
-    a.position_bias = s.encoder_bias.as<float>();
-    a.bias_radius = s.bias_radius;
-    a.max_keys = longest;
-    a.out = s.attn.get();
-    a.precision = P;
-    cuda::seq2seq_attention(a, s.rows_d.as<cuda::Seq2SeqAttentionRow>(), T, stream);
-    ok &=
-        s.blas->linear(s.attn.get(), T, Ly.attn.o.get(), H, QDe, s.delta.as<float>(), H, P, stream);
-    add_norm(s, T, s.delta.as<float>(), Ly.attn.o_bias.as<float>(), Ly.mlp_norm);
-    ok &= run_mlp(s, T, Ly.mlp, e.encoder_intermediate_size);
-    const bool last = l + 1 == s.encoder_layers.size();
-    add_norm(s, T, s.delta.as<float>(), Ly.mlp.down_bias.as<float>(),
-             last ? s.encoder_final_norm : s.encoder_layers[l + 1].attn_norm);
-  }
+  bool ok = seq2seq_encoder_pass(s, T, longest);
   if (encoder_hidden != nullptr) {
     const std::size_t n = static_cast<std::size_t>(T) * H;
     if (auto err = s.hidden_d.reserve(n * sizeof(float)); err != cudaSuccess) {
@@ -223,16 +318,7 @@ Result<std::vector<int>> CudaSeq2Seq::start(const std::vector<std::vector<std::i
     }
     cuda::convert_to_f32(s.h.get(), P, s.hidden_d.as<float>(), n, stream);
   }
-  // Every decoder layer's cross keys and values: layer l's [k | v] columns of each cache row.
-  for (int l = 0; l < L; ++l) {
-    const std::size_t first = static_cast<std::size_t>(l) * 2 * QD;
-    ok &= s.blas->linear(s.h.get(), T, s.cross_kv.as<std::byte>() + first * H * cuda::kHalfBytes,
-                         2 * QD, H, wide, 2 * QD, P, stream);
-    if (s.cross_kv_bias.get() != nullptr) {
-      cuda::add_bias_rows(wide, T, 2 * QD, 2 * QD, s.cross_kv_bias.as<float>() + first, stream);
-    }
-    cuda::store_rows16(wide, 2 * QD, 2 * QD, s.dst_d.as<void*>(), first, T, P, stream);
-  }
+  ok &= seq2seq_cross_kv_pass(s, T);
   if (!ok) return Error(ErrorCode::kInternal, "cuBLAS: a matrix product failed in the encoder");
   if (auto err = cudaGetLastError(); err != cudaSuccess) {
     return cuda_error(err, "launching the encoder's kernels");
@@ -296,12 +382,10 @@ Result<void> CudaSeq2Seq::step(const std::vector<int>& ids, const std::vector<st
   if (auto err = cudaSetDevice(s.options.device); err != cudaSuccess) {
     return cuda_error(err, "selecting device " + std::to_string(s.options.device));
   }
-  const int H = spec.hidden_size;
   const int L = spec.num_layers;
   const int QD = spec.num_heads * spec.head_dim;
   const int V = spec.vocab_size;
   const std::size_t cache_row = static_cast<std::size_t>(2) * L * QD;
-  const cuda::Precision P = s.options.precision;
   if (auto r = s.reserve_step(R); !r) return r.error();
   if (auto r = s.ensure_positions(e.position_padding_idx + 2 + last_position); !r) {
     return r.error();
@@ -316,82 +400,24 @@ Result<void> CudaSeq2Seq::step(const std::vector<int>& ids, const std::vector<st
   std::vector<void*> dst;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const State::Request& r = s.requests.at(ids[i]);
-    table_rows.push_back(position_row(spec, tokens[i], r.position));
+    table_rows.push_back(seq2seq_position_row(spec, tokens[i], r.position));
     self_rows.push_back({r.self.get(), r.position + 1, r.position});
     cross_rows.push_back({r.cross.get(), r.source_length, 0});
     dst.push_back(r.self.as<std::byte>() +
                   static_cast<std::size_t>(r.position) * cache_row * cuda::kHalfBytes);
   }
-  const Result<void> uploads[] = {
-      upload(tokens, s.tokens_d, s.stream), upload(table_rows, s.table_rows_d, s.stream),
-      upload(self_rows, s.rows_d, s.stream), upload(cross_rows, s.cross_rows_d, s.stream),
-      upload(dst, s.dst_d, s.stream)};
+  const Result<void> uploads[] = {upload_step_data(tokens, s.tokens_d, s.stream),
+                                  upload_step_data(table_rows, s.table_rows_d, s.stream),
+                                  upload_step_data(self_rows, s.rows_d, s.stream),
+                                  upload_step_data(cross_rows, s.cross_rows_d, s.stream),
+                                  upload_step_data(dst, s.dst_d, s.stream)};
   for (const auto& r : uploads) {
     if (!r) return r.error();
   }
 
   cudaStream_t stream = s.stream;
-  float* x = s.x.as<float>();
-  float* wide = s.wide.as<float>();
-  float* delta = s.delta.as<float>();
-  cuda::embedding_gather(s.embedding.get(), P, s.tokens_d.as<std::int32_t>(), R, H, x, stream);
-  const bool sinusoidal = spec.position == PositionEmbedding::kSinusoidal;
-  if (sinusoidal || spec.embedding_scale != 1.0) {
-    cuda::scale_add_rows(x, R, H, static_cast<float>(spec.embedding_scale),
-                         sinusoidal ? s.positions.as<float>() : nullptr,
-                         s.table_rows_d.as<std::int32_t>(), stream);
-  }
-  const cuda::KvSource kv =
-      P == cuda::Precision::kBF16 ? cuda::KvSource::kBF16 : cuda::KvSource::kF16;
-  const float scale = attention_scale(spec, spec.head_dim);
-  bool ok = true;
-  add_norm(s, R, nullptr, nullptr, s.decoder_layers.front().attn_norm);
-  for (int l = 0; l < L; ++l) {
-    const auto& Ly = s.decoder_layers[static_cast<std::size_t>(l)];
-    const std::size_t k_at = static_cast<std::size_t>(l) * 2 * QD;
-    // Causal self-attention: this step's keys and values into the cache, then over it.
-    ok &= s.blas->linear(s.h.get(), R, Ly.self.qkv.get(), 3 * QD, H, wide, 3 * QD, P, stream);
-    cuda::add_bias_rows(wide, R, 3 * QD, 3 * QD, Ly.self.qkv_bias.as<float>(), stream);
-    cuda::store_rows16(wide + QD, 3 * QD, QD, s.dst_d.as<void*>(), k_at, R, P, stream);
-    cuda::store_rows16(wide + 2 * QD, 3 * QD, QD, s.dst_d.as<void*>(), k_at + QD, R, P, stream);
-    cuda::Seq2SeqAttentionArgs a;
-    a.q = wide;
-    a.q_stride = 3 * QD;
-    a.kv = kv;
-    a.k_offset = k_at;
-    a.v_offset = k_at + QD;
-    a.kv_stride = cache_row;
-    a.num_heads = spec.num_heads;
-    a.head_dim = spec.head_dim;
-    a.scale = scale;
-    a.position_bias = s.decoder_bias.as<float>();
-    a.bias_radius = s.bias_radius;
-    a.max_keys = longest_self;
-    a.out = s.attn.get();
-    a.precision = P;
-    cuda::seq2seq_attention(a, s.rows_d.as<cuda::Seq2SeqAttentionRow>(), R, stream);
-    ok &= s.blas->linear(s.attn.get(), R, Ly.self.o.get(), H, QD, delta, H, P, stream);
-    add_norm(s, R, delta, Ly.self.o_bias.as<float>(), Ly.cross_norm);
-
-    // Cross-attention over the request's encoder output (no positions, no mask).
-    ok &= s.blas->linear(s.h.get(), R, Ly.cross_q.get(), QD, H, wide, QD, P, stream);
-    cuda::add_bias_rows(wide, R, QD, QD, Ly.cross_q_bias.as<float>(), stream);
-    a.q_stride = QD;
-    a.position_bias = nullptr;
-    a.bias_radius = 0;
-    a.max_keys = longest_cross;
-    cuda::seq2seq_attention(a, s.cross_rows_d.as<cuda::Seq2SeqAttentionRow>(), R, stream);
-    ok &= s.blas->linear(s.attn.get(), R, Ly.cross_o.get(), H, QD, delta, H, P, stream);
-    add_norm(s, R, delta, Ly.cross_o_bias.as<float>(), Ly.mlp_norm);
-
-    ok &= run_mlp(s, R, Ly.mlp, spec.intermediate_size);
-    const bool last = l + 1 == L;
-    add_norm(
-        s, R, delta, Ly.mlp.down_bias.as<float>(),
-        last ? s.decoder_final_norm : s.decoder_layers[static_cast<std::size_t>(l + 1)].attn_norm);
-  }
-  const void* head = s.lm_head.get() != nullptr ? s.lm_head.get() : s.embedding.get();
-  ok &= s.blas->linear(s.h.get(), R, head, V, H, s.logits_d.as<float>(), V, P, stream);
+  bool ok = seq2seq_decoder_pass(s, R, longest_self, longest_cross, 0);
+  ok &= seq2seq_lm_head_pass(s, s.h.get(), R);
   if (!ok) return Error(ErrorCode::kInternal, "cuBLAS: a matrix product failed in the decoder");
   if (auto err = cudaGetLastError(); err != cudaSuccess) {
     return cuda_error(err, "launching the decoder's kernels");

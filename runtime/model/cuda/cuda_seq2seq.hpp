@@ -60,6 +60,24 @@ class CudaSeq2Seq final : public Seq2SeqRunner {
   int decoded(int id) const;  // decoder tokens the request has taken (-1: unknown id)
   std::size_t weight_bytes() const noexcept;
 
+  // The engine's form (CudaSeq2SeqBackend, cuda_seq2seq_backend.hpp): keys and values in a
+  // pool of pages that the caller's page tables index, as the CPU's Seq2SeqModel keeps them
+  // in a KvCache. A page holds `page_size` positions, each [layer][k | v][heads * head_dim]
+  // in the model's precision, self- and cross-attention pages alike. num_pages 0 takes what
+  // gpu_memory_fraction of the device leaves after what is in use; the pool is made once.
+  // Errors: a second pool, no room (kResourceExhausted naming the sizes).
+  Result<int> make_page_pool(int page_size, int num_pages, double gpu_memory_fraction);
+  // Makes the step buffers hold `tokens` rows now (steps grow them when they need more).
+  Result<void> reserve_step_buffers(int tokens);
+  int pool_pages() const noexcept;
+  // A step of the engine over the pool (split_seq2seq_step's parts): the encoder over the
+  // slices with encoder_tokens, writing their cross pages, then every slice's decoder tokens
+  // (causal self-attention over its page table, cross-attention over its cross pages);
+  // `logits` gets batch.logit_rows() rows. Bad input (a page outside the pool, pages that do
+  // not cover a position or a source, a token tree, a KV-Compress slot offset, a token
+  // outside the vocabulary, more than 32768 keys) is kInvalidArgument naming the slice.
+  Result<void> forward_pages(const StepBatch& batch, std::vector<float>& logits);
+
   struct State;
 
  private:

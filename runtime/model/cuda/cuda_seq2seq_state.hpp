@@ -73,6 +73,12 @@ struct CudaSeq2Seq::State {
   DeviceBuffer x, h, wide, attn, delta, mlp, act;  // see reserve_step
   DeviceBuffer tokens_d, table_rows_d, rows_d, cross_rows_d, dst_d;
   DeviceBuffer logits_d, hidden_d;
+  // The engine's paged steps (cuda_seq2seq_paged.cpp): the rows' page tables, and the rows
+  // the lm head reads when a step has more rows than logit rows (16-bit, hidden wide).
+  DeviceBuffer pages_d, head_in;
+  DeviceBuffer pool;  // the engine's pages (make_page_pool), pool_pages of page_size positions
+  int pool_pages = 0;
+  int page_size = 0;
 
   std::map<int, Request> requests;
   int next_id = 0;
@@ -97,5 +103,44 @@ struct CudaSeq2Seq::State {
   // Step buffers for `tokens` rows.
   Result<void> reserve_step(int tokens);
 };
+
+// The forward pass's parts, shared by the requests' own caches (cuda_seq2seq.cpp) and the
+// engine's pool of pages (cuda_seq2seq_paged.cpp). Each enqueues work on s.stream and returns
+// false when a cuBLAS product failed.
+//
+// The encoder over T packed tokens (tokens_d, table_rows_d and rows_d uploaded, rows_d's rows
+// reading keys from `wide`; `longest` the longest source): its last hidden states, after the
+// final norm, in h.
+bool seq2seq_encoder_pass(CudaSeq2Seq::State& s, int T, int longest);
+// Every decoder layer's cross keys and values of h's T rows, into the cache rows dst_d holds
+// (one per row, [layer][k | v][inner]).
+bool seq2seq_cross_kv_pass(CudaSeq2Seq::State& s, int T);
+// One decoder pass over R rows: tokens_d, table_rows_d, rows_d (self-attention, keys of the
+// row's own position stored first, through dst_d's cache rows) and cross_rows_d uploaded;
+// page_size for rows with page tables. The last hidden states (final norm) in h.
+bool seq2seq_decoder_pass(CudaSeq2Seq::State& s, int R, int longest_self, int longest_cross,
+                          int page_size);
+// The lm head over `rows` 16-bit rows of `input` into logits_d (reserved by the caller).
+bool seq2seq_lm_head_pass(CudaSeq2Seq::State& s, const void* input, int rows);
+
+// Copies a step's metadata to the device on the model's stream. From pageable memory: the
+// call returns once `host` is staged, so it may go away after.
+template <class T>
+Result<void> upload_step_data(const std::vector<T>& host, cuda_detail::DeviceBuffer& dst,
+                              cudaStream_t stream) {
+  if (host.empty()) return {};
+  if (auto err = cudaMemcpyAsync(dst.get(), host.data(), host.size() * sizeof(T),
+                                 cudaMemcpyHostToDevice, stream);
+      err != cudaSuccess) {
+    return cuda_error(err, "uploading a step's metadata");
+  }
+  return {};
+}
+
+// The sinusoidal row a token reads (M2M100): the pad token the zero row, else pad + 1 + i.
+inline std::int32_t seq2seq_position_row(const ModelSpec& spec, std::int32_t token, int position) {
+  const int pad = spec.seq2seq.position_padding_idx;
+  return token == pad ? pad : pad + 1 + position;
+}
 
 }  // namespace weft::model
