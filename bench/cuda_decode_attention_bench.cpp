@@ -50,8 +50,7 @@ namespace {
 using namespace weft;
 
 double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 std::vector<int> parse_list(const std::string& s) {
@@ -141,14 +140,14 @@ bool kernel_by_name(const std::string& name, cuda::DecodeAttentionKernel& k) {
   return true;
 }
 
-#define CHECK_CUDA(call)                                                                 \
-  do {                                                                                   \
-    const cudaError_t err_ = (call);                                                     \
-    if (err_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                 \
-                   cudaGetErrorString(err_));                                            \
-      return 1;                                                                          \
-    }                                                                                    \
+#define CHECK_CUDA(call)                                                 \
+  do {                                                                   \
+    const cudaError_t err_ = (call);                                     \
+    if (err_ != cudaSuccess) {                                           \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, \
+                   cudaGetErrorString(err_));                            \
+      return 1;                                                          \
+    }                                                                    \
   } while (0)
 
 }  // namespace
@@ -247,20 +246,19 @@ int main(int argc, char** argv) {
   const std::size_t layer_elems = 2ull * NKV * page_size * D;  // K and V of one layer
   const std::size_t page_elems = layer_elems * layers;
   std::printf("device %s, %d SMs; copy bandwidth %.0f GB/s (read+write)\n",
-              devices.devices[0].name.c_str(), devices.devices[0].multiprocessors,
-              bandwidth / 1e9);
+              devices.devices[0].name.c_str(), devices.devices[0].multiprocessors, bandwidth / 1e9);
   std::printf(
       "shape: %d q heads, %d kv heads, head_dim %d, %d-token pages, %s, %d layers in the pool, "
       "rope %s, spread %.2f; ms/step = %d layers\n",
       NH, NKV, D, page_size, fp16 ? "fp16" : "bf16", layers, rope ? "in kernel" : "off", spread,
       step_layers);
-  std::printf("%6s %8s %-7s %10s %10s %9s %9s %11s  %s\n", "batch", "context", "kernel",
-              "us/layer", "ms/step", "GB/s", "% copy", "max|d old|", "plan");
+  std::printf("%6s %8s %-7s %10s %10s %9s %9s %11s  %s\n", "batch", "context", "kernel", "us/layer",
+              "ms/step", "GB/s", "% copy", "max|d old|", "plan");
   std::ostringstream json;
-  json << "{\"device\":\"" << devices.devices[0].name << "\",\"copy_bandwidth_bytes_per_s\":"
-       << bandwidth << ",\"heads\":" << NH << ",\"kv_heads\":" << NKV << ",\"head_dim\":" << D
-       << ",\"page_size\":" << page_size << ",\"rope\":" << (rope ? "true" : "false")
-       << ",\"spread\":" << spread << ",\"rows\":[";
+  json << "{\"device\":\"" << devices.devices[0].name
+       << "\",\"copy_bandwidth_bytes_per_s\":" << bandwidth << ",\"heads\":" << NH
+       << ",\"kv_heads\":" << NKV << ",\"head_dim\":" << D << ",\"page_size\":" << page_size
+       << ",\"rope\":" << (rope ? "true" : "false") << ",\"spread\":" << spread << ",\"rows\":[";
   bool first_row = true;
   std::mt19937 rng(12345);
   for (int context : contexts) {
@@ -292,7 +290,8 @@ int main(int argc, char** argv) {
       std::vector<std::int32_t> ids(pages);
       std::iota(ids.begin(), ids.end(), 0);
       std::shuffle(ids.begin(), ids.end(), rng);
-      std::vector<std::int32_t> positions(batch), token_seq(batch), table_begin(batch), queries(batch);
+      std::vector<std::int32_t> positions(batch), token_seq(batch), table_begin(batch),
+          queries(batch);
       {
         std::int32_t next = 0;
         for (int s = 0; s < batch; ++s) {
@@ -337,15 +336,15 @@ int main(int argc, char** argv) {
       void* out = nullptr;
       const std::size_t work_floats =
           std::max<std::size_t>(1, cuda::decode_workspace_floats(batch, NH, D, max_context));
-      CHECK_CUDA(cudaMalloc(&dpos, batch * 4));
-      CHECK_CUDA(cudaMalloc(&dseq, batch * 4));
-      CHECK_CUDA(cudaMalloc(&dbegin, batch * 4));
-      CHECK_CUDA(cudaMalloc(&dqueries, batch * 4));
-      CHECK_CUDA(cudaMalloc(&dpages, pages * 4));
-      CHECK_CUDA(cudaMalloc(&dq, qh.size() * 4));
-      CHECK_CUDA(cudaMalloc(&dfreq, inv_freq.size() * 4));
-      CHECK_CUDA(cudaMalloc(&dfactor, factor.size() * 4));
-      CHECK_CUDA(cudaMalloc(&work, work_floats * 4));
+      CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&dpos), batch * 4));
+      CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&dseq), batch * 4));
+      CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&dbegin), batch * 4));
+      CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&dqueries), batch * 4));
+      CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&dpages), pages * 4));
+      CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&dq), qh.size() * 4));
+      CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&dfreq), inv_freq.size() * 4));
+      CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&dfactor), factor.size() * 4));
+      CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&work), work_floats * 4));
       CHECK_CUDA(cudaMalloc(&out, static_cast<std::size_t>(batch) * NH * D * 2));
       CHECK_CUDA(cudaMemcpy(dpos, positions.data(), batch * 4, cudaMemcpyHostToDevice));
       CHECK_CUDA(cudaMemcpy(dseq, token_seq.data(), batch * 4, cudaMemcpyHostToDevice));
@@ -405,8 +404,9 @@ int main(int argc, char** argv) {
           reference = got;
         } else if (!reference.empty()) {
           for (std::size_t i = 0; i < got.size(); ++i)
-            max_diff = std::max<double>(max_diff, std::fabs(half_bits_to_float(got[i], fp16) -
-                                                            half_bits_to_float(reference[i], fp16)));
+            max_diff =
+                std::max<double>(max_diff, std::fabs(half_bits_to_float(got[i], fp16) -
+                                                     half_bits_to_float(reference[i], fp16)));
         }
         // Best of `repeats` runs of step_layers launches.
         double best_ms = 1e30;
@@ -447,9 +447,8 @@ int main(int argc, char** argv) {
       cudaStreamDestroy(stream);
       for (void* p : {static_cast<void*>(dpos), static_cast<void*>(dseq),
                       static_cast<void*>(dbegin), static_cast<void*>(dqueries),
-                      static_cast<void*>(dpages), static_cast<void*>(dq),
-                      static_cast<void*>(dfreq), static_cast<void*>(dfactor),
-                      static_cast<void*>(work), out, pool})
+                      static_cast<void*>(dpages), static_cast<void*>(dq), static_cast<void*>(dfreq),
+                      static_cast<void*>(dfactor), static_cast<void*>(work), out, pool})
         cudaFree(p);
     }
   }

@@ -847,8 +847,9 @@ int main(int argc, char** argv) {
         const cuda::DecodeAttentionKernel chosen = cuda::decode_attention_kernel();
         std::printf("  decode attention, batch %d, KV %.2f GB per step:", batch, kv_bytes / 1e9);
         json << ",\"decode_attention_kernels\":{";
-        for (auto kernel : {cuda::DecodeAttentionKernel::kSplit, cuda::DecodeAttentionKernel::kPipelined,
-                            cuda::DecodeAttentionKernel::kStream}) {
+        for (auto kernel :
+             {cuda::DecodeAttentionKernel::kSplit, cuda::DecodeAttentionKernel::kPipelined,
+              cuda::DecodeAttentionKernel::kStream}) {
           cuda::set_decode_attention_kernel(kernel);
           gpu.set_kernel_profiling(true);
           gpu.take_kernel_profile();

@@ -129,13 +129,13 @@ template <class T, int D, int GM>
 __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
     decode_kernel_stream(AttentionArgs a, FlatBatchView b, PagedKvView kv,
                          const std::int32_t* query_tokens, float* workspace, int grid_splits,
-                         int segments_per_part, int stages, int seg_min) {
-  constexpr int kVec = 8, L = D / kVec;       // 16-byte chunks per row
-  constexpr int KC = D / 32;                  // k chunks of 32 elements (two mma k-steps each)
-  constexpr int VW = D / 16;                  // 32-bit words of V per lane and key
-  constexpr int RS = 32 / L;                  // rows one warp-wide copy instruction covers
-  constexpr int CPL = kTileKeys / RS;         // copy instructions per lane, K (and V), per tile
-  constexpr int kStageChunks = 2 * kTileKeys * L;  // 16-byte chunks per stage (K then V)
+                         int parts, int stages, int seg_min) {
+  constexpr int kVec = 8, L = D / kVec;  // 16-byte chunks per row
+  constexpr int KC = D / 32;             // k chunks of 32 elements (two mma k-steps each)
+  constexpr int VW = D / 16;             // 32-bit words of V per lane and key
+  constexpr int RS = 32 / L;             // rows one warp-wide copy instruction covers
+  constexpr int CPL = kTileKeys / RS;    // copy instructions per lane, K (and V), per tile
+  constexpr int kStageChunks = 2 * kTileKeys * L;          // 16-byte chunks per stage (K then V)
   constexpr int EPT = (GM * D + kThreads - 1) / kThreads;  // folded elements per thread
   static_assert(L <= 32 && 32 % L == 0 && kTileKeys % RS == 0);
   static_assert(3 * L / 2 <= kThreads, "the token's own row is made by 3L/2 threads");
@@ -150,9 +150,12 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
   const int qi = blockIdx.y;
   const TokenSegments ts = token_segments(a, b, query_tokens, qi, seg_min);
   const int t = ts.t, pos = ts.pos;
-  const int s0 = blockIdx.z * segments_per_part;
+  // The token's segments in `parts` runs (fewer where it has fewer segments). Cut per token
+  // from its own segment count, so a CUDA graph captured at another context stays valid.
+  const int spp = (ts.used + parts - 1) / parts;
+  const int s0 = blockIdx.z * spp;
   if (s0 >= ts.used) return;  // this token's context has fewer parts than the grid
-  const int s1 = min(ts.used, s0 + segments_per_part);
+  const int s1 = min(ts.used, s0 + spp);
   const bool whole = s0 == 0 && s1 == ts.used;  // folds every segment, writes the output
   const int begin = ts.first + s0 * ts.seg, end = min(pos + 1, ts.first + s1 * ts.seg);
   const int ntiles = (end - begin + kTileKeys - 1) / kTileKeys;
@@ -514,14 +517,14 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
 template <class T>
 __global__ void stream_combine_kernel(AttentionArgs a, FlatBatchView b, int head_dim,
                                       const std::int32_t* query_tokens, const float* workspace,
-                                      int grid_splits, int segments_per_part, int seg_min) {
+                                      int grid_splits, int parts, int seg_min) {
   __shared__ float ms[kMaxDecodeSplits], ls[kMaxDecodeSplits];
   __shared__ float fa[kMaxDecodeSplits], fb[kMaxDecodeSplits];
   __shared__ float total;
   grid_dependency_wait();
   const int h = blockIdx.x, qi = blockIdx.y, D = head_dim;
   const TokenSegments ts = token_segments(a, b, query_tokens, qi, seg_min);
-  if (ts.used <= segments_per_part) return;  // one part: its block wrote the output
+  if ((ts.used + parts - 1) / parts >= ts.used) return;  // one part: its block wrote the output
   const float* recs =
       workspace + (static_cast<std::size_t>(qi) * a.num_heads + h) * grid_splits * (D + 2);
   if (threadIdx.x < ts.used) {  // every segment's m and l loaded at once
@@ -629,9 +632,8 @@ int blocks_per_sm(StreamKernel kernel, std::size_t shared) {
   int per_sm = 0;
   if (g_optin_bytes > 0 && shared + 2048 > static_cast<std::size_t>(g_optin_bytes)) {
     per_sm = 0;  // does not fit a block
-  } else if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads,
-                                                           static_cast<int>(shared)) !=
-             cudaSuccess) {
+  } else if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                 &per_sm, kernel, kThreads, static_cast<int>(shared)) != cudaSuccess) {
     cudaGetLastError();
     per_sm = 0;
   }
@@ -652,33 +654,30 @@ int stream_stages(StreamKernel kernel, int D, int G) {
   return 2;
 }
 
-// Segments per part for `items` (query, kv head) pairs whose contexts have up to `segments`
+// Parts per token for `items` (query, kv head) pairs whose contexts have up to `segments`
 // segments of `seg` positions, with `resident` blocks at once on the device: the fewest
 // parts (each block's setup paid once, no combine) unless more parts fill the device better.
 // Cost in positions one block streams: waves x (positions per part + a block's setup), plus
 // the combine kernel; a wave that is not full still counts as its fraction, since each block
 // keeps several tiles in flight. WEFT_DECODE_PARTS forces the part count (tests, tuning).
-int choose_segments_per_part(long long items, int segments, int seg, int resident) {
+int choose_parts(long long items, int segments, int seg, int resident) {
   const int forced = decode_attention_parts();
-  if (forced > 0) {
-    const int parts = std::min(forced, segments);
-    return (segments + parts - 1) / parts;
-  }
+  if (forced > 0) return std::min(forced, segments);
   // WEFT_DECODE_STREAM_PART_KEYS: at most this many positions per part (0: no bound), which
   // bounds the tail of a few long contexts among short ones.
   static const int max_keys = env_int("WEFT_DECODE_STREAM_PART_KEYS", 0);
   constexpr double kSetup = 128, kCombine = 128;
   int best = 1;
   double best_cost = -1;
-  for (int spp = segments; spp >= 1; --spp) {
+  for (int parts = 1; parts <= segments; ++parts) {
+    const int spp = (segments + parts - 1) / parts;
     if (max_keys > 0 && spp > 1 && spp * seg > max_keys) continue;
-    const int parts = (segments + spp - 1) / spp;
     const double blocks = static_cast<double>(items) * parts;
     const double waves = std::max(1.0, blocks / std::max(1, resident));
     const double cost = waves * (spp * seg + kSetup) + (parts > 1 ? kCombine : 0);
     if (best_cost < 0 || cost < best_cost - 1e-9) {
       best_cost = cost;
-      best = spp;
+      best = parts;
     }
   }
   return best;
@@ -735,10 +734,9 @@ DecodeStreamLaunch decode_stream_launch(int num_heads, int num_kv_heads, int hea
   out.stages = stream_stages(kernel, D, G);
   out.blocks_per_sm = std::max(1, blocks_per_sm(kernel, stream_shared_bytes(D, G, out.stages)));
   const int resident = std::max(1, g_sms) * out.blocks_per_sm;
-  out.segments_per_part =
-      choose_segments_per_part(static_cast<long long>(num_queries) * num_kv_heads, segments,
-                               out.segment_keys, resident);
-  out.parts = (segments + out.segments_per_part - 1) / out.segments_per_part;
+  out.parts = choose_parts(static_cast<long long>(num_queries) * num_kv_heads, segments,
+                           out.segment_keys, resident);
+  out.segments_per_part = (segments + out.parts - 1) / out.parts;
   return out;
 }
 
@@ -755,11 +753,10 @@ void decode_attention_stream(const AttentionArgs& args, const FlatBatchView& bat
   WEFT_DISPATCH_PRECISION(kv.precision, {
     StreamKernel kernel = stream_kernel<T>(D, G);
     launch(kernel, dim3(kv.num_kv_heads, num_queries, plan.parts), kThreads, shared, stream, args,
-           batch, kv, query_tokens, workspace, grid_splits, plan.segments_per_part, plan.stages,
-           seg_min);
+           batch, kv, query_tokens, workspace, grid_splits, plan.parts, plan.stages, seg_min);
     if (plan.parts > 1) {
       launch(stream_combine_kernel<T>, dim3(args.num_heads, num_queries), 128, 0, stream, args,
-             batch, D, query_tokens, workspace, grid_splits, plan.segments_per_part, seg_min);
+             batch, D, query_tokens, workspace, grid_splits, plan.parts, seg_min);
     }
   });
 }

@@ -28,10 +28,11 @@ void decode_attention_stream(const AttentionArgs& args, const FlatBatchView& bat
                              cudaStream_t stream);
 
 // The launch the streaming kernel makes for `num_queries` tokens (kv_heads each) whose longest
-// context is max_context: positions per segment (the unit whose result is folded in order;
-// fixed per context, so results do not depend on the batch), segments per part (a block's
-// run of consecutive segments; chosen from the batch and the device), parts (the grid's
-// depth) and ring stages per warp. For the bench and the tests.
+// context is max_context: positions per segment of the longest context (the unit whose result
+// is folded in order; fixed per context, so results do not depend on the batch), parts (the
+// grid's depth, chosen from the batch and the device: each token's segments are cut into at
+// most this many runs of consecutive segments, one block each), segments per part of the
+// longest context, and ring stages per warp. For the bench and the tests.
 struct DecodeStreamLaunch {
   int segment_keys = 0;
   int segments_per_part = 0;

@@ -94,9 +94,9 @@ DecodeAttentionKernel decode_attention_kernel();
 void set_decode_attention_kernel(DecodeAttentionKernel kernel);
 const char* decode_attention_kernel_name(DecodeAttentionKernel kernel);  // "old", "new", "stream"
 
-// Parts per token of the pipelined and streaming kernels: 0 (default) lets the launch choose from the batch
-// and the device; n > 0 forces min(n, splits) (WEFT_DECODE_PARTS sets the initial value; for
-// tests and tuning). Results are bitwise the same for every value.
+// Parts per token of the pipelined and streaming kernels: 0 (default) lets the launch choose
+// from the batch and the device; n > 0 forces min(n, splits) (WEFT_DECODE_PARTS sets the
+// initial value; for tests and tuning). Results are bitwise the same for every value.
 int decode_attention_parts();
 void set_decode_attention_parts(int parts);
 

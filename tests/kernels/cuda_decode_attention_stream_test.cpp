@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -102,6 +103,67 @@ TEST_P(CudaDecodeAttentionStream, IsBitwiseTheSameForEveryCutAndBatch) {
           << ") alone differs from the batch";
     }
   }
+}
+
+// A decode step's CUDA graph is replayed while the contexts grow as long as
+// decode_split_count stays the same (capped at 32 splits past 1984 positions): a launch
+// captured at shorter contexts must still cover every segment of the longer ones, bitwise as a
+// launch made for them.
+TEST_P(CudaDecodeAttentionStream, CapturedLaunchStaysValidAsContextsGrow) {
+  const Shape shape{8, 2, 128, 16};
+  std::mt19937 rng(41);
+  const DecodeBatch b(shape, p(), 0, contexts_for(12, 6000), rng);
+  const int S = static_cast<int>(b.contexts.size()), NH = shape.heads, D = shape.dim;
+  std::vector<std::int32_t> short_positions(b.positions);
+  int short_max = 0;
+  for (int& x : short_positions) {
+    x = std::max(0, (x + 1) * 3 / 5 - 1);
+    short_max = std::max(short_max, x + 1);
+  }
+  ASSERT_EQ(decode_split_count(short_max), decode_split_count(b.max_context()));
+  const auto queries = all_queries(b);
+  const auto want = b.run(DecodeAttentionKernel::kStream, 0, queries);
+
+  set_decode_attention_kernel(DecodeAttentionKernel::kStream);
+  set_decode_attention_parts(0);
+  prepare_attention_kernels();
+  auto pool = to_half(b.pool0, p(), nullptr);
+  Dev<float> dq(b.q);
+  Dev<std::int32_t> dpos(short_positions), dseq(b.token_seq), dpages(b.page_ids),
+      dbegin(b.table_begin), dqueries(queries);
+  Dev<Half> out(static_cast<std::size_t>(S) * NH * D);
+  Dev<float> work(std::max<std::size_t>(1, decode_workspace_floats(S, NH, D, b.max_context())));
+  FlatBatchView fb{dpos.get(), dseq.get(), dbegin.get(), dpages.get(), S};
+  PagedKvView kv{
+      pool->get(),
+      p(),
+      b.page_elems(),
+      static_cast<std::size_t>(DecodeBatch::kLayer) * b.page_elems() / DecodeBatch::kLayers,
+      shape.page_size,
+      shape.kv_heads,
+      D};
+  AttentionArgs a;
+  a.q = dq.get();
+  a.q_stride = static_cast<std::size_t>(NH) * D;
+  a.num_heads = NH;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  a.out = out.get();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  decode_attention(a, fb, kv, dqueries.get(), S, short_max, work.get(), stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  dpos.upload(b.positions);  // the contexts grew; the graph reads the positions at replay
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  const auto got = out.download();
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  EXPECT_TRUE(got == want) << describe(b) << ": the replayed launch differs";
 }
 
 TEST_P(CudaDecodeAttentionStream, WithRopeIsBitwiseRopeStoreKvThenAttention) {
