@@ -7,10 +7,12 @@
 // layer, ms per step of --step-layers layers (32: the 8b model), the KV read rate in GB/s and
 // as a percentage of the device-to-device copy bandwidth measured in the same process (read +
 // write bytes, as cuda_forward_bench counts it), and the largest difference from the old
-// kernel's output (a sanity check; they differ by rounding only).
+// kernel's output (a sanity check; they differ by rounding only). `read` is not attention: the
+// same KV rows read with 16-byte loads through the same page tables (decode_kv_read), the
+// ceiling any decode attention kernel can reach on this pool layout.
 //
 //   cuda_decode_attention_bench [--batches 64,128,256,512] [--contexts 512,2048]
-//       [--kernels old,new,stream] [--heads 32] [--kv-heads 8] [--head-dim 128]
+//       [--kernels old,new,stream,read] [--heads 32] [--kv-heads 8] [--head-dim 128]
 //       [--page-size 16] [--layers 32] [--step-layers 32] [--repeats 10] [--spread 0]
 //       [--no-rope] [--fp16] [--json FILE]
 //
@@ -154,7 +156,7 @@ bool kernel_by_name(const std::string& name, cuda::DecodeAttentionKernel& k) {
 
 int main(int argc, char** argv) {
   std::vector<int> batches{64, 128, 256, 512}, contexts{512, 2048};
-  std::vector<std::string> kernel_names{"old", "new", "stream"};
+  std::vector<std::string> kernel_names{"old", "new", "stream", "read"};
   int heads = 32, kv_heads = 8, head_dim = 128, page_size = 16, layers = 32, step_layers = 32;
   int repeats = 10;
   double spread = 0;
@@ -200,12 +202,14 @@ int main(int argc, char** argv) {
     } else if (a == "--help" || a == "-h") {
       std::printf(
           "cuda_decode_attention_bench [--batches 64,128,256,512] [--contexts 512,2048]\n"
-          "    [--kernels old,new,stream] [--heads 32] [--kv-heads 8] [--head-dim 128]\n"
+          "    [--kernels old,new,stream,read] [--heads 32] [--kv-heads 8] [--head-dim 128]\n"
           "    [--page-size 16] [--layers 32] [--step-layers 32] [--repeats 10] [--spread 0]\n"
           "    [--no-rope] [--fp16] [--json FILE]\n"
           "Times the decode attention kernels alone (WEFT_DECODE_ATTN's choices) over 16-bit\n"
           "KV pages: us per layer, ms per step of --step-layers layers, KV GB/s and %% of the\n"
           "copy bandwidth measured in the same run, max difference from the old kernel.\n"
+          "  --kernels read  not attention: the same KV rows read with 16-byte loads, the\n"
+          "                  ceiling for any decode attention kernel on this pool layout\n"
           "  --layers N      layers per page, cycled through (32: the 8b pool's layout)\n"
           "  --spread F      contexts drawn from [c (1 - F), c (1 + F)] per sequence\n"
           "  --no-rope       plain attention (no rotary embedding/store in the kernel)\n"
@@ -225,14 +229,25 @@ int main(int argc, char** argv) {
                  "--layers, --repeats positive; --spread in [0, 1)\n");
     return 2;
   }
-  std::vector<cuda::DecodeAttentionKernel> kernels;
+  // "read": not attention, the KV read alone (decode_kv_read), the ceiling for the others.
+  struct Variant {
+    bool read = false;
+    cuda::DecodeAttentionKernel kernel = cuda::DecodeAttentionKernel::kSplit;
+  };
+  std::vector<Variant> kernels;
   for (const auto& n : kernel_names) {
-    cuda::DecodeAttentionKernel k;
-    if (!kernel_by_name(n, k)) {
-      std::fprintf(stderr, "--kernels: unknown kernel %s (old, new, stream)\n", n.c_str());
+    Variant v;
+    if (n == "read") {
+      if (head_dim > 128) {
+        std::fprintf(stderr, "--kernels read: head_dim up to 128\n");
+        return 2;
+      }
+      v.read = true;
+    } else if (!kernel_by_name(n, v.kernel)) {
+      std::fprintf(stderr, "--kernels: unknown kernel %s (old, new, stream, read)\n", n.c_str());
       return 2;
     }
-    kernels.push_back(k);
+    kernels.push_back(v);
   }
   const cuda::DeviceList devices = cuda::visible_devices();
   if (devices.devices.empty()) {
@@ -334,8 +349,10 @@ int main(int argc, char** argv) {
                    *dqueries = nullptr;
       float *dq = nullptr, *dfreq = nullptr, *dfactor = nullptr, *work = nullptr;
       void* out = nullptr;
+      // (also the read reference's sink: a word per (query, kv head))
       const std::size_t work_floats =
-          std::max<std::size_t>(1, cuda::decode_workspace_floats(batch, NH, D, max_context));
+          std::max<std::size_t>(static_cast<std::size_t>(batch) * NKV,
+                                cuda::decode_workspace_floats(batch, NH, D, max_context));
       CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&dpos), batch * 4));
       CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&dseq), batch * 4));
       CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&dbegin), batch * 4));
@@ -384,23 +401,33 @@ int main(int argc, char** argv) {
       cudaEventCreate(&e0);
       cudaEventCreate(&e1);
       std::vector<std::uint16_t> reference;
-      for (cuda::DecodeAttentionKernel kernel : kernels) {
+      for (const Variant& variant : kernels) {
+        const cuda::DecodeAttentionKernel kernel = variant.kernel;
         cuda::set_decode_attention_kernel(kernel);
-        const char* name = cuda::decode_attention_kernel_name(kernel);
+        const char* name = variant.read ? "read" : cuda::decode_attention_kernel_name(kernel);
         auto run_layers = [&](int n) {
-          for (int i = 0; i < n; ++i)
-            cuda::decode_attention(args, fb, view(i % layers), dqueries, batch, max_context, work,
-                                   stream);
+          for (int i = 0; i < n; ++i) {
+            if (variant.read) {
+              cuda::detail::decode_kv_read(fb, view(i % layers), dqueries, batch,
+                                           reinterpret_cast<unsigned*>(work), stream);
+            } else {
+              cuda::decode_attention(args, fb, view(i % layers), dqueries, batch, max_context, work,
+                                     stream);
+            }
+          }
         };
         // Warm-up (also the output compared: layer 0).
         run_layers(layers);
-        cuda::decode_attention(args, fb, view(0), dqueries, batch, max_context, work, stream);
+        if (!variant.read)
+          cuda::decode_attention(args, fb, view(0), dqueries, batch, max_context, work, stream);
         CHECK_CUDA(cudaStreamSynchronize(stream));
         CHECK_CUDA(cudaGetLastError());
         std::vector<std::uint16_t> got(static_cast<std::size_t>(batch) * NH * D);
         CHECK_CUDA(cudaMemcpy(got.data(), out, got.size() * 2, cudaMemcpyDeviceToHost));
         double max_diff = 0;
-        if (kernel == cuda::DecodeAttentionKernel::kSplit) {
+        if (variant.read) {
+          // Nothing to compare.
+        } else if (kernel == cuda::DecodeAttentionKernel::kSplit) {
           reference = got;
         } else if (!reference.empty()) {
           for (std::size_t i = 0; i < got.size(); ++i)
@@ -424,7 +451,7 @@ int main(int argc, char** argv) {
         const double gbps = layer_bytes / (us_layer * 1e-6) / 1e9;
         const double pct = bandwidth > 0 ? gbps * 1e9 / bandwidth * 100 : 0;
         std::string plan = "-";
-        if (kernel == cuda::DecodeAttentionKernel::kStream &&
+        if (!variant.read && kernel == cuda::DecodeAttentionKernel::kStream &&
             cuda::detail::decode_stream_supports(NH, NKV, D, KvDtype::kBF16)) {
           const auto p = cuda::detail::decode_stream_launch(NH, NKV, D, batch, max_context);
           plan = "segment " + std::to_string(p.segment_keys) + ", " +

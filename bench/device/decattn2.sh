@@ -6,7 +6,9 @@
 #           bitwise cuts and batches, fused rope), the other attention tests;
 #   attn    cuda_decode_attention_bench: attention alone, old/new/stream, batches
 #           64,128,256,512 x contexts 512,2048 (Llama-3-8B's shape, 32 layers a step): us per
-#           layer, ms per step, KV GB/s, % of the copy bandwidth; and a batch of mixed lengths;
+#           layer, ms per step, KV GB/s, % of the copy bandwidth; "read" rows: the same KV
+#           read without attention (the ceiling on this pool layout); a batch of mixed
+#           lengths; one layer per page (dense) against the model's 32;
 #   sweep   the streaming kernel's knobs (ring stages, segment length) at batch 64 and 256;
 #   step    cuda_forward_bench --shape 8b: whole decode steps per attention kernel
 #           (--attn-kernels old,new,stream, the same process) at context 512 (batches
@@ -71,11 +73,11 @@ fi
 
 if want attn; then
   timeout 200 "$B/cuda_decode_attention_bench" --batches 64,128,256,512 --contexts 512,2048 \
-    --kernels old,new,stream --json "$O/attn.json" > "$O/attn.log" 2>&1
+    --kernels old,new,stream,read --json "$O/attn.json" > "$O/attn.log" 2>&1
   echo "attn rc=$? [t+$(el)s]"
   # Batch 512 x 2048 does not fit with 32 layers per page (137 GB): 16 layers per page.
   timeout 100 "$B/cuda_decode_attention_bench" --batches 512 --contexts 2048 --layers 16 \
-    --kernels old,new,stream --json "$O/attn_512x2048.json" > "$O/attn_512x2048.log" 2>&1
+    --kernels old,new,stream,read --json "$O/attn_512x2048.json" > "$O/attn_512x2048.log" 2>&1
   echo "attn 512x2048 rc=$? [t+$(el)s]"
   timeout 100 "$B/cuda_decode_attention_bench" --batches 64,256 --contexts 1024 --spread 0.9 \
     --kernels old,new,stream --json "$O/attn_mixed.json" > "$O/attn_mixed.log" 2>&1
@@ -83,7 +85,7 @@ if want attn; then
   # What the pool's layout costs: one layer per page (each launch reads its KV densely)
   # against the model's 32 (a launch reads 64 KB of each 2 MB page).
   timeout 100 "$B/cuda_decode_attention_bench" --batches 64,256 --contexts 512 --layers 1 \
-    --kernels old,new,stream > "$O/attn_dense.log" 2>&1
+    --kernels old,new,stream,read > "$O/attn_dense.log" 2>&1
   echo "attn dense rc=$? [t+$(el)s]"
   {
     echo "## Decode attention alone (cuda_decode_attention_bench, 8b shape, rope in kernel)"

@@ -549,6 +549,60 @@ __global__ void stream_combine_kernel(AttentionArgs a, FlatBatchView b, int head
   }
 }
 
+// decode_kv_read's kernel: a block of 256 threads per (kv head, query); warp w reads the
+// token's 16-key tiles w, w + 8, ... (8 KB of K and V at head_dim 128 in flight per warp; 2
+// blocks per SM).
+constexpr int kReadThreads = 256;
+__global__ void __launch_bounds__(kReadThreads, 2)
+    kv_read_kernel(FlatBatchView b, PagedKvView kv, const std::int32_t* query_tokens,
+                   unsigned* sink) {
+  grid_dependency_wait();
+  const int t = query_tokens[blockIdx.y], kvh = blockIdx.x;
+  const int pos = b.positions[t];
+  const SlotTable table = slot_table(b, t);
+  const int D = kv.head_dim, L = D / 8;  // 16-byte chunks per row
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = kReadThreads / 32;
+  const std::size_t v_bytes = static_cast<std::size_t>(kv.num_kv_heads) * kv.page_size * D * 2;
+  const unsigned char* pool = static_cast<const unsigned char*>(kv.pool);
+  const int tiles = (pos + 1 + kTileKeys - 1) / kTileKeys;
+  const int chunks = kTileKeys * L;  // per tile, of K (and of V)
+  uint4 acc = make_uint4(0, 0, 0, 0);
+  for (int tile = warp; tile < tiles; tile += warps) {
+    uint4 v[2][8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int c = lane + 32 * k, p = tile * kTileKeys + c / L;
+      const bool live = c < chunks && p <= pos;
+      // key_offset counts 16-bit elements.
+      const std::size_t off = live ? (key_offset(kv, table, p, kvh) + (c % L) * 8) * 2 : 0;
+      v[0][k] = live ? __ldcs(reinterpret_cast<const uint4*>(pool + off)) : make_uint4(0, 0, 0, 0);
+      v[1][k] = live ? __ldcs(reinterpret_cast<const uint4*>(pool + off + v_bytes))
+                     : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        acc.x ^= v[h][k].x;
+        acc.y ^= v[h][k].y;
+        acc.z ^= v[h][k].z;
+        acc.w ^= v[h][k].w;
+      }
+  }
+  unsigned word = acc.x ^ acc.y ^ acc.z ^ acc.w;
+  for (int o = 16; o > 0; o >>= 1)
+    word ^= __shfl_xor_sync(0xffffffffu, word, o);
+  __shared__ unsigned words[kReadThreads / 32];
+  if (lane == 0) words[warp] = word;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned all = 0;
+    for (int w = 0; w < warps; ++w)
+      all ^= words[w];
+    sink[static_cast<std::size_t>(blockIdx.y) * gridDim.x + blockIdx.x] = all;
+  }
+}
+
 using StreamKernel = void (*)(AttentionArgs, FlatBatchView, PagedKvView, const std::int32_t*,
                               float*, int, int, int, int);
 
@@ -759,6 +813,14 @@ void decode_attention_stream(const AttentionArgs& args, const FlatBatchView& bat
              batch, D, query_tokens, workspace, grid_splits, plan.parts, seg_min);
     }
   });
+}
+
+void decode_kv_read(const FlatBatchView& batch, const PagedKvView& kv,
+                    const std::int32_t* query_tokens, int num_queries, unsigned* sink,
+                    cudaStream_t stream) {
+  if (num_queries == 0) return;
+  launch(kv_read_kernel, dim3(kv.num_kv_heads, num_queries), kReadThreads, 0, stream, batch, kv,
+         query_tokens, sink);
 }
 
 }  // namespace weft::cuda::detail

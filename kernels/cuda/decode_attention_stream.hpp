@@ -43,4 +43,13 @@ struct DecodeStreamLaunch {
 DecodeStreamLaunch decode_stream_launch(int num_heads, int num_kv_heads, int head_dim,
                                         int num_queries, int max_context);
 
+// A reference for the benches, not attention: reads every key and value row that
+// decode_attention would read for these tokens (same pages, same page-table lookups, 16-byte
+// loads, many in flight per thread) and folds them into one word per block written to
+// `sink` ([num_queries * num_kv_heads] words), so its time is what reading the KV costs with
+// this pool layout, the ceiling for any decode attention kernel.
+void decode_kv_read(const FlatBatchView& batch, const PagedKvView& kv,
+                    const std::int32_t* query_tokens, int num_queries, unsigned* sink,
+                    cudaStream_t stream);
+
 }  // namespace weft::cuda::detail
