@@ -9,20 +9,23 @@
 #           layer, ms per step, KV GB/s, % of the copy bandwidth; "read" rows: the same KV
 #           read without attention (the ceiling on this pool layout); a batch of mixed
 #           lengths; one layer per page (dense) against the model's 32;
+#   model   model_cuda_test with WEFT_DECODE_ATTN=stream (every fixture against transformers and
+#           the CPU, greedy batch invariance, CUDA graphs bitwise plain launches), if present;
 #   sweep   the streaming kernel's knobs (ring stages, segment length) at batch 64 and 256;
 #   step    cuda_forward_bench --shape 8b: whole decode steps per attention kernel
 #           (--attn-kernels old,new,stream, the same process) at context 512 (batches
 #           64,128,256,512) and 2048 (64,128: batch 256 x 2048 does not fit 80 GB beside the
 #           weights), with --profile (attention ms per kernel on the same steps).
-# STAGES=tests,attn,sweep,step picks stages (default all); stages that would start after
+# STAGES=tests,model,attn,sweep,step picks stages (default all); stages that would start after
 # BUDGET_S seconds (default 540) are skipped, so one call stays under 10 minutes.
 #
 # The three binaries (stripped, over the 64 MiB a call carries, so an xz tarball of bin/ and
 # lib/), built here with `cmake --preset release`:
-#   cmake --build build/release -j2 --target kernels_test cuda_decode_attention_bench \
-#     cuda_forward_bench
+#   cmake --build build/release -j2 --target kernels_test model_cuda_test \
+#     cuda_decode_attention_bench cuda_forward_bench
 #   mkdir -p .devcarry/da2/bin .devcarry/da2/lib
-#   for b in tests/kernels/kernels_test bin/cuda_decode_attention_bench bin/cuda_forward_bench; do
+#   for b in tests/kernels/kernels_test tests/runtime/model_cuda_test \
+#     bin/cuda_decode_attention_bench bin/cuda_forward_bench; do
 #     strip -o .devcarry/da2/bin/${b##*/} build/release/$b; done
 #   for b in .devcarry/da2/bin/*; do ldd $b | awk '/=> \// {print $3}'; done |
 #     grep -E 'simdjson|libmpi|open-rte|open-pal|hwloc|libevent' | sort -u |
@@ -45,7 +48,7 @@ fi
 B=$C/bin
 export LD_LIBRARY_PATH=$C/lib:/usr/local/cuda/lib64 WEFT_SPEC_DIR=$R/config/models \
   WEFT_TEST_SOURCE_DIR=$R
-STAGES=${STAGES:-tests,attn,sweep,step}
+STAGES=${STAGES:-tests,model,attn,sweep,step}
 BUDGET_S=${BUDGET_S:-540}
 t0=$(date +%s)
 el() { echo $(($(date +%s) - t0)); }
@@ -66,6 +69,19 @@ if want tests; then
     echo '```'
     grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|tests ran" "$O/tests.log" | sort -u | head -40
     grep -B2 -A6 "Failure" "$O/tests.log" | head -60
+    echo '```'
+    echo
+  } >> "$T"
+fi
+
+if want model && [ -x "$B/model_cuda_test" ]; then
+  WEFT_DECODE_ATTN=stream timeout 240 "$B/model_cuda_test" --gtest_color=no > "$O/model.log" 2>&1
+  echo "model_cuda_test (stream) rc=$? [t+$(el)s]"
+  {
+    echo "## model_cuda_test with WEFT_DECODE_ATTN=stream"
+    echo '```'
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]" "$O/model.log" | sort -u | head -30
+    grep -B2 -A6 "Failure" "$O/model.log" | head -40
     echo '```'
     echo
   } >> "$T"
