@@ -61,7 +61,7 @@ T=$O/decattn2.md
 
 if want tests; then
   timeout 240 "$B/kernels_test" --gtest_color=no \
-    --gtest_filter='CudaDecodeAttention*:DecodeAttentionKernel*:CudaKernels.*Attention*:CudaKernels.*Decode*' \
+    --gtest_filter='*CudaDecodeAttention*:DecodeAttentionKernel*:*CudaKernels.*Attention*:*CudaKvQuant*Attention*' \
     > "$O/tests.log" 2>&1
   echo "tests rc=$? [t+$(el)s]"
   {
