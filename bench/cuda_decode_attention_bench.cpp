@@ -320,8 +320,8 @@ int main(int argc, char** argv) {
       void* pool = nullptr;
       CHECK_CUDA(cudaMalloc(&pool, pool_bytes));
       {
-        // Random 16-bit values in a block of up to 64 MB, copied over the whole pool.
-        const std::size_t block = std::min<std::size_t>(pool_bytes / 2, std::size_t{32} << 20);
+        // Random 16-bit values in a block of up to 16 MB, copied over the whole pool.
+        const std::size_t block = std::min<std::size_t>(pool_bytes / 2, std::size_t{8} << 20);
         std::normal_distribution<float> nd(0.0f, 1.0f);
         std::vector<std::uint16_t> host(block);
         for (auto& h : host)
