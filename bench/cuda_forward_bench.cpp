@@ -35,12 +35,15 @@
 // in the same run) and the compute floor (2 FLOP per parameter per token plus attention's 4 x
 // context x q_dim per layer and token, divided by the cuBLAS GEMM peak measured in the same run);
 // the row names which bound it is. "weights only" is the older ratio that ignored the KV reads.
+// --attn-kernels old,new,stream repeats each decode row's timed steps once per decode attention
+// kernel (rows ending "attention NAME"), so one process compares whole steps per kernel.
 // Decode steps replay CUDA graphs. --profile adds, per decode batch, a few more steps run as plain
 // launches with a device event after each kernel class, and prints the device milliseconds per step
-// by class; then, where the shape has both decode attention kernels (16-bit KV, head_dim
-// 64/128/256, up to 8 query heads per kv head), the same steps once with each ("old": a block per
-// split, "new": the pipelined kernel; WEFT_DECODE_ATTN picks the one the rest of the run uses) and
-// their decode attention ms per step and KV read rate (JSON decode_attention_kernels).
+// by class; then, where the shape has the tensor-core decode attention kernels (16-bit KV,
+// head_dim 64/128/256, up to 8 query heads per kv head), the same steps once with each ("old": a
+// block per split, "new": the pipelined kernel, "stream": per-warp rings; WEFT_DECODE_ATTN picks
+// the one the rest of the run uses) and their decode attention ms per step and KV read rate (JSON
+// decode_attention_kernels). bench/cuda_decode_attention_bench times them alone.
 //
 // Before the rows it measures the bf16 GEMM peak: cuBLAS (cublasGemmEx, bf16 inputs, fp32
 // compute) on 8192^3 with bf16 and with fp32 output, and on the model's prefill products at
@@ -272,6 +275,15 @@ std::vector<int> parse_list(const std::string& s) {
   return out;
 }
 
+std::vector<std::string> parse_names(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -287,6 +299,7 @@ int main(int argc, char** argv) {
   std::string quantize_name;
   int layers = 0, tensor_parallel = 1;
   const int profile_steps = 5;
+  std::vector<std::string> attn_kernels;  // --attn-kernels: decode rows per attention kernel
   std::vector<int> batches{1, 8, 32, 64}, prefills{512, 2048};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -317,6 +330,8 @@ int main(int argc, char** argv) {
       logits_to_host = true;
     else if (a == "--profile")
       profile = true;
+    else if (a == "--attn-kernels")
+      attn_kernels = parse_names(next());
     else if (a == "--small-step-kernel-tokens")
       small_step_tokens = std::stoi(next());
     else if (a == "--kv-cache-dtype")
@@ -337,15 +352,16 @@ int main(int argc, char** argv) {
                    "[--repeats N] [--json FILE] [--profile] [--small-step-kernel-tokens N] "
                    "[--kv-cache-dtype bf16|int8|fp8] [--gpu-memory-fraction F] "
                    "[--quantize FORMAT (q8_b32 ... q2_b64, docs/quantization.md)] [--layers N] "
-                   "[--tensor-parallel N]\n"
+                   "[--tensor-parallel N] [--attn-kernels old,new,stream]\n"
                    "  --shape 70b needs --layers (e.g. 10); --tensor-parallel N runs under "
                    "mpirun -np N, one GPU per rank; its switches are environment variables\n"
                    "  (WEFT_TP_OVERLAP, WEFT_TP_PREFETCH_MB, WEFT_TP_VOCAB_PARALLEL,\n"
                    "  WEFT_TP_BF16_REDUCE_TOKENS: docs/parallel.md); with --profile, each decode\n"
                    "  batch's device ms per step in all-reduces and the head's all-gather\n"
-                   "  --profile also times both decode attention kernels on the same steps\n"
-                   "  (old: a block per split, new: pipelined); WEFT_DECODE_ATTN=old|new picks\n"
-                   "  the one the rest of the run uses (docs/cuda.md)\n");
+                   "  --profile also times the decode attention kernels on the same steps\n"
+                   "  (old: a block per split, new: pipelined, stream: per-warp rings);\n"
+                   "  WEFT_DECODE_ATTN=old|new|stream picks"
+                   " the one the rest of the run uses (docs/cuda.md)\n");
       return 2;
     }
   }
@@ -752,6 +768,51 @@ int main(int argc, char** argv) {
          << ",\"compute_floor_ms\":" << compute_floor_s * 1e3
          << ",\"floor_fraction\":" << step_floor_s / step_s
          << ",\"weights_floor_fraction\":" << floor_s / step_s;
+    if (!attn_kernels.empty()) {
+      // The same timed steps once per decode attention kernel (--attn-kernels; each captures
+      // its own graphs, keyed by decode_split_count), then back to the chosen one.
+      const cuda::DecodeAttentionKernel chosen = cuda::decode_attention_kernel();
+      json << ",\"decode_by_attention_kernel\":{";
+      bool first = true;
+      for (const std::string& name : attn_kernels) {
+        cuda::DecodeAttentionKernel kernel;
+        if (name == "old") {
+          kernel = cuda::DecodeAttentionKernel::kSplit;
+        } else if (name == "new") {
+          kernel = cuda::DecodeAttentionKernel::kPipelined;
+        } else if (name == "stream") {
+          kernel = cuda::DecodeAttentionKernel::kStream;
+        } else {
+          std::fprintf(stderr, "--attn-kernels: unknown kernel %s (old, new, stream)\n",
+                       name.c_str());
+          return failed();
+        }
+        cuda::set_decode_attention_kernel(kernel);
+        double t_sum = 0;
+        int t_n = 0;
+        for (int k = 0; k < repeats; ++k) {
+          const model::StepBatch step = decode_batch(k);
+          const double start = now_s();
+          if (auto ok = decode_step(step); !ok) {
+            std::fprintf(stderr, "%s\n", ok.error().what());
+            return failed();
+          }
+          if (k >= 2) {
+            t_sum += now_s() - start;
+            ++t_n;
+          }
+        }
+        const double s_k = t_sum / t_n;
+        std::printf("%-8s %6d %8d %12.3f %12.0f %9.0f%% %9s %7.0f%%  attention %s\n", "decode",
+                    batch, context, s_k * 1e3, batch / s_k, step_floor_s / s_k * 100,
+                    compute_bound ? "compute" : "memory", floor_s / s_k * 100, name.c_str());
+        json << (first ? "" : ",") << "\"" << name << "\":{\"ms\":" << s_k * 1e3
+             << ",\"floor_fraction\":" << step_floor_s / s_k << "}";
+        first = false;
+      }
+      json << "}";
+      cuda::set_decode_attention_kernel(chosen);
+    }
     if (profile) {
       gpu.set_kernel_profiling(true);
       gpu.take_kernel_profile();
@@ -787,7 +848,8 @@ int main(int argc, char** argv) {
         std::printf("  decode attention, batch %d, KV %.2f GB per step:", batch, kv_bytes / 1e9);
         json << ",\"decode_attention_kernels\":{";
         for (auto kernel :
-             {cuda::DecodeAttentionKernel::kSplit, cuda::DecodeAttentionKernel::kPipelined}) {
+             {cuda::DecodeAttentionKernel::kSplit, cuda::DecodeAttentionKernel::kPipelined,
+              cuda::DecodeAttentionKernel::kStream}) {
           cuda::set_decode_attention_kernel(kernel);
           gpu.set_kernel_profiling(true);
           gpu.take_kernel_profile();

@@ -9,6 +9,7 @@
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/decode_attention_pipelined.hpp"
+#include "kernels/cuda/decode_attention_stream.hpp"
 #include "kernels/cuda/kv_element.cuh"
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/rope.cuh"
@@ -1496,6 +1497,7 @@ void prepare_attention_kernels() {
     allow_all_shared_memory<__nv_bfloat16>(bytes);
     allow_all_shared_memory<__half>(bytes);
     detail::prepare_decode_pipelined(bytes);
+    detail::prepare_decode_stream(bytes);
     return true;
   }();
   (void)prepared;
@@ -1518,7 +1520,8 @@ DecodeAttentionKernel decode_kernel_from_env() {
     return DecodeAttentionKernel::kSplit;
   if (std::strcmp(v, "new") == 0 || std::strcmp(v, "pipelined") == 0)
     return DecodeAttentionKernel::kPipelined;
-  std::fprintf(stderr, "weft: ignoring WEFT_DECODE_ATTN=%s (expected old or new)\n", v);
+  if (std::strcmp(v, "stream") == 0) return DecodeAttentionKernel::kStream;
+  std::fprintf(stderr, "weft: ignoring WEFT_DECODE_ATTN=%s (expected old, new or stream)\n", v);
   return DecodeAttentionKernel::kSplit;
 }
 
@@ -1539,13 +1542,20 @@ void set_decode_attention_kernel(DecodeAttentionKernel kernel) {
 }
 
 const char* decode_attention_kernel_name(DecodeAttentionKernel kernel) {
-  return kernel == DecodeAttentionKernel::kPipelined ? "new" : "old";
+  switch (kernel) {
+    case DecodeAttentionKernel::kPipelined:
+      return "new";
+    case DecodeAttentionKernel::kStream:
+      return "stream";
+    default:
+      return "old";
+  }
 }
 
 int decode_split_count(int max_context) {
-  // The pipelined kernel's grid differs: a graph captured with one kernel is not the other's.
-  const bool pipelined = decode_attention_kernel() == DecodeAttentionKernel::kPipelined;
-  return decode_splits(max_context) + (pipelined ? kMaxDecodeSplits + 1 : 0);
+  // Each kernel's grid differs: a graph captured with one kernel is not another's.
+  const int kernel = static_cast<int>(decode_attention_kernel());
+  return decode_splits(max_context) + kernel * (kMaxDecodeSplits + 1);
 }
 
 std::size_t decode_workspace_floats(int queries, int num_heads, int head_dim, int max_context) {
@@ -1566,6 +1576,12 @@ void decode_attention(const AttentionArgs& args, const FlatBatchView& batch, con
       detail::decode_pipelined_supports(args.num_heads, kv.num_kv_heads, D, kv.dtype)) {
     detail::decode_attention_pipelined(args, batch, kv, query_tokens, num_queries, max_context,
                                        workspace, stream);
+    return;
+  }
+  if (decode_attention_kernel() == DecodeAttentionKernel::kStream &&
+      detail::decode_stream_supports(args.num_heads, kv.num_kv_heads, D, kv.dtype)) {
+    detail::decode_attention_stream(args, batch, kv, query_tokens, num_queries, max_context,
+                                    workspace, stream);
     return;
   }
   WEFT_DISPATCH_KV(kv, {

@@ -80,19 +80,23 @@ inline constexpr int kMaxDecodeSplits = 32;
 // head (other shapes and int8/fp8 pages keep their kernels):
 // - kSplit: a block per (token, kv head, split), records combined by a second kernel;
 // - kPipelined: a block per (token, kv head, part of consecutive splits), tiles pipelined.
-// Their outputs differ by rounding only (the pipelined kernel folds the splits in order).
-// The environment variable WEFT_DECODE_ATTN=old|new (or split|pipelined) sets the initial
-// choice, kSplit when unset; set_decode_attention_kernel changes it for later launches
-// (benchmarks, tests). CUDA graphs captured before keep the kernel they captured; the model's
-// graphs are keyed by decode_split_count, which includes the choice.
-enum class DecodeAttentionKernel { kSplit, kPipelined };
+// - kStream: a block per (token, kv head, part of consecutive segments of at least 256
+//   positions), each warp streaming its own tiles through a cp.async ring
+//   (decode_attention_stream.cu), sized to keep the memory pipe full at large batches.
+// Their outputs differ by rounding only (the pipelined and streaming kernels fold their
+// pieces in order; each is batch invariant). The environment variable
+// WEFT_DECODE_ATTN=old|new|stream (or split|pipelined) sets the initial choice, kSplit when
+// unset; set_decode_attention_kernel changes it for later launches (benchmarks, tests). CUDA
+// graphs captured before keep the kernel they captured; the model's graphs are keyed by
+// decode_split_count, which includes the choice.
+enum class DecodeAttentionKernel { kSplit, kPipelined, kStream };
 DecodeAttentionKernel decode_attention_kernel();
 void set_decode_attention_kernel(DecodeAttentionKernel kernel);
-const char* decode_attention_kernel_name(DecodeAttentionKernel kernel);  // "old" or "new"
+const char* decode_attention_kernel_name(DecodeAttentionKernel kernel);  // "old", "new", "stream"
 
-// Parts per token of the pipelined kernel: 0 (default) lets the launch choose from the batch
-// and the device; n > 0 forces min(n, splits) (WEFT_DECODE_PARTS sets the initial value; for
-// tests and tuning). Results are bitwise the same for every value.
+// Parts per token of the pipelined and streaming kernels: 0 (default) lets the launch choose
+// from the batch and the device; n > 0 forces min(n, splits) (WEFT_DECODE_PARTS sets the
+// initial value; for tests and tuning). Results are bitwise the same for every value.
 int decode_attention_parts();
 void set_decode_attention_parts(int parts);
 

@@ -1,0 +1,826 @@
+// The streaming tensor-core decode attention (DecodeAttentionKernel::kStream,
+// WEFT_DECODE_ATTN=stream; docs/cuda.md, "Streaming decode attention", says why it is shaped
+// this way).
+//
+// One block of 4 warps per (query token, kv head, part). A token's context [first, pos] is
+// cut into segments of `seg` positions (a multiple of 64 that depends only on the context's
+// length: at least WEFT_DECODE_STREAM_SEGMENT_KEYS, 256 by default, and never more than 32
+// segments); a part is a run of consecutive segments, as many as the launch chooses from the
+// batch and the device so that the grid fills the GPU.
+//
+// The point is to keep every SM's memory pipe full without block-wide waits:
+// - each warp owns a ring of `stages` shared-memory stages and streams its own tiles of 16
+//   keys (tiles w, w + 4, w + 8, ... of the part: with 16-token pages, one page each) through
+//   it with cp.async, 16 bytes per instruction; while it computes one tile the next
+//   stages - 1 are in flight, and the page-table lookups of the tile after those are loaded
+//   into registers (lane r holds row r's offset; the copy takes it by shuffle). Nothing in the
+//   main loop waits for another warp: a warp waits on its own copies (__syncwarp);
+// - a tile's products are the per-split kernel's (mma.sync m16n8k16, q*scale and the softmax
+//   weights split into a 16-bit value and a 16-bit remainder, fp32 accumulators; the group's
+//   query heads are the columns, so each key and value byte is read once per kv head);
+// - at a segment's end the four warps merge their (o, m, l) in warp order (the block's only
+//   barriers, every `seg` keys), and the segment is folded into the block's running result in
+//   segment order (fold_split: every rounding spelled out), or written as a record for the
+//   combine kernel when the token's context spans more than one part. The combine folds the
+//   records in the same order with the same roundings, so a token's output has the same bits
+//   however the launch cut its context into parts: it depends only on the token's own
+//   context, not on the batch.
+// With AttentionArgs::rope_inv_freq every block rotates q, and the block whose part ends at
+// the token's own position rotates the token's key, stores key and value into the page slot
+// and patches them into the staged tile once it lands (the copy may have read the slot first):
+// bitwise rope_store_kv followed by the kernel, as the other tensor-core decode kernels do.
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/decode_attention_stream.hpp"
+#include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/tree_slots.cuh"
+
+namespace weft::cuda::detail {
+namespace {
+
+constexpr int kThreads = 128, kWarps = kThreads / 32;
+constexpr int kTileKeys = 16;  // keys per warp tile: one m16n8k16 PV product
+constexpr int kMaxGroup = 8;   // query heads per kv head
+constexpr int kMaxStages = 4;
+
+// Shared-memory swizzle of a tile row's 16-byte chunks (the pipelined kernel's): chunk c of
+// row r is stored at c ^ tile_swizzle(r), so a quarter warp's K fragment reads (2 rows, 4
+// chunks) and V reads (4 rows 2 apart, 2 chunks) fall in distinct banks for head_dim 128.
+// Values < 8, so it stays inside rows of 8, 16 or 32 chunks.
+__device__ __forceinline__ int tile_swizzle(int r) {
+  return (((r ^ (r >> 2)) & 1) << 2) | ((r >> 1) & 1);
+}
+
+// One step of the fold of a token's segments in segment order: updates the running max M and
+// sum L with segment s's (m_s, l_s) and returns the factors a (for what was folded) and b (for
+// segment s). Every rounding spelled out, so the block and the combine kernel fold alike.
+__device__ __forceinline__ void fold_segment(float& M, float& L, float ms, float ls, float& fa,
+                                             float& fb) {
+  const float m_new = fmaxf(M, ms);
+  fa = expf(M - m_new);
+  fb = expf(ms - m_new);
+  L = __fmaf_rn(ls, fb, __fmul_rn(L, fa));
+  M = m_new;
+}
+__device__ __forceinline__ float fold_acc(float acc, float os, float fa, float fb) {
+  return __fmaf_rn(os, fb, __fmul_rn(acc, fa));
+}
+
+// Positions per segment for a context of `span` positions: the per-split kernel's cut (at
+// most kMaxDecodeSplits pieces, multiples of 64) or `seg_min` if larger.
+__host__ __device__ __forceinline__ int segment_positions(int span, int seg_min) {
+  const int chunk = split_positions(span);
+  return chunk > seg_min ? chunk : seg_min;
+}
+
+struct TokenSegments {
+  int t, pos, first, seg, used;
+};
+__device__ __forceinline__ TokenSegments token_segments(const AttentionArgs& a,
+                                                        const FlatBatchView& b,
+                                                        const std::int32_t* query_tokens, int qi,
+                                                        int seg_min) {
+  TokenSegments s;
+  s.t = query_tokens[qi];
+  s.pos = b.positions[s.t];
+  s.first = first_position(s.pos, a.sliding_window);
+  const int span = s.pos + 1 - s.first;
+  s.seg = segment_positions(span, seg_min);
+  s.used = (span + s.seg - 1) / s.seg;
+  return s;
+}
+
+// Split records, as the per-split kernel writes them: [query][head][split] of D accumulators,
+// then m and l (a segment is a split here).
+__device__ __forceinline__ float* segment_record(float* workspace, int qi, int num_heads, int h,
+                                                 int grid_splits, int s, int D) {
+  return workspace + ((static_cast<std::size_t>(qi) * num_heads + h) * grid_splits + s) * (D + 2);
+}
+
+// Dynamic shared memory: the warps' merge area [kWarps][GM][D] fp32, then each warp's ring of
+// `stages` stages of K [16][D] and V [16][D] (16-bit, swizzled rows).
+template <int D, int GM>
+struct StreamLayout {
+  static constexpr std::size_t red_bytes = sizeof(float) * kWarps * GM * D;
+  static constexpr std::size_t stage_bytes = 2ull * kTileKeys * D * 2;
+  static std::size_t bytes(int stages) { return red_bytes + kWarps * stages * stage_bytes; }
+};
+
+__device__ __forceinline__ void wait_for_tile(int stages) {
+  // Tile n has landed once at most stages - 2 later groups are pending.
+  if (stages <= 2) {
+    cp_async_wait<0>();
+  } else if (stages == 3) {
+    cp_async_wait<1>();
+  } else {
+    cp_async_wait<2>();
+  }
+}
+
+template <class T, int D, int GM>
+__global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
+    decode_kernel_stream(AttentionArgs a, FlatBatchView b, PagedKvView kv,
+                         const std::int32_t* query_tokens, float* workspace, int grid_splits,
+                         int parts, int stages, int seg_min) {
+  constexpr int kVec = 8, L = D / kVec;  // 16-byte chunks per row
+  constexpr int KC = D / 32;             // k chunks of 32 elements (two mma k-steps each)
+  constexpr int VW = D / 16;             // 32-bit words of V per lane and key
+  constexpr int RS = 32 / L;             // rows one warp-wide copy instruction covers
+  constexpr int CPL = kTileKeys / RS;    // copy instructions per lane, K (and V), per tile
+  constexpr int kStageChunks = 2 * kTileKeys * L;          // 16-byte chunks per stage (K then V)
+  constexpr int EPT = (GM * D + kThreads - 1) / kThreads;  // folded elements per thread
+  static_assert(L <= 32 && 32 % L == 0 && kTileKeys % RS == 0);
+  static_assert(3 * L / 2 <= kThreads, "the token's own row is made by 3L/2 threads");
+  extern __shared__ __align__(16) unsigned char stream_smem[];
+  float* red_acc = reinterpret_cast<float*>(stream_smem);  // [kWarps][GM][D]
+  __shared__ float red_m[kWarps][GM], red_l[kWarps][GM], fac[kWarps][GM];
+  __shared__ float fold_a[GM], fold_b[GM], fold_l[GM];
+  __shared__ float rope_c[D / 2], rope_s[D / 2];
+  __shared__ __align__(16) uint4 own_s[2 * L];  // the token's own key row, then value row
+
+  grid_dependency_wait();
+  const int qi = blockIdx.y;
+  const TokenSegments ts = token_segments(a, b, query_tokens, qi, seg_min);
+  const int t = ts.t, pos = ts.pos;
+  // The token's segments in `parts` runs (fewer where it has fewer segments). Cut per token
+  // from its own segment count, so a CUDA graph captured at another context stays valid.
+  const int spp = (ts.used + parts - 1) / parts;
+  const int s0 = blockIdx.z * spp;
+  if (s0 >= ts.used) return;  // this token's context has fewer parts than the grid
+  const int s1 = min(ts.used, s0 + spp);
+  const bool whole = s0 == 0 && s1 == ts.used;  // folds every segment, writes the output
+  const int begin = ts.first + s0 * ts.seg, end = min(pos + 1, ts.first + s1 * ts.seg);
+  const int ntiles = (end - begin + kTileKeys - 1) / kTileKeys;
+  const int seg_tiles = ts.seg / kTileKeys;  // a multiple of kWarps (seg: multiple of 64)
+  const int kvh = blockIdx.x;
+  const SlotTable table = slot_table(b, t);  // tree nodes: their path's slots
+  const int G = a.num_heads / kv.num_kv_heads, NH = a.num_heads;
+  const T* pool = static_cast<const T*>(kv.pool);
+  const std::size_t v_shift = static_cast<std::size_t>(kv.num_kv_heads) * kv.page_size * D;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, tq = lane & 3;
+  // This warp's tiles: n = 0, 1, ... is tile warp + 4n of the part.
+  const int nw = ntiles > warp ? (ntiles - warp + kWarps - 1) / kWarps : 0;
+  uint4* ring = reinterpret_cast<uint4*>(stream_smem + StreamLayout<D, GM>::red_bytes) +
+                static_cast<std::size_t>(warp) * stages * kStageChunks;
+  auto tile_start = [&](int n) { return begin + (warp + kWarps * n) * kTileKeys; };
+
+  // Lane r < 16: the row offset (in head_dim units from the pool's start: pages and layer
+  // blocks are whole rows) of key r of warp tile n; 0 past the part.
+  auto row_offset = [&](int n) -> unsigned {
+    const int p = tile_start(n) + (lane & (kTileKeys - 1));
+    if (n >= nw || p >= end) return 0u;
+    return static_cast<unsigned>(key_offset(kv, table, p, kvh) / D);
+  };
+  // Warp tile n into its stage (nothing past the warp's last tile); `off` from row_offset(n).
+  auto issue = [&](int n, unsigned off) {
+    if (n >= nw) return;  // warp-uniform
+    uint4* ks = ring + (n % stages) * kStageChunks;
+    uint4* vs = ks + kTileKeys * L;
+    const int tb = tile_start(n), part = lane % L;
+#pragma unroll
+    for (int k = 0; k < CPL; ++k) {
+      const int r = lane / L + k * RS;
+      const unsigned src = __shfl_sync(0xffffffffu, off, r);
+      const bool live = tb + r < end;
+      const T* row = pool + static_cast<std::size_t>(src) * D + part * kVec;
+      const int at = r * L + (part ^ tile_swizzle(r));
+      cp_async16(ks + at, row, live);
+      cp_async16(vs + at, row + v_shift, live);
+    }
+  };
+  // The first stages - 1 tiles in flight (a group per stage, empty past the warp's last),
+  // their page-table lookups loaded together.
+  unsigned off_first[kMaxStages];
+#pragma unroll
+  for (int s = 0; s < kMaxStages; ++s)
+    off_first[s] = s < stages ? row_offset(s) : 0u;
+#pragma unroll
+  for (int s = 0; s + 1 < kMaxStages; ++s) {
+    if (s + 1 < stages) {
+      issue(s, off_first[s]);
+      cp_async_commit();
+    }
+  }
+  unsigned off_next = off_first[0];  // row offsets of tile n + stages - 1 in the loop
+#pragma unroll
+  for (int s = 1; s < kMaxStages; ++s)
+    if (s == stages - 1) off_next = off_first[s];
+
+  // Head g's q (loads in flight before the rotary embedding's barrier).
+  float x[KC][8];
+  {
+    const float* qp = a.q + static_cast<std::size_t>(t) * a.q_stride +
+                      static_cast<std::size_t>(kvh) * G * D + static_cast<std::size_t>(g) * D;
+#pragma unroll
+    for (int c = 0; c < KC; ++c)
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        x[c][e] = g < G ? qp[32 * c + 8 * tq + e] : 0.0f;
+  }
+
+  // With a.rope_inv_freq: rope_store_kv's work for this token (see the top of the file).
+  // Threads [0, L/2) hold key chunks c and c + L/2 (the pairs (i, i + D/2)), [L/2, 3L/2) a
+  // value chunk.
+  const bool rope = a.rope_inv_freq != nullptr;
+  const bool own_kv = rope && end == pos + 1;
+  float raw[16];
+  if (own_kv && threadIdx.x < 3 * L / 2) {
+    const float* row = a.q + static_cast<std::size_t>(t) * a.q_stride +
+                       static_cast<std::size_t>(a.num_heads + kvh) * D;
+    const int c = threadIdx.x < L / 2 ? threadIdx.x : threadIdx.x - L / 2;
+    const float* at = threadIdx.x < L / 2
+                          ? row + 8 * c
+                          : row + static_cast<std::size_t>(kv.num_kv_heads) * D + 8 * c;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      raw[e] = at[e];
+      raw[8 + e] = threadIdx.x < L / 2 ? at[D / 2 + e] : 0.0f;
+    }
+  }
+  if (rope) {
+    const int seq = b.token_seq[t];
+    const float* freq = a.rope_inv_freq + static_cast<std::size_t>(seq) * (D / 2);
+    const float factor = a.rope_factor[seq];
+    for (int j = threadIdx.x; j < D / 2; j += kThreads)
+      rope_cos_sin(pos, freq[j], factor, rope_c[j], rope_s[j]);
+    __syncthreads();
+  }
+  if (own_kv && threadIdx.x < 3 * L / 2) {
+    T* dst = const_cast<T*>(pool) + key_offset(kv, table, pos, kvh);
+    auto pack8 = [](const float(&f)[8]) {
+      unsigned w[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float r0, r1;
+        w[i] = pack2<T>(f[2 * i], f[2 * i + 1], r0, r1);
+      }
+      return make_uint4(w[0], w[1], w[2], w[3]);
+    };
+    if (threadIdx.x < L / 2) {
+      const int c = threadIdx.x;
+      float y0[8], y1[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        rotate_pair(raw[e], raw[8 + e], rope_c[8 * c + e], rope_s[8 * c + e], y0[e], y1[e]);
+      const uint4 k0 = pack8(y0), k1 = pack8(y1);
+      reinterpret_cast<uint4*>(dst)[c] = k0;
+      reinterpret_cast<uint4*>(dst)[c + L / 2] = k1;
+      own_s[c] = k0;
+      own_s[c + L / 2] = k1;
+    } else {
+      const int c = threadIdx.x - L / 2;
+      float v[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        v[e] = raw[e];
+      const uint4 v0 = pack8(v);
+      reinterpret_cast<uint4*>(dst + v_shift)[c] = v0;
+      own_s[L + c] = v0;
+    }
+  }
+  if (own_kv) __syncthreads();  // own_s complete before any warp patches its tile
+
+  // A fragments of q * scale (head g; rows 8-15 are zero), high parts and remainders.
+  unsigned qh[KC][4], ql[KC][4];
+  {
+    if (rope && g < G) {
+      // Element 32c + 8tq + e pairs with the same slot of chunk c + KC/2 (D/2 further).
+#pragma unroll
+      for (int c = 0; c < KC / 2; ++c)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const int j = 32 * c + 8 * tq + e;
+          rotate_pair(x[c][e], x[c + KC / 2][e], rope_c[j], rope_s[j], x[c][e], x[c + KC / 2][e]);
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < KC; ++c) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        x[c][e] *= a.scale;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        float r0, r1;
+        qh[c][w] = pack2<T>(x[c][2 * w], x[c][2 * w + 1], r0, r1);
+        ql[c][w] = pack2<T>(r0, r1);
+      }
+    }
+  }
+
+  float acc[VW][4];
+#pragma unroll
+  for (int i = 0; i < VW; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc[i][e] = 0.0f;
+  float m = -FLT_MAX, l = 0.0f;  // head g's running max and this lane's part of its sum
+  // The fold of the segments so far (whole blocks): elements threadIdx.x + k * kThreads of
+  // [G][D], and on thread h < G head h's running max and sum.
+  float fo[EPT];
+#pragma unroll
+  for (int k = 0; k < EPT; ++k)
+    fo[k] = 0.0f;
+  float fold_max = -INFINITY, fold_sum = 0.0f;
+
+  int n = 0;  // the warp's next tile
+  for (int s = s0; s < s1; ++s) {
+    const int seg_end_tile = min(ntiles, (s - s0 + 1) * seg_tiles);
+    for (; n < nw && warp + kWarps * n < seg_end_tile; ++n) {
+      wait_for_tile(stages);
+      __syncwarp();  // tile n visible to the warp; every lane done with tile n - 1's stage
+      issue(n + stages - 1, off_next);
+      cp_async_commit();
+      off_next = row_offset(n + stages);
+      uint4* ks = ring + (n % stages) * kStageChunks;
+      uint4* vs = ks + kTileKeys * L;
+      const int k0 = tile_start(n);
+      if (own_kv && pos - k0 < kTileKeys) {  // the tile holding the token's own key
+        const int rr = pos - k0, sw = tile_swizzle(rr);
+        for (int c = lane; c < 2 * L; c += 32) {
+          const int part = c % L;
+          (c < L ? ks : vs)[rr * L + (part ^ sw)] = own_s[c];
+        }
+        __syncwarp();
+      }
+      // S for keys k0 + 8 * blk + (0..7): lane holds head g, keys 2tq and 2tq + 1.
+      float sc[2][4];
+#pragma unroll
+      for (int blk = 0; blk < 2; ++blk) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          sc[blk][e] = 0.0f;
+        const int rr = 8 * blk + g, sw = tile_swizzle(rr);
+        const uint4* krow = ks + rr * L;
+#pragma unroll
+        for (int c = 0; c < KC; ++c) {
+          const uint4 kr = krow[(tq + 4 * c) ^ sw];
+          const unsigned a0[4] = {qh[c][0], 0u, qh[c][1], 0u};
+          const unsigned a1[4] = {qh[c][2], 0u, qh[c][3], 0u};
+          const unsigned l0[4] = {ql[c][0], 0u, ql[c][1], 0u};
+          const unsigned l1[4] = {ql[c][2], 0u, ql[c][3], 0u};
+          mma_16816(sc[blk], a0, kr.x, kr.y, T{});
+          mma_16816(sc[blk], l0, kr.x, kr.y, T{});
+          mma_16816(sc[blk], a1, kr.z, kr.w, T{});
+          mma_16816(sc[blk], l1, kr.z, kr.w, T{});
+        }
+      }
+      float sv[4] = {sc[0][0], sc[0][1], sc[1][0], sc[1][1]};
+      const int key[4] = {k0 + 2 * tq, k0 + 2 * tq + 1, k0 + 8 + 2 * tq, k0 + 9 + 2 * tq};
+      float mx = -INFINITY;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (key[e] >= end) sv[e] = -INFINITY;
+        mx = fmaxf(mx, sv[e]);
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m, mx);
+      const float corr = expf(m - m_new);
+      m = m_new;
+      float p[4];
+      l *= corr;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        p[e] = expf(sv[e] - m_new);
+        l += p[e];
+      }
+      float r[4];
+      const unsigned ph0 = pack2<T>(p[0], p[1], r[0], r[1]);
+      const unsigned ph1 = pack2<T>(p[2], p[3], r[2], r[3]);
+      const unsigned pl0 = pack2<T>(r[0], r[1]), pl1 = pack2<T>(r[2], r[3]);
+      // The accumulator's columns are heads 2tq and 2tq + 1: their rescale factors.
+      const float ca = __shfl_sync(0xffffffffu, corr, 8 * tq);
+      const float cb = __shfl_sync(0xffffffffu, corr, 8 * tq + 4);
+      // V of keys 2tq, 2tq + 1, 8 + 2tq, 9 + 2tq, elements [g * D/8, (g + 1) * D/8), 16
+      // bytes (four row tiles of O^T) at a time.
+#pragma unroll
+      for (int c = 0; c < VW / 4; ++c) {
+        uint4 v[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int rr = (e >> 1) * 8 + 2 * tq + (e & 1);
+          v[e] = vs[rr * L + ((g * (L / 8) + c) ^ tile_swizzle(rr))];
+        }
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          const int i = 4 * c + w;
+          auto word = [&](const uint4& y) {
+            return w == 0 ? y.x : w == 1 ? y.y : w == 2 ? y.z : y.w;
+          };
+          acc[i][0] *= ca;
+          acc[i][1] *= cb;
+          acc[i][2] *= ca;
+          acc[i][3] *= cb;
+          const unsigned av[4] = {__byte_perm(word(v[0]), word(v[1]), 0x5410),
+                                  __byte_perm(word(v[0]), word(v[1]), 0x7632),
+                                  __byte_perm(word(v[2]), word(v[3]), 0x5410),
+                                  __byte_perm(word(v[2]), word(v[3]), 0x7632)};
+          mma_16816(acc[i], av, ph0, ph1, T{});
+          mma_16816(acc[i], av, pl0, pl1, T{});
+        }
+      }
+    }
+
+    // Segment s ends: merge the warps in order, then fold the segment in or write its record.
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int ha = 2 * tq, hb = 2 * tq + 1;
+#pragma unroll
+    for (int i = 0; i < VW; ++i) {
+      const int d0 = g * (D / 8) + 2 * i;  // rows g and g + 8 of tile i
+      if (ha < G) {
+        red_acc[(warp * GM + ha) * D + d0] = acc[i][0];
+        red_acc[(warp * GM + ha) * D + d0 + 1] = acc[i][2];
+      }
+      if (hb < G) {
+        red_acc[(warp * GM + hb) * D + d0] = acc[i][1];
+        red_acc[(warp * GM + hb) * D + d0 + 1] = acc[i][3];
+      }
+    }
+    if (tq == 0 && g < G) {
+      red_m[warp][g] = m;
+      red_l[warp][g] = l;
+    }
+    __syncthreads();
+    if (threadIdx.x < G) {
+      const int h = threadIdx.x;
+      float mm = red_m[0][h];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w)
+        mm = fmaxf(mm, red_m[w][h]);
+      float ll = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float f = expf(red_m[w][h] - mm);
+        fac[w][h] = f;
+        ll += red_l[w][h] * f;
+      }
+      if (whole) {
+        fold_segment(fold_max, fold_sum, mm, ll, fold_a[h], fold_b[h]);
+        fold_l[h] = fold_sum;
+      } else {
+        float* rec = segment_record(workspace, qi, NH, kvh * G + h, grid_splits, s, D);
+        rec[D] = mm;
+        rec[D + 1] = ll;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < EPT; ++k) {
+      const int i = threadIdx.x + k * kThreads;
+      if (i < G * D) {
+        const int h = i / D, d = i % D;
+        float o = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w)
+          o += red_acc[(w * GM + h) * D + d] * fac[w][h];
+        if (whole) {
+          fo[k] = fold_acc(fo[k], o, fold_a[h], fold_b[h]);
+        } else {
+          segment_record(workspace, qi, NH, kvh * G + h, grid_splits, s, D)[d] = o;
+        }
+      }
+    }
+    __syncthreads();  // the merge area is rewritten at the next segment's end
+#pragma unroll
+    for (int i = 0; i < VW; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        acc[i][e] = 0.0f;
+    m = -FLT_MAX;
+    l = 0.0f;
+  }
+  cp_async_wait<0>();  // no copy outlives the block (the groups past the last tile are empty)
+
+  if (whole) {
+    T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(t) * NH * D +
+             static_cast<std::size_t>(kvh) * G * D;
+#pragma unroll
+    for (int k = 0; k < EPT; ++k) {
+      const int i = threadIdx.x + k * kThreads;
+      if (i < G * D) out[i] = from_float<T>(fo[k] / fold_l[i / D]);
+    }
+  }
+}
+
+// Folds the segment records of the tokens whose context was cut into more than one part, in
+// segment order, bitwise as a whole block folds them; one block per (head, query).
+template <class T>
+__global__ void stream_combine_kernel(AttentionArgs a, FlatBatchView b, int head_dim,
+                                      const std::int32_t* query_tokens, const float* workspace,
+                                      int grid_splits, int parts, int seg_min) {
+  __shared__ float ms[kMaxDecodeSplits], ls[kMaxDecodeSplits];
+  __shared__ float fa[kMaxDecodeSplits], fb[kMaxDecodeSplits];
+  __shared__ float total;
+  grid_dependency_wait();
+  const int h = blockIdx.x, qi = blockIdx.y, D = head_dim;
+  const TokenSegments ts = token_segments(a, b, query_tokens, qi, seg_min);
+  if ((ts.used + parts - 1) / parts >= ts.used) return;  // one part: its block wrote the output
+  const float* recs =
+      workspace + (static_cast<std::size_t>(qi) * a.num_heads + h) * grid_splits * (D + 2);
+  if (threadIdx.x < ts.used) {  // every segment's m and l loaded at once
+    ms[threadIdx.x] = recs[threadIdx.x * (D + 2) + D];
+    ls[threadIdx.x] = recs[threadIdx.x * (D + 2) + D + 1];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float M = -INFINITY, L = 0.0f;
+    for (int s = 0; s < ts.used; ++s)
+      fold_segment(M, L, ms[s], ls[s], fa[s], fb[s]);
+    total = L;
+  }
+  __syncthreads();
+  T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(ts.t) * a.num_heads * D +
+           static_cast<std::size_t>(h) * D;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float o = 0.0f;
+    for (int s = 0; s < ts.used; ++s)
+      o = fold_acc(o, recs[s * (D + 2) + d], fa[s], fb[s]);
+    out[d] = from_float<T>(o / total);
+  }
+}
+
+// decode_kv_read's kernel: a block of 256 threads per (kv head, query); warp w reads the
+// token's 16-key tiles w, w + 8, ... (8 KB of K and V at head_dim 128 in flight per warp; 2
+// blocks per SM).
+constexpr int kReadThreads = 256;
+__global__ void __launch_bounds__(kReadThreads, 2)
+    kv_read_kernel(FlatBatchView b, PagedKvView kv, const std::int32_t* query_tokens,
+                   unsigned* sink) {
+  grid_dependency_wait();
+  const int t = query_tokens[blockIdx.y], kvh = blockIdx.x;
+  const int pos = b.positions[t];
+  const SlotTable table = slot_table(b, t);
+  const int D = kv.head_dim, L = D / 8;  // 16-byte chunks per row
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = kReadThreads / 32;
+  const std::size_t v_bytes = static_cast<std::size_t>(kv.num_kv_heads) * kv.page_size * D * 2;
+  const unsigned char* pool = static_cast<const unsigned char*>(kv.pool);
+  const int tiles = (pos + 1 + kTileKeys - 1) / kTileKeys;
+  const int chunks = kTileKeys * L;  // per tile, of K (and of V)
+  uint4 acc = make_uint4(0, 0, 0, 0);
+  for (int tile = warp; tile < tiles; tile += warps) {
+    uint4 v[2][8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int c = lane + 32 * k, p = tile * kTileKeys + c / L;
+      const bool live = c < chunks && p <= pos;
+      // key_offset counts 16-bit elements.
+      const std::size_t off = live ? (key_offset(kv, table, p, kvh) + (c % L) * 8) * 2 : 0;
+      v[0][k] = live ? __ldcs(reinterpret_cast<const uint4*>(pool + off)) : make_uint4(0, 0, 0, 0);
+      v[1][k] = live ? __ldcs(reinterpret_cast<const uint4*>(pool + off + v_bytes))
+                     : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        acc.x ^= v[h][k].x;
+        acc.y ^= v[h][k].y;
+        acc.z ^= v[h][k].z;
+        acc.w ^= v[h][k].w;
+      }
+  }
+  unsigned word = acc.x ^ acc.y ^ acc.z ^ acc.w;
+  for (int o = 16; o > 0; o >>= 1)
+    word ^= __shfl_xor_sync(0xffffffffu, word, o);
+  __shared__ unsigned words[kReadThreads / 32];
+  if (lane == 0) words[warp] = word;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned all = 0;
+    for (int w = 0; w < warps; ++w)
+      all ^= words[w];
+    sink[static_cast<std::size_t>(blockIdx.y) * gridDim.x + blockIdx.x] = all;
+  }
+}
+
+using StreamKernel = void (*)(AttentionArgs, FlatBatchView, PagedKvView, const std::int32_t*,
+                              float*, int, int, int, int);
+
+template <class T, int D>
+StreamKernel stream_kernel_for_group(int G) {
+  if (G <= 4) return decode_kernel_stream<T, D, 4>;
+  return decode_kernel_stream<T, D, kMaxGroup>;
+}
+
+template <class T>
+StreamKernel stream_kernel(int D, int G) {
+  if (G < 1 || G > kMaxGroup) return nullptr;
+  switch (D) {
+    case 64:
+      return stream_kernel_for_group<T, 64>(G);
+    case 128:
+      return stream_kernel_for_group<T, 128>(G);
+    case 256:
+      return stream_kernel_for_group<T, 256>(G);
+    default:
+      return nullptr;
+  }
+}
+
+std::size_t stream_shared_bytes(int D, int G, int stages) {
+  const bool small = G <= 4;
+  switch (D) {
+    case 64:
+      return small ? StreamLayout<64, 4>::bytes(stages)
+                   : StreamLayout<64, kMaxGroup>::bytes(stages);
+    case 128:
+      return small ? StreamLayout<128, 4>::bytes(stages)
+                   : StreamLayout<128, kMaxGroup>::bytes(stages);
+    default:
+      return small ? StreamLayout<256, 4>::bytes(stages)
+                   : StreamLayout<256, kMaxGroup>::bytes(stages);
+  }
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* rest = nullptr;
+  const long n = std::strtol(v, &rest, 10);
+  if (*rest != '\0' || n < 0 || n > 1 << 20) {
+    std::fprintf(stderr, "weft: ignoring %s=%s (expected a non-negative integer)\n", name, v);
+    return fallback;
+  }
+  return static_cast<int>(n);
+}
+
+// Positions per segment at least (WEFT_DECODE_STREAM_SEGMENT_KEYS: a multiple of 64 from 64
+// to 4096; 256 by default). Read once: it sets the kernel's numerics (results stay batch
+// invariant for any value) and the granularity of its parts.
+int stream_min_segment() {
+  static const int keys = [] {
+    constexpr int kDefault = 256;
+    const int v = env_int("WEFT_DECODE_STREAM_SEGMENT_KEYS", kDefault);
+    if (v < kDecodeSplitQuantum || v > 4096 || v % kDecodeSplitQuantum != 0) {
+      std::fprintf(stderr,
+                   "weft: ignoring WEFT_DECODE_STREAM_SEGMENT_KEYS=%d (expected a multiple of 64 "
+                   "from 64 to 4096)\n",
+                   v);
+      return kDefault;
+    }
+    return v;
+  }();
+  return keys;
+}
+
+int g_optin_bytes = 0;  // shared memory a block may opt into (prepare_decode_stream)
+int g_sms = 0;          // multiprocessors
+
+// Blocks of `kernel` resident per SM with `shared` bytes, cached (0 where the query failed).
+int blocks_per_sm(StreamKernel kernel, std::size_t shared) {
+  static std::mutex mu;
+  static std::map<std::pair<StreamKernel, std::size_t>, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(kernel, shared);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  int per_sm = 0;
+  if (g_optin_bytes > 0 && shared + 2048 > static_cast<std::size_t>(g_optin_bytes)) {
+    per_sm = 0;  // does not fit a block
+  } else if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                 &per_sm, kernel, kThreads, static_cast<int>(shared)) != cudaSuccess) {
+    cudaGetLastError();
+    per_sm = 0;
+  }
+  cache.emplace(key, per_sm);
+  return per_sm;
+}
+
+// Ring stages per warp: WEFT_DECODE_STREAM_STAGES (2-4) if it fits, else the deepest ring
+// that keeps the most blocks per SM (2 for head_dim up to 128, 1 for 256: the kernel's launch
+// bounds), at least 2.
+int stream_stages(StreamKernel kernel, int D, int G) {
+  static const int env = env_int("WEFT_DECODE_STREAM_STAGES", 0);
+  if (env >= 2 && env <= kMaxStages && blocks_per_sm(kernel, stream_shared_bytes(D, G, env)) > 0)
+    return env;
+  const int want = D >= 256 ? 1 : 2;
+  for (int s = kMaxStages; s > 2; --s)
+    if (blocks_per_sm(kernel, stream_shared_bytes(D, G, s)) >= want) return s;
+  return 2;
+}
+
+// Parts per token for `items` (query, kv head) pairs whose contexts have up to `segments`
+// segments of `seg` positions, with `resident` blocks at once on the device: the fewest
+// parts (each block's setup paid once, no combine) unless more parts fill the device better.
+// Cost in positions one block streams: waves x (positions per part + a block's setup), plus
+// the combine kernel; a wave that is not full still counts as its fraction, since each block
+// keeps several tiles in flight. WEFT_DECODE_PARTS forces the part count (tests, tuning).
+int choose_parts(long long items, int segments, int seg, int resident) {
+  const int forced = decode_attention_parts();
+  if (forced > 0) return std::min(forced, segments);
+  // WEFT_DECODE_STREAM_PART_KEYS: at most this many positions per part (0: no bound), which
+  // bounds the tail of a few long contexts among short ones.
+  static const int max_keys = env_int("WEFT_DECODE_STREAM_PART_KEYS", 0);
+  constexpr double kSetup = 128, kCombine = 128;
+  int best = 1;
+  double best_cost = -1;
+  for (int parts = 1; parts <= segments; ++parts) {
+    const int spp = (segments + parts - 1) / parts;
+    if (max_keys > 0 && spp > 1 && spp * seg > max_keys) continue;
+    const double blocks = static_cast<double>(items) * parts;
+    const double waves = std::max(1.0, blocks / std::max(1, resident));
+    const double cost = waves * (spp * seg + kSetup) + (parts > 1 ? kCombine : 0);
+    if (best_cost < 0 || cost < best_cost - 1e-9) {
+      best_cost = cost;
+      best = parts;
+    }
+  }
+  return best;
+}
+
+int grid_decode_splits(int max_context) {
+  return std::min(kMaxDecodeSplits, (max_context + kDecodeSplitQuantum - 1) / kDecodeSplitQuantum);
+}
+
+}  // namespace
+
+bool decode_stream_supports(int num_heads, int num_kv_heads, int head_dim, KvDtype dtype) {
+  if (kv_dtype_scaled(dtype) || num_kv_heads <= 0 || num_heads % num_kv_heads != 0) return false;
+  return stream_kernel<__nv_bfloat16>(head_dim, num_heads / num_kv_heads) != nullptr;
+}
+
+void prepare_decode_stream(int bytes) {
+  g_optin_bytes = bytes;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
+    g_sms = 0;
+  }
+  for (int D : {64, 128, 256}) {
+    for (int G : {4, kMaxGroup}) {
+      for (StreamKernel k : {stream_kernel<__nv_bfloat16>(D, G), stream_kernel<__half>(D, G)}) {
+        cudaFuncAttributes attr{};
+        if (cudaFuncGetAttributes(&attr, k) != cudaSuccess) {
+          cudaGetLastError();
+          continue;
+        }
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             bytes - static_cast<int>(attr.sharedSizeBytes));
+        // Fills the occupancy cache now, outside any stream capture.
+        for (int s = 2; s <= kMaxStages; ++s)
+          blocks_per_sm(k, stream_shared_bytes(D, G, s));
+      }
+    }
+  }
+}
+
+DecodeStreamLaunch decode_stream_launch(int num_heads, int num_kv_heads, int head_dim,
+                                        int num_queries, int max_context) {
+  prepare_attention_kernels();
+  DecodeStreamLaunch out;
+  const int G = num_heads / std::max(1, num_kv_heads), D = head_dim;
+  StreamKernel kernel = stream_kernel<__nv_bfloat16>(D, G);
+  if (kernel == nullptr) return out;
+  const int seg_min = stream_min_segment();
+  const int ctx = std::max(max_context, 1);
+  out.segment_keys = segment_positions(ctx, seg_min);
+  const int segments = std::min(kMaxDecodeSplits, (ctx + seg_min - 1) / seg_min);
+  out.stages = stream_stages(kernel, D, G);
+  out.blocks_per_sm = std::max(1, blocks_per_sm(kernel, stream_shared_bytes(D, G, out.stages)));
+  const int resident = std::max(1, g_sms) * out.blocks_per_sm;
+  out.parts = choose_parts(static_cast<long long>(num_queries) * num_kv_heads, segments,
+                           out.segment_keys, resident);
+  out.segments_per_part = (segments + out.parts - 1) / out.parts;
+  return out;
+}
+
+void decode_attention_stream(const AttentionArgs& args, const FlatBatchView& batch,
+                             const PagedKvView& kv, const std::int32_t* query_tokens,
+                             int num_queries, int max_context, float* workspace,
+                             cudaStream_t stream) {
+  const int G = args.num_heads / kv.num_kv_heads, D = kv.head_dim;
+  const DecodeStreamLaunch plan =
+      decode_stream_launch(args.num_heads, kv.num_kv_heads, D, num_queries, max_context);
+  const int grid_splits = grid_decode_splits(std::max(max_context, 1));
+  const int seg_min = stream_min_segment();
+  const std::size_t shared = stream_shared_bytes(D, G, plan.stages);
+  WEFT_DISPATCH_PRECISION(kv.precision, {
+    StreamKernel kernel = stream_kernel<T>(D, G);
+    launch(kernel, dim3(kv.num_kv_heads, num_queries, plan.parts), kThreads, shared, stream, args,
+           batch, kv, query_tokens, workspace, grid_splits, plan.parts, plan.stages, seg_min);
+    if (plan.parts > 1) {
+      launch(stream_combine_kernel<T>, dim3(args.num_heads, num_queries), 128, 0, stream, args,
+             batch, D, query_tokens, workspace, grid_splits, plan.parts, seg_min);
+    }
+  });
+}
+
+void decode_kv_read(const FlatBatchView& batch, const PagedKvView& kv,
+                    const std::int32_t* query_tokens, int num_queries, unsigned* sink,
+                    cudaStream_t stream) {
+  if (num_queries == 0) return;
+  launch(kv_read_kernel, dim3(kv.num_kv_heads, num_queries), kReadThreads, 0, stream, batch, kv,
+         query_tokens, sink);
+}
+
+}  // namespace weft::cuda::detail
