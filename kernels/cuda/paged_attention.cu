@@ -1516,13 +1516,14 @@ std::atomic<int> g_decode_kernel{-1};
 
 DecodeAttentionKernel decode_kernel_from_env() {
   const char* v = std::getenv("WEFT_DECODE_ATTN");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "old") == 0 || std::strcmp(v, "split") == 0)
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "stream") == 0)
+    return DecodeAttentionKernel::kStream;
+  if (std::strcmp(v, "old") == 0 || std::strcmp(v, "split") == 0)
     return DecodeAttentionKernel::kSplit;
   if (std::strcmp(v, "new") == 0 || std::strcmp(v, "pipelined") == 0)
     return DecodeAttentionKernel::kPipelined;
-  if (std::strcmp(v, "stream") == 0) return DecodeAttentionKernel::kStream;
-  std::fprintf(stderr, "weft: ignoring WEFT_DECODE_ATTN=%s (expected old, new or stream)\n", v);
-  return DecodeAttentionKernel::kSplit;
+  std::fprintf(stderr, "weft: ignoring WEFT_DECODE_ATTN=%s (expected stream, old or new)\n", v);
+  return DecodeAttentionKernel::kStream;
 }
 
 }  // namespace
