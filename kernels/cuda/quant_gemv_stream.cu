@@ -1,0 +1,352 @@
+// The stream kernel of quant_gemv.hpp (QuantGemvKernel::kStream): the tensor-core arithmetic of
+// quant_gemv_mma.cu (mma.sync.m16n8k16, codes as exact 16-bit numbers, the block-diagonal B,
+// fp32 sums per block header) in a schedule made for reading HBM at its full rate at 1 to 8
+// tokens, for the formats of quant_gemv_stream_supported.
+//
+// Why another schedule: the lanes and mma kernels give each warp one burst of loads (a tile's
+// code words), then compute, then exit; on the H100 their time was close to the memory time
+// plus the compute time (lanes: 1.79 TB/s on 14336x4096, the 4096-wide products 9-12 us), and
+// thread blocks of equal length came in waves that left multiprocessors idle at the end.
+// Here:
+// - Persistent thread blocks: min(tiles, 2 per multiprocessor) blocks of 8 warps; block b
+//   takes the 16-row tiles b, b + grid, b + 2 grid, ... one after the other (with the
+//   multiprocessors served in turn, every one gets the same number of tiles, +-1).
+// - A tile's columns (chunks of 4 groups, 128 weights for 1-weight units) are split over the 8
+//   warps in equal slices; a warp walks the sequence (its tile 0's slice, its tile 1's slice,
+//   ...) with a ring of kRing chunks of code words and headers in registers: the chunk kRing
+//   ahead is asked for as soon as a chunk's registers are free, so about kRing chunks (q4: 4,
+//   160 bytes a lane, 80 KB a multiprocessor) are in flight while the warp computes, across
+//   tile ends as well.
+// - At a tile's end the warps' sums meet in shared memory (double buffered: one barrier per
+//   tile) and are added in warp order, so results do not depend on timing, and not on the
+//   token count either: a token's sums are the same at 1 to 8 tokens (what batch-invariant
+//   decode needs), as with the mma kernel.
+// - Programmatic dependent launch (common.cuh): the ring's first code words are asked for
+//   before the kernel waits for the one before it; x is read after.
+// - The gated MLP's gate_up (act >= 0): a block's units are tile pairs (gate tile i, then up
+//   tile i + rows / 32); the gate sums wait in a register of the thread that adds them until
+//   the up sums come, then act(gate) * up is written as 16 bits, what mlp_activation makes of
+//   quant_gemv's rows.
+//
+// Per chunk a lane decodes its two rows' codes once into A fragments, then per token pair loads
+// its x (8 of the 32 lanes, 64 bytes each, from L1) and runs two mmas per 16 columns (the
+// products and sum(x), quant_gemv_mma.cu's scheme).
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/activation.cuh"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/quant_gemv.cuh"
+#include "kernels/cuda/quant_gemv.hpp"
+#include "kernels/cuda/quant_gemv_mma.cuh"
+
+namespace weft::cuda {
+namespace {
+
+using namespace quant_device;
+
+constexpr int kWarps = 8;
+constexpr int kTileRows = 16;
+constexpr int kBlocksPerSm = 2;
+
+// Chunks of code words in flight per warp: about 16 registers of codes per row pair (q4: 4
+// chunks, q8: 2), at least 2.
+template <int kBits>
+__host__ __device__ constexpr int ring_depth() {
+  return 16 / kBits >= 2 ? 16 / kBits : 2;
+}
+
+// One chunk's code words (rows a and b of the lane, group 4 * chunk + t) and headers, or zeros
+// for a chunk past the warp's slice or a group past the row's end.
+template <int kBits, int kSegments, int kGroupWeights, int kBlock>
+__device__ __forceinline__ void load_chunk(const unsigned* __restrict__ codes,
+                                           const unsigned* __restrict__ headers, std::size_t row_a,
+                                           std::size_t row_b, std::size_t row_words,
+                                           int row_blocks, int groups, int group, bool live,
+                                           unsigned (&wa)[kBits], unsigned (&wb)[kBits],
+                                           unsigned (&ha)[kSegments], unsigned (&hb)[kSegments]) {
+  if (live && group < groups) {
+    const int tile = group >> 5, n = min(32, groups - tile * 32);
+    const std::size_t at = static_cast<std::size_t>(tile) * 32 * kBits;
+    load_group<kBits>(codes + row_a * row_words + at, n, group & 31, wa);
+    load_group<kBits>(codes + row_b * row_words + at, n, group & 31, wb);
+#pragma unroll
+    for (int s = 0; s < kSegments; ++s) {
+      const int block = group * kGroupWeights / kBlock + s;
+      ha[s] = __ldg(headers + row_a * row_blocks + block);
+      hb[s] = __ldg(headers + row_b * row_blocks + block);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kBits; ++i)
+      wa[i] = wb[i] = 0;
+#pragma unroll
+    for (int s = 0; s < kSegments; ++s)
+      ha[s] = hb[s] = 0;
+  }
+}
+
+template <class T, int kBits, int kUnitW, int kBlock, int kPairs>
+__global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
+    quant_gemv_stream_kernel(const T* __restrict__ x, int tokens,
+                             const unsigned* __restrict__ codes,
+                             const unsigned* __restrict__ headers, int out, int in,
+                             float* __restrict__ y, int ldy, int act, T* __restrict__ act_out) {
+  using G = Geometry<kBits, kUnitW, kBlock>;
+  constexpr int kSegments = G::kSegments;
+  constexpr int kGroupWeights = G::kGroupWeights;
+  constexpr int kXWords = kGroupWeights / 2;  // x of a group as 16-bit pairs
+  constexpr int kSteps = kGroupWeights / 4;   // mmas per group (2 pairs of each row)
+  constexpr int kSegSteps = kSteps / kSegments;
+  constexpr int kRing = ring_depth<kBits>();
+  const T* tag = nullptr;
+  const unsigned ones[4] = {Bits16<T>::kOne, Bits16<T>::kOne, Bits16<T>::kOne, Bits16<T>::kOne};
+
+  const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
+  const int g = lane >> 2, t = lane & 3;
+  const int groups = in / kGroupWeights;
+  const int chunks = (groups + 3) / 4;
+  // Chunk slots per warp and tile: the same for every warp, so tile ends (and their barriers)
+  // come at the same step of every warp; a warp's last slots may be empty.
+  const int per_warp = (chunks + kWarps - 1) / kWarps;
+  const int c_begin = warp * per_warp;
+  const int c_count = max(0, min(per_warp, chunks - c_begin));
+  const std::size_t row_words = (static_cast<std::size_t>(groups) * kBits + 3) / 4 * 4;
+  const int row_blocks = in / kBlock;
+  const bool x_lane = (g >> 1) == t;  // supplies B column g (group t, token g % 2 of a pair)
+
+  // The block's tiles: plain, tiles b, b + grid, ...; gated, units (tile pairs) b, b + grid, ...
+  // each as its gate tile then its up tile.
+  const int grid = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+  const int tiles = (out + kTileRows - 1) / kTileRows;
+  const int half_tiles = out / (2 * kTileRows);
+  const int units = act < 0 ? tiles : half_tiles;
+  const int my_units = b < units ? (units - 1 - b) / grid + 1 : 0;
+  const int my_tiles = act < 0 ? my_units : 2 * my_units;
+  const int total = my_tiles * per_warp;  // the warp's sequence of chunk slots
+  auto tile_row0 = [&](int k) {
+    const int tile = act < 0 ? b + k * grid : b + (k >> 1) * grid + (k & 1) * half_tiles;
+    return tile * kTileRows;
+  };
+
+  unsigned wa[kRing][kBits], wb[kRing][kBits], ha[kRing][kSegments], hb[kRing][kSegments];
+  // The load pointer: tile lk of the block, chunk slot lc of the warp's slice.
+  int lk = 0, lc = 0;
+  std::size_t la = 0, lb = 0;  // rows of tile lk (the last row for rows past the end)
+  auto set_rows = [&](int k) {
+    const int row0 = tile_row0(k);
+    la = static_cast<std::size_t>(min(row0 + g, out - 1));
+    lb = static_cast<std::size_t>(min(row0 + g + 8, out - 1));
+  };
+  if (my_tiles > 0) set_rows(0);
+#pragma unroll
+  for (int s = 0; s < kRing; ++s) {
+    load_chunk<kBits, kSegments, kGroupWeights, kBlock>(
+        codes, headers, la, lb, row_words, row_blocks, groups, (c_begin + lc) * 4 + t,
+        s < total && lc < c_count, wa[s], wb[s], ha[s], hb[s]);
+    if (++lc == per_warp) {
+      lc = 0;
+      if (++lk < my_tiles) set_rows(lk);
+    }
+  }
+  // Weights are constant: asked for before the kernel before has finished (programmatic
+  // dependent launch); x, which that kernel writes, after it.
+  detail::grid_dependency_wait();
+
+  __shared__ float partial[2][kWarps][kTileRows][2 * kPairs];
+  float acc[kPairs][4];
+#pragma unroll
+  for (int p = 0; p < kPairs; ++p) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc[p][e] = 0.0f;
+  }
+  int ck = 0, cc = 0, parity = 0;
+  float held = 0.0f;  // gated: this thread's gate sum, until its up sum comes
+
+  for (int f0 = 0; f0 < total; f0 += kRing) {
+#pragma unroll
+    for (int s = 0; s < kRing; ++s) {
+      if (f0 + s >= total) break;  // the same for the whole block
+      const int group = (c_begin + cc) * 4 + t;
+      const bool live = cc < c_count && group < groups;
+      // A fragments of the chunk's steps (rows g, g + 8; pairs j and j + 1 of the group).
+      unsigned afrag[kSteps][4];
+#pragma unroll
+      for (int k = 0; k < kSteps; ++k) {
+        afrag[k][0] = code_pair<T, kBits, kUnitW>(wa[s], 2 * k);
+        afrag[k][1] = code_pair<T, kBits, kUnitW>(wb[s], 2 * k);
+        afrag[k][2] = code_pair<T, kBits, kUnitW>(wa[s], 2 * k + 1);
+        afrag[k][3] = code_pair<T, kBits, kUnitW>(wb[s], 2 * k + 1);
+      }
+      float2 fa[kSegments], fb[kSegments];
+#pragma unroll
+      for (int seg = 0; seg < kSegments; ++seg) {
+        fa[seg] = header_floats(ha[s][seg]);
+        fb[seg] = header_floats(hb[s][seg]);
+      }
+      // The ring slot is free: ask for the chunk kRing ahead.
+      load_chunk<kBits, kSegments, kGroupWeights, kBlock>(
+          codes, headers, la, lb, row_words, row_blocks, groups, (c_begin + lc) * 4 + t,
+          lk < my_tiles && lc < c_count, wa[s], wb[s], ha[s], hb[s]);
+      if (++lc == per_warp) {
+        lc = 0;
+        if (++lk < my_tiles) set_rows(lk);
+      }
+#pragma unroll
+      for (int p = 0; p < kPairs; ++p) {
+        const int token = 2 * p + (g & 1);
+        unsigned xw[kXWords];
+        if (x_lane && live && token < tokens) {
+          const auto* xp =
+              reinterpret_cast<const uint4*>(x + static_cast<std::size_t>(token) * in +
+                                             static_cast<std::size_t>(group) * kGroupWeights);
+#pragma unroll
+          for (int v = 0; v < kXWords / 4; ++v) {
+            const uint4 q = __ldg(xp + v);
+            xw[4 * v] = q.x;
+            xw[4 * v + 1] = q.y;
+            xw[4 * v + 2] = q.z;
+            xw[4 * v + 3] = q.w;
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < kXWords; ++i)
+            xw[i] = 0;
+        }
+#pragma unroll
+        for (int seg = 0; seg < kSegments; ++seg) {
+          float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+          for (int k = seg * kSegSteps; k < (seg + 1) * kSegSteps; ++k) {
+            const unsigned b0 = x_pair<kBits, kUnitW>(xw, 2 * k);
+            const unsigned b1 = x_pair<kBits, kUnitW>(xw, 2 * k + 1);
+            mma(d, afrag[k], b0, b1, tag);
+            mma(sx, ones, b0, b1, tag);
+          }
+          // d: rows g, g + 8 x tokens 2p, 2p + 1 of group t's segment; sx: sum(x) of it.
+          acc[p][0] = fmaf(fa[seg].x, d[0], fmaf(fa[seg].y, sx[0], acc[p][0]));
+          acc[p][1] = fmaf(fa[seg].x, d[1], fmaf(fa[seg].y, sx[1], acc[p][1]));
+          acc[p][2] = fmaf(fb[seg].x, d[2], fmaf(fb[seg].y, sx[2], acc[p][2]));
+          acc[p][3] = fmaf(fb[seg].x, d[3], fmaf(fb[seg].y, sx[3], acc[p][3]));
+        }
+      }
+      if (++cc < per_warp) continue;
+      // The end of tile ck: over the four lanes of a row (their groups), then over the warps
+      // in order.
+      cc = 0;
+#pragma unroll
+      for (int p = 0; p < kPairs; ++p) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          acc[p][e] += __shfl_xor_sync(0xffffffffu, acc[p][e], 1);
+          acc[p][e] += __shfl_xor_sync(0xffffffffu, acc[p][e], 2);
+        }
+        if (t == 0) {
+          partial[parity][warp][g][2 * p] = acc[p][0];
+          partial[parity][warp][g][2 * p + 1] = acc[p][1];
+          partial[parity][warp][g + 8][2 * p] = acc[p][2];
+          partial[parity][warp][g + 8][2 * p + 1] = acc[p][3];
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          acc[p][e] = 0.0f;
+      }
+      __syncthreads();
+      // Thread i: row i % 16, token i / 16 (consecutive threads, consecutive rows of y).
+      const int i = static_cast<int>(threadIdx.x);
+      if (i < kTileRows * 2 * kPairs) {
+        const int r = i % kTileRows, token = i / kTileRows;
+        float v = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kWarps; ++k)
+          v += partial[parity][k][r][token];
+        if (act < 0) {
+          const int row = tile_row0(ck) + r;
+          if (row < out && token < tokens) y[static_cast<std::size_t>(token) * ldy + row] = v;
+        } else if ((ck & 1) == 0) {
+          held = v;
+        } else if (token < tokens) {
+          const int width = out / 2;
+          const int row = tile_row0(ck - 1) + r;  // the gate tile's row: the output row
+          act_out[static_cast<std::size_t>(token) * width + row] =
+              detail::from_float<T>(detail::activate(static_cast<ActivationKind>(act), held) * v);
+        }
+      }
+      parity ^= 1;
+      ++ck;
+    }
+  }
+}
+
+int multiprocessors() {
+  static const int count = [] {
+    int device = 0, n = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      return 132;
+    }
+    return n;
+  }();
+  return count;
+}
+
+template <class T, int kBits, int kUnitW, int kBlock, int kPairs>
+void launch_stream(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy, int act,
+                   void* act_out, cudaStream_t stream) {
+  const QuantMatrixLayout layout = quant_matrix_layout(w.format, static_cast<std::size_t>(w.rows),
+                                                       static_cast<std::size_t>(w.cols));
+  const auto* base = static_cast<const unsigned char*>(w.data);
+  const int tiles = (w.rows + kTileRows - 1) / kTileRows;
+  const int units = act < 0 ? tiles : w.rows / (2 * kTileRows);
+  if (units <= 0) return;
+  const int grid = std::min(units, kBlocksPerSm * multiprocessors());
+  detail::launch(quant_gemv_stream_kernel<T, kBits, kUnitW, kBlock, kPairs>, dim3(grid),
+                 dim3(kWarps * 32), 0, stream, static_cast<const T*>(x), tokens,
+                 reinterpret_cast<const unsigned*>(base),
+                 reinterpret_cast<const unsigned*>(base + layout.header_offset()), w.rows, w.cols,
+                 y, ldy, act, static_cast<T*>(act_out));
+}
+
+template <class T, int kBits, int kUnitW, int kBlock>
+void dispatch_pairs(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy, int act,
+                    void* act_out, cudaStream_t stream) {
+  if (tokens <= 2) {
+    launch_stream<T, kBits, kUnitW, kBlock, 1>(x, tokens, w, y, ldy, act, act_out, stream);
+  } else if (tokens <= 4) {
+    launch_stream<T, kBits, kUnitW, kBlock, 2>(x, tokens, w, y, ldy, act, act_out, stream);
+  } else {
+    launch_stream<T, kBits, kUnitW, kBlock, 4>(x, tokens, w, y, ldy, act, act_out, stream);
+  }
+}
+
+}  // namespace
+
+void quant_gemv_stream(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
+                       int act, void* act_out, Precision precision, cudaStream_t stream) {
+  if (tokens <= 0 || w.rows <= 0) return;
+  WEFT_DISPATCH_PRECISION(precision, {
+    switch (w.format) {
+      case QuantGemvFormat::kQ4B32:
+        dispatch_pairs<T, 4, 1, 32>(x, tokens, w, y, ldy, act, act_out, stream);
+        break;
+      case QuantGemvFormat::kQ4B64:
+        dispatch_pairs<T, 4, 1, 64>(x, tokens, w, y, ldy, act, act_out, stream);
+        break;
+      case QuantGemvFormat::kQ8B32:
+        dispatch_pairs<T, 8, 1, 32>(x, tokens, w, y, ldy, act, act_out, stream);
+        break;
+      case QuantGemvFormat::kQ8B64:
+        dispatch_pairs<T, 8, 1, 64>(x, tokens, w, y, ldy, act, act_out, stream);
+        break;
+      default:
+        break;  // quant_gemv_resolve sends the other formats elsewhere
+    }
+  });
+}
+
+}  // namespace weft::cuda
