@@ -53,41 +53,71 @@ constexpr int kWarps = 8;
 constexpr int kTileRows = 16;
 constexpr int kBlocksPerSm = 2;
 
-// Chunks of code words in flight per warp: about 16 registers of codes per row pair (q4: 4
-// chunks, q8: 2), at least 2.
+// A ring slot (one chunk of a warp) in shared memory, in 16-byte units: the two rows' code
+// words, piece by piece (each piece 16 bytes a lane, lanes side by side: conflict-free 16-byte
+// accesses), then the two rows' headers (4 bytes a lane).
 template <int kBits>
-__host__ __device__ constexpr int ring_depth() {
-  return 16 / kBits >= 2 ? 16 / kBits : 2;
+struct Slot {
+  static constexpr int kPieces = kBits / 4;  // q4: 1, q8: 2 (16-byte pieces of a group)
+  static constexpr int kCodeUnits = 2 * kPieces * 32;
+  static constexpr int kUnits = kCodeUnits + 2 * 32 / 4;
+  // Chunks in the ring: about 1.25 KB (q4) or 2.25 KB (q8) a chunk and warp; 6 or 4 slots, so
+  // 5 or 3 chunks stay in flight while the warp computes one (16 warps a multiprocessor: about
+  // 100 KB in flight).
+  static constexpr int kRing = kBits <= 4 ? 6 : 4;
+  static constexpr std::size_t kBlockBytes = std::size_t{16} * kUnits * kRing * kWarps;
+};
+
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-// One chunk's code words (rows a and b of the lane, group 4 * chunk + t) and headers, or zeros
-// for a chunk past the warp's slice or a group past the row's end.
-template <int kBits, int kSegments, int kGroupWeights, int kBlock>
-__device__ __forceinline__ void load_chunk(const unsigned* __restrict__ codes,
+// Copies of `bytes` (16 or 4) from global to shared memory that bypass registers; with
+// live == false the destination is zero-filled and nothing is read.
+__device__ __forceinline__ void copy16(unsigned dst, const void* src, bool live) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+               "r"(live ? 16 : 0));
+}
+__device__ __forceinline__ void copy4(unsigned dst, const void* src, bool live) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src),
+               "r"(live ? 4 : 0));
+}
+__device__ __forceinline__ void copy_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void copy_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// Starts the copies of one chunk (rows a and b of the lane, group `group`) into `slot` (this
+// warp's slot, 16-byte units) and commits them as one group; zeros for a chunk past the warp's
+// slice or a group past the row's end.
+template <int kBits, int kGroupWeights, int kBlock>
+__device__ __forceinline__ void copy_chunk(const unsigned* __restrict__ codes,
                                            const unsigned* __restrict__ headers, std::size_t row_a,
-                                           std::size_t row_b, std::size_t row_words,
-                                           int row_blocks, int groups, int group, bool live,
-                                           unsigned (&wa)[kBits], unsigned (&wb)[kBits],
-                                           unsigned (&ha)[kSegments], unsigned (&hb)[kSegments]) {
-  if (live && group < groups) {
-    const int tile = group >> 5, n = min(32, groups - tile * 32);
-    const std::size_t at = static_cast<std::size_t>(tile) * 32 * kBits;
-    load_group<kBits>(codes + row_a * row_words + at, n, group & 31, wa);
-    load_group<kBits>(codes + row_b * row_words + at, n, group & 31, wb);
+                                           std::size_t row_b, std::size_t row_words, int row_blocks,
+                                           int groups, int group, bool live, unsigned slot,
+                                           int lane) {
+  using S = Slot<kBits>;
+  live = live && group < groups;
+  const int gg = live ? group : 0;  // an address inside the matrix even when nothing is read
+  const int tile = gg >> 5, n = min(32, groups - tile * 32);
+  const std::size_t at = static_cast<std::size_t>(tile) * 32 * kBits + (gg & 31) * 4;
+  const int block = gg * kGroupWeights / kBlock;
 #pragma unroll
-    for (int s = 0; s < kSegments; ++s) {
-      const int block = group * kGroupWeights / kBlock + s;
-      ha[s] = __ldg(headers + row_a * row_blocks + block);
-      hb[s] = __ldg(headers + row_b * row_blocks + block);
+  for (int r = 0; r < 2; ++r) {
+    const std::size_t row = r == 0 ? row_a : row_b;
+    const unsigned* src = codes + row * row_words + at;
+#pragma unroll
+    for (int piece = 0; piece < S::kPieces; ++piece) {
+      copy16(slot + 16u * static_cast<unsigned>((r * S::kPieces + piece) * 32 + lane),
+             src + static_cast<std::size_t>(n) * 4 * piece, live);
     }
-  } else {
-#pragma unroll
-    for (int i = 0; i < kBits; ++i)
-      wa[i] = wb[i] = 0;
-#pragma unroll
-    for (int s = 0; s < kSegments; ++s)
-      ha[s] = hb[s] = 0;
+    copy4(slot + 16u * S::kCodeUnits + 4u * static_cast<unsigned>(r * 32 + lane),
+          headers + row * row_blocks + block, live);
   }
+  copy_commit();
 }
 
 template <class T, int kBits, int kUnitW, int kBlock, int kPairs>
@@ -97,12 +127,13 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
                              const unsigned* __restrict__ headers, int out, int in,
                              float* __restrict__ y, int ldy, int act, T* __restrict__ act_out) {
   using G = Geometry<kBits, kUnitW, kBlock>;
-  constexpr int kSegments = G::kSegments;
+  using S = Slot<kBits>;
+  static_assert(kUnitW == 1 && kBits % 4 == 0 && G::kSegments == 1,
+                "the stream kernel reads 16-byte pieces and one header per group");
   constexpr int kGroupWeights = G::kGroupWeights;
   constexpr int kXWords = kGroupWeights / 2;  // x of a group as 16-bit pairs
   constexpr int kSteps = kGroupWeights / 4;   // mmas per group (2 pairs of each row)
-  constexpr int kSegSteps = kSteps / kSegments;
-  constexpr int kRing = ring_depth<kBits>();
+  constexpr int kRing = S::kRing;
   const T* tag = nullptr;
   const unsigned ones[4] = {Bits16<T>::kOne, Bits16<T>::kOne, Bits16<T>::kOne, Bits16<T>::kOne};
 
@@ -133,8 +164,12 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
     return tile * kTileRows;
   };
 
-  unsigned wa[kRing][kBits], wb[kRing][kBits], ha[kRing][kSegments], hb[kRing][kSegments];
-  // The load pointer: tile lk of the block, chunk slot lc of the warp's slice.
+  extern __shared__ uint4 ring[];
+  const unsigned my_ring =
+      shared_address(ring + static_cast<std::size_t>(warp) * kRing * S::kUnits);
+  const uint4* my_slots = ring + static_cast<std::size_t>(warp) * kRing * S::kUnits;
+
+  // The copy pointer: tile lk of the block, chunk slot lc of the warp's slice.
   int lk = 0, lc = 0;
   std::size_t la = 0, lb = 0;  // rows of tile lk (the last row for rows past the end)
   auto set_rows = [&](int k) {
@@ -142,17 +177,19 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
     la = static_cast<std::size_t>(min(row0 + g, out - 1));
     lb = static_cast<std::size_t>(min(row0 + g + 8, out - 1));
   };
-  if (my_tiles > 0) set_rows(0);
-#pragma unroll
-  for (int s = 0; s < kRing; ++s) {
-    load_chunk<kBits, kSegments, kGroupWeights, kBlock>(
+  auto copy_next = [&](int s) {
+    copy_chunk<kBits, kGroupWeights, kBlock>(
         codes, headers, la, lb, row_words, row_blocks, groups, (c_begin + lc) * 4 + t,
-        s < total && lc < c_count, wa[s], wb[s], ha[s], hb[s]);
+        lk < my_tiles && lc < c_count, my_ring + 16u * static_cast<unsigned>(s * S::kUnits), lane);
     if (++lc == per_warp) {
       lc = 0;
       if (++lk < my_tiles) set_rows(lk);
     }
-  }
+  };
+  if (my_tiles > 0) set_rows(0);
+#pragma unroll
+  for (int s = 0; s < kRing; ++s)
+    copy_next(s);
   // Weights are constant: asked for before the kernel before has finished (programmatic
   // dependent launch); x, which that kernel writes, after it.
   detail::grid_dependency_wait();
@@ -174,29 +211,25 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
       if (f0 + s >= total) break;  // the same for the whole block
       const int group = (c_begin + cc) * 4 + t;
       const bool live = cc < c_count && group < groups;
-      // A fragments of the chunk's steps (rows g, g + 8; pairs j and j + 1 of the group).
-      unsigned afrag[kSteps][4];
+      // This chunk's copies are done once at most kRing - 1 later groups are pending; each
+      // lane reads only what it copied itself.
+      copy_wait<kRing - 1>();
+      const uint4* slot = my_slots + s * S::kUnits;
+      unsigned wa[kBits], wb[kBits];
 #pragma unroll
-      for (int k = 0; k < kSteps; ++k) {
-        afrag[k][0] = code_pair<T, kBits, kUnitW>(wa[s], 2 * k);
-        afrag[k][1] = code_pair<T, kBits, kUnitW>(wb[s], 2 * k);
-        afrag[k][2] = code_pair<T, kBits, kUnitW>(wa[s], 2 * k + 1);
-        afrag[k][3] = code_pair<T, kBits, kUnitW>(wb[s], 2 * k + 1);
+      for (int piece = 0; piece < S::kPieces; ++piece) {
+        const uint4 va = slot[piece * 32 + lane], vb = slot[(S::kPieces + piece) * 32 + lane];
+        wa[4 * piece] = va.x;
+        wa[4 * piece + 1] = va.y;
+        wa[4 * piece + 2] = va.z;
+        wa[4 * piece + 3] = va.w;
+        wb[4 * piece] = vb.x;
+        wb[4 * piece + 1] = vb.y;
+        wb[4 * piece + 2] = vb.z;
+        wb[4 * piece + 3] = vb.w;
       }
-      float2 fa[kSegments], fb[kSegments];
-#pragma unroll
-      for (int seg = 0; seg < kSegments; ++seg) {
-        fa[seg] = header_floats(ha[s][seg]);
-        fb[seg] = header_floats(hb[s][seg]);
-      }
-      // The ring slot is free: ask for the chunk kRing ahead.
-      load_chunk<kBits, kSegments, kGroupWeights, kBlock>(
-          codes, headers, la, lb, row_words, row_blocks, groups, (c_begin + lc) * 4 + t,
-          lk < my_tiles && lc < c_count, wa[s], wb[s], ha[s], hb[s]);
-      if (++lc == per_warp) {
-        lc = 0;
-        if (++lk < my_tiles) set_rows(lk);
-      }
+      const auto* hs = reinterpret_cast<const unsigned*>(slot + S::kCodeUnits);
+      const float2 fa = header_floats(hs[lane]), fb = header_floats(hs[32 + lane]);
 #pragma unroll
       for (int p = 0; p < kPairs; ++p) {
         const int token = 2 * p + (g & 1);
@@ -218,23 +251,27 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
           for (int i = 0; i < kXWords; ++i)
             xw[i] = 0;
         }
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-        for (int seg = 0; seg < kSegments; ++seg) {
-          float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-          for (int k = seg * kSegSteps; k < (seg + 1) * kSegSteps; ++k) {
-            const unsigned b0 = x_pair<kBits, kUnitW>(xw, 2 * k);
-            const unsigned b1 = x_pair<kBits, kUnitW>(xw, 2 * k + 1);
-            mma(d, afrag[k], b0, b1, tag);
-            mma(sx, ones, b0, b1, tag);
-          }
-          // d: rows g, g + 8 x tokens 2p, 2p + 1 of group t's segment; sx: sum(x) of it.
-          acc[p][0] = fmaf(fa[seg].x, d[0], fmaf(fa[seg].y, sx[0], acc[p][0]));
-          acc[p][1] = fmaf(fa[seg].x, d[1], fmaf(fa[seg].y, sx[1], acc[p][1]));
-          acc[p][2] = fmaf(fb[seg].x, d[2], fmaf(fb[seg].y, sx[2], acc[p][2]));
-          acc[p][3] = fmaf(fb[seg].x, d[3], fmaf(fb[seg].y, sx[3], acc[p][3]));
+        for (int k = 0; k < kSteps; ++k) {
+          const int j = 2 * k;
+          const unsigned a[4] = {
+              code_pair<T, kBits, kUnitW>(wa, j), code_pair<T, kBits, kUnitW>(wb, j),
+              code_pair<T, kBits, kUnitW>(wa, j + 1), code_pair<T, kBits, kUnitW>(wb, j + 1)};
+          const unsigned b0 = x_pair<kBits, kUnitW>(xw, j);
+          const unsigned b1 = x_pair<kBits, kUnitW>(xw, j + 1);
+          mma(d, a, b0, b1, tag);
+          mma(sx, ones, b0, b1, tag);
         }
+        // d: rows g, g + 8 x tokens 2p, 2p + 1 of group t; sx: sum(x) of it.
+        acc[p][0] = fmaf(fa.x, d[0], fmaf(fa.y, sx[0], acc[p][0]));
+        acc[p][1] = fmaf(fa.x, d[1], fmaf(fa.y, sx[1], acc[p][1]));
+        acc[p][2] = fmaf(fb.x, d[2], fmaf(fb.y, sx[2], acc[p][2]));
+        acc[p][3] = fmaf(fb.x, d[3], fmaf(fb.y, sx[3], acc[p][3]));
       }
+      // The slot's words are used (the mmas above depend on them): refill it with the chunk
+      // kRing ahead.
+      copy_next(s);
       if (++cc < per_warp) continue;
       // The end of tile ck: over the four lanes of a row (their groups), then over the warps
       // in order.
@@ -281,6 +318,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
       ++ck;
     }
   }
+  copy_wait<0>();  // the copies past the end (zero fills) land before the block exits
 }
 
 int multiprocessors() {
@@ -305,9 +343,15 @@ void launch_stream(const void* x, int tokens, const QuantMatrixView& w, float* y
   const int units = act < 0 ? tiles : w.rows / (2 * kTileRows);
   if (units <= 0) return;
   const int grid = std::min(units, kBlocksPerSm * multiprocessors());
-  detail::launch(quant_gemv_stream_kernel<T, kBits, kUnitW, kBlock, kPairs>, dim3(grid),
-                 dim3(kWarps * 32), 0, stream, static_cast<const T*>(x), tokens,
-                 reinterpret_cast<const unsigned*>(base),
+  auto* kernel = quant_gemv_stream_kernel<T, kBits, kUnitW, kBlock, kPairs>;
+  constexpr std::size_t kShared = Slot<kBits>::kBlockBytes;
+  // More than the default 48 KB of dynamic shared memory is an opt-in, once per kernel (if it
+  // fails, so does the launch, which the caller's cudaGetLastError reports).
+  static const cudaError_t opted_in = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kShared));
+  (void)opted_in;
+  detail::launch(kernel, dim3(grid), dim3(kWarps * 32), kShared, stream, static_cast<const T*>(x),
+                 tokens, reinterpret_cast<const unsigned*>(base),
                  reinterpret_cast<const unsigned*>(base + layout.header_offset()), w.rows, w.cols,
                  y, ldy, act, static_cast<T*>(act_out));
 }
