@@ -72,15 +72,20 @@ __device__ __forceinline__ unsigned shared_address(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-// Copies of `bytes` (16 or 4) from global to shared memory that bypass registers; with
-// live == false the destination is zero-filled and nothing is read.
-__device__ __forceinline__ void copy16(unsigned dst, const void* src, bool live) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
-               "r"(live ? 16 : 0));
+// Copies of 16 or 4 bytes from global to shared memory that bypass registers (asking L2 for the
+// whole 128-byte line: the warp reads the rest of it next); with live == false the destination
+// is zero-filled and nothing is read. `guard` is not used by the copy, only waited for: the XOR
+// of the words last read from the slot being refilled, so the copy cannot start before those
+// reads have completed (and the "memory" clobber keeps the compiler from moving them after it).
+__device__ __forceinline__ void copy16(unsigned dst, const void* src, bool live, unsigned guard) {
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+               "r"(live ? 16 : 0), "r"(guard)
+               : "memory");
 }
-__device__ __forceinline__ void copy4(unsigned dst, const void* src, bool live) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src),
-               "r"(live ? 4 : 0));
+__device__ __forceinline__ void copy4(unsigned dst, const void* src, bool live, unsigned guard) {
+  asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 4, %2;" ::"r"(dst), "l"(src),
+               "r"(live ? 4 : 0), "r"(guard)
+               : "memory");
 }
 __device__ __forceinline__ void copy_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -98,7 +103,7 @@ __device__ __forceinline__ void copy_chunk(const unsigned* __restrict__ codes,
                                            const unsigned* __restrict__ headers, std::size_t row_a,
                                            std::size_t row_b, std::size_t row_words, int row_blocks,
                                            int groups, int group, bool live, unsigned slot,
-                                           int lane) {
+                                           int lane, unsigned guard) {
   using S = Slot<kBits>;
   live = live && group < groups;
   const int gg = live ? group : 0;  // an address inside the matrix even when nothing is read
@@ -112,10 +117,10 @@ __device__ __forceinline__ void copy_chunk(const unsigned* __restrict__ codes,
 #pragma unroll
     for (int piece = 0; piece < S::kPieces; ++piece) {
       copy16(slot + 16u * static_cast<unsigned>((r * S::kPieces + piece) * 32 + lane),
-             src + static_cast<std::size_t>(n) * 4 * piece, live);
+             src + static_cast<std::size_t>(n) * 4 * piece, live, guard);
     }
     copy4(slot + 16u * S::kCodeUnits + 4u * static_cast<unsigned>(r * 32 + lane),
-          headers + row * row_blocks + block, live);
+          headers + row * row_blocks + block, live, guard);
   }
   copy_commit();
 }
@@ -177,10 +182,11 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
     la = static_cast<std::size_t>(min(row0 + g, out - 1));
     lb = static_cast<std::size_t>(min(row0 + g + 8, out - 1));
   };
-  auto copy_next = [&](int s) {
-    copy_chunk<kBits, kGroupWeights, kBlock>(
-        codes, headers, la, lb, row_words, row_blocks, groups, (c_begin + lc) * 4 + t,
-        lk < my_tiles && lc < c_count, my_ring + 16u * static_cast<unsigned>(s * S::kUnits), lane);
+  auto copy_next = [&](int s, unsigned guard) {
+    copy_chunk<kBits, kGroupWeights, kBlock>(codes, headers, la, lb, row_words, row_blocks, groups,
+                                             (c_begin + lc) * 4 + t, lk < my_tiles && lc < c_count,
+                                             my_ring + 16u * static_cast<unsigned>(s * S::kUnits),
+                                             lane, guard);
     if (++lc == per_warp) {
       lc = 0;
       if (++lk < my_tiles) set_rows(lk);
@@ -189,7 +195,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
   if (my_tiles > 0) set_rows(0);
 #pragma unroll
   for (int s = 0; s < kRing; ++s)
-    copy_next(s);
+    copy_next(s, 0u);
   // Weights are constant: asked for before the kernel before has finished (programmatic
   // dependent launch); x, which that kernel writes, after it.
   detail::grid_dependency_wait();
@@ -229,7 +235,12 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
         wb[4 * piece + 3] = vb.w;
       }
       const auto* hs = reinterpret_cast<const unsigned*>(slot + S::kCodeUnits);
-      const float2 fa = header_floats(hs[lane]), fb = header_floats(hs[32 + lane]);
+      const unsigned head_a = hs[lane], head_b = hs[32 + lane];
+      const float2 fa = header_floats(head_a), fb = header_floats(head_b);
+      unsigned guard = head_a ^ head_b;
+#pragma unroll
+      for (int i = 0; i < kBits; ++i)
+        guard ^= wa[i] ^ wb[i];
 #pragma unroll
       for (int p = 0; p < kPairs; ++p) {
         const int token = 2 * p + (g & 1);
@@ -269,9 +280,8 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
         acc[p][2] = fmaf(fb.x, d[2], fmaf(fb.y, sx[2], acc[p][2]));
         acc[p][3] = fmaf(fb.x, d[3], fmaf(fb.y, sx[3], acc[p][3]));
       }
-      // The slot's words are used (the mmas above depend on them): refill it with the chunk
-      // kRing ahead.
-      copy_next(s);
+      // The slot's words are read (guard): refill it with the chunk kRing ahead.
+      copy_next(s, guard);
       if (++cc < per_warp) continue;
       // The end of tile ck: over the four lanes of a row (their groups), then over the warps
       // in order.
