@@ -8,35 +8,38 @@
 // plus the compute time (lanes: 1.79 TB/s on 14336x4096, the 4096-wide products 9-12 us), and
 // thread blocks of equal length came in waves that left multiprocessors idle at the end.
 // Here:
-// - Persistent thread blocks: min(tiles, 2 per multiprocessor) blocks of 8 warps; block b
-//   takes the 16-row tiles b, b + grid, b + 2 grid, ... one after the other (with the
-//   multiprocessors served in turn, every one gets the same number of tiles, +-1).
+// - Persistent thread blocks: min(tiles, what the GPU holds at once: 3 per multiprocessor at
+//   1-2 tokens, 2 at more) blocks of 8 warps; block b takes the 16-row tiles b, b + grid,
+//   b + 2 grid, ... one after the other (with the multiprocessors served in turn, every one
+//   gets the same number of tiles, +-1).
 // - A tile's columns (chunks of 4 groups, 128 weights for 1-weight units) are split over the 8
 //   warps in equal slices; a warp walks the sequence (its tile 0's slice, its tile 1's slice,
-//   ...) with a ring of kRing chunks of code words and headers in registers: the chunk kRing
-//   ahead is asked for as soon as a chunk's registers are free, so about kRing chunks (q4: 4,
-//   160 bytes a lane, 80 KB a multiprocessor) are in flight while the warp computes, across
-//   tile ends as well.
+//   ...) through a ring of kRing chunk slots in shared memory, filled by cp.async (no
+//   registers held): while it computes one chunk, the next kRing - 1 are on their way (q4: 5
+//   chunks, 6.25 KB a warp, 150 KB an SM at one token pair), across tile ends as well. Each
+//   lane reads back only what it copied itself, so a cp.async.wait_group per chunk suffices.
 // - At a tile's end the warps' sums meet in shared memory (double buffered: one barrier per
 //   tile) and are added in warp order, so results do not depend on timing, and not on the
 //   token count either: a token's sums are the same at 1 to 8 tokens (what batch-invariant
 //   decode needs), as with the mma kernel.
-// - Programmatic dependent launch (common.cuh): the ring's first code words are asked for
-//   before the kernel waits for the one before it; x is read after.
+// - Programmatic dependent launch (common.cuh): the ring's first copies start before the
+//   kernel waits for the one before it; x is read after.
 // - The gated MLP's gate_up (act >= 0): a block's units are tile pairs (gate tile i, then up
 //   tile i + rows / 32); the gate sums wait in a register of the thread that adds them until
 //   the up sums come, then act(gate) * up is written as 16 bits, what mlp_activation makes of
 //   quant_gemv's rows.
 //
-// Per chunk a lane decodes its two rows' codes once into A fragments, then per token pair loads
-// its x (8 of the 32 lanes, 64 bytes each, from L1) and runs two mmas per 16 columns (the
-// products and sum(x), quant_gemv_mma.cu's scheme).
+// Per chunk a lane reads its two rows' code words and headers from its slot, then per token
+// pair loads its x (8 of the 32 lanes, 64 bytes each, from L1) and runs two mmas per 16 columns
+// (the products and sum(x), quant_gemv_mma.cu's scheme): about 2.6 instructions per q4 weight
+// at one token.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/common.cuh"
@@ -51,7 +54,13 @@ using namespace quant_device;
 
 constexpr int kWarps = 8;
 constexpr int kTileRows = 16;
-constexpr int kBlocksPerSm = 2;
+// Thread blocks an SM holds: 3 at one token pair (at most 80 registers a thread), 2 with more
+// pairs (their x and sums take registers); the grid is what the device holds at once
+// (cudaOccupancyMaxActiveBlocksPerMultiprocessor), so no block waits for a second wave.
+template <int kPairs>
+__host__ __device__ constexpr int blocks_per_sm() {
+  return kPairs == 1 ? 3 : 2;
+}
 
 // A ring slot (one chunk of a warp) in shared memory, in 16-byte units: the two rows' code
 // words, piece by piece (each piece 16 bytes a lane, lanes side by side: conflict-free 16-byte
@@ -61,10 +70,10 @@ struct Slot {
   static constexpr int kPieces = kBits / 4;  // q4: 1, q8: 2 (16-byte pieces of a group)
   static constexpr int kCodeUnits = 2 * kPieces * 32;
   static constexpr int kUnits = kCodeUnits + 2 * 32 / 4;
-  // Chunks in the ring: about 1.25 KB (q4) or 2.25 KB (q8) a chunk and warp; 6 or 4 slots, so
-  // 5 or 3 chunks stay in flight while the warp computes one (16 warps a multiprocessor: about
-  // 100 KB in flight).
-  static constexpr int kRing = kBits <= 4 ? 6 : 4;
+  // Chunks in the ring: about 1.25 KB (q4) or 2.25 KB (q8) a chunk and warp; 6 or 3 slots, so
+  // 5 or 2 chunks stay in flight while the warp computes one (24 warps an SM at one token pair:
+  // 150 or 108 KB in flight; 3 blocks' rings take 184 or 166 KB of shared memory).
+  static constexpr int kRing = kBits <= 4 ? 6 : 3;
   static constexpr std::size_t kBlockBytes = std::size_t{16} * kUnits * kRing * kWarps;
 };
 
@@ -95,38 +104,39 @@ __device__ __forceinline__ void copy_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
-// Starts the copies of one chunk (rows a and b of the lane, group `group`) into `slot` (this
-// warp's slot, 16-byte units) and commits them as one group; zeros for a chunk past the warp's
+// Starts the copies of one chunk (group `group` of the lane's rows a and b: their code words
+// and headers start at codes + code_a, codes + code_b, headers + head_a, headers + head_b) into
+// `slot` (this warp's slot) and commits them as one group; zeros for a chunk past the warp's
 // slice or a group past the row's end.
 template <int kBits, int kGroupWeights, int kBlock>
 __device__ __forceinline__ void copy_chunk(const unsigned* __restrict__ codes,
-                                           const unsigned* __restrict__ headers, std::size_t row_a,
-                                           std::size_t row_b, std::size_t row_words, int row_blocks,
+                                           const unsigned* __restrict__ headers, unsigned code_a,
+                                           unsigned code_b, unsigned head_a, unsigned head_b,
                                            int groups, int group, bool live, unsigned slot,
                                            int lane, unsigned guard) {
   using S = Slot<kBits>;
   live = live && group < groups;
   const int gg = live ? group : 0;  // an address inside the matrix even when nothing is read
   const int tile = gg >> 5, n = min(32, groups - tile * 32);
-  const std::size_t at = static_cast<std::size_t>(tile) * 32 * kBits + (gg & 31) * 4;
-  const int block = gg * kGroupWeights / kBlock;
+  const unsigned at = tile * 32 * kBits + (gg & 31) * 4;  // words into the row
+  const unsigned block = gg * kGroupWeights / kBlock;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const std::size_t row = r == 0 ? row_a : row_b;
-    const unsigned* src = codes + row * row_words + at;
-#pragma unroll
-    for (int piece = 0; piece < S::kPieces; ++piece) {
-      copy16(slot + 16u * static_cast<unsigned>((r * S::kPieces + piece) * 32 + lane),
-             src + static_cast<std::size_t>(n) * 4 * piece, live, guard);
-    }
-    copy4(slot + 16u * S::kCodeUnits + 4u * static_cast<unsigned>(r * 32 + lane),
-          headers + row * row_blocks + block, live, guard);
+  for (int piece = 0; piece < S::kPieces; ++piece) {
+    const unsigned in_row = at + static_cast<unsigned>(n * 4 * piece);
+    copy16(slot + 16u * static_cast<unsigned>(piece * 32 + lane), codes + (code_a + in_row), live,
+           guard);
+    copy16(slot + 16u * static_cast<unsigned>((S::kPieces + piece) * 32 + lane),
+           codes + (code_b + in_row), live, guard);
   }
+  copy4(slot + 16u * S::kCodeUnits + 4u * static_cast<unsigned>(lane), headers + (head_a + block),
+        live, guard);
+  copy4(slot + 16u * S::kCodeUnits + 4u * static_cast<unsigned>(32 + lane),
+        headers + (head_b + block), live, guard);
   copy_commit();
 }
 
 template <class T, int kBits, int kUnitW, int kBlock, int kPairs>
-__global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
+__global__ void __launch_bounds__(kWarps * 32, blocks_per_sm<kPairs>())
     quant_gemv_stream_kernel(const T* __restrict__ x, int tokens,
                              const unsigned* __restrict__ codes,
                              const unsigned* __restrict__ headers, int out, int in,
@@ -176,14 +186,20 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
 
   // The copy pointer: tile lk of the block, chunk slot lc of the warp's slice.
   int lk = 0, lc = 0;
-  std::size_t la = 0, lb = 0;  // rows of tile lk (the last row for rows past the end)
+  // Where tile lk's rows of this lane start, in words from codes and headers (the last row for
+  // rows past the end; 32 bits: launch_stream checks the matrix fits).
+  unsigned code_a = 0, code_b = 0, head_a = 0, head_b = 0;
   auto set_rows = [&](int k) {
     const int row0 = tile_row0(k);
-    la = static_cast<std::size_t>(min(row0 + g, out - 1));
-    lb = static_cast<std::size_t>(min(row0 + g + 8, out - 1));
+    const auto ra = static_cast<unsigned>(min(row0 + g, out - 1));
+    const auto rb = static_cast<unsigned>(min(row0 + g + 8, out - 1));
+    code_a = ra * static_cast<unsigned>(row_words);
+    code_b = rb * static_cast<unsigned>(row_words);
+    head_a = ra * static_cast<unsigned>(row_blocks);
+    head_b = rb * static_cast<unsigned>(row_blocks);
   };
   auto copy_next = [&](int s, unsigned guard) {
-    copy_chunk<kBits, kGroupWeights, kBlock>(codes, headers, la, lb, row_words, row_blocks, groups,
+    copy_chunk<kBits, kGroupWeights, kBlock>(codes, headers, code_a, code_b, head_a, head_b, groups,
                                              (c_begin + lc) * 4 + t, lk < my_tiles && lc < c_count,
                                              my_ring + 16u * static_cast<unsigned>(s * S::kUnits),
                                              lane, guard);
@@ -331,6 +347,11 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
   copy_wait<0>();  // the copies past the end (zero fills) land before the block exits
 }
 
+template <class T>
+constexpr Precision precision_of() {
+  return std::is_same_v<T, __nv_bfloat16> ? Precision::kBF16 : Precision::kF16;
+}
+
 int multiprocessors() {
   static const int count = [] {
     int device = 0, n = 0;
@@ -352,14 +373,33 @@ void launch_stream(const void* x, int tokens, const QuantMatrixView& w, float* y
   const int tiles = (w.rows + kTileRows - 1) / kTileRows;
   const int units = act < 0 ? tiles : w.rows / (2 * kTileRows);
   if (units <= 0) return;
-  const int grid = std::min(units, kBlocksPerSm * multiprocessors());
+  if (layout.code_bytes() / 4 > 0xffffffffu) {
+    // Row offsets past 32 bits (a matrix over 16 GB): the mma kernel, same arithmetic.
+    if (act < 0) {
+      quant_gemv_mma(x, tokens, w, y, ldy, precision_of<T>(), stream);
+    } else {
+      quant_gemv_mma_gated(static_cast<ActivationKind>(act), x, tokens, w, act_out,
+                           precision_of<T>(), stream);
+    }
+    return;
+  }
   auto* kernel = quant_gemv_stream_kernel<T, kBits, kUnitW, kBlock, kPairs>;
   constexpr std::size_t kShared = Slot<kBits>::kBlockBytes;
-  // More than the default 48 KB of dynamic shared memory is an opt-in, once per kernel (if it
-  // fails, so does the launch, which the caller's cudaGetLastError reports).
-  static const cudaError_t opted_in = cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kShared));
-  (void)opted_in;
+  // More than the default 48 KB of dynamic shared memory is an opt-in, once per kernel; then
+  // the blocks an SM holds with it (if either fails, so does the launch, which the caller's
+  // cudaGetLastError reports).
+  static const int per_sm = [kernel] {
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(kShared));
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kWarps * 32, kShared) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      n = 0;
+    }
+    return std::max(n, 1);
+  }();
+  const int grid = std::min(units, per_sm * multiprocessors());
   detail::launch(kernel, dim3(grid), dim3(kWarps * 32), kShared, stream, static_cast<const T*>(x),
                  tokens, reinterpret_cast<const unsigned*>(base),
                  reinterpret_cast<const unsigned*>(base + layout.header_offset()), w.rows, w.cols,
