@@ -39,6 +39,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <type_traits>
 
 #include "kernels/cuda/activation.cuh"
@@ -352,16 +353,20 @@ constexpr Precision precision_of() {
   return std::is_same_v<T, __nv_bfloat16> ? Precision::kBF16 : Precision::kF16;
 }
 
-int multiprocessors() {
-  static const int count = [] {
-    int device = 0, n = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      return 132;
-    }
-    return n;
-  }();
-  return count;
+// Per device (a process may drive several GPUs): its multiprocessors.
+constexpr int kMaxDevices = 64;
+int multiprocessors(int device) {
+  static std::atomic<int> cache[kMaxDevices] = {};
+  if (device >= 0 && device < kMaxDevices) {
+    if (const int n = cache[device].load(std::memory_order_relaxed); n > 0) return n;
+  }
+  int n = 0;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || n <= 0) {
+    cudaGetLastError();
+    n = 132;
+  }
+  if (device >= 0 && device < kMaxDevices) cache[device].store(n, std::memory_order_relaxed);
+  return n;
 }
 
 template <class T, int kBits, int kUnitW, int kBlock, int kPairs>
@@ -385,21 +390,27 @@ void launch_stream(const void* x, int tokens, const QuantMatrixView& w, float* y
   }
   auto* kernel = quant_gemv_stream_kernel<T, kBits, kUnitW, kBlock, kPairs>;
   constexpr std::size_t kShared = Slot<kBits>::kBlockBytes;
-  // More than the default 48 KB of dynamic shared memory is an opt-in, once per kernel; then
-  // the blocks an SM holds with it (if either fails, so does the launch, which the caller's
-  // cudaGetLastError reports).
-  static const int per_sm = [kernel] {
+  // More than the default 48 KB of dynamic shared memory is an opt-in, once per kernel and
+  // device; then the blocks an SM holds with it (if either fails, so does the launch, which
+  // the caller's cudaGetLastError reports).
+  static std::atomic<int> resident[kMaxDevices] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) cudaGetLastError();
+  int per_sm =
+      device >= 0 && device < kMaxDevices ? resident[device].load(std::memory_order_relaxed) : 0;
+  if (per_sm == 0) {
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(kShared));
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kWarps * 32, kShared) !=
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, kShared) !=
         cudaSuccess) {
       cudaGetLastError();
-      n = 0;
+      per_sm = 0;
     }
-    return std::max(n, 1);
-  }();
-  const int grid = std::min(units, per_sm * multiprocessors());
+    per_sm = std::max(per_sm, 1);
+    if (device >= 0 && device < kMaxDevices)
+      resident[device].store(per_sm, std::memory_order_relaxed);
+  }
+  const int grid = std::min(units, per_sm * multiprocessors(device));
   detail::launch(kernel, dim3(grid), dim3(kWarps * 32), kShared, stream, static_cast<const T*>(x),
                  tokens, reinterpret_cast<const unsigned*>(base),
                  reinterpret_cast<const unsigned*>(base + layout.header_offset()), w.rows, w.cols,
