@@ -17,6 +17,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/quant_gemv.cuh"
@@ -366,16 +368,31 @@ bool quant_gemv_kernel_from_name(const char* name, QuantGemvKernel& out) {
   return false;
 }
 
-QuantGemvKernel quant_gemv_default_kernel() {
-  static const QuantGemvKernel kernel = [] {
+bool quant_gemv_parse_kernels(const char* value, QuantGemvKernel& small, QuantGemvKernel& large) {
+  const char* slash = std::strchr(value, '/');
+  if (slash == nullptr) {
+    if (!quant_gemv_kernel_from_name(value, small)) return false;
+    large = small;
+    return true;
+  }
+  const std::string first(value, slash);
+  return quant_gemv_kernel_from_name(first.c_str(), small) &&
+         quant_gemv_kernel_from_name(slash + 1, large);
+}
+
+QuantGemvKernel quant_gemv_default_kernel(int tokens) {
+  static const std::pair<QuantGemvKernel, QuantGemvKernel> kernels = [] {
     const char* v = std::getenv("WEFT_QUANT_GEMV");
-    QuantGemvKernel k = QuantGemvKernel::kAuto;
-    if (v == nullptr || *v == '\0' || quant_gemv_kernel_from_name(v, k)) return k;
+    QuantGemvKernel small = QuantGemvKernel::kAuto, large = QuantGemvKernel::kAuto;
+    if (v == nullptr || *v == '\0') return std::make_pair(small, large);
+    if (quant_gemv_parse_kernels(v, small, large)) return std::make_pair(small, large);
     std::fprintf(stderr,
-                 "WEFT_QUANT_GEMV=%s: not a kernel (lanes, mma, stream or auto); using auto\n", v);
-    return QuantGemvKernel::kAuto;
+                 "WEFT_QUANT_GEMV=%s: not a kernel (lanes, mma, stream or auto) or a pair of them "
+                 "(K1/K2: K1 at 1-2 tokens, K2 at 3-8); using auto\n",
+                 v);
+    return std::make_pair(QuantGemvKernel::kAuto, QuantGemvKernel::kAuto);
   }();
-  return kernel;
+  return tokens <= 2 ? kernels.first : kernels.second;
 }
 
 bool quant_gemv_stream_supported(QuantGemvFormat format) {
@@ -417,7 +434,7 @@ bool quant_gemv_gated_supported(const void* x, int tokens, const QuantMatrixView
     const char* v = std::getenv("WEFT_QUANT_GATED");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
-  const QuantGemvKernel k = quant_gemv_resolve(quant_gemv_default_kernel(), w.format, tokens);
+  const QuantGemvKernel k = quant_gemv_resolve(quant_gemv_default_kernel(tokens), w.format, tokens);
   return on && (k == QuantGemvKernel::kMma || k == QuantGemvKernel::kStream) &&
          quant_gemv_supported(x, tokens, w) && w.rows % 32 == 0;
 }
@@ -435,12 +452,12 @@ void quant_gemv_gated(QuantGemvKernel kernel, ActivationKind kind, const void* x
 
 void quant_gemv_gated(ActivationKind kind, const void* x, int tokens, const QuantMatrixView& w,
                       void* out, Precision precision, cudaStream_t stream) {
-  quant_gemv_gated(quant_gemv_default_kernel(), kind, x, tokens, w, out, precision, stream);
+  quant_gemv_gated(quant_gemv_default_kernel(tokens), kind, x, tokens, w, out, precision, stream);
 }
 
 void quant_gemv(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
                 Precision precision, cudaStream_t stream) {
-  quant_gemv(quant_gemv_default_kernel(), x, tokens, w, y, ldy, precision, stream);
+  quant_gemv(quant_gemv_default_kernel(tokens), x, tokens, w, y, ldy, precision, stream);
 }
 
 void quant_dequantize(const QuantMatrixView& w, int row_begin, int rows, void* out,

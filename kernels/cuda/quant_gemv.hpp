@@ -65,9 +65,12 @@ inline const char* quant_gemv_kernel_name(QuantGemvKernel k) {
 // The kernel named `name` (lanes, mma, stream, auto); false if none is.
 bool quant_gemv_kernel_from_name(const char* name, QuantGemvKernel& out);
 
-// The kernel quant_gemv runs: WEFT_QUANT_GEMV=lanes|mma|stream|auto, read once (default auto;
-// another value is reported on stderr and the default kept).
-QuantGemvKernel quant_gemv_default_kernel();
+// The kernel quant_gemv runs for a pass of `tokens` tokens: WEFT_QUANT_GEMV=K (K at every
+// token count) or K1/K2 (K1 at 1-2 tokens, K2 at 3-8), each lanes, mma, stream or auto; read
+// once (default auto; another value is reported on stderr and the default kept).
+QuantGemvKernel quant_gemv_default_kernel(int tokens = 1);
+// Parses a WEFT_QUANT_GEMV value into the kernels for 1-2 and 3-8 tokens; false if malformed.
+bool quant_gemv_parse_kernels(const char* value, QuantGemvKernel& small, QuantGemvKernel& large);
 
 // Whether the stream kernel has the format (q4_b32, q4_b64, q8_b32, q8_b64).
 bool quant_gemv_stream_supported(QuantGemvFormat format);
@@ -77,7 +80,7 @@ bool quant_gemv_stream_supported(QuantGemvFormat format);
 QuantGemvKernel quant_gemv_resolve(QuantGemvKernel kernel, QuantGemvFormat format, int tokens);
 
 // x is [tokens, w.cols] in `precision`, y [tokens, w.rows] fp32 with row stride ldy. Through
-// quant_gemv_default_kernel(), or the kernel named.
+// quant_gemv_default_kernel(tokens), or the kernel named.
 void quant_gemv(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
                 Precision precision, cudaStream_t stream);
 void quant_gemv(QuantGemvKernel kernel, const void* x, int tokens, const QuantMatrixView& w,

@@ -184,6 +184,18 @@ TEST(CudaQuantLayout, KernelChoiceByFormatAndTokens) {
     EXPECT_STREQ(quant_gemv_kernel_name(k), name);
   }
   EXPECT_FALSE(quant_gemv_kernel_from_name("fast", k));
+  // WEFT_QUANT_GEMV's values: one kernel, or one for 1-2 tokens and one for 3-8.
+  QuantGemvKernel small = QuantGemvKernel::kAuto, large = QuantGemvKernel::kAuto;
+  ASSERT_TRUE(quant_gemv_parse_kernels("lanes", small, large));
+  EXPECT_EQ(small, QuantGemvKernel::kLanes);
+  EXPECT_EQ(large, QuantGemvKernel::kLanes);
+  ASSERT_TRUE(quant_gemv_parse_kernels("lanes/stream", small, large));
+  EXPECT_EQ(small, QuantGemvKernel::kLanes);
+  EXPECT_EQ(large, QuantGemvKernel::kStream);
+  EXPECT_FALSE(quant_gemv_parse_kernels("lanes/", small, large));
+  EXPECT_FALSE(quant_gemv_parse_kernels("/mma", small, large));
+  EXPECT_FALSE(quant_gemv_parse_kernels("lanes/mma/stream", small, large));
+  EXPECT_FALSE(quant_gemv_parse_kernels("", small, large));
 }
 
 struct Case {
