@@ -14,8 +14,9 @@
 #      the CPU, about a minute);
 #   4. the products alone at 2, 4 and 8 tokens (q4_b32; lanes, mma, stream).
 # Parts that would start after BUDGET_S (default 500 s) of the call are skipped; PARTS (default
-# "1 2 3 4") picks parts, e.g. PARTS="3 4" for a second call. Writes $OUT/q4fast.md (the
-# summary tables) and the logs beside it.
+# "1 2 3 4") picks parts. All four take more than one call's 10 minutes, so run it twice:
+# PARTS="1 2" (tests, products: about 5 minutes), then PARTS="3 4" (decode: about 7). Writes
+# $OUT/q4fast.md (the summary tables) and the logs beside it.
 # The four binaries (stripped, with the MPI and simdjson libraries beside them), built with
 # `cmake --preset release`:
 #   cmake --build build/release -j2 --target kernels_test model_cuda_test \
@@ -27,7 +28,9 @@
 #     grep -E 'simdjson|libmpi|open-rte|open-pal|hwloc|libevent' | sort -u |
 #     xargs -r -I{} cp -L {} .devcarry/q4f/lib/
 #   tar -C .devcarry/q4f -cf - bin lib | xz -6 -T2 > .devcarry/q4fast.tar.xz
-#   run(command="bash bench/device/q4fast.sh .devcarry/q4fast.tar.xz",
+#   run(command="PARTS='1 2' bash bench/device/q4fast.sh .devcarry/q4fast.tar.xz",
+#       carry=[".devcarry/q4fast.tar.xz"])
+#   run(command="PARTS='3 4' bash bench/device/q4fast.sh .devcarry/q4fast.tar.xz",
 #       carry=[".devcarry/q4fast.tar.xz"])
 # (A folder with bin/ and lib/, e.g. from scripts/gpu-check --stage, works too.)
 set -u
