@@ -8,7 +8,8 @@
 #   2. cuda_quant_gemv_bench --tokens 1 for q4_b32, q4_b64, q8_b32 (QF to change) through
 #      lanes, mma and stream: per shape (4096x4096, 1024x4096, 6144x4096, 14336x4096,
 #      28672x4096, 4096x14336, 128256x4096) us, GB/s and % of the copy bandwidth; the fused
-#      gate_up; the 32 layers' products against their floor, bf16 in the same run;
+#      gate_up; the 32 layers' products against their floor, bf16 in the same run; then
+#      q4_b32 stream again with WEFT_QUANT_STREAM_BLOCKS=2 (2 blocks an SM instead of 3);
 #   3. cuda_forward_bench, random 8B model, decode at context 512, batches 1 and 8: bf16, then
 #      q4_b32 with WEFT_QUANT_GEMV=stream, lanes, mma (each run quantizes the random model on
 #      the CPU, about a minute);
@@ -87,12 +88,20 @@ if [[ $PARTS == *" 2 "* ]] && ! late; then
     --no-reference >"$O/gemv_tokens1.txt" 2>&1
   echo "cuda_quant_gemv_bench --tokens 1 rc=$?"
   cat "$O/gemv_tokens1.txt"
+  # The stream kernel with 2 blocks an SM instead of 3 (16 warps, 100 KB in flight).
+  WEFT_QUANT_STREAM_BLOCKS=2 timeout 60 "$B/cuda_quant_gemv_bench" --tokens 1 --formats q4_b32 \
+    --kernels stream --no-reference >"$O/gemv_tokens1_stream2.txt" 2>&1
+  echo "stream with WEFT_QUANT_STREAM_BLOCKS=2 rc=$?"
+  grep -E "^q4_b32 stream" "$O/gemv_tokens1_stream2.txt"
   {
     echo
     echo "## Products, 1 token (cuda_quant_gemv_bench --tokens 1 --formats $QF)"
     echo
     echo '```'
     cat "$O/gemv_tokens1.txt"
+    echo
+    echo "q4_b32 stream with WEFT_QUANT_STREAM_BLOCKS=2:"
+    grep -E "^q4_b32 stream" "$O/gemv_tokens1_stream2.txt"
     echo '```'
   } >>"$S"
 fi

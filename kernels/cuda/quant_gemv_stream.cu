@@ -40,6 +40,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <type_traits>
 
 #include "kernels/cuda/activation.cuh"
@@ -348,6 +349,17 @@ __global__ void __launch_bounds__(kWarps * 32, blocks_per_sm<kPairs>())
   copy_wait<0>();  // the copies past the end (zero fills) land before the block exits
 }
 
+// WEFT_QUANT_STREAM_BLOCKS=1|2|3: at most that many blocks an SM (a smaller grid), for
+// measurements; unset or another value: what the device holds.
+int blocks_cap() {
+  static const int cap = [] {
+    const char* v = std::getenv("WEFT_QUANT_STREAM_BLOCKS");
+    const int n = v != nullptr ? std::atoi(v) : 0;
+    return n >= 1 && n <= 3 ? n : 1 << 20;
+  }();
+  return cap;
+}
+
 template <class T>
 constexpr Precision precision_of() {
   return std::is_same_v<T, __nv_bfloat16> ? Precision::kBF16 : Precision::kF16;
@@ -410,7 +422,7 @@ void launch_stream(const void* x, int tokens, const QuantMatrixView& w, float* y
     if (device >= 0 && device < kMaxDevices)
       resident[device].store(per_sm, std::memory_order_relaxed);
   }
-  const int grid = std::min(units, per_sm * multiprocessors(device));
+  const int grid = std::min(units, std::min(per_sm, blocks_cap()) * multiprocessors(device));
   detail::launch(kernel, dim3(grid), dim3(kWarps * 32), kShared, stream, static_cast<const T*>(x),
                  tokens, reinterpret_cast<const unsigned*>(base),
                  reinterpret_cast<const unsigned*>(base + layout.header_offset()), w.rows, w.cols,
