@@ -85,17 +85,18 @@ __device__ __forceinline__ unsigned shared_address(const void* p) {
 
 // Copies of 16 or 4 bytes from global to shared memory that bypass registers (asking L2 for the
 // whole 128-byte line: the warp reads the rest of it next); with live == false the destination
-// is zero-filled and nothing is read. `guard` is not used by the copy, only waited for: the XOR
-// of the words last read from the slot being refilled, so the copy cannot start before those
-// reads have completed (and the "memory" clobber keeps the compiler from moving them after it).
-__device__ __forceinline__ void copy16(unsigned dst, const void* src, bool live, unsigned guard) {
+// is zero-filled and nothing is read. The "memory" clobber keeps the compiler from moving the
+// thread's earlier reads of the slot being refilled after the copy; the copy writes shared
+// memory only once its global read returns, long after those reads, which the same thread
+// issued before it.
+__device__ __forceinline__ void copy16(unsigned dst, const void* src, bool live) {
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
-               "r"(live ? 16 : 0), "r"(guard)
+               "r"(live ? 16 : 0)
                : "memory");
 }
-__device__ __forceinline__ void copy4(unsigned dst, const void* src, bool live, unsigned guard) {
+__device__ __forceinline__ void copy4(unsigned dst, const void* src, bool live) {
   asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 4, %2;" ::"r"(dst), "l"(src),
-               "r"(live ? 4 : 0), "r"(guard)
+               "r"(live ? 4 : 0)
                : "memory");
 }
 __device__ __forceinline__ void copy_commit() {
@@ -115,7 +116,7 @@ __device__ __forceinline__ void copy_chunk(const unsigned* __restrict__ codes,
                                            const unsigned* __restrict__ headers, unsigned code_a,
                                            unsigned code_b, unsigned head_a, unsigned head_b,
                                            int groups, int group, bool live, unsigned slot,
-                                           int lane, unsigned guard) {
+                                           int lane) {
   using S = Slot<kBits>;
   live = live && group < groups;
   const int gg = live ? group : 0;  // an address inside the matrix even when nothing is read
@@ -125,15 +126,14 @@ __device__ __forceinline__ void copy_chunk(const unsigned* __restrict__ codes,
 #pragma unroll
   for (int piece = 0; piece < S::kPieces; ++piece) {
     const unsigned in_row = at + static_cast<unsigned>(n * 4 * piece);
-    copy16(slot + 16u * static_cast<unsigned>(piece * 32 + lane), codes + (code_a + in_row), live,
-           guard);
+    copy16(slot + 16u * static_cast<unsigned>(piece * 32 + lane), codes + (code_a + in_row), live);
     copy16(slot + 16u * static_cast<unsigned>((S::kPieces + piece) * 32 + lane),
-           codes + (code_b + in_row), live, guard);
+           codes + (code_b + in_row), live);
   }
   copy4(slot + 16u * S::kCodeUnits + 4u * static_cast<unsigned>(lane), headers + (head_a + block),
-        live, guard);
+        live);
   copy4(slot + 16u * S::kCodeUnits + 4u * static_cast<unsigned>(32 + lane),
-        headers + (head_b + block), live, guard);
+        headers + (head_b + block), live);
   copy_commit();
 }
 
@@ -200,11 +200,10 @@ __global__ void __launch_bounds__(kWarps * 32, blocks_per_sm<kPairs>())
     head_a = ra * static_cast<unsigned>(row_blocks);
     head_b = rb * static_cast<unsigned>(row_blocks);
   };
-  auto copy_next = [&](int s, unsigned guard) {
-    copy_chunk<kBits, kGroupWeights, kBlock>(codes, headers, code_a, code_b, head_a, head_b, groups,
-                                             (c_begin + lc) * 4 + t, lk < my_tiles && lc < c_count,
-                                             my_ring + 16u * static_cast<unsigned>(s * S::kUnits),
-                                             lane, guard);
+  auto copy_next = [&](int s) {
+    copy_chunk<kBits, kGroupWeights, kBlock>(
+        codes, headers, code_a, code_b, head_a, head_b, groups, (c_begin + lc) * 4 + t,
+        lk < my_tiles && lc < c_count, my_ring + 16u * static_cast<unsigned>(s * S::kUnits), lane);
     if (++lc == per_warp) {
       lc = 0;
       if (++lk < my_tiles) set_rows(lk);
@@ -213,7 +212,7 @@ __global__ void __launch_bounds__(kWarps * 32, blocks_per_sm<kPairs>())
   if (my_tiles > 0) set_rows(0);
 #pragma unroll
   for (int s = 0; s < kRing; ++s)
-    copy_next(s, 0u);
+    copy_next(s);
   // Weights are constant: asked for before the kernel before has finished (programmatic
   // dependent launch); x, which that kernel writes, after it.
   detail::grid_dependency_wait();
@@ -253,12 +252,7 @@ __global__ void __launch_bounds__(kWarps * 32, blocks_per_sm<kPairs>())
         wb[4 * piece + 3] = vb.w;
       }
       const auto* hs = reinterpret_cast<const unsigned*>(slot + S::kCodeUnits);
-      const unsigned head_a = hs[lane], head_b = hs[32 + lane];
-      const float2 fa = header_floats(head_a), fb = header_floats(head_b);
-      unsigned guard = head_a ^ head_b;
-#pragma unroll
-      for (int i = 0; i < kBits; ++i)
-        guard ^= wa[i] ^ wb[i];
+      const float2 fa = header_floats(hs[lane]), fb = header_floats(hs[32 + lane]);
 #pragma unroll
       for (int p = 0; p < kPairs; ++p) {
         const int token = 2 * p + (g & 1);
@@ -298,8 +292,8 @@ __global__ void __launch_bounds__(kWarps * 32, blocks_per_sm<kPairs>())
         acc[p][2] = fmaf(fb.x, d[2], fmaf(fb.y, sx[2], acc[p][2]));
         acc[p][3] = fmaf(fb.x, d[3], fmaf(fb.y, sx[3], acc[p][3]));
       }
-      // The slot's words are read (guard): refill it with the chunk kRing ahead.
-      copy_next(s, guard);
+      // The slot's words are read: refill it with the chunk kRing ahead.
+      copy_next(s);
       if (++cc < per_warp) continue;
       // The end of tile ck: over the four lanes of a row (their groups), then over the warps
       // in order.
