@@ -59,7 +59,7 @@ echo "# q4fast on $gpu ($(date -u +%FT%TZ))" >"$S"
 
 if [[ $PARTS == *" 1 "* ]]; then
   st "1. tests"
-  timeout 240 "$B/kernels_test" --gtest_filter='*CudaQuant*' --gtest_color=no \
+  timeout 210 "$B/kernels_test" --gtest_filter='*CudaQuant*' --gtest_color=no \
     >"$O/kernels_quant.log" 2>&1
   rc=$?
   echo "kernels_test *CudaQuant* rc=$rc"
@@ -73,7 +73,7 @@ if [[ $PARTS == *" 1 "* ]]; then
     grep -E '^\[  FAILED  \] [A-Z]' "$O/kernels_quant.log" | head -20 | sed 's/^/  - /'
   } >>"$S"
   for k in stream lanes; do
-    WEFT_QUANT_GEMV=$k timeout 150 "$B/model_cuda_test" --gtest_filter='CudaModel.Quantized*' \
+    WEFT_QUANT_GEMV=$k timeout 120 "$B/model_cuda_test" --gtest_filter='CudaModel.Quantized*' \
       --gtest_color=no >"$O/model_quant_$k.log" 2>&1
     rc=$?
     echo "model_cuda_test CudaModel.Quantized* with $k rc=$rc"
