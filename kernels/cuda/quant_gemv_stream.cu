@@ -454,8 +454,14 @@ void quant_gemv_stream(const void* x, int tokens, const QuantMatrixView& w, floa
       case QuantGemvFormat::kQ8B64:
         dispatch_pairs<T, 8, 1, 64>(x, tokens, w, y, ldy, act, act_out, stream);
         break;
-      default:
-        break;  // quant_gemv_resolve sends the other formats elsewhere
+      default:  // quant_gemv_resolve sends the other formats elsewhere; called anyway:
+        if (act < 0) {
+          quant_gemv(QuantGemvKernel::kLanes, x, tokens, w, y, ldy, precision, stream);
+        } else {
+          quant_gemv_mma_gated(static_cast<ActivationKind>(act), x, tokens, w, act_out, precision,
+                               stream);
+        }
+        break;
     }
   });
 }
