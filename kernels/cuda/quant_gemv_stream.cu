@@ -29,10 +29,10 @@
 //   the up sums come, then act(gate) * up is written as 16 bits, what mlp_activation makes of
 //   quant_gemv's rows.
 //
-// Per chunk a lane reads its two rows' code words and headers from its slot, then per token
-// pair loads its x (8 of the 32 lanes, 64 bytes each, from L1) and runs two mmas per 16 columns
-// (the products and sum(x), quant_gemv_mma.cu's scheme): about 2.6 instructions per q4 weight
-// at one token.
+// Per chunk a lane reads its two rows' code words and headers from its slot and forms the A
+// fragments once (shared by the token pairs), then per token pair loads its x (8 of the 32 lanes,
+// 64 bytes each, from L1) and runs two mmas per 16 columns (the products and sum(x),
+// quant_gemv_mma.cu's scheme): about 2.6 instructions per q4 weight at one token.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -253,6 +253,16 @@ __global__ void __launch_bounds__(kWarps * 32, blocks_per_sm<kPairs>())
       }
       const auto* hs = reinterpret_cast<const unsigned*>(slot + S::kCodeUnits);
       const float2 fa = header_floats(hs[lane]), fb = header_floats(hs[32 + lane]);
+      // The A fragments of the chunk's steps (rows g, g + 8; pairs j and j + 1 of the group):
+      // formed once for all token pairs (the compiler does not share inline PTX between them).
+      unsigned afrag[kSteps][4];
+#pragma unroll
+      for (int k = 0; k < kSteps; ++k) {
+        afrag[k][0] = code_pair<T, kBits, kUnitW>(wa, 2 * k);
+        afrag[k][1] = code_pair<T, kBits, kUnitW>(wb, 2 * k);
+        afrag[k][2] = code_pair<T, kBits, kUnitW>(wa, 2 * k + 1);
+        afrag[k][3] = code_pair<T, kBits, kUnitW>(wb, 2 * k + 1);
+      }
 #pragma unroll
       for (int p = 0; p < kPairs; ++p) {
         const int token = 2 * p + (g & 1);
@@ -277,13 +287,9 @@ __global__ void __launch_bounds__(kWarps * 32, blocks_per_sm<kPairs>())
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int k = 0; k < kSteps; ++k) {
-          const int j = 2 * k;
-          const unsigned a[4] = {
-              code_pair<T, kBits, kUnitW>(wa, j), code_pair<T, kBits, kUnitW>(wb, j),
-              code_pair<T, kBits, kUnitW>(wa, j + 1), code_pair<T, kBits, kUnitW>(wb, j + 1)};
-          const unsigned b0 = x_pair<kBits, kUnitW>(xw, j);
-          const unsigned b1 = x_pair<kBits, kUnitW>(xw, j + 1);
-          mma(d, a, b0, b1, tag);
+          const unsigned b0 = x_pair<kBits, kUnitW>(xw, 2 * k);
+          const unsigned b1 = x_pair<kBits, kUnitW>(xw, 2 * k + 1);
+          mma(d, afrag[k], b0, b1, tag);
           mma(sx, ones, b0, b1, tag);
         }
         // d: rows g, g + 8 x tokens 2p, 2p + 1 of group t; sx: sum(x) of it.
