@@ -2,20 +2,26 @@
 // (Llama-3-8B: 32 layers, hidden 4096, fused qkv 6144, MLP 14336, vocabulary 128256), against
 // the device-to-device copy bandwidth measured in the same run. Two tables:
 //
-// 1. Per format, kernel and matrix shape (out x in: 4096x4096 o, 6144x4096 fused qkv,
-//    14336x4096, 28672x4096 fused gate_up, 4096x14336 down, 128256x4096 head): microseconds per
+// 1. Per format, kernel and matrix shape (out x in: 4096x4096 o, 1024x4096 k or v alone,
+//    6144x4096 fused qkv, 14336x4096, 28672x4096 fused gate_up, 4096x14336 down, 128256x4096
+//    head): microseconds per
 //    product and the effective bandwidth, the quantized matrix's bytes (codes and headers)
 //    divided by that time, with its percentage of the copy bandwidth. Enough copies of the
 //    matrix rotate that none is read from L2.
-// 1b. With the mma kernel: the fused gate_up product with its SiLU (quant_gemv_gated) against
-//    the mma product then the activation kernel (28672x4096).
+// 1b. With the mma and stream kernels: the fused gate_up product with its SiLU
+//    (quant_gemv_gated) against the same kernel's product then the activation kernel
+//    (28672x4096).
 // 2. Batch-1 decode's products (every layer's qkv, o, gate_up and down, then the lm head; each
-//    layer its own weights): time per token, tokens/s if decode were only these products, the
-//    floor (weight bytes / copy bandwidth) and the ratio to it and to bf16 (cuda::gemv).
+//    layer its own weights; since 2026-11-26 night, gate_up with its SiLU as the model runs it:
+//    fused for the mma and stream kernels, the activation kernel after it otherwise): time per
+//    token, tokens/s if decode were only these products, the floor (weight bytes / copy bandwidth)
+//    and the ratio to it and to bf16 (cuda::gemv).
 //
 // Each GPU-layout format runs through each kernel of --kernels (quant_gemv.hpp's
-// QuantGemvKernel: "lanes", the CUDA-core kernel, and "mma", the tensor-core one), rows named
-// "q4_b32 lanes", "q4_b32 mma". "blocks q4_b32/q8_b32" are the first kernels
+// QuantGemvKernel: "lanes", the CUDA-core kernel, "mma", the tensor-core one, "stream", the
+// tensor-core one with persistent blocks streaming the weights, "auto", the per-call choice),
+// rows named "q4_b32 lanes", "q4_b32 mma", ... A kernel that does not have the format runs
+// what quant_gemv_resolve gives (stream: lanes). "blocks q4_b32/q8_b32" are the first kernels
 // (quant_gemv_blocks.hpp, reading the CPU layout) for comparison. The copy bandwidth counts
 // bytes read + written.
 //
@@ -24,7 +30,7 @@
 // not hide kernels of a few microseconds.
 //
 //   cuda_quant_gemv_bench [--tokens 1] [--iters 20] [--layers 32] [--formats all|q4_b32,...]
-//                         [--kernels lanes,mma] [--no-reference] [--no-graphs]
+//                         [--kernels lanes,mma,stream,auto] [--no-reference] [--no-graphs]
 
 #include <cuda_runtime_api.h>
 
@@ -165,7 +171,7 @@ void* alloc_weights(std::size_t n) {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows show as they come, even into a pipe
   int tokens = 1, iters = 20, layers = 32;
-  std::string formats_arg = "all", kernels_arg = "lanes,mma";
+  std::string formats_arg = "all", kernels_arg = "lanes,mma,stream";
   bool reference = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -181,10 +187,12 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: cuda_quant_gemv_bench [--tokens N (1-%d)] [--iters N] [--layers N]\n"
-          "         [--formats all|NAME,NAME,...] [--kernels lanes,mma] [--no-reference]\n"
-          "         [--no-graphs]\n"
+          "         [--formats all|NAME,NAME,...] [--kernels lanes,mma,stream,auto]\n"
+          "         [--no-reference] [--no-graphs]\n"
           "  --kernels: the quant_gemv kernels to run each format through (lanes: CUDA cores,\n"
-          "             mma: tensor cores; default both)\n"
+          "             mma: tensor cores, stream: tensor cores in persistent blocks that\n"
+          "             stream the weights, auto: the choice by format and token count;\n"
+          "             default lanes,mma,stream)\n"
           "  --no-reference: leave out the bf16 and 'blocks' (first kernel) rows\n"
           "  --no-graphs: launch the timed calls one by one (default: one CUDA graph)\n",
           weft::cuda::kQuantGemvMaxTokens);
@@ -218,17 +226,16 @@ int main(int argc, char** argv) {
   {
     std::stringstream ss(kernels_arg);
     for (std::string item; std::getline(ss, item, ',');) {
-      if (item == "lanes") {
-        kernels.push_back(weft::cuda::QuantGemvKernel::kLanes);
-      } else if (item == "mma") {
-        kernels.push_back(weft::cuda::QuantGemvKernel::kMma);
-      } else {
-        std::fprintf(stderr, "--kernels: unknown kernel %s (lanes or mma)\n", item.c_str());
+      weft::cuda::QuantGemvKernel k{};
+      if (!weft::cuda::quant_gemv_kernel_from_name(item.c_str(), k)) {
+        std::fprintf(stderr, "--kernels: unknown kernel %s (lanes, mma, stream or auto)\n",
+                     item.c_str());
         return 2;
       }
+      kernels.push_back(k);
     }
     if (kernels.empty()) {
-      std::fprintf(stderr, "--kernels: name at least one kernel (lanes or mma)\n");
+      std::fprintf(stderr, "--kernels: name at least one kernel (lanes, mma, stream or auto)\n");
       return 2;
     }
   }
@@ -288,7 +295,7 @@ int main(int argc, char** argv) {
   check(cudaStreamCreate(&stream), "stream");
 
   // Table 1: one product per shape.
-  const std::vector<Shape> shapes = {{4096, 4096},  {6144, 4096},  {14336, 4096},
+  const std::vector<Shape> shapes = {{4096, 4096},  {1024, 4096},  {6144, 4096},  {14336, 4096},
                                      {28672, 4096}, {4096, 14336}, {128256, 4096}};
   std::printf("\nper product (effective bandwidth: the matrix's bytes / time)\n");
   std::printf("%-14s %-12s %10s %10s %10s %9s\n", "format", "shape", "MB", "us", "GB/s", "% copy");
@@ -317,19 +324,28 @@ int main(int argc, char** argv) {
   }
 
   // Table 1b: the gated MLP's gate_up (28672x4096) with its activation (SiLU), as the model
-  // runs it: the mma product into fp32 rows then mlp_activation, against quant_gemv_gated (one
-  // kernel, 16-bit out).
-  bool any_mma = false;
+  // runs it: the kernel's product into fp32 rows then mlp_activation, against quant_gemv_gated
+  // through the same kernel (one kernel, 16-bit out). For the mma and stream kernels.
+  // Kernels with the gated epilogue: mma, and stream (or auto) where it resolves to one.
+  auto gated_kernel = [tokens](const Format& f) {
+    if (f.kind != Format::kLayout) return false;
+    const auto k = weft::cuda::quant_gemv_resolve(f.kernel, f.layout, tokens);
+    return k == weft::cuda::QuantGemvKernel::kMma || k == weft::cuda::QuantGemvKernel::kStream;
+  };
+  bool any_gated = false;
   for (const Format& f : formats)
-    any_mma |= f.kind == Format::kLayout && f.kernel == weft::cuda::QuantGemvKernel::kMma;
-  if (any_mma) {
-    std::printf("\ngate_up 28672x4096 + SiLU: mma product then activation kernel, against fused\n");
-    std::printf("%-14s %12s %12s %9s\n", "format", "2 kernels us", "fused us", "saved");
+    any_gated |= gated_kernel(f);
+  if (any_gated) {
+    std::printf(
+        "\ngate_up 28672x4096 + SiLU: product then activation kernel, against fused"
+        " (%% copy: the fused one's)\n");
+    std::printf("%-14s %12s %12s %9s %9s\n", "format", "2 kernels us", "fused us", "saved",
+                "% copy");
     const Shape s{28672, 4096};
     void* act = nullptr;
     check(cudaMalloc(&act, sizeof(std::uint16_t) * tokens * (s.out / 2)), "act");
     for (const Format& f : formats) {
-      if (f.kind != Format::kLayout || f.kernel != weft::cuda::QuantGemvKernel::kMma) continue;
+      if (!gated_kernel(f)) continue;
       const std::size_t bytes = f.bytes(s);
       const std::size_t copies = std::max<std::size_t>(2, (std::size_t{512} << 20) / bytes);
       std::vector<void*> w;
@@ -340,30 +356,32 @@ int main(int argc, char** argv) {
       std::size_t next = 0;
       const double two = time_ms(stream, calls, [&] {
         const weft::cuda::QuantMatrixView view{w[next], f.layout, s.out, s.in};
-        weft::cuda::quant_gemv(weft::cuda::QuantGemvKernel::kMma, x, tokens, view, yf, s.out, P,
-                               stream);
+        weft::cuda::quant_gemv(f.kernel, x, tokens, view, yf, s.out, P, stream);
         weft::cuda::mlp_activation(weft::cuda::ActivationKind::kSilu, true, yf, nullptr, tokens,
                                    s.out / 2, act, P, stream);
         next = (next + 1) % copies;
       });
       next = 0;
       const double fused = time_ms(stream, calls, [&] {
-        weft::cuda::quant_gemv_gated(weft::cuda::ActivationKind::kSilu, x, tokens,
+        weft::cuda::quant_gemv_gated(f.kernel, weft::cuda::ActivationKind::kSilu, x, tokens,
                                      {w[next], f.layout, s.out, s.in}, act, P, stream);
         next = (next + 1) % copies;
       });
-      std::printf("%-14s %12.1f %12.1f %8.1f%%\n", f.name.c_str(), two * 1e3, fused * 1e3,
-                  (two - fused) / two * 100);
+      std::printf("%-14s %12.1f %12.1f %8.1f%% %8.0f%%\n", f.name.c_str(), two * 1e3, fused * 1e3,
+                  (two - fused) / two * 100, bytes / (fused * 1e-3) / bandwidth * 100);
       for (void* p : w)
         cudaFree(p);
     }
     cudaFree(act);
   }
 
-  // Table 2: a decode step's products.
+  // Table 2: a decode step's products, each gate_up with its activation.
+  void* act16 = nullptr;
+  check(cudaMalloc(&act16, sizeof(std::uint16_t) * tokens * 14336), "activation");
   const std::vector<Shape> per_layer = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
   const Shape head{128256, 4096};
-  std::printf("\nbatch-%d decode products: %d layers + lm head\n", tokens, layers);
+  std::printf("\nbatch-%d decode products: %d layers (gate_up with its SiLU) + lm head\n", tokens,
+              layers);
   std::printf("%-14s %10s %12s %10s %10s %9s %8s\n", "format", "weights GB", "ms / token",
               "tokens/s", "floor ms", "vs floor", "vs bf16");
   double bf16_tps = 0;
@@ -383,9 +401,23 @@ int main(int argc, char** argv) {
       m.data = alloc_weights(f.bytes(m.shape));
       total += f.bytes(m.shape);
     }
+    // As the model runs them: gate_up ends in its activation (fused where the kernel resolves
+    // to one with the gated epilogue, else the activation kernel after the product).
+    const bool fused = gated_kernel(f);
     const double per_token_ms = time_ms(stream, iters, [&] {
-      for (const auto& m : matrices)
-        f.run(x, tokens, m.data, m.shape, yf, stream);
+      for (const auto& m : matrices) {
+        if (m.shape.out != 28672) {
+          f.run(x, tokens, m.data, m.shape, yf, stream);
+        } else if (fused) {
+          weft::cuda::quant_gemv_gated(f.kernel, weft::cuda::ActivationKind::kSilu, x, tokens,
+                                       {m.data, f.layout, m.shape.out, m.shape.in}, act16,
+                                       weft::cuda::Precision::kBF16, stream);
+        } else {
+          f.run(x, tokens, m.data, m.shape, yf, stream);
+          weft::cuda::mlp_activation(weft::cuda::ActivationKind::kSilu, true, yf, nullptr, tokens,
+                                     m.shape.out / 2, act16, weft::cuda::Precision::kBF16, stream);
+        }
+      }
     });
     const double tps = tokens * 1e3 / per_token_ms;
     const double floor_ms = total / bandwidth * 1e3;
@@ -396,6 +428,7 @@ int main(int argc, char** argv) {
     for (auto& m : matrices)
       cudaFree(m.data);
   }
+  cudaFree(act16);
   cudaFree(x);
   cudaFree(y);
   return 0;

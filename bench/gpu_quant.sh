@@ -9,17 +9,18 @@
 #    (weights + KV bytes / copy bandwidth; "weights" is the weights-only ratio), the speed-up
 #    over bf16 of the same run, the GPU weight bytes and the KV pool the rest of the memory
 #    holds (--gpu-memory-fraction 0.9). Each format once per kernel of --kernels
-#    (WEFT_QUANT_GEMV=lanes|mma, quant_gemv.hpp), the kernel in its own column.
+#    (WEFT_QUANT_GEMV=lanes|mma|stream|auto, quant_gemv.hpp), the kernel in its own column.
 #
-#   bench/gpu_quant.sh --bin DIR [--formats LIST|all] [--kernels lanes,mma] [--tokens N]
+#   bench/gpu_quant.sh --bin DIR [--formats LIST|all] [--kernels lanes,mma,stream] [--tokens N]
 #                      [--context N] [--skip-gemv]
 #
 # --bin: the folder with cuda_quant_gemv_bench and cuda_forward_bench (build/release/bin, or
 # .devcarry/gpu/bin from scripts/gpu-check --stage; a lib/ beside it is put on the library path).
 # --formats: comma-separated (default: Inferflow's Table 3 choices q8_b32,q6_b64,q5_b64,q4_b32,
 # q3h_b64,q3_b32,q2_b32, plus q4_b64); "all" is every format (about a minute each).
-# --kernels: the quantized product kernels to compare (default lanes,mma: the CUDA-core and the
-# tensor-core kernel).
+# --kernels: the quantized product kernels to compare (default lanes,mma,stream: the CUDA-core
+# kernel, the tensor-core one, and the tensor-core one in persistent streaming blocks, which
+# runs lanes for formats other than q4 and q8; auto is the default choice per call).
 set -u
 cd "$(dirname "$0")/.."
 bin=
@@ -27,7 +28,7 @@ formats=q8_b32,q6_b64,q5_b64,q4_b32,q4_b64,q3h_b64,q3_b32,q2_b32
 tokens=1
 context=512
 skip_gemv=0
-kernels=lanes,mma
+kernels=lanes,mma,stream
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) bin="$2"; shift 2 ;;

@@ -17,6 +17,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/quant_gemv.cuh"
@@ -355,33 +357,107 @@ void launch_dequantize(const QuantMatrixView& w, int row_begin, int rows, void* 
 #define WEFT_DEQUANTIZE_CALL(bits, unit, block) \
   launch_dequantize<T, bits, unit, block>(w, row_begin, rows, out, stream)
 
-QuantGemvKernel quant_gemv_default_kernel() {
-  static const QuantGemvKernel kernel = [] {
+bool quant_gemv_kernel_from_name(const char* name, QuantGemvKernel& out) {
+  for (const QuantGemvKernel k : {QuantGemvKernel::kLanes, QuantGemvKernel::kMma,
+                                  QuantGemvKernel::kStream, QuantGemvKernel::kAuto}) {
+    if (std::strcmp(name, quant_gemv_kernel_name(k)) == 0) {
+      out = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool quant_gemv_parse_kernels(const char* value, QuantGemvKernel& small, QuantGemvKernel& large) {
+  const char* slash = std::strchr(value, '/');
+  if (slash == nullptr) {
+    if (!quant_gemv_kernel_from_name(value, small)) return false;
+    large = small;
+    return true;
+  }
+  const std::string first(value, slash);
+  return quant_gemv_kernel_from_name(first.c_str(), small) &&
+         quant_gemv_kernel_from_name(slash + 1, large);
+}
+
+QuantGemvKernel quant_gemv_default_kernel(int tokens) {
+  static const std::pair<QuantGemvKernel, QuantGemvKernel> kernels = [] {
     const char* v = std::getenv("WEFT_QUANT_GEMV");
-    // lanes by default: measured on an H100 (2026-11-26, PERFORMANCE.md), the 8B shape's q4_b32
-    // batch-1 decode takes 3.08 ms with lanes against 3.75 ms with mma; mma wins at 8 tokens
-    // (6.13 against 12.12 ms), so it stays one switch away until it wins at one token too.
-    if (v == nullptr || *v == '\0' || std::strcmp(v, "lanes") == 0) return QuantGemvKernel::kLanes;
-    if (std::strcmp(v, "mma") == 0) return QuantGemvKernel::kMma;
-    std::fprintf(stderr, "WEFT_QUANT_GEMV=%s: not a kernel (lanes or mma); using lanes\n", v);
-    return QuantGemvKernel::kLanes;
+    QuantGemvKernel small = QuantGemvKernel::kAuto, large = QuantGemvKernel::kAuto;
+    if (v == nullptr || *v == '\0') return std::make_pair(small, large);
+    if (quant_gemv_parse_kernels(v, small, large)) return std::make_pair(small, large);
+    std::fprintf(stderr,
+                 "WEFT_QUANT_GEMV=%s: not a kernel (lanes, mma, stream or auto) or a pair of them "
+                 "(K1/K2: K1 at 1-2 tokens, K2 at 3-8); using auto\n",
+                 v);
+    return std::make_pair(QuantGemvKernel::kAuto, QuantGemvKernel::kAuto);
   }();
-  return kernel;
+  return tokens <= 2 ? kernels.first : kernels.second;
+}
+
+bool quant_gemv_stream_supported(QuantGemvFormat format) {
+  return format == QuantGemvFormat::kQ4B32 || format == QuantGemvFormat::kQ4B64 ||
+         format == QuantGemvFormat::kQ8B32 || format == QuantGemvFormat::kQ8B64;
+}
+
+QuantGemvKernel quant_gemv_resolve(QuantGemvKernel kernel, QuantGemvFormat format, int tokens) {
+  // Measured on an H100 (2026-11-26, PERFORMANCE.md): for the 8B shape's q4_b32 decode, lanes
+  // took 3.08 ms per batch-1 step against mma's 3.75 ms, and mma 6.13 ms per 8-token step
+  // against lanes' 12.12 ms. The stream kernel (not yet measured when written) keeps the mma
+  // kernel's arithmetic and streams the weights; bench/device/q4fast.sh measures the three.
+  if (kernel == QuantGemvKernel::kStream) {
+    return quant_gemv_stream_supported(format) ? kernel : QuantGemvKernel::kLanes;
+  }
+  if (kernel != QuantGemvKernel::kAuto) return kernel;
+  if (quant_gemv_stream_supported(format)) return QuantGemvKernel::kStream;
+  return tokens <= 2 ? QuantGemvKernel::kLanes : QuantGemvKernel::kMma;
 }
 
 void quant_gemv(QuantGemvKernel kernel, const void* x, int tokens, const QuantMatrixView& w,
                 float* y, int ldy, Precision precision, cudaStream_t stream) {
   if (tokens <= 0 || w.rows <= 0) return;
-  if (kernel == QuantGemvKernel::kMma) {
-    quant_gemv_mma(x, tokens, w, y, ldy, precision, stream);
-    return;
+  switch (quant_gemv_resolve(kernel, w.format, tokens)) {
+    case QuantGemvKernel::kMma:
+      quant_gemv_mma(x, tokens, w, y, ldy, precision, stream);
+      return;
+    case QuantGemvKernel::kStream:
+      quant_gemv_stream(x, tokens, w, y, ldy, -1, nullptr, precision, stream);
+      return;
+    default:
+      break;
   }
   WEFT_DISPATCH_PRECISION(precision, {WEFT_QUANT_FORMAT_SWITCH(w.format, WEFT_GEMV_CALL)});
 }
 
+bool quant_gemv_gated_supported(const void* x, int tokens, const QuantMatrixView& w) {
+  static const bool on = [] {
+    const char* v = std::getenv("WEFT_QUANT_GATED");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  const QuantGemvKernel k = quant_gemv_resolve(quant_gemv_default_kernel(tokens), w.format, tokens);
+  return on && (k == QuantGemvKernel::kMma || k == QuantGemvKernel::kStream) &&
+         quant_gemv_supported(x, tokens, w) && w.rows % 32 == 0;
+}
+
+void quant_gemv_gated(QuantGemvKernel kernel, ActivationKind kind, const void* x, int tokens,
+                      const QuantMatrixView& w, void* out, Precision precision,
+                      cudaStream_t stream) {
+  if (tokens <= 0 || w.rows <= 0) return;
+  if (quant_gemv_resolve(kernel, w.format, tokens) == QuantGemvKernel::kStream) {
+    quant_gemv_stream(x, tokens, w, nullptr, 0, static_cast<int>(kind), out, precision, stream);
+  } else {
+    quant_gemv_mma_gated(kind, x, tokens, w, out, precision, stream);
+  }
+}
+
+void quant_gemv_gated(ActivationKind kind, const void* x, int tokens, const QuantMatrixView& w,
+                      void* out, Precision precision, cudaStream_t stream) {
+  quant_gemv_gated(quant_gemv_default_kernel(tokens), kind, x, tokens, w, out, precision, stream);
+}
+
 void quant_gemv(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
                 Precision precision, cudaStream_t stream) {
-  quant_gemv(quant_gemv_default_kernel(), x, tokens, w, y, ldy, precision, stream);
+  quant_gemv(quant_gemv_default_kernel(tokens), x, tokens, w, y, ldy, precision, stream);
 }
 
 void quant_dequantize(const QuantMatrixView& w, int row_begin, int rows, void* out,

@@ -37,21 +37,50 @@ inline bool quant_gemv_supported(const void* x, int tokens, const QuantMatrixVie
 // The product's kernels (docs/quantization.md, "On the GPU"), same results up to the order
 // of fp32 additions:
 // - kLanes: CUDA cores; a lane per group of 32 units, 4 rows per thread block (2 from 5
-//   tokens), codes turned into fp32 and multiplied with fp32 FMAs.
+//   tokens), codes turned into fp32 and multiplied with fp32 FMAs. Every format.
 // - kMma: tensor cores (mma.sync m16n8k16); a warp per 16-row tile and slice of the columns,
 //   codes exact as 16-bit numbers, sum(q * x) and sum(x) per block in fp32, then scale and
-//   min per block.
-enum class QuantGemvKernel { kLanes, kMma };
+//   min per block. Every format.
+// - kStream: the mma kernel's arithmetic in persistent thread blocks (two per multiprocessor,
+//   each walking its share of the 16-row tiles) whose warps keep several chunks of code words
+//   in flight while they compute (quant_gemv_stream.cu). The formats of
+//   quant_gemv_stream_supported (q4 and q8); asked for another format, it runs lanes.
+// - kAuto: per call, from the format and the token count (quant_gemv_resolve): stream where
+//   it supports the format, else lanes at 1-2 tokens and mma at 3-8.
+enum class QuantGemvKernel { kLanes, kMma, kStream, kAuto };
 inline const char* quant_gemv_kernel_name(QuantGemvKernel k) {
-  return k == QuantGemvKernel::kLanes ? "lanes" : "mma";
+  switch (k) {
+    case QuantGemvKernel::kLanes:
+      return "lanes";
+    case QuantGemvKernel::kMma:
+      return "mma";
+    case QuantGemvKernel::kStream:
+      return "stream";
+    case QuantGemvKernel::kAuto:
+      return "auto";
+  }
+  return "?";
 }
 
-// The kernel quant_gemv runs: WEFT_QUANT_GEMV=lanes|mma, read once (default mma; another
-// value is reported on stderr and the default kept).
-QuantGemvKernel quant_gemv_default_kernel();
+// The kernel named `name` (lanes, mma, stream, auto); false if none is.
+bool quant_gemv_kernel_from_name(const char* name, QuantGemvKernel& out);
+
+// The kernel quant_gemv runs for a pass of `tokens` tokens: WEFT_QUANT_GEMV=K (K at every
+// token count) or K1/K2 (K1 at 1-2 tokens, K2 at 3-8), each lanes, mma, stream or auto; read
+// once (default auto; another value is reported on stderr and the default kept).
+QuantGemvKernel quant_gemv_default_kernel(int tokens = 1);
+// Parses a WEFT_QUANT_GEMV value into the kernels for 1-2 and 3-8 tokens; false if malformed.
+bool quant_gemv_parse_kernels(const char* value, QuantGemvKernel& small, QuantGemvKernel& large);
+
+// Whether the stream kernel has the format (q4_b32, q4_b64, q8_b32, q8_b64).
+bool quant_gemv_stream_supported(QuantGemvFormat format);
+
+// The kernel that runs when `kernel` is asked for at this format and token count: kAuto and
+// kStream become a concrete kernel as described above; lanes and mma stay themselves.
+QuantGemvKernel quant_gemv_resolve(QuantGemvKernel kernel, QuantGemvFormat format, int tokens);
 
 // x is [tokens, w.cols] in `precision`, y [tokens, w.rows] fp32 with row stride ldy. Through
-// quant_gemv_default_kernel(), or the kernel named.
+// quant_gemv_default_kernel(tokens), or the kernel named.
 void quant_gemv(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
                 Precision precision, cudaStream_t stream);
 void quant_gemv(QuantGemvKernel kernel, const void* x, int tokens, const QuantMatrixView& w,
@@ -60,15 +89,28 @@ void quant_gemv(QuantGemvKernel kernel, const void* x, int tokens, const QuantMa
 // The tensor-core kernel (what quant_gemv runs for kMma); in quant_gemv_mma.cu.
 void quant_gemv_mma(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
                     Precision precision, cudaStream_t stream);
+// Its gate_up product with the activation (what quant_gemv_gated runs for kMma).
+void quant_gemv_mma_gated(ActivationKind kind, const void* x, int tokens, const QuantMatrixView& w,
+                          void* out, Precision precision, cudaStream_t stream);
+// The stream kernel (kStream), for formats of quant_gemv_stream_supported only; in
+// quant_gemv_stream.cu. With act >= 0 (an ActivationKind) w is a fused gate_up matrix and
+// act_out receives act(gate) * up, as quant_gemv_gated writes it; y is then unused.
+void quant_gemv_stream(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
+                       int act, void* act_out, Precision precision, cudaStream_t stream);
 
 // A gated MLP's fused gate_up product (w: [2 * width, cols], gate rows first) and its
-// activation in one kernel (the mma kernel's): out[t, i] = act(gate[t, i]) * up[t, i], 16-bit,
-// [tokens, width], as mlp_activation would write from quant_gemv's fp32 rows. Supported for
-// the operands of quant_gemv_supported when w.rows is a multiple of 32, the default kernel is
-// mma and WEFT_QUANT_GATED is not "0" (read once).
+// activation in one kernel: out[t, i] = act(gate[t, i]) * up[t, i], 16-bit, [tokens, width],
+// as mlp_activation would write from quant_gemv's fp32 rows. The stream kernel's epilogue where
+// the kernel resolves to stream, else the mma kernel's. Supported for the operands of
+// quant_gemv_supported when w.rows is a multiple of 32, the default kernel resolves to mma or
+// stream at this format and token count, and WEFT_QUANT_GATED is not "0" (read once).
 bool quant_gemv_gated_supported(const void* x, int tokens, const QuantMatrixView& w);
 void quant_gemv_gated(ActivationKind kind, const void* x, int tokens, const QuantMatrixView& w,
                       void* out, Precision precision, cudaStream_t stream);
+// The same through the kernel named: stream (for its formats; else mma) or any other (mma).
+void quant_gemv_gated(QuantGemvKernel kernel, ActivationKind kind, const void* x, int tokens,
+                      const QuantMatrixView& w, void* out, Precision precision,
+                      cudaStream_t stream);
 
 // Writes rows [row_begin, row_begin + rows) of w, dequantized (min + q * scale in fp32, then
 // rounded once), to out: [rows, w.cols] in `precision`, 16-byte aligned.

@@ -2,13 +2,16 @@
 // it (kernels/cuda/quant_gemv.hpp), for every block format:
 // - the repacking, on the host (no GPU needed): every unit and header of the CPU format is
 //   found where the layout says, and the alignment the kernels' vector loads need holds;
-// - quant_gemv, both kernels (QuantGemvKernel: lanes, mma), 1 to 8 tokens, bf16 and fp16,
+// - quant_gemv, every kernel (QuantGemvKernel: lanes, mma, stream, auto), 1 to 8 tokens, bf16 and
+// fp16,
 //   against the CPU reference dequantize_row then an fp64 product (row counts that are not
 //   multiples of the kernels' tiles, columns that end in a partial tile or chunk, and matrices
-//   tall enough that the mma kernel puts 2 and 4 tiles in a thread block; the mma kernel's rows
-//   bitwise the same at every token count), and
+//   tall enough that the mma kernel puts 2 and 4 tiles in a thread block and the stream
+//   kernel's blocks walk several tiles; the mma and stream kernels' rows bitwise the same at
+//   every token count), the choice of kernel by format and token count (no GPU needed), and
 //   quant_dequantize against dequantize_row rounded to 16 bits, and quant_gemv_gated (the gate_up
-//   product with its activation, every activation kind) against the fp64 reference.
+//   product with its activation, every activation kind; mma and stream) against the fp64
+//   reference.
 // The GPU checks skip without a GPU.
 
 #include <cuda_runtime_api.h>
@@ -155,6 +158,46 @@ TEST(CudaQuantLayout, OnlyMultiplesOf64Columns) {
   EXPECT_FALSE(quant_layout_supported(4100));
 }
 
+// The kernel each request runs (quant_gemv_resolve; no GPU needed): auto takes stream for q4
+// and q8, else lanes at 1-2 tokens and mma at 3-8; stream falls back to lanes; lanes and mma
+// stay themselves.
+TEST(CudaQuantLayout, KernelChoiceByFormatAndTokens) {
+  for (QuantGemvFormat f : all_formats()) {
+    const bool stream = f == QuantGemvFormat::kQ4B32 || f == QuantGemvFormat::kQ4B64 ||
+                        f == QuantGemvFormat::kQ8B32 || f == QuantGemvFormat::kQ8B64;
+    EXPECT_EQ(quant_gemv_stream_supported(f), stream) << name_of(f);
+    for (int tokens = 1; tokens <= kQuantGemvMaxTokens; ++tokens) {
+      const QuantGemvKernel fallback =
+          tokens <= 2 ? QuantGemvKernel::kLanes : QuantGemvKernel::kMma;
+      EXPECT_EQ(quant_gemv_resolve(QuantGemvKernel::kAuto, f, tokens),
+                stream ? QuantGemvKernel::kStream : fallback)
+          << name_of(f) << " tokens=" << tokens;
+      EXPECT_EQ(quant_gemv_resolve(QuantGemvKernel::kStream, f, tokens),
+                stream ? QuantGemvKernel::kStream : QuantGemvKernel::kLanes);
+      EXPECT_EQ(quant_gemv_resolve(QuantGemvKernel::kLanes, f, tokens), QuantGemvKernel::kLanes);
+      EXPECT_EQ(quant_gemv_resolve(QuantGemvKernel::kMma, f, tokens), QuantGemvKernel::kMma);
+    }
+  }
+  QuantGemvKernel k = QuantGemvKernel::kLanes;
+  for (const char* name : {"lanes", "mma", "stream", "auto"}) {
+    ASSERT_TRUE(quant_gemv_kernel_from_name(name, k)) << name;
+    EXPECT_STREQ(quant_gemv_kernel_name(k), name);
+  }
+  EXPECT_FALSE(quant_gemv_kernel_from_name("fast", k));
+  // WEFT_QUANT_GEMV's values: one kernel, or one for 1-2 tokens and one for 3-8.
+  QuantGemvKernel small = QuantGemvKernel::kAuto, large = QuantGemvKernel::kAuto;
+  ASSERT_TRUE(quant_gemv_parse_kernels("lanes", small, large));
+  EXPECT_EQ(small, QuantGemvKernel::kLanes);
+  EXPECT_EQ(large, QuantGemvKernel::kLanes);
+  ASSERT_TRUE(quant_gemv_parse_kernels("lanes/stream", small, large));
+  EXPECT_EQ(small, QuantGemvKernel::kLanes);
+  EXPECT_EQ(large, QuantGemvKernel::kStream);
+  EXPECT_FALSE(quant_gemv_parse_kernels("lanes/", small, large));
+  EXPECT_FALSE(quant_gemv_parse_kernels("/mma", small, large));
+  EXPECT_FALSE(quant_gemv_parse_kernels("lanes/mma/stream", small, large));
+  EXPECT_FALSE(quant_gemv_parse_kernels("", small, large));
+}
+
 struct Case {
   QuantGemvFormat format;
   Precision precision;
@@ -242,7 +285,16 @@ TEST_P(CudaQuantGemvProduct, MatchesDequantizeThenProduct) {
                                     {8, 67, 2112},
                                     {1, 3, 14336},
                                     {2, 34000, 64},
-                                    {3, 17000, 256}}) {
+                                    {3, 17000, 256},
+                                    // The stream kernel: blocks of several 4096-wide tiles (its
+                                    // ring crossing tile ends), and warps with empty slices.
+                                    {1, 5000, 4096},
+                                    {5, 9000, 1088},
+                                    {8, 600, 14336}}) {
+    if (rows * static_cast<long long>(cols) > 4000000 &&
+        !(kernel == QuantGemvKernel::kStream && quant_gemv_stream_supported(format))) {
+      continue;
+    }
     const Weights w = make_weights(format, rows, cols, rng);
     std::vector<std::uint16_t> x16(static_cast<std::size_t>(tokens) * cols);
     std::vector<float> x(x16.size());
@@ -308,8 +360,17 @@ double activate(ActivationKind kind, double v) {
 
 // The gated MLP's fused gate_up product with its activation (the mma kernel's epilogue):
 // act(gate) * up against the fp64 reference, rounded once to 16 bits.
+void check_gated(QuantGemvKernel kernel, QuantGemvFormat format, Precision precision);
+
 TEST_P(CudaQuantGemv, GatedProductMatchesTheReference) {
   const auto [format, precision] = GetParam();
+  for (const QuantGemvKernel kernel : {QuantGemvKernel::kMma, QuantGemvKernel::kStream}) {
+    SCOPED_TRACE(quant_gemv_kernel_name(kernel));
+    check_gated(kernel, format, precision);
+  }
+}
+
+void check_gated(QuantGemvKernel kernel, QuantGemvFormat format, Precision precision) {
   std::mt19937 rng(5 + static_cast<int>(format));
   std::normal_distribution<float> dist(0.0f, 1.0f);
   int case_index = 0;
@@ -320,7 +381,10 @@ TEST_P(CudaQuantGemv, GatedProductMatchesTheReference) {
                                      {5, 16, 64},
                                      {6, 48, 2112},
                                      {7, 32, 256},
-                                     {8, 80, 512}}) {
+                                     {8, 80, 512},
+                                     // More tile pairs than the stream kernel's blocks.
+                                     {1, 4400, 1088},
+                                     {6, 4400, 256}}) {
     const auto kind = static_cast<ActivationKind>(case_index++ % 4);
     const int rows = 2 * width;
     const Weights w = make_weights(format, rows, cols, rng);
@@ -336,7 +400,7 @@ TEST_P(CudaQuantGemv, GatedProductMatchesTheReference) {
     void* raw = nullptr;
     const std::size_t n = static_cast<std::size_t>(tokens) * width;
     ASSERT_EQ(cudaMalloc(&raw, n * 2), cudaSuccess);
-    quant_gemv_gated(kind, dx, tokens, {dw, format, rows, cols}, raw, precision, nullptr);
+    quant_gemv_gated(kernel, kind, dx, tokens, {dw, format, rows, cols}, raw, precision, nullptr);
     ASSERT_EQ(cudaGetLastError(), cudaSuccess);
     std::vector<std::uint16_t> out(n);
     ASSERT_EQ(cudaMemcpy(out.data(), raw, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -411,14 +475,23 @@ std::vector<Case> all_cases() {
   return out;
 }
 
-// The mma kernel adds each token's sums in the same order whatever the token count: a token's
-// row is bitwise the same in a pass of 1 to 8 tokens (what batch-invariant decode needs).
+// The mma and stream kernels add each token's sums in the same order whatever the token count:
+// a token's row is bitwise the same in a pass of 1 to 8 tokens (what batch-invariant decode
+// needs).
 TEST_P(CudaQuantGemvProduct, MmaTokenIsTheSameAtEveryTokenCount) {
   const auto [format, precision, kernel] = GetParam();
-  if (kernel != QuantGemvKernel::kMma) GTEST_SKIP() << "the lanes kernel is not batch invariant";
+  if (kernel == QuantGemvKernel::kLanes || kernel == QuantGemvKernel::kAuto) {
+    GTEST_SKIP()
+        << "the lanes kernel (and auto, which picks by token count) is not batch invariant";
+  }
+  if (kernel == QuantGemvKernel::kStream && !quant_gemv_stream_supported(format)) {
+    GTEST_SKIP() << "stream runs lanes for this format";
+  }
   std::mt19937 rng(7 + static_cast<int>(format));
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  const int rows = 100, cols = 2112, tokens = kQuantGemvMaxTokens;
+  // Rows enough for the stream kernel's blocks to walk several tiles.
+  const int rows = kernel == QuantGemvKernel::kStream ? 9000 : 100, cols = 2112;
+  const int tokens = kQuantGemvMaxTokens;
   const Weights w = make_weights(format, rows, cols, rng);
   std::vector<std::uint16_t> x16(static_cast<std::size_t>(tokens) * cols);
   for (auto& v : x16) {
@@ -453,7 +526,8 @@ std::vector<ProductCase> product_cases() {
   std::vector<ProductCase> out;
   for (QuantGemvFormat f : all_formats()) {
     for (Precision p : {Precision::kBF16, Precision::kF16}) {
-      for (QuantGemvKernel k : {QuantGemvKernel::kLanes, QuantGemvKernel::kMma})
+      for (QuantGemvKernel k : {QuantGemvKernel::kLanes, QuantGemvKernel::kMma,
+                                QuantGemvKernel::kStream, QuantGemvKernel::kAuto})
         out.push_back({f, p, k});
     }
   }
