@@ -401,16 +401,16 @@ bool quant_gemv_stream_supported(QuantGemvFormat format) {
 }
 
 QuantGemvKernel quant_gemv_resolve(QuantGemvKernel kernel, QuantGemvFormat format, int tokens) {
-  // Measured on an H100 (2026-11-26, PERFORMANCE.md): for the 8B shape's q4_b32 decode, lanes
-  // took 3.08 ms per batch-1 step against mma's 3.75 ms, and mma 6.13 ms per 8-token step
-  // against lanes' 12.12 ms. The stream kernel (not yet measured when written) keeps the mma
-  // kernel's arithmetic and streams the weights; bench/device/q4fast.sh measures the three.
+  // Measured on an H100 (2026-11-26, PERFORMANCE.md "The stream quantized product"): for the
+  // 8B shape's q4_b32 decode, lanes takes 3.11 ms per batch-1 step against stream's 3.26 and
+  // mma's 3.70; at 8 tokens stream and mma take 6.12 and 6.11 ms against lanes' 12.09. So
+  // lanes at 1-2 tokens, then stream where the format has it, else mma.
   if (kernel == QuantGemvKernel::kStream) {
     return quant_gemv_stream_supported(format) ? kernel : QuantGemvKernel::kLanes;
   }
   if (kernel != QuantGemvKernel::kAuto) return kernel;
-  if (quant_gemv_stream_supported(format)) return QuantGemvKernel::kStream;
-  return tokens <= 2 ? QuantGemvKernel::kLanes : QuantGemvKernel::kMma;
+  if (tokens <= 2) return QuantGemvKernel::kLanes;
+  return quant_gemv_stream_supported(format) ? QuantGemvKernel::kStream : QuantGemvKernel::kMma;
 }
 
 void quant_gemv(QuantGemvKernel kernel, const void* x, int tokens, const QuantMatrixView& w,

@@ -158,19 +158,18 @@ TEST(CudaQuantLayout, OnlyMultiplesOf64Columns) {
   EXPECT_FALSE(quant_layout_supported(4100));
 }
 
-// The kernel each request runs (quant_gemv_resolve; no GPU needed): auto takes stream for q4
-// and q8, else lanes at 1-2 tokens and mma at 3-8; stream falls back to lanes; lanes and mma
-// stay themselves.
+// The kernel each request runs (quant_gemv_resolve; no GPU needed): auto takes lanes at 1-2
+// tokens, then stream for q4 and q8 and mma for the others; stream falls back to lanes; lanes
+// and mma stay themselves.
 TEST(CudaQuantLayout, KernelChoiceByFormatAndTokens) {
   for (QuantGemvFormat f : all_formats()) {
     const bool stream = f == QuantGemvFormat::kQ4B32 || f == QuantGemvFormat::kQ4B64 ||
                         f == QuantGemvFormat::kQ8B32 || f == QuantGemvFormat::kQ8B64;
     EXPECT_EQ(quant_gemv_stream_supported(f), stream) << name_of(f);
     for (int tokens = 1; tokens <= kQuantGemvMaxTokens; ++tokens) {
-      const QuantGemvKernel fallback =
-          tokens <= 2 ? QuantGemvKernel::kLanes : QuantGemvKernel::kMma;
+      const QuantGemvKernel wide = stream ? QuantGemvKernel::kStream : QuantGemvKernel::kMma;
       EXPECT_EQ(quant_gemv_resolve(QuantGemvKernel::kAuto, f, tokens),
-                stream ? QuantGemvKernel::kStream : fallback)
+                tokens <= 2 ? QuantGemvKernel::kLanes : wide)
           << name_of(f) << " tokens=" << tokens;
       EXPECT_EQ(quant_gemv_resolve(QuantGemvKernel::kStream, f, tokens),
                 stream ? QuantGemvKernel::kStream : QuantGemvKernel::kLanes);
