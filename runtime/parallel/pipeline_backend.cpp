@@ -1,6 +1,10 @@
 #include "runtime/parallel/pipeline_backend.hpp"
 
+#include <algorithm>
+#include <cstdlib>
 #include <string>
+
+#include "weft/log.hpp"
 
 namespace weft::parallel {
 namespace {
@@ -22,7 +26,7 @@ PipelinePlace pipeline_place(int rank, int tensor_parallel, int stages) {
 
 Result<std::unique_ptr<PipelineBackend>> PipelineBackend::create(
     std::unique_ptr<model::StageForward> stage, Communicator& world, PipelinePlace place,
-    int micro_batches) {
+    int micro_batches, DeviceLinksFactory device_links) {
   if (world.device_buffers()) {
     return Error(ErrorCode::kInvalidArgument, "pipeline: stages exchange host buffers; the " +
                                                   world.name() +
@@ -52,10 +56,11 @@ Result<std::unique_ptr<PipelineBackend>> PipelineBackend::create(
                                                   std::to_string(micro_batches));
   }
   return std::unique_ptr<PipelineBackend>(
-      new PipelineBackend(std::move(stage), world, place, micro_batches));
+      new PipelineBackend(std::move(stage), world, place, micro_batches, std::move(device_links)));
 }
 
 PipelineBackend::~PipelineBackend() {
+  links_.reset();
   (void)world_.wait_sends();
 }
 
@@ -76,6 +81,28 @@ Result<void> PipelineBackend::forward(const model::StepBatch& batch, std::vector
     auto group = world_.split(place_.stage, place_.tp_rank);
     if (!group) return group.error();
     tensor_group_ = std::move(group.value());
+  }
+  if (make_links_ && place_.stages > 1) {
+    // Collective: every rank asks at its first step, after the group split above.
+    auto made = make_links_(world_, place_, *stage_);
+    make_links_ = nullptr;
+    if (!made) return made.error();
+    links_ = std::move(made.value());
+    if (links_ != nullptr && world_.rank() == 0) {
+      log_info("pipeline: stages exchange " + links_->description());
+    }
+  }
+  if (links_ != nullptr) {
+    // On GPUs a decode step reads every weight once per micro-batch, so a piece must hold
+    // enough tokens to be worth it: micro-batches of at least WEFT_PP_MICRO_TOKENS (128).
+    static const long long min_tokens = [] {
+      const char* v = std::getenv("WEFT_PP_MICRO_TOKENS");
+      return v != nullptr && *v != '\0' ? std::max(1LL, std::atoll(v)) : 128LL;
+    }();
+    const auto by_tokens = static_cast<long long>(batch.tokens.size()) / min_tokens;
+    const int count = static_cast<int>(std::clamp<long long>(by_tokens, 1, micro_batches_));
+    return links_->forward(*stage_, model::split_micro_batches(batch, count), logits,
+                           tensor_group_.get());
   }
   const auto H = static_cast<std::size_t>(spec.hidden_size);
   const auto V = static_cast<std::size_t>(spec.vocab_size);

@@ -78,6 +78,36 @@ void* CudaModel::cuda_stream() const noexcept {
   return state_->stream;
 }
 
+Result<void> CudaModel::enqueue_layers(const StepBatch& batch, const float* hidden_in,
+                                       float* out) {
+  State& s = *state_;
+  s.launched_rows = -1;
+  if (batch.has_token_tree()) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "token trees need tree attention, which a CUDA pipeline stage does not have yet");
+  }
+  KvLayout whole = s.layout;
+  whole.num_layers = s.spec.num_layers;
+  if (auto ok = check_step_batch(s.spec, batch, whole, s.num_pages); !ok) return ok;
+  if (!s.embeds && hidden_in == nullptr) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "a stage from layer " + std::to_string(s.first_layer) +
+                     " takes the residual stream of the stage before; none was given");
+  }
+  if (!s.ends && out == nullptr) {
+    return Error(ErrorCode::kInvalidArgument, "a stage before the last needs an output buffer");
+  }
+  s.device_stage = true;
+  s.stage_in_device = s.embeds ? nullptr : hidden_in;
+  s.stage_out_device = out;
+  std::vector<float> unused;
+  auto ran = s.run(batch, unused, /*copy_logits=*/false);
+  s.device_stage = false;
+  s.stage_in_device = nullptr;
+  s.stage_out_device = nullptr;
+  return ran;
+}
+
 Result<void> CudaModel::set_tensor_parallel(parallel::Communicator& comm) {
   State& s = *state_;
   if (!comm.device_buffers()) {
