@@ -59,6 +59,10 @@ Result<std::unique_ptr<PipelineBackend>> PipelineBackend::create(
       new PipelineBackend(std::move(stage), world, place, micro_batches, std::move(device_links)));
 }
 
+std::string PipelineBackend::transport() const {
+  return links_ != nullptr ? links_->description() : "host buffers over " + world_.name();
+}
+
 PipelineBackend::~PipelineBackend() {
   links_.reset();
   (void)world_.wait_sends();

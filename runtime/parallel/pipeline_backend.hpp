@@ -73,6 +73,9 @@ class PipelineBackend final : public model::ForwardBackend {
   int num_pages() const noexcept override { return stage_->num_pages(); }
   // On world rank 0 `logits` gets the step's logits; elsewhere it is left empty.
   Result<void> forward(const model::StepBatch& batch, std::vector<float>& logits) override;
+  // What carries the stages' messages, for logs and tests: the links' description once made
+  // (at the first step), else "host buffers over <world>".
+  std::string transport() const;
 
  private:
   PipelineBackend(std::unique_ptr<model::StageForward> stage, Communicator& world,
