@@ -65,10 +65,10 @@ std::array<float, kFacts> my_facts(int device, int choice) {
 // A message slot (one per micro-batch): its device buffer and the events that order its
 // writer (the stage's stream), sender or receiver (a link's stream) and reader.
 struct Slot {
-  DeviceBuffer in, out;                    // received input; output to send
-  cudaEvent_t received = nullptr;          // on the receiving link's stream, after the recv
-  cudaEvent_t computed = nullptr;          // on the stage's stream, after its part of the step
-  cudaEvent_t sent = nullptr;              // on the sending link's stream, after the send
+  DeviceBuffer in, out;            // received input; output to send
+  cudaEvent_t received = nullptr;  // on the receiving link's stream, after the recv
+  cudaEvent_t computed = nullptr;  // on the stage's stream, after its part of the step
+  cudaEvent_t sent = nullptr;      // on the sending link's stream, after the send
 };
 
 class NcclStageLinks final : public DeviceStageLinks {
@@ -194,8 +194,8 @@ class NcclStageLinks final : public DeviceStageLinks {
         if (auto ok = grow(slot.in, hidden * 4); !ok) return ok;
         // The stage has read this slot's last message (its step before) before a new one lands.
         cudaStreamWaitEvent(recv_stream_, slot.computed, 0);
-        if (auto ok = in_->recv(std::as_writable_bytes(std::span<float>(slot.in.as<float>(), hidden)),
-                                0);
+        if (auto ok =
+                in_->recv(std::as_writable_bytes(std::span<float>(slot.in.as<float>(), hidden)), 0);
             !ok) {
           return ok;
         }
@@ -217,8 +217,8 @@ class NcclStageLinks final : public DeviceStageLinks {
       if (out != nullptr) {
         cudaStreamWaitEvent(send_stream_, slot.computed, 0);
         Communicator& link = last ? *head_ : *out_;
-        if (auto ok = link.send(std::as_bytes(std::span<const float>(out, out_floats)),
-                                last ? 0 : 1);
+        if (auto ok =
+                link.send(std::as_bytes(std::span<const float>(out, out_floats)), last ? 0 : 1);
             !ok) {
           return ok;
         }
@@ -313,9 +313,8 @@ Result<std::unique_ptr<DeviceStageLinks>> make_nccl_stage_links(Communicator& wo
   for (int r = 0; r < world.size(); ++r) {
     const float* f = all.data() + kFacts * static_cast<std::size_t>(r);
     if (f[1] < 0) {
-      return Error(ErrorCode::kInvalidArgument,
-                   "WEFT_PP_TRANSPORT (rank " + std::to_string(r) +
-                       "): expected auto, host or nccl");
+      return Error(ErrorCode::kInvalidArgument, "WEFT_PP_TRANSPORT (rank " + std::to_string(r) +
+                                                    "): expected auto, host or nccl");
     }
     forced |= f[1] == 2.0f;
     if (f[1] == 1.0f && why.empty()) why = "WEFT_PP_TRANSPORT=host";

@@ -44,7 +44,8 @@ class DeviceStageLinks {
   // One step cut into `parts`: each is received from the stage before (unless this stage
   // embeds), enqueued on the stage and sent on. On world rank 0 `logits` gets the step's
   // logits (logit_rows x vocab_size); elsewhere it is left empty.
-  virtual Result<void> forward(model::StageForward& stage, const std::vector<model::StepBatch>& parts,
+  virtual Result<void> forward(model::StageForward& stage,
+                               const std::vector<model::StepBatch>& parts,
                                std::vector<float>& logits, Communicator* tensor_group) = 0;
   // For logs: what carries the stages' messages.
   virtual std::string description() const = 0;

@@ -78,8 +78,7 @@ void* CudaModel::cuda_stream() const noexcept {
   return state_->stream;
 }
 
-Result<void> CudaModel::enqueue_layers(const StepBatch& batch, const float* hidden_in,
-                                       float* out) {
+Result<void> CudaModel::enqueue_layers(const StepBatch& batch, const float* hidden_in, float* out) {
   State& s = *state_;
   s.launched_rows = -1;
   if (batch.has_token_tree()) {

@@ -100,9 +100,9 @@ TEST_P(CudaPipeline, TwoStagesMatchOneGpu) {
   o.layers = {part->model.first_layer(), part->model.layer_count()};
   auto gpu = model::CudaModel::create(part->model, o);
   ASSERT_TRUE(gpu) << gpu.error().what();
-  auto backend = parallel::PipelineBackend::create(
-      std::make_unique<GpuStage>(std::move(*gpu)), w,
-      parallel::pipeline_place(w.rank(), 1, w.size()), 2, parallel::make_nccl_stage_links);
+  auto backend = parallel::PipelineBackend::create(std::make_unique<GpuStage>(std::move(*gpu)), w,
+                                                   parallel::pipeline_place(w.rank(), 1, w.size()),
+                                                   2, parallel::make_nccl_stage_links);
   ASSERT_TRUE(backend) << backend.error().what();
 
   // Two sequences, so each step is cut into two micro-batches; then decode steps of both,
@@ -156,11 +156,11 @@ TEST_P(CudaPipeline, TwoStagesMatchOneGpu) {
   backend->reset();
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Fixtures, CudaPipeline,
-    ::testing::Combine(::testing::Values("llama_gqa_f32", "llama_mqa_tied_llama3_bf16",
-                                         "mistral_swa_bf16", "qwen2_tied_f32"),
-                       ::testing::Values(kTwoGpus, kOneGpu)));
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaPipeline,
+                         ::testing::Combine(::testing::Values("llama_gqa_f32",
+                                                              "llama_mqa_tied_llama3_bf16",
+                                                              "mistral_swa_bf16", "qwen2_tied_f32"),
+                                            ::testing::Values(kTwoGpus, kOneGpu)));
 
 TEST(CudaPipelineTransport, RefusesAnUnknownChoice) {
   auto& w = *g_world;
