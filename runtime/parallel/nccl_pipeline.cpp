@@ -162,27 +162,11 @@ class NcclStageLinks final : public DeviceStageLinks {
       rows += static_cast<std::size_t>(mb.logit_rows());
     if (gets_logits) {
       // Every piece's logits land in one device buffer, in order, as they come; one copy to
-      // pinned memory after the last. The step before has been read (the host waited for it).
+      // pinned memory after the last (both sized here, before this step sends anything). The
+      // step before has been read (the host waited for it).
       if (auto ok = grow(logits_dev_, rows * V * 4); !ok) return ok;
       if (auto rc = logits_host_.reserve(rows * V * 4); rc != cudaSuccess) {
         return cuda_failure("allocating pinned logits", rc);
-      }
-      std::size_t at = 0;
-      for (const auto& mb : parts) {
-        const auto n = static_cast<std::size_t>(mb.logit_rows()) * V;
-        auto* dst = logits_dev_.as<float>() + at;
-        if (auto ok = head_->recv(std::as_writable_bytes(std::span<float>(dst, n)), 1); !ok) {
-          return ok;
-        }
-        at += n;
-      }
-      if (auto rc = cudaMemcpyAsync(logits_host_.get(), logits_dev_.get(), rows * V * 4,
-                                    cudaMemcpyDeviceToHost, logits_stream_);
-          rc != cudaSuccess) {
-        return cuda_failure("copying the logits to the host", rc);
-      }
-      if (auto rc = cudaEventRecord(logits_ready_, logits_stream_); rc != cudaSuccess) {
-        return cuda_failure("cudaEventRecord", rc);
       }
     }
     for (std::size_t i = 0; i < parts.size(); ++i) {
@@ -223,6 +207,27 @@ class NcclStageLinks final : public DeviceStageLinks {
           return ok;
         }
         cudaEventRecord(slot.sent, send_stream_);
+      }
+    }
+    if (gets_logits) {
+      // The receives go after this rank's sends: a device-wide wait inside the stage (a step
+      // buffer that grows) must never wait on a receive that needs this rank's own sends.
+      std::size_t at = 0;
+      for (const auto& mb : parts) {
+        const auto n = static_cast<std::size_t>(mb.logit_rows()) * V;
+        auto* dst = logits_dev_.as<float>() + at;
+        if (auto ok = head_->recv(std::as_writable_bytes(std::span<float>(dst, n)), 1); !ok) {
+          return ok;
+        }
+        at += n;
+      }
+      if (auto rc = cudaMemcpyAsync(logits_host_.get(), logits_dev_.get(), rows * V * 4,
+                                    cudaMemcpyDeviceToHost, logits_stream_);
+          rc != cudaSuccess) {
+        return cuda_failure("copying the logits to the host", rc);
+      }
+      if (auto rc = cudaEventRecord(logits_ready_, logits_stream_); rc != cudaSuccess) {
+        return cuda_failure("cudaEventRecord", rc);
       }
     }
     if (auto rc = cudaGetLastError(); rc != cudaSuccess) return cuda_failure("a step", rc);
