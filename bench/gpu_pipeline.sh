@@ -108,7 +108,8 @@ if [ "$MODE" != hybrid ]; then
     echo "gpu_pipeline.sh: --mode pp needs mpirun: stage Open MPI with scripts/stage-openmpi $BIN/openmpi: skipped"
   else
     MPI=("$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -np 2 -x LD_LIBRARY_PATH
-      -x WEFT_SPEC_DIR -x NCCL_NVLS_ENABLE -x WEFT_PP_TRANSPORT -x WEFT_PP_MICRO_TOKENS)
+      -x WEFT_SPEC_DIR -x NCCL_NVLS_ENABLE -x WEFT_PP_TRANSPORT -x WEFT_PP_MICRO_TOKENS -x WEFT_LOG)
+    export WEFT_LOG=info  # rank 0 logs which path the stages took (into pipeline.err)
     export WEFT_PP_MICRO_TOKENS=128  # the default: micro-batches of 128 tokens or more
     largest=
     for b in $BATCHES; do
