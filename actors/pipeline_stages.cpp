@@ -48,6 +48,14 @@ class CudaStage final : public model::StageForward {
     }
     return gpu_.enqueue_layers(batch, hidden_in, out);
   }
+  bool samples_on_device() const noexcept override { return true; }
+  Result<void> adopt_logits(const float* logits, int rows) override {
+    return gpu_.adopt_logits(logits, rows);
+  }
+  Result<void> sample(const model::DeviceSamplingInput& input,
+                      model::DeviceSamplingOutput& output) override {
+    return gpu_.sample(input, output);
+  }
 
  private:
   Result<void> join(parallel::Communicator* group) {

@@ -53,6 +53,21 @@ class StageForward {
     (void)tensor_parallel;
     return Error(ErrorCode::kUnsupported, "this pipeline stage runs from host memory only");
   }
+  // Sampling on the stage's GPU, for the rank that samples (world rank 0 of a GPU pipeline):
+  // adopt_logits() takes a step's logits (rows x vocab_size, host or this GPU's memory, ordered
+  // on cuda_stream()) into the stage's sampler, sample() samples them as
+  // ForwardBackend::sample does.
+  virtual bool samples_on_device() const noexcept { return false; }
+  virtual Result<void> adopt_logits(const float* logits, int rows) {
+    (void)logits;
+    (void)rows;
+    return Error(ErrorCode::kUnsupported, "this pipeline stage has no sampler of its own");
+  }
+  virtual Result<void> sample(const DeviceSamplingInput& input, DeviceSamplingOutput& output) {
+    (void)input;
+    (void)output;
+    return Error(ErrorCode::kUnsupported, "this pipeline stage has no sampler of its own");
+  }
 };
 
 // A stage on the CPU: `model` (which must hold `layers` and outlive the stage) with a KV cache

@@ -87,7 +87,8 @@ class NcclStageLinks final : public DeviceStageLinks {
       for (cudaEvent_t e : {slot.received, slot.computed, slot.sent})
         if (e != nullptr) cudaEventDestroy(e);
     }
-    if (logits_ready_ != nullptr) cudaEventDestroy(logits_ready_);
+    for (cudaEvent_t e : {logits_ready_, logits_read_})
+      if (e != nullptr) cudaEventDestroy(e);
     for (cudaStream_t s : {recv_stream_, send_stream_, logits_stream_})
       if (s != nullptr) cudaStreamDestroy(s);
   }
@@ -103,9 +104,10 @@ class NcclStageLinks final : public DeviceStageLinks {
         return cuda_failure("cudaStreamCreate", rc);
       }
     }
-    if (auto rc = cudaEventCreateWithFlags(&logits_ready_, cudaEventDisableTiming);
-        rc != cudaSuccess) {
-      return cuda_failure("cudaEventCreate", rc);
+    for (cudaEvent_t* e : {&logits_ready_, &logits_read_}) {
+      if (auto rc = cudaEventCreateWithFlags(e, cudaEventDisableTiming); rc != cudaSuccess) {
+        return cuda_failure("cudaEventCreate", rc);
+      }
     }
     const int s = place_.stage, t = place_.tp_rank, N = place_.tensor_parallel;
     const int head_rank = place_.world_rank(place_.stages - 1, 0);
@@ -145,7 +147,8 @@ class NcclStageLinks final : public DeviceStageLinks {
   }
 
   Result<void> forward(model::StageForward& stage, const std::vector<model::StepBatch>& parts,
-                       std::vector<float>& logits, Communicator* tensor_group) override {
+                       std::vector<float>& logits, Communicator* tensor_group,
+                       bool logits_on_device) override {
     logits.clear();
     if (auto rc = cudaSetDevice(device_); rc != cudaSuccess) {
       return cuda_failure("cudaSetDevice", rc);
@@ -211,7 +214,9 @@ class NcclStageLinks final : public DeviceStageLinks {
     }
     if (gets_logits) {
       // The receives go after this rank's sends: a device-wide wait inside the stage (a step
-      // buffer that grows) must never wait on a receive that needs this rank's own sends.
+      // buffer that grows) must never wait on a receive that needs this rank's own sends. They
+      // land once the sampler has read the step before's.
+      cudaStreamWaitEvent(logits_stream_, logits_read_, 0);
       std::size_t at = 0;
       for (const auto& mb : parts) {
         const auto n = static_cast<std::size_t>(mb.logit_rows()) * V;
@@ -220,6 +225,17 @@ class NcclStageLinks final : public DeviceStageLinks {
           return ok;
         }
         at += n;
+      }
+      if (logits_on_device) {
+        // Into the stage's sampler, on its stream, once they are here: no host wait.
+        cudaEventRecord(logits_ready_, logits_stream_);
+        cudaStreamWaitEvent(compute_, logits_ready_, 0);
+        if (auto ok = stage.adopt_logits(logits_dev_.as<float>(), static_cast<int>(rows)); !ok) {
+          return ok;
+        }
+        cudaEventRecord(logits_read_, compute_);
+        if (auto rc = cudaGetLastError(); rc != cudaSuccess) return cuda_failure("a step", rc);
+        return {};
       }
       if (auto rc = cudaMemcpyAsync(logits_host_.get(), logits_dev_.get(), rows * V * 4,
                                     cudaMemcpyDeviceToHost, logits_stream_);
@@ -294,7 +310,8 @@ class NcclStageLinks final : public DeviceStageLinks {
   std::vector<Slot> slots_;
   DeviceBuffer logits_dev_;
   PinnedBuffer logits_host_;
-  cudaEvent_t logits_ready_ = nullptr;
+  cudaEvent_t logits_ready_ = nullptr;  // on logits_stream_: the step's logits are here
+  cudaEvent_t logits_read_ = nullptr;   // on the stage's stream: its sampler has copied them
 };
 
 }  // namespace

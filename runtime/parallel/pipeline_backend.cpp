@@ -68,7 +68,25 @@ PipelineBackend::~PipelineBackend() {
   (void)world_.wait_sends();
 }
 
+bool PipelineBackend::samples_on_device() const noexcept {
+  static const bool allowed = [] {
+    const char* v = std::getenv("WEFT_PP_DEVICE_SAMPLING");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return allowed && world_.rank() == 0 && stage_->samples_on_device();
+}
+
 Result<void> PipelineBackend::forward(const model::StepBatch& batch, std::vector<float>& logits) {
+  return step(batch, logits, false);
+}
+
+Result<void> PipelineBackend::launch(const model::StepBatch& batch) {
+  if (!samples_on_device()) return ForwardBackend::launch(batch);
+  return step(batch, launched_, true);
+}
+
+Result<void> PipelineBackend::step(const model::StepBatch& batch, std::vector<float>& logits,
+                                   bool logits_on_device) {
   logits.clear();
   const auto& spec = stage_->spec();
   // Every rank checks the whole batch before anything is sent, so a bad batch fails on every
@@ -106,7 +124,7 @@ Result<void> PipelineBackend::forward(const model::StepBatch& batch, std::vector
     const auto by_tokens = static_cast<long long>(batch.tokens.size()) / min_tokens;
     const int count = static_cast<int>(std::clamp<long long>(by_tokens, 1, micro_batches_));
     return links_->forward(*stage_, model::split_micro_batches(batch, count), logits,
-                           tensor_group_.get());
+                           tensor_group_.get(), logits_on_device);
   }
   const auto H = static_cast<std::size_t>(spec.hidden_size);
   const auto V = static_cast<std::size_t>(spec.vocab_size);
@@ -139,7 +157,11 @@ Result<void> PipelineBackend::forward(const model::StepBatch& batch, std::vector
       logits.insert(logits.end(), received_.begin(), received_.end());
     }
   }
-  return world_.wait_sends();
+  if (auto ok = world_.wait_sends(); !ok) return ok;
+  if (logits_on_device && leader) {
+    return stage_->adopt_logits(logits.data(), batch.logit_rows());
+  }
+  return {};
 }
 
 }  // namespace weft::parallel

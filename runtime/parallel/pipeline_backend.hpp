@@ -44,9 +44,12 @@ class DeviceStageLinks {
   // One step cut into `parts`: each is received from the stage before (unless this stage
   // embeds), enqueued on the stage and sent on. On world rank 0 `logits` gets the step's
   // logits (logit_rows x vocab_size); elsewhere it is left empty.
+  // With logits_on_device, rank 0 leaves them on its GPU instead, taken into the stage's
+  // sampler (StageForward::adopt_logits) on the stage's stream, and returns without waiting.
   virtual Result<void> forward(model::StageForward& stage,
                                const std::vector<model::StepBatch>& parts,
-                               std::vector<float>& logits, Communicator* tensor_group) = 0;
+                               std::vector<float>& logits, Communicator* tensor_group,
+                               bool logits_on_device) = 0;
   // For logs: what carries the stages' messages.
   virtual std::string description() const = 0;
 };
@@ -74,6 +77,15 @@ class PipelineBackend final : public model::ForwardBackend {
   int num_pages() const noexcept override { return stage_->num_pages(); }
   // On world rank 0 `logits` gets the step's logits; elsewhere it is left empty.
   Result<void> forward(const model::StepBatch& batch, std::vector<float>& logits) override;
+  // On world rank 0 of GPU stages, the engine samples on rank 0's GPU: launch() runs the step
+  // and leaves its logits in the stage's sampler (over NCCL they never reach the host),
+  // sample() samples them. WEFT_PP_DEVICE_SAMPLING=0 keeps the host sampler, for comparisons.
+  bool samples_on_device() const noexcept override;
+  Result<void> launch(const model::StepBatch& batch) override;
+  Result<void> sample(const model::DeviceSamplingInput& input,
+                      model::DeviceSamplingOutput& output) override {
+    return stage_->sample(input, output);
+  }
   // What carries the stages' messages, for logs and tests: the links' description once made
   // (at the first step), else "host buffers over <world>".
   std::string transport() const;
@@ -97,7 +109,9 @@ class PipelineBackend final : public model::ForwardBackend {
   DeviceLinksFactory make_links_;  // cleared once asked
   // Destroyed before the stage (declared after it): the links wait for their streams.
   std::unique_ptr<DeviceStageLinks> links_;
-  std::vector<float> in_, out_, received_;
+  Result<void> step(const model::StepBatch& batch, std::vector<float>& logits,
+                    bool logits_on_device);
+  std::vector<float> in_, out_, received_, launched_;
 };
 
 }  // namespace weft::parallel

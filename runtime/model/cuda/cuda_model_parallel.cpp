@@ -211,6 +211,44 @@ Result<void> CudaModel::set_tensor_parallel(parallel::Communicator& comm) {
   return {};
 }
 
+Result<void> CudaModel::adopt_logits(const float* logits, int rows) {
+  State& s = *state_;
+  s.launched_rows = -1;
+  if (rows < 0) return Error(ErrorCode::kInvalidArgument, "adopt_logits: negative row count");
+  if (auto err = cudaSetDevice(s.options.device); err != cudaSuccess) {
+    return cuda_error(err, "selecting device " + std::to_string(s.options.device));
+  }
+  const std::size_t bytes = static_cast<std::size_t>(rows) * s.spec.vocab_size * 4;
+  if (bytes > s.logits.bytes()) {
+    // The buffer moves: nothing may still read it, and no graph may point at it.
+    if (auto err = cudaStreamSynchronize(s.stream); err != cudaSuccess) {
+      return cuda_error(err, "waiting before the logits buffer grows");
+    }
+    s.drop_graphs();
+    if (auto err = s.logits.reserve(bytes); err != cudaSuccess) {
+      return cuda_error(err, "allocating device logits");
+    }
+  }
+  cudaPointerAttributes where{};
+  const bool on_device =
+      cudaPointerGetAttributes(&where, logits) == cudaSuccess && where.type == cudaMemoryTypeDevice;
+  cudaGetLastError();  // an unregistered host pointer may leave an error on older runtimes
+  if (bytes > 0) {
+    if (auto err = cudaMemcpyAsync(s.logits.get(), logits, bytes, cudaMemcpyDefault, s.stream);
+        err != cudaSuccess) {
+      return cuda_error(err, "copying the step's logits");
+    }
+    if (!on_device) {
+      // Host memory the caller reuses after this returns.
+      if (auto err = cudaStreamSynchronize(s.stream); err != cudaSuccess) {
+        return cuda_error(err, "copying the step's logits");
+      }
+    }
+  }
+  s.launched_rows = rows;
+  return {};
+}
+
 bool CudaModel::vocab_parallel_head() const noexcept {
   return state_->tensor_parallel != nullptr && state_->vocab_parallel;
 }

@@ -6,7 +6,9 @@
 //  - OneGpu (one GPU or more): both ranks on GPU 0. NCCL takes one rank per GPU, so the stages
 //    agree on the host path (MPI), which must give the same tokens.
 // Skips with a message where there are fewer GPUs. Each rank runs the whole model on its own
-// GPU as the reference; both are fed the whole model's greedy tokens.
+// GPU as the reference; both are fed the whole model's greedy tokens. Each step runs twice on
+// the pipeline: forward() (logits to rank 0's host), then launch() and the GPU sampler on rank 0
+// (logits left on its GPU), which must pick the same greedy tokens.
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -56,6 +58,14 @@ class GpuStage final : public model::StageForward {
   Result<void> enqueue(const model::StepBatch& batch, const float* hidden_in, float* out,
                        parallel::Communicator*) override {
     return gpu_.enqueue_layers(batch, hidden_in, out);
+  }
+  bool samples_on_device() const noexcept override { return true; }
+  Result<void> adopt_logits(const float* logits, int rows) override {
+    return gpu_.adopt_logits(logits, rows);
+  }
+  Result<void> sample(const model::DeviceSamplingInput& input,
+                      model::DeviceSamplingOutput& output) override {
+    return gpu_.sample(input, output);
   }
 
  private:
@@ -134,6 +144,28 @@ TEST_P(CudaPipeline, TwoStagesMatchOneGpu) {
       // otherwise (the GPU model tests' bf16 bound).
       EXPECT_LE(max_err, 0.03f * max_ref) << name << " step " << s;
     }
+    // The same step again through launch() and the GPU sampler on rank 0 (its KV writes are
+    // the same values again): greedy picks of both sequences' last rows.
+    EXPECT_EQ((*backend)->samples_on_device(), w.rank() == 0);
+    std::vector<std::int32_t> sampled;
+    if (w.rank() == 0) {
+      auto launched = (*backend)->launch(step);
+      ASSERT_TRUE(launched) << launched.error().what();
+      model::DeviceSamplingInput in;
+      const int rows = step.logit_rows();
+      for (int r = rows - 2; r < rows; ++r) {
+        sampling::DeviceSampleRow row;
+        row.row = r;
+        in.rows.push_back(row);
+      }
+      model::DeviceSamplingOutput out;
+      auto picked = (*backend)->sample(in, out);
+      ASSERT_TRUE(picked) << picked.error().what();
+      for (const auto& res : out.results)
+        sampled.push_back(res.token);
+    } else {
+      ASSERT_TRUE((*backend)->forward(step, got));  // the follower runs its stage again
+    }
     std::vector<std::int32_t> next;
     for (int seq = 0; seq < 2; ++seq) {
       const float* row = want.data() + want.size() - static_cast<std::size_t>(2 - seq) * vocab;
@@ -141,6 +173,7 @@ TEST_P(CudaPipeline, TwoStagesMatchOneGpu) {
       if (w.rank() == 0) {
         const float* mine = got.data() + got.size() - static_cast<std::size_t>(2 - seq) * vocab;
         EXPECT_EQ(std::max_element(mine, mine + vocab) - mine, best) << name << " step " << s;
+        EXPECT_EQ(sampled[static_cast<std::size_t>(seq)], best) << name << " step " << s;
       }
       next.push_back(best);
     }
