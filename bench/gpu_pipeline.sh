@@ -7,9 +7,11 @@
 #       output tok/s (batch 8).
 #   --mode pp (two GPUs): mpirun -np 2 weft bench --pipeline-parallel 2 (one stage per GPU)
 #       against one GPU at batch 1, 8 and 64 (--batches): the stages joined over NCCL
-#       (WEFT_PP_TRANSPORT=nccl, device to device, docs/parallel.md), then through host memory
-#       over MPI (WEFT_PP_TRANSPORT=host, the path before NCCL) at batch 1 and 8, and at the
-#       largest batch two micro-batches per decode step forced (WEFT_PP_MICRO_TOKENS=16).
+#       (WEFT_PP_TRANSPORT=nccl, device to device, docs/parallel.md), then as before NCCL
+#       (WEFT_PP_TRANSPORT=host: host memory over MPI, host sampler, two micro-batches) at
+#       batch 1 and 8, and at the
+#       largest batch two micro-batches per decode step forced (WEFT_PP_MICRO_TOKENS=16) and
+#       rank 0 sampling on the host (WEFT_PP_DEVICE_SAMPLING=0).
 #   --mode all: both (pp is skipped, with a message, where fewer than two GPUs are visible).
 # Usage: bash bench/gpu_pipeline.sh [--bin DIR] [--mode hybrid|pp|all] [--model DIR]
 #          [--tokenizer DIR] [--gpu-memory-budget-mb MB] [--cpu-layers-list "8 16"]
@@ -108,7 +110,9 @@ if [ "$MODE" != hybrid ]; then
     echo "gpu_pipeline.sh: --mode pp needs mpirun: stage Open MPI with scripts/stage-openmpi $BIN/openmpi: skipped"
   else
     MPI=("$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -np 2 -x LD_LIBRARY_PATH
-      -x WEFT_SPEC_DIR -x NCCL_NVLS_ENABLE -x WEFT_PP_TRANSPORT -x WEFT_PP_MICRO_TOKENS -x WEFT_LOG)
+      -x WEFT_SPEC_DIR -x NCCL_NVLS_ENABLE -x WEFT_PP_TRANSPORT -x WEFT_PP_MICRO_TOKENS -x WEFT_LOG
+      -x WEFT_PP_DEVICE_SAMPLING)
+    export WEFT_PP_DEVICE_SAMPLING=1
     export WEFT_LOG=info  # rank 0 logs which path the stages took (into pipeline.err)
     export WEFT_PP_MICRO_TOKENS=128  # the default: micro-batches of 128 tokens or more
     largest=
@@ -127,14 +131,18 @@ if [ "$MODE" != hybrid ]; then
       # shellcheck disable=SC2046
       WEFT_PP_MICRO_TOKENS=16 run "pp2 nccl b$largest, 2 micro-batches" "${MPI[@]}" -- \
         $(batch "$largest") --pipeline-parallel 2 --micro-batches 2
+      # shellcheck disable=SC2046
+      WEFT_PP_DEVICE_SAMPLING=0 run "pp2 nccl b$largest, host sampler" "${MPI[@]}" -- \
+        $(batch "$largest") --pipeline-parallel 2
     fi
-    export WEFT_PP_TRANSPORT=host
+    # The path before NCCL: host memory over MPI, the host sampler, two micro-batches a step.
+    export WEFT_PP_TRANSPORT=host WEFT_PP_DEVICE_SAMPLING=0 WEFT_PP_MICRO_TOKENS=1
     for b in $BATCHES; do
       [ "$b" -gt 8 ] && continue
       # shellcheck disable=SC2046
-      run "pp2 host b$b" "${MPI[@]}" -- $(batch "$b") --pipeline-parallel 2
+      run "pp2 host (before) b$b" "${MPI[@]}" -- $(batch "$b") --pipeline-parallel 2
     done
-    unset WEFT_PP_TRANSPORT
+    unset WEFT_PP_TRANSPORT WEFT_PP_DEVICE_SAMPLING WEFT_PP_MICRO_TOKENS
   fi
 fi
 python3 - "$RUNS" > "$OUT/pipeline_table.md" <<'PY'

@@ -114,15 +114,19 @@ Result<void> PipelineBackend::step(const model::StepBatch& batch, std::vector<fl
       log_info("pipeline: stages exchange " + links_->description());
     }
   }
-  if (links_ != nullptr) {
+  int count = micro_batches_;
+  if (stage_->cuda_device() >= 0) {
     // On GPUs a decode step reads every weight once per micro-batch, so a piece must hold
     // enough tokens to be worth it: micro-batches of at least WEFT_PP_MICRO_TOKENS (128).
+    // Every rank's stage is on a GPU alike, so every rank cuts the step alike.
     static const long long min_tokens = [] {
       const char* v = std::getenv("WEFT_PP_MICRO_TOKENS");
       return v != nullptr && *v != '\0' ? std::max(1LL, std::atoll(v)) : 128LL;
     }();
     const auto by_tokens = static_cast<long long>(batch.tokens.size()) / min_tokens;
-    const int count = static_cast<int>(std::clamp<long long>(by_tokens, 1, micro_batches_));
+    count = static_cast<int>(std::clamp<long long>(by_tokens, 1, micro_batches_));
+  }
+  if (links_ != nullptr) {
     return links_->forward(*stage_, model::split_micro_batches(batch, count), logits,
                            tensor_group_.get(), logits_on_device);
   }
@@ -133,7 +137,7 @@ Result<void> PipelineBackend::step(const model::StepBatch& batch, std::vector<fl
   const int next = last ? -1 : place_.world_rank(place_.stage + 1, place_.tp_rank);
   const int head_rank = place_.world_rank(place_.stages - 1, 0);
   const bool leader = world_.rank() == 0;
-  const auto parts = model::split_micro_batches(batch, micro_batches_);
+  const auto parts = model::split_micro_batches(batch, count);
   for (const auto& mb : parts) {
     in_.clear();
     if (!first) {
