@@ -201,7 +201,7 @@ class NcclStageLinks final : public DeviceStageLinks {
       }
       if (auto ok = stage.enqueue(mb, in, out, tensor_group); !ok) return ok;
       cudaEventRecord(slot.computed, compute_);
-      if (out != nullptr) {
+      if (out != nullptr && out_floats > 0) {  // a piece may need no logits (a prefill chunk)
         cudaStreamWaitEvent(send_stream_, slot.computed, 0);
         Communicator& link = last ? *head_ : *out_;
         if (auto ok =
@@ -220,6 +220,7 @@ class NcclStageLinks final : public DeviceStageLinks {
       std::size_t at = 0;
       for (const auto& mb : parts) {
         const auto n = static_cast<std::size_t>(mb.logit_rows()) * V;
+        if (n == 0) continue;  // the last stage sends nothing for it either
         auto* dst = logits_dev_.as<float>() + at;
         if (auto ok = head_->recv(std::as_writable_bytes(std::span<float>(dst, n)), 1); !ok) {
           return ok;
