@@ -36,7 +36,8 @@ int transport_choice() {
 }
 
 // What each rank tells the others before the links are made, as floats of exact small
-// integers (the host communicator gathers floats): whether it can use NCCL, what it was asked
+// integers (the host communicator gathers floats): whether it can use NCCL (1; 0: no; -1: its
+// stage is not on a GPU), what it was asked
 // for, and which GPU it is on (a hash of the host name in three 16-bit parts, the PCI domain,
 // bus and device).
 constexpr std::size_t kFacts = 8;
@@ -327,6 +328,7 @@ Result<std::unique_ptr<DeviceStageLinks>> make_nccl_stage_links(Communicator& wo
   if (device >= 0) {
     mine = my_facts(device, choice);
   } else {
+    mine[0] = -1.0f;  // not on a GPU
     mine[1] = static_cast<float>(choice);
   }
   std::vector<float> all(kFacts * static_cast<std::size_t>(world.size()));
@@ -341,6 +343,7 @@ Result<std::unique_ptr<DeviceStageLinks>> make_nccl_stage_links(Communicator& wo
     }
     forced |= f[1] == 2.0f;
     if (f[1] == 1.0f && why.empty()) why = "WEFT_PP_TRANSPORT=host";
+    if (f[0] < 0.0f && why.empty()) why = "rank " + std::to_string(r) + "'s stage is not on a GPU";
     if (f[0] == 0.0f && why.empty()) {
       std::string reason;
       (void)nccl_available(&reason);

@@ -195,34 +195,52 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaPipeline,
                                                               "mistral_swa_bf16", "qwen2_tied_f32"),
                                             ::testing::Values(kTwoGpus, kOneGpu)));
 
-TEST(CudaPipelineTransport, RefusesAnUnknownChoice) {
+// The choice of path, with CPU stages (no GPU needed): a stage without a GPU cannot use NCCL,
+// so every rank agrees on the host path, or fails alike when NCCL is demanded; an unknown
+// WEFT_PP_TRANSPORT is refused, naming the accepted values. Then a pipeline of CPU stages given
+// the NCCL factory runs through host memory and says so.
+TEST(CudaPipelineTransport, AgreesOnThePathAndRefusesUnknownChoices) {
   auto& w = *g_world;
-  int gpus = 0;
-  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 1) {
-    cudaGetLastError();
-    GTEST_SKIP() << "needs a GPU";
-  }
   const auto dir = source_dir() / "tests/fixtures/models/llama_gqa_f32";
   LoadOptions options;
   options.pipeline_parallel_size = w.size();
   options.pipeline_stage = w.rank();
   auto part = load_model(dir, options);
   ASSERT_TRUE(part) << part.error().what();
-  model::CudaModelOptions o;
-  o.page_size = 4;
-  o.num_pages = 4;
-  o.layers = {part->model.first_layer(), part->model.layer_count()};
-  auto gpu = model::CudaModel::create(part->model, o);
-  ASSERT_TRUE(gpu) << gpu.error().what();
-  GpuStage stage(std::move(*gpu));
+  const model::LayerRange layers{part->model.first_layer(), part->model.layer_count()};
+  const auto place = parallel::pipeline_place(w.rank(), 1, w.size());
+  model::CpuStage stage(part->model, layers, part->model.kv_layout(4), 4, 1);
+  auto links = parallel::make_nccl_stage_links(w, place, stage);
+  ASSERT_TRUE(links) << links.error().what();
+  EXPECT_EQ(links->get(), nullptr);  // the host path
+  setenv("WEFT_PP_TRANSPORT", "nccl", 1);
+  links = parallel::make_nccl_stage_links(w, place, stage);
+  ASSERT_FALSE(links);
+  EXPECT_NE(std::string(links.error().what()).find("cannot use NCCL"), std::string::npos)
+      << links.error().what();
   setenv("WEFT_PP_TRANSPORT", "carrier-pigeon", 1);
-  auto links =
-      parallel::make_nccl_stage_links(w, parallel::pipeline_place(w.rank(), 1, w.size()), stage);
+  links = parallel::make_nccl_stage_links(w, place, stage);
   unsetenv("WEFT_PP_TRANSPORT");
   ASSERT_FALSE(links);
   EXPECT_NE(std::string(links.error().what()).find("expected auto, host or nccl"),
             std::string::npos)
       << links.error().what();
+
+  auto backend = parallel::PipelineBackend::create(
+      std::make_unique<model::CpuStage>(part->model, layers, part->model.kv_layout(4), 4, 1), w,
+      place, 2, parallel::make_nccl_stage_links);
+  ASSERT_TRUE(backend) << backend.error().what();
+  EXPECT_FALSE((*backend)->samples_on_device());
+  model::StepBatch step;
+  step.tokens = {5, 17, 42};
+  step.positions = {0, 1, 2};
+  step.sequences.push_back({0, 3, {0}, true});
+  std::vector<float> got;
+  auto ok = (*backend)->forward(step, got);
+  ASSERT_TRUE(ok) << ok.error().what();
+  EXPECT_EQ(got.size(), w.rank() == 0 ? 3u * part->model.spec().vocab_size : 0u);
+  EXPECT_NE((*backend)->transport().find("host buffers"), std::string::npos)
+      << (*backend)->transport();
 }
 
 }  // namespace
