@@ -13,13 +13,22 @@
 # Usage (here: scripts/gpu-check --stage; the Llama-3 tokenizer in .devcarry/l3, bench/gpu_8b.sh):
 #   run(kind="nvidia-h100-x2", carry=[".devcarry/gpu", ".devcarry/l3"],
 #       command="bash bench/device/ppnccl.sh")
-#   PHASES="tests generate bench" (default: all three) picks phases.
+#   PHASES="tests generate bench" (default: all three) picks phases; BIN a folder or a tarball
+#   of one (default .devcarry/gpu). On one GPU (nvidia-h100-x1) the tests and generate phases
+#   run the one-GPU cases (two ranks on GPU 0, host path) and skip the rest, saying so.
 set -u
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-.devcarry/gpu}
 OUT=${OUT:-build/ppnccl}
 PHASES=${PHASES:-tests generate bench}
 mkdir -p "$OUT"
+case "$BIN" in
+  *.tar.xz|*.tar.gz|*.tgz)  # a tarball of the folder (bin/, lib/, openmpi/), as gpu_tp.sh takes
+    dir=/tmp/weft-ppnccl-bin
+    rm -rf "$dir" && mkdir -p "$dir" && tar -C "$dir" -xf "$BIN" || { echo "ppnccl.sh: cannot unpack $BIN" >&2; exit 2; }
+    [ -d "$dir/bin" ] || dir=$(dirname "$(find "$dir" -maxdepth 3 -type d -name bin | head -1)")
+    BIN=$dir ;;
+esac
 BIN=$(cd "$BIN" && pwd) || { echo "ppnccl.sh: no $BIN (scripts/gpu-check --stage)" >&2; exit 2; }
 pylib() { python3 -c "import nvidia.$1, os; print(os.path.join(list(nvidia.$1.__path__)[0], 'lib'))" 2>/dev/null || true; }
 cublas_dir=$(pylib cublas)
@@ -45,6 +54,7 @@ MPI2=("$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -np 2 -x LD_L
   -x WEFT_SPEC_DIR -x WEFT_TEST_SOURCE_DIR -x NCCL_NVLS_ENABLE -x NCCL_DEBUG -x WEFT_LOG)
 W=$BIN/bin/weft
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
+gpus=$(grep -c . "$OUT/gpus.txt" || true)
 failed=0
 want() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
 
@@ -67,8 +77,13 @@ if want generate; then
     args=(generate --model "tests/fixtures/models/$m" --prompt-ids 5,17,42,99,3,201,64
       --max-tokens 16 --ignore-eos --device cuda)
     one=$("$W" "${args[@]}" 2>/dev/null)
-    nccl=$(env WEFT_PP_TRANSPORT=nccl timeout 120 "${MPI2[@]}" -x WEFT_PP_TRANSPORT "$W" "${args[@]}" \
-      --pipeline-parallel 2 2>"$OUT/generate_$m.err")
+    nccl=$one
+    if [ "${gpus:-0}" -ge 2 ]; then
+      nccl=$(env WEFT_PP_TRANSPORT=nccl timeout 120 "${MPI2[@]}" -x WEFT_PP_TRANSPORT "$W" "${args[@]}" \
+        --pipeline-parallel 2 2>"$OUT/generate_$m.err")
+    else
+      echo "(one GPU: the NCCL run is skipped)"
+    fi
     same=$(env CUDA_VISIBLE_DEVICES=0 timeout 120 "${MPI2[@]}" -x CUDA_VISIBLE_DEVICES "$W" "${args[@]}" \
       --pipeline-parallel 2 2>>"$OUT/generate_$m.err")
     echo "$m one GPU:          $one"
