@@ -82,7 +82,7 @@ if want generate; then
       nccl=$(env WEFT_PP_TRANSPORT=nccl timeout 120 "${MPI2[@]}" -x WEFT_PP_TRANSPORT "$W" "${args[@]}" \
         --pipeline-parallel 2 2>"$OUT/generate_$m.err")
     else
-      echo "(one GPU: the NCCL run is skipped)"
+      echo "(fewer than two GPUs: the NCCL run is skipped)"
     fi
     same=$(env CUDA_VISIBLE_DEVICES=0 timeout 120 "${MPI2[@]}" -x CUDA_VISIBLE_DEVICES "$W" "${args[@]}" \
       --pipeline-parallel 2 2>>"$OUT/generate_$m.err")
