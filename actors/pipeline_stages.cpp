@@ -11,6 +11,7 @@
 #endif
 #if WEFT_HAVE_NCCL
 #include "runtime/parallel/nccl_communicator.hpp"
+#include "runtime/parallel/nccl_pipeline.hpp"
 #endif
 
 namespace weft::actors {
@@ -37,6 +38,23 @@ class CudaStage final : public model::StageForward {
       if (auto ok = join(tensor_parallel); !ok) return ok;
     }
     return gpu_.forward_layers(batch, hidden_in, out);
+  }
+  int cuda_device() const noexcept override { return gpu_.device(); }
+  void* cuda_stream() const noexcept override { return gpu_.cuda_stream(); }
+  Result<void> enqueue(const model::StepBatch& batch, const float* hidden_in, float* out,
+                       parallel::Communicator* tensor_parallel) override {
+    if (tensor_parallel != joined_) {
+      if (auto ok = join(tensor_parallel); !ok) return ok;
+    }
+    return gpu_.enqueue_layers(batch, hidden_in, out);
+  }
+  bool samples_on_device() const noexcept override { return true; }
+  Result<void> adopt_logits(const float* logits, int rows) override {
+    return gpu_.adopt_logits(logits, rows);
+  }
+  Result<void> sample(const model::DeviceSamplingInput& input,
+                      model::DeviceSamplingOutput& output) override {
+    return gpu_.sample(input, output);
   }
 
  private:
@@ -127,7 +145,14 @@ Result<std::unique_ptr<model::ForwardBackend>> make_pipeline_rank_backend(
   auto stage =
       make_stage(model, {model.first_layer(), model.layer_count()}, device, layout, options);
   if (!stage) return stage.error();
-  auto backend = parallel::PipelineBackend::create(std::move(*stage), world, place, micro_batches);
+  parallel::DeviceLinksFactory device_links;
+#if WEFT_HAVE_NCCL
+  // GPU stages hand the residual stream on device to device where every rank has a GPU of its
+  // own (else through host memory, as CPU stages do): nccl_pipeline.hpp.
+  if (device.cuda) device_links = parallel::make_nccl_stage_links;
+#endif
+  auto backend = parallel::PipelineBackend::create(std::move(*stage), world, place, micro_batches,
+                                                   std::move(device_links));
   if (!backend) return backend.error();
   return std::unique_ptr<model::ForwardBackend>(std::move(*backend));
 }

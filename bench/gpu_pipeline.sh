@@ -5,12 +5,17 @@
 #       layers and the lm head run on the CPU; then --cpu-layers K for each K of
 #       --cpu-layers-list; against the same requests all on the GPU. Decode (batch 1, TPOT) and
 #       output tok/s (batch 8).
-#   --mode pp (two GPUs): mpirun -np 2 weft bench --pipeline-parallel 2 (one stage per GPU,
-#       the residual stream through host memory over MPI, micro-batches 2 and 1) against one GPU.
+#   --mode pp (two GPUs): mpirun -np 2 weft bench --pipeline-parallel 2 (one stage per GPU)
+#       against one GPU at batch 1, 8 and 64 (--batches): the stages joined over NCCL
+#       (WEFT_PP_TRANSPORT=nccl, device to device, docs/parallel.md), then as before NCCL
+#       (WEFT_PP_TRANSPORT=host: host memory over MPI, host sampler, two micro-batches) at
+#       batch 1 and 8, and at the
+#       largest batch two micro-batches per decode step forced (WEFT_PP_MICRO_TOKENS=16) and
+#       rank 0 sampling on the host (WEFT_PP_DEVICE_SAMPLING=0).
 #   --mode all: both (pp is skipped, with a message, where fewer than two GPUs are visible).
 # Usage: bash bench/gpu_pipeline.sh [--bin DIR] [--mode hybrid|pp|all] [--model DIR]
 #          [--tokenizer DIR] [--gpu-memory-budget-mb MB] [--cpu-layers-list "8 16"]
-#          [--threads N] [--out DIR]
+#          [--threads N] [--batches "1 8 64"] [--out DIR]
 #   --bin: the prebuilt binaries as scripts/gpu-check --stage lays them out (the default
 #     .devcarry/gpu): DIR/bin/weft, DIR/lib (shared libraries), DIR/openmpi (Open MPI for a
 #     machine without it, scripts/stage-openmpi; else the mpirun on PATH). A folder holding
@@ -25,6 +30,7 @@
 set -u
 cd "$(dirname "$0")/.."
 BIN=.devcarry/gpu MODE=all M=/tmp/llama8b TOK=.devcarry/l3 BUDGET=12000 KS="8 16" THREADS=16
+BATCHES="1 8 64"
 OUT=${OUT:-build/gpu-pipeline}
 while [ $# -gt 0 ]; do
   case $1 in
@@ -35,6 +41,7 @@ while [ $# -gt 0 ]; do
     --gpu-memory-budget-mb) BUDGET=$2; shift 2 ;;
     --cpu-layers-list) KS=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
+    --batches) BATCHES=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     *) echo "gpu_pipeline.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -80,6 +87,10 @@ run() {  # TAG LAUNCH... -- ARGS...: one weft bench run, its JSON line tagged in
 }
 B1=(--num-requests 4 --max-concurrency 1 --input-len 128 --output-len 32)
 B8=(--num-requests 16 --max-concurrency 8 --input-len 128 --output-len 32)
+batch() {  # the requests of a run at batch B: two waves of B (one more for batch 1)
+  if [ "$1" = 1 ]; then echo "--num-requests 4 --max-concurrency 1 --input-len 128 --output-len 32"
+  else echo "--num-requests $(( 2 * $1 )) --max-concurrency $1 --input-len 128 --output-len 32"; fi
+}
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 if [ "$MODE" != pp ]; then
   run "gpu b1" -- "${B1[@]}"
@@ -98,12 +109,40 @@ if [ "$MODE" != hybrid ]; then
   elif [ -z "$MPIRUN" ]; then
     echo "gpu_pipeline.sh: --mode pp needs mpirun: stage Open MPI with scripts/stage-openmpi $BIN/openmpi: skipped"
   else
-    MPI=("$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -np 2 -x LD_LIBRARY_PATH -x WEFT_SPEC_DIR -x NCCL_NVLS_ENABLE)
-    run "1 gpu b1" -- "${B1[@]}"
-    run "1 gpu b8" -- "${B8[@]}"
-    run "pp2 b1" "${MPI[@]}" -- "${B1[@]}" --pipeline-parallel 2
-    run "pp2 b8" "${MPI[@]}" -- "${B8[@]}" --pipeline-parallel 2 --micro-batches 2
-    run "pp2 b8 mb1" "${MPI[@]}" -- "${B8[@]}" --pipeline-parallel 2 --micro-batches 1
+    MPI=("$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -np 2 -x LD_LIBRARY_PATH
+      -x WEFT_SPEC_DIR -x NCCL_NVLS_ENABLE -x WEFT_PP_TRANSPORT -x WEFT_PP_MICRO_TOKENS -x WEFT_LOG
+      -x WEFT_PP_DEVICE_SAMPLING)
+    export WEFT_PP_DEVICE_SAMPLING=1
+    export WEFT_LOG=info  # rank 0 logs which path the stages took (into pipeline.err)
+    export WEFT_PP_MICRO_TOKENS=128  # the default: micro-batches of 128 tokens or more
+    largest=
+    for b in $BATCHES; do
+      # shellcheck disable=SC2046  # batch prints words
+      run "1 gpu b$b" -- $(batch "$b")
+      largest=$b
+    done
+    export WEFT_PP_TRANSPORT=nccl
+    for b in $BATCHES; do
+      # shellcheck disable=SC2046
+      run "pp2 nccl b$b" "${MPI[@]}" -- $(batch "$b") --pipeline-parallel 2
+    done
+    grep -h "pipeline: stages exchange" "$OUT/pipeline.err" | tail -1
+    if [ -n "$largest" ] && [ "$largest" -gt 1 ]; then
+      # shellcheck disable=SC2046
+      WEFT_PP_MICRO_TOKENS=16 run "pp2 nccl b$largest, 2 micro-batches" "${MPI[@]}" -- \
+        $(batch "$largest") --pipeline-parallel 2 --micro-batches 2
+      # shellcheck disable=SC2046
+      WEFT_PP_DEVICE_SAMPLING=0 run "pp2 nccl b$largest, host sampler" "${MPI[@]}" -- \
+        $(batch "$largest") --pipeline-parallel 2
+    fi
+    # The path before NCCL: host memory over MPI, the host sampler, two micro-batches a step.
+    export WEFT_PP_TRANSPORT=host WEFT_PP_DEVICE_SAMPLING=0 WEFT_PP_MICRO_TOKENS=1
+    for b in $BATCHES; do
+      [ "$b" -gt 8 ] && continue
+      # shellcheck disable=SC2046
+      run "pp2 host (before) b$b" "${MPI[@]}" -- $(batch "$b") --pipeline-parallel 2
+    done
+    unset WEFT_PP_TRANSPORT WEFT_PP_DEVICE_SAMPLING WEFT_PP_MICRO_TOKENS
   fi
 fi
 python3 - "$RUNS" > "$OUT/pipeline_table.md" <<'PY'

@@ -156,7 +156,7 @@ fi
 failed=0
 
 if want tests; then
-  for t in nccl_communicator_test cuda_tensor_parallel_test nccl_point_to_point_test; do
+  for t in nccl_communicator_test cuda_tensor_parallel_test nccl_point_to_point_test cuda_pipeline_test; do
     [ -x "$B/$t" ] || { echo "($t not carried: skipped)"; continue; }
     stamp "== mpirun -np 2 $t"
     # nccl_communicator_test with NCCL's INIT and TUNING logs: which kernels the collectives on

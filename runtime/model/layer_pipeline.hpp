@@ -37,6 +37,37 @@ class StageForward {
   virtual Result<void> forward(const StepBatch& batch, std::span<const float> hidden_in,
                                std::vector<float>& out,
                                parallel::Communicator* tensor_parallel = nullptr) = 0;
+
+  // A GPU stage also runs from and into device memory (GPU pipelines over NCCL,
+  // runtime/parallel/nccl_pipeline.hpp): its CUDA device and stream (-1 and null on the CPU),
+  // and enqueue(), forward() with `hidden_in` and `out` in that device's memory (out: T x
+  // hidden_size, or the logits when the stage ends; null then when nobody reads them),
+  // enqueued on that stream without waiting for it (CudaModel::enqueue_layers).
+  virtual int cuda_device() const noexcept { return -1; }
+  virtual void* cuda_stream() const noexcept { return nullptr; }
+  virtual Result<void> enqueue(const StepBatch& batch, const float* hidden_in, float* out,
+                               parallel::Communicator* tensor_parallel = nullptr) {
+    (void)batch;
+    (void)hidden_in;
+    (void)out;
+    (void)tensor_parallel;
+    return Error(ErrorCode::kUnsupported, "this pipeline stage runs from host memory only");
+  }
+  // Sampling on the stage's GPU, for the rank that samples (world rank 0 of a GPU pipeline):
+  // adopt_logits() takes a step's logits (rows x vocab_size, host or this GPU's memory, ordered
+  // on cuda_stream()) into the stage's sampler, sample() samples them as
+  // ForwardBackend::sample does.
+  virtual bool samples_on_device() const noexcept { return false; }
+  virtual Result<void> adopt_logits(const float* logits, int rows) {
+    (void)logits;
+    (void)rows;
+    return Error(ErrorCode::kUnsupported, "this pipeline stage has no sampler of its own");
+  }
+  virtual Result<void> sample(const DeviceSamplingInput& input, DeviceSamplingOutput& output) {
+    (void)input;
+    (void)output;
+    return Error(ErrorCode::kUnsupported, "this pipeline stage has no sampler of its own");
+  }
 };
 
 // A stage on the CPU: `model` (which must hold `layers` and outlive the stage) with a KV cache

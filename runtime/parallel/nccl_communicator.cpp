@@ -368,6 +368,11 @@ Result<std::unique_ptr<Communicator>> NcclCommunicator::split(int color, int key
 
 }  // namespace
 
+bool nccl_available(std::string* why) {
+  if (why != nullptr) *why = nccl().error;
+  return nccl().error.empty();
+}
+
 Result<std::unique_ptr<Communicator>> make_nccl_communicator(Communicator& bootstrap,
                                                              int cuda_device, void* cuda_stream) {
   if (bootstrap.device_buffers()) {

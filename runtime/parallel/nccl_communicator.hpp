@@ -5,6 +5,7 @@
 // group works across hosts wherever mpirun does. Built when CUDA, NCCL and MPI are found.
 
 #include <memory>
+#include <string>
 
 #include "runtime/parallel/communicator.hpp"
 #include "weft/error.hpp"
@@ -17,5 +18,9 @@ namespace weft::parallel {
 // barrier() waits for the stream and then for every rank.
 Result<std::unique_ptr<Communicator>> make_nccl_communicator(Communicator& bootstrap,
                                                              int cuda_device, void* cuda_stream);
+
+// Whether this process can open NCCL (a local check, no communication); `why` gets the reason
+// when it cannot.
+bool nccl_available(std::string* why = nullptr);
 
 }  // namespace weft::parallel

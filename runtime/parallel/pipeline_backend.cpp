@@ -1,6 +1,10 @@
 #include "runtime/parallel/pipeline_backend.hpp"
 
+#include <algorithm>
+#include <cstdlib>
 #include <string>
+
+#include "weft/log.hpp"
 
 namespace weft::parallel {
 namespace {
@@ -22,7 +26,7 @@ PipelinePlace pipeline_place(int rank, int tensor_parallel, int stages) {
 
 Result<std::unique_ptr<PipelineBackend>> PipelineBackend::create(
     std::unique_ptr<model::StageForward> stage, Communicator& world, PipelinePlace place,
-    int micro_batches) {
+    int micro_batches, DeviceLinksFactory device_links) {
   if (world.device_buffers()) {
     return Error(ErrorCode::kInvalidArgument, "pipeline: stages exchange host buffers; the " +
                                                   world.name() +
@@ -52,14 +56,37 @@ Result<std::unique_ptr<PipelineBackend>> PipelineBackend::create(
                                                   std::to_string(micro_batches));
   }
   return std::unique_ptr<PipelineBackend>(
-      new PipelineBackend(std::move(stage), world, place, micro_batches));
+      new PipelineBackend(std::move(stage), world, place, micro_batches, std::move(device_links)));
+}
+
+std::string PipelineBackend::transport() const {
+  return links_ != nullptr ? links_->description() : "host buffers over " + world_.name();
 }
 
 PipelineBackend::~PipelineBackend() {
+  links_.reset();
   (void)world_.wait_sends();
 }
 
+bool PipelineBackend::samples_on_device() const noexcept {
+  static const bool allowed = [] {
+    const char* v = std::getenv("WEFT_PP_DEVICE_SAMPLING");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return allowed && world_.rank() == 0 && stage_->samples_on_device();
+}
+
 Result<void> PipelineBackend::forward(const model::StepBatch& batch, std::vector<float>& logits) {
+  return step(batch, logits, false);
+}
+
+Result<void> PipelineBackend::launch(const model::StepBatch& batch) {
+  if (!samples_on_device()) return ForwardBackend::launch(batch);
+  return step(batch, launched_, true);
+}
+
+Result<void> PipelineBackend::step(const model::StepBatch& batch, std::vector<float>& logits,
+                                   bool logits_on_device) {
   logits.clear();
   const auto& spec = stage_->spec();
   // Every rank checks the whole batch before anything is sent, so a bad batch fails on every
@@ -77,6 +104,32 @@ Result<void> PipelineBackend::forward(const model::StepBatch& batch, std::vector
     if (!group) return group.error();
     tensor_group_ = std::move(group.value());
   }
+  if (make_links_ && place_.stages > 1) {
+    // Collective: every rank asks at its first step, after the group split above.
+    auto made = make_links_(world_, place_, *stage_);
+    make_links_ = nullptr;
+    if (!made) return made.error();
+    links_ = std::move(made.value());
+    if (links_ != nullptr && world_.rank() == 0) {
+      log_info("pipeline: stages exchange " + links_->description());
+    }
+  }
+  int count = micro_batches_;
+  if (stage_->cuda_device() >= 0) {
+    // On GPUs a decode step reads every weight once per micro-batch, so a piece must hold
+    // enough tokens to be worth it: micro-batches of at least WEFT_PP_MICRO_TOKENS (128).
+    // Every rank's stage is on a GPU alike, so every rank cuts the step alike.
+    static const long long min_tokens = [] {
+      const char* v = std::getenv("WEFT_PP_MICRO_TOKENS");
+      return v != nullptr && *v != '\0' ? std::max(1LL, std::atoll(v)) : 128LL;
+    }();
+    const auto by_tokens = static_cast<long long>(batch.tokens.size()) / min_tokens;
+    count = static_cast<int>(std::clamp<long long>(by_tokens, 1, micro_batches_));
+  }
+  if (links_ != nullptr) {
+    return links_->forward(*stage_, model::split_micro_batches(batch, count), logits,
+                           tensor_group_.get(), logits_on_device);
+  }
   const auto H = static_cast<std::size_t>(spec.hidden_size);
   const auto V = static_cast<std::size_t>(spec.vocab_size);
   const bool first = place_.stage == 0, last = place_.stage + 1 == place_.stages;
@@ -84,7 +137,7 @@ Result<void> PipelineBackend::forward(const model::StepBatch& batch, std::vector
   const int next = last ? -1 : place_.world_rank(place_.stage + 1, place_.tp_rank);
   const int head_rank = place_.world_rank(place_.stages - 1, 0);
   const bool leader = world_.rank() == 0;
-  const auto parts = model::split_micro_batches(batch, micro_batches_);
+  const auto parts = model::split_micro_batches(batch, count);
   for (const auto& mb : parts) {
     in_.clear();
     if (!first) {
@@ -108,7 +161,11 @@ Result<void> PipelineBackend::forward(const model::StepBatch& batch, std::vector
       logits.insert(logits.end(), received_.begin(), received_.end());
     }
   }
-  return world_.wait_sends();
+  if (auto ok = world_.wait_sends(); !ok) return ok;
+  if (logits_on_device && leader) {
+    return stage_->adopt_logits(logits.data(), batch.logit_rows());
+  }
+  return {};
 }
 
 }  // namespace weft::parallel

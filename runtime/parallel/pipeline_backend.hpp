@@ -7,9 +7,13 @@
 // receives the residual stream from its peer in the stage before, runs its layers and sends
 // the result to its peer in the stage after. Stage 0 goes on to micro-batch i + 1 while
 // stage 1 runs i. The last stage's tp rank 0 sends each micro-batch's logits to world rank 0,
-// where the engine's sampler is: only rank 0's forward() returns logits.
+// where the engine's sampler is: only rank 0's forward() returns logits. GPU stages on GPUs of
+// their own exchange device buffers over NCCL instead (DeviceStageLinks, nccl_pipeline.hpp).
 
+#include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "runtime/model/forward_backend.hpp"
 #include "runtime/model/layer_pipeline.hpp"
@@ -31,6 +35,31 @@ struct PipelinePlace {
 // The place of world rank `rank` in tensor_parallel x stages ranks.
 PipelinePlace pipeline_place(int rank, int tensor_parallel, int stages);
 
+// How GPU stages hand the residual stream and the logits on device to device, with
+// communication on streams of its own beside the stage's compute (nccl_pipeline.hpp makes
+// one over NCCL). Once made, PipelineBackend runs every step through it.
+class DeviceStageLinks {
+ public:
+  virtual ~DeviceStageLinks() = default;
+  // One step cut into `parts`: each is received from the stage before (unless this stage
+  // embeds), enqueued on the stage and sent on. On world rank 0 `logits` gets the step's
+  // logits (logit_rows x vocab_size); elsewhere it is left empty.
+  // With logits_on_device, rank 0 leaves them on its GPU instead, taken into the stage's
+  // sampler (StageForward::adopt_logits) on the stage's stream, and returns without waiting.
+  virtual Result<void> forward(model::StageForward& stage,
+                               const std::vector<model::StepBatch>& parts,
+                               std::vector<float>& logits, Communicator* tensor_group,
+                               bool logits_on_device) = 0;
+  // For logs: what carries the stages' messages.
+  virtual std::string description() const = 0;
+};
+
+// Makes a rank's links at the first step, collectively over `world` (every rank calls it at
+// the same point, with the same answer: links on every rank, or null on every rank, which
+// keeps the host path).
+using DeviceLinksFactory = std::function<Result<std::unique_ptr<DeviceStageLinks>>(
+    Communicator& world, const PipelinePlace& place, model::StageForward& stage)>;
+
 class PipelineBackend final : public model::ForwardBackend {
  public:
   // `world` (host buffers) must outlive the backend and have stages * tensor_parallel ranks;
@@ -40,18 +69,35 @@ class PipelineBackend final : public model::ForwardBackend {
   // micro_batches: how many pieces each step is cut into (at most one per sequence).
   static Result<std::unique_ptr<PipelineBackend>> create(std::unique_ptr<model::StageForward> stage,
                                                          Communicator& world, PipelinePlace place,
-                                                         int micro_batches);
+                                                         int micro_batches,
+                                                         DeviceLinksFactory device_links = {});
   ~PipelineBackend() override;
 
   const model::ModelSpec& spec() const noexcept override { return stage_->spec(); }
   int num_pages() const noexcept override { return stage_->num_pages(); }
   // On world rank 0 `logits` gets the step's logits; elsewhere it is left empty.
   Result<void> forward(const model::StepBatch& batch, std::vector<float>& logits) override;
+  // On world rank 0 of GPU stages, the engine samples on rank 0's GPU: launch() runs the step
+  // and leaves its logits in the stage's sampler (over NCCL they never reach the host),
+  // sample() samples them. WEFT_PP_DEVICE_SAMPLING=0 keeps the host sampler, for comparisons.
+  bool samples_on_device() const noexcept override;
+  Result<void> launch(const model::StepBatch& batch) override;
+  Result<void> sample(const model::DeviceSamplingInput& input,
+                      model::DeviceSamplingOutput& output) override {
+    return stage_->sample(input, output);
+  }
+  // What carries the stages' messages, for logs and tests: the links' description once made
+  // (at the first step), else "host buffers over <world>".
+  std::string transport() const;
 
  private:
   PipelineBackend(std::unique_ptr<model::StageForward> stage, Communicator& world,
-                  PipelinePlace place, int micro_batches)
-      : stage_(std::move(stage)), world_(world), place_(place), micro_batches_(micro_batches) {}
+                  PipelinePlace place, int micro_batches, DeviceLinksFactory device_links)
+      : stage_(std::move(stage)),
+        world_(world),
+        place_(place),
+        micro_batches_(micro_batches),
+        make_links_(std::move(device_links)) {}
 
   // The stage's tensor-parallel group (split at the first step) is declared before the stage,
   // so it outlives the stage: a GPU stage's NCCL communicator was bootstrapped over it.
@@ -60,7 +106,12 @@ class PipelineBackend final : public model::ForwardBackend {
   Communicator& world_;
   PipelinePlace place_;
   int micro_batches_;
-  std::vector<float> in_, out_, received_;
+  DeviceLinksFactory make_links_;  // cleared once asked
+  // Destroyed before the stage (declared after it): the links wait for their streams.
+  std::unique_ptr<DeviceStageLinks> links_;
+  Result<void> step(const model::StepBatch& batch, std::vector<float>& logits,
+                    bool logits_on_device);
+  std::vector<float> in_, out_, received_, launched_;
 };
 
 }  // namespace weft::parallel

@@ -107,6 +107,36 @@ if(WEFT_HAVE_NCCL AND WEFT_MPIEXEC)
            COMMAND sh -c "${tp_two_gpus}; ${tp_launch_text} -np 2 $<TARGET_FILE:weft> bench --model ${CMAKE_SOURCE_DIR}/models/weft-tiny --device cuda --tensor-parallel 2 --num-requests 8 --input-len 16 --output-len 8")
   set_tests_properties(weft_bench_tensor_parallel_cuda PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77
     PASS_REGULAR_EXPRESSION "requests 8 \\(0 failed\\)")
+  # GPU pipeline stages (nccl_pipeline.hpp): --pipeline-parallel 2 on GPUs 0 and 1, the stages
+  # joined over NCCL (WEFT_PP_TRANSPORT=nccl: an error instead of the host path), gives one
+  # GPU's greedy tokens on every fixture model; so do two ranks on one GPU (CUDA_VISIBLE_DEVICES
+  # =0: NCCL takes one rank per GPU, so the stages agree on the host path), which needs only
+  # one GPU. weft bench behind the engine: the same output digest as one GPU, and every request
+  # finishing with two micro-batches in each decode step (WEFT_PP_MICRO_TOKENS=1).
+  set(pp_one_gpu "[ \"$(nvidia-smi -L 2>/dev/null | grep -c ^GPU)\" -ge 1 ] || { echo 'SKIP: needs a GPU'; exit 77; }")
+  foreach(dir ${tp_fixtures})
+    if(NOT EXISTS ${dir}/config.json)
+      continue()
+    endif()
+    get_filename_component(name ${dir} NAME)
+    set(pp_args "generate --model ${dir} --prompt-ids 5,17,42,99,3,201,64 --max-tokens 8 --ignore-eos --device cuda")
+    add_test(NAME weft_generate_pipeline_parallel_cuda_${name}
+             COMMAND sh -c "${tp_two_gpus}; export WEFT_PP_TRANSPORT=nccl; one=$($<TARGET_FILE:weft> ${pp_args} 2>/dev/null) && two=$(${tp_launch_text} -np 2 -x WEFT_PP_TRANSPORT $<TARGET_FILE:weft> ${pp_args} --pipeline-parallel 2) && echo \"one gpu: $one\" && echo \"pp2: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]")
+    add_test(NAME weft_generate_pipeline_parallel_one_gpu_${name}
+             COMMAND sh -c "${pp_one_gpu}; export CUDA_VISIBLE_DEVICES=0; one=$($<TARGET_FILE:weft> ${pp_args} 2>/dev/null) && two=$(${tp_launch_text} -np 2 -x CUDA_VISIBLE_DEVICES $<TARGET_FILE:weft> ${pp_args} --pipeline-parallel 2) && echo \"one gpu: $one\" && echo \"pp2 on one gpu: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]")
+    set_tests_properties(weft_generate_pipeline_parallel_cuda_${name}
+                         weft_generate_pipeline_parallel_one_gpu_${name} PROPERTIES
+                         TIMEOUT 180 SKIP_RETURN_CODE 77)
+  endforeach()
+  set(pp_bench "bench --model ${CMAKE_SOURCE_DIR}/models/weft-tiny --device cuda --num-requests 8 --input-len 16 --output-len 8 --gpu-memory-fraction 0.3")
+  add_test(NAME weft_bench_pipeline_parallel_cuda
+           COMMAND sh -c "${tp_two_gpus}; export WEFT_PP_TRANSPORT=nccl; one=$($<TARGET_FILE:weft> ${pp_bench} | grep -o 'output_digest\":\"[0-9a-f]*') && two=$(${tp_launch_text} -np 2 -x WEFT_PP_TRANSPORT $<TARGET_FILE:weft> ${pp_bench} --pipeline-parallel 2 | grep -o 'output_digest\":\"[0-9a-f]*') && echo \"one gpu: $one\" && echo \"pp2: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]")
+  add_test(NAME weft_bench_pipeline_parallel_cuda_micro_batches
+           COMMAND sh -c "${tp_two_gpus}; export WEFT_PP_TRANSPORT=nccl WEFT_PP_MICRO_TOKENS=1; ${tp_launch_text} -np 2 -x WEFT_PP_TRANSPORT -x WEFT_PP_MICRO_TOKENS $<TARGET_FILE:weft> ${pp_bench} --pipeline-parallel 2 --micro-batches 2")
+  set_tests_properties(weft_bench_pipeline_parallel_cuda weft_bench_pipeline_parallel_cuda_micro_batches
+                       PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77)
+  set_tests_properties(weft_bench_pipeline_parallel_cuda_micro_batches PROPERTIES
+                       PASS_REGULAR_EXPRESSION "requests 8 \\(0 failed\\)")
   # Hybrid on GPUs: two stages of two tensor-parallel ranks (4 processes: on 2 GPUs two per GPU,
   # each stage's NCCL group over GPUs 0 and 1; on 4 GPUs one each) give the tokens of TP=2 alone
   # (the same shards and all-reduces; the stages only hand the fp32 residual stream on), with

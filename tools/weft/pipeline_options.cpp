@@ -14,7 +14,9 @@ void add_pipeline_options(CLI::App* cmd, PipelineOptions& options) {
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--micro-batches", options.micro_batches,
                   "with --pipeline-parallel: cut each step's batch into this many micro-batches "
-                  "of whole sequences, so the stages work at once (0: one per stage)")
+                  "of whole sequences, so the stages work at once (0: one per stage; GPU "
+                  "stages cut only into pieces of WEFT_PP_MICRO_TOKENS, 128, tokens or "
+                  "more, docs/parallel.md)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--cpu-layers", options.cpu_layers,

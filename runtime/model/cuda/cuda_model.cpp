@@ -731,8 +731,13 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     if (!embeds) {
       // A later pipeline stage starts from the residual stream the stage before produced;
       // post-norm layers read it as 16 bits too.
-      cudaMemcpyAsync(x.get(), stage_in, static_cast<std::size_t>(T) * H * 4,
-                      cudaMemcpyHostToDevice, stream);
+      if (stage_in_device != nullptr) {
+        cudaMemcpyAsync(x.get(), stage_in_device, static_cast<std::size_t>(T) * H * 4,
+                        cudaMemcpyDeviceToDevice, stream);
+      } else {
+        cudaMemcpyAsync(x.get(), stage_in, static_cast<std::size_t>(T) * H * 4,
+                        cudaMemcpyHostToDevice, stream);
+      }
       if (post_norm) cuda::rows_to_precision(x.as<float>(), nullptr, T, H, h.get(), P, stream);
     } else {
       cuda::embedding_gather(embedding.get(), P, dev + L.tokens, T, H, x.as<float>(), stream);
@@ -849,6 +854,10 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
         cudaEventRecord(join_event, side_stream);
         cudaStreamWaitEvent(stream, join_event, 0);
       }
+      if (stage_out_device != nullptr) {
+        cudaMemcpyAsync(stage_out_device, x.get(), static_cast<std::size_t>(T) * H * 4,
+                        cudaMemcpyDeviceToDevice, stream);
+      }
       return;
     }
     // The last residual add and the final norm, only for the rows that need logits; a
@@ -899,6 +908,10 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       blas_ok &= product(h.get(), rows, head, lm_head_q, V, H, logits.as<float>(), V, true);
       mark("lm_head product");
     }
+    if (stage_out_device != nullptr) {
+      cudaMemcpyAsync(stage_out_device, logits.as<float>(), static_cast<std::size_t>(rows) * V * 4,
+                      cudaMemcpyDeviceToDevice, stream);
+    }
     if (forked) {
       cudaEventRecord(join_event, side_stream);
       cudaStreamWaitEvent(stream, join_event, 0);
@@ -907,10 +920,11 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   // A pure decode step of a shape seen before replays its CUDA graph: one launch instead of
   // ~10 per layer. The graph's kernels read this step's metadata from the same buffer.
   const bool graph_step = options.cuda_graphs && !graphs_broken && tile_count == 0 && !has_tree &&
-                          !compressing && !profiling && embeds && ends;
+                          !compressing && !profiling && ((embeds && ends) || device_stage);
   if (graph_step) {
-    const GraphKey key{T,          S,          rows, cuda::decode_split_count(decode_context),
-                       has_verify, has_offsets};
+    const int splits = cuda::decode_split_count(decode_context);
+    const GraphKey key{
+        T, S, rows, splits, has_verify, has_offsets, stage_in_device, stage_out_device};
     auto it = graphs.find(key);
     if (it == graphs.end()) {
       if (graphs.size() >= kMaxGraphs) drop_graphs();
@@ -950,7 +964,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     return Error(ErrorCode::kInternal,
                  "CUDA: a tensor-parallel all-reduce (" + tensor_parallel->name() + ") failed");
   }
-  if (!ends) {
+  if (!ends && !device_stage) {
     // The residual stream to the host, for the next stage.
     stage_out->resize(static_cast<std::size_t>(T) * H);
     if (auto err = cudaMemcpyAsync(stage_out->data(), x.get(), stage_out->size() * 4,

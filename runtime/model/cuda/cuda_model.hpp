@@ -113,6 +113,19 @@ class CudaModel final : public ForwardBackend {
   LayerRange layers() const noexcept;
   Result<void> forward_layers(const StepBatch& batch, std::span<const float> hidden_in,
                               std::vector<float>& out);
+  // forward_layers with the residual stream in device memory (a GPU pipeline over NCCL,
+  // runtime/parallel/nccl_pipeline.hpp; cuda_model_parallel.cpp): `hidden_in` (null when the
+  // stage embeds, else [tokens x hidden_size] fp32 on this GPU) is copied in on cuda_stream(),
+  // and the stage's output, the residual stream after its last layer or (when it ends) the
+  // logits (logit_rows x vocab_size), is copied to `out` (device memory; null only for a last
+  // stage whose logits nobody reads). Enqueued without waiting for the device; decode steps
+  // replay CUDA graphs (keyed by the two pointers too, so reuse a few fixed buffers).
+  Result<void> enqueue_layers(const StepBatch& batch, const float* hidden_in, float* out);
+  // A step's logits computed elsewhere (a GPU pipeline's last stage, for the sampler on world
+  // rank 0): `rows` rows of vocab_size floats in this GPU's memory or the host's, copied into
+  // this model's logits on cuda_stream() (the caller orders that stream after their arrival),
+  // so that sample() samples them as after launch().
+  Result<void> adopt_logits(const float* logits, int rows);
 
   // Sampling on the GPU (kernels/cuda/sampling.hpp): launch() enqueues a step and returns
   // without waiting; sample() samples the rows of its logits and waits once, for the

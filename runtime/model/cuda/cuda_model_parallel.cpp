@@ -78,6 +78,35 @@ void* CudaModel::cuda_stream() const noexcept {
   return state_->stream;
 }
 
+Result<void> CudaModel::enqueue_layers(const StepBatch& batch, const float* hidden_in, float* out) {
+  State& s = *state_;
+  s.launched_rows = -1;
+  if (batch.has_token_tree()) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "token trees need tree attention, which a CUDA pipeline stage does not have yet");
+  }
+  KvLayout whole = s.layout;
+  whole.num_layers = s.spec.num_layers;
+  if (auto ok = check_step_batch(s.spec, batch, whole, s.num_pages); !ok) return ok;
+  if (!s.embeds && hidden_in == nullptr) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "a stage from layer " + std::to_string(s.first_layer) +
+                     " takes the residual stream of the stage before; none was given");
+  }
+  if (!s.ends && out == nullptr) {
+    return Error(ErrorCode::kInvalidArgument, "a stage before the last needs an output buffer");
+  }
+  s.device_stage = true;
+  s.stage_in_device = s.embeds ? nullptr : hidden_in;
+  s.stage_out_device = out;
+  std::vector<float> unused;
+  auto ran = s.run(batch, unused, /*copy_logits=*/false);
+  s.device_stage = false;
+  s.stage_in_device = nullptr;
+  s.stage_out_device = nullptr;
+  return ran;
+}
+
 Result<void> CudaModel::set_tensor_parallel(parallel::Communicator& comm) {
   State& s = *state_;
   if (!comm.device_buffers()) {
@@ -179,6 +208,44 @@ Result<void> CudaModel::set_tensor_parallel(parallel::Communicator& comm) {
   s.tensor_parallel = &comm;
   s.vocab_parallel = vocab;
   s.bf16_reduce_tokens = reduce16;
+  return {};
+}
+
+Result<void> CudaModel::adopt_logits(const float* logits, int rows) {
+  State& s = *state_;
+  s.launched_rows = -1;
+  if (rows < 0) return Error(ErrorCode::kInvalidArgument, "adopt_logits: negative row count");
+  if (auto err = cudaSetDevice(s.options.device); err != cudaSuccess) {
+    return cuda_error(err, "selecting device " + std::to_string(s.options.device));
+  }
+  const std::size_t bytes = static_cast<std::size_t>(rows) * s.spec.vocab_size * 4;
+  if (bytes > s.logits.bytes()) {
+    // The buffer moves: nothing may still read it, and no graph may point at it.
+    if (auto err = cudaStreamSynchronize(s.stream); err != cudaSuccess) {
+      return cuda_error(err, "waiting before the logits buffer grows");
+    }
+    s.drop_graphs();
+    if (auto err = s.logits.reserve(bytes); err != cudaSuccess) {
+      return cuda_error(err, "allocating device logits");
+    }
+  }
+  cudaPointerAttributes where{};
+  const bool on_device =
+      cudaPointerGetAttributes(&where, logits) == cudaSuccess && where.type == cudaMemoryTypeDevice;
+  cudaGetLastError();  // an unregistered host pointer may leave an error on older runtimes
+  if (bytes > 0) {
+    if (auto err = cudaMemcpyAsync(s.logits.get(), logits, bytes, cudaMemcpyDefault, s.stream);
+        err != cudaSuccess) {
+      return cuda_error(err, "copying the step's logits");
+    }
+    if (!on_device) {
+      // Host memory the caller reuses after this returns.
+      if (auto err = cudaStreamSynchronize(s.stream); err != cudaSuccess) {
+        return cuda_error(err, "copying the step's logits");
+      }
+    }
+  }
+  s.launched_rows = rows;
   return {};
 }
 

@@ -62,6 +62,11 @@ struct CudaModel::State {
   bool embeds = true, ends = true;
   const float* stage_in = nullptr;
   std::vector<float>* stage_out = nullptr;
+  // A stage step of enqueue_layers: its input (null: embed) and output (null: none) in device
+  // memory, copied on `stream`; the step runs without a host wait and may replay a graph.
+  bool device_stage = false;
+  const float* stage_in_device = nullptr;
+  float* stage_out_device = nullptr;
   int num_pages = 0;
   std::vector<int> free;  // a stack, as KvCache's
   cudaStream_t stream = nullptr;
@@ -146,10 +151,10 @@ struct CudaModel::State {
   int head_window_rows = 0;
 
   // Decode graphs by (tokens, sequences, logit rows, decode splits, whether verification rows
-  // are in it, whether a sequence has a KV-Compress slot offset): what fixes their grids,
-  // kernels and metadata offsets. They point into the buffers above, so any reallocation
-  // drops them.
-  using GraphKey = std::tuple<int, int, int, int, bool, bool>;
+  // are in it, whether a sequence has a KV-Compress slot offset, and a device stage's input
+  // and output): what fixes their grids, kernels, metadata offsets and copies. They point into
+  // the buffers above, so any reallocation drops them.
+  using GraphKey = std::tuple<int, int, int, int, bool, bool, const void*, const void*>;
   static constexpr std::size_t kMaxGraphs = 512;
   std::map<GraphKey, cudaGraphExec_t> graphs;
   bool graphs_broken = false;
