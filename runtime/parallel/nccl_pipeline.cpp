@@ -267,7 +267,10 @@ class NcclStageLinks final : public DeviceStageLinks {
     DeviceBuffer word;
     if (auto rc = word.reserve(4); rc != cudaSuccess) return cuda_failure("cudaMalloc", rc);
     std::span<std::byte> bytes(static_cast<std::byte*>(word.get()), 4);
-    if (auto ok = sender ? link.send(bytes, 1) : link.recv(bytes, 0); !ok) return ok;
+    // The peer is the other rank of the two, whichever end sends: the logits link's sender is
+    // its group rank 1 (the last stage), a stage link's is group rank 0 (the earlier stage).
+    const int peer = 1 - link.rank();
+    if (auto ok = sender ? link.send(bytes, peer) : link.recv(bytes, peer); !ok) return ok;
     if (auto rc = cudaStreamSynchronize(stream); rc != cudaSuccess) {
       return cuda_failure("connecting a link", rc);
     }
