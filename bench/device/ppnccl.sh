@@ -73,6 +73,7 @@ if want tests; then
 fi
 
 if want generate; then
+  # (NCCL_DEBUG=VERSION prints NCCL's version on stdout: not part of the tokens.)
   for m in llama_gqa_f32 qwen2_tied_f32; do
     args=(generate --model "tests/fixtures/models/$m" --prompt-ids 5,17,42,99,3,201,64
       --max-tokens 16 --ignore-eos --device cuda)
@@ -80,12 +81,12 @@ if want generate; then
     nccl=$one
     if [ "${gpus:-0}" -ge 2 ]; then
       nccl=$(env WEFT_PP_TRANSPORT=nccl timeout 120 "${MPI2[@]}" -x WEFT_PP_TRANSPORT "$W" "${args[@]}" \
-        --pipeline-parallel 2 2>"$OUT/generate_$m.err")
+        --pipeline-parallel 2 2>"$OUT/generate_$m.err" | grep -v '^NCCL version')
     else
       echo "(fewer than two GPUs: the NCCL run is skipped)"
     fi
     same=$(env CUDA_VISIBLE_DEVICES=0 timeout 120 "${MPI2[@]}" -x CUDA_VISIBLE_DEVICES "$W" "${args[@]}" \
-      --pipeline-parallel 2 2>>"$OUT/generate_$m.err")
+      --pipeline-parallel 2 2>>"$OUT/generate_$m.err" | grep -v '^NCCL version')
     echo "$m one GPU:          $one"
     echo "$m PP=2 over NCCL:   $nccl"
     echo "$m PP=2 on one GPU:  $same"
