@@ -357,6 +357,7 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
     spec.step_budget = s.config.spec_step_budget;
     spec.trees = token_trees;
     spec.max_step_rows = exact_verify_rows;
+    spec.trace = sched::speculation_trace_from_env();
     s.scheduler->set_speculation(std::move(speculator), spec,
                                  token_trees ? s.config.spec_width : 1);
   }

@@ -325,6 +325,7 @@ asio::awaitable<void> SchedulerActor::loop() {
     for (std::size_t i = 0; i < plan.slices.size(); ++i) {
       const auto& s = plan.slices[i];
       batch.sequences.push_back({s.token_begin, s.token_count, s.page_table, false});
+      batch.sequences.back().verify = s.decode_rows;
       batch.sequences.back().slot_offset = s.slot_offset;
       batch.sequences.back().compress_evict = s.compress_evict;
       batch.sequences.back().compress_window = s.compress_window;

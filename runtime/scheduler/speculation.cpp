@@ -9,13 +9,15 @@
 namespace weft::sched {
 
 std::unordered_map<std::uint64_t, std::shared_ptr<const speculative::DraftTree>>
-Scheduler::propose_drafts(const std::vector<std::uint64_t>& decoding, int budget) {
+Scheduler::propose_drafts(const std::vector<std::uint64_t>& decoding, int budget, int other_rows) {
   std::unordered_map<std::uint64_t, std::shared_ptr<const speculative::DraftTree>> drafts;
   if (decoding.empty()) return drafts;
   // Turned down as the batch grows: each sequence's share of the step's draft budget.
   const int n = static_cast<int>(decoding.size());
   int share = std::min({speculation_.max_nodes, speculation_.step_budget / n, budget / n});
-  if (speculation_.max_step_rows > 0) share = std::min(share, (speculation_.max_step_rows - n) / n);
+  if (speculation_.max_step_rows > 0) {
+    share = std::min(share, (speculation_.max_step_rows - n - other_rows) / n);
+  }
   if (share < 1) return drafts;
   // Each sequence's depth (what is left of its output), then every tree at once where the
   // speculator takes a batch.
@@ -91,6 +93,36 @@ ScheduledSlice Scheduler::draft_slice(const Sequence& s, StepPlan& plan,
   speculation_stats_.draft_tokens += static_cast<std::uint64_t>(tree->size());
   slice.draft = std::move(tree);
   return slice;
+}
+
+bool Scheduler::catches_up(const Sequence& s, int count) const {
+  // After a verification, the sequence's uncomputed tokens are generated ones, at most the
+  // tree's depth and the bonus token; longer chunks of output (tokens a grammar forced, a
+  // preempted sequence's recomputation) are no catch-up and run as plain decoding ran them.
+  return speculation_.enabled() && count > 1 && count <= speculation_.max_depth + 1 &&
+         s.computed >= s.prompt_len;
+}
+
+void Scheduler::trace_slice(const StepPlan& plan, const Sequence& s, const ScheduledSlice& slice,
+                            const VerifiedDraft* verified) const {
+  SpeculationTraceEvent e;
+  e.step = plan.step;
+  e.sequence = s.id;
+  e.prompt_len = s.prompt_len;
+  e.first_position = slice.first_position;
+  e.verification = slice.draft != nullptr;
+  e.tokens.assign(plan.tokens.begin() + slice.token_begin,
+                  plan.tokens.begin() + slice.token_begin + slice.token_count);
+  if (slice.draft) e.parent = slice.draft->parent;
+  if (verified != nullptr) {
+    e.accepted = verified->accepted;
+    e.appended = verified->tokens;
+  } else if (slice.samples &&
+             static_cast<int>(s.tokens.size()) > slice.first_position + slice.token_count) {
+    e.appended.push_back(s.tokens.back());
+  }
+  e.computed = s.computed;
+  speculation_.trace(e);
 }
 
 void Scheduler::complete_draft(Sequence& s, const ScheduledSlice& slice,

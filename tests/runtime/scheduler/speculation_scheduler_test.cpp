@@ -155,7 +155,128 @@ TEST(SpeculationScheduler, AnOutOfPlaceAcceptedBranchIsRecomputedNotCopied) {
   EXPECT_FALSE(next.slices[0].draft);
   EXPECT_EQ(next.slices[0].token_count, 3);
   EXPECT_TRUE(next.slices[0].samples);
+  // Generated tokens: decode rows, as plain decoding computed them (on the GPU a prefill tile
+  // rounds otherwise, and greedy output would leave plain greedy output at a near-tie).
+  EXPECT_TRUE(next.slices[0].decode_rows);
+  EXPECT_FALSE(prefill.slices[0].decode_rows) << "a prompt is no catch-up";
   s.remove(1);
+  EXPECT_EQ(s.pool().free_pages(), s.pool().num_pages());
+}
+
+// What the trace (WEFT_SPEC_TRACE) records: the verification's tree, accepted path and commit,
+// then the catch-up chunk's decode rows with the token it sampled.
+TEST(SpeculationScheduler, TheTraceRecordsTreesAcceptedPathsAndCatchUps) {
+  Scheduler s(config());
+  SpeculationConfig spec;
+  spec.max_depth = 2;
+  spec.max_nodes = 4;
+  spec.propose = [](const Sequence& seq, int, int) {
+    const int n = static_cast<int>(seq.tokens.size());
+    speculative::DraftTree t;
+    t.tokens = {truth(n) + 1, truth(n + 1), truth(n), truth(n + 1)};
+    t.parent = {-1, 0, -1, 2};
+    return t;
+  };
+  std::vector<SpeculationTraceEvent> events;
+  spec.trace = [&](const SpeculationTraceEvent& e) { events.push_back(e); };
+  s.set_speculation(spec);
+  ASSERT_TRUE(s.add(7, {truth(0), truth(1), truth(2)}, 10).ok());
+  StepPlan prefill = s.plan_step();
+  s.complete_step(prefill, std::vector<std::int32_t>{truth(3)});
+  EXPECT_TRUE(events.empty()) << "a prompt's chunk is not traced";
+  StepPlan step = s.plan_step();
+  s.complete_step(step, {}, std::vector<VerifiedDraft>{verify(step.slices[0])});
+  StepPlan next = s.plan_step();
+  s.complete_step(next, std::vector<std::int32_t>{truth(7)});
+  ASSERT_EQ(events.size(), 2u);
+  const auto& v = events[0];
+  EXPECT_TRUE(v.verification);
+  EXPECT_EQ(v.step, step.step);
+  EXPECT_EQ(v.sequence, 7u);
+  EXPECT_EQ(v.prompt_len, 3);
+  EXPECT_EQ(v.first_position, 3);
+  EXPECT_EQ(v.tokens,
+            (std::vector<std::int32_t>{truth(3), truth(4) + 1, truth(5), truth(4), truth(5)}));
+  EXPECT_EQ(v.parent, (std::vector<std::int32_t>{-1, 0, -1, 2}));
+  EXPECT_EQ(v.accepted, (std::vector<int>{2, 3}));
+  EXPECT_EQ(v.appended, (std::vector<std::int32_t>{truth(4), truth(5), truth(6)}));
+  EXPECT_EQ(v.computed, 4);
+  const auto& c = events[1];
+  EXPECT_FALSE(c.verification);
+  EXPECT_EQ(c.first_position, 4);
+  EXPECT_EQ(c.tokens, (std::vector<std::int32_t>{truth(4), truth(5), truth(6)}));
+  EXPECT_EQ(c.appended, (std::vector<std::int32_t>{truth(7)}));
+  EXPECT_EQ(c.computed, 7);
+  EXPECT_EQ(to_json_line(v),
+            "{\"step\":1,\"sequence\":7,\"prompt_len\":3,\"first_position\":3,\"kind\":"
+            "\"verify\",\"tokens\":[" +
+                std::to_string(truth(3)) + "," + std::to_string(truth(4) + 1) + "," +
+                std::to_string(truth(5)) + "," + std::to_string(truth(4)) + "," +
+                std::to_string(truth(5)) +
+                "],\"parent\":[-1,0,-1,2],\"accepted\":[2,3],"
+                "\"appended\":[" +
+                std::to_string(truth(4)) + "," + std::to_string(truth(5)) + "," +
+                std::to_string(truth(6)) + "],\"computed\":4}");
+  s.remove(7);
+}
+
+// With an exact-row bound (the CUDA row kernel), a catch-up chunk's decode rows count: the
+// drafts beside it shrink so that the step's decode rows stay within the bound.
+TEST(SpeculationScheduler, CatchUpRowsCountAgainstTheExactRowLimit) {
+  Scheduler s(config(256));
+  SpeculationConfig spec;
+  spec.max_depth = 4;
+  spec.max_nodes = 4;
+  spec.step_budget = 64;
+  spec.max_step_rows = 16;
+  // At its first decode, sequence 1's first chain is wrong and its second branch right (a
+  // 3-token catch-up next); every other draft is a right chain.
+  spec.propose = [](const Sequence& seq, int nodes, int depth) {
+    const int n = static_cast<int>(seq.tokens.size());
+    speculative::DraftTree t;
+    if (seq.id == 1 && n == 4) {
+      t.tokens = {truth(n) + 1, truth(n), truth(n + 1)};
+      t.parent = {-1, -1, 1};
+      return t;
+    }
+    for (int k = 0; k < std::min(nodes, depth); ++k) {
+      t.tokens.push_back(truth(n + k));
+      t.parent.push_back(k - 1);
+    }
+    return t;
+  };
+  s.set_speculation(spec);
+  for (std::uint64_t id = 1; id <= 4; ++id)
+    ASSERT_TRUE(s.add(id, {truth(0), truth(1), truth(2)}, 30).ok());
+  StepPlan prefill = s.plan_step();
+  s.complete_step(prefill, std::vector<std::int32_t>(4, truth(3)));
+  StepPlan step = s.plan_step();
+  ASSERT_EQ(step.slices.size(), 4u);
+  std::vector<VerifiedDraft> verified;
+  for (const auto& slice : step.slices) {
+    ASSERT_TRUE(slice.draft);
+    EXPECT_EQ(slice.draft->size(), 3) << "(16 - 4) / 4 draft tokens each";
+    verified.push_back(verify(slice));
+  }
+  s.complete_step(step, {}, verified);
+  // Three decoding sequences and sequence 1's 3 catch-up rows: (16 - 3 - 3) / 3 = 3 draft
+  // tokens each (4 if the catch-up's rows were not counted: 19 decode rows).
+  StepPlan next = s.plan_step();
+  int rows = 0;
+  for (const auto& slice : next.slices) {
+    if (slice.id == 1) {
+      EXPECT_FALSE(slice.draft);
+      EXPECT_TRUE(slice.decode_rows);
+      EXPECT_EQ(slice.token_count, 3);
+    } else {
+      ASSERT_TRUE(slice.draft);
+      EXPECT_EQ(slice.draft->size(), 3);
+    }
+    rows += slice.token_count;
+  }
+  EXPECT_LE(rows, 16);
+  for (std::uint64_t id = 1; id <= 4; ++id)
+    s.remove(id);
   EXPECT_EQ(s.pool().free_pages(), s.pool().num_pages());
 }
 
