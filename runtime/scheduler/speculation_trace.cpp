@@ -1,7 +1,6 @@
 #include "runtime/scheduler/speculation_trace.hpp"
 
 #include <cstdio>
-#include <cstdlib>
 #include <mutex>
 
 namespace weft::sched {
@@ -53,12 +52,6 @@ std::function<void(const SpeculationTraceEvent&)> speculation_trace_to_file(std:
       std::fclose(f);
     }
   };
-}
-
-std::function<void(const SpeculationTraceEvent&)> speculation_trace_from_env() {
-  const char* path = std::getenv("WEFT_SPEC_TRACE");
-  if (path == nullptr || *path == '\0') return nullptr;
-  return speculation_trace_to_file(path);
 }
 
 }  // namespace weft::sched

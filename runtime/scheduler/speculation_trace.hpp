@@ -2,8 +2,8 @@
 // A trace of speculative decoding (docs/speculative.md#tracing): one JSON line per verification
 // and per chunk of decode rows, saying which sequence, which step, the tree, the path the
 // target accepted and what was committed. It pinpoints where a speculative run leaves plain
-// greedy output: set WEFT_SPEC_TRACE=FILE and every engine of the process appends its lines to
-// FILE.
+// greedy output: with WEFT_SPEC_TRACE=FILE (speculation_env.hpp) every engine of the process
+// appends its lines to FILE.
 
 #include <cstdint>
 #include <functional>
@@ -37,8 +37,5 @@ std::string to_json_line(const SpeculationTraceEvent& e);
 // Appends each event's line to `path` (whole lines, so engines sharing a file never interleave
 // them); null, with a line on stderr, when the file cannot be opened.
 std::function<void(const SpeculationTraceEvent&)> speculation_trace_to_file(std::string path);
-
-// WEFT_SPEC_TRACE's file, or null when the variable is unset or empty.
-std::function<void(const SpeculationTraceEvent&)> speculation_trace_from_env();
 
 }  // namespace weft::sched

@@ -311,6 +311,44 @@ TEST(SpeculationScheduler, TheStepBudgetTurnsSpeculationDownThenOff) {
   }
 }
 
+// Issue #17's "no loss at batch 64": with the default step budget (32 draft tokens a step over
+// all decoding sequences) each sequence's tree shrinks as the batch grows and from 33
+// sequences the speculator is not even asked: those steps are plain decode steps.
+TEST(SpeculationScheduler, TheDefaultBudgetTurnsSpeculationOffAtBatch64) {
+  for (auto [sequences, want_nodes] :
+       {std::pair{1, 4}, {8, 4}, {16, 2}, {32, 1}, {33, 0}, {64, 0}}) {
+    SchedulerConfig c = config(1024);
+    c.max_tokens_per_step = 4096;  // the draft budget binds, not the step's tokens
+    Scheduler s(c);
+    SpeculationConfig spec;  // the defaults: depth 4, 4 nodes, step budget 32
+    int asked = 0;
+    spec.propose = [&](const Sequence& seq, int nodes, int depth) {
+      ++asked;
+      speculative::DraftTree t;
+      for (int k = 0; k < std::min(nodes, depth); ++k) {
+        t.tokens.push_back(truth(static_cast<int>(seq.tokens.size()) + k));
+        t.parent.push_back(k - 1);
+      }
+      return t;
+    };
+    s.set_speculation(spec);
+    for (int id = 1; id <= sequences; ++id)
+      ASSERT_TRUE(s.add(static_cast<std::uint64_t>(id), {1, 2, 3}, 20).ok());
+    StepPlan prefill = s.plan_step();
+    ASSERT_EQ(static_cast<int>(prefill.slices.size()), sequences);
+    s.complete_step(prefill, std::vector<std::int32_t>(static_cast<std::size_t>(sequences), 7));
+    StepPlan step = s.plan_step();
+    int drafted = 0;
+    for (const auto& slice : step.slices)
+      drafted += slice.draft ? slice.draft->size() : 0;
+    EXPECT_EQ(drafted, sequences * want_nodes) << sequences << " sequences";
+    if (want_nodes == 0) {
+      EXPECT_EQ(asked, 0) << sequences << " sequences: the speculator is not even asked";
+      EXPECT_EQ(static_cast<int>(step.tokens.size()), sequences) << "a plain decode step";
+    }
+  }
+}
+
 // A backend whose verification rows are exact up to 16 rows a step (the CUDA row kernel):
 // each of n sequences gets at most (16 - n) / n draft tokens.
 TEST(SpeculationScheduler, TheExactRowLimitBoundsTheDraftTokens) {
