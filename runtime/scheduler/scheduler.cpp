@@ -329,8 +329,11 @@ StepPlan Scheduler::plan_step() {
     int other_rows = 0;
     for (const Choice& c : chosen) {
       const Sequence& s = sequences_.at(c.id);
-      if (c.count == 1 && static_cast<int>(s.tokens.size()) - s.computed == 1) {
+      const bool whole = s.computed + c.count == static_cast<int>(s.tokens.size());
+      if (whole && (c.count == 1 || catches_up(s, c.count))) {
+        // A decode token, or a whole catch-up: its tree follows the catch-up in its slice.
         decoding.push_back(c.id);
+        other_rows += c.count - 1;
       } else if (c.count == 1 || catches_up(s, c.count)) {
         other_rows += c.count;
       }

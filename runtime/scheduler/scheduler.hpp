@@ -65,11 +65,15 @@ struct ScheduledSlice {
   int first_position = 0;
   bool samples = false;  // this slice ends at the sequence's last token: sample the next one
   std::vector<std::int32_t> page_table;
-  // Speculative verification (docs/speculative.md): the slice is the sequence's last token
-  // (the tree's root, at first_position) and then the draft's nodes, each at the position
-  // first_position + its depth, its KV in slot first_position + 1 + its index (scratch until
-  // accepted). Every token of the slice gets logits. Null: an ordinary slice.
+  // Speculative verification (docs/speculative.md): the slice is the sequence's uncomputed
+  // tokens up to its last one (the tree's root, at root_position(); a catch-up before it, see
+  // decode_rows) and then the draft's nodes, each at the position root + its depth, its KV in
+  // slot root + 1 + its index (scratch until accepted). Every token of the slice gets logits.
+  // Null: an ordinary slice.
   std::shared_ptr<const speculative::DraftTree> draft;
+  int root_position() const {
+    return first_position + token_count - 1 - (draft ? draft->size() : 0);
+  }
   // A short chunk of generated tokens the sequence has not computed: what a verification
   // accepted off the draft's first chain, and its bonus token. A backend computes each token as
   // a decode row (model::SequenceSlice::verify), as plain decoding computed it, so that greedy

@@ -24,7 +24,8 @@ std::string to_json_line(const SpeculationTraceEvent& e) {
   std::string out = "{\"step\":" + std::to_string(e.step) +
                     ",\"sequence\":" + std::to_string(e.sequence) +
                     ",\"prompt_len\":" + std::to_string(e.prompt_len) +
-                    ",\"first_position\":" + std::to_string(e.first_position) + ",\"kind\":\"" +
+                    ",\"first_position\":" + std::to_string(e.first_position) +
+                    ",\"catch_up\":" + std::to_string(e.catch_up) + ",\"kind\":\"" +
                     (e.verification ? "verify" : "decode_rows") + "\"";
   append_array(out, "tokens", e.tokens);
   append_array(out, "parent", e.parent);

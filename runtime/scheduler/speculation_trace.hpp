@@ -16,11 +16,13 @@ struct SpeculationTraceEvent {
   std::uint64_t step = 0;
   std::uint64_t sequence = 0;
   int prompt_len = 0;
-  // The slice's first position: a verification's root (the sequence's last token), or a
-  // chunk's first token.
+  // The slice's first position; a verification's root (the sequence's last token) is
+  // catch_up tokens after it (a catch-up of tokens accepted off the last tree's first chain
+  // before the root, in the same slice).
   int first_position = 0;
-  // A verification: the tree (tokens and parents, -1 for a child of the root). A chunk of
-  // decode rows: its tokens, parents empty.
+  int catch_up = 0;
+  // The slice's tokens: a verification's catch-up, root and nodes (parents: the nodes', -1 for
+  // a child of the root); a chunk of decode rows' tokens (parents empty).
   bool verification = false;
   std::vector<std::int32_t> tokens;
   std::vector<std::int32_t> parent;
@@ -30,8 +32,8 @@ struct SpeculationTraceEvent {
 };
 
 // One line of JSON, no newline: {"step":..,"sequence":..,"prompt_len":..,"first_position":..,
-// "kind":"verify"|"decode_rows","tokens":[..],"parent":[..],"accepted":[..],"appended":[..],
-// "computed":..}.
+// "catch_up":..,"kind":"verify"|"decode_rows","tokens":[..],"parent":[..],"accepted":[..],
+// "appended":[..],"computed":..}.
 std::string to_json_line(const SpeculationTraceEvent& e);
 
 // Appends each event's line to `path` (whole lines, so engines sharing a file never interleave

@@ -5,6 +5,7 @@
 // appended it, its tree and accepted path, and the sequence's events just before — so that a
 // single run on the GPU pinpoints the cause.
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <sstream>
@@ -15,7 +16,7 @@ namespace weft::test_support {
 
 struct TraceLine {
   std::uint64_t step = 0, sequence = 0;
-  int prompt_len = 0, first_position = 0, computed = 0;
+  int prompt_len = 0, first_position = 0, catch_up = 0, computed = 0;
   std::string kind;
   std::vector<std::int64_t> tokens, parent, accepted, appended;
 };
@@ -54,6 +55,10 @@ inline std::string describe(const TraceLine& e) {
                   ": " + e.kind + " at position " + std::to_string(e.first_position) + " tokens " +
                   list(e.tokens);
   if (e.kind == "verify") {
+    if (e.catch_up > 0) {
+      s += " (a catch-up of " + std::to_string(e.catch_up) + ", then the root at " +
+           std::to_string(e.first_position + e.catch_up) + ")";
+    }
     s += " parents " + list(e.parent) + " accepted path " + list(e.accepted);
   }
   return s + " appended " + list(e.appended) + " computed " + std::to_string(e.computed);
@@ -71,6 +76,7 @@ inline std::vector<TraceLine> read_speculation_trace(const std::string& path) {
     e.sequence = static_cast<std::uint64_t>(trace_detail::number(line, "sequence"));
     e.prompt_len = static_cast<int>(trace_detail::number(line, "prompt_len"));
     e.first_position = static_cast<int>(trace_detail::number(line, "first_position"));
+    e.catch_up = std::max(0, static_cast<int>(trace_detail::number(line, "catch_up")));
     e.computed = static_cast<int>(trace_detail::number(line, "computed"));
     e.kind = line.find("\"kind\":\"verify\"") != std::string::npos ? "verify" : "decode_rows";
     e.tokens = trace_detail::array(line, "tokens");
@@ -114,7 +120,7 @@ inline std::string explain_first_difference(const std::vector<TraceLine>& trace,
   std::size_t culprit = events.size();
   for (std::size_t i = 0; i < events.size(); ++i) {
     const TraceLine& e = *events[i];
-    const int first = e.kind == "verify" ? e.first_position + 1
+    const int first = e.kind == "verify" ? e.first_position + e.catch_up + 1
                                          : e.first_position + static_cast<int>(e.tokens.size());
     if (position >= first && position < first + static_cast<int>(e.appended.size())) {
       culprit = i;
