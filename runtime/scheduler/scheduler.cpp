@@ -203,6 +203,7 @@ void Scheduler::preempt(std::uint64_t id, StepPlan& plan) {
   Sequence& seq = sequences_.at(id);
   release_pages(seq);  // with the prefix cache, its readmission may find them again
   seq.computed = 0;    // recompute: prompt and output so far are prefilled again
+  seq.catching_up = false;
   ++seq.preemptions;
   ++preemptions_;
   running_.erase(std::find(running_.begin(), running_.end(), id));
@@ -394,6 +395,7 @@ void Scheduler::complete_step(const StepPlan& plan, std::span<const std::int32_t
       continue;
     }
     s.computed += slice.token_count;
+    if (s.computed + 1 >= static_cast<int>(s.tokens.size())) s.catching_up = false;
     if (slice.compress_evict > 0) complete_compression(s, slice);
     if (samples && token >= 0) s.tokens.push_back(token);
     if (slice.decode_rows && speculation_.trace) trace_slice(plan, s, slice, nullptr);

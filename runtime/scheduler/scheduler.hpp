@@ -123,6 +123,10 @@ struct Sequence {
   // and whether the sequence was compressed (then its pages never join the prefix cache).
   int evicted = 0;
   bool compressed = false;
+  // Speculative decoding: a verification left tokens uncomputed (accepted off the draft's
+  // first chain, and the bonus token) that the next steps compute as decode rows
+  // (ScheduledSlice::decode_rows).
+  bool catching_up = false;
   // Encoder-decoder models: the encoder's input (empty for a decoder-only sequence, whose
   // `tokens` are all it has) and the pages of its cross-attention keys and values, taken when
   // the sequence is admitted (its encoder pass runs in that step) and freed with its other

@@ -101,11 +101,9 @@ ScheduledSlice Scheduler::draft_slice(const Sequence& s, StepPlan& plan,
 }
 
 bool Scheduler::catches_up(const Sequence& s, int count) const {
-  // After a verification, the sequence's uncomputed tokens are generated ones, at most the
-  // tree's depth and the bonus token; longer chunks of output (tokens a grammar forced, a
-  // preempted sequence's recomputation) are no catch-up and run as plain decoding ran them.
-  return speculation_.enabled() && count > 1 && count <= speculation_.max_depth + 1 &&
-         s.computed >= s.prompt_len;
+  // Only what a verification left: other chunks of output (tokens a grammar forced, a
+  // preempted sequence's recomputation) run as they run without speculation.
+  return s.catching_up && count > 1 && s.computed >= s.prompt_len;
 }
 
 void Scheduler::trace_slice(const StepPlan& plan, const Sequence& s, const ScheduledSlice& slice,
@@ -146,6 +144,7 @@ void Scheduler::complete_draft(Sequence& s, const ScheduledSlice& slice,
   const int appended = std::min(static_cast<int>(verified.tokens.size()), std::max(0, room));
   s.tokens.insert(s.tokens.end(), verified.tokens.begin(), verified.tokens.begin() + appended);
   s.computed = std::min(root + in_place, static_cast<int>(s.tokens.size()) - 1);
+  s.catching_up = static_cast<int>(s.tokens.size()) - s.computed > 1;
   speculation_stats_.accepted_tokens += verified.accepted.size();
   speculation_stats_.appended_tokens += static_cast<std::uint64_t>(appended);
   // Scratch pages past what the sequence's tokens need go back now.

@@ -166,6 +166,24 @@ TEST(SpeculationScheduler, AnOutOfPlaceAcceptedBranchIsRecomputedNotCopied) {
   EXPECT_EQ(s.pool().free_pages(), s.pool().num_pages());
 }
 
+// Only what a verification left is a catch-up: tokens a grammar forced (jump-forward) run as
+// they run without speculation, a prefill chunk.
+TEST(SpeculationScheduler, ForcedTokensAreNoCatchUp) {
+  Scheduler s(config());
+  SpeculationConfig spec;
+  spec.propose = [](const Sequence&, int, int) { return speculative::DraftTree{}; };
+  s.set_speculation(spec);
+  ASSERT_TRUE(s.add(1, {truth(0), truth(1), truth(2)}, 10).ok());
+  StepPlan prefill = s.plan_step();
+  s.complete_step(prefill, std::vector<std::int32_t>{truth(3)});
+  EXPECT_EQ(s.append_tokens(1, std::vector<std::int32_t>{truth(4), truth(5)}), 2);
+  StepPlan next = s.plan_step();
+  ASSERT_EQ(next.slices.size(), 1u);
+  EXPECT_EQ(next.slices[0].token_count, 3);
+  EXPECT_FALSE(next.slices[0].decode_rows);
+  s.remove(1);
+}
+
 // With a tree at every step, the catch-up after an off-chain acceptance shares its slice with
 // the next tree: the uncomputed tokens, the root, then the nodes (no step without speculation).
 TEST(SpeculationScheduler, ACatchUpIsVerifiedWithTheNextTreeInOneSlice) {
