@@ -3,7 +3,10 @@
 // weft-tiny drafting for itself and with weft-tiny-draft (the draft on the same GPU, or on the
 // CPU) is plain greedy output token for token; requests run one at a time, so that each step
 // holds only the request's own rows, and for the GPU draft also all at once (batched
-// proposals). The DraftModel on a CudaModel backend against the CPU's. Skips without a GPU.
+// proposals). The DraftModel on a CudaModel backend against the CPU's. Every speculative run
+// keeps a speculation trace (WEFT_SPEC_TRACE), and a run whose output differs says where: the
+// request, the output token, the step, the verification's tree and accepted path (or the
+// catch-up) that appended it. Skips without a GPU.
 
 #include <gtest/gtest.h>
 #include <unistd.h>
