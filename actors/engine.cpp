@@ -40,6 +40,7 @@
 #include "runtime/grammar/token_constraint.hpp"
 #include "runtime/grammar/tokenizer_vocab.hpp"
 #include "runtime/parallel/step_broadcast.hpp"
+#include "runtime/scheduler/speculation_env.hpp"
 #include "runtime/speculative/draft_model.hpp"
 #include "runtime/speculative/prompt_lookup.hpp"
 #include "weft/log.hpp"
@@ -356,7 +357,8 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
     spec.max_nodes = s.config.spec_tokens * s.config.spec_width;
     spec.step_budget = s.config.spec_step_budget;
     spec.trees = token_trees;
-    spec.max_step_rows = exact_verify_rows;
+    spec.max_step_rows = sched::max_step_rows_from_env(exact_verify_rows);
+    spec.trace = sched::speculation_trace_from_env();
     s.scheduler->set_speculation(std::move(speculator), spec,
                                  token_trees ? s.config.spec_width : 1);
   }

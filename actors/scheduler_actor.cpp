@@ -325,6 +325,7 @@ asio::awaitable<void> SchedulerActor::loop() {
     for (std::size_t i = 0; i < plan.slices.size(); ++i) {
       const auto& s = plan.slices[i];
       batch.sequences.push_back({s.token_begin, s.token_count, s.page_table, false});
+      batch.sequences.back().verify = s.decode_rows;
       batch.sequences.back().slot_offset = s.slot_offset;
       batch.sequences.back().compress_evict = s.compress_evict;
       batch.sequences.back().compress_window = s.compress_window;
@@ -335,13 +336,16 @@ asio::awaitable<void> SchedulerActor::loop() {
         model::SequenceSlice& slice = batch.sequences.back();
         slice.all_logits = true;
         slice.verify = true;
-        if (!s.draft->is_chain()) {         // a chain runs as an ordinary causal chunk
-          slice.tree_parent.push_back(-1);  // the root, the sequence's last token
+        // A catch-up before the root, if any, then the root: a chain of decode rows.
+        const int root = s.root_position() - s.first_position;
+        if (!s.draft->is_chain()) {  // a chain runs as an ordinary causal chunk
+          for (int i = 0; i <= root; ++i)
+            slice.tree_parent.push_back(i - 1);
           for (auto parent : s.draft->parent)
-            slice.tree_parent.push_back(parent + 1);
+            slice.tree_parent.push_back(parent < 0 ? root : parent + root + 1);
           slice.tree_first_slot = s.first_position;
         }
-        verify.push_back({s.id, next_row, s.draft});
+        verify.push_back({s.id, next_row + root, s.draft});
         next_row += s.token_count;
         continue;
       }

@@ -25,21 +25,31 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 printf '%-6s %-12s %12s %12s %8s %10s %s\n' batch run "out tok/s" "TPOT p50 ms" steps "accept len" digest
+errors=$(mktemp)
+trap 'rm -f "$errors"' EXIT
 for b in $batches; do
   declare -A digest=() tps=()
+  failed=no
   for run in plain speculative; do
     extra=()
     [[ $run == speculative ]] && read -r -a extra <<< "$speculate"
-    json=$("$weft" bench --num-requests "$b" --seed 1 "${extra[@]}" "$@" 2>/dev/null | tail -n 1)
-    read -r t tpot steps accept d < <(python3 -c '
+    json=$("$weft" bench --num-requests "$b" --seed 1 "${extra[@]}" "$@" 2>"$errors" | tail -n 1) || true
+    # A failed run (a bad option, a model that does not load) says why and the table goes on.
+    if ! fields=$(python3 -c '
 import json, sys
 d = json.loads(sys.argv[1])
 print(d["output_tokens_per_s"], d["tpot_ms_p50"], d["steps"], d["mean_acceptance_length"], d["output_digest"])
-' "$json")
+' "$json" 2>/dev/null); then
+      echo "batch $b $run: weft bench failed: $(tail -n 3 "$errors" | tr '\n' ' ')"
+      failed=yes
+      break
+    fi
+    read -r t tpot steps accept d <<< "$fields"
     digest[$run]=$d
     tps[$run]=$t
     printf '%-6s %-12s %12.1f %12.2f %8s %10.2f %s\n' "$b" "$run" "$t" "$tpot" "$steps" "$accept" "$d"
   done
+  [[ $failed == yes ]] && continue
   same=no
   [[ ${digest[plain]} == "${digest[speculative]}" ]] && same=yes
   python3 -c 'import sys; print(f"batch {sys.argv[1]}: speedup {float(sys.argv[3]) / float(sys.argv[2]):.2f}x, identical greedy output: {sys.argv[4]}")' \

@@ -203,6 +203,7 @@ void Scheduler::preempt(std::uint64_t id, StepPlan& plan) {
   Sequence& seq = sequences_.at(id);
   release_pages(seq);  // with the prefix cache, its readmission may find them again
   seq.computed = 0;    // recompute: prompt and output so far are prefilled again
+  seq.catching_up = false;
   ++seq.preemptions;
   ++preemptions_;
   running_.erase(std::find(running_.begin(), running_.end(), id));
@@ -248,6 +249,13 @@ StepPlan Scheduler::plan_step() {
   // Then prefill chunks of running sequences, then newly admitted ones, under the budget.
   auto prefill_chunk = [&](Sequence& s) {
     int chunk = std::min(static_cast<int>(s.tokens.size()) - s.computed, budget);
+    if (speculation_.max_step_rows > 0 && catches_up(s, chunk)) {
+      // Decode rows past the backend's exact bound would change every decode row's rounding.
+      int rows = 0;
+      for (const Choice& c : chosen)
+        rows += c.count == 1 || catches_up(sequences_.at(c.id), c.count) ? c.count : 0;
+      chunk = std::min(chunk, std::max(1, speculation_.max_step_rows - rows));
+    }
     // Optimistic mode may find fewer free pages than the chunk wants: take what fits.
     const int fits = (static_cast<int>(s.pages.size()) + available_pages()) * config_.page_size -
                      (s.computed - s.evicted);
@@ -319,12 +327,19 @@ StepPlan Scheduler::plan_step() {
   std::unordered_map<std::uint64_t, std::shared_ptr<const speculative::DraftTree>> drafts;
   if (speculation_.enabled()) {
     std::vector<std::uint64_t> decoding;
+    int other_rows = 0;
     for (const Choice& c : chosen) {
       const Sequence& s = sequences_.at(c.id);
-      if (c.count == 1 && static_cast<int>(s.tokens.size()) - s.computed == 1)
+      const bool whole = s.computed + c.count == static_cast<int>(s.tokens.size());
+      if (whole && (c.count == 1 || catches_up(s, c.count))) {
+        // A decode token, or a whole catch-up: its tree follows the catch-up in its slice.
         decoding.push_back(c.id);
+        other_rows += c.count - 1;
+      } else if (c.count == 1 || catches_up(s, c.count)) {
+        other_rows += c.count;
+      }
     }
-    drafts = propose_drafts(decoding, budget);
+    drafts = propose_drafts(decoding, budget, other_rows);
   }
   for (const Choice& c : chosen) {
     const Sequence& s = sequences_.at(c.id);
@@ -339,6 +354,7 @@ StepPlan Scheduler::plan_step() {
     slice.first_position = s.computed;
     slice.samples = s.computed + c.count == static_cast<int>(s.tokens.size());
     slice.page_table = s.pages;
+    slice.decode_rows = catches_up(s, c.count);
     slice.slot_offset = s.evicted;
     slice.compress_evict = compress_evict(s, c.count);
     if (slice.compress_evict > 0) slice.compress_window = config_.kv_compress.window;
@@ -375,11 +391,14 @@ void Scheduler::complete_step(const StepPlan& plan, std::span<const std::int32_t
     if (s.computed != slice.first_position) continue;  // preempted and replanned since
     if (slice.draft) {
       if (draft != nullptr) complete_draft(s, slice, *draft);
+      if (speculation_.trace) trace_slice(plan, s, slice, draft);
       continue;
     }
     s.computed += slice.token_count;
+    if (s.computed + 1 >= static_cast<int>(s.tokens.size())) s.catching_up = false;
     if (slice.compress_evict > 0) complete_compression(s, slice);
     if (samples && token >= 0) s.tokens.push_back(token);
+    if (slice.decode_rows && speculation_.trace) trace_slice(plan, s, slice, nullptr);
   }
 }
 

@@ -22,6 +22,7 @@
 #include "runtime/kv/page_pool.hpp"
 #include "runtime/kv/prefix_cache.hpp"
 #include "runtime/scheduler/admission.hpp"
+#include "runtime/scheduler/speculation_trace.hpp"
 #include "runtime/speculative/draft_tree.hpp"
 #include "weft/error.hpp"
 
@@ -64,11 +65,21 @@ struct ScheduledSlice {
   int first_position = 0;
   bool samples = false;  // this slice ends at the sequence's last token: sample the next one
   std::vector<std::int32_t> page_table;
-  // Speculative verification (docs/speculative.md): the slice is the sequence's last token
-  // (the tree's root, at first_position) and then the draft's nodes, each at the position
-  // first_position + its depth, its KV in slot first_position + 1 + its index (scratch until
-  // accepted). Every token of the slice gets logits. Null: an ordinary slice.
+  // Speculative verification (docs/speculative.md): the slice is the sequence's uncomputed
+  // tokens up to its last one (the tree's root, at root_position(); a catch-up before it, see
+  // decode_rows) and then the draft's nodes, each at the position root + its depth, its KV in
+  // slot root + 1 + its index (scratch until accepted). Every token of the slice gets logits.
+  // Null: an ordinary slice.
   std::shared_ptr<const speculative::DraftTree> draft;
+  int root_position() const {
+    return first_position + token_count - 1 - (draft ? draft->size() : 0);
+  }
+  // A short chunk of generated tokens the sequence has not computed: what a verification
+  // accepted off the draft's first chain, and its bonus token. A backend computes each token as
+  // a decode row (model::SequenceSlice::verify), as plain decoding computed it, so that greedy
+  // speculative output stays plain greedy output where a prefill tile rounds otherwise (the
+  // GPU, docs/speculative.md#exact-on-the-gpu).
+  bool decode_rows = false;
   // KV-Compress: position p is in slot p - slot_offset; compress_evict > 0 asks the forward
   // pass to evict that many slots per (layer, kv head) after this slice, scored by its last
   // compress_window queries (model::SequenceSlice).
@@ -112,6 +123,10 @@ struct Sequence {
   // and whether the sequence was compressed (then its pages never join the prefix cache).
   int evicted = 0;
   bool compressed = false;
+  // Speculative decoding: a verification left tokens uncomputed (accepted off the draft's
+  // first chain, and the bonus token) that the next steps compute as decode rows
+  // (ScheduledSlice::decode_rows).
+  bool catching_up = false;
   // Encoder-decoder models: the encoder's input (empty for a decoder-only sequence, whose
   // `tokens` are all it has) and the pages of its cross-attention keys and values, taken when
   // the sequence is admitted (its encoder pass runs in that step) and freed with its other
@@ -148,6 +163,9 @@ struct SpeculationConfig {
   // exactly as decode rows (the CUDA model's row kernel, docs/speculative.md#exact-on-the-gpu):
   // each of n decoding sequences gets at most (max_step_rows - n) / n draft tokens. 0: no limit.
   int max_step_rows = 0;
+  // Called after each verification and each chunk of decode rows (WEFT_SPEC_TRACE,
+  // runtime/scheduler/speculation_trace.hpp); null: nothing traced.
+  std::function<void(const SpeculationTraceEvent&)> trace;
 };
 
 // A verified draft slice's outcome: the tree nodes accepted (root first) and the tokens
@@ -281,9 +299,15 @@ class Scheduler {
   // Each beam group with a running member (or `candidate`'s) as `width` sequences of its
   // longest member's demand.
   void add_beam_demands(std::vector<KvDemand>& demands, const Sequence* candidate) const;
-  // Trees for the step's decoding sequences under `budget` tokens, their scratch pages taken.
+  // Trees for the step's decoding sequences under `budget` tokens, their scratch pages taken;
+  // `other_rows`: the step's decode rows besides those sequences' (chunks of decode_rows).
   std::unordered_map<std::uint64_t, std::shared_ptr<const speculative::DraftTree>> propose_drafts(
-      const std::vector<std::uint64_t>& decoding, int budget);
+      const std::vector<std::uint64_t>& decoding, int budget, int other_rows);
+  // Whether a chunk of `count` tokens of `s` is a catch-up of generated tokens
+  // (ScheduledSlice::decode_rows).
+  bool catches_up(const Sequence& s, int count) const;
+  void trace_slice(const StepPlan& plan, const Sequence& s, const ScheduledSlice& slice,
+                   const VerifiedDraft* verified) const;
   ScheduledSlice draft_slice(const Sequence& s, StepPlan& plan,
                              std::shared_ptr<const speculative::DraftTree> tree);
   void complete_draft(Sequence& s, const ScheduledSlice& slice, const VerifiedDraft& verified);

@@ -9,13 +9,15 @@
 namespace weft::sched {
 
 std::unordered_map<std::uint64_t, std::shared_ptr<const speculative::DraftTree>>
-Scheduler::propose_drafts(const std::vector<std::uint64_t>& decoding, int budget) {
+Scheduler::propose_drafts(const std::vector<std::uint64_t>& decoding, int budget, int other_rows) {
   std::unordered_map<std::uint64_t, std::shared_ptr<const speculative::DraftTree>> drafts;
   if (decoding.empty()) return drafts;
   // Turned down as the batch grows: each sequence's share of the step's draft budget.
   const int n = static_cast<int>(decoding.size());
   int share = std::min({speculation_.max_nodes, speculation_.step_budget / n, budget / n});
-  if (speculation_.max_step_rows > 0) share = std::min(share, (speculation_.max_step_rows - n) / n);
+  if (speculation_.max_step_rows > 0) {
+    share = std::min(share, (speculation_.max_step_rows - n - other_rows) / n);
+  }
   if (share < 1) return drafts;
   // Each sequence's depth (what is left of its output), then every tree at once where the
   // speculator takes a batch.
@@ -57,12 +59,12 @@ Scheduler::propose_drafts(const std::vector<std::uint64_t>& decoding, int budget
       }
     }
     if (tree->size() > share || tree->depth() > depth) continue;  // a speculator's bug: skip
-    // Scratch slots after the root; pages only if free ones are left now, so reserve
-    // admission's promise to the others holds (they go back when the step completes).
-    const int missing = pages_for(s.computed + 1 + tree->size()) - static_cast<int>(s.pages.size());
-    if (missing > 0 &&
-        (missing > available_pages() || !grow_pages(s, s.computed + 1 + tree->size())))
-      continue;
+    // Scratch slots after the root (the sequence's last token); pages only if free ones are
+    // left now, so reserve admission's promise to the others holds (they go back when the step
+    // completes).
+    const int slots = static_cast<int>(s.tokens.size()) + tree->size();
+    const int missing = pages_for(slots) - static_cast<int>(s.pages.size());
+    if (missing > 0 && (missing > available_pages() || !grow_pages(s, slots))) continue;
     drafts.emplace(id, std::move(tree));
   }
   return drafts;
@@ -70,22 +72,27 @@ Scheduler::propose_drafts(const std::vector<std::uint64_t>& decoding, int budget
 
 ScheduledSlice Scheduler::draft_slice(const Sequence& s, StepPlan& plan,
                                       std::shared_ptr<const speculative::DraftTree> tree) {
+  // The sequence's uncomputed tokens (its last one, the root, after a catch-up's), then the
+  // tree's nodes.
+  const int root = static_cast<int>(s.tokens.size()) - 1;
   ScheduledSlice slice;
   slice.id = s.id;
   slice.token_begin = static_cast<int>(plan.tokens.size());
-  slice.token_count = 1 + tree->size();
+  slice.token_count = root - s.computed + 1 + tree->size();
   slice.first_position = s.computed;
   slice.samples = true;
   slice.page_table = s.pages;
-  plan.tokens.push_back(s.tokens[static_cast<std::size_t>(s.computed)]);
-  plan.positions.push_back(s.computed);
+  for (int p = s.computed; p <= root; ++p) {
+    plan.tokens.push_back(s.tokens[static_cast<std::size_t>(p)]);
+    plan.positions.push_back(p);
+  }
   std::vector<int> depth(static_cast<std::size_t>(tree->size()));
   for (int j = 0; j < tree->size(); ++j) {
     const auto parent = tree->parent[static_cast<std::size_t>(j)];
     depth[static_cast<std::size_t>(j)] =
         parent < 0 ? 1 : depth[static_cast<std::size_t>(parent)] + 1;
     plan.tokens.push_back(tree->tokens[static_cast<std::size_t>(j)]);
-    plan.positions.push_back(s.computed + depth[static_cast<std::size_t>(j)]);
+    plan.positions.push_back(root + depth[static_cast<std::size_t>(j)]);
   }
   speculation_stats_.verifications += 1;
   speculation_stats_.draft_tokens += static_cast<std::uint64_t>(tree->size());
@@ -93,11 +100,41 @@ ScheduledSlice Scheduler::draft_slice(const Sequence& s, StepPlan& plan,
   return slice;
 }
 
+bool Scheduler::catches_up(const Sequence& s, int count) const {
+  // Only what a verification left: other chunks of output (tokens a grammar forced, a
+  // preempted sequence's recomputation) run as they run without speculation.
+  return s.catching_up && count > 1 && s.computed >= s.prompt_len;
+}
+
+void Scheduler::trace_slice(const StepPlan& plan, const Sequence& s, const ScheduledSlice& slice,
+                            const VerifiedDraft* verified) const {
+  SpeculationTraceEvent e;
+  e.step = plan.step;
+  e.sequence = s.id;
+  e.prompt_len = s.prompt_len;
+  e.first_position = slice.first_position;
+  e.verification = slice.draft != nullptr;
+  if (slice.draft) e.catch_up = slice.root_position() - slice.first_position;
+  e.tokens.assign(plan.tokens.begin() + slice.token_begin,
+                  plan.tokens.begin() + slice.token_begin + slice.token_count);
+  if (slice.draft) e.parent = slice.draft->parent;
+  if (verified != nullptr) {
+    e.accepted = verified->accepted;
+    e.appended = verified->tokens;
+  } else if (slice.samples &&
+             static_cast<int>(s.tokens.size()) > slice.first_position + slice.token_count) {
+    e.appended.push_back(s.tokens.back());
+  }
+  e.computed = s.computed;
+  speculation_.trace(e);
+}
+
 void Scheduler::complete_draft(Sequence& s, const ScheduledSlice& slice,
                                const VerifiedDraft& verified) {
-  // The root's KV is in place; so is each accepted node k whose slot (first_position + 1 + its
-  // index) is its position (first_position + 1 + k): the first chain's prefix. The others were
-  // written to scratch slots and are computed again by the next step, never copied.
+  // The root's KV is in place (and a catch-up's before it); so is each accepted node k whose
+  // slot (root + 1 + its index) is its position (root + 1 + k): the first chain's prefix. The
+  // others were written to scratch slots and are computed again by the next step, never copied.
+  const int root = slice.root_position();
   int in_place = 1;
   for (std::size_t k = 0; k < verified.accepted.size() && k < verified.tokens.size(); ++k) {
     if (verified.accepted[k] != static_cast<int>(k)) break;
@@ -106,7 +143,8 @@ void Scheduler::complete_draft(Sequence& s, const ScheduledSlice& slice,
   const int room = s.max_new_tokens - s.generated();
   const int appended = std::min(static_cast<int>(verified.tokens.size()), std::max(0, room));
   s.tokens.insert(s.tokens.end(), verified.tokens.begin(), verified.tokens.begin() + appended);
-  s.computed = std::min(slice.first_position + in_place, static_cast<int>(s.tokens.size()) - 1);
+  s.computed = std::min(root + in_place, static_cast<int>(s.tokens.size()) - 1);
+  s.catching_up = static_cast<int>(s.tokens.size()) - s.computed > 1;
   speculation_stats_.accepted_tokens += verified.accepted.size();
   speculation_stats_.appended_tokens += static_cast<std::uint64_t>(appended);
   // Scratch pages past what the sequence's tokens need go back now.

@@ -3,9 +3,13 @@
 // weft-tiny drafting for itself and with weft-tiny-draft (the draft on the same GPU, or on the
 // CPU) is plain greedy output token for token; requests run one at a time, so that each step
 // holds only the request's own rows, and for the GPU draft also all at once (batched
-// proposals). The DraftModel on a CudaModel backend against the CPU's. Skips without a GPU.
+// proposals). The DraftModel on a CudaModel backend against the CPU's. Every speculative run
+// keeps a speculation trace (WEFT_SPEC_TRACE), and a run whose output differs says where: the
+// request, the output token, the step, the verification's tree and accepted path (or the
+// catch-up) that appended it. Skips without a GPU.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <boost/asio/use_future.hpp>
 #include <cstdlib>
@@ -16,6 +20,7 @@
 #include "loaders/model_loader.hpp"
 #include "runtime/speculative/draft_model.hpp"
 #include "tests/actors/collect_stream.hpp"
+#include "tests/actors/speculation_trace_diagnosis.hpp"
 #include "weft/engine.hpp"
 #include "weft/runtime.hpp"
 
@@ -51,6 +56,8 @@ const char* kPrompts[] = {
 struct SpecRun {
   std::vector<Collected> outputs;
   EngineMetrics metrics;
+  // The run's speculation trace (WEFT_SPEC_TRACE): every verification and catch-up chunk.
+  std::vector<test_support::TraceLine> trace;
 };
 
 std::string tiny_draft_dir() {
@@ -63,7 +70,24 @@ struct RunOptions {
   bool together = false;              // every prompt at once (one batch) instead of one by one
 };
 
+SpecRun run_engine(const std::string& speculate, int tokens, int width, const RunOptions& o);
+
+// One engine run with its speculation trace read back (every engine reads WEFT_SPEC_TRACE when
+// it starts).
 SpecRun run(const std::string& speculate, int tokens, int width, const RunOptions& o = {}) {
+  const std::string trace = (std::filesystem::temp_directory_path() /
+                             ("weft-cuda-spec-trace-" + std::to_string(::getpid()) + ".jsonl"))
+                                .string();
+  std::filesystem::remove(trace);
+  ::setenv("WEFT_SPEC_TRACE", trace.c_str(), 1);
+  SpecRun r = run_engine(speculate, tokens, width, o);
+  ::unsetenv("WEFT_SPEC_TRACE");
+  r.trace = test_support::read_speculation_trace(trace);
+  std::filesystem::remove(trace);
+  return r;
+}
+
+SpecRun run_engine(const std::string& speculate, int tokens, int width, const RunOptions& o) {
   Runtime runtime{RuntimeOptions{.worker_threads = 2}};
   EngineConfig c;
   c.model_dir = tiny_dir();
@@ -105,8 +129,13 @@ void expect_plain(const SpecRun& plain, const SpecRun& spec, const std::string& 
   for (std::size_t i = 0; i < plain.outputs.size(); ++i) {
     EXPECT_EQ(spec.outputs[i].reason, FinishReason::kLength)
         << what << ": " << spec.outputs[i].error;
+    // On a difference: the first differing token, the step and verification (tree, accepted
+    // path) or catch-up that appended it, and the sequence's events before it.
     EXPECT_EQ(spec.outputs[i].ids, plain.outputs[i].ids)
-        << what << ": prompt " << i << " differs from plain greedy decoding";
+        << what << ": prompt " << i << " differs from plain greedy decoding. "
+        << test_support::explain_first_difference(spec.trace, i,
+                                                  spec.outputs[i].usage.prompt_tokens,
+                                                  plain.outputs[i].ids, spec.outputs[i].ids);
   }
   EXPECT_GT(spec.metrics.speculative_verifications, 0u) << what << ": never speculated";
   EXPECT_EQ(spec.metrics.kv_pages_used, 0) << what << ": pages not given back";
@@ -156,6 +185,45 @@ TEST(CudaSpeculative, GpuDraftModelGivesPlainGreedyOutputAloneAndBatched) {
                "weft-tiny-draft tree, three sequences at once");
   expect_plain(plain, run("draft", 4, 1, {.draft = tiny_draft_dir(), .draft_device = "cpu"}),
                "weft-tiny-draft on the CPU");
+}
+
+// Issue #17's failing case taken apart: weft-tiny-draft trees (3 deep, width 2) on the GPU
+// alone and three sequences at once, and on the CPU three at once. Tokens accepted off a tree's
+// first chain are computed by the next step as a catch-up of decode rows, on their own or before
+// the next tree (as a prefill tile they rounded otherwise: the divergence); the trace shows
+// that catch-ups ran.
+TEST(CudaSpeculative, DraftTreesAloneAndBatchedWithTheDraftOnEitherDevice) {
+  SKIP_WITHOUT_GPU();
+  if (!std::filesystem::exists(std::filesystem::path(tiny_draft_dir()) / "model.safetensors")) {
+    GTEST_SKIP() << tiny_draft_dir() << " has no weights";
+  }
+  const SpecRun plain = run("", 4, 1);
+  for (const auto& o : plain.outputs)
+    ASSERT_EQ(o.reason, FinishReason::kLength) << o.error;
+  struct Case {
+    const char* what;
+    RunOptions options;
+  };
+  const Case cases[] = {
+      {"weft-tiny-draft tree on the GPU, batch 1", {.draft = tiny_draft_dir()}},
+      {"weft-tiny-draft tree on the GPU, three sequences at once",
+       {.draft = tiny_draft_dir(), .together = true}},
+      {"weft-tiny-draft tree on the CPU, three sequences at once",
+       {.draft = tiny_draft_dir(), .draft_device = "cpu", .together = true}},
+  };
+  for (const Case& c : cases) {
+    const SpecRun spec = run("draft", 3, 2, c.options);
+    expect_plain(plain, spec, c.what);
+    std::uint64_t verifications = 0;
+    int catch_ups = 0;
+    for (const auto& e : spec.trace) {
+      verifications += e.kind == "verify";
+      catch_ups += e.kind == "decode_rows" || e.catch_up > 0;
+    }
+    EXPECT_GT(catch_ups, 0) << c.what << ": no token accepted off a first chain";
+    EXPECT_EQ(verifications, spec.metrics.speculative_verifications)
+        << c.what << ": every verification is traced";
+  }
 }
 
 // The draft model on a CudaModel: greedy picks on the device, one forward pass per depth for a

@@ -346,6 +346,119 @@ TEST_P(CudaVerifyTest, BatchedTreesGiveTheRowsTheyGiveAlone) {
   }
 }
 
+// A catch-up chunk (docs/speculative.md, "Commit": tokens accepted off the draft's first chain
+// and the bonus token, computed by the next step as decode rows, SequenceSlice::verify without
+// every row's logits): its one logit row and the keys and values it stores are plain
+// decoding's, alone and beside another sequence's tree (issue #17: as a prefill tile they were
+// not, and greedy output left plain greedy output with trees, three sequences at once).
+TEST_P(CudaVerifyTest, CatchUpRowsAreBitwiseThoseOfPlainDecoding) {
+  SKIP_WITHOUT_GPU();
+  for (const Subject& subject : subjects()) {
+    const model::Model& cpu = subject.cpu();
+    const int vocab = cpu.spec().vocab_size;
+    CudaModelOptions o;
+    o.precision = GetParam();
+    o.num_pages = 256;
+    o.page_size = 16;
+    auto gpu = CudaModel::create(cpu, o);
+    ASSERT_TRUE(gpu) << gpu.error().what();
+    Pages pages(gpu.value());
+    // Contexts whose catch-up crosses a page boundary (14 + 3) and one past 64 positions.
+    for (int len : {14, 70}) {
+      for (bool beside_tree : {false, true}) {
+        const auto prompt = random_tokens(len, vocab, 17u + static_cast<unsigned>(len));
+        const Plain p = plain_decode(gpu.value(), pages, prompt, 6, vocab);
+        const auto other = random_tokens(21, vocab, 99);
+        const Plain po = plain_decode(gpu.value(), pages, other, 5, vocab);
+        const auto table = pages.table(len + 8), other_table = pages.table(21 + kTreeNodes + 1);
+        std::vector<float> logits;
+        prefill(gpu.value(), prompt, table, logits);
+        prefill(gpu.value(), other, other_table, logits);
+        StepBatch step;
+        if (beside_tree) add_tree(step, po, 21, vocab, other_table);
+        SequenceSlice s{static_cast<int>(step.tokens.size()), 3, table, false};
+        s.verify = true;
+        for (int i = 0; i < 3; ++i) {
+          step.tokens.push_back(p.y[static_cast<std::size_t>(i)]);
+          step.positions.push_back(len + i);
+        }
+        step.sequences.push_back(s);
+        auto ok = gpu->forward(step, logits);
+        ASSERT_TRUE(ok) << ok.error().what();
+        const int row = beside_tree ? kTreeNodes : 0;
+        ASSERT_EQ(logits.size(), static_cast<std::size_t>(row + 1) * vocab);
+        const std::string what = subject.name + " " + cuda::precision_name(GetParam()) +
+                                 " context " + std::to_string(len) +
+                                 (beside_tree ? " beside a tree" : " alone");
+        EXPECT_TRUE(same_bits(logits.data() + static_cast<std::size_t>(row) * vocab,
+                              p.rows[2].data(), vocab))
+            << what << ": the catch-up's row differs from plain decoding";
+        // The next decode step reads the catch-up's keys and values.
+        StepBatch next;
+        next.tokens = {p.y[3]};
+        next.positions = {len + 3};
+        next.sequences.push_back({0, 1, table, false});
+        ok = gpu->forward(next, logits);
+        ASSERT_TRUE(ok) << ok.error().what();
+        EXPECT_TRUE(same_bits(logits.data(), p.rows[3].data(), vocab))
+            << what << ": the step after the catch-up differs from plain decoding";
+      }
+    }
+  }
+}
+
+// Exact verification needs a decode row's logits to be the same bits whatever else its step
+// holds: here one decode row beside 0 to 39 other sequences' decode rows. The products go
+// through cuBLAS, which picks its kernel by the row count (docs/cuda.md: the same bits from 1
+// to 8 rows for the 8b shape, not at 64); a batched verification step holds up to about 25
+// rows. On failure the message lists the row counts that differ: above them, greedy speculative
+// output can leave plain greedy output at a near-tie.
+TEST_P(CudaVerifyTest, DecodeRowBitsDoNotDependOnTheStepsRowCount) {
+  SKIP_WITHOUT_GPU();
+  for (const Subject& subject : subjects()) {
+    const model::Model& cpu = subject.cpu();
+    const int vocab = cpu.spec().vocab_size;
+    CudaModelOptions o;
+    o.precision = GetParam();
+    o.num_pages = 256;
+    o.page_size = 16;
+    auto gpu = CudaModel::create(cpu, o);
+    ASSERT_TRUE(gpu) << gpu.error().what();
+    Pages pages(gpu.value());
+    const int len = 30;
+    const auto prompt = random_tokens(len, vocab, 123);
+    const Plain p = plain_decode(gpu.value(), pages, prompt, 1, vocab);
+    const auto table = pages.table(len + 2);
+    std::vector<float> logits;
+    prefill(gpu.value(), prompt, table, logits);
+    std::vector<std::vector<std::int32_t>> others;
+    for (int k = 0; k < 39; ++k)
+      others.push_back(pages.table(1));
+    const auto fillers = random_tokens(39, vocab, 321);
+    std::string differ;
+    for (int rows = 1; rows <= 40; ++rows) {
+      StepBatch step;
+      step.tokens = {p.y[0]};
+      step.positions = {len};
+      step.sequences.push_back({0, 1, table, false});
+      for (int k = 0; k + 1 < rows; ++k) {
+        step.tokens.push_back(fillers[static_cast<std::size_t>(k)]);
+        step.positions.push_back(0);
+        step.sequences.push_back({k + 1, 1, others[static_cast<std::size_t>(k)], false});
+      }
+      auto ok = gpu->forward(step, logits);
+      ASSERT_TRUE(ok) << ok.error().what();
+      if (!same_bits(logits.data(), p.rows[0].data(), vocab)) {
+        differ += " " + std::to_string(rows) + " (relative error " +
+                  std::to_string(relative_error(logits.data(), p.rows[0].data(), vocab)) + ")";
+      }
+    }
+    EXPECT_TRUE(differ.empty()) << subject.name << " " << cuda::precision_name(GetParam())
+                                << ": the decode row differs from its batch-1 bits in steps of"
+                                << differ << " rows";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Precisions, CudaVerifyTest,
                          ::testing::Values(Precision::kBF16, Precision::kF16),
                          [](const auto& info) {
