@@ -31,6 +31,7 @@
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/decode_attention_pipelined.hpp"
+#include "kernels/cuda/decode_tile.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/tree_slots.cuh"
 
@@ -40,29 +41,6 @@ namespace {
 constexpr int kThreads = 128, kWarps = kThreads / 32;
 constexpr int kTileKeys = 64;  // keys per tile, 16 per warp (the per-split kernel's)
 constexpr int kMaxGroup = 8;   // query heads per kv head
-
-// Shared-memory swizzle of a tile row's 16-byte chunks: chunk c of row r is stored at
-// c ^ tile_swizzle(r), so the K fragment reads (8 rows, 4 chunks each) and the V reads (4
-// rows 2 apart, 2 chunks each) of a quarter warp fall in distinct banks for head_dim 128.
-__device__ __forceinline__ int tile_swizzle(int r) {
-  return (((r ^ (r >> 2)) & 1) << 2) | ((r >> 1) & 1);
-}
-
-// One step of the fold of a token's splits in split order (see the top of the file): updates
-// the running max M and sum L with split s's (m_s, l_s) and returns the factors a (for what
-// was folded) and b (for split s). Every rounding spelled out, so the block and the combine
-// kernel fold bitwise alike.
-__device__ __forceinline__ void fold_split(float& M, float& L, float ms, float ls, float& fa,
-                                           float& fb) {
-  const float m_new = fmaxf(M, ms);
-  fa = expf(M - m_new);
-  fb = expf(ms - m_new);
-  L = __fmaf_rn(ls, fb, __fmul_rn(L, fa));
-  M = m_new;
-}
-__device__ __forceinline__ float fold_acc(float acc, float os, float fa, float fb) {
-  return __fmaf_rn(os, fb, __fmul_rn(acc, fa));
-}
 
 // Positions per split of this kernel for a context of `span` positions: the per-split
 // kernel's cut (at most kMaxDecodeSplits), or `min_chunk` (a multiple of 64,
@@ -329,83 +307,7 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
     }
     const int i0 = warp * kWarpKeys, k0 = tb + i0;
     if (k0 < end) {
-      // S for keys k0 + 8 * blk + (0..7): lane holds head g, keys 2tq and 2tq + 1.
-      float sc[2][4];
-#pragma unroll
-      for (int blk = 0; blk < 2; ++blk) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          sc[blk][e] = 0.0f;
-        const int rr = i0 + 8 * blk + g, sw = tile_swizzle(rr);
-        const uint4* krow = ks + rr * L;
-#pragma unroll
-        for (int c = 0; c < KC; ++c) {
-          const uint4 kr = krow[(tq + 4 * c) ^ sw];
-          const unsigned a0[4] = {qh[c][0], 0u, qh[c][1], 0u};
-          const unsigned a1[4] = {qh[c][2], 0u, qh[c][3], 0u};
-          const unsigned l0[4] = {ql[c][0], 0u, ql[c][1], 0u};
-          const unsigned l1[4] = {ql[c][2], 0u, ql[c][3], 0u};
-          mma_16816(sc[blk], a0, kr.x, kr.y, T{});
-          mma_16816(sc[blk], l0, kr.x, kr.y, T{});
-          mma_16816(sc[blk], a1, kr.z, kr.w, T{});
-          mma_16816(sc[blk], l1, kr.z, kr.w, T{});
-        }
-      }
-      float s[4] = {sc[0][0], sc[0][1], sc[1][0], sc[1][1]};
-      const int key[4] = {k0 + 2 * tq, k0 + 2 * tq + 1, k0 + 8 + 2 * tq, k0 + 9 + 2 * tq};
-      float mx = -INFINITY;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if (key[e] >= end) s[e] = -INFINITY;
-        mx = fmaxf(mx, s[e]);
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m, mx);
-      const float corr = expf(m - m_new);
-      m = m_new;
-      float p[4];
-      l *= corr;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        p[e] = expf(s[e] - m_new);
-        l += p[e];
-      }
-      float r[4];
-      const unsigned ph0 = pack2<T>(p[0], p[1], r[0], r[1]);
-      const unsigned ph1 = pack2<T>(p[2], p[3], r[2], r[3]);
-      const unsigned pl0 = pack2<T>(r[0], r[1]), pl1 = pack2<T>(r[2], r[3]);
-      // The accumulator's columns are heads 2tq and 2tq + 1: their rescale factors.
-      const float ca = __shfl_sync(0xffffffffu, corr, 8 * tq);
-      const float cb = __shfl_sync(0xffffffffu, corr, 8 * tq + 4);
-      // V of keys 2tq, 2tq + 1, 8 + 2tq, 9 + 2tq, elements [g * D/8, (g + 1) * D/8), 16
-      // bytes (four row tiles of O^T) at a time.
-#pragma unroll
-      for (int c = 0; c < VW / 4; ++c) {
-        uint4 v[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int rr = i0 + (e >> 1) * 8 + 2 * tq + (e & 1);
-          v[e] = vs[rr * L + ((g * (L / 8) + c) ^ tile_swizzle(rr))];
-        }
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          const int i = 4 * c + w;
-          auto word = [&](const uint4& x) {
-            return w == 0 ? x.x : w == 1 ? x.y : w == 2 ? x.z : x.w;
-          };
-          acc[i][0] *= ca;
-          acc[i][1] *= cb;
-          acc[i][2] *= ca;
-          acc[i][3] *= cb;
-          const unsigned av[4] = {__byte_perm(word(v[0]), word(v[1]), 0x5410),
-                                  __byte_perm(word(v[0]), word(v[1]), 0x7632),
-                                  __byte_perm(word(v[2]), word(v[3]), 0x5410),
-                                  __byte_perm(word(v[2]), word(v[3]), 0x7632)};
-          mma_16816(acc[i], av, ph0, ph1, T{});
-          mma_16816(acc[i], av, pl0, pl1, T{});
-        }
-      }
+      tile_attend16<T, L, true>(ks, vs, i0, k0, end, g, tq, qh, ql, m, l, acc);
     }
     if ((j + 1) % split_tiles != 0 && j + 1 != tiles) continue;
 
