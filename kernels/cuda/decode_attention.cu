@@ -74,13 +74,6 @@ struct PipeLayout {
   static std::size_t bytes(int stages) { return stages * tile_bytes + red_bytes; }
 };
 
-// Split records, as the per-split kernel writes them: [query][head][split] of D accumulators,
-// then m and l.
-__device__ __forceinline__ float* split_record(float* workspace, int qi, int num_heads, int h,
-                                               int splits, int s, int D) {
-  return workspace + ((static_cast<std::size_t>(qi) * num_heads + h) * splits + s) * (D + 2);
-}
-
 template <class T, int D, int GM>
 __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
     decode_kernel_pipelined(AttentionArgs a, FlatBatchView b, PagedKvView kv,
@@ -314,65 +307,9 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
     // The split ends with this tile: merge the warps in order (the per-split kernel's
     // arithmetic), then fold the split in or write its record.
     const int split = s0 + j / split_tiles;
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int ha = 2 * tq, hb = 2 * tq + 1;
-#pragma unroll
-    for (int i = 0; i < VW; ++i) {
-      const int d0 = g * (D / 8) + 2 * i;  // rows g and g + 8 of tile i
-      if (ha < G) {
-        red_acc[(warp * GM + ha) * D + d0] = acc[i][0];
-        red_acc[(warp * GM + ha) * D + d0 + 1] = acc[i][2];
-      }
-      if (hb < G) {
-        red_acc[(warp * GM + hb) * D + d0] = acc[i][1];
-        red_acc[(warp * GM + hb) * D + d0 + 1] = acc[i][3];
-      }
-    }
-    if (tq == 0 && g < G) {
-      red_m[warp][g] = m;
-      red_l[warp][g] = l;
-    }
-    __syncthreads();
-    if (threadIdx.x < G) {
-      const int h = threadIdx.x;
-      float mm = red_m[0][h];
-#pragma unroll
-      for (int w = 1; w < kWarps; ++w)
-        mm = fmaxf(mm, red_m[w][h]);
-      float ll = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float f = expf(red_m[w][h] - mm);
-        fac[w][h] = f;
-        ll += red_l[w][h] * f;
-      }
-      if (whole) {
-        fold_split(fold_max, fold_sum, mm, ll, fold_a[h], fold_b[h]);
-        fold_l[h] = fold_sum;
-      } else {
-        float* rec = split_record(workspace, qi, NH, kvh * G + h, grid_splits, split, D);
-        rec[D] = mm;
-        rec[D + 1] = ll;
-      }
-    }
-    __syncthreads();
-#pragma unroll
-    for (int k = 0; k < EPT; ++k) {
-      const int i = threadIdx.x + k * kThreads;
-      if (i < G * D) {
-        const int h = i / D, d = i % D;
-        float o = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w)
-          o += red_acc[(w * GM + h) * D + d] * fac[w][h];
-        if (whole) {
-          fo[k] = fold_acc(fo[k], o, fold_a[h], fold_b[h]);
-        } else {
-          split_record(workspace, qi, NH, kvh * G + h, grid_splits, split, D)[d] = o;
-        }
-      }
-    }
+    merge_split<D, GM>(G, warp, g, tq, m, l, acc, red_acc, red_m, red_l, fac, fold_a, fold_b,
+                       fold_l, whole, fold_max, fold_sum, fo, workspace, qi, NH, kvh, grid_splits,
+                       split);
 #pragma unroll
     for (int i = 0; i < VW; ++i)
 #pragma unroll

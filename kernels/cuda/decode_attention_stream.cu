@@ -76,13 +76,6 @@ __device__ __forceinline__ TokenSegments token_segments(const AttentionArgs& a,
   return s;
 }
 
-// Split records, as the per-split kernel writes them: [query][head][split] of D accumulators,
-// then m and l (a segment is a split here).
-__device__ __forceinline__ float* segment_record(float* workspace, int qi, int num_heads, int h,
-                                                 int grid_splits, int s, int D) {
-  return workspace + ((static_cast<std::size_t>(qi) * num_heads + h) * grid_splits + s) * (D + 2);
-}
-
 // Dynamic shared memory: the warps' merge area [kWarps][GM][D] fp32, then each warp's ring of
 // `stages` stages of K [16][D] and V [16][D] (16-bit, swizzled rows).
 template <int D, int GM>
@@ -333,65 +326,9 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
     }
 
     // Segment s ends: merge the warps in order, then fold the segment in or write its record.
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int ha = 2 * tq, hb = 2 * tq + 1;
-#pragma unroll
-    for (int i = 0; i < VW; ++i) {
-      const int d0 = g * (D / 8) + 2 * i;  // rows g and g + 8 of tile i
-      if (ha < G) {
-        red_acc[(warp * GM + ha) * D + d0] = acc[i][0];
-        red_acc[(warp * GM + ha) * D + d0 + 1] = acc[i][2];
-      }
-      if (hb < G) {
-        red_acc[(warp * GM + hb) * D + d0] = acc[i][1];
-        red_acc[(warp * GM + hb) * D + d0 + 1] = acc[i][3];
-      }
-    }
-    if (tq == 0 && g < G) {
-      red_m[warp][g] = m;
-      red_l[warp][g] = l;
-    }
-    __syncthreads();
-    if (threadIdx.x < G) {
-      const int h = threadIdx.x;
-      float mm = red_m[0][h];
-#pragma unroll
-      for (int w = 1; w < kWarps; ++w)
-        mm = fmaxf(mm, red_m[w][h]);
-      float ll = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float f = expf(red_m[w][h] - mm);
-        fac[w][h] = f;
-        ll += red_l[w][h] * f;
-      }
-      if (whole) {
-        fold_split(fold_max, fold_sum, mm, ll, fold_a[h], fold_b[h]);
-        fold_l[h] = fold_sum;
-      } else {
-        float* rec = segment_record(workspace, qi, NH, kvh * G + h, grid_splits, s, D);
-        rec[D] = mm;
-        rec[D + 1] = ll;
-      }
-    }
-    __syncthreads();
-#pragma unroll
-    for (int k = 0; k < EPT; ++k) {
-      const int i = threadIdx.x + k * kThreads;
-      if (i < G * D) {
-        const int h = i / D, d = i % D;
-        float o = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w)
-          o += red_acc[(w * GM + h) * D + d] * fac[w][h];
-        if (whole) {
-          fo[k] = fold_acc(fo[k], o, fold_a[h], fold_b[h]);
-        } else {
-          segment_record(workspace, qi, NH, kvh * G + h, grid_splits, s, D)[d] = o;
-        }
-      }
-    }
+    merge_split<D, GM>(G, warp, g, tq, m, l, acc, red_acc, red_m, red_l, fac, fold_a, fold_b,
+                       fold_l, whole, fold_max, fold_sum, fo, workspace, qi, NH, kvh, grid_splits,
+                       s);
     __syncthreads();  // the merge area is rewritten at the next segment's end
 #pragma unroll
     for (int i = 0; i < VW; ++i)

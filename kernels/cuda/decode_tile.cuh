@@ -6,6 +6,8 @@
 // fold of splits in order. Each kernel calls these, so all three do the same arithmetic in the
 // same order. Included by .cu files only.
 
+#include <cstddef>
+
 #include "kernels/cuda/attention_common.cuh"
 
 namespace weft::cuda::detail {
@@ -32,6 +34,89 @@ __device__ __forceinline__ void fold_split(float& M, float& L, float ms, float l
 }
 __device__ __forceinline__ float fold_acc(float acc, float os, float fa, float fb) {
   return __fmaf_rn(os, fb, __fmul_rn(acc, fa));
+}
+
+// Where split s of head h of query qi keeps its record in the workspace: D accumulators,
+// then m and l ([query][head][split] records of D + 2 floats, as the per-split kernel writes).
+__device__ __forceinline__ float* split_record(float* workspace, int qi, int num_heads, int h,
+                                               int splits, int s, int D) {
+  return workspace + ((static_cast<std::size_t>(qi) * num_heads + h) * splits + s) * (D + 2);
+}
+
+// The end of split `split` in a block of kWarps warps (32 lanes each) that ran tile_attend16:
+// each warp's (m, l, acc) for the G <= GM heads merged in warp order through shared memory
+// (red_acc [kWarps][GM][D], red_m, red_l, fac), then folded in split order into the block's
+// fold (fold_max, fold_sum, fo: elements threadIdx.x + k * 32 * kWarps; fold_a, fold_b,
+// fold_l) when `whole`, or written as the split's record for kv head kvh otherwise.
+template <int D, int GM, int kWarps, int EPT, int VW>
+__device__ __forceinline__ void merge_split(int G, int warp, int g, int tq, float m, float l,
+                                            const float (&acc)[VW][4], float* red_acc,
+                                            float (&red_m)[kWarps][GM], float (&red_l)[kWarps][GM],
+                                            float (&fac)[kWarps][GM], float (&fold_a)[GM],
+                                            float (&fold_b)[GM], float (&fold_l)[GM], bool whole,
+                                            float& fold_max, float& fold_sum, float (&fo)[EPT],
+                                            float* workspace, int qi, int NH, int kvh,
+                                            int grid_splits, int split) {
+  constexpr int kThreads = 32 * kWarps;
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  const int ha = 2 * tq, hb = 2 * tq + 1;
+#pragma unroll
+  for (int i = 0; i < VW; ++i) {
+    const int d0 = g * (D / 8) + 2 * i;  // rows g and g + 8 of tile i
+    if (ha < G) {
+      red_acc[(warp * GM + ha) * D + d0] = acc[i][0];
+      red_acc[(warp * GM + ha) * D + d0 + 1] = acc[i][2];
+    }
+    if (hb < G) {
+      red_acc[(warp * GM + hb) * D + d0] = acc[i][1];
+      red_acc[(warp * GM + hb) * D + d0 + 1] = acc[i][3];
+    }
+  }
+  if (tq == 0 && g < G) {
+    red_m[warp][g] = m;
+    red_l[warp][g] = l;
+  }
+  __syncthreads();
+  if (threadIdx.x < G) {
+    const int h = threadIdx.x;
+    float mm = red_m[0][h];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w)
+      mm = fmaxf(mm, red_m[w][h]);
+    float ll = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = expf(red_m[w][h] - mm);
+      fac[w][h] = f;
+      ll += red_l[w][h] * f;
+    }
+    if (whole) {
+      fold_split(fold_max, fold_sum, mm, ll, fold_a[h], fold_b[h]);
+      fold_l[h] = fold_sum;
+    } else {
+      float* rec = split_record(workspace, qi, NH, kvh * G + h, grid_splits, split, D);
+      rec[D] = mm;
+      rec[D + 1] = ll;
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < EPT; ++k) {
+    const int i = threadIdx.x + k * kThreads;
+    if (i < G * D) {
+      const int h = i / D, d = i % D;
+      float o = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w)
+        o += red_acc[(w * GM + h) * D + d] * fac[w][h];
+      if (whole) {
+        fo[k] = fold_acc(fo[k], o, fold_a[h], fold_b[h]);
+      } else {
+        split_record(workspace, qi, NH, kvh * G + h, grid_splits, split, D)[d] = o;
+      }
+    }
+  }
 }
 
 // One warp's step over the 16 keys k0 .. k0 + 15 held in rows i0 .. i0 + 15 of the K tile `ks`
