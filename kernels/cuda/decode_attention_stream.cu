@@ -262,30 +262,7 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
 
   // A fragments of q * scale (head g; rows 8-15 are zero), high parts and remainders.
   unsigned qh[KC][4], ql[KC][4];
-  {
-    if (rope && g < G) {
-      // Element 32c + 8tq + e pairs with the same slot of chunk c + KC/2 (D/2 further).
-#pragma unroll
-      for (int c = 0; c < KC / 2; ++c)
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const int j = 32 * c + 8 * tq + e;
-          rotate_pair(x[c][e], x[c + KC / 2][e], rope_c[j], rope_s[j], x[c][e], x[c + KC / 2][e]);
-        }
-    }
-#pragma unroll
-    for (int c = 0; c < KC; ++c) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        x[c][e] *= a.scale;
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        float r0, r1;
-        qh[c][w] = pack2<T>(x[c][2 * w], x[c][2 * w + 1], r0, r1);
-        ql[c][w] = pack2<T>(r0, r1);
-      }
-    }
-  }
+  query_fragments<T>(x, rope && g < G, tq, rope_c, rope_s, a.scale, qh, ql);
 
   float acc[VW][4];
 #pragma unroll

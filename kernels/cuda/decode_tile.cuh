@@ -9,6 +9,7 @@
 #include <cstddef>
 
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/rope.cuh"
 
 namespace weft::cuda::detail {
 
@@ -115,6 +116,38 @@ __device__ __forceinline__ void merge_split(int G, int warp, int g, int tq, floa
       } else {
         split_record(workspace, qi, NH, kvh * G + h, grid_splits, split, D)[d] = o;
       }
+    }
+  }
+}
+
+// The A fragments of q * scale for head g (rows 8-15 of the m16 tile are zero): x[c][e] holds
+// element 32c + 8tq + e of the head's query; rotated first (pairs j, j + D/2 by rope_c[j],
+// rope_s[j]) when `rotate`. qh: the 16-bit values, ql: what their rounding left.
+template <class T, int KC>
+__device__ __forceinline__ void query_fragments(float (&x)[KC][8], bool rotate, int tq,
+                                                const float* rope_c, const float* rope_s,
+                                                float scale, unsigned (&qh)[KC][4],
+                                                unsigned (&ql)[KC][4]) {
+  if (rotate) {
+    // Element 32c + 8tq + e pairs with the same slot of chunk c + KC/2 (D/2 further).
+#pragma unroll
+    for (int c = 0; c < KC / 2; ++c)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int j = 32 * c + 8 * tq + e;
+        rotate_pair(x[c][e], x[c + KC / 2][e], rope_c[j], rope_s[j], x[c][e], x[c + KC / 2][e]);
+      }
+  }
+#pragma unroll
+  for (int c = 0; c < KC; ++c) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      x[c][e] *= scale;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      float r0, r1;
+      qh[c][w] = pack2<T>(x[c][2 * w], x[c][2 * w + 1], r0, r1);
+      ql[c][w] = pack2<T>(r0, r1);
     }
   }
 }
