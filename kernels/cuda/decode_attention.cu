@@ -31,6 +31,7 @@
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/decode_attention_pipelined.hpp"
+#include "kernels/cuda/decode_tile.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/tree_slots.cuh"
 
@@ -40,29 +41,6 @@ namespace {
 constexpr int kThreads = 128, kWarps = kThreads / 32;
 constexpr int kTileKeys = 64;  // keys per tile, 16 per warp (the per-split kernel's)
 constexpr int kMaxGroup = 8;   // query heads per kv head
-
-// Shared-memory swizzle of a tile row's 16-byte chunks: chunk c of row r is stored at
-// c ^ tile_swizzle(r), so the K fragment reads (8 rows, 4 chunks each) and the V reads (4
-// rows 2 apart, 2 chunks each) of a quarter warp fall in distinct banks for head_dim 128.
-__device__ __forceinline__ int tile_swizzle(int r) {
-  return (((r ^ (r >> 2)) & 1) << 2) | ((r >> 1) & 1);
-}
-
-// One step of the fold of a token's splits in split order (see the top of the file): updates
-// the running max M and sum L with split s's (m_s, l_s) and returns the factors a (for what
-// was folded) and b (for split s). Every rounding spelled out, so the block and the combine
-// kernel fold bitwise alike.
-__device__ __forceinline__ void fold_split(float& M, float& L, float ms, float ls, float& fa,
-                                           float& fb) {
-  const float m_new = fmaxf(M, ms);
-  fa = expf(M - m_new);
-  fb = expf(ms - m_new);
-  L = __fmaf_rn(ls, fb, __fmul_rn(L, fa));
-  M = m_new;
-}
-__device__ __forceinline__ float fold_acc(float acc, float os, float fa, float fb) {
-  return __fmaf_rn(os, fb, __fmul_rn(acc, fa));
-}
 
 // Positions per split of this kernel for a context of `span` positions: the per-split
 // kernel's cut (at most kMaxDecodeSplits), or `min_chunk` (a multiple of 64,
@@ -95,13 +73,6 @@ struct PipeLayout {
   static constexpr std::size_t red_bytes = sizeof(float) * kWarps * GM * D;
   static std::size_t bytes(int stages) { return stages * tile_bytes + red_bytes; }
 };
-
-// Split records, as the per-split kernel writes them: [query][head][split] of D accumulators,
-// then m and l.
-__device__ __forceinline__ float* split_record(float* workspace, int qi, int num_heads, int h,
-                                               int splits, int s, int D) {
-  return workspace + ((static_cast<std::size_t>(qi) * num_heads + h) * splits + s) * (D + 2);
-}
 
 template <class T, int D, int GM>
 __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
@@ -256,30 +227,7 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
 
   // A fragments of q * scale (head g; rows 8-15 are zero), high parts and remainders.
   unsigned qh[KC][4], ql[KC][4];
-  {
-    if (rope && g < G) {
-      // Element 32c + 8tq + e pairs with the same slot of chunk c + KC/2 (D/2 further).
-#pragma unroll
-      for (int c = 0; c < KC / 2; ++c)
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const int j = 32 * c + 8 * tq + e;
-          rotate_pair(x[c][e], x[c + KC / 2][e], rope_c[j], rope_s[j], x[c][e], x[c + KC / 2][e]);
-        }
-    }
-#pragma unroll
-    for (int c = 0; c < KC; ++c) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        x[c][e] *= a.scale;
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        float r0, r1;
-        qh[c][w] = pack2<T>(x[c][2 * w], x[c][2 * w + 1], r0, r1);
-        ql[c][w] = pack2<T>(r0, r1);
-      }
-    }
-  }
+  query_fragments<T>(x, rope && g < G, tq, rope_c, rope_s, a.scale, qh, ql);
 
   float acc[VW][4];
 #pragma unroll
@@ -329,148 +277,16 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
     }
     const int i0 = warp * kWarpKeys, k0 = tb + i0;
     if (k0 < end) {
-      // S for keys k0 + 8 * blk + (0..7): lane holds head g, keys 2tq and 2tq + 1.
-      float sc[2][4];
-#pragma unroll
-      for (int blk = 0; blk < 2; ++blk) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          sc[blk][e] = 0.0f;
-        const int rr = i0 + 8 * blk + g, sw = tile_swizzle(rr);
-        const uint4* krow = ks + rr * L;
-#pragma unroll
-        for (int c = 0; c < KC; ++c) {
-          const uint4 kr = krow[(tq + 4 * c) ^ sw];
-          const unsigned a0[4] = {qh[c][0], 0u, qh[c][1], 0u};
-          const unsigned a1[4] = {qh[c][2], 0u, qh[c][3], 0u};
-          const unsigned l0[4] = {ql[c][0], 0u, ql[c][1], 0u};
-          const unsigned l1[4] = {ql[c][2], 0u, ql[c][3], 0u};
-          mma_16816(sc[blk], a0, kr.x, kr.y, T{});
-          mma_16816(sc[blk], l0, kr.x, kr.y, T{});
-          mma_16816(sc[blk], a1, kr.z, kr.w, T{});
-          mma_16816(sc[blk], l1, kr.z, kr.w, T{});
-        }
-      }
-      float s[4] = {sc[0][0], sc[0][1], sc[1][0], sc[1][1]};
-      const int key[4] = {k0 + 2 * tq, k0 + 2 * tq + 1, k0 + 8 + 2 * tq, k0 + 9 + 2 * tq};
-      float mx = -INFINITY;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if (key[e] >= end) s[e] = -INFINITY;
-        mx = fmaxf(mx, s[e]);
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m, mx);
-      const float corr = expf(m - m_new);
-      m = m_new;
-      float p[4];
-      l *= corr;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        p[e] = expf(s[e] - m_new);
-        l += p[e];
-      }
-      float r[4];
-      const unsigned ph0 = pack2<T>(p[0], p[1], r[0], r[1]);
-      const unsigned ph1 = pack2<T>(p[2], p[3], r[2], r[3]);
-      const unsigned pl0 = pack2<T>(r[0], r[1]), pl1 = pack2<T>(r[2], r[3]);
-      // The accumulator's columns are heads 2tq and 2tq + 1: their rescale factors.
-      const float ca = __shfl_sync(0xffffffffu, corr, 8 * tq);
-      const float cb = __shfl_sync(0xffffffffu, corr, 8 * tq + 4);
-      // V of keys 2tq, 2tq + 1, 8 + 2tq, 9 + 2tq, elements [g * D/8, (g + 1) * D/8), 16
-      // bytes (four row tiles of O^T) at a time.
-#pragma unroll
-      for (int c = 0; c < VW / 4; ++c) {
-        uint4 v[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int rr = i0 + (e >> 1) * 8 + 2 * tq + (e & 1);
-          v[e] = vs[rr * L + ((g * (L / 8) + c) ^ tile_swizzle(rr))];
-        }
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          const int i = 4 * c + w;
-          auto word = [&](const uint4& x) {
-            return w == 0 ? x.x : w == 1 ? x.y : w == 2 ? x.z : x.w;
-          };
-          acc[i][0] *= ca;
-          acc[i][1] *= cb;
-          acc[i][2] *= ca;
-          acc[i][3] *= cb;
-          const unsigned av[4] = {__byte_perm(word(v[0]), word(v[1]), 0x5410),
-                                  __byte_perm(word(v[0]), word(v[1]), 0x7632),
-                                  __byte_perm(word(v[2]), word(v[3]), 0x5410),
-                                  __byte_perm(word(v[2]), word(v[3]), 0x7632)};
-          mma_16816(acc[i], av, ph0, ph1, T{});
-          mma_16816(acc[i], av, pl0, pl1, T{});
-        }
-      }
+      tile_attend16<T, L, true>(ks, vs, i0, k0, end, g, tq, qh, ql, m, l, acc);
     }
     if ((j + 1) % split_tiles != 0 && j + 1 != tiles) continue;
 
     // The split ends with this tile: merge the warps in order (the per-split kernel's
     // arithmetic), then fold the split in or write its record.
     const int split = s0 + j / split_tiles;
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int ha = 2 * tq, hb = 2 * tq + 1;
-#pragma unroll
-    for (int i = 0; i < VW; ++i) {
-      const int d0 = g * (D / 8) + 2 * i;  // rows g and g + 8 of tile i
-      if (ha < G) {
-        red_acc[(warp * GM + ha) * D + d0] = acc[i][0];
-        red_acc[(warp * GM + ha) * D + d0 + 1] = acc[i][2];
-      }
-      if (hb < G) {
-        red_acc[(warp * GM + hb) * D + d0] = acc[i][1];
-        red_acc[(warp * GM + hb) * D + d0 + 1] = acc[i][3];
-      }
-    }
-    if (tq == 0 && g < G) {
-      red_m[warp][g] = m;
-      red_l[warp][g] = l;
-    }
-    __syncthreads();
-    if (threadIdx.x < G) {
-      const int h = threadIdx.x;
-      float mm = red_m[0][h];
-#pragma unroll
-      for (int w = 1; w < kWarps; ++w)
-        mm = fmaxf(mm, red_m[w][h]);
-      float ll = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float f = expf(red_m[w][h] - mm);
-        fac[w][h] = f;
-        ll += red_l[w][h] * f;
-      }
-      if (whole) {
-        fold_split(fold_max, fold_sum, mm, ll, fold_a[h], fold_b[h]);
-        fold_l[h] = fold_sum;
-      } else {
-        float* rec = split_record(workspace, qi, NH, kvh * G + h, grid_splits, split, D);
-        rec[D] = mm;
-        rec[D + 1] = ll;
-      }
-    }
-    __syncthreads();
-#pragma unroll
-    for (int k = 0; k < EPT; ++k) {
-      const int i = threadIdx.x + k * kThreads;
-      if (i < G * D) {
-        const int h = i / D, d = i % D;
-        float o = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w)
-          o += red_acc[(w * GM + h) * D + d] * fac[w][h];
-        if (whole) {
-          fo[k] = fold_acc(fo[k], o, fold_a[h], fold_b[h]);
-        } else {
-          split_record(workspace, qi, NH, kvh * G + h, grid_splits, split, D)[d] = o;
-        }
-      }
-    }
+    merge_split<D, GM>(G, warp, g, tq, m, l, acc, red_acc, red_m, red_l, fac, fold_a, fold_b,
+                       fold_l, whole, fold_max, fold_sum, fo, workspace, qi, NH, kvh, grid_splits,
+                       split);
 #pragma unroll
     for (int i = 0; i < VW; ++i)
 #pragma unroll

@@ -10,6 +10,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/decode_attention_pipelined.hpp"
 #include "kernels/cuda/decode_attention_stream.hpp"
+#include "kernels/cuda/decode_tile.cuh"
 #include "kernels/cuda/kv_element.cuh"
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/rope.cuh"
@@ -25,7 +26,9 @@ using detail::first_position;
 using detail::key_offset;
 using detail::mma_16816;
 using detail::pack2;
+using detail::query_fragments;
 using detail::split_positions;
+using detail::tile_attend16;
 
 constexpr int kDecodeThreads = 128;  // also the tile of positions one pass scores
 constexpr int kKeyTile = 32;         // prefill: keys per tile
@@ -557,31 +560,8 @@ __global__ void __launch_bounds__(kDecodeThreads, D >= 256   ? 1
 
   // A fragments of q * scale (head g; rows 8-15 are zero), high parts and remainders.
   unsigned qh[KC][4], ql[KC][4];
-  {
-    if (rope && g < G) {
-      // Element 32c + 8tq + e pairs with the same slot of chunk c + KC/2 (D/2 further).
-#pragma unroll
-      for (int c = 0; c < KC / 2; ++c)
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const int j = 32 * c + 8 * tq + e;
-          detail::rotate_pair(x[c][e], x[c + KC / 2][e], rope_c[j], rope_s[j], x[c][e],
-                              x[c + KC / 2][e]);
-        }
-    }
-#pragma unroll
-    for (int c = 0; c < KC; ++c) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        x[c][e] *= a.scale;
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        float r0, r1;
-        qh[c][w] = pack2<T>(x[c][2 * w], x[c][2 * w + 1], r0, r1);
-        ql[c][w] = pack2<T>(r0, r1);
-      }
-    }
-  }
+  query_fragments<T>(x, rope && g < G, tq, rope_c, rope_s, a.scale, qh, ql);
+
   float acc[VW][4];
 #pragma unroll
   for (int i = 0; i < VW; ++i)
@@ -615,80 +595,7 @@ __global__ void __launch_bounds__(kDecodeThreads, D >= 256   ? 1
     }
     const int i0 = warp * kWarpKeys, k0 = begin + j * TP + i0;
     if (k0 < end) {
-      // S for keys k0 + 8 * blk + (0..7): lane holds head g, keys 2tq and 2tq + 1.
-      float sc[2][4];
-#pragma unroll
-      for (int blk = 0; blk < 2; ++blk) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          sc[blk][e] = 0.0f;
-        const uint4* krow = ks + (i0 + 8 * blk + g) * L + tq;
-#pragma unroll
-        for (int c = 0; c < KC; ++c) {
-          const uint4 kr = krow[4 * c];
-          const unsigned a0[4] = {qh[c][0], 0u, qh[c][1], 0u};
-          const unsigned a1[4] = {qh[c][2], 0u, qh[c][3], 0u};
-          const unsigned l0[4] = {ql[c][0], 0u, ql[c][1], 0u};
-          const unsigned l1[4] = {ql[c][2], 0u, ql[c][3], 0u};
-          mma_16816(sc[blk], a0, kr.x, kr.y, T{});
-          mma_16816(sc[blk], l0, kr.x, kr.y, T{});
-          mma_16816(sc[blk], a1, kr.z, kr.w, T{});
-          mma_16816(sc[blk], l1, kr.z, kr.w, T{});
-        }
-      }
-      float s[4] = {sc[0][0], sc[0][1], sc[1][0], sc[1][1]};
-      const int key[4] = {k0 + 2 * tq, k0 + 2 * tq + 1, k0 + 8 + 2 * tq, k0 + 9 + 2 * tq};
-      float mx = -INFINITY;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if (key[e] >= end) s[e] = -INFINITY;
-        mx = fmaxf(mx, s[e]);
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m, mx);
-      const float corr = expf(m - m_new);
-      m = m_new;
-      float p[4];
-      l *= corr;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        p[e] = expf(s[e] - m_new);
-        l += p[e];
-      }
-      float r[4];
-      const unsigned ph0 = pack2<T>(p[0], p[1], r[0], r[1]);
-      const unsigned ph1 = pack2<T>(p[2], p[3], r[2], r[3]);
-      const unsigned pl0 = pack2<T>(r[0], r[1]), pl1 = pack2<T>(r[2], r[3]);
-      // The accumulator's columns are heads 2tq and 2tq + 1: their rescale factors.
-      const float ca = __shfl_sync(0xffffffffu, corr, 8 * tq);
-      const float cb = __shfl_sync(0xffffffffu, corr, 8 * tq + 4);
-      // V of keys 2tq, 2tq + 1, 8 + 2tq, 9 + 2tq, elements [g * D/8, (g + 1) * D/8), 16
-      // bytes (four row tiles of O^T) at a time.
-#pragma unroll
-      for (int c = 0; c < VW / 4; ++c) {
-        uint4 v[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          v[e] = vs[(i0 + (e >> 1) * 8 + 2 * tq + (e & 1)) * L + g * (L / 8) + c];
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          const int i = 4 * c + w;
-          auto word = [&](const uint4& x) {
-            return w == 0 ? x.x : w == 1 ? x.y : w == 2 ? x.z : x.w;
-          };
-          acc[i][0] *= ca;
-          acc[i][1] *= cb;
-          acc[i][2] *= ca;
-          acc[i][3] *= cb;
-          const unsigned av[4] = {__byte_perm(word(v[0]), word(v[1]), 0x5410),
-                                  __byte_perm(word(v[0]), word(v[1]), 0x7632),
-                                  __byte_perm(word(v[2]), word(v[3]), 0x5410),
-                                  __byte_perm(word(v[2]), word(v[3]), 0x7632)};
-          mma_16816(acc[i], av, ph0, ph1, T{});
-          mma_16816(acc[i], av, pl0, pl1, T{});
-        }
-      }
+      tile_attend16<T, L, false>(ks, vs, i0, k0, end, g, tq, qh, ql, m, l, acc);
     }
     __syncthreads();  // the stage is refilled next
     if (stages == 1 && j + 1 < tiles) issue(begin + (j + 1) * TP, 0);

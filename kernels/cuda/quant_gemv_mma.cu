@@ -184,23 +184,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         // This lane's B values: x of its own group for token 2p + g % 2, if it is column g's.
         const int token = 2 * p + (g & 1);
         unsigned xw[kXWords];
-        if (x_lane && group < groups && token < tokens) {
-          const auto* xp =
-              reinterpret_cast<const uint4*>(x + static_cast<std::size_t>(token) * in +
-                                             static_cast<std::size_t>(group) * kGroupWeights);
-#pragma unroll
-          for (int v = 0; v < kXWords / 4; ++v) {
-            const uint4 q = __ldg(xp + v);
-            xw[4 * v] = q.x;
-            xw[4 * v + 1] = q.y;
-            xw[4 * v + 2] = q.z;
-            xw[4 * v + 3] = q.w;
-          }
-        } else {
-#pragma unroll
-          for (int i = 0; i < kXWords; ++i)
-            xw[i] = 0;
-        }
+        load_x_words<kGroupWeights>(xw, x, token, in, group,
+                                    x_lane && group < groups && token < tokens);
 #pragma unroll
         for (int s = 0; s < G::kSegments; ++s) {
           float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -218,10 +203,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
           }
           // d: rows g, g + 8 x tokens 2p, 2p + 1 of group t's segment; sx: sum(x) of it.
           const float2 fa = header_floats(ha[u][s]), fb = header_floats(hb[u][s]);
-          acc[p][0] = fmaf(fa.x, d[0], fmaf(fa.y, sx[0], acc[p][0]));
-          acc[p][1] = fmaf(fa.x, d[1], fmaf(fa.y, sx[1], acc[p][1]));
-          acc[p][2] = fmaf(fb.x, d[2], fmaf(fb.y, sx[2], acc[p][2]));
-          acc[p][3] = fmaf(fb.x, d[3], fmaf(fb.y, sx[3], acc[p][3]));
+          add_scaled(acc[p], fa, fb, d, sx);
         }
       }
     }
@@ -231,19 +213,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   // Over the four lanes of a row (their groups), then over the tile's warps.
   __shared__ float partial[kWarps][kTileRows][2 * kPairs];
 #pragma unroll
-  for (int p = 0; p < kPairs; ++p) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      acc[p][e] += __shfl_xor_sync(0xffffffffu, acc[p][e], 1);
-      acc[p][e] += __shfl_xor_sync(0xffffffffu, acc[p][e], 2);
-    }
-    if (t == 0) {
-      partial[warp][g][2 * p] = acc[p][0];
-      partial[warp][g][2 * p + 1] = acc[p][1];
-      partial[warp][g + 8][2 * p] = acc[p][2];
-      partial[warp][g + 8][2 * p + 1] = acc[p][3];
-    }
-  }
+  for (int p = 0; p < kPairs; ++p)
+    quad_sum_store(acc[p], g, t, p, partial[warp]);
   __syncthreads();
   constexpr int kPerTile = kTileRows * 2 * kPairs;
   if (act >= 0) {

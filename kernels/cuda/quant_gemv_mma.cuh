@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstddef>
 #include <cstring>
 #include <type_traits>
 
@@ -112,6 +113,57 @@ __device__ __forceinline__ unsigned x_pair(const unsigned (&xw)[kXWords], int j)
     return __byte_perm(xw[at], xw[at + 4], (j & 1) ? 0x7632u : 0x5410u);
   } else {
     return xw[j];
+  }
+}
+
+// This lane's B values: x of `group` (kGroupWeights elements from group * kGroupWeights) for
+// `token` as kXWords 16-bit pairs, or zeros where `live` is false.
+template <int kGroupWeights, class T, int kXWords>
+__device__ __forceinline__ void load_x_words(unsigned (&xw)[kXWords], const T* __restrict__ x,
+                                             int token, int in, int group, bool live) {
+  if (live) {
+    const auto* xp = reinterpret_cast<const uint4*>(
+        x + static_cast<std::size_t>(token) * in + static_cast<std::size_t>(group) * kGroupWeights);
+#pragma unroll
+    for (int v = 0; v < kXWords / 4; ++v) {
+      const uint4 q = __ldg(xp + v);
+      xw[4 * v] = q.x;
+      xw[4 * v + 1] = q.y;
+      xw[4 * v + 2] = q.z;
+      xw[4 * v + 3] = q.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kXWords; ++i)
+      xw[i] = 0;
+  }
+}
+
+// acc += scale * d + min * sum(x) for rows g (header fa) and g + 8 (header fb) of an m16n8
+// product d, sx its sum(x) product.
+__device__ __forceinline__ void add_scaled(float (&acc)[4], float2 fa, float2 fb,
+                                           const float (&d)[4], const float (&sx)[4]) {
+  acc[0] = fmaf(fa.x, d[0], fmaf(fa.y, sx[0], acc[0]));
+  acc[1] = fmaf(fa.x, d[1], fmaf(fa.y, sx[1], acc[1]));
+  acc[2] = fmaf(fb.x, d[2], fmaf(fb.y, sx[2], acc[2]));
+  acc[3] = fmaf(fb.x, d[3], fmaf(fb.y, sx[3], acc[3]));
+}
+
+// Token pair p's sums over the four lanes of a row (their groups) into acc; lane t == 0 stores
+// rows g and g + 8, tokens 2p and 2p + 1, in the warp's part[row][token].
+template <int kRows, int kCols>
+__device__ __forceinline__ void quad_sum_store(float (&acc)[4], int g, int t, int p,
+                                               float (&part)[kRows][kCols]) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], 1);
+    acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], 2);
+  }
+  if (t == 0) {
+    part[g][2 * p] = acc[0];
+    part[g][2 * p + 1] = acc[1];
+    part[g + 8][2 * p] = acc[2];
+    part[g + 8][2 * p + 1] = acc[3];
   }
 }
 

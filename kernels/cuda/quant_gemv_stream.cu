@@ -267,23 +267,7 @@ __global__ void __launch_bounds__(kWarps * 32, blocks_per_sm<kPairs>())
       for (int p = 0; p < kPairs; ++p) {
         const int token = 2 * p + (g & 1);
         unsigned xw[kXWords];
-        if (x_lane && live && token < tokens) {
-          const auto* xp =
-              reinterpret_cast<const uint4*>(x + static_cast<std::size_t>(token) * in +
-                                             static_cast<std::size_t>(group) * kGroupWeights);
-#pragma unroll
-          for (int v = 0; v < kXWords / 4; ++v) {
-            const uint4 q = __ldg(xp + v);
-            xw[4 * v] = q.x;
-            xw[4 * v + 1] = q.y;
-            xw[4 * v + 2] = q.z;
-            xw[4 * v + 3] = q.w;
-          }
-        } else {
-#pragma unroll
-          for (int i = 0; i < kXWords; ++i)
-            xw[i] = 0;
-        }
+        load_x_words<kGroupWeights>(xw, x, token, in, group, x_lane && live && token < tokens);
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int k = 0; k < kSteps; ++k) {
@@ -293,10 +277,7 @@ __global__ void __launch_bounds__(kWarps * 32, blocks_per_sm<kPairs>())
           mma(sx, ones, b0, b1, tag);
         }
         // d: rows g, g + 8 x tokens 2p, 2p + 1 of group t; sx: sum(x) of it.
-        acc[p][0] = fmaf(fa.x, d[0], fmaf(fa.y, sx[0], acc[p][0]));
-        acc[p][1] = fmaf(fa.x, d[1], fmaf(fa.y, sx[1], acc[p][1]));
-        acc[p][2] = fmaf(fb.x, d[2], fmaf(fb.y, sx[2], acc[p][2]));
-        acc[p][3] = fmaf(fb.x, d[3], fmaf(fb.y, sx[3], acc[p][3]));
+        add_scaled(acc[p], fa, fb, d, sx);
       }
       // The slot's words are read: refill it with the chunk kRing ahead.
       copy_next(s);
@@ -306,17 +287,7 @@ __global__ void __launch_bounds__(kWarps * 32, blocks_per_sm<kPairs>())
       cc = 0;
 #pragma unroll
       for (int p = 0; p < kPairs; ++p) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          acc[p][e] += __shfl_xor_sync(0xffffffffu, acc[p][e], 1);
-          acc[p][e] += __shfl_xor_sync(0xffffffffu, acc[p][e], 2);
-        }
-        if (t == 0) {
-          partial[parity][warp][g][2 * p] = acc[p][0];
-          partial[parity][warp][g][2 * p + 1] = acc[p][1];
-          partial[parity][warp][g + 8][2 * p] = acc[p][2];
-          partial[parity][warp][g + 8][2 * p + 1] = acc[p][3];
-        }
+        quad_sum_store(acc[p], g, t, p, partial[parity][warp]);
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           acc[p][e] = 0.0f;

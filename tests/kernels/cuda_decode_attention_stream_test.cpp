@@ -24,17 +24,6 @@ namespace {
 
 class CudaDecodeAttentionStream : public CudaDecodeAttention {};
 
-void expect_matches_cpu_and_split(const DecodeBatch& b, Precision p, const std::string& what) {
-  const auto queries = all_queries(b);
-  const auto got = b.run(DecodeAttentionKernel::kStream, 0, queries);
-  const auto old = b.run(DecodeAttentionKernel::kSplit, 0, queries);
-  const auto got_f = to_float(got, p), old_f = to_float(old, p);
-  // The per-split kernel's bound against the CPU, and at most one 16-bit rounding step from
-  // the per-split kernel (the two sum the same products in other orders, in fp32).
-  expect_near_all(got_f, b.cpu_reference(), 2 * rounding(p), 2e-3, what + " vs cpu");
-  expect_near_all(got_f, old_f, rounding(p), 1e-5, what + " vs the per-split kernel");
-}
-
 TEST_P(CudaDecodeAttentionStream, MatchesCpuAndSplitKernel) {
   const Case cases[] = {
       {{32, 8, 128, 16}, 1, 1300, 0},   {{32, 8, 128, 16}, 16, 700, 0},
@@ -49,7 +38,8 @@ TEST_P(CudaDecodeAttentionStream, MatchesCpuAndSplitKernel) {
                                                KvDtype::kBF16));
     std::mt19937 rng(5 + c.batch + c.longest + c.shape.dim + c.shape.heads);
     const DecodeBatch b(c.shape, p(), c.window, contexts_for(c.batch, c.longest), rng);
-    expect_matches_cpu_and_split(b, p(), std::string(precision_name(p())) + " " + describe(b));
+    expect_matches_cpu_and_split(DecodeAttentionKernel::kStream, b, p(),
+                                 std::string(precision_name(p())) + " " + describe(b));
   }
 }
 
@@ -75,7 +65,7 @@ TEST_P(CudaDecodeAttentionStream, MatchesCpuAndSplitKernelOnRandomBatches) {
     for (int& x : contexts)
       x = length(rng);
     const DecodeBatch b(c.shape, p(), c.window, contexts, rng);
-    expect_matches_cpu_and_split(b, p(),
+    expect_matches_cpu_and_split(DecodeAttentionKernel::kStream, b, p(),
                                  std::string(precision_name(p())) + " random " + describe(b));
   }
 }
@@ -89,20 +79,8 @@ TEST_P(CudaDecodeAttentionStream, IsBitwiseTheSameForEveryCutAndBatch) {
         std::pair{Shape{2, 2, 256, 3}, 12}, std::pair{Shape{32, 4, 128, 16}, 12}}) {
     std::mt19937 rng(9 + shape.dim);
     const DecodeBatch b(shape, p(), 0, contexts_for(batch, 6000), rng);
-    const auto queries = all_queries(b);
-    const auto automatic = b.run(DecodeAttentionKernel::kStream, 0, queries);
-    for (int parts : {1, 2, 3, 7, 32}) {
-      EXPECT_TRUE(b.run(DecodeAttentionKernel::kStream, parts, queries) == automatic)
-          << describe(b) << ": " << parts << " parts differ from the automatic cut";
-    }
-    const std::size_t row = static_cast<std::size_t>(shape.heads) * shape.dim;
-    for (int qi : {0, 1, 5, 10, batch - 1}) {
-      const auto alone = b.run(DecodeAttentionKernel::kStream, 0, {qi});
-      EXPECT_TRUE(std::equal(alone.begin() + qi * row, alone.begin() + (qi + 1) * row,
-                             automatic.begin() + qi * row))
-          << describe(b) << ": token " << qi << " (context " << b.contexts[qi]
-          << ") alone differs from the batch";
-    }
+    expect_bitwise_for_every_cut_and_batch(DecodeAttentionKernel::kStream, b,
+                                           {0, 1, 5, 10, batch - 1});
   }
 }
 
@@ -179,12 +157,7 @@ TEST_P(CudaDecodeAttentionStream, OtherShapesKeepTheirKernels) {
   for (const Shape& shape : {Shape{16, 1, 64, 16}, Shape{8, 1, 32, 7}}) {
     EXPECT_FALSE(
         detail::decode_stream_supports(shape.heads, shape.kv_heads, shape.dim, KvDtype::kBF16));
-    std::mt19937 rng(31 + shape.dim);
-    const DecodeBatch b(shape, p(), 0, contexts_for(5, 700), rng);
-    const auto queries = all_queries(b);
-    EXPECT_TRUE(b.run(DecodeAttentionKernel::kStream, 0, queries) ==
-                b.run(DecodeAttentionKernel::kSplit, 0, queries))
-        << describe(b);
+    expect_same_as_split(DecodeAttentionKernel::kStream, shape, p(), 31 + shape.dim);
   }
 }
 

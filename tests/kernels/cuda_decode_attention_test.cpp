@@ -47,16 +47,9 @@ TEST_P(CudaDecodeAttention, PipelinedMatchesCpuAndSplitKernel) {
     ASSERT_TRUE(decode_attention_applies_rope(c.shape.heads, c.shape.kv_heads, c.shape.dim));
     std::mt19937 rng(3 + c.batch + c.longest + c.shape.dim + c.shape.heads);
     const DecodeBatch b(c.shape, p(), c.window, contexts_for(c.batch, c.longest), rng);
-    const std::string what = std::string(precision_name(p())) + " " + describe(b);
-    const auto queries = all_queries(b);
-    const auto got = b.run(DecodeAttentionKernel::kPipelined, 0, queries);
-    const auto old = b.run(DecodeAttentionKernel::kSplit, 0, queries);
-    const auto got_f = to_float(got, p()), old_f = to_float(old, p());
-    // As the per-split kernel's bound against the CPU (DecodeAttentionMatchesCpu*).
-    expect_near_all(got_f, b.cpu_reference(), 2 * rounding(p()), 2e-3, what + " vs cpu");
-    // The two kernels differ only in how the splits are combined (fp32 rounding), so at
-    // most one 16-bit rounding step apart.
-    expect_near_all(got_f, old_f, rounding(p()), 1e-5, what + " vs the per-split kernel");
+    // The two kernels differ only in how the splits are combined (fp32 rounding).
+    expect_matches_cpu_and_split(DecodeAttentionKernel::kPipelined, b, p(),
+                                 std::string(precision_name(p())) + " " + describe(b));
   }
 }
 
@@ -69,20 +62,8 @@ TEST_P(CudaDecodeAttention, PipelinedIsBitwiseTheSameForEveryCutAndBatch) {
         std::pair{Shape{2, 2, 256, 3}, 12}}) {
     std::mt19937 rng(7 + shape.dim);
     const DecodeBatch b(shape, p(), 0, contexts_for(batch, 4100), rng);
-    const auto queries = all_queries(b);
-    const auto automatic = b.run(DecodeAttentionKernel::kPipelined, 0, queries);
-    for (int parts : {1, 2, 3, 7, 32}) {
-      EXPECT_TRUE(b.run(DecodeAttentionKernel::kPipelined, parts, queries) == automatic)
-          << describe(b) << ": " << parts << " parts differ from the automatic cut";
-    }
-    const std::size_t row = static_cast<std::size_t>(shape.heads) * shape.dim;
-    for (int qi : {0, 5, 10, batch - 1}) {
-      const auto alone = b.run(DecodeAttentionKernel::kPipelined, 0, {qi});
-      EXPECT_TRUE(std::equal(alone.begin() + qi * row, alone.begin() + (qi + 1) * row,
-                             automatic.begin() + qi * row))
-          << describe(b) << ": token " << qi << " (context " << b.contexts[qi]
-          << ") alone differs from the batch";
-    }
+    expect_bitwise_for_every_cut_and_batch(DecodeAttentionKernel::kPipelined, b,
+                                           {0, 5, 10, batch - 1});
   }
 }
 
@@ -97,14 +78,8 @@ TEST_P(CudaDecodeAttention, PipelinedWithRopeIsBitwiseRopeStoreKvThenAttention) 
 // other head dims) keep their kernels when it is selected: same bits as with the per-split
 // choice.
 TEST_P(CudaDecodeAttention, OtherShapesKeepTheirKernels) {
-  for (const Shape& shape : {Shape{16, 1, 64, 16}, Shape{8, 1, 32, 7}}) {
-    std::mt19937 rng(29 + shape.dim);
-    const DecodeBatch b(shape, p(), 0, contexts_for(5, 700), rng);
-    const auto queries = all_queries(b);
-    EXPECT_TRUE(b.run(DecodeAttentionKernel::kPipelined, 0, queries) ==
-                b.run(DecodeAttentionKernel::kSplit, 0, queries))
-        << describe(b);
-  }
+  for (const Shape& shape : {Shape{16, 1, 64, 16}, Shape{8, 1, 32, 7}})
+    expect_same_as_split(DecodeAttentionKernel::kPipelined, shape, p(), 29 + shape.dim);
 }
 
 TEST(DecodeAttentionKernel, NamesAndSelection) {

@@ -244,6 +244,52 @@ struct Case {
   int batch, longest, window;
 };
 
+// `kernel` against the CPU reference and the per-split kernel: within the per-split kernel's
+// bound against the CPU, and at most one 16-bit rounding step from the per-split kernel (the
+// kernels sum the same products in other orders, or combine the splits otherwise, in fp32).
+inline void expect_matches_cpu_and_split(DecodeAttentionKernel kernel, const DecodeBatch& b,
+                                         Precision p, const std::string& what) {
+  const auto queries = all_queries(b);
+  const auto got = b.run(kernel, 0, queries);
+  const auto old = b.run(DecodeAttentionKernel::kSplit, 0, queries);
+  const auto got_f = to_float(got, p), old_f = to_float(old, p);
+  expect_near_all(got_f, b.cpu_reference(), 2 * rounding(p), 2e-3, what + " vs cpu");
+  expect_near_all(got_f, old_f, rounding(p), 1e-5, what + " vs the per-split kernel");
+}
+
+// However the launch of `kernel` cuts the contexts into parts (one part: the block folds its
+// splits itself; several: split records and the combine kernel), and whatever runs beside a
+// token (each of `alone` run by itself), its output has the same bits.
+inline void expect_bitwise_for_every_cut_and_batch(DecodeAttentionKernel kernel,
+                                                   const DecodeBatch& b,
+                                                   const std::vector<int>& alone) {
+  const auto queries = all_queries(b);
+  const auto automatic = b.run(kernel, 0, queries);
+  for (int parts : {1, 2, 3, 7, 32}) {
+    EXPECT_TRUE(b.run(kernel, parts, queries) == automatic)
+        << describe(b) << ": " << parts << " parts differ from the automatic cut";
+  }
+  const std::size_t row = static_cast<std::size_t>(b.shape.heads) * b.shape.dim;
+  for (int qi : alone) {
+    const auto one = b.run(kernel, 0, {qi});
+    EXPECT_TRUE(std::equal(one.begin() + qi * row, one.begin() + (qi + 1) * row,
+                           automatic.begin() + qi * row))
+        << describe(b) << ": token " << qi << " (context " << b.contexts[qi]
+        << ") alone differs from the batch";
+  }
+}
+
+// A shape `kernel` does not serve keeps its kernel when `kernel` is selected: the same bits as
+// with the per-split choice.
+inline void expect_same_as_split(DecodeAttentionKernel kernel, const Shape& shape, Precision p,
+                                 unsigned seed) {
+  std::mt19937 rng(seed);
+  const DecodeBatch b(shape, p, 0, contexts_for(5, 700), rng);
+  const auto queries = all_queries(b);
+  EXPECT_TRUE(b.run(kernel, 0, queries) == b.run(DecodeAttentionKernel::kSplit, 0, queries))
+      << describe(b);
+}
+
 // With AttentionArgs::rope_inv_freq, `kernel` rotates q and the token's key and stores its
 // key and value: bitwise rope_store_kv followed by the kernel, outputs and pages, for tokens
 // whose own position is in a first tile, a later tile and a later part.
