@@ -88,9 +88,9 @@ inline constexpr int kMaxDecodeSplits = 32;
 // WEFT_DECODE_ATTN=stream|old|new (or split|pipelined) sets the initial choice, kStream when
 // unset (measured on the H100 on 2026-11-26: 19-24 % faster 8B decode steps at batches 256-512,
 // within 1 % at batches 1-2; docs/PERFORMANCE.md). One kernel for every batch size keeps a
-// token's result independent of its batch; set_decode_attention_kernel changes it for later launches (benchmarks, tests). CUDA
-// graphs captured before keep the kernel they captured; the model's graphs are keyed by
-// decode_split_count, which includes the choice.
+// token's result independent of its batch; set_decode_attention_kernel changes it for later
+// launches (benchmarks, tests). CUDA graphs captured before keep the kernel they captured; the
+// model's graphs are keyed by decode_split_count, which includes the choice.
 enum class DecodeAttentionKernel { kSplit, kPipelined, kStream };
 DecodeAttentionKernel decode_attention_kernel();
 void set_decode_attention_kernel(DecodeAttentionKernel kernel);

@@ -9,8 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iostream>
 #include <cstring>
+#include <iostream>
 #include <numeric>
 #include <random>
 #include <span>
