@@ -61,7 +61,7 @@ n_cases=$(( $(echo $BATCHES | wc -w) * $(echo $FORMATS | wc -w) ))
 echo "gpu_constrained.sh: $n_cases cases x $REPS repetitions x 2 runs = $((n_cases * REPS * 2)) runs," \
   "expected ~$((n_cases * REPS * 2 * RUN_S)) s at ~$RUN_S s a run (budget $BUDGET_S s)"
 if [ ! -f "$M/config.json" ]; then
-  [ -f .devcarry/l3/tokenizer.json ] || gunzip -k .devcarry/l3/tokenizer.json.gz
+  [ -f .devcarry/l3/tokenizer.json ] || { [ -f .devcarry/l3/tokenizer.json.xz ] && xz -dk .devcarry/l3/tokenizer.json.xz || gunzip -k .devcarry/l3/tokenizer.json.gz; }
   python3 bench/make_random_model.py --shape 8b --tokenizer .devcarry/l3 --out "$M" 2>&1 | tail -1
   echo "model folder made in $((SECONDS - T0)) s"
 fi

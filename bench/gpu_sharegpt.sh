@@ -21,7 +21,7 @@ export WEFT_SPEC_DIR=$PWD/config/models
 B=$C/bin
 M=${MODEL_DIR:-/tmp/llama8b}
 W=$OUT/sharegpt_1000.jsonl
-[ -f .devcarry/l3/tokenizer.json ] || gunzip -k .devcarry/l3/tokenizer.json.gz
+[ -f .devcarry/l3/tokenizer.json ] || { [ -f .devcarry/l3/tokenizer.json.xz ] && xz -dk .devcarry/l3/tokenizer.json.xz || gunzip -k .devcarry/l3/tokenizer.json.gz; }
 t0=$(date +%s)
 stamp() { echo "[t+$(( $(date +%s) - t0 ))s] $*"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader

@@ -9,7 +9,7 @@
 set -u
 O=${OUT:-/tmp/out}; W=/tmp/work; mkdir -p $O $W
 G=$PWD/.devcarry/gpu; mkdir -p $G && tar -C $G -xJf .devcarry/b1.tar.xz
-[ -f .devcarry/l3/tokenizer.json ] || gunzip -k .devcarry/l3/tokenizer.json.gz
+[ -f .devcarry/l3/tokenizer.json ] || { [ -f .devcarry/l3/tokenizer.json.xz ] && xz -dk .devcarry/l3/tokenizer.json.xz || gunzip -k .devcarry/l3/tokenizer.json.gz; }
 export LD_LIBRARY_PATH=$G/lib:/usr/local/cuda/lib64 WEFT_SPEC_DIR=$PWD/config/models
 t0=$(date +%s); st() { echo "[t+$(( $(date +%s) - t0 ))s] $*"; }
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader

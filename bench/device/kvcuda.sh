@@ -55,7 +55,7 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   stamp "tests done"
 fi
 if [ ! -f "$M/config.json" ]; then
-  [ -f .devcarry/l3/tokenizer.json ] || gunzip -k .devcarry/l3/tokenizer.json.gz
+  [ -f .devcarry/l3/tokenizer.json ] || { [ -f .devcarry/l3/tokenizer.json.xz ] && xz -dk .devcarry/l3/tokenizer.json.xz || gunzip -k .devcarry/l3/tokenizer.json.gz; }
   python3 bench/make_random_model.py --shape 8b --tokenizer .devcarry/l3 --out "$M" 2>&1 | tail -1
 fi
 stamp "model ready"
