@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# Tensor parallelism on two GPUs (docs/parallel.md): the TP tests, then decode at TP=1 and
-# TP=2 for a Llama-3-8B shape and a 70B-widths shape with fewer layers. Prints a table and
+# Tensor parallelism on two or four GPUs (docs/parallel.md): the TP tests, then decode at TP=1,
+# TP=2 (and TP=4) for a Llama-3-8B shape and a 70B-widths shape with fewer layers. Prints a table and
 # writes it, with every run's output, to $OUT (default build/gpu-tp).
 #
 #   bench/gpu_tp.sh [--bin DIR|FILE.tar.xz] [--only tests,forward,weft] [--shapes 8b,70b]
 #                   [--layers-70b N] [--batches 1,8,32,64,128,256] [--tokenizer DIR]
-#                   [--nccl-env "K=V ..."]... [--variant-batches 1,64]
+#                   [--tp 1,2,4] [--nccl-env "K=V ..."]... [--variant-batches 1,64]
+#                   [--variant-tp N]
+#
+# --tp: the tensor-parallel sizes the forward and weft phases run (default 1,2, and 1,2,4 where
+#   4 GPUs are visible: nvidia-h100-x4); sizes above the GPU count are dropped. With 4 GPUs the
+#   tests phase also runs the TP tests over 4 ranks, `weft generate --tensor-parallel 4` on the
+#   fixtures against one GPU, and the hybrid TP=2 x PP=2 with one rank per GPU.
+# --variant-tp: the TP size of the variants phase (default 2).
 #
 # --bin: the prebuilt binaries: DIR/bin (weft, cuda_forward_bench, cuda_tensor_parallel_test,
 #   nccl_communicator_test), DIR/lib (their shared libraries) and DIR/openmpi (Open MPI for a
@@ -77,6 +84,8 @@ BATCHES=1,8,32,64,128,256
 TOKENIZER=.devcarry/l3
 VARIANTS=()
 VARIANT_BATCHES=1,64
+TPS=
+VARIANT_TP=2
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) BIN=$2; shift 2 ;;
@@ -87,6 +96,8 @@ while [ $# -gt 0 ]; do
     --tokenizer) TOKENIZER=$2; shift 2 ;;
     --nccl-env) VARIANTS+=("$2"); shift 2 ;;
     --variant-batches) VARIANT_BATCHES=$2; shift 2 ;;
+    --tp) TPS=$2; shift 2 ;;
+    --variant-tp) VARIANT_TP=$2; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
     *) echo "gpu_tp.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -143,22 +154,40 @@ fi
 [ -n "$MPIRUN" ] || { echo "gpu_tp.sh: no mpirun: stage Open MPI with scripts/stage-openmpi $BIN/openmpi" >&2; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Ranks are not pinned to a core: each runs an engine with several threads.
-MPI2=("$MPIRUN" --oversubscribe --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x NCCL_DEBUG -x LD_LIBRARY_PATH)
-MPI4=("$MPIRUN" --oversubscribe --allow-run-as-root --bind-to none -np 4 -x NCCL_NVLS_ENABLE -x NCCL_DEBUG -x LD_LIBRARY_PATH)
+mpi() { echo "$MPIRUN" --oversubscribe --allow-run-as-root --bind-to none -np "$1" -x NCCL_NVLS_ENABLE -x NCCL_DEBUG -x LD_LIBRARY_PATH; }
+read -ra MPI2 <<<"$(mpi 2)"
+read -ra MPI4 <<<"$(mpi 4)"
 
 (nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader || true) | tee "$OUT/gpus.txt"
 gpus=$(grep -c . "$OUT/gpus.txt" || true)
 (nvidia-smi topo -m 2>/dev/null | head -4) > "$OUT/topology.txt" || true
-if [ "${gpus:-0}" -lt 2 ]; then
+gpus=${gpus:-0}
+if [ "$gpus" -lt 2 ]; then
   echo "gpu_tp.sh: $gpus GPU(s) visible; tensor parallelism needs 2 (run on nvidia-h100-x2)" >&2
   exit 1
 fi
 failed=0
+# The TP sizes: --tp, else 1,2 (and 4 where 4 GPUs are visible); none above the GPU count.
+[ -n "$TPS" ] || { TPS=1,2; [ "$gpus" -ge 4 ] && TPS=1,2,4; }
+tps=()
+for tp in ${TPS//,/ }; do
+  if [ "$tp" -gt "$gpus" ]; then echo "(TP=$tp dropped: $gpus GPUs visible)"; continue; fi
+  tps+=("$tp")
+done
+[ "$VARIANT_TP" -le "$gpus" ] || { echo "gpu_tp.sh: --variant-tp $VARIANT_TP: $gpus GPUs visible" >&2; exit 1; }
+read -ra MPIV <<<"$(mpi "$VARIANT_TP")"
+# The group sizes the tests run over: 2, and 4 when TP=4 runs.
+test_sizes=(2)
+case " ${tps[*]} " in *" 4 "*) test_sizes+=(4) ;; esac
 
 if want tests; then
+  for np in "${test_sizes[@]}"; do
+  read -ra MPIT <<<"$(mpi "$np")"
   for t in nccl_communicator_test cuda_tensor_parallel_test nccl_point_to_point_test cuda_pipeline_test; do
     [ -x "$B/$t" ] || { echo "($t not carried: skipped)"; continue; }
-    stamp "== mpirun -np 2 $t"
+    # The point-to-point and pipeline tests are written for two ranks.
+    [ "$np" != 2 ] && case $t in nccl_point_to_point_test|cuda_pipeline_test) continue ;; esac
+    stamp "== mpirun -np $np $t"
     # nccl_communicator_test with NCCL's INIT and TUNING logs: which kernels the collectives on
     # symmetric windows ran ("[Symmetric]" lines) and why symmetric memory is refused, if it is.
     envs=()
@@ -167,18 +196,42 @@ if want tests; then
       envs=(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING)
       xs=(-x NCCL_DEBUG_SUBSYS)
     fi
-    if ! env "${envs[@]}" timeout 420 "${MPI2[@]}" "${xs[@]}" "$B/$t" --gtest_color=no \
-        >"$OUT/$t.log" 2>&1; then
+    log=$OUT/$t.np$np.log
+    if ! env "${envs[@]}" timeout 420 "${MPIT[@]}" "${xs[@]}" "$B/$t" --gtest_color=no \
+        >"$log" 2>&1; then
       failed=1
-      echo "FAILED (log: $OUT/$t.log)"
+      echo "FAILED (log: $log)"
     fi
-    grep -E '^\[ measured \]|^\[  (PASSED|FAILED|SKIPPED) |Failure|error' "$OUT/$t.log" | sort -u | head -60
+    grep -E '^\[ measured \]|^\[  (PASSED|FAILED|SKIPPED) |Failure|error' "$log" | sort -u | head -60
     if [ $t = nccl_communicator_test ]; then
       echo "NCCL on symmetric memory (from its log):"
-      grep -iE 'symmetric|cumem|window' "$OUT/$t.log" | sed -E 's/^[^ ]+ [^ ]+ //' | sort | uniq -c |
+      grep -iE 'symmetric|cumem|window' "$log" | sed -E 's/^[^ ]+ [^ ]+ //' | sort | uniq -c |
         sort -rn | head -12
     fi
   done
+  done
+  # weft generate at each TP size above 2 on GPUs (one rank per GPU) against one GPU's greedy
+  # tokens, on every fixture model.
+  if [ -x "$B/weft" ]; then
+    for tp in "${tps[@]}"; do
+      [ "$tp" -gt 2 ] || continue
+      read -ra MPIN <<<"$(mpi "$tp")"
+      for m in "$ROOT"/tests/fixtures/models/*/; do
+        m=${m%/}
+        g=(generate --model "$m" --prompt-ids 5,17,42,99,3,201,64 --max-tokens 16 --ignore-eos --device cuda)
+        one=$(timeout 120 "$B/weft" "${g[@]}" 2>"$OUT/generate_tp1.err" | grep -v '^NCCL version')
+        many=$(timeout 120 "${MPIN[@]}" "$B/weft" "${g[@]}" --tensor-parallel "$tp" \
+          2>"$OUT/generate_tp$tp.err" | grep -v '^NCCL version')
+        if [ -n "$one" ] && [ "$one" = "$many" ]; then
+          echo "weft generate TP=$tp on GPUs, $(basename "$m"): same 16 tokens as one GPU"
+        else
+          failed=1
+          echo "weft generate TP=$tp on GPUs, $(basename "$m"): FAILED: one GPU [$one], TP=$tp [$many]"
+          tail -3 "$OUT/generate_tp$tp.err"
+        fi
+      done
+    done
+  fi
   # Hybrid on GPUs (when weft is carried): TP 2 x PP 2 over 4 ranks (two per GPU on 2 GPUs)
   # gives TP=2's greedy tokens, with plain and symmetric buffers. (NCCL prints its version on
   # stdout once per communicator where NCCL_DEBUG asks for it: not part of the tokens.)
@@ -205,14 +258,15 @@ if want forward; then
   for shape in ${SHAPES//,/ }; do
     args=(--shape "$shape" --batches "$BATCHES" --prefill 512 --repeats 20)
     [ "$shape" = 70b ] && args+=(--layers "$LAYERS_70B")
-    for tp in 1 2; do
+    for tp in "${tps[@]}"; do
       stamp "== cuda_forward_bench ${args[*]} --tensor-parallel $tp"
       if [ $tp = 1 ]; then
         timeout 400 "$B/cuda_forward_bench" "${args[@]}" --json "$OUT/forward_${shape}_tp1.json" \
           >"$OUT/forward_${shape}_tp1.txt" 2>&1 || { failed=1; echo "FAILED"; }
       else
-        timeout 400 "${MPI2[@]}" "$B/cuda_forward_bench" "${args[@]}" --tensor-parallel 2 --profile \
-          --json "$OUT/forward_${shape}_tp2.json" >"$OUT/forward_${shape}_tp2.txt" 2>&1 ||
+        read -ra MPIN <<<"$(mpi "$tp")"
+        timeout 400 "${MPIN[@]}" "$B/cuda_forward_bench" "${args[@]}" --tensor-parallel "$tp" --profile \
+          --json "$OUT/forward_${shape}_tp$tp.json" >"$OUT/forward_${shape}_tp$tp.txt" 2>&1 ||
           { failed=1; echo "FAILED"; }
       fi
       grep -E '^(tensor parallel|device|decode|prefill|KV pool)' "$OUT/forward_${shape}_tp$tp.txt" | head -12
@@ -231,9 +285,10 @@ if want variants; then
   # The table so far (written after every run, so a run cut short by a time limit still
   # leaves the rows before it in $OUT/gpu_tp_variants.md).
   variants_table() {
-  python3 - "$OUT" <<'PY'
+  python3 - "$OUT" "$VARIANT_TP" <<'PY'
 import glob, json, os, sys
 out = sys.argv[1]
+tp = sys.argv[2]
 def load(path):
     try:
         with open(path) as f:
@@ -244,7 +299,7 @@ def decode(doc):
     return {r["batch"]: r for r in (doc or {}).get("rows", []) if r["kind"] == "decode"}
 one = decode(load(os.path.join(out, "variant_tp1.json")))
 batches = sorted(one)
-print("TP=2 variants, 8b shape, decode (context 512): ms/step, speedup over TP=1, and device ms"
+print(f"TP={tp} variants, 8b shape, decode (context 512): ms/step, speedup over TP=1, and device ms"
       " per step in all-reduces + the head's all-gather (plain launches with events)\n")
 head = "| variant | " + " | ".join(f"batch {b}: ms (x TP=1), collectives ms" for b in batches) + " |"
 print(head)
@@ -282,9 +337,9 @@ PY
       xs+=(-x "${kv%%=*}")
     done
     echo "${v:-default}" >"$OUT/variant_$k.name"
-    stamp "== variant $k (${v:-default}): TP=2"
-    env "${envs[@]}" timeout 300 "${MPI2[@]}" "${xs[@]}" "$B/cuda_forward_bench" "${vargs[@]}" \
-      --tensor-parallel 2 --profile --json "$OUT/variant_$k.json" >"$OUT/variant_$k.txt" 2>&1 ||
+    stamp "== variant $k (${v:-default}): TP=$VARIANT_TP"
+    env "${envs[@]}" timeout 300 "${MPIV[@]}" "${xs[@]}" "$B/cuda_forward_bench" "${vargs[@]}" \
+      --tensor-parallel "$VARIANT_TP" --profile --json "$OUT/variant_$k.json" >"$OUT/variant_$k.txt" 2>&1 ||
       { failed=1; echo "FAILED (see $OUT/variant_$k.txt)"; }
     grep -E '^decode|profile, batch' "$OUT/variant_$k.txt" | head -6
     k=$((k + 1))
@@ -309,7 +364,7 @@ if want weft; then
       python3 bench/make_random_model.py "${make_args[@]}" --tokenizer "$TOKENIZER" --out "$M" 2>&1 | tail -1
       [ -f "$M/config.json" ] || { failed=1; echo "FAILED: no model in $M"; continue; }
     fi
-    for tp in 1 2; do
+    for tp in "${tps[@]}"; do
       for load in b1 b64; do
         if [ $load = b1 ]; then
           work=(--num-requests 8 --max-concurrency 1 --input-len 128 --output-len 128)
@@ -322,7 +377,8 @@ if want weft; then
         if [ $tp = 1 ]; then
           timeout 300 "$B/weft" "${common[@]}" >"$log.txt" 2>"$log.err" || { failed=1; echo "FAILED (see $log.err)"; }
         else
-          timeout 300 "${MPI2[@]}" "$B/weft" "${common[@]}" --tensor-parallel 2 >"$log.txt" 2>"$log.err" ||
+          read -ra MPIN <<<"$(mpi "$tp")"
+          timeout 300 "${MPIN[@]}" "$B/weft" "${common[@]}" --tensor-parallel "$tp" >"$log.txt" 2>"$log.err" ||
             { failed=1; echo "FAILED (see $log.err)"; }
         fi
         grep -E '^requests|^TTFT' "$log.txt" | head -2
@@ -332,63 +388,94 @@ if want weft; then
   done
 fi
 
-# The table: TP=1 against TP=2 for every row both runs have.
+# The table: TP=1 against every other TP size, for every row both runs have; the speedup and
+# the scaling efficiency (speedup / TP size).
 python3 - "$OUT" <<'PY' | tee "$OUT/gpu_tp_table.md"
-import glob, json, os, sys
+import glob, json, os, re, sys
 out = sys.argv[1]
 def load(path):
     try:
         with open(path) as f:
-            return json.loads(f.read().strip().splitlines()[-1]) if path.endswith(".json") else None
+            return json.loads(f.read().strip().splitlines()[-1])
     except Exception:
         return None
 gpus = open(os.path.join(out, "gpus.txt")).read().strip().splitlines()
 print(f"GPUs: {'; '.join(gpus)}\n")
 rows = []
+sizes = set()
 for one in sorted(glob.glob(os.path.join(out, "forward_*_tp1.json"))):
-    two = one.replace("_tp1.json", "_tp2.json")
-    a, b = load(one), load(two)
-    if not a or not b:
+    a = load(one)
+    if not a:
         continue
     shape = os.path.basename(one)[len("forward_"):-len("_tp1.json")]
+    others = {}
+    for path in glob.glob(os.path.join(out, f"forward_{shape}_tp*.json")):
+        n = int(re.search(r"_tp(\d+)\.json$", path).group(1))
+        if n > 1 and load(path):
+            others[n] = load(path)
     for ra in a["rows"]:
-        match = [rb for rb in b["rows"] if rb["kind"] == ra["kind"] and
-                 rb.get("batch") == ra.get("batch") and rb.get("tokens") == ra.get("tokens")]
-        if not match:
+        cells = {}
+        for n, b in others.items():
+            match = [rb for rb in b["rows"] if rb["kind"] == ra["kind"] and
+                     rb.get("batch") == ra.get("batch") and rb.get("tokens") == ra.get("tokens")]
+            if not match:
+                continue
+            rb = match[0]
+            if ra["kind"] == "decode":
+                # Device ms per step in the collectives (--profile's plain launches with events).
+                prof = rb.get("profile_ms_per_step", {})
+                coll = prof.get("all-reduce", 0) + prof.get("lm_head all-gather", 0)
+                text = f"{rb['ms']:.3f} ms, {rb['tokens_per_s']:.0f} tok/s" + (
+                    f" ({coll:.3f} ms in collectives)" if prof else "")
+            else:
+                text = f"{rb['ms']:.2f} ms"
+            cells[n] = (text, ra["ms"] / rb["ms"])
+            sizes.add(n)
+        if not cells:
             continue
-        rb = match[0]
         if ra["kind"] == "decode":
             what = f"forward decode, batch {ra['batch']} (context {ra['context']})"
-            # Device ms per step in the collectives (--profile's plain launches with events).
-            prof = rb.get("profile_ms_per_step", {})
-            coll = prof.get("all-reduce", 0) + prof.get("lm_head all-gather", 0)
-            rows.append((a["model"], what, f"{ra['ms']:.3f} ms, {ra['tokens_per_s']:.0f} tok/s",
-                         f"{rb['ms']:.3f} ms, {rb['tokens_per_s']:.0f} tok/s"
-                         + (f" ({coll:.3f} ms in collectives)" if prof else ""),
-                         ra["ms"] / rb["ms"]))
+            base = f"{ra['ms']:.3f} ms, {ra['tokens_per_s']:.0f} tok/s"
         else:
             what = f"forward prefill, {ra['tokens']} tokens"
-            rows.append((a["model"], what, f"{ra['ms']:.2f} ms", f"{rb['ms']:.2f} ms", ra["ms"] / rb["ms"]))
+            base = f"{ra['ms']:.2f} ms"
+        rows.append((a["model"], what, base, cells))
 for one in sorted(glob.glob(os.path.join(out, "weft_*_tp1_*.json"))):
-    two = one.replace("_tp1_", "_tp2_")
-    a, b = load(one), load(two)
-    if not a or not b:
+    a = load(one)
+    if not a:
         continue
     name = os.path.basename(one)[len("weft_"):-len(".json")]
     shape, load_kind = name.split("_tp1_")
+    cells = {}
+    for path in glob.glob(os.path.join(out, f"weft_{shape}_tp*_{load_kind}.json")):
+        n = int(re.search(r"_tp(\d+)_", path).group(1))
+        b = load(path)
+        if n > 1 and b:
+            cells[n] = (f"{b['output_tokens_per_s']:.1f} tok/s, {b.get('tpot_ms_p50', 0):.2f} ms",
+                        b["output_tokens_per_s"] / a["output_tokens_per_s"])
+            sizes.add(n)
     what = ("weft bench, batch 1 (8 requests in turn, 128 in / 128 out): output tok/s, TPOT p50"
             if load_kind == "b1" else
             "weft bench, batch 64 (256 requests, 512 in / 128 out): output tok/s, TPOT p50")
-    rows.append((shape, what,
-                 f"{a['output_tokens_per_s']:.1f} tok/s, {a.get('tpot_ms_p50', 0):.2f} ms",
-                 f"{b['output_tokens_per_s']:.1f} tok/s, {b.get('tpot_ms_p50', 0):.2f} ms",
-                 b["output_tokens_per_s"] / a["output_tokens_per_s"]))
-print("| model | measure | TP=1 (1 GPU) | TP=2 (2 GPUs) | TP=2 speedup |")
-print("| --- | --- | ---: | ---: | ---: |")
-for model, what, x, y, s in rows:
-    print(f"| {model} | {what} | {x} | {y} | {s:.2f}x |")
+    if cells:
+        rows.append((shape, what,
+                     f"{a['output_tokens_per_s']:.1f} tok/s, {a.get('tpot_ms_p50', 0):.2f} ms", cells))
+sizes = sorted(sizes)
+head = "| model | measure | TP=1 (1 GPU) | " + " | ".join(
+    f"TP={n} ({n} GPUs) | TP={n} speedup (efficiency)" for n in sizes) + " |"
+print(head)
+print("| --- | --- | ---: |" + " ---: | ---: |" * len(sizes))
+for model, what, base, cells in rows:
+    rest = []
+    for n in sizes:
+        if n in cells:
+            text, speedup = cells[n]
+            rest += [text, f"{speedup:.2f}x ({100 * speedup / n:.0f}%)"]
+        else:
+            rest += ["", ""]
+    print(f"| {model} | {what} | {base} | " + " | ".join(rest) + " |")
 if not rows:
-    print("| (no pair of TP=1 and TP=2 runs finished) | | | | |")
+    print("| (no TP=1 run and larger run of the same shape finished) | | |")
 PY
 stamp "done"
 [ "$failed" = 0 ] && echo "gpu_tp.sh: all runs finished" || echo "gpu_tp.sh: FAILURES (logs in $OUT)"

@@ -37,6 +37,12 @@ if [ "${1:-}" = --pack ]; then
     [ -x "$build/fuzz/fuzz_$t" ] || { echo "fuzz_long: no $build/fuzz/fuzz_$t" >&2; exit 1; }
     cp -a "$build/fuzz/fuzz_$t" "$stage/fuzz/"
   done
+  # The shared libraries the binaries load from their own folder (RUNPATH $ORIGIN: the build
+  # copies libsimdjson there), which the device's Ubuntu does not have: without them no fuzzer
+  # starts there (the 2026-11-26 attempt).
+  for l in $(ldd "$stage"/fuzz/fuzz_* | awk -v d="$(cd "$build/fuzz" && pwd)/" 'index($3, d) == 1 {print $3}' | sort -u); do
+    cp -L "$l" "$stage/fuzz/"
+  done
   # Debug info off, symbols kept: the sanitizers' stack traces still name the functions.
   for f in "$stage"/fuzz/fuzz_*; do strip --strip-debug "$f"; done
   tar -C "$stage" -cf - fuzz | xz -9e -T2 > .devcarry/fuzz/fuzz.tar.xz
@@ -82,6 +88,18 @@ work=/tmp/fuzz-long
 mkdir -p "$out" "$work/bin"
 [ -f "$bin" ] || { echo "fuzz_long: no binaries at $bin (run bench/device/fuzz_long.sh --pack here first)" >&2; exit 1; }
 tar -C "$work/bin" -xJf "$bin"
+# Every binary must start here (its libraries found): say which cannot, and why, before fuzzing.
+for t in "${list[@]}"; do
+  t=fuzz_${t#fuzz_}
+  if ! msg=$("$work/bin/fuzz/$t" -help=1 2>&1 >/dev/null </dev/null | tail -3) ||
+      ldd "$work/bin/fuzz/$t" 2>/dev/null | grep -q 'not found'; then
+    echo "fuzz_long: $t does not start here:" >&2
+    ldd "$work/bin/fuzz/$t" 2>&1 | grep 'not found' >&2
+    echo "$msg" >&2
+    echo "(pack again with bench/device/fuzz_long.sh --pack: it carries the libraries of \$ORIGIN)" >&2
+    exit 1
+  fi
+done
 if [ -f "$corpus" ]; then
   mkdir -p "$work/fw" && tar -C "$work/fw" -xJf "$corpus"
   echo "fuzz_long: continuing the corpora of $corpus"
