@@ -40,7 +40,7 @@ if [ "${1:-}" = --pack ]; then
   # The shared libraries the binaries load from their own folder (RUNPATH $ORIGIN: the build
   # copies libsimdjson there), which the device's Ubuntu does not have: without them no fuzzer
   # starts there (the 2026-11-26 attempt).
-  for l in $(ldd "$stage"/fuzz/fuzz_* | awk -v d="$(cd "$build/fuzz" && pwd)/" 'index($3, d) == 1 {print $3}' | sort -u); do
+  for l in $(cd "$build/fuzz" && ldd $(ls "$stage"/fuzz) | awk -v d="$PWD/" 'index($3, d) == 1 || $3 ~ /simdjson|onig|utf8proc|boost|icu/ {print $3}' | sort -u); do
     cp -L "$l" "$stage/fuzz/"
   done
   # Debug info off, symbols kept: the sanitizers' stack traces still name the functions.
