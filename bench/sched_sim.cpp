@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <boost/json.hpp>
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <random>
@@ -17,7 +18,9 @@ StepCostModel StepCostModel::h100_8b() {
 
 namespace {
 
-Error bad(const std::string& what) { return Error(ErrorCode::kInvalidArgument, what); }
+Error bad(const std::string& what) {
+  return Error(ErrorCode::kInvalidArgument, what);
+}
 
 // Linear through the vertices, extended with the end slopes.
 double interpolate(const std::vector<std::pair<double, double>>& v, double x) {
@@ -38,7 +41,9 @@ double percentile(std::vector<double> v, double p) {
 
 }  // namespace
 
-double FittedCost::rows_ms_at(double rows) const { return interpolate(rows_ms, rows); }
+double FittedCost::rows_ms_at(double rows) const {
+  return interpolate(rows_ms, rows);
+}
 
 double FittedCost::step_ms(double decode_rows, double keys, double prefill_rows) const {
   return rows_ms_at(decode_rows + prefill_weight * prefill_rows) + ms_per_key * keys + overhead_ms;
@@ -63,8 +68,10 @@ Result<FittedCost> fit(const StepCostModel& m) {
     }
   }
   if (m.kv_context <= m.decode_context || m.kv_batch < 1 || !(m.kv_ms > 0)) {
-    return bad("step model: the kv point (BATCH:CONTEXT:MS) needs a context above the decode "
-               "context (" + std::to_string(m.decode_context) + "), a batch >= 1 and ms > 0");
+    return bad(
+        "step model: the kv point (BATCH:CONTEXT:MS) needs a context above the decode "
+        "context (" +
+        std::to_string(m.decode_context) + "), a batch >= 1 and ms > 0");
   }
   if (m.prefill_tokens < 1 || !(m.prefill_ms > 0) || m.overhead_ms < 0) {
     return bad("step model: the prefill point (TOKENS:MS) needs tokens >= 1 and ms > 0");
@@ -165,7 +172,8 @@ Result<SimResult> simulate(const std::vector<SimRequest>& requests, const Fitted
     double first_s = -1;
   };
   std::unordered_map<std::uint64_t, Live> live;
-  std::vector<double> ttft_ms, tpot_ms;
+  std::vector<double> ttft_ms, tpot_ms, sched_us;
+  using Clock = std::chrono::steady_clock;
   SimResult res;
   double now = 0;
   double decode_rows_sum = 0;
@@ -186,7 +194,9 @@ Result<SimResult> simulate(const std::vector<SimRequest>& requests, const Fitted
       }
       ++next;
     }
+    const auto planning = Clock::now();
     sched::StepPlan plan = scheduler->plan_step();
+    auto host = Clock::now() - planning;
     if (plan.empty()) {
       if (next >= reqs.size()) {
         if (live.empty()) break;
@@ -210,6 +220,7 @@ Result<SimResult> simulate(const std::vector<SimRequest>& requests, const Fitted
     decode_rows_sum += decode;
     res.peak_held_pages = std::max(res.peak_held_pages, scheduler->pool().held_pages());
     sampled.assign(static_cast<std::size_t>(plan.sampling_slices()), 1);
+    const auto completing = Clock::now();
     scheduler->complete_step(plan, sampled);
     for (const auto& s : plan.slices) {
       if (!s.samples) continue;
@@ -222,12 +233,15 @@ Result<SimResult> simulate(const std::vector<SimRequest>& requests, const Fitted
         ttft_ms.push_back((now - r.arrival_s) * 1e3);
       }
       if (seq->generated() >= r.output_len) {
-        if (r.output_len > 1) tpot_ms.push_back((now - it->second.first_s) * 1e3 / (r.output_len - 1));
+        if (r.output_len > 1)
+          tpot_ms.push_back((now - it->second.first_s) * 1e3 / (r.output_len - 1));
         res.output_tokens += r.output_len;
         scheduler->remove(s.id);
         live.erase(it);
       }
     }
+    host += Clock::now() - completing;
+    sched_us.push_back(std::chrono::duration<double, std::micro>(host).count());
   }
   res.duration_s = now;
   res.output_tok_s = now > 0 ? static_cast<double>(res.output_tokens) / now : 0;
@@ -238,6 +252,11 @@ Result<SimResult> simulate(const std::vector<SimRequest>& requests, const Fitted
   res.mean_step_ms = res.steps ? now * 1e3 / static_cast<double>(res.steps) : 0;
   res.mean_decode_rows = res.steps ? decode_rows_sum / static_cast<double>(res.steps) : 0;
   res.preemptions = scheduler->preemptions();
+  double sum = 0;
+  for (double us : sched_us)
+    sum += us;
+  res.sched_us_mean = sched_us.empty() ? 0 : sum / static_cast<double>(sched_us.size());
+  res.sched_us_p99 = percentile(sched_us, 0.99);
   return res;
 }
 

@@ -75,6 +75,9 @@ struct SimResult {
   int peak_held_pages = 0;
   std::uint64_t preemptions = 0;
   int failed = 0;  // requests the scheduler refused (too large for the pool)
+  // The scheduler's own CPU time per step on this machine (plan_step, complete_step and the
+  // removal of finished requests: what the engine's step loop runs between two launches).
+  double sched_us_mean = 0, sched_us_p99 = 0;
 };
 
 // Runs the workload to the end on a fresh scheduler and the virtual clock.

@@ -178,9 +178,10 @@ int main(int argc, char** argv) {
                 requests->size(), dataset.c_str(),
                 rate > 0 ? ("Poisson " + std::to_string(rate) + " req/s").c_str() : "offline",
                 cost->ms_per_key * 1e6, cost->prefill_weight);
-    std::printf("%7s %7s %10s %7s | %9s %8s %6s %8s %9s %9s %8s %8s %9s %7s\n", "running",
+    std::printf("%7s %7s %10s %7s | %9s %8s %6s %8s %9s %9s %8s %8s %9s %7s | %s\n", "running",
                 "budget", "admission", "order", "out tok/s", "time s", "steps", "step ms",
-                "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "peak KV", "preempt");
+                "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "peak KV", "preempt",
+                "sched us/step mean, p99");
   }
   for (const auto& order : orders) {
     for (const auto& admission : admissions) {
@@ -191,8 +192,9 @@ int main(int argc, char** argv) {
           o.scheduler.num_pages = kv_pages;
           o.scheduler.max_tokens_per_step = budget;
           o.scheduler.max_running = r;
-          o.scheduler.admission = admission == "reserve" ? weft::sched::AdmissionPolicy::kReserve
-                                                         : weft::sched::AdmissionPolicy::kOptimistic;
+          o.scheduler.admission = admission == "reserve"
+                                      ? weft::sched::AdmissionPolicy::kReserve
+                                      : weft::sched::AdmissionPolicy::kOptimistic;
           o.scheduler.prefix_cache = prefix_cache;
           o.request_rate = rate;
           o.longest_first = order == "longest";
@@ -207,18 +209,21 @@ int main(int argc, char** argv) {
                 "\"duration_s\":%.3f,\"output_tokens_per_s\":%.1f,\"steps\":%lld,"
                 "\"mean_step_ms\":%.3f,\"mean_decode_rows\":%.1f,\"ttft_ms_p50\":%.1f,"
                 "\"ttft_ms_p99\":%.1f,\"tpot_ms_p50\":%.2f,\"tpot_ms_p99\":%.2f,"
-                "\"peak_kv_pages\":%d,\"kv_pages_total\":%d,\"preemptions\":%llu}\n",
+                "\"peak_kv_pages\":%d,\"kv_pages_total\":%d,\"preemptions\":%llu,"
+                "\"sched_us_mean\":%.1f,\"sched_us_p99\":%.1f}\n",
                 r, budget, admission.c_str(), order.c_str(), rate, requests->size(), s.failed,
                 static_cast<long long>(s.output_tokens), s.duration_s, s.output_tok_s,
-                static_cast<long long>(s.steps), s.mean_step_ms, s.mean_decode_rows,
-                s.ttft_ms_p50, s.ttft_ms_p99, s.tpot_ms_p50, s.tpot_ms_p99, s.peak_held_pages,
-                kv_pages, static_cast<unsigned long long>(s.preemptions));
+                static_cast<long long>(s.steps), s.mean_step_ms, s.mean_decode_rows, s.ttft_ms_p50,
+                s.ttft_ms_p99, s.tpot_ms_p50, s.tpot_ms_p99, s.peak_held_pages, kv_pages,
+                static_cast<unsigned long long>(s.preemptions), s.sched_us_mean, s.sched_us_p99);
           } else {
-            std::printf("%7d %7d %10s %7s | %9.0f %8.2f %6lld %8.2f %9.0f %9.0f %8.2f %8.2f %9d %7llu\n",
-                        r, budget, admission.c_str(), order.c_str(), s.output_tok_s, s.duration_s,
-                        static_cast<long long>(s.steps), s.mean_step_ms, s.ttft_ms_p50,
-                        s.ttft_ms_p99, s.tpot_ms_p50, s.tpot_ms_p99, s.peak_held_pages,
-                        static_cast<unsigned long long>(s.preemptions));
+            std::printf(
+                "%7d %7d %10s %7s | %9.0f %8.2f %6lld %8.2f %9.0f %9.0f %8.2f %8.2f %9d %7llu | "
+                "%.0f, %.0f\n",
+                r, budget, admission.c_str(), order.c_str(), s.output_tok_s, s.duration_s,
+                static_cast<long long>(s.steps), s.mean_step_ms, s.ttft_ms_p50, s.ttft_ms_p99,
+                s.tpot_ms_p50, s.tpot_ms_p99, s.peak_held_pages,
+                static_cast<unsigned long long>(s.preemptions), s.sched_us_mean, s.sched_us_p99);
           }
           std::fflush(stdout);
         }
