@@ -78,6 +78,8 @@ void PrefixCache::release(std::span<const std::int32_t> tokens, int computed,
     child->last_use = clock_;
     pool_.set_cached(page, true);  // the sequence's reference is now the tree's
     Node* raw = child.get();
+    raw->slot = nodes_list_.size();
+    nodes_list_.push_back(raw);
     node->children.emplace(std::move(key), std::move(child));
     ++nodes_;
     node = raw;
@@ -90,6 +92,10 @@ void PrefixCache::release(std::span<const std::int32_t> tokens, int computed,
 void PrefixCache::drop(Node& node) {
   pool_.set_cached(node.page, false);
   pool_.release(node.page);
+  Node* moved = nodes_list_.back();
+  nodes_list_[node.slot] = moved;
+  moved->slot = node.slot;
+  nodes_list_.pop_back();
   Node* parent = node.parent;
   const std::vector<std::int32_t> key = node.chunk;  // erasing destroys the node
   parent->children.erase(key);
@@ -102,24 +108,22 @@ int PrefixCache::evict(int count) {
   // Every touch of a node touches its ancestors with the same tick, so a child is never more
   // recently used than its parent: in (last use, deepest first) order, children come first.
   std::vector<Node*> candidates;
-  std::vector<Node*> stack{&root_};
-  while (!stack.empty()) {
-    Node* node = stack.back();
-    stack.pop_back();
-    for (auto& [key, child] : node->children) {
-      if (pool_.ref_count(child->page) == 1) candidates.push_back(child.get());
-      stack.push_back(child.get());
-    }
+  for (Node* node : nodes_list_) {
+    if (pool_.ref_count(node->page) == 1) candidates.push_back(node);
   }
-  std::sort(candidates.begin(), candidates.end(), [](const Node* a, const Node* b) {
-    return std::tie(a->last_use, b->depth) < std::tie(b->last_use, a->depth);
-  });
+  // A heap yields them in that order and orders only as many as are visited: sorting every
+  // candidate for each eviction cost milliseconds a step once the pool filled with cached
+  // pages (bench/sched_sim_bench, docs/engine.md).
+  const auto later = [](const Node* a, const Node* b) {
+    return std::tie(b->last_use, a->depth) < std::tie(a->last_use, b->depth);
+  };
+  std::make_heap(candidates.begin(), candidates.end(), later);
   int freed = 0;
-  for (Node*& node : candidates) {
-    if (freed == count) break;
+  for (auto end = candidates.end(); freed < count && end != candidates.begin(); --end) {
+    std::pop_heap(candidates.begin(), end, later);
+    Node* node = *(end - 1);
     if (!node->children.empty()) continue;  // a descendant is held (see the header)
     drop(*node);
-    node = nullptr;
     ++freed;
   }
   return freed;

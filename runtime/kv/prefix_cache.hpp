@@ -63,6 +63,7 @@ class PrefixCache {
     Node* parent = nullptr;
     int depth = 0;
     std::uint64_t last_use = 0;
+    std::size_t slot = 0;  // its index in nodes_list_
     std::map<std::vector<std::int32_t>, std::unique_ptr<Node>> children;
   };
 
@@ -71,6 +72,9 @@ class PrefixCache {
   PagePool& pool_;
   Node root_;
   int nodes_ = 0;
+  // Every node but the root, in no order: evict() scans this flat list instead of walking the
+  // tree (once the pool is full of cached pages, evictions run in most steps).
+  std::vector<Node*> nodes_list_;
   std::uint64_t clock_ = 0;
   std::uint64_t evictions_ = 0;
 };
