@@ -1,13 +1,13 @@
 # bench/sharegpt_bound.py: the lower bound on an offline run's duration. The tiny workload and
-# model (tests/tools/bench/bound_tiny*) are computed by hand in docs/engine.md ("How fast can
-# this workload go"): N(rows) = 4.9 + 0.1 rows ms, 0.001 ms per key, a prefill row weighs 0.5;
+# model (tests/tools/bench/bound/, apart from the bench folder's *.json schemas) counted by hand
+# (docs/engine.md, "How fast can this workload go", has the formulas): N(rows) = 4.9 + 0.1 rows ms, 0.001 ms per key, a prefill row weighs 0.5;
 # 3 steps x N((2 + 0.5 x 6) / 3) + 0.001 x 11 keys = 15.211 ms (4 tokens: 263.0 tok/s); capped at
 # 2 outputs 2 x N(4 / 2) + 0.005 = 10.205 ms; the floor 3 x 3 ms + 19 tokens x 1 MB / 1 TB/s.
 find_package(Python3 COMPONENTS Interpreter QUIET)
 if(Python3_Interpreter_FOUND)
   set(bound_py ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/bench/sharegpt_bound.py)
   add_test(NAME sharegpt_bound_tiny
-           COMMAND ${bound_py} ${bench_data}/bound_tiny.jsonl --model ${bench_data}/bound_tiny_model.json
+           COMMAND ${bound_py} ${bench_data}/bound/tiny.jsonl --model ${bench_data}/bound/tiny_model.json
                    --caps 2 --steps 4 --json)
   set_tests_properties(sharegpt_bound_tiny PROPERTIES PASS_REGULAR_EXPRESSION
     "\"cap\": null, [^}]*\"n_min\": 3, \"decode_rows\": 2, \"decode_keys\": 11, [^}]*\"bound_ms\": 15.211, \"bound_steps\": 3, \"bound_output_tok_s\": 263.0, [^}]*\"floor_ms\": 9.019, [^}]*\"floor_output_tok_s\": 443.5, \"steps_given\": 4, \"steps_bound_ms\": 20.111[^}]*\\}, \\{\"cap\": 2, [^}]*\"bound_ms\": 10.205, [^}]*\"bound_output_tok_s\": 294.0, [^}]*\"floor_ms\": 6.012")
@@ -15,12 +15,12 @@ if(Python3_Interpreter_FOUND)
   set_tests_properties(sharegpt_bound_bad_line PROPERTIES PASS_REGULAR_EXPRESSION
     "bad_output_len.jsonl:2: output_len must be an integer >= 1, not 0")
   add_test(NAME sharegpt_bound_too_few_steps
-           COMMAND ${bound_py} ${bench_data}/bound_tiny.jsonl --steps 2)
+           COMMAND ${bound_py} ${bench_data}/bound/tiny.jsonl --steps 2)
   set_tests_properties(sharegpt_bound_too_few_steps PROPERTIES PASS_REGULAR_EXPRESSION
     "--steps 2 is fewer than the longest request's 3 output tokens")
   add_test(NAME sharegpt_bound_bad_model
-           COMMAND ${bound_py} ${bench_data}/bound_tiny.jsonl --model ${bench_data}/bound_tiny.jsonl)
-  set_tests_properties(sharegpt_bound_bad_model PROPERTIES PASS_REGULAR_EXPRESSION "bound_tiny.jsonl: not JSON")
+           COMMAND ${bound_py} ${bench_data}/bound/tiny.jsonl --model ${bench_data}/bound/tiny.jsonl)
+  set_tests_properties(sharegpt_bound_bad_model PROPERTIES PASS_REGULAR_EXPRESSION "bound/tiny.jsonl: not JSON")
   # The H100 defaults on a generated ShareGPT-shaped workload: a bound and a floor per cap.
   add_test(NAME sharegpt_bound_defaults
            COMMAND sh -c "${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/bench/make_sharegpt_workload.py --num-requests 300 --out bound_sg300.jsonl > /dev/null && ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/bench/sharegpt_bound.py bound_sg300.jsonl --caps 512")
