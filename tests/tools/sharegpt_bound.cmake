@@ -1,6 +1,7 @@
 # bench/sharegpt_bound.py: the lower bound on an offline run's duration. The tiny workload and
-# model (tests/tools/bench/bound/, apart from the bench folder's *.json schemas) counted by hand
-# (docs/engine.md, "How fast can this workload go", has the formulas): N(rows) = 4.9 + 0.1 rows ms, 0.001 ms per key, a prefill row weighs 0.5;
+# model (tests/tools/bench/bound/, apart from the bench folder's *.json schemas) counted by
+# hand with docs/engine.md's formulas ("How fast can this workload go"): N(rows) = 4.9 +
+# 0.1 rows ms, 0.001 ms per key, a prefill row weighs 0.5;
 # 3 steps x N((2 + 0.5 x 6) / 3) + 0.001 x 11 keys = 15.211 ms (4 tokens: 263.0 tok/s); capped at
 # 2 outputs 2 x N(4 / 2) + 0.005 = 10.205 ms; the floor 3 x 3 ms + 19 tokens x 1 MB / 1 TB/s.
 find_package(Python3 COMPONENTS Interpreter QUIET)
