@@ -33,7 +33,7 @@ int PrefixCache::match(std::span<const std::int32_t> tokens, int max_tokens,
     auto it = node->children.find(key);
     if (it == node->children.end()) break;
     node = it->second.get();
-    node->last_use = clock_;
+    touch(*node);
     pool_.retain(node->page);
     pages.push_back(node->page);
     matched += page_size;
@@ -61,7 +61,7 @@ void PrefixCache::release(std::span<const std::int32_t> tokens, int computed,
       // sequence computed): the sequence's reference goes.
       Node* child = it->second.get();
       if (child->page != page) own_path = false;
-      child->last_use = clock_;
+      touch(*child);
       pool_.release(page);
       node = child;
       continue;
@@ -75,9 +75,10 @@ void PrefixCache::release(std::span<const std::int32_t> tokens, int computed,
     child->page = page;
     child->parent = node;
     child->depth = node->depth + 1;
-    child->last_use = clock_;
     pool_.set_cached(page, true);  // the sequence's reference is now the tree's
     Node* raw = child.get();
+    raw->slot = entries_.size();
+    entries_.push_back({clock_, raw->depth, raw->page, raw});
     node->children.emplace(std::move(key), std::move(child));
     ++nodes_;
     node = raw;
@@ -90,6 +91,9 @@ void PrefixCache::release(std::span<const std::int32_t> tokens, int computed,
 void PrefixCache::drop(Node& node) {
   pool_.set_cached(node.page, false);
   pool_.release(node.page);
+  entries_[node.slot] = entries_.back();
+  entries_[node.slot].node->slot = node.slot;
+  entries_.pop_back();
   Node* parent = node.parent;
   const std::vector<std::int32_t> key = node.chunk;  // erasing destroys the node
   parent->children.erase(key);
@@ -101,25 +105,24 @@ int PrefixCache::evict(int count) {
   if (count <= 0 || pool_.evictable_pages() == 0) return 0;
   // Every touch of a node touches its ancestors with the same tick, so a child is never more
   // recently used than its parent: in (last use, deepest first) order, children come first.
-  std::vector<Node*> candidates;
-  std::vector<Node*> stack{&root_};
-  while (!stack.empty()) {
-    Node* node = stack.back();
-    stack.pop_back();
-    for (auto& [key, child] : node->children) {
-      if (pool_.ref_count(child->page) == 1) candidates.push_back(child.get());
-      stack.push_back(child.get());
-    }
+  std::vector<Candidate>& candidates = candidates_;  // kept: no allocation per call
+  candidates.clear();
+  for (const Entry& e : entries_) {
+    if (pool_.ref_count(e.page) == 1) candidates.push_back({e.last_use, e.depth, e.node});
   }
-  std::sort(candidates.begin(), candidates.end(), [](const Node* a, const Node* b) {
-    return std::tie(a->last_use, b->depth) < std::tie(b->last_use, a->depth);
-  });
+  // A heap yields them in that order and orders only as many as are visited: sorting every
+  // candidate for each eviction cost milliseconds a step once the pool filled with cached
+  // pages (bench/sched_sim_bench, docs/engine.md).
+  const auto later = [](const Candidate& a, const Candidate& b) {
+    return std::tie(b.last_use, a.depth) < std::tie(a.last_use, b.depth);
+  };
+  std::make_heap(candidates.begin(), candidates.end(), later);
   int freed = 0;
-  for (Node*& node : candidates) {
-    if (freed == count) break;
+  for (auto end = candidates.end(); freed < count && end != candidates.begin(); --end) {
+    std::pop_heap(candidates.begin(), end, later);
+    Node* node = (end - 1)->node;
     if (!node->children.empty()) continue;  // a descendant is held (see the header)
     drop(*node);
-    node = nullptr;
     ++freed;
   }
   return freed;

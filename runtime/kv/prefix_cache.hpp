@@ -62,7 +62,7 @@ class PrefixCache {
     std::int32_t page = -1;
     Node* parent = nullptr;
     int depth = 0;
-    std::uint64_t last_use = 0;
+    std::size_t slot = 0;  // its entry in entries_
     std::map<std::vector<std::int32_t>, std::unique_ptr<Node>> children;
   };
 
@@ -71,6 +71,23 @@ class PrefixCache {
   PagePool& pool_;
   Node root_;
   int nodes_ = 0;
+  // One entry per node but the root, in no order, with what eviction orders by: evict() scans
+  // this compact array instead of walking the tree (once the pool is full of cached pages,
+  // evictions run in most steps). A node's last use lives here only.
+  struct Entry {
+    std::uint64_t last_use = 0;
+    int depth = 0;
+    std::int32_t page = -1;
+    Node* node = nullptr;
+  };
+  void touch(const Node& node) { entries_[node.slot].last_use = clock_; }
+  std::vector<Entry> entries_;
+  struct Candidate {
+    std::uint64_t last_use;
+    int depth;
+    Node* node;
+  };
+  std::vector<Candidate> candidates_;  // evict()'s scratch
   std::uint64_t clock_ = 0;
   std::uint64_t evictions_ = 0;
 };

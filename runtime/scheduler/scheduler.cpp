@@ -225,6 +225,7 @@ StepPlan Scheduler::plan_step() {
 
   // Decodes first: each running sequence with one token to feed. If their new pages do not
   // fit (only possible in optimistic mode), preempt the most recently admitted sequences.
+  int decode_pages = 0;
   for (;;) {
     int needed = 0;
     int decodes = 0;
@@ -235,9 +236,13 @@ StepPlan Scheduler::plan_step() {
       needed +=
           std::max(0, pages_for(s.computed + 1 - s.evicted) - static_cast<int>(s.pages.size()));
     }
+    decode_pages = needed;
     if (needed <= available_pages() || running_.empty()) break;
     preempt(running_.back(), plan);
   }
+  // The prefix cache evicts the pages all decodes need at once (the same pages, in the same
+  // order, as one eviction per sequence would), so a step walks the cache once.
+  if (cache_ && decode_pages > 0) cache_->make_free(decode_pages);
   for (std::uint64_t id : running_) {
     Sequence& s = sequences_.at(id);
     if (static_cast<int>(s.tokens.size()) - s.computed != 1 || budget == 0) continue;

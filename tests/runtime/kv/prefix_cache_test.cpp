@@ -143,6 +143,46 @@ TEST(PrefixCache, MakeFreeEvictsOnlyWhatIsMissing) {
   EXPECT_FALSE(cache.make_free(5));
 }
 
+// evict(n) frees the same pages, in the same order, as n calls of evict(1) (the scheduler evicts
+// what a step's decodes need in one call): two caches fed the same traffic agree afterwards.
+TEST(PrefixCache, OneEvictionOfManyFreesWhatManyEvictionsOfOneFree) {
+  PagePool pool_a(200, 2), pool_b(200, 2);
+  PrefixCache a(pool_a), b(pool_b);
+  std::mt19937 rng(11);
+  std::vector<std::vector<std::int32_t>> seqs;
+  for (int i = 0; i < 40; ++i) {
+    std::vector<std::int32_t> t;
+    for (int j = 0; j < 8; ++j)
+      t.push_back(static_cast<std::int32_t>(rng() % 3));
+    seqs.push_back(t);
+  }
+  auto feed = [&](PagePool& pool, PrefixCache& cache) {
+    for (const auto& t : seqs) {
+      std::vector<std::int32_t> pages;
+      const int matched = cache.match(t, static_cast<int>(t.size()), pages);
+      ASSERT_TRUE(pool.allocate(pool.pages_for(static_cast<int>(t.size())) - matched / 2, pages));
+      cache.release(t, static_cast<int>(t.size()), pages);
+    }
+  };
+  feed(pool_a, a);
+  feed(pool_b, b);
+  ASSERT_EQ(a.cached_pages(), b.cached_pages());
+  const int n = a.cached_pages() / 2;
+  ASSERT_GT(n, 5);
+  EXPECT_EQ(a.evict(n), n);
+  for (int i = 0; i < n; ++i)
+    ASSERT_EQ(b.evict(1), 1);
+  EXPECT_EQ(a.cached_pages(), b.cached_pages());
+  for (const auto& t : seqs) {
+    std::vector<std::int32_t> pa, pb;
+    EXPECT_EQ(a.match(t, static_cast<int>(t.size()), pa),
+              b.match(t, static_cast<int>(t.size()), pb));
+    EXPECT_EQ(pa, pb);
+    pool_a.release_all(pa);
+    pool_b.release_all(pb);
+  }
+}
+
 TEST(PrefixCache, APageASiblingHoldsIsGraftedOnlyUnderItsOwnPath) {
   PagePool pool(16, 2);
   PrefixCache cache(pool);
