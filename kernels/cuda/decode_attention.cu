@@ -31,8 +31,8 @@
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/decode_attention_pipelined.hpp"
+#include "kernels/cuda/decode_prologue.cuh"
 #include "kernels/cuda/decode_tile.cuh"
-#include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/tree_slots.cuh"
 
 namespace weft::cuda::detail {
@@ -88,7 +88,6 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
   constexpr int EPT = GM * D / kThreads;      // folded output elements per thread
   static_assert(kWarpKeys == 16, "one 16-key PV product per warp and tile");
   static_assert(kThreads % L == 0 && TP % kRowsPerPass == 0 && (GM * D) % kThreads == 0);
-  static_assert(3 * L / 2 <= kThreads, "the token's own row is patched by 3L/2 threads");
   extern __shared__ __align__(16) unsigned char pipe_smem[];
   uint4* tiles_s = reinterpret_cast<uint4*>(pipe_smem);  // [stage][K|V][TP][L], swizzled
   float* red_acc = reinterpret_cast<float*>(pipe_smem + stages * PipeLayout<D, GM>::tile_bytes);
@@ -153,77 +152,17 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
   // Head g's q (as the per-split kernel: loads in flight before the rotary embedding's
   // barrier).
   float x[KC][8];
-  {
-    const float* qp = a.q + static_cast<std::size_t>(t) * a.q_stride +
-                      static_cast<std::size_t>(kvh) * G * D + static_cast<std::size_t>(g) * D;
-#pragma unroll
-    for (int c = 0; c < KC; ++c)
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        x[c][e] = g < G ? qp[32 * c + 8 * tq + e] : 0.0f;
-  }
+  load_query<D>(x, a, t, kvh, G, g, tq);
 
   // With a.rope_inv_freq, rope_store_kv's work for this token, as the per-split kernel does
   // it: q is rotated below, and the block whose part ends at the token's own position rotates
   // its key, rounds key and value to T and stores them into the page slot; they replace that
   // row of the staged tile once the tile has landed (the copy may have read the slot before
-  // the store). Threads [0, L/2) hold key chunks c and c + L/2, [L/2, 3L/2) a value chunk.
+  // the store).
   const bool rope = a.rope_inv_freq != nullptr;
   const bool own_kv = rope && end == pos + 1;
-  float raw[16];
-  if (own_kv && threadIdx.x < 3 * L / 2) {
-    const float* row = a.q + static_cast<std::size_t>(t) * a.q_stride +
-                       static_cast<std::size_t>(a.num_heads + kvh) * D;
-    const int c = threadIdx.x < L / 2 ? threadIdx.x : threadIdx.x - L / 2;
-    const float* at = threadIdx.x < L / 2
-                          ? row + 8 * c
-                          : row + static_cast<std::size_t>(kv.num_kv_heads) * D + 8 * c;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      raw[e] = at[e];
-      raw[8 + e] = threadIdx.x < L / 2 ? at[D / 2 + e] : 0.0f;
-    }
-  }
-  if (rope) {
-    const int seq = b.token_seq[t];
-    const float* freq = a.rope_inv_freq + static_cast<std::size_t>(seq) * (D / 2);
-    const float factor = a.rope_factor[seq];
-    for (int j = threadIdx.x; j < D / 2; j += kThreads)
-      rope_cos_sin(pos, freq[j], factor, rope_c[j], rope_s[j]);
-    __syncthreads();
-  }
   uint4 own[2] = {};
-  if (own_kv && threadIdx.x < 3 * L / 2) {
-    T* dst = const_cast<T*>(pool) + key_offset(kv, table, pos, kvh);
-    auto pack8 = [](const float(&f)[8]) {
-      unsigned w[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float r0, r1;
-        w[i] = pack2<T>(f[2 * i], f[2 * i + 1], r0, r1);
-      }
-      return make_uint4(w[0], w[1], w[2], w[3]);
-    };
-    if (threadIdx.x < L / 2) {
-      const int c = threadIdx.x;
-      float y0[8], y1[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        rotate_pair(raw[e], raw[8 + e], rope_c[8 * c + e], rope_s[8 * c + e], y0[e], y1[e]);
-      own[0] = pack8(y0);
-      own[1] = pack8(y1);
-      reinterpret_cast<uint4*>(dst)[c] = own[0];
-      reinterpret_cast<uint4*>(dst)[c + L / 2] = own[1];
-    } else {
-      const int c = threadIdx.x - L / 2;
-      float v[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        v[e] = raw[e];
-      own[0] = pack8(v);
-      reinterpret_cast<uint4*>(dst + v_shift)[c] = own[0];
-    }
-  }
+  rope_own_kv<T, D, kThreads>(a, b, kv, table, t, pos, kvh, rope, own_kv, rope_c, rope_s, own);
 
   // A fragments of q * scale (head g; rows 8-15 are zero), high parts and remainders.
   unsigned qh[KC][4], ql[KC][4];
@@ -265,14 +204,8 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
     uint4* ks = tiles_s + static_cast<std::size_t>(stage) * 2 * TP * L;
     const uint4* vs = ks + TP * L;
     if (own_kv && pos - tb < TP) {  // the tile holding the token's own key
-      const int rr = pos - tb, sw = tile_swizzle(rr);
-      uint4* row = ks + rr * L;
-      if (threadIdx.x < L / 2) {
-        row[threadIdx.x ^ sw] = own[0];
-        row[(threadIdx.x + L / 2) ^ sw] = own[1];
-      } else if (threadIdx.x < 3 * L / 2) {
-        row[TP * L + ((threadIdx.x - L / 2) ^ sw)] = own[0];
-      }
+      const int rr = pos - tb;
+      patch_own_row<L, TP>(ks + rr * L, tile_swizzle(rr), own);
       __syncthreads();
     }
     const int i0 = warp * kWarpKeys, k0 = tb + i0;

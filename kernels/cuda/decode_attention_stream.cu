@@ -40,8 +40,8 @@
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/decode_attention_stream.hpp"
+#include "kernels/cuda/decode_prologue.cuh"
 #include "kernels/cuda/decode_tile.cuh"
-#include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/tree_slots.cuh"
 
 namespace weft::cuda::detail {
@@ -109,7 +109,6 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
   constexpr int kStageChunks = 2 * kTileKeys * L;          // 16-byte chunks per stage (K then V)
   constexpr int EPT = (GM * D + kThreads - 1) / kThreads;  // folded elements per thread
   static_assert(L <= 32 && 32 % L == 0 && kTileKeys % RS == 0);
-  static_assert(3 * L / 2 <= kThreads, "the token's own row is made by 3L/2 threads");
   extern __shared__ __align__(16) unsigned char stream_smem[];
   float* red_acc = reinterpret_cast<float*>(stream_smem);  // [kWarps][GM][D]
   __shared__ float red_m[kWarps][GM], red_l[kWarps][GM], fac[kWarps][GM];
@@ -188,76 +187,15 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
 
   // Head g's q (loads in flight before the rotary embedding's barrier).
   float x[KC][8];
-  {
-    const float* qp = a.q + static_cast<std::size_t>(t) * a.q_stride +
-                      static_cast<std::size_t>(kvh) * G * D + static_cast<std::size_t>(g) * D;
-#pragma unroll
-    for (int c = 0; c < KC; ++c)
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        x[c][e] = g < G ? qp[32 * c + 8 * tq + e] : 0.0f;
-  }
+  load_query<D>(x, a, t, kvh, G, g, tq);
 
-  // With a.rope_inv_freq: rope_store_kv's work for this token (see the top of the file).
-  // Threads [0, L/2) hold key chunks c and c + L/2 (the pairs (i, i + D/2)), [L/2, 3L/2) a
-  // value chunk.
+  // With a.rope_inv_freq: rope_store_kv's work for this token (see the top of the file); the
+  // token's own key and value rows also go to own_s, for every warp to patch into its tile.
   const bool rope = a.rope_inv_freq != nullptr;
   const bool own_kv = rope && end == pos + 1;
-  float raw[16];
-  if (own_kv && threadIdx.x < 3 * L / 2) {
-    const float* row = a.q + static_cast<std::size_t>(t) * a.q_stride +
-                       static_cast<std::size_t>(a.num_heads + kvh) * D;
-    const int c = threadIdx.x < L / 2 ? threadIdx.x : threadIdx.x - L / 2;
-    const float* at = threadIdx.x < L / 2
-                          ? row + 8 * c
-                          : row + static_cast<std::size_t>(kv.num_kv_heads) * D + 8 * c;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      raw[e] = at[e];
-      raw[8 + e] = threadIdx.x < L / 2 ? at[D / 2 + e] : 0.0f;
-    }
-  }
-  if (rope) {
-    const int seq = b.token_seq[t];
-    const float* freq = a.rope_inv_freq + static_cast<std::size_t>(seq) * (D / 2);
-    const float factor = a.rope_factor[seq];
-    for (int j = threadIdx.x; j < D / 2; j += kThreads)
-      rope_cos_sin(pos, freq[j], factor, rope_c[j], rope_s[j]);
-    __syncthreads();
-  }
-  if (own_kv && threadIdx.x < 3 * L / 2) {
-    T* dst = const_cast<T*>(pool) + key_offset(kv, table, pos, kvh);
-    auto pack8 = [](const float(&f)[8]) {
-      unsigned w[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float r0, r1;
-        w[i] = pack2<T>(f[2 * i], f[2 * i + 1], r0, r1);
-      }
-      return make_uint4(w[0], w[1], w[2], w[3]);
-    };
-    if (threadIdx.x < L / 2) {
-      const int c = threadIdx.x;
-      float y0[8], y1[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        rotate_pair(raw[e], raw[8 + e], rope_c[8 * c + e], rope_s[8 * c + e], y0[e], y1[e]);
-      const uint4 k0 = pack8(y0), k1 = pack8(y1);
-      reinterpret_cast<uint4*>(dst)[c] = k0;
-      reinterpret_cast<uint4*>(dst)[c + L / 2] = k1;
-      own_s[c] = k0;
-      own_s[c + L / 2] = k1;
-    } else {
-      const int c = threadIdx.x - L / 2;
-      float v[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        v[e] = raw[e];
-      const uint4 v0 = pack8(v);
-      reinterpret_cast<uint4*>(dst + v_shift)[c] = v0;
-      own_s[L + c] = v0;
-    }
-  }
+  uint4 own[2] = {};
+  rope_own_kv<T, D, kThreads, true>(a, b, kv, table, t, pos, kvh, rope, own_kv, rope_c, rope_s, own,
+                                    own_s);
   if (own_kv) __syncthreads();  // own_s complete before any warp patches its tile
 
   // A fragments of q * scale (head g; rows 8-15 are zero), high parts and remainders.
