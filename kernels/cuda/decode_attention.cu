@@ -42,31 +42,6 @@ constexpr int kThreads = 128, kWarps = kThreads / 32;
 constexpr int kTileKeys = 64;  // keys per tile, 16 per warp (the per-split kernel's)
 constexpr int kMaxGroup = 8;   // query heads per kv head
 
-// Positions per split of this kernel for a context of `span` positions: the per-split
-// kernel's cut (at most kMaxDecodeSplits), or `min_chunk` (a multiple of 64,
-// WEFT_DECODE_SPLIT_KEYS) if larger.
-__host__ __device__ __forceinline__ int pipe_split_positions(int span, int min_chunk) {
-  const int chunk = split_positions(span);
-  return chunk > min_chunk ? chunk : min_chunk;
-}
-
-// The token's splits: positions [first, pos] cut into `used` splits of `chunk` positions.
-struct TokenSplits {
-  int t, pos, first, chunk, used;
-};
-__device__ __forceinline__ TokenSplits token_splits(const AttentionArgs& a, const FlatBatchView& b,
-                                                    const std::int32_t* query_tokens, int qi,
-                                                    int min_chunk) {
-  TokenSplits s;
-  s.t = query_tokens[qi];
-  s.pos = b.positions[s.t];
-  s.first = first_position(s.pos, a.sliding_window);
-  const int span = s.pos + 1 - s.first;
-  s.chunk = pipe_split_positions(span, min_chunk);
-  s.used = (span + s.chunk - 1) / s.chunk;
-  return s;
-}
-
 template <int D, int GM>
 struct PipeLayout {
   static constexpr std::size_t tile_bytes = 2ull * kTileKeys * D * 2;  // K and V, 16-bit
@@ -97,14 +72,14 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
 
   grid_dependency_wait();
   const int qi = blockIdx.y;
-  const TokenSplits ts = token_splits(a, b, query_tokens, qi, min_chunk);
+  const TokenPieces ts = token_pieces(a, b, query_tokens, qi, min_chunk);
   const int t = ts.t, pos = ts.pos;
   const int s0 = blockIdx.z * splits_per_part;
   if (s0 >= ts.used) return;  // this token's context has fewer parts than the grid
   const int s1 = min(ts.used, s0 + splits_per_part);
   const bool whole = s0 == 0 && s1 == ts.used;  // folds every split, writes the output
-  const int begin = ts.first + s0 * ts.chunk, end = min(pos + 1, ts.first + s1 * ts.chunk);
-  const int tiles = (end - begin + TP - 1) / TP, split_tiles = ts.chunk / TP;
+  const int begin = ts.first + s0 * ts.size, end = min(pos + 1, ts.first + s1 * ts.size);
+  const int tiles = (end - begin + TP - 1) / TP, split_tiles = ts.size / TP;
   const int kvh = blockIdx.x;
   const SlotTable table = slot_table(b, t);  // tree nodes: their path's slots
   const int G = a.num_heads / kv.num_kv_heads, NH = a.num_heads;
@@ -168,13 +143,8 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
   unsigned qh[KC][4], ql[KC][4];
   query_fragments<T>(x, rope && g < G, tq, rope_c, rope_s, a.scale, qh, ql);
 
-  float acc[VW][4];
-#pragma unroll
-  for (int i = 0; i < VW; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      acc[i][e] = 0.0f;
-  float m = -FLT_MAX, l = 0.0f;  // head g's running max and this lane's part of its sum
+  float acc[VW][4], m, l;  // head g's running max and this lane's part of its sum
+  clear_split(acc, m, l);
   // The fold of the splits so far (whole blocks): elements threadIdx.x + k * kThreads of
   // [G][D], and on thread h < G head h's running max and sum.
   float fo[EPT];
@@ -220,25 +190,11 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
     merge_split<D, GM>(G, warp, g, tq, m, l, acc, red_acc, red_m, red_l, fac, fold_a, fold_b,
                        fold_l, whole, fold_max, fold_sum, fo, workspace, qi, NH, kvh, grid_splits,
                        split);
-#pragma unroll
-    for (int i = 0; i < VW; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        acc[i][e] = 0.0f;
-    m = -FLT_MAX;
-    l = 0.0f;
+    clear_split(acc, m, l);
   }
   cp_async_wait<0>();  // no copy outlives the block (the groups past the last tile are empty)
 
-  if (whole) {
-    T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(t) * NH * D +
-             static_cast<std::size_t>(kvh) * G * D;
-#pragma unroll
-    for (int k = 0; k < EPT; ++k) {
-      const int i = threadIdx.x + k * kThreads;
-      if (i < G * D) out[i] = from_float<T>(fo[k] / fold_l[i / D]);
-    }
-  }
+  if (whole) write_folded<T, D, EPT, kThreads>(a, t, kvh, G, fo, fold_l);
 }
 
 // Folds the split records of the tokens whose context was cut into more than one part, in
@@ -247,35 +203,13 @@ template <class T>
 __global__ void fold_combine_kernel(AttentionArgs a, FlatBatchView b, int head_dim,
                                     const std::int32_t* query_tokens, const float* workspace,
                                     int grid_splits, int splits_per_part, int min_chunk) {
-  __shared__ float ms[kMaxDecodeSplits], ls[kMaxDecodeSplits];
-  __shared__ float fa[kMaxDecodeSplits], fb[kMaxDecodeSplits];
-  __shared__ float total;
   grid_dependency_wait();
   const int h = blockIdx.x, qi = blockIdx.y, D = head_dim;
-  const TokenSplits ts = token_splits(a, b, query_tokens, qi, min_chunk);
+  const TokenPieces ts = token_pieces(a, b, query_tokens, qi, min_chunk);
   if (ts.used <= splits_per_part) return;  // one part: its block wrote the output
   const float* recs =
       workspace + (static_cast<std::size_t>(qi) * a.num_heads + h) * grid_splits * (D + 2);
-  if (threadIdx.x < ts.used) {  // every split's m and l loaded at once
-    ms[threadIdx.x] = recs[threadIdx.x * (D + 2) + D];
-    ls[threadIdx.x] = recs[threadIdx.x * (D + 2) + D + 1];
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float M = -INFINITY, L = 0.0f;
-    for (int s = 0; s < ts.used; ++s)
-      fold_split(M, L, ms[s], ls[s], fa[s], fb[s]);
-    total = L;
-  }
-  __syncthreads();
-  T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(ts.t) * a.num_heads * D +
-           static_cast<std::size_t>(h) * D;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float o = 0.0f;
-    for (int s = 0; s < ts.used; ++s)
-      o = fold_acc(o, recs[s * (D + 2) + d], fa[s], fb[s]);
-    out[d] = from_float<T>(o / total);
-  }
+  fold_records<T>(a, ts.t, h, D, ts.used, recs);
 }
 
 using PipeKernel = void (*)(AttentionArgs, FlatBatchView, PagedKvView, const std::int32_t*, float*,
@@ -458,7 +392,7 @@ void decode_attention_pipelined(const AttentionArgs& args, const FlatBatchView& 
   const int G = args.num_heads / kv.num_kv_heads, D = kv.head_dim;
   const int min_chunk = pipe_min_split();
   const int splits = std::min(kMaxDecodeSplits, (max_context + min_chunk - 1) / min_chunk);
-  const int split_tiles = pipe_split_positions(std::max(max_context, 1), min_chunk) / kTileKeys;
+  const int split_tiles = piece_positions(std::max(max_context, 1), min_chunk) / kTileKeys;
   const int stages = pipe_stages(D, G);
   const std::size_t shared = pipe_shared_bytes(D, G, stages);
   WEFT_DISPATCH_PRECISION(kv.precision, {

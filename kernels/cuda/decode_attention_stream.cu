@@ -52,30 +52,6 @@ constexpr int kTileKeys = 16;  // keys per warp tile: one m16n8k16 PV product
 constexpr int kMaxGroup = 8;   // query heads per kv head
 constexpr int kMaxStages = 4;
 
-// Positions per segment for a context of `span` positions: the per-split kernel's cut (at
-// most kMaxDecodeSplits pieces, multiples of 64) or `seg_min` if larger.
-__host__ __device__ __forceinline__ int segment_positions(int span, int seg_min) {
-  const int chunk = split_positions(span);
-  return chunk > seg_min ? chunk : seg_min;
-}
-
-struct TokenSegments {
-  int t, pos, first, seg, used;
-};
-__device__ __forceinline__ TokenSegments token_segments(const AttentionArgs& a,
-                                                        const FlatBatchView& b,
-                                                        const std::int32_t* query_tokens, int qi,
-                                                        int seg_min) {
-  TokenSegments s;
-  s.t = query_tokens[qi];
-  s.pos = b.positions[s.t];
-  s.first = first_position(s.pos, a.sliding_window);
-  const int span = s.pos + 1 - s.first;
-  s.seg = segment_positions(span, seg_min);
-  s.used = (span + s.seg - 1) / s.seg;
-  return s;
-}
-
 // Dynamic shared memory: the warps' merge area [kWarps][GM][D] fp32, then each warp's ring of
 // `stages` stages of K [16][D] and V [16][D] (16-bit, swizzled rows).
 template <int D, int GM>
@@ -118,7 +94,7 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
 
   grid_dependency_wait();
   const int qi = blockIdx.y;
-  const TokenSegments ts = token_segments(a, b, query_tokens, qi, seg_min);
+  const TokenPieces ts = token_pieces(a, b, query_tokens, qi, seg_min);
   const int t = ts.t, pos = ts.pos;
   // The token's segments in `parts` runs (fewer where it has fewer segments). Cut per token
   // from its own segment count, so a CUDA graph captured at another context stays valid.
@@ -127,9 +103,9 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
   if (s0 >= ts.used) return;  // this token's context has fewer parts than the grid
   const int s1 = min(ts.used, s0 + spp);
   const bool whole = s0 == 0 && s1 == ts.used;  // folds every segment, writes the output
-  const int begin = ts.first + s0 * ts.seg, end = min(pos + 1, ts.first + s1 * ts.seg);
+  const int begin = ts.first + s0 * ts.size, end = min(pos + 1, ts.first + s1 * ts.size);
   const int ntiles = (end - begin + kTileKeys - 1) / kTileKeys;
-  const int seg_tiles = ts.seg / kTileKeys;  // a multiple of kWarps (seg: multiple of 64)
+  const int seg_tiles = ts.size / kTileKeys;  // a multiple of kWarps (seg: multiple of 64)
   const int kvh = blockIdx.x;
   const SlotTable table = slot_table(b, t);  // tree nodes: their path's slots
   const int G = a.num_heads / kv.num_kv_heads, NH = a.num_heads;
@@ -202,13 +178,8 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
   unsigned qh[KC][4], ql[KC][4];
   query_fragments<T>(x, rope && g < G, tq, rope_c, rope_s, a.scale, qh, ql);
 
-  float acc[VW][4];
-#pragma unroll
-  for (int i = 0; i < VW; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      acc[i][e] = 0.0f;
-  float m = -FLT_MAX, l = 0.0f;  // head g's running max and this lane's part of its sum
+  float acc[VW][4], m, l;  // head g's running max and this lane's part of its sum
+  clear_split(acc, m, l);
   // The fold of the segments so far (whole blocks): elements threadIdx.x + k * kThreads of
   // [G][D], and on thread h < G head h's running max and sum.
   float fo[EPT];
@@ -245,25 +216,11 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
                        fold_l, whole, fold_max, fold_sum, fo, workspace, qi, NH, kvh, grid_splits,
                        s);
     __syncthreads();  // the merge area is rewritten at the next segment's end
-#pragma unroll
-    for (int i = 0; i < VW; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        acc[i][e] = 0.0f;
-    m = -FLT_MAX;
-    l = 0.0f;
+    clear_split(acc, m, l);
   }
   cp_async_wait<0>();  // no copy outlives the block (the groups past the last tile are empty)
 
-  if (whole) {
-    T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(t) * NH * D +
-             static_cast<std::size_t>(kvh) * G * D;
-#pragma unroll
-    for (int k = 0; k < EPT; ++k) {
-      const int i = threadIdx.x + k * kThreads;
-      if (i < G * D) out[i] = from_float<T>(fo[k] / fold_l[i / D]);
-    }
-  }
+  if (whole) write_folded<T, D, EPT, kThreads>(a, t, kvh, G, fo, fold_l);
 }
 
 // Folds the segment records of the tokens whose context was cut into more than one part, in
@@ -272,35 +229,13 @@ template <class T>
 __global__ void stream_combine_kernel(AttentionArgs a, FlatBatchView b, int head_dim,
                                       const std::int32_t* query_tokens, const float* workspace,
                                       int grid_splits, int parts, int seg_min) {
-  __shared__ float ms[kMaxDecodeSplits], ls[kMaxDecodeSplits];
-  __shared__ float fa[kMaxDecodeSplits], fb[kMaxDecodeSplits];
-  __shared__ float total;
   grid_dependency_wait();
   const int h = blockIdx.x, qi = blockIdx.y, D = head_dim;
-  const TokenSegments ts = token_segments(a, b, query_tokens, qi, seg_min);
+  const TokenPieces ts = token_pieces(a, b, query_tokens, qi, seg_min);
   if ((ts.used + parts - 1) / parts >= ts.used) return;  // one part: its block wrote the output
   const float* recs =
       workspace + (static_cast<std::size_t>(qi) * a.num_heads + h) * grid_splits * (D + 2);
-  if (threadIdx.x < ts.used) {  // every segment's m and l loaded at once
-    ms[threadIdx.x] = recs[threadIdx.x * (D + 2) + D];
-    ls[threadIdx.x] = recs[threadIdx.x * (D + 2) + D + 1];
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float M = -INFINITY, L = 0.0f;
-    for (int s = 0; s < ts.used; ++s)
-      fold_split(M, L, ms[s], ls[s], fa[s], fb[s]);
-    total = L;
-  }
-  __syncthreads();
-  T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(ts.t) * a.num_heads * D +
-           static_cast<std::size_t>(h) * D;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float o = 0.0f;
-    for (int s = 0; s < ts.used; ++s)
-      o = fold_acc(o, recs[s * (D + 2) + d], fa[s], fb[s]);
-    out[d] = from_float<T>(o / total);
-  }
+  fold_records<T>(a, ts.t, h, D, ts.used, recs);
 }
 
 // decode_kv_read's kernel: a block of 256 threads per (kv head, query); warp w reads the
@@ -537,7 +472,7 @@ DecodeStreamLaunch decode_stream_launch(int num_heads, int num_kv_heads, int hea
   if (kernel == nullptr) return out;
   const int seg_min = stream_min_segment();
   const int ctx = std::max(max_context, 1);
-  out.segment_keys = segment_positions(ctx, seg_min);
+  out.segment_keys = piece_positions(ctx, seg_min);
   const int segments = std::min(kMaxDecodeSplits, (ctx + seg_min - 1) / seg_min);
   out.stages = stream_stages(kernel, D, G);
   out.blocks_per_sm = std::max(1, blocks_per_sm(kernel, stream_shared_bytes(D, G, out.stages)));

@@ -19,6 +19,7 @@
 namespace weft::cuda {
 namespace {
 
+using detail::clear_split;
 using detail::cp_async16;
 using detail::cp_async_commit;
 using detail::cp_async_wait;
@@ -502,13 +503,8 @@ __global__ void __launch_bounds__(kDecodeThreads, D >= 256   ? 1
   unsigned qh[KC][4], ql[KC][4];
   query_fragments<T>(x, rope && g < G, tq, rope_c, rope_s, a.scale, qh, ql);
 
-  float acc[VW][4];
-#pragma unroll
-  for (int i = 0; i < VW; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      acc[i][e] = 0.0f;
-  float m = -FLT_MAX, l = 0.0f;  // head g's running max and this lane's part of its sum
+  float acc[VW][4], m, l;  // head g's running max and this lane's part of its sum
+  clear_split(acc, m, l);
 
   const int tiles = (end - begin + TP - 1) / TP;
   for (int j = 0; j < tiles; ++j) {
