@@ -33,6 +33,7 @@
 #include "kernels/cuda/decode_attention_pipelined.hpp"
 #include "kernels/cuda/decode_prologue.cuh"
 #include "kernels/cuda/decode_tile.cuh"
+#include "kernels/cuda/env_knob.hpp"
 #include "kernels/cuda/tree_slots.cuh"
 
 namespace weft::cuda::detail {
@@ -246,18 +247,6 @@ std::size_t pipe_shared_bytes(int D, int G, int stages) {
     default:
       return small ? PipeLayout<256, 4>::bytes(stages) : PipeLayout<256, kMaxGroup>::bytes(stages);
   }
-}
-
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* rest = nullptr;
-  const long n = std::strtol(v, &rest, 10);
-  if (*rest != '\0' || n < 0 || n > 1 << 20) {
-    std::fprintf(stderr, "weft: ignoring %s=%s (expected a non-negative integer)\n", name, v);
-    return fallback;
-  }
-  return static_cast<int>(n);
 }
 
 std::atomic<int> g_parts{-1};  // decode_attention_parts(); -1: not read from the environment yet

@@ -42,6 +42,7 @@
 #include "kernels/cuda/decode_attention_stream.hpp"
 #include "kernels/cuda/decode_prologue.cuh"
 #include "kernels/cuda/decode_tile.cuh"
+#include "kernels/cuda/env_knob.hpp"
 #include "kernels/cuda/tree_slots.cuh"
 
 namespace weft::cuda::detail {
@@ -329,18 +330,6 @@ std::size_t stream_shared_bytes(int D, int G, int stages) {
       return small ? StreamLayout<256, 4>::bytes(stages)
                    : StreamLayout<256, kMaxGroup>::bytes(stages);
   }
-}
-
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* rest = nullptr;
-  const long n = std::strtol(v, &rest, 10);
-  if (*rest != '\0' || n < 0 || n > 1 << 20) {
-    std::fprintf(stderr, "weft: ignoring %s=%s (expected a non-negative integer)\n", name, v);
-    return fallback;
-  }
-  return static_cast<int>(n);
 }
 
 // Positions per segment at least (WEFT_DECODE_STREAM_SEGMENT_KEYS: a multiple of 64 from 64
