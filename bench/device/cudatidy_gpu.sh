@@ -5,7 +5,8 @@
 # CUDA encoder / encoder-decoder weight upload (runtime/model/cuda/weight_upload.cpp).
 # - kernels_test's CUDA suites: each decode kernel against the CPU and the split kernel, bitwise
 #   the same for every cut and batch, and with AttentionArgs::rope_inv_freq bitwise
-#   rope_store_kv followed by the kernel (CudaDecodeAttention*, CudaKernels.DecodeAttention*);
+#   rope_store_kv followed by the kernel (CudaDecodeAttention*, CudaKernels.DecodeAttention*,
+#   the latter once more under WEFT_DECODE_ATTN=old and new);
 # - model_cuda_test once per WEFT_DECODE_ATTN (stream, old = per-split, new = pipelined): every
 #   fixture against transformers through that kernel, and the CUDA encoder and seq2seq suites;
 # - executor_cuda_test (the engine on the GPU, seq2seq included).
@@ -41,6 +42,13 @@ WEFT_DECODE_ATTN=new timeout 250 "$G/bin/model_cuda_test" --gtest_color=no \
   > "$O/t/model_cuda_test_new.log" 2>&1 & b=$!
 wait $a; echo "model_cuda_test (old) rc=$?"; wait $b; echo "model_cuda_test (new) rc=$?"
 st "second round done"
-report kernels_test model_cuda_test_stream model_cuda_test_old model_cuda_test_new \
-  executor_cuda_test
+# CudaKernels.DecodeAttention* run the process's kernel (stream above): the per-split and
+# pipelined kernels' fused rope through them too.
+for k in old new; do
+  WEFT_DECODE_ATTN=$k timeout 120 "$G/bin/kernels_test" --gtest_filter='*CudaKernels.DecodeAttention*' \
+    --gtest_color=no > "$O/t/kernels_test_$k.log" 2>&1
+  echo "kernels_test CudaKernels.DecodeAttention* ($k) rc=$?"
+done
+report kernels_test kernels_test_old kernels_test_new model_cuda_test_stream model_cuda_test_old \
+  model_cuda_test_new executor_cuda_test
 grep -h "FAILED\|Failure" "$O"/t/*.log | head -40
