@@ -31,8 +31,9 @@
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/decode_attention_pipelined.hpp"
+#include "kernels/cuda/decode_prologue.cuh"
 #include "kernels/cuda/decode_tile.cuh"
-#include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/env_knob.hpp"
 #include "kernels/cuda/tree_slots.cuh"
 
 namespace weft::cuda::detail {
@@ -41,31 +42,6 @@ namespace {
 constexpr int kThreads = 128, kWarps = kThreads / 32;
 constexpr int kTileKeys = 64;  // keys per tile, 16 per warp (the per-split kernel's)
 constexpr int kMaxGroup = 8;   // query heads per kv head
-
-// Positions per split of this kernel for a context of `span` positions: the per-split
-// kernel's cut (at most kMaxDecodeSplits), or `min_chunk` (a multiple of 64,
-// WEFT_DECODE_SPLIT_KEYS) if larger.
-__host__ __device__ __forceinline__ int pipe_split_positions(int span, int min_chunk) {
-  const int chunk = split_positions(span);
-  return chunk > min_chunk ? chunk : min_chunk;
-}
-
-// The token's splits: positions [first, pos] cut into `used` splits of `chunk` positions.
-struct TokenSplits {
-  int t, pos, first, chunk, used;
-};
-__device__ __forceinline__ TokenSplits token_splits(const AttentionArgs& a, const FlatBatchView& b,
-                                                    const std::int32_t* query_tokens, int qi,
-                                                    int min_chunk) {
-  TokenSplits s;
-  s.t = query_tokens[qi];
-  s.pos = b.positions[s.t];
-  s.first = first_position(s.pos, a.sliding_window);
-  const int span = s.pos + 1 - s.first;
-  s.chunk = pipe_split_positions(span, min_chunk);
-  s.used = (span + s.chunk - 1) / s.chunk;
-  return s;
-}
 
 template <int D, int GM>
 struct PipeLayout {
@@ -88,7 +64,6 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
   constexpr int EPT = GM * D / kThreads;      // folded output elements per thread
   static_assert(kWarpKeys == 16, "one 16-key PV product per warp and tile");
   static_assert(kThreads % L == 0 && TP % kRowsPerPass == 0 && (GM * D) % kThreads == 0);
-  static_assert(3 * L / 2 <= kThreads, "the token's own row is patched by 3L/2 threads");
   extern __shared__ __align__(16) unsigned char pipe_smem[];
   uint4* tiles_s = reinterpret_cast<uint4*>(pipe_smem);  // [stage][K|V][TP][L], swizzled
   float* red_acc = reinterpret_cast<float*>(pipe_smem + stages * PipeLayout<D, GM>::tile_bytes);
@@ -98,14 +73,14 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
 
   grid_dependency_wait();
   const int qi = blockIdx.y;
-  const TokenSplits ts = token_splits(a, b, query_tokens, qi, min_chunk);
+  const TokenPieces ts = token_pieces(a, b, query_tokens, qi, min_chunk);
   const int t = ts.t, pos = ts.pos;
   const int s0 = blockIdx.z * splits_per_part;
   if (s0 >= ts.used) return;  // this token's context has fewer parts than the grid
   const int s1 = min(ts.used, s0 + splits_per_part);
   const bool whole = s0 == 0 && s1 == ts.used;  // folds every split, writes the output
-  const int begin = ts.first + s0 * ts.chunk, end = min(pos + 1, ts.first + s1 * ts.chunk);
-  const int tiles = (end - begin + TP - 1) / TP, split_tiles = ts.chunk / TP;
+  const int begin = ts.first + s0 * ts.size, end = min(pos + 1, ts.first + s1 * ts.size);
+  const int tiles = (end - begin + TP - 1) / TP, split_tiles = ts.size / TP;
   const int kvh = blockIdx.x;
   const SlotTable table = slot_table(b, t);  // tree nodes: their path's slots
   const int G = a.num_heads / kv.num_kv_heads, NH = a.num_heads;
@@ -153,89 +128,24 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
   // Head g's q (as the per-split kernel: loads in flight before the rotary embedding's
   // barrier).
   float x[KC][8];
-  {
-    const float* qp = a.q + static_cast<std::size_t>(t) * a.q_stride +
-                      static_cast<std::size_t>(kvh) * G * D + static_cast<std::size_t>(g) * D;
-#pragma unroll
-    for (int c = 0; c < KC; ++c)
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        x[c][e] = g < G ? qp[32 * c + 8 * tq + e] : 0.0f;
-  }
+  load_query<D>(x, a, t, kvh, G, g, tq);
 
   // With a.rope_inv_freq, rope_store_kv's work for this token, as the per-split kernel does
   // it: q is rotated below, and the block whose part ends at the token's own position rotates
   // its key, rounds key and value to T and stores them into the page slot; they replace that
   // row of the staged tile once the tile has landed (the copy may have read the slot before
-  // the store). Threads [0, L/2) hold key chunks c and c + L/2, [L/2, 3L/2) a value chunk.
+  // the store).
   const bool rope = a.rope_inv_freq != nullptr;
   const bool own_kv = rope && end == pos + 1;
-  float raw[16];
-  if (own_kv && threadIdx.x < 3 * L / 2) {
-    const float* row = a.q + static_cast<std::size_t>(t) * a.q_stride +
-                       static_cast<std::size_t>(a.num_heads + kvh) * D;
-    const int c = threadIdx.x < L / 2 ? threadIdx.x : threadIdx.x - L / 2;
-    const float* at = threadIdx.x < L / 2
-                          ? row + 8 * c
-                          : row + static_cast<std::size_t>(kv.num_kv_heads) * D + 8 * c;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      raw[e] = at[e];
-      raw[8 + e] = threadIdx.x < L / 2 ? at[D / 2 + e] : 0.0f;
-    }
-  }
-  if (rope) {
-    const int seq = b.token_seq[t];
-    const float* freq = a.rope_inv_freq + static_cast<std::size_t>(seq) * (D / 2);
-    const float factor = a.rope_factor[seq];
-    for (int j = threadIdx.x; j < D / 2; j += kThreads)
-      rope_cos_sin(pos, freq[j], factor, rope_c[j], rope_s[j]);
-    __syncthreads();
-  }
   uint4 own[2] = {};
-  if (own_kv && threadIdx.x < 3 * L / 2) {
-    T* dst = const_cast<T*>(pool) + key_offset(kv, table, pos, kvh);
-    auto pack8 = [](const float(&f)[8]) {
-      unsigned w[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float r0, r1;
-        w[i] = pack2<T>(f[2 * i], f[2 * i + 1], r0, r1);
-      }
-      return make_uint4(w[0], w[1], w[2], w[3]);
-    };
-    if (threadIdx.x < L / 2) {
-      const int c = threadIdx.x;
-      float y0[8], y1[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        rotate_pair(raw[e], raw[8 + e], rope_c[8 * c + e], rope_s[8 * c + e], y0[e], y1[e]);
-      own[0] = pack8(y0);
-      own[1] = pack8(y1);
-      reinterpret_cast<uint4*>(dst)[c] = own[0];
-      reinterpret_cast<uint4*>(dst)[c + L / 2] = own[1];
-    } else {
-      const int c = threadIdx.x - L / 2;
-      float v[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        v[e] = raw[e];
-      own[0] = pack8(v);
-      reinterpret_cast<uint4*>(dst + v_shift)[c] = own[0];
-    }
-  }
+  rope_own_kv<T, D, kThreads>(a, b, kv, table, t, pos, kvh, rope, own_kv, rope_c, rope_s, own);
 
   // A fragments of q * scale (head g; rows 8-15 are zero), high parts and remainders.
   unsigned qh[KC][4], ql[KC][4];
   query_fragments<T>(x, rope && g < G, tq, rope_c, rope_s, a.scale, qh, ql);
 
-  float acc[VW][4];
-#pragma unroll
-  for (int i = 0; i < VW; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      acc[i][e] = 0.0f;
-  float m = -FLT_MAX, l = 0.0f;  // head g's running max and this lane's part of its sum
+  float acc[VW][4], m, l;  // head g's running max and this lane's part of its sum
+  clear_split(acc, m, l);
   // The fold of the splits so far (whole blocks): elements threadIdx.x + k * kThreads of
   // [G][D], and on thread h < G head h's running max and sum.
   float fo[EPT];
@@ -265,14 +175,8 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
     uint4* ks = tiles_s + static_cast<std::size_t>(stage) * 2 * TP * L;
     const uint4* vs = ks + TP * L;
     if (own_kv && pos - tb < TP) {  // the tile holding the token's own key
-      const int rr = pos - tb, sw = tile_swizzle(rr);
-      uint4* row = ks + rr * L;
-      if (threadIdx.x < L / 2) {
-        row[threadIdx.x ^ sw] = own[0];
-        row[(threadIdx.x + L / 2) ^ sw] = own[1];
-      } else if (threadIdx.x < 3 * L / 2) {
-        row[TP * L + ((threadIdx.x - L / 2) ^ sw)] = own[0];
-      }
+      const int rr = pos - tb;
+      patch_own_row<L, TP>(ks + rr * L, tile_swizzle(rr), own);
       __syncthreads();
     }
     const int i0 = warp * kWarpKeys, k0 = tb + i0;
@@ -287,25 +191,11 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
     merge_split<D, GM>(G, warp, g, tq, m, l, acc, red_acc, red_m, red_l, fac, fold_a, fold_b,
                        fold_l, whole, fold_max, fold_sum, fo, workspace, qi, NH, kvh, grid_splits,
                        split);
-#pragma unroll
-    for (int i = 0; i < VW; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        acc[i][e] = 0.0f;
-    m = -FLT_MAX;
-    l = 0.0f;
+    clear_split(acc, m, l);
   }
   cp_async_wait<0>();  // no copy outlives the block (the groups past the last tile are empty)
 
-  if (whole) {
-    T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(t) * NH * D +
-             static_cast<std::size_t>(kvh) * G * D;
-#pragma unroll
-    for (int k = 0; k < EPT; ++k) {
-      const int i = threadIdx.x + k * kThreads;
-      if (i < G * D) out[i] = from_float<T>(fo[k] / fold_l[i / D]);
-    }
-  }
+  if (whole) write_folded<T, D, EPT, kThreads>(a, t, kvh, G, fo, fold_l);
 }
 
 // Folds the split records of the tokens whose context was cut into more than one part, in
@@ -314,35 +204,13 @@ template <class T>
 __global__ void fold_combine_kernel(AttentionArgs a, FlatBatchView b, int head_dim,
                                     const std::int32_t* query_tokens, const float* workspace,
                                     int grid_splits, int splits_per_part, int min_chunk) {
-  __shared__ float ms[kMaxDecodeSplits], ls[kMaxDecodeSplits];
-  __shared__ float fa[kMaxDecodeSplits], fb[kMaxDecodeSplits];
-  __shared__ float total;
   grid_dependency_wait();
   const int h = blockIdx.x, qi = blockIdx.y, D = head_dim;
-  const TokenSplits ts = token_splits(a, b, query_tokens, qi, min_chunk);
+  const TokenPieces ts = token_pieces(a, b, query_tokens, qi, min_chunk);
   if (ts.used <= splits_per_part) return;  // one part: its block wrote the output
   const float* recs =
       workspace + (static_cast<std::size_t>(qi) * a.num_heads + h) * grid_splits * (D + 2);
-  if (threadIdx.x < ts.used) {  // every split's m and l loaded at once
-    ms[threadIdx.x] = recs[threadIdx.x * (D + 2) + D];
-    ls[threadIdx.x] = recs[threadIdx.x * (D + 2) + D + 1];
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float M = -INFINITY, L = 0.0f;
-    for (int s = 0; s < ts.used; ++s)
-      fold_split(M, L, ms[s], ls[s], fa[s], fb[s]);
-    total = L;
-  }
-  __syncthreads();
-  T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(ts.t) * a.num_heads * D +
-           static_cast<std::size_t>(h) * D;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float o = 0.0f;
-    for (int s = 0; s < ts.used; ++s)
-      o = fold_acc(o, recs[s * (D + 2) + d], fa[s], fb[s]);
-    out[d] = from_float<T>(o / total);
-  }
+  fold_records<T>(a, ts.t, h, D, ts.used, recs);
 }
 
 using PipeKernel = void (*)(AttentionArgs, FlatBatchView, PagedKvView, const std::int32_t*, float*,
@@ -379,18 +247,6 @@ std::size_t pipe_shared_bytes(int D, int G, int stages) {
     default:
       return small ? PipeLayout<256, 4>::bytes(stages) : PipeLayout<256, kMaxGroup>::bytes(stages);
   }
-}
-
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* rest = nullptr;
-  const long n = std::strtol(v, &rest, 10);
-  if (*rest != '\0' || n < 0 || n > 1 << 20) {
-    std::fprintf(stderr, "weft: ignoring %s=%s (expected a non-negative integer)\n", name, v);
-    return fallback;
-  }
-  return static_cast<int>(n);
 }
 
 std::atomic<int> g_parts{-1};  // decode_attention_parts(); -1: not read from the environment yet
@@ -525,7 +381,7 @@ void decode_attention_pipelined(const AttentionArgs& args, const FlatBatchView& 
   const int G = args.num_heads / kv.num_kv_heads, D = kv.head_dim;
   const int min_chunk = pipe_min_split();
   const int splits = std::min(kMaxDecodeSplits, (max_context + min_chunk - 1) / min_chunk);
-  const int split_tiles = pipe_split_positions(std::max(max_context, 1), min_chunk) / kTileKeys;
+  const int split_tiles = piece_positions(std::max(max_context, 1), min_chunk) / kTileKeys;
   const int stages = pipe_stages(D, G);
   const std::size_t shared = pipe_shared_bytes(D, G, stages);
   WEFT_DISPATCH_PRECISION(kv.precision, {

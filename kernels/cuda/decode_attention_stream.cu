@@ -40,8 +40,9 @@
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/decode_attention_stream.hpp"
+#include "kernels/cuda/decode_prologue.cuh"
 #include "kernels/cuda/decode_tile.cuh"
-#include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/env_knob.hpp"
 #include "kernels/cuda/tree_slots.cuh"
 
 namespace weft::cuda::detail {
@@ -51,30 +52,6 @@ constexpr int kThreads = 128, kWarps = kThreads / 32;
 constexpr int kTileKeys = 16;  // keys per warp tile: one m16n8k16 PV product
 constexpr int kMaxGroup = 8;   // query heads per kv head
 constexpr int kMaxStages = 4;
-
-// Positions per segment for a context of `span` positions: the per-split kernel's cut (at
-// most kMaxDecodeSplits pieces, multiples of 64) or `seg_min` if larger.
-__host__ __device__ __forceinline__ int segment_positions(int span, int seg_min) {
-  const int chunk = split_positions(span);
-  return chunk > seg_min ? chunk : seg_min;
-}
-
-struct TokenSegments {
-  int t, pos, first, seg, used;
-};
-__device__ __forceinline__ TokenSegments token_segments(const AttentionArgs& a,
-                                                        const FlatBatchView& b,
-                                                        const std::int32_t* query_tokens, int qi,
-                                                        int seg_min) {
-  TokenSegments s;
-  s.t = query_tokens[qi];
-  s.pos = b.positions[s.t];
-  s.first = first_position(s.pos, a.sliding_window);
-  const int span = s.pos + 1 - s.first;
-  s.seg = segment_positions(span, seg_min);
-  s.used = (span + s.seg - 1) / s.seg;
-  return s;
-}
 
 // Dynamic shared memory: the warps' merge area [kWarps][GM][D] fp32, then each warp's ring of
 // `stages` stages of K [16][D] and V [16][D] (16-bit, swizzled rows).
@@ -109,7 +86,6 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
   constexpr int kStageChunks = 2 * kTileKeys * L;          // 16-byte chunks per stage (K then V)
   constexpr int EPT = (GM * D + kThreads - 1) / kThreads;  // folded elements per thread
   static_assert(L <= 32 && 32 % L == 0 && kTileKeys % RS == 0);
-  static_assert(3 * L / 2 <= kThreads, "the token's own row is made by 3L/2 threads");
   extern __shared__ __align__(16) unsigned char stream_smem[];
   float* red_acc = reinterpret_cast<float*>(stream_smem);  // [kWarps][GM][D]
   __shared__ float red_m[kWarps][GM], red_l[kWarps][GM], fac[kWarps][GM];
@@ -119,7 +95,7 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
 
   grid_dependency_wait();
   const int qi = blockIdx.y;
-  const TokenSegments ts = token_segments(a, b, query_tokens, qi, seg_min);
+  const TokenPieces ts = token_pieces(a, b, query_tokens, qi, seg_min);
   const int t = ts.t, pos = ts.pos;
   // The token's segments in `parts` runs (fewer where it has fewer segments). Cut per token
   // from its own segment count, so a CUDA graph captured at another context stays valid.
@@ -128,9 +104,9 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
   if (s0 >= ts.used) return;  // this token's context has fewer parts than the grid
   const int s1 = min(ts.used, s0 + spp);
   const bool whole = s0 == 0 && s1 == ts.used;  // folds every segment, writes the output
-  const int begin = ts.first + s0 * ts.seg, end = min(pos + 1, ts.first + s1 * ts.seg);
+  const int begin = ts.first + s0 * ts.size, end = min(pos + 1, ts.first + s1 * ts.size);
   const int ntiles = (end - begin + kTileKeys - 1) / kTileKeys;
-  const int seg_tiles = ts.seg / kTileKeys;  // a multiple of kWarps (seg: multiple of 64)
+  const int seg_tiles = ts.size / kTileKeys;  // a multiple of kWarps (seg: multiple of 64)
   const int kvh = blockIdx.x;
   const SlotTable table = slot_table(b, t);  // tree nodes: their path's slots
   const int G = a.num_heads / kv.num_kv_heads, NH = a.num_heads;
@@ -188,89 +164,23 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
 
   // Head g's q (loads in flight before the rotary embedding's barrier).
   float x[KC][8];
-  {
-    const float* qp = a.q + static_cast<std::size_t>(t) * a.q_stride +
-                      static_cast<std::size_t>(kvh) * G * D + static_cast<std::size_t>(g) * D;
-#pragma unroll
-    for (int c = 0; c < KC; ++c)
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        x[c][e] = g < G ? qp[32 * c + 8 * tq + e] : 0.0f;
-  }
+  load_query<D>(x, a, t, kvh, G, g, tq);
 
-  // With a.rope_inv_freq: rope_store_kv's work for this token (see the top of the file).
-  // Threads [0, L/2) hold key chunks c and c + L/2 (the pairs (i, i + D/2)), [L/2, 3L/2) a
-  // value chunk.
+  // With a.rope_inv_freq: rope_store_kv's work for this token (see the top of the file); the
+  // token's own key and value rows also go to own_s, for every warp to patch into its tile.
   const bool rope = a.rope_inv_freq != nullptr;
   const bool own_kv = rope && end == pos + 1;
-  float raw[16];
-  if (own_kv && threadIdx.x < 3 * L / 2) {
-    const float* row = a.q + static_cast<std::size_t>(t) * a.q_stride +
-                       static_cast<std::size_t>(a.num_heads + kvh) * D;
-    const int c = threadIdx.x < L / 2 ? threadIdx.x : threadIdx.x - L / 2;
-    const float* at = threadIdx.x < L / 2
-                          ? row + 8 * c
-                          : row + static_cast<std::size_t>(kv.num_kv_heads) * D + 8 * c;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      raw[e] = at[e];
-      raw[8 + e] = threadIdx.x < L / 2 ? at[D / 2 + e] : 0.0f;
-    }
-  }
-  if (rope) {
-    const int seq = b.token_seq[t];
-    const float* freq = a.rope_inv_freq + static_cast<std::size_t>(seq) * (D / 2);
-    const float factor = a.rope_factor[seq];
-    for (int j = threadIdx.x; j < D / 2; j += kThreads)
-      rope_cos_sin(pos, freq[j], factor, rope_c[j], rope_s[j]);
-    __syncthreads();
-  }
-  if (own_kv && threadIdx.x < 3 * L / 2) {
-    T* dst = const_cast<T*>(pool) + key_offset(kv, table, pos, kvh);
-    auto pack8 = [](const float(&f)[8]) {
-      unsigned w[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float r0, r1;
-        w[i] = pack2<T>(f[2 * i], f[2 * i + 1], r0, r1);
-      }
-      return make_uint4(w[0], w[1], w[2], w[3]);
-    };
-    if (threadIdx.x < L / 2) {
-      const int c = threadIdx.x;
-      float y0[8], y1[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        rotate_pair(raw[e], raw[8 + e], rope_c[8 * c + e], rope_s[8 * c + e], y0[e], y1[e]);
-      const uint4 k0 = pack8(y0), k1 = pack8(y1);
-      reinterpret_cast<uint4*>(dst)[c] = k0;
-      reinterpret_cast<uint4*>(dst)[c + L / 2] = k1;
-      own_s[c] = k0;
-      own_s[c + L / 2] = k1;
-    } else {
-      const int c = threadIdx.x - L / 2;
-      float v[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        v[e] = raw[e];
-      const uint4 v0 = pack8(v);
-      reinterpret_cast<uint4*>(dst + v_shift)[c] = v0;
-      own_s[L + c] = v0;
-    }
-  }
+  uint4 own[2] = {};
+  rope_own_kv<T, D, kThreads, true>(a, b, kv, table, t, pos, kvh, rope, own_kv, rope_c, rope_s, own,
+                                    own_s);
   if (own_kv) __syncthreads();  // own_s complete before any warp patches its tile
 
   // A fragments of q * scale (head g; rows 8-15 are zero), high parts and remainders.
   unsigned qh[KC][4], ql[KC][4];
   query_fragments<T>(x, rope && g < G, tq, rope_c, rope_s, a.scale, qh, ql);
 
-  float acc[VW][4];
-#pragma unroll
-  for (int i = 0; i < VW; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      acc[i][e] = 0.0f;
-  float m = -FLT_MAX, l = 0.0f;  // head g's running max and this lane's part of its sum
+  float acc[VW][4], m, l;  // head g's running max and this lane's part of its sum
+  clear_split(acc, m, l);
   // The fold of the segments so far (whole blocks): elements threadIdx.x + k * kThreads of
   // [G][D], and on thread h < G head h's running max and sum.
   float fo[EPT];
@@ -307,25 +217,11 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
                        fold_l, whole, fold_max, fold_sum, fo, workspace, qi, NH, kvh, grid_splits,
                        s);
     __syncthreads();  // the merge area is rewritten at the next segment's end
-#pragma unroll
-    for (int i = 0; i < VW; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        acc[i][e] = 0.0f;
-    m = -FLT_MAX;
-    l = 0.0f;
+    clear_split(acc, m, l);
   }
   cp_async_wait<0>();  // no copy outlives the block (the groups past the last tile are empty)
 
-  if (whole) {
-    T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(t) * NH * D +
-             static_cast<std::size_t>(kvh) * G * D;
-#pragma unroll
-    for (int k = 0; k < EPT; ++k) {
-      const int i = threadIdx.x + k * kThreads;
-      if (i < G * D) out[i] = from_float<T>(fo[k] / fold_l[i / D]);
-    }
-  }
+  if (whole) write_folded<T, D, EPT, kThreads>(a, t, kvh, G, fo, fold_l);
 }
 
 // Folds the segment records of the tokens whose context was cut into more than one part, in
@@ -334,35 +230,13 @@ template <class T>
 __global__ void stream_combine_kernel(AttentionArgs a, FlatBatchView b, int head_dim,
                                       const std::int32_t* query_tokens, const float* workspace,
                                       int grid_splits, int parts, int seg_min) {
-  __shared__ float ms[kMaxDecodeSplits], ls[kMaxDecodeSplits];
-  __shared__ float fa[kMaxDecodeSplits], fb[kMaxDecodeSplits];
-  __shared__ float total;
   grid_dependency_wait();
   const int h = blockIdx.x, qi = blockIdx.y, D = head_dim;
-  const TokenSegments ts = token_segments(a, b, query_tokens, qi, seg_min);
+  const TokenPieces ts = token_pieces(a, b, query_tokens, qi, seg_min);
   if ((ts.used + parts - 1) / parts >= ts.used) return;  // one part: its block wrote the output
   const float* recs =
       workspace + (static_cast<std::size_t>(qi) * a.num_heads + h) * grid_splits * (D + 2);
-  if (threadIdx.x < ts.used) {  // every segment's m and l loaded at once
-    ms[threadIdx.x] = recs[threadIdx.x * (D + 2) + D];
-    ls[threadIdx.x] = recs[threadIdx.x * (D + 2) + D + 1];
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float M = -INFINITY, L = 0.0f;
-    for (int s = 0; s < ts.used; ++s)
-      fold_split(M, L, ms[s], ls[s], fa[s], fb[s]);
-    total = L;
-  }
-  __syncthreads();
-  T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(ts.t) * a.num_heads * D +
-           static_cast<std::size_t>(h) * D;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float o = 0.0f;
-    for (int s = 0; s < ts.used; ++s)
-      o = fold_acc(o, recs[s * (D + 2) + d], fa[s], fb[s]);
-    out[d] = from_float<T>(o / total);
-  }
+  fold_records<T>(a, ts.t, h, D, ts.used, recs);
 }
 
 // decode_kv_read's kernel: a block of 256 threads per (kv head, query); warp w reads the
@@ -456,18 +330,6 @@ std::size_t stream_shared_bytes(int D, int G, int stages) {
       return small ? StreamLayout<256, 4>::bytes(stages)
                    : StreamLayout<256, kMaxGroup>::bytes(stages);
   }
-}
-
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* rest = nullptr;
-  const long n = std::strtol(v, &rest, 10);
-  if (*rest != '\0' || n < 0 || n > 1 << 20) {
-    std::fprintf(stderr, "weft: ignoring %s=%s (expected a non-negative integer)\n", name, v);
-    return fallback;
-  }
-  return static_cast<int>(n);
 }
 
 // Positions per segment at least (WEFT_DECODE_STREAM_SEGMENT_KEYS: a multiple of 64 from 64
@@ -599,7 +461,7 @@ DecodeStreamLaunch decode_stream_launch(int num_heads, int num_kv_heads, int hea
   if (kernel == nullptr) return out;
   const int seg_min = stream_min_segment();
   const int ctx = std::max(max_context, 1);
-  out.segment_keys = segment_positions(ctx, seg_min);
+  out.segment_keys = piece_positions(ctx, seg_min);
   const int segments = std::min(kMaxDecodeSplits, (ctx + seg_min - 1) / seg_min);
   out.stages = stream_stages(kernel, D, G);
   out.blocks_per_sm = std::max(1, blocks_per_sm(kernel, stream_shared_bytes(D, G, out.stages)));

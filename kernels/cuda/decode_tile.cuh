@@ -2,16 +2,45 @@
 // Device code shared by the tensor-core decode attention kernels: the per-split kernel of
 // paged_attention.cu (decode_kernel_tc), the pipelined kernel of decode_attention.cu and the
 // streaming kernel of decode_attention_stream.cu. One warp's step over 16 keys of a tile
-// (S = qK^T with mma.sync, the online softmax update, O += PV), the tile rows' swizzle and the
-// fold of splits in order. Each kernel calls these, so all three do the same arithmetic in the
-// same order. Included by .cu files only.
+// (S = qK^T with mma.sync, the online softmax update, O += PV), the tile rows' swizzle, the
+// fold of splits in order (in the block, or by a combine kernel from the records) and, for the
+// pipelined and streaming kernels, how a token's context is cut into pieces. Each kernel calls
+// these, so all three do the same arithmetic in the same order. Included by .cu files only.
 
+#include <cfloat>
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/rope.cuh"
 
 namespace weft::cuda::detail {
+
+// Positions per piece (split or segment) of the pipelined and streaming kernels for a context
+// of `span` positions: the per-split kernel's cut (at most kMaxDecodeSplits pieces, multiples
+// of 64), or `min_piece` (a multiple of 64) if larger.
+__host__ __device__ __forceinline__ int piece_positions(int span, int min_piece) {
+  const int chunk = split_positions(span);
+  return chunk > min_piece ? chunk : min_piece;
+}
+
+// Query qi's token t at position pos: its context [first, pos] cut into `used` pieces of
+// `size` positions (piece_positions).
+struct TokenPieces {
+  int t, pos, first, size, used;
+};
+__device__ __forceinline__ TokenPieces token_pieces(const AttentionArgs& a, const FlatBatchView& b,
+                                                    const std::int32_t* query_tokens, int qi,
+                                                    int min_piece) {
+  TokenPieces s;
+  s.t = query_tokens[qi];
+  s.pos = b.positions[s.t];
+  s.first = first_position(s.pos, a.sliding_window);
+  const int span = s.pos + 1 - s.first;
+  s.size = piece_positions(span, min_piece);
+  s.used = (span + s.size - 1) / s.size;
+  return s;
+}
 
 // Shared-memory swizzle of a tile row's 16-byte chunks: chunk c of row r is stored at
 // c ^ tile_swizzle(r), so a quarter warp's K fragment reads (2 rows, 4 chunks) and V reads
@@ -42,6 +71,18 @@ __device__ __forceinline__ float fold_acc(float acc, float os, float fa, float f
 __device__ __forceinline__ float* split_record(float* workspace, int qi, int num_heads, int h,
                                                int splits, int s, int D) {
   return workspace + ((static_cast<std::size_t>(qi) * num_heads + h) * splits + s) * (D + 2);
+}
+
+// A split's starting state: no keys yet (acc zero, running max -FLT_MAX, sum 0).
+template <int VW>
+__device__ __forceinline__ void clear_split(float (&acc)[VW][4], float& m, float& l) {
+#pragma unroll
+  for (int i = 0; i < VW; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc[i][e] = 0.0f;
+  m = -FLT_MAX;
+  l = 0.0f;
 }
 
 // The end of split `split` in a block of kWarps warps (32 lanes each) that ran tile_attend16:
@@ -117,6 +158,53 @@ __device__ __forceinline__ void merge_split(int G, int warp, int g, int tq, floa
         split_record(workspace, qi, NH, kvh * G + h, grid_splits, split, D)[d] = o;
       }
     }
+  }
+}
+
+// A block that folded every piece of token t's context (merge_split with `whole`) writes
+// kv head kvh's G query heads: elements threadIdx.x + k * kThreads of [G][D] from `fo`, each
+// divided by its head's sum (fold_l).
+template <class T, int D, int EPT, int kThreads>
+__device__ __forceinline__ void write_folded(const AttentionArgs& a, int t, int kvh, int G,
+                                             const float (&fo)[EPT], const float* fold_l) {
+  T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(t) * a.num_heads * D +
+           static_cast<std::size_t>(kvh) * G * D;
+#pragma unroll
+  for (int k = 0; k < EPT; ++k) {
+    const int i = threadIdx.x + k * kThreads;
+    if (i < G * D) out[i] = from_float<T>(fo[k] / fold_l[i / D]);
+  }
+}
+
+// The combine kernels' work for head h of token t whose context was cut into `used` pieces
+// over more than one block: the pieces' records (split_record's layout; `recs` is piece 0 of
+// head h) folded in order with fold_split and fold_acc, bitwise as a block that folds every
+// piece itself, and the head's D outputs written. Block-wide (any block size).
+template <class T>
+__device__ __forceinline__ void fold_records(const AttentionArgs& a, int t, int h, int D, int used,
+                                             const float* recs) {
+  __shared__ float ms[kMaxDecodeSplits], ls[kMaxDecodeSplits];
+  __shared__ float fa[kMaxDecodeSplits], fb[kMaxDecodeSplits];
+  __shared__ float total;
+  if (threadIdx.x < used) {  // every piece's m and l loaded at once
+    ms[threadIdx.x] = recs[threadIdx.x * (D + 2) + D];
+    ls[threadIdx.x] = recs[threadIdx.x * (D + 2) + D + 1];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float M = -INFINITY, L = 0.0f;
+    for (int s = 0; s < used; ++s)
+      fold_split(M, L, ms[s], ls[s], fa[s], fb[s]);
+    total = L;
+  }
+  __syncthreads();
+  T* out = static_cast<T*>(a.out) + static_cast<std::size_t>(t) * a.num_heads * D +
+           static_cast<std::size_t>(h) * D;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float o = 0.0f;
+    for (int s = 0; s < used; ++s)
+      o = fold_acc(o, recs[s * (D + 2) + d], fa[s], fb[s]);
+    out[d] = from_float<T>(o / total);
   }
 }
 

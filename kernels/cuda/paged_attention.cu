@@ -10,23 +10,27 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/decode_attention_pipelined.hpp"
 #include "kernels/cuda/decode_attention_stream.hpp"
+#include "kernels/cuda/decode_prologue.cuh"
 #include "kernels/cuda/decode_tile.cuh"
 #include "kernels/cuda/kv_element.cuh"
 #include "kernels/cuda/paged_attention.hpp"
-#include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/tree_slots.cuh"
 
 namespace weft::cuda {
 namespace {
 
+using detail::clear_split;
 using detail::cp_async16;
 using detail::cp_async_commit;
 using detail::cp_async_wait;
 using detail::first_position;
 using detail::key_offset;
+using detail::load_query;
 using detail::mma_16816;
 using detail::pack2;
+using detail::patch_own_row;
 using detail::query_fragments;
+using detail::rope_own_kv;
 using detail::split_positions;
 using detail::tile_attend16;
 
@@ -481,94 +485,26 @@ __global__ void __launch_bounds__(kDecodeThreads, D >= 256   ? 1
 
   // Head g's q (loads in flight before the rotary embedding's barrier).
   float x[KC][8];
-  {
-    const float* qp = a.q + static_cast<std::size_t>(t) * a.q_stride +
-                      static_cast<std::size_t>(kvh) * G * D + static_cast<std::size_t>(g) * D;
-#pragma unroll
-    for (int c = 0; c < KC; ++c)
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        x[c][e] = g < G ? qp[32 * c + 8 * tq + e] : 0.0f;
-  }
+  load_query<D>(x, a, t, kvh, G, g, tq);
 
   // With a.rope_inv_freq, rope_store_kv's work for this token: q is rotated below, and the
   // block whose split ends at the token's own position rotates its key, rounds key and value
   // to T and stores them into the page slot now; they replace that row of the staged tile
-  // once the tile has landed (the copy may have read the slot before the store). Threads
-  // [0, L/2) hold key chunks c and c + L/2 (the pairs (i, i + D/2)), [L/2, 3L/2) a value chunk.
+  // once the tile has landed (the copy may have read the slot before the store). The rotary
+  // table is made while the tile is in flight.
   const bool rope = a.rope_inv_freq != nullptr;
   const bool own_kv = rope && end == pos + 1;
-  // The token's own key (threads [0, L/2): chunks c and c + L/2) or value (a chunk) as the
-  // qkv product wrote it, loaded before the barrier below.
-  float raw[16];
-  if (own_kv && threadIdx.x < 3 * L / 2) {
-    const float* row = a.q + static_cast<std::size_t>(t) * a.q_stride +
-                       static_cast<std::size_t>(a.num_heads + kvh) * D;
-    const int c = threadIdx.x < L / 2 ? threadIdx.x : threadIdx.x - L / 2;
-    const float* at = threadIdx.x < L / 2
-                          ? row + 8 * c
-                          : row + static_cast<std::size_t>(kv.num_kv_heads) * D + 8 * c;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      raw[e] = at[e];
-      raw[8 + e] = threadIdx.x < L / 2 ? at[D / 2 + e] : 0.0f;
-    }
-  }
-  // The token's cos and sin per pair, one pair per thread (while the tile is in flight).
   __shared__ float rope_c[D / 2], rope_s[D / 2];
-  if (rope) {
-    const int seq = b.token_seq[t];
-    const float* freq = a.rope_inv_freq + static_cast<std::size_t>(seq) * (D / 2);
-    const float factor = a.rope_factor[seq];
-    for (int j = threadIdx.x; j < D / 2; j += kDecodeThreads)
-      detail::rope_cos_sin(pos, freq[j], factor, rope_c[j], rope_s[j]);
-    __syncthreads();
-  }
   uint4 own[2] = {};
-  if (own_kv && threadIdx.x < 3 * L / 2) {
-    T* dst = const_cast<T*>(pool) + key_offset(kv, table, pos, kvh);
-    auto pack8 = [](const float(&f)[8]) {
-      unsigned w[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float r0, r1;
-        w[i] = pack2<T>(f[2 * i], f[2 * i + 1], r0, r1);
-      }
-      return make_uint4(w[0], w[1], w[2], w[3]);
-    };
-    if (threadIdx.x < L / 2) {
-      const int c = threadIdx.x;
-      float y0[8], y1[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        detail::rotate_pair(raw[e], raw[8 + e], rope_c[8 * c + e], rope_s[8 * c + e], y0[e], y1[e]);
-      }
-      own[0] = pack8(y0);
-      own[1] = pack8(y1);
-      reinterpret_cast<uint4*>(dst)[c] = own[0];
-      reinterpret_cast<uint4*>(dst)[c + L / 2] = own[1];
-    } else {
-      const int c = threadIdx.x - L / 2;
-      float v[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        v[e] = raw[e];
-      own[0] = pack8(v);
-      reinterpret_cast<uint4*>(dst + v_shift)[c] = own[0];
-    }
-  }
+  rope_own_kv<T, D, kDecodeThreads>(a, b, kv, table, t, pos, kvh, rope, own_kv, rope_c, rope_s,
+                                    own);
 
   // A fragments of q * scale (head g; rows 8-15 are zero), high parts and remainders.
   unsigned qh[KC][4], ql[KC][4];
   query_fragments<T>(x, rope && g < G, tq, rope_c, rope_s, a.scale, qh, ql);
 
-  float acc[VW][4];
-#pragma unroll
-  for (int i = 0; i < VW; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      acc[i][e] = 0.0f;
-  float m = -FLT_MAX, l = 0.0f;  // head g's running max and this lane's part of its sum
+  float acc[VW][4], m, l;  // head g's running max and this lane's part of its sum
+  clear_split(acc, m, l);
 
   const int tiles = (end - begin + TP - 1) / TP;
   for (int j = 0; j < tiles; ++j) {
@@ -583,14 +519,9 @@ __global__ void __launch_bounds__(kDecodeThreads, D >= 256   ? 1
     const uint4* ks = kv_s + static_cast<std::size_t>(stage) * 2 * TP * L;
     const uint4* vs = ks + TP * L;
     if (own_kv && pos - begin - j * TP < TP) {  // the tile holding the token's own key
-      uint4* row = kv_s + static_cast<std::size_t>(stage) * 2 * TP * L +
-                   static_cast<std::size_t>(pos - begin - j * TP) * L;
-      if (threadIdx.x < L / 2) {
-        row[threadIdx.x] = own[0];
-        row[threadIdx.x + L / 2] = own[1];
-      } else if (threadIdx.x < 3 * L / 2) {
-        row[TP * L + threadIdx.x - L / 2] = own[0];
-      }
+      patch_own_row<L, TP>(kv_s + static_cast<std::size_t>(stage) * 2 * TP * L +
+                               static_cast<std::size_t>(pos - begin - j * TP) * L,
+                           0, own);
       __syncthreads();
     }
     const int i0 = warp * kWarpKeys, k0 = begin + j * TP + i0;

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <deque>
 
 #include "kernels/cpu/activation.hpp"
@@ -14,6 +13,8 @@
 #include "kernels/cpu/paged_attention.hpp"
 #include "kernels/cpu/vector_math.hpp"
 #include "runtime/model/float_tensor_binder.hpp"
+#include "runtime/model/sequence_kv.hpp"
+#include "runtime/model/try_assign.hpp"
 
 namespace weft::model {
 namespace {
@@ -21,14 +22,6 @@ namespace {
 const float* bias_or_null(const std::vector<float>& b) {
   return b.empty() ? nullptr : b.data();
 }
-
-// NOLINTNEXTLINE(bugprone-macro-parentheses)
-#define WEFT_ENCODER_TRY(target, expr)    \
-  do {                                    \
-    auto weft_r = (expr);                 \
-    if (!weft_r) return weft_r.error();   \
-    (target) = std::move(weft_r.value()); \
-  } while (0)
 
 }  // namespace
 
@@ -78,20 +71,20 @@ Result<EncoderModel> EncoderModel::create(const ModelSpec& spec, const WeightLoo
   }
   FloatTensorBinder bind(spec, weights, m.owners_, m.prefix_);
   const std::int64_t H = spec.hidden_size, I = spec.intermediate_size;
-  WEFT_ENCODER_TRY(m.word_embedding_,
-                   bind.tensor(spec.tensors.embedding, {spec.vocab_size, H}, "token embedding"));
-  WEFT_ENCODER_TRY(
+  WEFT_TRY_ASSIGN(m.word_embedding_,
+                  bind.tensor(spec.tensors.embedding, {spec.vocab_size, H}, "token embedding"));
+  WEFT_TRY_ASSIGN(
       m.position_embedding_,
       bind.tensor(e.position_embedding, {e.max_position_embeddings, H}, "position embedding"));
   if (e.type_vocab_size > 0 && !e.token_type_embedding.empty()) {
-    WEFT_ENCODER_TRY(m.type_embedding_, bind.tensor(e.token_type_embedding, {e.type_vocab_size, H},
-                                                    "token type embedding"));
+    WEFT_TRY_ASSIGN(m.type_embedding_, bind.tensor(e.token_type_embedding, {e.type_vocab_size, H},
+                                                   "token type embedding"));
   }
   auto norm = [&](const std::string& name, std::vector<float>& w, std::vector<float>& b,
                   const char* block) -> Result<void> {
-    WEFT_ENCODER_TRY(w, bind.vector(name, H, block));
+    WEFT_TRY_ASSIGN(w, bind.vector(name, H, block));
     if (weights.find(m.prefix_ + bias_tensor_name(name)) != nullptr) {
-      WEFT_ENCODER_TRY(b, bind.vector(bias_tensor_name(name), H, block));
+      WEFT_TRY_ASSIGN(b, bind.vector(bias_tensor_name(name), H, block));
     }
     return {};
   };
@@ -106,8 +99,8 @@ Result<EncoderModel> EncoderModel::create(const ModelSpec& spec, const WeightLoo
   auto linear = [&](const std::string& name, std::int64_t rows, std::int64_t cols, bool with_bias,
                     cpu::WeightMatrix& w, std::vector<float>& b,
                     const char* block) -> Result<void> {
-    WEFT_ENCODER_TRY(w, bind.matrix(name, rows, cols, block));
-    if (with_bias) WEFT_ENCODER_TRY(b, bind.vector(bias_tensor_name(name), rows, block));
+    WEFT_TRY_ASSIGN(w, bind.matrix(name, rows, cols, block));
+    if (with_bias) WEFT_TRY_ASSIGN(b, bind.vector(bias_tensor_name(name), rows, block));
     return {};
   };
   m.layers_.resize(static_cast<std::size_t>(spec.num_layers));
@@ -239,20 +232,7 @@ Result<void> EncoderModel::encode(const EncodeBatch& batch, std::vector<float>& 
                                      {&L.k, bias_or_null(L.k_bias), k.data()},
                                      {&L.v, bias_or_null(L.v_bias), v.data()}};
     cpu::matmul_group(x.data(), T, qkv, &pool, path);
-    for (std::size_t s = 0; s < blocks.size(); ++s) {
-      const auto len = static_cast<std::size_t>(batch.lengths[s]);
-      auto& block = blocks[s];
-      block.resize(2 * NH * len * D);
-      for (std::size_t i = 0; i < len; ++i) {
-        const std::size_t t = starts[s] + i;
-        for (std::size_t hd = 0; hd < NH; ++hd) {
-          std::memcpy(block.data() + (hd * len + i) * D, k.data() + t * H + hd * D,
-                      D * sizeof(float));
-          std::memcpy(block.data() + ((NH + hd) * len + i) * D, v.data() + t * H + hd * D,
-                      D * sizeof(float));
-        }
-      }
-    }
+    pack_sequence_kv(starts, batch.lengths, k.data(), v.data(), H, NH, D, blocks);
     pool.parallel_for(T, [&](std::size_t begin, std::size_t end) {
       std::vector<float> scratch(longest);
       for (std::size_t t = begin; t < end; ++t) {

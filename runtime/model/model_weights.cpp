@@ -9,6 +9,7 @@
 #include "kernels/cpu/vector_math.hpp"
 #include "runtime/model/alibi.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/model/try_assign.hpp"
 
 namespace weft::model {
 namespace {
@@ -152,13 +153,6 @@ class Binder {
   std::vector<std::shared_ptr<const void>>& owners_;
   std::deque<TensorView> copies_;  // aligned copies; a deque keeps pointers to them stable
 };
-
-#define WEFT_TRY_ASSIGN(target, expr)     \
-  do {                                    \
-    auto weft_r = (expr);                 \
-    if (!weft_r) return weft_r.error();   \
-    (target) = std::move(weft_r.value()); \
-  } while (0)
 
 }  // namespace
 

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/biased_attention.hpp"
@@ -12,6 +11,7 @@
 #include "kernels/cpu/norm.hpp"
 #include "runtime/model/seq2seq_model.hpp"
 #include "runtime/model/seq2seq_positions.hpp"
+#include "runtime/model/sequence_kv.hpp"
 
 namespace weft::model {
 namespace {
@@ -179,20 +179,7 @@ Result<void> Seq2SeqModel::encode(const EncodeBatch& batch,
                                      {&L.attn.k, bias_or_null(L.attn.k_bias), k.data()},
                                      {&L.attn.v, bias_or_null(L.attn.v_bias), v.data()}};
     cpu::matmul_group(h.data(), T, qkv, &pool, path);
-    for (std::size_t s = 0; s < blocks.size(); ++s) {
-      const auto len = static_cast<std::size_t>(batch.lengths[s]);
-      auto& block = blocks[s];
-      block.resize(2 * NH * len * D);
-      for (std::size_t i = 0; i < len; ++i) {
-        const std::size_t t = starts[s] + i;
-        for (std::size_t hd = 0; hd < NH; ++hd) {
-          std::memcpy(block.data() + (hd * len + i) * D, k.data() + t * QD + hd * D,
-                      D * sizeof(float));
-          std::memcpy(block.data() + ((NH + hd) * len + i) * D, v.data() + t * QD + hd * D,
-                      D * sizeof(float));
-        }
-      }
-    }
+    pack_sequence_kv(starts, batch.lengths, k.data(), v.data(), QD, NH, D, blocks);
     pool.parallel_for(T, [&](std::size_t begin, std::size_t end) {
       std::vector<float> scratch(longest), bias(relative ? NH * longest : 0);
       for (std::size_t t = begin; t < end; ++t) {

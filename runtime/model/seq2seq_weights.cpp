@@ -8,19 +8,9 @@
 #include "kernels/cpu/vector_math.hpp"
 #include "runtime/model/float_tensor_binder.hpp"
 #include "runtime/model/seq2seq_model.hpp"
+#include "runtime/model/try_assign.hpp"
 
 namespace weft::model {
-namespace {
-
-// NOLINTNEXTLINE(bugprone-macro-parentheses)
-#define WEFT_S2S_TRY(target, expr)        \
-  do {                                    \
-    auto weft_r = (expr);                 \
-    if (!weft_r) return weft_r.error();   \
-    (target) = std::move(weft_r.value()); \
-  } while (0)
-
-}  // namespace
 
 KvLayout Seq2SeqModel::kv_layout(int page_size) const {
   KvLayout layout;
@@ -78,27 +68,28 @@ Result<Seq2SeqModel> Seq2SeqModel::create(const ModelSpec& spec, const WeightLoo
       }
     }
   }
-  WEFT_S2S_TRY(m.embedding_, bind.tensor(embedding_name, {spec.vocab_size, H}, "token embedding"));
+  WEFT_TRY_ASSIGN(m.embedding_,
+                  bind.tensor(embedding_name, {spec.vocab_size, H}, "token embedding"));
   if (spec.tied_embeddings) {
     m.lm_head_ =
         cpu::WeightMatrix{m.embedding_.dtype, m.embedding_.data,
                           static_cast<std::size_t>(spec.vocab_size), static_cast<std::size_t>(H)};
   } else {
-    WEFT_S2S_TRY(m.lm_head_, bind.matrix(spec.tensors.lm_head, spec.vocab_size, H, "lm head"));
+    WEFT_TRY_ASSIGN(m.lm_head_, bind.matrix(spec.tensors.lm_head, spec.vocab_size, H, "lm head"));
   }
 
   auto norm = [&](const std::string& name, Norm& out, const std::string& block) -> Result<void> {
-    WEFT_S2S_TRY(out.weight, bind.vector(name, H, block));
+    WEFT_TRY_ASSIGN(out.weight, bind.vector(name, H, block));
     if (layer_norm && bind.has(bias_tensor_name(name))) {
-      WEFT_S2S_TRY(out.bias, bind.vector(bias_tensor_name(name), H, block));
+      WEFT_TRY_ASSIGN(out.bias, bind.vector(bias_tensor_name(name), H, block));
     }
     return {};
   };
   auto linear = [&](const std::string& name, std::int64_t rows, std::int64_t cols, bool with_bias,
                     cpu::WeightMatrix& w, std::vector<float>& b,
                     const std::string& block) -> Result<void> {
-    WEFT_S2S_TRY(w, bind.matrix(name, rows, cols, block));
-    if (with_bias) WEFT_S2S_TRY(b, bind.vector(bias_tensor_name(name), rows, block));
+    WEFT_TRY_ASSIGN(w, bind.matrix(name, rows, cols, block));
+    if (with_bias) WEFT_TRY_ASSIGN(b, bind.vector(bias_tensor_name(name), rows, block));
     return {};
   };
   // q/k/v project `kv_in`-wide states (the encoder's output for cross-attention).
@@ -140,12 +131,12 @@ Result<Seq2SeqModel> Seq2SeqModel::create(const ModelSpec& spec, const WeightLoo
   };
 
   if (spec.position == PositionEmbedding::kRelativeBuckets) {
-    WEFT_S2S_TRY(m.encoder_relative_bias_,
-                 bind.table(e.encoder_relative_bias, e.relative_buckets, e.encoder_heads,
-                            "encoder relative attention bias"));
-    WEFT_S2S_TRY(m.decoder_relative_bias_,
-                 bind.table(e.decoder_relative_bias, e.relative_buckets, spec.num_heads,
-                            "decoder relative attention bias"));
+    WEFT_TRY_ASSIGN(m.encoder_relative_bias_,
+                    bind.table(e.encoder_relative_bias, e.relative_buckets, e.encoder_heads,
+                               "encoder relative attention bias"));
+    WEFT_TRY_ASSIGN(m.decoder_relative_bias_,
+                    bind.table(e.decoder_relative_bias, e.relative_buckets, spec.num_heads,
+                               "decoder relative attention bias"));
   }
   m.encoder_layers_.resize(static_cast<std::size_t>(e.encoder_layers));
   for (int i = 0; i < e.encoder_layers; ++i) {

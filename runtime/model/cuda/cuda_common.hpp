@@ -1,14 +1,18 @@
 #pragma once
 // Host-side pieces every CUDA model shares (CudaModel, CudaEncoder, CudaSeq2Seq): CUDA errors
-// as Weft errors, picking the device, and the spec's enums in the kernels' terms. Host code
-// only; internal to runtime/model/cuda.
+// as Weft errors, picking the device, step buffers, how a backend describes itself, and the
+// spec's enums in the kernels' terms. Host code only; internal to runtime/model/cuda.
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "kernels/cuda/activation.hpp"
 #include "kernels/cuda/precision.hpp"
+#include "runtime/model/cuda/device_buffer.hpp"
 #include "runtime/model/model_spec.hpp"
 #include "weft/error.hpp"
 #include "weft/tensor.hpp"
@@ -41,6 +45,22 @@ inline Result<void> select_device(int device) {
     return cuda_error(err, "selecting device " + std::to_string(device));
   }
   return {};
+}
+
+// Makes each buffer hold at least its bytes: a forward pass's step buffers for `tokens` rows.
+inline Result<void> reserve_step_buffers(
+    std::initializer_list<std::pair<DeviceBuffer*, std::size_t>> wants, int tokens) {
+  for (const auto& [buffer, bytes] : wants) {
+    if (auto err = buffer->reserve(bytes); err != cudaSuccess) {
+      return cuda_error(err, "allocating step buffers for " + std::to_string(tokens) + " tokens");
+    }
+  }
+  return {};
+}
+
+// "cuda:<device> (<precision>)", a backend's describe().
+inline std::string describe_backend(int device, cuda::Precision precision) {
+  return "cuda:" + std::to_string(device) + " (" + cuda::precision_name(precision) + ")";
 }
 
 inline cuda::ActivationKind kernel_activation(Activation a) {

@@ -15,6 +15,7 @@
 #include "kernels/cuda/learned_positions.hpp"
 #include "runtime/model/cuda/cuda_common.hpp"
 #include "runtime/model/cuda/device_buffer.hpp"
+#include "runtime/model/cuda/weight_upload.hpp"
 
 namespace weft::model {
 
@@ -22,7 +23,6 @@ using cuda_detail::cuda_error;
 using cuda_detail::DeviceBuffer;
 using cuda_detail::kernel_activation;
 using cuda_detail::select_device;
-using cuda_detail::source_type;
 
 namespace {}  // namespace
 
@@ -52,62 +52,22 @@ struct CudaEncoder::State {
     }
   }
 
-  // Copies `count` elements of `src` (f32/f16/bf16 on the host) into dst at element `offset`
-  // of a buffer of `total` elements in the model's precision (allocated on first use).
-  Result<void> upload16(const void* src, DType dtype, std::size_t count, DeviceBuffer& dst,
-                        std::size_t offset, std::size_t total) {
-    if (dst.get() == nullptr) {
-      if (auto err = dst.reserve(total * cuda::kHalfBytes); err != cudaSuccess) {
-        return cuda_error(err, "allocating a weight matrix of " +
-                                   std::to_string(total * cuda::kHalfBytes) + " bytes");
-      }
-      weight_bytes += total * cuda::kHalfBytes;
-    }
-    const std::size_t raw = count * dtype_size(dtype);
-    if (auto err = staging.reserve(raw); err != cudaSuccess) {
-      return cuda_error(err, "allocating the upload staging buffer");
-    }
-    if (auto err = cudaMemcpyAsync(staging.get(), src, raw, cudaMemcpyHostToDevice, stream);
-        err != cudaSuccess) {
-      return cuda_error(err, "uploading weights");
-    }
-    cuda::convert_to_precision(staging.get(), source_type(dtype),
-                               dst.as<std::byte>() + offset * cuda::kHalfBytes, options.precision,
-                               count, stream);
-    // The staging buffer is reused by the next upload.
-    if (auto err = cudaStreamSynchronize(stream); err != cudaSuccess) {
-      return cuda_error(err, "converting weights");
-    }
-    return {};
+  // The uploads of weight_upload.hpp, through `stream` and `staging`.
+  cuda_detail::WeightUpload uploads() {
+    return {stream, options.precision, &staging, &weight_bytes};
   }
-
   Result<void> upload_floats(const std::vector<float>& v, DeviceBuffer& dst) {
-    if (v.empty()) return {};
-    if (auto err = dst.reserve(v.size() * sizeof(float)); err != cudaSuccess) {
-      return cuda_error(err, "allocating a norm or bias vector");
-    }
-    weight_bytes += v.size() * sizeof(float);
-    if (auto err = cudaMemcpyAsync(dst.get(), v.data(), v.size() * sizeof(float),
-                                   cudaMemcpyHostToDevice, stream);
-        err != cudaSuccess) {
-      return cuda_error(err, "uploading a norm or bias vector");
-    }
-    if (auto err = cudaStreamSynchronize(stream); err != cudaSuccess) {
-      return cuda_error(err, "uploading a norm or bias vector");
-    }
-    return {};
+    return cuda_detail::upload_floats(stream, weight_bytes, v, dst);
   }
-
   Result<void> upload_matrix(const cpu::WeightMatrix& w, DeviceBuffer& dst, std::size_t row_offset,
                              std::size_t total_rows) {
-    return upload16(w.data, w.dtype, w.rows * w.cols, dst, row_offset * w.cols,
-                    total_rows * w.cols);
+    return cuda_detail::upload_matrix(uploads(), w, dst, row_offset, total_rows);
   }
 
   Result<void> upload_table(const TensorView& t, DeviceBuffer& dst) {
     if (t.data == nullptr) return {};
     const auto count = static_cast<std::size_t>(t.numel());
-    return upload16(t.data, t.dtype, count, dst, 0, count);
+    return cuda_detail::upload16(uploads(), t.data, t.dtype, count, dst, 0, count);
   }
 
   Result<void> reserve_step(int tokens) {
@@ -118,17 +78,17 @@ struct CudaEncoder::State {
     const auto I = static_cast<std::size_t>(spec.intermediate_size);
     const std::size_t half = cuda::kHalfBytes;
     // Metadata: tokens, types, positions (3T words) and at most T tiles of 4 words.
-    const std::pair<DeviceBuffer*, std::size_t> wants[] = {
-        {&x, T * H * 4},       {&h, T * H * half},     {&qkv_out, T * 3 * H * 4},
-        {&attn, T * H * half}, {&delta, T * H * 4},    {&mlp, T * I * 4},
-        {&act, T * I * half},  {&meta, T * 7 * 4 + 16}};
-    for (const auto& [buffer, bytes] : wants) {
-      if (auto err = buffer->reserve(bytes); err != cudaSuccess) {
-        return cuda_error(err, "allocating step buffers for " + std::to_string(tokens) + " tokens");
-      }
-    }
-    capacity_tokens = tokens;
-    return {};
+    auto r = cuda_detail::reserve_step_buffers({{&x, T * H * 4},
+                                                {&h, T * H * half},
+                                                {&qkv_out, T * 3 * H * 4},
+                                                {&attn, T * H * half},
+                                                {&delta, T * H * 4},
+                                                {&mlp, T * I * 4},
+                                                {&act, T * I * half},
+                                                {&meta, T * 7 * 4 + 16}},
+                                               tokens);
+    if (r) capacity_tokens = tokens;
+    return r;
   }
 };
 
@@ -140,8 +100,7 @@ std::size_t CudaEncoder::weight_bytes() const noexcept {
 }
 
 std::string CudaEncoder::describe() const {
-  return "cuda:" + std::to_string(state_->options.device) + " (" +
-         cuda::precision_name(state_->options.precision) + ")";
+  return cuda_detail::describe_backend(state_->options.device, state_->options.precision);
 }
 
 Result<std::unique_ptr<CudaEncoder>> CudaEncoder::create(const EncoderModel& model,

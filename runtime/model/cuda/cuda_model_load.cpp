@@ -6,26 +6,12 @@
 #include <cstring>
 
 #include "runtime/model/cuda/cuda_model_state.hpp"
+#include "runtime/model/cuda/weight_upload.hpp"
 
 namespace weft::model {
 
 Result<void> CudaModel::State::upload_floats(const std::vector<float>& v, DeviceBuffer& dst) {
-  if (v.empty()) return {};
-  if (auto err = dst.reserve(v.size() * sizeof(float)); err != cudaSuccess) {
-    return cuda_error(err, "allocating a norm or bias vector");
-  }
-  weight_bytes += v.size() * sizeof(float);
-  // Every upload goes through `stream`: a plain cudaMemcpy from pageable memory may return
-  // before its DMA lands, and a non-blocking stream would not wait for it.
-  if (auto err = cudaMemcpyAsync(dst.get(), v.data(), v.size() * sizeof(float),
-                                 cudaMemcpyHostToDevice, stream);
-      err != cudaSuccess) {
-    return cuda_error(err, "uploading a norm or bias vector");
-  }
-  if (auto err = cudaStreamSynchronize(stream); err != cudaSuccess) {
-    return cuda_error(err, "uploading a norm or bias vector");
-  }
-  return {};
+  return cuda_detail::upload_floats(stream, weight_bytes, v, dst);
 }
 
 Result<void> CudaModel::State::upload_quantized(const cpu::WeightMatrix& w, DeviceBuffer& dst,

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/cuda/convert.hpp"
 #include "runtime/model/cuda/cuda_seq2seq_state.hpp"
 #include "runtime/model/seq2seq_positions.hpp"
 
@@ -46,49 +45,17 @@ CudaSeq2Seq::State::~State() {
   }
 }
 
-Result<void> CudaSeq2Seq::State::upload16(const void* src, DType dtype, std::size_t count,
-                                          DeviceBuffer& dst, std::size_t offset,
-                                          std::size_t total) {
-  if (dst.get() == nullptr) {
-    if (auto err = dst.reserve(total * cuda::kHalfBytes); err != cudaSuccess) {
-      return cuda_error(err, "allocating a weight matrix of " +
-                                 std::to_string(total * cuda::kHalfBytes) + " bytes");
-    }
-    weight_bytes += total * cuda::kHalfBytes;
-  }
-  const std::size_t raw = count * dtype_size(dtype);
-  if (auto err = staging.reserve(raw); err != cudaSuccess) {
-    return cuda_error(err, "allocating the upload staging buffer");
-  }
-  if (auto err = cudaMemcpyAsync(staging.get(), src, raw, cudaMemcpyHostToDevice, stream);
-      err != cudaSuccess) {
-    return cuda_error(err, "uploading weights");
-  }
-  cuda::convert_to_precision(staging.get(), cuda_detail::source_type(dtype),
-                             dst.as<std::byte>() + offset * cuda::kHalfBytes, options.precision,
-                             count, stream);
-  if (auto err = cudaStreamSynchronize(stream); err != cudaSuccess) {
-    return cuda_error(err, "converting weights");
-  }
-  return {};
+cuda_detail::WeightUpload CudaSeq2Seq::State::uploads() {
+  return {stream, options.precision, &staging, &weight_bytes};
 }
 
 Result<void> CudaSeq2Seq::State::upload_floats(const std::vector<float>& v, DeviceBuffer& dst) {
-  if (v.empty()) return {};
-  if (auto err = dst.reserve(v.size() * sizeof(float)); err != cudaSuccess) {
-    return cuda_error(err, "allocating a norm, bias or table vector");
-  }
-  weight_bytes += v.size() * sizeof(float);
-  if (auto err = cudaMemcpy(dst.get(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice);
-      err != cudaSuccess) {
-    return cuda_error(err, "uploading a norm, bias or table vector");
-  }
-  return {};
+  return cuda_detail::upload_floats(stream, weight_bytes, v, dst);
 }
 
 Result<void> CudaSeq2Seq::State::upload_matrix(const cpu::WeightMatrix& w, DeviceBuffer& dst,
                                                std::size_t row_offset, std::size_t total_rows) {
-  return upload16(w.data, w.dtype, w.rows * w.cols, dst, row_offset * w.cols, total_rows * w.cols);
+  return cuda_detail::upload_matrix(uploads(), w, dst, row_offset, total_rows);
 }
 
 Result<void> CudaSeq2Seq::State::upload_norm(const Seq2SeqModel::Norm& n, Norm& dst, float scale) {
@@ -205,26 +172,22 @@ Result<void> CudaSeq2Seq::State::reserve_step(int tokens) {
       static_cast<std::size_t>(std::max(e.encoder_intermediate_size, spec.intermediate_size));
   const std::size_t gated = spec.gated_mlp ? 2 : 1;
   const std::size_t half = cuda::kHalfBytes;
-  const std::pair<DeviceBuffer*, std::size_t> wants[] = {
-      {&x, T * H * 4},
-      {&h, T * H * half},
-      {&wide, T * std::max(3 * W, 2 * QD) * 4},
-      {&attn, T * W * half},
-      {&delta, T * H * 4},
-      {&mlp, T * gated * I * 4},
-      {&act, T * I * half},
-      {&tokens_d, T * 4},
-      {&table_rows_d, T * 4},
-      {&rows_d, T * sizeof(cuda::Seq2SeqAttentionRow)},
-      {&cross_rows_d, T * sizeof(cuda::Seq2SeqAttentionRow)},
-      {&dst_d, T * sizeof(void*)}};
-  for (const auto& [buffer, bytes] : wants) {
-    if (auto err = buffer->reserve(bytes); err != cudaSuccess) {
-      return cuda_error(err, "allocating step buffers for " + std::to_string(tokens) + " tokens");
-    }
-  }
-  capacity_tokens = tokens;
-  return {};
+  auto r =
+      cuda_detail::reserve_step_buffers({{&x, T * H * 4},
+                                         {&h, T * H * half},
+                                         {&wide, T * std::max(3 * W, 2 * QD) * 4},
+                                         {&attn, T * W * half},
+                                         {&delta, T * H * 4},
+                                         {&mlp, T * gated * I * 4},
+                                         {&act, T * I * half},
+                                         {&tokens_d, T * 4},
+                                         {&table_rows_d, T * 4},
+                                         {&rows_d, T * sizeof(cuda::Seq2SeqAttentionRow)},
+                                         {&cross_rows_d, T * sizeof(cuda::Seq2SeqAttentionRow)},
+                                         {&dst_d, T * sizeof(void*)}},
+                                        tokens);
+  if (r) capacity_tokens = tokens;
+  return r;
 }
 
 CudaSeq2Seq::CudaSeq2Seq(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -235,8 +198,7 @@ std::size_t CudaSeq2Seq::weight_bytes() const noexcept {
 }
 
 std::string CudaSeq2Seq::describe() const {
-  return "cuda:" + std::to_string(state_->options.device) + " (" +
-         cuda::precision_name(state_->options.precision) + ")";
+  return cuda_detail::describe_backend(state_->options.device, state_->options.precision);
 }
 
 Result<std::unique_ptr<CudaSeq2Seq>> CudaSeq2Seq::create(const Seq2SeqModel& model,
@@ -269,8 +231,8 @@ Result<std::unique_ptr<CudaSeq2Seq>> CudaSeq2Seq::create(const Seq2SeqModel& mod
   }
   const TensorView& table = model.embedding();
   const auto embedding_count = static_cast<std::size_t>(table.numel());
-  if (auto r =
-          s->upload16(table.data, table.dtype, embedding_count, s->embedding, 0, embedding_count);
+  if (auto r = cuda_detail::upload16(s->uploads(), table.data, table.dtype, embedding_count,
+                                     s->embedding, 0, embedding_count);
       !r) {
     return r.error();
   }

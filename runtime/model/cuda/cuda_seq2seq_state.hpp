@@ -15,6 +15,7 @@
 #include "runtime/model/cuda/cuda_common.hpp"
 #include "runtime/model/cuda/cuda_seq2seq.hpp"
 #include "runtime/model/cuda/device_buffer.hpp"
+#include "runtime/model/cuda/weight_upload.hpp"
 
 namespace weft::model {
 
@@ -67,7 +68,7 @@ struct CudaSeq2Seq::State {
   Norm encoder_final_norm, decoder_final_norm;
   DeviceBuffer positions;  // M2M100's sinusoidal rows, fp32 [position_rows, hidden]
   int position_rows = 0;
-  DeviceBuffer staging;
+  DeviceBuffer staging;  // raw weight bytes on their way to `precision`
 
   int capacity_tokens = 0;
   DeviceBuffer x, h, wide, attn, delta, mlp, act;  // see reserve_step
@@ -85,8 +86,8 @@ struct CudaSeq2Seq::State {
 
   ~State();
 
-  Result<void> upload16(const void* src, DType dtype, std::size_t count, DeviceBuffer& dst,
-                        std::size_t offset, std::size_t total);
+  // The uploads of weight_upload.hpp, through `stream` and `staging`.
+  cuda_detail::WeightUpload uploads();
   Result<void> upload_floats(const std::vector<float>& v, DeviceBuffer& dst);
   Result<void> upload_matrix(const cpu::WeightMatrix& w, DeviceBuffer& dst, std::size_t row_offset,
                              std::size_t total_rows);
