@@ -30,8 +30,9 @@ struct RenderLimits {
   // Loop iterations and macro calls.
   std::uint64_t max_loop_iterations = 100000;
   // Evaluation steps: each statement run, expression evaluated, loop iteration and macro call,
-  // plus one per item (or per 64 bytes of a string) that a filter or method call is given
-  // (but `length`, `count`, `first`, `last`, `default` and `get`, which look at a few).
+  // plus, for a filter or method call, one per value in its target (nested values included)
+  // and per 64 bytes of its strings (but `length`, `count`, `first`, `last`, `default` and
+  // `get`, which look at a few).
   std::uint64_t max_steps = 1000000;
   // The rendered text, and any string built while rendering.
   std::size_t max_output_bytes = std::size_t{1} << 20;
