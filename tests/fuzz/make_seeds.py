@@ -252,10 +252,6 @@ def fixture_seeds(target, build_dirs):
                 data = f.read()
         s[os.path.relpath(path, ROOT).replace("/", "_")] = data
 
-    # Inputs earlier runs found (crashes, timeouts), kept as regression fixtures: they start
-    # every corpus, so a regression shows in the first seconds of a run.
-    for p in files("tests/fixtures/fuzz_findings/%s/*" % target[len("fuzz_"):]):
-        add(p)
     fetched = []
     for b in build_dirs:
         fetched += sorted(glob.glob(os.path.join(b, "test-data/tokenizers/*/tokenizer_config.json")))
