@@ -1,5 +1,6 @@
 #include "runtime/grammar/regex_to_grammar.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <map>
 
@@ -7,6 +8,9 @@ namespace weft::grammar {
 namespace {
 
 constexpr int kMaxNesting = 200;
+// The largest bound of a repetition, written ({m,n}) or made by nesting (`(a{0,400}){0,400}` is
+// a{0,160000}): docs/grammars.md, "Regular expressions".
+constexpr std::uint64_t kMaxCopies = 100000;
 
 const std::vector<CodepointRange> kDigit{{'0', '9'}};
 const std::vector<CodepointRange> kWord{{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
@@ -146,7 +150,97 @@ class RegexParser {
     if (i_ < p_.size() && p_[i_] == '?') ++i_;  // lazy: same language
     if (i_ < p_.size() && (p_[i_] == '*' || p_[i_] == '+' || p_[i_] == '?' || p_[i_] == '{'))
       return fail(i_, "nothing to repeat");
-    return g_.repeat(atom, lo, hi);
+    return repetition(atom, lo, hi, at);
+  }
+
+  // Whether every match of `id` is empty (an empty group, `()*`), or some may be: the regex
+  // front end builds no rule references, so both follow the expression tree.
+  bool only_empty(ExprId id) const {
+    const Expr& e = g_.expr(id);
+    switch (e.kind) {
+      case Expr::Kind::kSequence:
+      case Expr::Kind::kChoice:
+        return (e.kind == Expr::Kind::kSequence || !e.children.empty()) &&
+               std::all_of(e.children.begin(), e.children.end(),
+                           [&](ExprId c) { return only_empty(c); });
+      case Expr::Kind::kRepeat:
+        return e.max == 0 || only_empty(e.children[0]);
+      default:
+        return false;
+    }
+  }
+  bool nullable(ExprId id) const {
+    const Expr& e = g_.expr(id);
+    switch (e.kind) {
+      case Expr::Kind::kSequence:
+        return std::all_of(e.children.begin(), e.children.end(),
+                           [&](ExprId c) { return nullable(c); });
+      case Expr::Kind::kChoice:
+        return std::any_of(e.children.begin(), e.children.end(),
+                           [&](ExprId c) { return nullable(c); });
+      case Expr::Kind::kRepeat:
+        return e.min == 0 || nullable(e.children[0]);
+      default:
+        return false;
+    }
+  }
+
+  // The non-empty matches of a nullable expression that is not only empty: its every match but
+  // the empty string, as an expression whose every match consumes a byte. Relies on every
+  // repetition having been built by repetition() below (its item never matches empty).
+  ExprId non_empty(ExprId id) {
+    const Expr e = g_.expr(id);  // a copy: building expressions may move the table
+    if (!nullable(id)) return id;
+    switch (e.kind) {
+      case Expr::Kind::kSequence: {
+        // Some item matches something: the first that does, then the rest as they are.
+        std::vector<ExprId> alts;
+        for (std::size_t i = 0; i < e.children.size(); ++i) {
+          if (only_empty(e.children[i])) continue;
+          std::vector<ExprId> items{non_empty(e.children[i])};
+          items.insert(items.end(), e.children.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                       e.children.end());
+          alts.push_back(g_.sequence(std::move(items)));
+        }
+        return g_.choice(std::move(alts));
+      }
+      case Expr::Kind::kChoice: {
+        std::vector<ExprId> alts;
+        for (ExprId c : e.children)
+          if (!only_empty(c)) alts.push_back(non_empty(c));
+        return g_.choice(std::move(alts));
+      }
+      case Expr::Kind::kRepeat:  // x{0,n} with x never empty: x{1,n}
+        return g_.repeat(e.children[0], 1, e.max);
+      default:
+        return id;
+    }
+  }
+
+  // x{lo,hi}, built so that x never matches the empty string: the grammar compiler then makes
+  // a bound over 32 one counted element (grammar_compiler.hpp) whatever x is, instead of a chain
+  // of hi optional copies. `(){1,3000}`, `(a?){4000}` and `((a?){100}){100}` compiled to chains
+  // of thousands of rules that took seconds (tests/fuzz). The same language:
+  //   - x only ever empty (`()`, `(){5}`): x{lo,hi} is empty;
+  //   - x may be empty: x{lo,hi} = x{0,hi} = (x without its empty match){0,hi}, and where x is
+  //     itself y{0,b}, (y{0,b}){0,hi} = y{0,b*hi}: nested bounds multiply, checked here against
+  //     kMaxCopies before anything is built.
+  Result<ExprId> repetition(ExprId atom, std::uint32_t lo, std::uint32_t hi, std::size_t at) {
+    if (only_empty(atom) || hi == 0) return g_.empty();
+    if (!nullable(atom)) return g_.repeat(atom, lo, hi);
+    const Expr inner = g_.expr(atom);
+    if (inner.kind == Expr::Kind::kRepeat) {
+      // y{0,b}: y never matches empty (built here).
+      std::uint64_t copies =
+          inner.max == kUnbounded || hi == kUnbounded ? kUnbounded : std::uint64_t{inner.max} * hi;
+      if (copies != kUnbounded && copies > kMaxCopies)
+        return fail(at, "repetition {" + std::to_string(lo) + "," + std::to_string(hi) +
+                            "} of a group repeated up to " + std::to_string(inner.max) +
+                            " times expands to " + std::to_string(copies) +
+                            " copies, above the limit of " + std::to_string(kMaxCopies));
+      return g_.repeat(inner.children[0], 0, static_cast<std::uint32_t>(copies));
+    }
+    return g_.repeat(non_empty(atom), 0, hi);
   }
 
   Result<std::uint32_t> number() {
@@ -154,7 +248,8 @@ class RegexParser {
     std::uint64_t v = 0;
     while (i_ < p_.size() && std::isdigit(static_cast<unsigned char>(p_[i_]))) {
       v = v * 10 + static_cast<unsigned>(p_[i_++] - '0');
-      if (v > 100000) return fail(b, "repetition count too large");
+      if (v > kMaxCopies)
+        return fail(b, "repetition count above the limit of " + std::to_string(kMaxCopies));
     }
     if (i_ == b) return fail(b, "expected a number");
     return static_cast<std::uint32_t>(v);

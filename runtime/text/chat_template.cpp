@@ -27,7 +27,7 @@ Result<std::string> ChatTemplate::render(const jinja::Value& messages,
     variables.set(k, v);
   for (const auto& [k, v] : options.extra.items)
     variables.set(k, v);
-  return template_.render(variables);
+  return template_.render(variables, options.limits);
 }
 
 }  // namespace weft

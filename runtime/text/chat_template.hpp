@@ -22,6 +22,8 @@ struct ChatTemplateOptions {
   jinja::Value documents = jinja::Value::none();
   // Further template variables, e.g. enable_thinking; they override special tokens.
   jinja::Dict extra;
+  // The work and output one render may take (docs/chat-templates.md, "Limits").
+  jinja::RenderLimits limits;
 };
 
 class ChatTemplate {

@@ -13,15 +13,50 @@
 namespace weft::jinja {
 namespace {
 
-// Bounds that keep a hostile template from exhausting the stack or memory.
+// Bounds that keep a hostile template from exhausting the stack or memory; the work and the
+// output are bounded by RenderLimits.
 constexpr int kMaxCallDepth = 100;
-constexpr std::size_t kMaxOutputBytes = std::size_t{256} << 20;
 constexpr std::size_t kMaxListItems = std::size_t{16} << 20;
 constexpr std::uint32_t kMaxValueDepth = 128;
-// Loop iterations and macro calls of one render: nested loops or a macro calling itself twice
-// would otherwise run for ages within the other bounds (found by tests/fuzz). Real chat
-// templates loop over the messages and stay far below.
-constexpr std::uint64_t kMaxSteps = 1000000;
+
+// The bytes of the strings in `v` (keys included), plus a few per other value: what the step
+// and output limits grow by.
+std::uint64_t input_bytes(const Value& v, int depth = 0) {
+  if (depth > 130) return 0;
+  if (v.is_string()) return v.as_string().size();
+  std::uint64_t n = 8;
+  if (v.is_list()) {
+    for (const Value& item : v.as_list())
+      n += input_bytes(item, depth + 1);
+  } else if (v.is_dict()) {
+    for (const auto& [k, item] : v.as_dict().items)
+      n += k.size() + input_bytes(item, depth + 1);
+  }
+  return n;
+}
+
+// What a filter or method call is charged for its target: one step per value in it, nested
+// ones included, and per 64 bytes of its strings (`tojson`, `join`, `map` and the like walk
+// their target once; `messages | tojson` in a loop cost tens of microseconds an iteration
+// under ASan when a list counted as one step per item). Those that look at a few items only are
+// not charged: `messages | length` in a loop over the messages is common, and linear.
+bool walks_its_target(const std::string& name) {
+  return name != "length" && name != "count" && name != "first" && name != "last" &&
+         name != "default" && name != "d" && name != "get";
+}
+std::uint64_t size_steps(const Value& v, int depth = 0) {
+  if (v.is_string()) return 1 + v.as_string().size() / 64;
+  std::uint64_t n = 1;
+  if (depth > 130) return n;
+  if (v.is_list()) {
+    for (const Value& item : v.as_list())
+      n += size_steps(item, depth + 1);
+  } else if (v.is_dict()) {
+    for (const auto& [k, item] : v.as_dict().items)
+      n += size_steps(item, depth + 1);
+  }
+  return n;
+}
 
 // Whether `v` holds a namespace anywhere: a namespace stored into a namespace could make a
 // cycle, which printing would follow forever.
@@ -39,13 +74,6 @@ bool holds_namespace(const Value& v) {
   return false;
 }
 
-// Strings built by `+` and `~` are bounded like the output, so that a loop that doubles a
-// string cannot exhaust memory.
-std::string bounded(std::string s) {
-  if (s.size() > kMaxOutputBytes) fail("a string would grow beyond 256 MiB");
-  return s;
-}
-
 struct LocatedFailure {
   int line;
   int column;
@@ -57,10 +85,16 @@ enum class Flow { kNormal, kBreak, kContinue };
 
 class Evaluator {
  public:
-  explicit Evaluator(const Dict& variables) {
+  Evaluator(const Dict& variables, const RenderLimits& limits) : limits_(limits) {
     scopes_.emplace_back();
-    for (const auto& [k, v] : variables.items)
+    std::uint64_t in = 0;
+    for (const auto& [k, v] : variables.items) {
       scopes_.back()[k] = v;
+      in += k.size() + input_bytes(v);
+    }
+    const std::uint64_t extra = in * limits.per_input_byte;
+    max_steps_ = limits.max_steps + extra;
+    max_output_ = limits.max_output_bytes + extra;
   }
 
   std::string run(const Body& body) {
@@ -93,13 +127,47 @@ class Evaluator {
   }
 
   void append(std::string& out, std::string_view text, const Stmt& s) {
-    if (out.size() + text.size() > kMaxOutputBytes) {
-      fail_at(s.line, s.column, "the rendered text exceeds 256 MiB");
+    if (out.size() + text.size() > max_output_) {
+      fail_at(s.line, s.column, "the rendered text exceeds " + limit_text(max_output_, "bytes"));
     }
     out += text;
   }
 
+  // "N bytes (the limit: B plus P per byte of the variables given)".
+  std::string limit_text(std::uint64_t limit, const char* unit) const {
+    const std::uint64_t base = limit == max_output_ ? limits_.max_output_bytes : limits_.max_steps;
+    return std::to_string(limit) + " " + unit + " (" + std::to_string(base) + " plus " +
+           std::to_string(limits_.per_input_byte) +
+           " per byte of the messages and other variables)";
+  }
+
+  // Strings built by `+`, `~` and `*` are bounded like the output, so that a loop that doubles
+  // a string cannot exhaust memory.
+  std::string bounded(std::string s) const {
+    if (s.size() > max_output_)
+      fail("a string would grow beyond " + limit_text(max_output_, "bytes"));
+    return s;
+  }
+
+  void step(std::uint64_t n = 1) {
+    steps_ += n;
+    if (steps_ > max_steps_)
+      fail("the template ran more than " + limit_text(max_steps_, "evaluation steps"));
+  }
+  void loop_step() {
+    if (++loop_steps_ > limits_.max_loop_iterations) {
+      fail("the template ran more than " + std::to_string(limits_.max_loop_iterations) +
+           " loop iterations and macro calls");
+    }
+    step();
+  }
+
   Flow exec(const Stmt& s, std::string& out) {
+    try {
+      step();
+    } catch (const RuntimeFailure& f) {
+      fail_at(s.line, s.column, f.message);
+    }
     switch (s.kind) {
       case Stmt::Kind::kText:
         append(out, s.text, s);
@@ -203,7 +271,11 @@ class Evaluator {
                                  : Value::undefined("there is no previous item"));
       loop.set("nextitem", i + 1 < n ? items[static_cast<std::size_t>(i + 1)]
                                      : Value::undefined("there is no next item"));
-      if (++steps_ > kMaxSteps) fail_at(s.line, s.column, steps_message());
+      try {
+        loop_step();
+      } catch (const RuntimeFailure& f) {
+        fail_at(s.line, s.column, f.message);
+      }
       scopes_.emplace_back();
       scopes_.back()["loop"] = Value(std::move(loop));
       bind(s.targets, items[static_cast<std::size_t>(i)], s);
@@ -216,6 +288,7 @@ class Evaluator {
 
   Value eval(const Expr& e) {
     try {
+      step();
       Value v = eval_inner(e);
       if (v.depth() > kMaxValueDepth) fail("values nest deeper than 128 levels");
       return v;
@@ -254,6 +327,7 @@ class Evaluator {
         return eval_call(e);
       case Expr::Kind::kFilter: {
         Value target = eval(*e.args[0]);
+        if (walks_its_target(e.name)) step(size_steps(target));
         return apply_filter(e.name, target, eval_args(e, 1));
       }
       case Expr::Kind::kTest: {
@@ -300,6 +374,7 @@ class Evaluator {
         if (member && member->is_macro()) return call_macro(member->as_macro(), eval_args(e, 1));
       }
       if (target.is_namespace()) fail("'Namespace' object has no method '" + callee.name + "'");
+      if (walks_its_target(callee.name)) step(size_steps(target));
       return call_method(target, callee.name, eval_args(e, 1));
     }
     if (callee.kind == Expr::Kind::kName) {
@@ -321,7 +396,7 @@ class Evaluator {
       fail("macro '" + def.text + "' takes at most " + std::to_string(def.params.size()) +
            " arguments, " + std::to_string(a.args.size()) + " given");
     }
-    if (++steps_ > kMaxSteps) fail(steps_message());
+    loop_step();
     if (++call_depth_ > kMaxCallDepth) fail("macro calls nest deeper than 100");
     scopes_.emplace_back();
     for (std::size_t i = 0; i < def.params.size(); ++i) {
@@ -391,10 +466,12 @@ class Evaluator {
       const Value& count = l.is_string() || l.is_list() ? r : l;
       if (!count.is_int() && !count.is_bool()) return unsupported();
       std::int64_t n = to_index(count, "repeat count");
-      if (n > 0 && (seq.is_string() ? seq.as_string().size() : seq.as_list().size()) *
-                           static_cast<std::size_t>(n) >
-                       kMaxOutputBytes) {
-        fail("the repeated sequence would exceed 256 MiB");
+      const std::size_t unit = seq.is_string() ? seq.as_string().size() : seq.as_list().size();
+      if (n > 0 && unit > 0 &&
+          static_cast<std::uint64_t>(n) > (seq.is_string() ? max_output_ : kMaxListItems) / unit) {
+        fail(seq.is_string()
+                 ? "the repeated string would exceed " + limit_text(max_output_, "bytes")
+                 : std::string("the repeated list would exceed 16M items"));
       }
       if (seq.is_string()) {
         std::string out;
@@ -479,14 +556,13 @@ class Evaluator {
     return Value(true);
   }
 
-  static std::string steps_message() {
-    return "the template ran more than " + std::to_string(kMaxSteps) +
-           " loop iterations and macro calls";
-  }
-
   std::vector<Scope> scopes_;
   int call_depth_ = 0;
+  RenderLimits limits_;
+  std::uint64_t max_steps_ = 0;
+  std::size_t max_output_ = 0;
   std::uint64_t steps_ = 0;
+  std::uint64_t loop_steps_ = 0;
 };
 
 }  // namespace
@@ -500,9 +576,9 @@ Result<Template> Template::parse(std::string_view source, std::string source_nam
   return Template(std::move(source_name), std::make_shared<const Body>(std::move(body).value()));
 }
 
-Result<std::string> Template::render(const Dict& variables) const {
+Result<std::string> Template::render(const Dict& variables, const RenderLimits& limits) const {
   try {
-    return Evaluator(variables).run(*body_);
+    return Evaluator(variables, limits).run(*body_);
   } catch (const LocatedFailure& f) {
     std::string where =
         source_name_ + ":" + std::to_string(f.line) + ":" + std::to_string(f.column);
