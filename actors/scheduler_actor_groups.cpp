@@ -18,6 +18,8 @@ void SchedulerActor::set_group_state(int group, GroupState state) {
 
 asio::awaitable<StepLogits> SchedulerActor::run_in_flight(model::StepBatch batch, int group) {
   in_flight_.push_back(group);
+  metrics_.steps_in_flight_peak =
+      std::max(metrics_.steps_in_flight_peak, static_cast<int>(in_flight_.size()));
   set_group_state(group, GroupState::kInFlight);
   std::exception_ptr error;
   int rows = 0;

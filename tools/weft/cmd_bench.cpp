@@ -426,6 +426,7 @@ int run_bench(const BenchOptions& o) {
       {"kv_compressions", metrics.kv_compressions},
       {"kv_compressed_pages", metrics.kv_compressed_pages},
       {"steps", metrics.steps},
+      {"steps_in_flight_peak", metrics.steps_in_flight_peak},
       {"input_tokens", input_tokens},
       {"output_tokens", output_tokens},
       {"dataset", o.dataset},

@@ -284,6 +284,9 @@ struct EngineMetrics {
   std::uint64_t prefix_cache_hit_tokens = 0;
   std::uint64_t prefix_cache_evictions = 0;
   std::uint64_t steps = 0;
+  // Pipeline sequence groups (EngineConfig::pp_groups): the most steps that were in the
+  // pipeline at once (submitted, not yet collected); 0 without groups.
+  int steps_in_flight_peak = 0;
   std::uint64_t preemptions = 0;
   // KV-Compress: sequences compressed, and the KV pages their compressions gave back.
   std::uint64_t kv_compressions = 0;
