@@ -201,8 +201,12 @@ Result<void> PipelineBackend::submit(const model::StepBatch& batch) {
   if (!parts) return parts.error();
   InFlight f;
   f.rows = batch.logit_rows();
-  if (links_ != nullptr) {
-    // The NCCL links run a step to its end; its logits wait here for collect().
+  if (links_ != nullptr && links_->defers_logits()) {
+    // Enqueued on the stage's GPU and its links; the logits land in a buffer of the step's own.
+    if (auto ok = links_->forward_deferred(*stage_, *parts, tensor_group_.get()); !ok) return ok;
+    f.deferred = true;
+  } else if (links_ != nullptr) {
+    // Links that run a step to its end: its logits wait here for collect().
     if (auto ok = links_->forward(*stage_, *parts, f.logits, tensor_group_.get(), false); !ok) {
       return ok;
     }
@@ -224,6 +228,7 @@ Result<void> PipelineBackend::collect(std::vector<float>& logits, bool on_device
   }
   InFlight f = std::move(in_flight_.front());
   in_flight_.pop_front();
+  if (f.deferred) return links_->take_logits(*stage_, logits, on_device);
   std::vector<float>& out = on_device ? launched_ : logits;
   out.clear();
   if (f.have_logits) {

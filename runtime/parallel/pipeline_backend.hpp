@@ -53,7 +53,28 @@ class DeviceStageLinks {
                                bool logits_on_device) = 0;
   // For logs: what carries the stages' messages.
   virtual std::string description() const = 0;
+
+  // Steps in flight (sequence groups), on world rank 0: forward_deferred() enqueues a step as
+  // forward() does, its logits received into a buffer of its own, and returns without
+  // waiting; take_logits() then takes the oldest deferred step's logits (to the host, or with
+  // on_device into the stage's sampler as forward() leaves them). Links that return false from
+  // defers_logits() run each step whole in PipelineBackend::submit() instead.
+  virtual bool defers_logits() const { return false; }
+  virtual Result<void> forward_deferred(model::StageForward& stage,
+                                        const std::vector<model::StepBatch>& parts,
+                                        Communicator* tensor_group);
+  virtual Result<void> take_logits(model::StageForward& stage, std::vector<float>& logits,
+                                   bool on_device);
 };
+
+inline Result<void> DeviceStageLinks::forward_deferred(model::StageForward&,
+                                                       const std::vector<model::StepBatch>&,
+                                                       Communicator*) {
+  return Error(ErrorCode::kInternal, "pipeline: these links do not defer a step's logits");
+}
+inline Result<void> DeviceStageLinks::take_logits(model::StageForward&, std::vector<float>&, bool) {
+  return Error(ErrorCode::kInternal, "pipeline: these links do not defer a step's logits");
+}
 
 // Makes a rank's links at the first step, collectively over `world` (every rank calls it at
 // the same point, with the same answer: links on every rank, or null on every rank, which
@@ -94,8 +115,9 @@ class PipelineBackend final : public model::ForwardBackend {
   // World rank 0 with groups > 1: submit() runs stage 0 of a step and sends it on, collect()
   // receives the oldest submitted step's logits from the last stage (on_device: into the
   // stage's sampler, as launch() leaves them). So stage 0 runs one group's step while the
-  // later stages run the steps submitted before it. GPU stages over NCCL run the whole step
-  // in submit() (their logits wait in host memory for collect()): correct, without overlap.
+  // later stages run the steps submitted before it. GPU stages over NCCL enqueue the step and
+  // its logits' receive into a buffer of its own (DeviceStageLinks::forward_deferred), so the
+  // host waits only in collect().
   int steps_in_flight() const noexcept override { return groups_; }
   Result<void> submit(const model::StepBatch& batch) override;
   Result<void> collect(std::vector<float>& logits, bool on_device) override;
@@ -136,6 +158,7 @@ class PipelineBackend final : public model::ForwardBackend {
   // the logits themselves when they are here already (the NCCL path, a one-stage pipeline).
   struct InFlight {
     std::vector<int> part_rows;
+    bool deferred = false;  // the links hold them (DeviceStageLinks::take_logits)
     bool have_logits = false;
     std::vector<float> logits;
     int rows = 0;
