@@ -232,8 +232,11 @@ StepPlan Scheduler::plan_step(int group) {
   plan.group = group;
   // Groups: waiting sequences join this group while it holds fewer than its share.
   int members = group < 0 ? 0 : group_size(group);
-  const int share =
-      group < 0 ? 0 : (static_cast<int>(running_.size() + waiting_.size()) + groups_ - 1) / groups_;
+  // (Of the sequences that may run at once: a long queue must not fill one group up to
+  // max_running and leave the others empty.)
+  const int may_run =
+      std::min(static_cast<int>(running_.size() + waiting_.size()), config_.max_running);
+  const int share = group < 0 ? 0 : (may_run + groups_ - 1) / groups_;
   int budget = config_.max_tokens_per_step;
   struct Choice {
     std::uint64_t id;

@@ -248,7 +248,8 @@ class Scheduler {
   // sequences are split into `groups` groups whose steps are planned and completed apart, so
   // one group's step can be planned while another's is still running. plan_step(g) plans
   // only group g's sequences (preempting only among them) and admits waiting sequences into g
-  // while g holds fewer than its share, ceil((running + waiting) / groups), of the sequences
+  // while g holds fewer than its share, ceil(min(running + waiting, max_running) / groups),
+  // of the sequences
   // (so a new request joins the group that is short of sequences; a beam's members stay in
   // one group). The caller must not plan a group again before completing its step. With one
   // group (the default) plan_step(0) is plan_step().

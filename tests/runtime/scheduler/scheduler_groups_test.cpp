@@ -145,6 +145,20 @@ TEST(SchedulerGroups, NewRequestsFillTheGroupShortOfItsShare) {
     EXPECT_EQ(ids.count(slice.id), 0u) << "group 1's step is still out";
 }
 
+TEST(SchedulerGroups, AQueueLongerThanMaxRunningIsSharedOut) {
+  SchedulerConfig c = config(256);
+  c.max_running = 4;
+  Scheduler s(c);
+  s.set_groups(2);
+  for (std::uint64_t id = 1; id <= 10; ++id)
+    ASSERT_TRUE(s.add(id, {1, 2, 3}, 8));
+  const StepPlan a = s.plan_step(0);
+  const StepPlan b = s.plan_step(1);
+  EXPECT_EQ(a.slices.size(), 2u) << "group 0 took more than half of max_running";
+  EXPECT_EQ(b.slices.size(), 2u);
+  EXPECT_EQ(s.running(), 4);
+}
+
 TEST(SchedulerGroups, PreemptionTakesOnlyThePlannedGroupsSequences) {
   // Optimistic admission in a pool too small for every output: plans must preempt, and a
   // sequence of the group whose step is out must keep its pages.
