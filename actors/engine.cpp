@@ -158,12 +158,15 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   log_info("engine: loading " + s.config.model_dir);
   // Until the leader backend exists the followers wait for the pool's size: an error before
   // then tells them there will be none (once it exists, its destructor stops them).
+  // Sequence groups: the followers take the leader's messages point to point.
+  const int pp_groups = actors::pipeline_groups(group != nullptr ? stages : 1, s.config.pp_groups);
   struct StopFollowers {
     parallel::Communicator* group;
+    bool point_to_point;
     ~StopFollowers() {
-      if (group != nullptr) parallel::stop_tensor_parallel_followers(*group);
+      if (group != nullptr) parallel::stop_tensor_parallel_followers(*group, point_to_point);
     }
-  } stop_followers{group};
+  } stop_followers{group, pp_groups > 1};
   load_options.allow_encoder = group == nullptr;
   load_options.allow_seq2seq = group == nullptr;
   if (group != nullptr && s.config.kv_compress_rate > 0.0) {
@@ -293,7 +296,7 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
           ? actors::make_pipeline_leader(
                 model, *device, layout, stage_options, *group,
                 parallel::pipeline_place(0, group->size() / stages, stages),
-                s.config.micro_batches > 0 ? s.config.micro_batches : stages)
+                s.config.micro_batches > 0 ? s.config.micro_batches : stages, pp_groups)
       : group != nullptr
           ? actors::make_tensor_parallel_leader(
                 model, *device, layout, from_device ? 0 : static_cast<int>(budget_pages),
@@ -351,6 +354,7 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   s.kv_allocator = std::make_unique<actors::KvAllocatorActor>(executor, sc.num_pages, sc.page_size);
   s.scheduler = std::make_unique<actors::SchedulerActor>(
       *s.kv_allocator, sc, *s.executor_actor, *s.sampler, *s.detokenizer, *s.constraint, eos);
+  const bool speculating = speculator != nullptr;
   if (speculator) {
     sched::SpeculationConfig spec;
     spec.max_depth = s.config.spec_tokens;
@@ -361,6 +365,13 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
     spec.trace = sched::speculation_trace_from_env();
     s.scheduler->set_speculation(std::move(speculator), spec,
                                  token_trees ? s.config.spec_width : 1);
+  }
+  // Sequence groups in flight, where the backend lets several steps into its pipeline
+  // (speculative decoding keeps one step at a time: it verifies with the host's logits).
+  if (!speculating && s.executor_actor->steps_in_flight() > 1) {
+    s.scheduler->set_groups(s.executor_actor->steps_in_flight());
+    log_info("engine: " + std::to_string(s.executor_actor->steps_in_flight()) +
+             " sequence groups in flight in the pipeline");
   }
   s.scheduler->start();
   if (trie_ready.valid()) trie_ready.wait();

@@ -87,6 +87,8 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
       ok = as_int(c.gpu_memory_budget_mb);
     } else if (key == "micro_batches") {
       ok = as_int(c.micro_batches);
+    } else if (key == "pp_groups") {
+      ok = as_int(c.pp_groups);
     } else if (key == "prefix_cache") {
       bool v = true;
       if (value.get(v) != simdjson::SUCCESS) {
@@ -121,7 +123,7 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
                        "\" (known: model_dir, spec_file, quantize, device, page_size, "
                        "kv_budget_bytes, max_tokens_per_step, max_running, "
                        "admission, cpu_threads, gpu_memory_fraction, cpu_layers, "
-                       "gpu_memory_budget_mb, micro_batches, "
+                       "gpu_memory_budget_mb, micro_batches, pp_groups, "
                        "jump_forward, prefix_cache, kv_cache_dtype, kv_compress_rate, "
                        "kv_compress_window, speculate, "
                        "draft_model_dir, spec_tokens, spec_width, "
@@ -168,6 +170,9 @@ Result<void> EngineConfig::validate() const {
   }
   if (micro_batches < 0 || micro_batches > 1024) {
     return bad("micro_batches: " + std::to_string(micro_batches) + " is outside [0, 1024]");
+  }
+  if (pp_groups < 0 || pp_groups > 64) {
+    return bad("pp_groups: " + std::to_string(pp_groups) + " is outside [0, 64]");
   }
   if (cpu_layers < 0) return bad("cpu_layers: " + std::to_string(cpu_layers) + " is negative");
   if (gpu_memory_budget_mb < 0) {

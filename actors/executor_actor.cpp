@@ -21,4 +21,13 @@ StepLogits ExecutorActor::run_step(const model::StepBatch& batch, bool keep_on_d
   return out;
 }
 
+StepLogits ExecutorActor::collect_step(int rows, bool keep_on_device) {
+  StepLogits out;
+  out.on_device = keep_on_device && backend_->samples_on_device();
+  if (auto ok = backend_->collect(out.values, out.on_device); !ok) throw ok.error();
+  out.rows = rows;
+  out.vocab = backend_->spec().vocab_size;
+  return out;
+}
+
 }  // namespace weft::actors

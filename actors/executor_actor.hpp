@@ -48,6 +48,27 @@ class ExecutorActor : public Actor {
                std::forward<Token>(token));
   }
 
+  // Steps in flight (a pipeline's sequence groups, docs/parallel.md): up to
+  // steps_in_flight() steps may be submitted before the oldest is collected, in the order
+  // submitted. submit() replies once this process's share of the step has run (a pipeline's
+  // first stage); collect() replies with the oldest step's logits, left on the device (as
+  // launch() leaves them) when keep_on_device and the backend samples there.
+  int steps_in_flight() const noexcept { return backend_->steps_in_flight(); }
+  template <class Token>
+  auto submit(model::StepBatch batch, Token&& token) {
+    return ask(
+        [this, batch = std::move(batch)] {
+          if (auto ok = backend_->submit(batch); !ok) throw ok.error();
+          return batch.logit_rows();
+        },
+        std::forward<Token>(token));
+  }
+  template <class Token>
+  auto collect(int rows, bool keep_on_device, Token&& token) {
+    return ask([this, rows, keep_on_device] { return collect_step(rows, keep_on_device); },
+               std::forward<Token>(token));
+  }
+
   // Samples rows of the step launch() left on the device; waits for the results.
   template <class Token>
   auto sample(model::DeviceSamplingInput input, Token&& token) {
@@ -62,6 +83,7 @@ class ExecutorActor : public Actor {
 
  private:
   StepLogits run_step(const model::StepBatch& batch, bool keep_on_device);
+  StepLogits collect_step(int rows, bool keep_on_device);
 
   std::unique_ptr<model::ForwardBackend> backend_;
 };

@@ -134,7 +134,7 @@ Result<std::unique_ptr<model::StageForward>> make_stage(const model::Model& mode
 Result<std::unique_ptr<model::ForwardBackend>> make_pipeline_rank_backend(
     const model::Model& model, const DeviceChoice& device, const model::KvLayout& layout,
     const StageOptions& options, parallel::Communicator& world, parallel::PipelinePlace place,
-    int micro_batches) {
+    int micro_batches, int groups) {
 #if !WEFT_HAVE_NCCL
   if (device.cuda && place.tensor_parallel > 1) {
     return Error(ErrorCode::kUnsupported,
@@ -152,7 +152,7 @@ Result<std::unique_ptr<model::ForwardBackend>> make_pipeline_rank_backend(
   if (device.cuda) device_links = parallel::make_nccl_stage_links;
 #endif
   auto backend = parallel::PipelineBackend::create(std::move(*stage), world, place, micro_batches,
-                                                   std::move(device_links));
+                                                   std::move(device_links), groups);
   if (!backend) return backend.error();
   return std::unique_ptr<model::ForwardBackend>(std::move(*backend));
 }
@@ -160,13 +160,18 @@ Result<std::unique_ptr<model::ForwardBackend>> make_pipeline_rank_backend(
 Result<std::unique_ptr<model::ForwardBackend>> make_pipeline_leader(
     const model::Model& model, const DeviceChoice& device, const model::KvLayout& layout,
     const StageOptions& options, parallel::Communicator& world, parallel::PipelinePlace place,
-    int micro_batches) {
-  auto local =
-      make_pipeline_rank_backend(model, device, layout, options, world, place, micro_batches);
+    int micro_batches, int groups) {
+  auto local = make_pipeline_rank_backend(model, device, layout, options, world, place,
+                                          micro_batches, groups);
   if (!local) return local.error();
-  auto leader = parallel::TensorParallelLeader::create(std::move(*local), world);
+  auto leader = parallel::TensorParallelLeader::create(std::move(*local), world, groups > 1);
   if (!leader) return leader.error();
   return std::unique_ptr<model::ForwardBackend>(std::move(*leader));
+}
+
+int pipeline_groups(int stages, int pp_groups) {
+  if (stages <= 1) return 1;
+  return pp_groups > 0 ? pp_groups : stages;
 }
 
 namespace {

@@ -38,15 +38,22 @@ Result<std::unique_ptr<model::StageForward>> make_stage(const model::Model& mode
 Result<std::unique_ptr<model::ForwardBackend>> make_pipeline_rank_backend(
     const model::Model& model, const DeviceChoice& device, const model::KvLayout& layout,
     const StageOptions& options, parallel::Communicator& world, parallel::PipelinePlace place,
-    int micro_batches);
+    int micro_batches, int groups = 1);
 
 // Rank 0's backend when it leads a pipeline under the engine: its rank backend, each step
 // first broadcast to the other ranks (step_broadcast.hpp). On an error the followers still
 // wait for the pool: the caller stops them.
+// groups > 1 (sequence groups in flight): up to `groups` steps in the pipeline at once, the
+// steps sent to the followers point to point; the followers must be made with the same count
+// (make_pipeline_rank_backend, follow_tensor_parallel_leader's point_to_point).
 Result<std::unique_ptr<model::ForwardBackend>> make_pipeline_leader(
     const model::Model& model, const DeviceChoice& device, const model::KvLayout& layout,
     const StageOptions& options, parallel::Communicator& world, parallel::PipelinePlace place,
-    int micro_batches);
+    int micro_batches, int groups = 1);
+
+// The sequence groups a pipeline of `stages` runs with (EngineConfig::pp_groups): 1 without a
+// pipeline, pp_groups when set, else one per stage.
+int pipeline_groups(int stages, int pp_groups);
 
 // The GPU/CPU split a GPU memory budget allows: the fewest layers on the CPU such that the
 // GPU's weights (16-bit: the embedding and the first layers) take at most 3/4 of the budget,

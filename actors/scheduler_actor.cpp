@@ -22,8 +22,11 @@ SchedulerActor::SchedulerActor(KvAllocatorActor& kv_allocator, sched::SchedulerC
       detokenizer_(detokenizer),
       constraint_(constraint),
       eos_ids_(std::move(eos_ids)),
-      wake_(strand()),
-      masks_ready_(strand()) {
+      // Never re-armed: cancel() wakes every waiter, and one waiter re-arming would cancel
+      // another's wait (the sequence groups' loops wait on them together).
+      wake_(strand(), asio::steady_timer::time_point::max()),
+      masks_ready_(strand(), asio::steady_timer::time_point::max()),
+      turn_(strand(), asio::steady_timer::time_point::max()) {
   metrics_.kv_pages_total = config.num_pages;
 }
 
@@ -43,13 +46,22 @@ void SchedulerActor::set_speculation(std::unique_ptr<speculative::Speculator> sp
   scheduler_.set_speculation(std::move(config));
 }
 
+void SchedulerActor::set_groups(int groups) {
+  groups_ = std::max(1, groups);
+  scheduler_.set_groups(groups_);
+  group_state_.assign(static_cast<std::size_t>(groups_), GroupState::kBusy);
+}
+
 void SchedulerActor::start() {
   post([this] {
     if (started_) return;
     started_ = true;
-    asio::co_spawn(strand(), loop(), [](std::exception_ptr error) {
-      if (error) detail::report_unhandled_exception(error, "scheduler loop");
-    });
+    loops_ = groups_;
+    for (int g = 0; g < groups_; ++g) {
+      asio::co_spawn(strand(), loop(groups_ > 1 ? g : -1), [](std::exception_ptr error) {
+        if (error) detail::report_unhandled_exception(error, "scheduler loop");
+      });
+    }
   });
 }
 
@@ -304,13 +316,14 @@ asio::awaitable<void> SchedulerActor::detokenize(std::vector<NewToken> tokens) {
     finish(id, FinishReason::kStop);
 }
 
-asio::awaitable<void> SchedulerActor::loop() {
+asio::awaitable<void> SchedulerActor::loop(int group) {
   for (;;) {
     if (stopping_) break;
-    sched::StepPlan plan = scheduler_.plan_step();
+    set_group_state(group, GroupState::kBusy);
+    sched::StepPlan plan = group < 0 ? scheduler_.plan_step() : scheduler_.plan_step(group);
     if (plan.empty()) {
+      set_group_state(group, GroupState::kIdle);
       boost::system::error_code ec;
-      wake_.expires_at(asio::steady_timer::time_point::max());
       co_await wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
@@ -391,7 +404,10 @@ asio::awaitable<void> SchedulerActor::loop() {
             return it != live_.end() && it->second.params.temperature == 0.0f;
           });
       StepLogits logits;
-      if (verify.empty() || greedy_verify) {
+      if (group >= 0) {
+        // Sequence groups: submitted, then collected in turn (scheduler_actor_groups.cpp).
+        logits = co_await run_in_flight(std::move(batch), group);
+      } else if (verify.empty() || greedy_verify) {
         logits = co_await executor_.launch(std::move(batch), asio::use_awaitable);
       } else {
         logits = co_await executor_.run(std::move(batch), asio::use_awaitable);
@@ -410,7 +426,6 @@ asio::awaitable<void> SchedulerActor::loop() {
         // pass did not hide.
         while (!pending->done) {
           boost::system::error_code ec;
-          masks_ready_.expires_at(asio::steady_timer::time_point::max());
           co_await masks_ready_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         }
         mask_wait_ns_ +=
@@ -475,7 +490,6 @@ asio::awaitable<void> SchedulerActor::loop() {
     // A failed forward pass must not leave the masks' callback pointing at a finished step.
     while (pending && !pending->done) {
       boost::system::error_code ec;
-      masks_ready_.expires_at(asio::steady_timer::time_point::max());
       co_await masks_ready_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     }
     if (step_error) {
@@ -587,7 +601,6 @@ asio::awaitable<void> SchedulerActor::loop() {
     if (accepting) {
       while (!accepting->done) {
         boost::system::error_code ec;
-        masks_ready_.expires_at(asio::steady_timer::time_point::max());
         co_await masks_ready_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       }
       if (accepting->error) {
@@ -664,6 +677,12 @@ asio::awaitable<void> SchedulerActor::loop() {
     }
     for (const auto& [id, reason] : finishing)
       finish(id, reason);
+    // Sequence groups: pages freed here may let a waiting request in, into an idle group.
+    if (group >= 0 && scheduler_.waiting() > 0) wake_.cancel();
+  }
+  if (group >= 0) {
+    set_group_state(group, GroupState::kIdle);
+    if (--loops_ > 0) co_return;  // the last group's loop ends the engine's requests
   }
   while (!live_.empty())
     finish(live_.begin()->first, FinishReason::kShutdown);

@@ -12,6 +12,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -43,6 +44,14 @@ class SchedulerActor : public Actor {
   // and the scheduler's budgets. `width` is the trees' width.
   void set_speculation(std::unique_ptr<speculative::Speculator> speculator,
                        sched::SpeculationConfig config, int width);
+
+  // Sequence groups (pipeline parallelism with steps in flight, docs/parallel.md): before
+  // start(), split the running sequences into `groups` groups, each stepped by a loop of its
+  // own, so that up to `groups` steps are in the executor's pipeline at once (the executor's
+  // steps_in_flight()). A group's step is submitted as soon as its last step's tokens are
+  // sampled; steps are collected in the order submitted, each once no other group is about
+  // to submit. 1 (the default): one loop over every running sequence.
+  void set_groups(int groups);
 
   // Starts the step loop (once).
   void start();
@@ -113,7 +122,17 @@ class SchedulerActor : public Actor {
     AcceptResult result;
   };
 
-  asio::awaitable<void> loop();
+  // The step loop: of every running sequence (group -1), or of one sequence group's.
+  asio::awaitable<void> loop(int group);
+  // Sequence groups (scheduler_actor_groups.cpp): a group's loop is busy (planning, sampling,
+  // streaming: about to submit, or to go idle), in flight (its step submitted, not yet
+  // collected) or idle (nothing to run).
+  enum class GroupState { kIdle, kBusy, kInFlight };
+  void set_group_state(int group, GroupState state);
+  // Submits `batch` as group `group`'s step, then collects its logits once it is the oldest
+  // step in flight and no other group is busy (so that the executor's first stage runs a
+  // group's next step before it waits for another group's logits).
+  asio::awaitable<StepLogits> run_in_flight(model::StepBatch batch, int group);
   // Hands tokens to the detokenizer and ends the sequences it reports stopped (a stop
   // string) with `stop`; a failure ends every sequence of `tokens` in error.
   asio::awaitable<void> detokenize(std::vector<NewToken> tokens);
@@ -177,6 +196,11 @@ class SchedulerActor : public Actor {
   std::uint64_t next_fork_id_ = kFirstForkId;
   asio::steady_timer wake_;
   asio::steady_timer masks_ready_;  // cancelled when a step's masks or verdicts arrive
+  asio::steady_timer turn_;         // cancelled when a group's state changes
+  int groups_ = 1;
+  int loops_ = 0;  // group loops still running
+  std::vector<GroupState> group_state_;
+  std::deque<int> in_flight_;  // groups whose steps were submitted, oldest first
   bool started_ = false;
   bool stopping_ = false;
   bool stopped_ = false;

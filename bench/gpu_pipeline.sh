@@ -6,7 +6,8 @@
 #       --cpu-layers-list; against the same requests all on the GPU. Decode (batch 1, TPOT) and
 #       output tok/s (batch 8).
 #   --mode pp (two GPUs): mpirun -np 2 weft bench --pipeline-parallel 2 (one stage per GPU)
-#       against one GPU at batch 1, 8 and 64 (--batches): the stages joined over NCCL
+#       against one GPU at batch 1, 8 and 64 (--batches): the stages joined over NCCL, one step
+#       at a time (--pp-groups 1) and with two sequence groups in flight (--pp-groups 2)
 #       (WEFT_PP_TRANSPORT=nccl, device to device, docs/parallel.md), then as before NCCL
 #       (WEFT_PP_TRANSPORT=host: host memory over MPI, host sampler, two micro-batches) at
 #       batch 1 and 8, and at the
@@ -123,24 +124,28 @@ if [ "$MODE" != hybrid ]; then
     done
     export WEFT_PP_TRANSPORT=nccl
     for b in $BATCHES; do
+      # One step at a time (--pp-groups 1), then two sequence groups in flight (the default
+      # since 2026-11-26; bench/device/ppgroups.sh measures them at more concurrencies).
       # shellcheck disable=SC2046
-      run "pp2 nccl b$b" "${MPI[@]}" -- $(batch "$b") --pipeline-parallel 2
+      run "pp2 nccl b$b" "${MPI[@]}" -- $(batch "$b") --pipeline-parallel 2 --pp-groups 1
+      # shellcheck disable=SC2046
+      run "pp2 nccl b$b, 2 groups in flight" "${MPI[@]}" -- $(batch "$b") --pipeline-parallel 2 --pp-groups 2
     done
     grep -h "pipeline: stages exchange" "$OUT/pipeline.err" | tail -1
     if [ -n "$largest" ] && [ "$largest" -gt 1 ]; then
       # shellcheck disable=SC2046
       WEFT_PP_MICRO_TOKENS=16 run "pp2 nccl b$largest, 2 micro-batches" "${MPI[@]}" -- \
-        $(batch "$largest") --pipeline-parallel 2 --micro-batches 2
+        $(batch "$largest") --pipeline-parallel 2 --pp-groups 1 --micro-batches 2
       # shellcheck disable=SC2046
       WEFT_PP_DEVICE_SAMPLING=0 run "pp2 nccl b$largest, host sampler" "${MPI[@]}" -- \
-        $(batch "$largest") --pipeline-parallel 2
+        $(batch "$largest") --pipeline-parallel 2 --pp-groups 1
     fi
     # The path before NCCL: host memory over MPI, the host sampler, two micro-batches a step.
     export WEFT_PP_TRANSPORT=host WEFT_PP_DEVICE_SAMPLING=0 WEFT_PP_MICRO_TOKENS=1
     for b in $BATCHES; do
       [ "$b" -gt 8 ] && continue
       # shellcheck disable=SC2046
-      run "pp2 host (before) b$b" "${MPI[@]}" -- $(batch "$b") --pipeline-parallel 2
+      run "pp2 host (before) b$b" "${MPI[@]}" -- $(batch "$b") --pipeline-parallel 2 --pp-groups 1
     done
     unset WEFT_PP_TRANSPORT WEFT_PP_DEVICE_SAMPLING WEFT_PP_MICRO_TOKENS
   fi

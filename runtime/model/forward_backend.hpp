@@ -55,6 +55,16 @@ class ForwardBackend {
   virtual Result<void> launch(const StepBatch& batch);
   virtual Result<void> sample(const DeviceSamplingInput& input, DeviceSamplingOutput& output);
 
+  // Steps in flight (pipeline parallelism's sequence groups, docs/parallel.md): a backend that
+  // returns N > 1 here lets up to N steps be submitted before the first is collected. submit()
+  // runs this process's share of a step (a pipeline's first stage) and returns without its
+  // logits; collect() waits for the oldest submitted step's logits (on_device: a backend that
+  // samples on its device leaves them there for sample(), as launch() does). Steps of one
+  // backend are collected in the order submitted.
+  virtual int steps_in_flight() const noexcept { return 1; }
+  virtual Result<void> submit(const StepBatch& batch);
+  virtual Result<void> collect(std::vector<float>& logits, bool on_device);
+
   // Greedy chains on the device (a draft model's proposals, docs/speculative.md): runs
   // `first` (one logit row per slice, no token trees), then steps - 1 steps of one token per
   // slice at the positions after its last, each slice's token the argmax of its row in the
@@ -69,6 +79,13 @@ class ForwardBackend {
 inline Result<void> ForwardBackend::greedy_chain(const StepBatch&, int,
                                                  std::vector<std::int32_t>&) {
   return Error(ErrorCode::kInternal, "this backend does not run greedy chains on its device");
+}
+
+inline Result<void> ForwardBackend::submit(const StepBatch&) {
+  return Error(ErrorCode::kInternal, "this backend runs one step at a time");
+}
+inline Result<void> ForwardBackend::collect(std::vector<float>&, bool) {
+  return Error(ErrorCode::kInternal, "this backend runs one step at a time");
 }
 
 inline Result<void> ForwardBackend::launch(const StepBatch&) {

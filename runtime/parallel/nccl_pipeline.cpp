@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <string>
 #include <vector>
@@ -90,6 +91,10 @@ class NcclStageLinks final : public DeviceStageLinks {
     }
     for (cudaEvent_t e : {logits_ready_, logits_read_})
       if (e != nullptr) cudaEventDestroy(e);
+    for (auto& d : deferred_) {
+      for (cudaEvent_t e : {d.ready, d.read})
+        if (e != nullptr) cudaEventDestroy(e);
+    }
     for (cudaStream_t s : {recv_stream_, send_stream_, logits_stream_})
       if (s != nullptr) cudaStreamDestroy(s);
   }
@@ -154,13 +159,9 @@ class NcclStageLinks final : public DeviceStageLinks {
     if (auto rc = cudaSetDevice(device_); rc != cudaSuccess) {
       return cuda_failure("cudaSetDevice", rc);
     }
-    const auto& spec = stage.spec();
-    const auto H = static_cast<std::size_t>(spec.hidden_size);
-    const auto V = static_cast<std::size_t>(spec.vocab_size);
-    const bool first = place_.stage == 0, last = place_.stage + 1 == place_.stages;
-    const bool sends_logits = last && place_.tp_rank == 0;  // to world rank 0 (not this rank)
-    const bool gets_logits = head_ != nullptr && !last;     // world rank 0
-    if (auto ok = make_slots(parts.size()); !ok) return ok;
+    const auto V = static_cast<std::size_t>(stage.spec().vocab_size);
+    const bool last = place_.stage + 1 == place_.stages;
+    const bool gets_logits = head_ != nullptr && !last;  // world rank 0
     std::size_t rows = 0;
     for (const auto& mb : parts)
       rows += static_cast<std::size_t>(mb.logit_rows());
@@ -173,46 +174,7 @@ class NcclStageLinks final : public DeviceStageLinks {
         return cuda_failure("allocating pinned logits", rc);
       }
     }
-    for (std::size_t i = 0; i < parts.size(); ++i) {
-      const auto& mb = parts[i];
-      Slot& slot = slots_[i];
-      const auto hidden = mb.tokens.size() * H;
-      const float* in = nullptr;
-      if (!first) {
-        if (auto ok = grow(slot.in, hidden * 4); !ok) return ok;
-        // The stage has read this slot's last message (its step before) before a new one lands.
-        cudaStreamWaitEvent(recv_stream_, slot.computed, 0);
-        if (auto ok =
-                in_->recv(std::as_writable_bytes(std::span<float>(slot.in.as<float>(), hidden)), 0);
-            !ok) {
-          return ok;
-        }
-        cudaEventRecord(slot.received, recv_stream_);
-        cudaStreamWaitEvent(compute_, slot.received, 0);
-        in = slot.in.as<float>();
-      }
-      float* out = nullptr;
-      std::size_t out_floats = 0;
-      if (!last || sends_logits) {
-        out_floats = last ? static_cast<std::size_t>(mb.logit_rows()) * V : hidden;
-        if (auto ok = grow(slot.out, out_floats * 4); !ok) return ok;
-        // The slot's last message has left before the stage writes the next one there.
-        cudaStreamWaitEvent(compute_, slot.sent, 0);
-        out = slot.out.as<float>();
-      }
-      if (auto ok = stage.enqueue(mb, in, out, tensor_group); !ok) return ok;
-      cudaEventRecord(slot.computed, compute_);
-      if (out != nullptr && out_floats > 0) {  // a piece may need no logits (a prefill chunk)
-        cudaStreamWaitEvent(send_stream_, slot.computed, 0);
-        Communicator& link = last ? *head_ : *out_;
-        if (auto ok =
-                link.send(std::as_bytes(std::span<const float>(out, out_floats)), last ? 0 : 1);
-            !ok) {
-          return ok;
-        }
-        cudaEventRecord(slot.sent, send_stream_);
-      }
-    }
+    if (auto ok = enqueue_parts(stage, parts, tensor_group); !ok) return ok;
     if (gets_logits) {
       // The receives go after this rank's sends: a device-wide wait inside the stage (a step
       // buffer that grows) must never wait on a receive that needs this rank's own sends. They
@@ -259,7 +221,170 @@ class NcclStageLinks final : public DeviceStageLinks {
     return {};
   }
 
+  bool defers_logits() const override {
+    return head_ != nullptr && place_.stage + 1 < place_.stages;
+  }
+
+  // World rank 0 with steps in flight: the step enqueued as forward() does it, its logits
+  // received into a buffer of the step's own (one per step in flight) on the logits stream;
+  // no host wait. take_logits() takes the oldest one's.
+  Result<void> forward_deferred(model::StageForward& stage,
+                                const std::vector<model::StepBatch>& parts,
+                                Communicator* tensor_group) override {
+    if (!defers_logits()) {
+      return Error(ErrorCode::kInternal, "pipeline over NCCL: only world rank 0 defers logits");
+    }
+    if (auto rc = cudaSetDevice(device_); rc != cudaSuccess) {
+      return cuda_failure("cudaSetDevice", rc);
+    }
+    const auto V = static_cast<std::size_t>(stage.spec().vocab_size);
+    std::size_t rows = 0;
+    for (const auto& mb : parts)
+      rows += static_cast<std::size_t>(mb.logit_rows());
+    // A buffer no step in flight holds, sized before anything of this step is enqueued (a
+    // buffer that grows waits for the whole device).
+    std::size_t k = 0;
+    while (k < deferred_.size() && deferred_[k].busy)
+      ++k;
+    if (k == deferred_.size()) {
+      Deferred d;
+      for (cudaEvent_t* e : {&d.ready, &d.read}) {
+        if (auto rc = cudaEventCreateWithFlags(e, cudaEventDisableTiming); rc != cudaSuccess) {
+          return cuda_failure("cudaEventCreate", rc);
+        }
+      }
+      deferred_.push_back(std::move(d));
+    }
+    Deferred& d = deferred_[k];
+    if (auto ok = grow(d.dev, std::max<std::size_t>(rows * V * 4, 4)); !ok) return ok;
+    if (auto rc = d.host.reserve(std::max<std::size_t>(rows * V * 4, 4)); rc != cudaSuccess) {
+      return cuda_failure("allocating pinned logits", rc);
+    }
+    if (auto ok = enqueue_parts(stage, parts, tensor_group); !ok) return ok;
+    // After this rank's sends (as in forward()), once the buffer's last logits were read.
+    cudaStreamWaitEvent(logits_stream_, d.read, 0);
+    std::size_t at = 0;
+    for (const auto& mb : parts) {
+      const auto n = static_cast<std::size_t>(mb.logit_rows()) * V;
+      if (n == 0) continue;
+      auto* dst = d.dev.as<float>() + at;
+      if (auto ok = head_->recv(std::as_writable_bytes(std::span<float>(dst, n)), 1); !ok) {
+        return ok;
+      }
+      at += n;
+    }
+    if (auto rc = cudaEventRecord(d.ready, logits_stream_); rc != cudaSuccess) {
+      return cuda_failure("cudaEventRecord", rc);
+    }
+    if (auto rc = cudaGetLastError(); rc != cudaSuccess) return cuda_failure("a step", rc);
+    d.busy = true;
+    d.rows = rows;
+    deferred_order_.push_back(k);
+    return {};
+  }
+
+  Result<void> take_logits(model::StageForward& stage, std::vector<float>& logits,
+                           bool on_device) override {
+    logits.clear();
+    if (deferred_order_.empty()) {
+      return Error(ErrorCode::kInternal, "pipeline over NCCL: no deferred step to take");
+    }
+    if (auto rc = cudaSetDevice(device_); rc != cudaSuccess) {
+      return cuda_failure("cudaSetDevice", rc);
+    }
+    Deferred& d = deferred_[deferred_order_.front()];
+    deferred_order_.pop_front();
+    d.busy = false;
+    const auto V = static_cast<std::size_t>(stage.spec().vocab_size);
+    if (on_device) {
+      // Into the stage's sampler on its stream once they are here: no host wait.
+      cudaStreamWaitEvent(compute_, d.ready, 0);
+      if (auto ok = stage.adopt_logits(d.dev.as<float>(), static_cast<int>(d.rows)); !ok) {
+        return ok;
+      }
+      cudaEventRecord(d.read, compute_);
+      if (auto rc = cudaGetLastError(); rc != cudaSuccess) return cuda_failure("a step", rc);
+      return {};
+    }
+    if (auto rc = cudaMemcpyAsync(d.host.get(), d.dev.get(), d.rows * V * 4, cudaMemcpyDeviceToHost,
+                                  logits_stream_);
+        rc != cudaSuccess) {
+      return cuda_failure("copying the logits to the host", rc);
+    }
+    cudaEventRecord(d.read, logits_stream_);
+    if (auto rc = cudaEventSynchronize(d.read); rc != cudaSuccess) {
+      return cuda_failure("waiting for the logits", rc);
+    }
+    const auto* host = d.host.as<float>();
+    logits.assign(host, host + d.rows * V);
+    return {};
+  }
+
  private:
+  // For each micro-batch: receive its input from the stage before (unless this stage embeds),
+  // run the stage's layers on it, and send the output on (the last stage's tp rank 0 sends
+  // logits to world rank 0); each on its own stream, ordered by the slot's events.
+  Result<void> enqueue_parts(model::StageForward& stage, const std::vector<model::StepBatch>& parts,
+                             Communicator* tensor_group) {
+    const auto& spec = stage.spec();
+    const auto H = static_cast<std::size_t>(spec.hidden_size);
+    const auto V = static_cast<std::size_t>(spec.vocab_size);
+    const bool first = place_.stage == 0, last = place_.stage + 1 == place_.stages;
+    const bool sends_logits = last && place_.tp_rank == 0;  // to world rank 0 (not this rank)
+    if (auto ok = make_slots(parts.size()); !ok) return ok;
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      const auto& mb = parts[i];
+      Slot& slot = slots_[i];
+      const auto hidden = mb.tokens.size() * H;
+      const float* in = nullptr;
+      if (!first) {
+        if (auto ok = grow(slot.in, hidden * 4); !ok) return ok;
+        // The stage has read this slot's last message (its step before) before a new one lands.
+        cudaStreamWaitEvent(recv_stream_, slot.computed, 0);
+        if (auto ok =
+                in_->recv(std::as_writable_bytes(std::span<float>(slot.in.as<float>(), hidden)), 0);
+            !ok) {
+          return ok;
+        }
+        cudaEventRecord(slot.received, recv_stream_);
+        cudaStreamWaitEvent(compute_, slot.received, 0);
+        in = slot.in.as<float>();
+      }
+      float* out = nullptr;
+      std::size_t out_floats = 0;
+      if (!last || sends_logits) {
+        out_floats = last ? static_cast<std::size_t>(mb.logit_rows()) * V : hidden;
+        if (auto ok = grow(slot.out, out_floats * 4); !ok) return ok;
+        // The slot's last message has left before the stage writes the next one there.
+        cudaStreamWaitEvent(compute_, slot.sent, 0);
+        out = slot.out.as<float>();
+      }
+      if (auto ok = stage.enqueue(mb, in, out, tensor_group); !ok) return ok;
+      cudaEventRecord(slot.computed, compute_);
+      if (out != nullptr && out_floats > 0) {  // a piece may need no logits (a prefill chunk)
+        cudaStreamWaitEvent(send_stream_, slot.computed, 0);
+        Communicator& link = last ? *head_ : *out_;
+        if (auto ok =
+                link.send(std::as_bytes(std::span<const float>(out, out_floats)), last ? 0 : 1);
+            !ok) {
+          return ok;
+        }
+        cudaEventRecord(slot.sent, send_stream_);
+      }
+    }
+    return {};
+  }
+
+  // A deferred step's logits (forward_deferred): received on the logits stream (ready), read
+  // by the sampler or the copy to the host (read) before the buffer takes another step's.
+  struct Deferred {
+    DeviceBuffer dev;
+    PinnedBuffer host;
+    cudaEvent_t ready = nullptr, read = nullptr;
+    std::size_t rows = 0;
+    bool busy = false;
+  };
+
   // NCCL connects a pair of ranks at their first send and receive, and the caller waits for
   // the peer there: one small message per link, while both ranks are here, so that no step
   // waits on a connection its peer makes only after another one.
@@ -315,8 +440,10 @@ class NcclStageLinks final : public DeviceStageLinks {
   std::vector<Slot> slots_;
   DeviceBuffer logits_dev_;
   PinnedBuffer logits_host_;
-  cudaEvent_t logits_ready_ = nullptr;  // on logits_stream_: the step's logits are here
-  cudaEvent_t logits_read_ = nullptr;   // on the stage's stream: its sampler has copied them
+  cudaEvent_t logits_ready_ = nullptr;      // on logits_stream_: the step's logits are here
+  cudaEvent_t logits_read_ = nullptr;       // on the stage's stream: its sampler has copied them
+  std::vector<Deferred> deferred_;          // world rank 0's deferred steps' logits
+  std::deque<std::size_t> deferred_order_;  // in flight, oldest first
 };
 
 }  // namespace

@@ -26,7 +26,7 @@ PipelinePlace pipeline_place(int rank, int tensor_parallel, int stages) {
 
 Result<std::unique_ptr<PipelineBackend>> PipelineBackend::create(
     std::unique_ptr<model::StageForward> stage, Communicator& world, PipelinePlace place,
-    int micro_batches, DeviceLinksFactory device_links) {
+    int micro_batches, DeviceLinksFactory device_links, int groups) {
   if (world.device_buffers()) {
     return Error(ErrorCode::kInvalidArgument, "pipeline: stages exchange host buffers; the " +
                                                   world.name() +
@@ -55,8 +55,12 @@ Result<std::unique_ptr<PipelineBackend>> PipelineBackend::create(
     return Error(ErrorCode::kInvalidArgument, "pipeline: micro-batches must be at least 1, not " +
                                                   std::to_string(micro_batches));
   }
-  return std::unique_ptr<PipelineBackend>(
-      new PipelineBackend(std::move(stage), world, place, micro_batches, std::move(device_links)));
+  if (groups < 1) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "pipeline: groups must be at least 1, not " + std::to_string(groups));
+  }
+  return std::unique_ptr<PipelineBackend>(new PipelineBackend(
+      std::move(stage), world, place, micro_batches, std::move(device_links), groups));
 }
 
 std::string PipelineBackend::transport() const {
@@ -85,9 +89,7 @@ Result<void> PipelineBackend::launch(const model::StepBatch& batch) {
   return step(batch, launched_, true);
 }
 
-Result<void> PipelineBackend::step(const model::StepBatch& batch, std::vector<float>& logits,
-                                   bool logits_on_device) {
-  logits.clear();
+Result<std::vector<model::StepBatch>> PipelineBackend::begin_step(const model::StepBatch& batch) {
   const auto& spec = stage_->spec();
   // Every rank checks the whole batch before anything is sent, so a bad batch fails on every
   // rank alike instead of leaving a later stage waiting for a message that never comes.
@@ -97,7 +99,7 @@ Result<void> PipelineBackend::step(const model::StepBatch& batch, std::vector<fl
     any.num_kv_heads = spec.num_kv_heads;
     any.head_dim = spec.head_dim;
     any.page_size = stage_->page_size();
-    if (auto ok = model::check_step_batch(spec, batch, any, num_pages()); !ok) return ok;
+    if (auto ok = model::check_step_batch(spec, batch, any, num_pages()); !ok) return ok.error();
   }
   if (place_.tensor_parallel > 1 && tensor_group_ == nullptr) {
     auto group = world_.split(place_.stage, place_.tp_rank);
@@ -126,18 +128,16 @@ Result<void> PipelineBackend::step(const model::StepBatch& batch, std::vector<fl
     const auto by_tokens = static_cast<long long>(batch.tokens.size()) / min_tokens;
     count = static_cast<int>(std::clamp<long long>(by_tokens, 1, micro_batches_));
   }
-  if (links_ != nullptr) {
-    return links_->forward(*stage_, model::split_micro_batches(batch, count), logits,
-                           tensor_group_.get(), logits_on_device);
-  }
-  const auto H = static_cast<std::size_t>(spec.hidden_size);
-  const auto V = static_cast<std::size_t>(spec.vocab_size);
+  return model::split_micro_batches(batch, count);
+}
+
+Result<void> PipelineBackend::run_parts(const std::vector<model::StepBatch>& parts,
+                                        std::vector<float>& logits) {
+  const auto H = static_cast<std::size_t>(stage_->spec().hidden_size);
   const bool first = place_.stage == 0, last = place_.stage + 1 == place_.stages;
   const int prev = first ? -1 : place_.world_rank(place_.stage - 1, place_.tp_rank);
   const int next = last ? -1 : place_.world_rank(place_.stage + 1, place_.tp_rank);
-  const int head_rank = place_.world_rank(place_.stages - 1, 0);
   const bool leader = world_.rank() == 0;
-  const auto parts = model::split_micro_batches(batch, count);
   for (const auto& mb : parts) {
     in_.clear();
     if (!first) {
@@ -153,18 +153,97 @@ Result<void> PipelineBackend::step(const model::StepBatch& batch, std::vector<fl
       if (auto ok = world_.send(bytes(out_), 0); !ok) return ok;
     }
   }
+  return {};
+}
+
+Result<void> PipelineBackend::step(const model::StepBatch& batch, std::vector<float>& logits,
+                                   bool logits_on_device) {
+  logits.clear();
+  auto parts = begin_step(batch);
+  if (!parts) return parts.error();
+  if (links_ != nullptr) {
+    return links_->forward(*stage_, *parts, logits, tensor_group_.get(), logits_on_device);
+  }
+  if (auto ok = run_parts(*parts, logits); !ok) return ok;
+  const auto V = static_cast<std::size_t>(stage_->spec().vocab_size);
+  const bool leader = world_.rank() == 0, last = place_.stage + 1 == place_.stages;
   if (leader && !last) {
+    const int head_rank = place_.world_rank(place_.stages - 1, 0);
     logits.reserve(static_cast<std::size_t>(batch.logit_rows()) * V);
-    for (const auto& mb : parts) {
+    for (const auto& mb : *parts) {
       received_.resize(static_cast<std::size_t>(mb.logit_rows()) * V);
       if (auto ok = world_.recv(bytes(received_), head_rank); !ok) return ok;
       logits.insert(logits.end(), received_.begin(), received_.end());
     }
   }
-  if (auto ok = world_.wait_sends(); !ok) return ok;
+  // With steps in flight, a rank's sends may wait for a peer that is still behind (rank 0
+  // receives a step's logits only after it submitted the next group's step): they complete
+  // as later sends and the communicator's own end reap them.
+  if (groups_ <= 1) {
+    if (auto ok = world_.wait_sends(); !ok) return ok;
+  }
   if (logits_on_device && leader) {
     return stage_->adopt_logits(logits.data(), batch.logit_rows());
   }
+  return {};
+}
+
+Result<void> PipelineBackend::submit(const model::StepBatch& batch) {
+  if (world_.rank() != 0 || groups_ <= 1) {
+    return Error(ErrorCode::kInternal,
+                 "pipeline: only world rank 0 of a pipeline with groups submits steps");
+  }
+  if (static_cast<int>(in_flight_.size()) >= groups_) {
+    return Error(ErrorCode::kInternal, "pipeline: " + std::to_string(groups_) +
+                                           " steps are in flight already; collect one first");
+  }
+  auto parts = begin_step(batch);
+  if (!parts) return parts.error();
+  InFlight f;
+  f.rows = batch.logit_rows();
+  if (links_ != nullptr && links_->defers_logits()) {
+    // Enqueued on the stage's GPU and its links; the logits land in a buffer of the step's own.
+    if (auto ok = links_->forward_deferred(*stage_, *parts, tensor_group_.get()); !ok) return ok;
+    f.deferred = true;
+  } else if (links_ != nullptr) {
+    // Links that run a step to its end: its logits wait here for collect().
+    if (auto ok = links_->forward(*stage_, *parts, f.logits, tensor_group_.get(), false); !ok) {
+      return ok;
+    }
+    f.have_logits = true;
+  } else {
+    if (auto ok = run_parts(*parts, f.logits); !ok) return ok;
+    f.have_logits = place_.stage + 1 == place_.stages;  // a pipeline of one stage
+    for (const auto& mb : *parts)
+      f.part_rows.push_back(mb.logit_rows());
+  }
+  in_flight_.push_back(std::move(f));
+  return {};
+}
+
+Result<void> PipelineBackend::collect(std::vector<float>& logits, bool on_device) {
+  logits.clear();
+  if (in_flight_.empty()) {
+    return Error(ErrorCode::kInternal, "pipeline: no step is in flight to collect");
+  }
+  InFlight f = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  if (f.deferred) return links_->take_logits(*stage_, logits, on_device);
+  std::vector<float>& out = on_device ? launched_ : logits;
+  out.clear();
+  if (f.have_logits) {
+    out = std::move(f.logits);
+  } else {
+    const auto V = static_cast<std::size_t>(stage_->spec().vocab_size);
+    const int head_rank = place_.world_rank(place_.stages - 1, 0);
+    out.reserve(static_cast<std::size_t>(f.rows) * V);
+    for (int rows : f.part_rows) {
+      received_.resize(static_cast<std::size_t>(rows) * V);
+      if (auto ok = world_.recv(bytes(received_), head_rank); !ok) return ok;
+      out.insert(out.end(), received_.begin(), received_.end());
+    }
+  }
+  if (on_device) return stage_->adopt_logits(out.data(), f.rows);
   return {};
 }
 

@@ -20,8 +20,19 @@ std::span<std::byte> bytes(std::vector<T>& v) {
   return std::as_writable_bytes(std::span<T>(v));
 }
 
-Result<void> send_header(Communicator& comm, Header& h) {
-  return comm.broadcast(std::as_writable_bytes(std::span<Header>(&h, 1)), 0);
+// The leader's messages reach every follower by a broadcast, or (point_to_point) by a send
+// to each, which returns at once; a follower receives them either way.
+Result<void> deliver(Communicator& comm, std::span<std::byte> data, bool point_to_point) {
+  if (!point_to_point) return comm.broadcast(data, 0);
+  if (comm.rank() != 0) return comm.recv(data, 0);
+  for (int r = 1; r < comm.size(); ++r) {
+    if (auto ok = comm.send(data, r); !ok) return ok;
+  }
+  return {};
+}
+
+Result<void> send_header(Communicator& comm, Header& h, bool point_to_point) {
+  return deliver(comm, std::as_writable_bytes(std::span<Header>(&h, 1)), point_to_point);
 }
 
 // The batch as int32s: tokens, positions, then per sequence (begin, count, flags: all_logits 1
@@ -66,24 +77,27 @@ Result<model::StepBatch> unpack(const Header& h, const std::vector<std::int32_t>
 }  // namespace
 
 Result<std::unique_ptr<TensorParallelLeader>> TensorParallelLeader::create(
-    std::unique_ptr<model::ForwardBackend> local, Communicator& comm) {
+    std::unique_ptr<model::ForwardBackend> local, Communicator& comm, bool point_to_point) {
   if (comm.rank() != 0) {
     return Error(ErrorCode::kInvalidArgument,
                  "tensor parallel: the leader is rank 0, not rank " + std::to_string(comm.rank()));
   }
   Header h{kPool, 0, 0, local->num_pages()};
-  if (auto ok = send_header(comm, h); !ok) return ok.error();
-  return std::unique_ptr<TensorParallelLeader>(new TensorParallelLeader(std::move(local), comm));
+  if (auto ok = send_header(comm, h, point_to_point); !ok) return ok.error();
+  return std::unique_ptr<TensorParallelLeader>(
+      new TensorParallelLeader(std::move(local), comm, point_to_point));
 }
 
 TensorParallelLeader::~TensorParallelLeader() {
   Header h{kStop, 0, 0, 0};
-  (void)send_header(comm_, h);
+  (void)send_header(comm_, h, point_to_point_);
+  if (point_to_point_) (void)comm_.wait_sends();
 }
 
-void stop_tensor_parallel_followers(Communicator& comm) {
+void stop_tensor_parallel_followers(Communicator& comm, bool point_to_point) {
   Header h{kStop, 0, 0, 0};
-  (void)send_header(comm, h);
+  (void)send_header(comm, h, point_to_point);
+  if (point_to_point) (void)comm.wait_sends();
 }
 
 Result<void> TensorParallelLeader::forward(const model::StepBatch& batch,
@@ -95,6 +109,11 @@ Result<void> TensorParallelLeader::forward(const model::StepBatch& batch,
 Result<void> TensorParallelLeader::launch(const model::StepBatch& batch) {
   if (auto ok = send(batch); !ok) return ok;
   return local_->launch(batch);
+}
+
+Result<void> TensorParallelLeader::submit(const model::StepBatch& batch) {
+  if (auto ok = send(batch); !ok) return ok;
+  return local_->submit(batch);
 }
 
 Result<void> TensorParallelLeader::send(const model::StepBatch& batch) {
@@ -110,16 +129,17 @@ Result<void> TensorParallelLeader::send(const model::StepBatch& batch) {
                  "step batch has " + std::to_string(batch.tokens.size()) + " tokens but " +
                      std::to_string(batch.positions.size()) + " positions");
   }
-  if (auto ok = send_header(comm_, h); !ok) return ok;
-  return comm_.broadcast(bytes(payload), 0);
+  if (auto ok = send_header(comm_, h, point_to_point_); !ok) return ok;
+  return deliver(comm_, bytes(payload), point_to_point_);
 }
 
 Result<void> follow_tensor_parallel_leader(
     Communicator& comm,
     const std::function<Result<std::unique_ptr<model::ForwardBackend>>(int num_pages)>&
-        make_backend) {
+        make_backend,
+    bool point_to_point) {
   Header h;
-  if (auto ok = send_header(comm, h); !ok) return ok;
+  if (auto ok = send_header(comm, h, point_to_point); !ok) return ok;
   if (h.kind != kPool) {
     // The leader stopped before it had a pool (its engine failed to start).
     if (h.kind == kStop) return {};
@@ -132,10 +152,13 @@ Result<void> follow_tensor_parallel_leader(
   model::DeviceSamplingOutput sampled;
   std::vector<std::int32_t> payload;
   for (;;) {
-    if (auto ok = send_header(comm, h); !ok) return ok;
-    if (h.kind == kStop) return {};
+    if (auto ok = send_header(comm, h, point_to_point); !ok) return ok;
+    if (h.kind == kStop) {
+      if (point_to_point) return comm.wait_sends();  // the last steps' logits delivered
+      return {};
+    }
     payload.assign(static_cast<std::size_t>(2 * h.tokens + 4 * h.sequences + h.page_entries), 0);
-    if (auto ok = comm.broadcast(bytes(payload), 0); !ok) return ok;
+    if (auto ok = deliver(comm, bytes(payload), point_to_point); !ok) return ok;
     auto batch = unpack(h, payload);
     if (!batch) return batch.error();
     if ((*backend)->samples_on_device()) {

@@ -18,8 +18,12 @@ class TensorParallelLeader final : public model::ForwardBackend {
  public:
   // `local` runs rank 0's shard with `comm` (host buffers); `comm` must outlive this. Tells
   // the followers the pool's page count, so it must be made after they started following.
+  // point_to_point: each message goes to every follower by send() (which returns at once)
+  // instead of a broadcast, so the leader never waits for a follower still busy with an
+  // earlier step (a pipeline with steps in flight); the followers must be told alike.
   static Result<std::unique_ptr<TensorParallelLeader>> create(
-      std::unique_ptr<model::ForwardBackend> local, Communicator& comm);
+      std::unique_ptr<model::ForwardBackend> local, Communicator& comm,
+      bool point_to_point = false);
   // Tells the followers to stop.
   ~TensorParallelLeader() override;
   TensorParallelLeader(const TensorParallelLeader&) = delete;
@@ -36,17 +40,26 @@ class TensorParallelLeader final : public model::ForwardBackend {
                       model::DeviceSamplingOutput& output) override {
     return local_->sample(input, output);
   }
+  // Steps in flight (a pipeline's groups): submit() sends the step like forward(), then
+  // submits the local share; collect() is the local backend's.
+  int steps_in_flight() const noexcept override { return local_->steps_in_flight(); }
+  Result<void> submit(const model::StepBatch& batch) override;
+  Result<void> collect(std::vector<float>& logits, bool on_device) override {
+    return local_->collect(logits, on_device);
+  }
 
  private:
   Result<void> send(const model::StepBatch& batch);
-  TensorParallelLeader(std::unique_ptr<model::ForwardBackend> local, Communicator& comm)
-      : local_(std::move(local)), comm_(comm) {}
+  TensorParallelLeader(std::unique_ptr<model::ForwardBackend> local, Communicator& comm,
+                       bool point_to_point)
+      : local_(std::move(local)), comm_(comm), point_to_point_(point_to_point) {}
   std::unique_ptr<model::ForwardBackend> local_;
   Communicator& comm_;
+  bool point_to_point_;
 };
 
 // For a leader that fails before it has a pool: the followers' loops return.
-void stop_tensor_parallel_followers(Communicator& comm);
+void stop_tensor_parallel_followers(Communicator& comm, bool point_to_point = false);
 
 // A follower's loop: waits for the leader's page count, makes its backend with
 // make_backend(num_pages), then runs every batch the leader sends until the leader stops
@@ -54,9 +67,11 @@ void stop_tensor_parallel_followers(Communicator& comm);
 // there unread).
 // A step that fails here failed alike on the leader (the same checks on the same batch), so
 // the loop goes on; an error of the communicator or of make_backend ends it.
+// point_to_point: the leader sends its messages point to point (create()'s flag, alike).
 Result<void> follow_tensor_parallel_leader(
     Communicator& comm,
     const std::function<Result<std::unique_ptr<model::ForwardBackend>>(int num_pages)>&
-        make_backend);
+        make_backend,
+    bool point_to_point = false);
 
 }  // namespace weft::parallel

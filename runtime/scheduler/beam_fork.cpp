@@ -53,6 +53,7 @@ Result<void> Scheduler::fork(std::uint64_t parent_id, std::uint64_t child,
   seq.max_new_tokens = parent.max_new_tokens;
   seq.cached_tokens = parent.cached_tokens;
   seq.beam_group = parent.beam_group;
+  seq.group = parent.group;  // a beam group's members step together
   // Full pages whose every token is computed hold exactly what the child's would: share them.
   // The partial last page is written by both, so the child recomputes its tokens (at least
   // one token must be left to compute: its logits give the child's next token).

@@ -204,6 +204,7 @@ void Scheduler::preempt(std::uint64_t id, StepPlan& plan) {
   release_pages(seq);  // with the prefix cache, its readmission may find them again
   seq.computed = 0;    // recompute: prompt and output so far are prefilled again
   seq.catching_up = false;
+  seq.group = -1;
   ++seq.preemptions;
   ++preemptions_;
   running_.erase(std::find(running_.begin(), running_.end(), id));
@@ -212,8 +213,30 @@ void Scheduler::preempt(std::uint64_t id, StepPlan& plan) {
 }
 
 StepPlan Scheduler::plan_step() {
+  return plan_step(-1);
+}
+
+int Scheduler::group_size(int group) const {
+  int n = 0;
+  for (std::uint64_t id : running_)
+    n += sequences_.at(id).group == group ? 1 : 0;
+  return n;
+}
+
+StepPlan Scheduler::plan_step(int group) {
+  if (groups_ <= 1) group = -1;  // one group: every running sequence
+  // The sequences this plan may touch: all, or group `group`'s.
+  const auto mine = [&](const Sequence& s) { return group < 0 || s.group == group; };
   StepPlan plan;
   plan.step = next_step_++;
+  plan.group = group;
+  // Groups: waiting sequences join this group while it holds fewer than its share.
+  int members = group < 0 ? 0 : group_size(group);
+  // (Of the sequences that may run at once: a long queue must not fill one group up to
+  // max_running and leave the others empty.)
+  const int may_run =
+      std::min(static_cast<int>(running_.size() + waiting_.size()), config_.max_running);
+  const int share = group < 0 ? 0 : (may_run + groups_ - 1) / groups_;
   int budget = config_.max_tokens_per_step;
   struct Choice {
     std::uint64_t id;
@@ -231,20 +254,26 @@ StepPlan Scheduler::plan_step() {
     int decodes = 0;
     for (std::uint64_t id : running_) {
       const Sequence& s = sequences_.at(id);
-      if (static_cast<int>(s.tokens.size()) - s.computed != 1) continue;
+      if (!mine(s) || static_cast<int>(s.tokens.size()) - s.computed != 1) continue;
       if (++decodes > budget) break;
       needed +=
           std::max(0, pages_for(s.computed + 1 - s.evicted) - static_cast<int>(s.pages.size()));
     }
     decode_pages = needed;
     if (needed <= available_pages() || running_.empty()) break;
-    preempt(running_.back(), plan);
+    // Another group's sequences may be in a step that is still running: never theirs.
+    auto victim = std::find_if(running_.rbegin(), running_.rend(),
+                               [&](std::uint64_t id) { return mine(sequences_.at(id)); });
+    if (victim == running_.rend()) break;
+    if (group >= 0) --members;
+    preempt(*victim, plan);
   }
   // The prefix cache evicts the pages all decodes need at once (the same pages, in the same
   // order, as one eviction per sequence would), so a step walks the cache once.
   if (cache_ && decode_pages > 0) cache_->make_free(decode_pages);
   for (std::uint64_t id : running_) {
     Sequence& s = sequences_.at(id);
+    if (!mine(s)) continue;
     if (static_cast<int>(s.tokens.size()) - s.computed != 1 || budget == 0) continue;
     if (!grow_pages(s, s.computed + 1)) continue;  // cannot happen after the loop above
     chosen.push_back({id, 1});
@@ -273,12 +302,21 @@ StepPlan Scheduler::plan_step() {
   for (std::uint64_t id : running_) {
     Sequence& s = sequences_.at(id);
     if (budget == 0) break;
-    if (static_cast<int>(s.tokens.size()) - s.computed > 1) prefill_chunk(s);
+    if (mine(s) && static_cast<int>(s.tokens.size()) - s.computed > 1) prefill_chunk(s);
   }
   while (!waiting_.empty() && budget > 0 &&
-         static_cast<int>(running_.size()) < config_.max_running) {
+         static_cast<int>(running_.size()) < config_.max_running &&
+         (group < 0 || members < share)) {
     Sequence& s = sequences_.at(waiting_.front());
     if (!admission_allows(s)) break;  // first come, first served: nobody skips ahead
+    if (group >= 0 && s.beam_group != 0) {
+      // A beam joins the group its running members step in.
+      const auto other = std::find_if(running_.begin(), running_.end(), [&](std::uint64_t id) {
+        const Sequence& r = sequences_.at(id);
+        return r.beam_group == s.beam_group && r.group != group;
+      });
+      if (other != running_.end()) break;
+    }
     if (s.share_prefix_of != 0) {
       // A sibling waits (first come, first served: so does everyone behind it) until its
       // parent has computed the pages it can share; a parent that is gone shares nothing.
@@ -327,6 +365,8 @@ StepPlan Scheduler::plan_step() {
     }
     waiting_.pop_front();
     running_.push_back(s.id);
+    s.group = group;
+    ++members;
   }
 
   std::unordered_map<std::uint64_t, std::shared_ptr<const speculative::DraftTree>> drafts;

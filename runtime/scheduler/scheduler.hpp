@@ -96,6 +96,7 @@ struct ScheduledSlice {
 
 struct StepPlan {
   std::uint64_t step = 0;
+  int group = -1;  // the sequence group planned (set_groups); -1: every running sequence
   std::vector<std::int32_t> tokens;
   std::vector<std::int32_t> positions;
   std::vector<ScheduledSlice> slices;
@@ -116,6 +117,9 @@ struct Sequence {
   int cached_tokens = 0;  // prompt tokens the prefix cache gave it at its first admission
   // A sibling sample (n > 1): whose full prompt pages this sequence shares when admitted.
   std::uint64_t share_prefix_of = 0;
+  // Sequence groups (Scheduler::set_groups): the group whose steps run this sequence, set when
+  // it is admitted (or forked from a beam); -1 while waiting, or without groups.
+  int group = -1;
   // Beam search: the group's first sequence (whose admission reserved the whole width); 0
   // for a sequence of its own.
   std::uint64_t beam_group = 0;
@@ -240,6 +244,21 @@ class Scheduler {
 
   StepPlan plan_step();
 
+  // Sequence groups (pipeline parallelism with steps in flight, docs/parallel.md): the running
+  // sequences are split into `groups` groups whose steps are planned and completed apart, so
+  // one group's step can be planned while another's is still running. plan_step(g) plans
+  // only group g's sequences (preempting only among them) and admits waiting sequences into g
+  // while g holds fewer than its share, ceil(min(running + waiting, max_running) / groups),
+  // of the sequences
+  // (so a new request joins the group that is short of sequences; a beam's members stay in
+  // one group). The caller must not plan a group again before completing its step. With one
+  // group (the default) plan_step(0) is plan_step().
+  void set_groups(int groups) { groups_ = std::max(1, groups); }
+  int groups() const noexcept { return groups_; }
+  StepPlan plan_step(int group);
+  // Running sequences of group g.
+  int group_size(int group) const;
+
   // Records a step's results: `sampled` holds one token per slice with samples == true, in
   // slice order. Slices of sequences removed since the plan was made are skipped.
   // Draft slices (slice.draft) take their outcome from `verified`, one per draft slice in
@@ -319,6 +338,7 @@ class Scheduler {
   std::vector<std::uint64_t> running_;  // in admission order
   std::deque<std::uint64_t> waiting_;
   std::uint64_t next_step_ = 0;
+  int groups_ = 1;
   std::uint64_t preemptions_ = 0;
   std::uint64_t compressions_ = 0;
   std::uint64_t compressed_pages_ = 0;

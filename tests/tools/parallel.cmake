@@ -70,6 +70,13 @@ if(WEFT_HAVE_MPI AND WEFT_MPIEXEC)
   add_test(NAME weft_bench_pipeline_parallel
            COMMAND sh -c "one=$($<TARGET_FILE:weft> bench --model ${CMAKE_SOURCE_DIR}/models/weft-tiny --device cpu --threads 1 --num-requests 3 --input-len 8 --output-len 4 | grep -o 'output_digest\":\"[0-9a-f]*') && two=$(${tp_launch_text} -np 2 $<TARGET_FILE:weft> bench --model ${CMAKE_SOURCE_DIR}/models/weft-tiny --device cpu --threads 1 --num-requests 3 --input-len 8 --output-len 4 --pipeline-parallel 2 --micro-batches 2 | grep -o 'output_digest\":\"[0-9a-f]*') && echo \"one: $one\" && echo \"pp2: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]")
   set_tests_properties(weft_bench_pipeline_parallel PROPERTIES TIMEOUT 180)
+  # Sequence groups in flight (--pp-groups 2, and 3 over the two stages): one process's output
+  # digest, and the groups' steps were in the pipeline together (steps_in_flight_peak).
+  set(pp_bench_args bench --model ${CMAKE_SOURCE_DIR}/models/weft-tiny --device cpu --threads 1 --num-requests 8 --input-len 12 --output-len 10)
+  string(REPLACE ";" " " pp_bench_text "${pp_bench_args}")
+  add_test(NAME weft_bench_pipeline_parallel_groups
+           COMMAND sh -c "one=$($<TARGET_FILE:weft> ${pp_bench_text} | grep -o 'output_digest\":\"[0-9a-f]*') && for g in 2 3; do out=$(${tp_launch_text} -np 2 $<TARGET_FILE:weft> ${pp_bench_text} --pipeline-parallel 2 --pp-groups $g | tail -1) && two=$(echo \"$out\" | grep -o 'output_digest\":\"[0-9a-f]*') && peak=$(echo \"$out\" | grep -o 'steps_in_flight_peak\":[0-9]*' | cut -d: -f2) && echo \"one: $one pp2 groups $g: $two, steps in flight at most $peak\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ] && [ \"$peak\" = \"$g\" ] || exit 1; done")
+  set_tests_properties(weft_bench_pipeline_parallel_groups PROPERTIES TIMEOUT 180)
 endif()
 
 # weft serve leading a group of two ranks: a greedy completion over HTTP equals weft generate.
@@ -130,13 +137,22 @@ if(WEFT_HAVE_NCCL AND WEFT_MPIEXEC)
   endforeach()
   set(pp_bench "bench --model ${CMAKE_SOURCE_DIR}/models/weft-tiny --device cuda --num-requests 8 --input-len 16 --output-len 8 --gpu-memory-fraction 0.3")
   add_test(NAME weft_bench_pipeline_parallel_cuda
-           COMMAND sh -c "${tp_two_gpus}; export WEFT_PP_TRANSPORT=nccl; one=$($<TARGET_FILE:weft> ${pp_bench} | grep -o 'output_digest\":\"[0-9a-f]*') && two=$(${tp_launch_text} -np 2 -x WEFT_PP_TRANSPORT $<TARGET_FILE:weft> ${pp_bench} --pipeline-parallel 2 | grep -o 'output_digest\":\"[0-9a-f]*') && echo \"one gpu: $one\" && echo \"pp2: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]")
+           COMMAND sh -c "${tp_two_gpus}; export WEFT_PP_TRANSPORT=nccl; one=$($<TARGET_FILE:weft> ${pp_bench} | grep -o 'output_digest\":\"[0-9a-f]*') && two=$(${tp_launch_text} -np 2 -x WEFT_PP_TRANSPORT $<TARGET_FILE:weft> ${pp_bench} --pipeline-parallel 2 --pp-groups 1 | grep -o 'output_digest\":\"[0-9a-f]*') && echo \"one gpu: $one\" && echo \"pp2: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]")
   add_test(NAME weft_bench_pipeline_parallel_cuda_micro_batches
            COMMAND sh -c "${tp_two_gpus}; export WEFT_PP_TRANSPORT=nccl WEFT_PP_MICRO_TOKENS=1; ${tp_launch_text} -np 2 -x WEFT_PP_TRANSPORT -x WEFT_PP_MICRO_TOKENS $<TARGET_FILE:weft> ${pp_bench} --pipeline-parallel 2 --micro-batches 2")
+  # Sequence groups in flight over NCCL (rank 0 defers each step's logits): every request
+  # finishes and both groups' steps were in flight together. (Not compared with one GPU's
+  # digest: which requests share a step depends on when they arrive, and a GPU's bf16 products
+  # may round a row differently in a batch of another size.)
+  add_test(NAME weft_bench_pipeline_parallel_cuda_groups
+           COMMAND sh -c "${tp_two_gpus}; export WEFT_PP_TRANSPORT=nccl; ${tp_launch_text} -np 2 -x WEFT_PP_TRANSPORT $<TARGET_FILE:weft> ${pp_bench} --pipeline-parallel 2 --pp-groups 2")
   set_tests_properties(weft_bench_pipeline_parallel_cuda weft_bench_pipeline_parallel_cuda_micro_batches
+                       weft_bench_pipeline_parallel_cuda_groups
                        PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77)
   set_tests_properties(weft_bench_pipeline_parallel_cuda_micro_batches PROPERTIES
                        PASS_REGULAR_EXPRESSION "requests 8 \\(0 failed\\)")
+  set_tests_properties(weft_bench_pipeline_parallel_cuda_groups PROPERTIES
+                       PASS_REGULAR_EXPRESSION "requests 8 \\(0 failed\\).*steps_in_flight_peak\":2")
   # Hybrid on GPUs: two stages of two tensor-parallel ranks (4 processes: on 2 GPUs two per GPU,
   # each stage's NCCL group over GPUs 0 and 1; on 4 GPUs one each) give the tokens of TP=2 alone
   # (the same shards and all-reduces; the stages only hand the fp32 residual stream on), with

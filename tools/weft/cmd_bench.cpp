@@ -257,6 +257,7 @@ int run_bench(const BenchOptions& o) {
   config.jump_forward = !o.no_jump_forward;
   config.pipeline_parallel = o.pipeline.stages;
   config.micro_batches = o.pipeline.micro_batches;
+  config.pp_groups = o.pipeline.pp_groups;
   config.cpu_layers = o.pipeline.cpu_layers;
   config.gpu_memory_budget_mb = o.pipeline.gpu_memory_budget_mb;
   auto tp = start_tensor_parallel("bench", o.tensor_parallel, config);
@@ -425,6 +426,7 @@ int run_bench(const BenchOptions& o) {
       {"kv_compressions", metrics.kv_compressions},
       {"kv_compressed_pages", metrics.kv_compressed_pages},
       {"steps", metrics.steps},
+      {"steps_in_flight_peak", metrics.steps_in_flight_peak},
       {"input_tokens", input_tokens},
       {"output_tokens", output_tokens},
       {"dataset", o.dataset},
@@ -604,6 +606,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   grammar_opt->excludes(object);
   add_tensor_parallel_option(cmd, opts->tensor_parallel);
   add_pipeline_options(cmd, opts->pipeline);
+  add_pp_groups_option(cmd, opts->pipeline);
   cmd->add_option("--threads", opts->threads, "CPU threads for the forward pass (0: all cores)")
       ->capture_default_str();
   cmd->add_option("--prefix-cache", opts->prefix_cache,

@@ -119,6 +119,7 @@ int run_serve(const ServeOptions& opts) {
     config.kv_cache_dtype = opts.kv_cache_dtype;
     config.pipeline_parallel = opts.pipeline.stages;
     config.micro_batches = opts.pipeline.micro_batches;
+    config.pp_groups = opts.pipeline.pp_groups;
     config.cpu_layers = opts.pipeline.cpu_layers;
     config.gpu_memory_budget_mb = opts.pipeline.gpu_memory_budget_mb;
     auto tp = start_tensor_parallel("serve", opts.tensor_parallel, config);
@@ -315,6 +316,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   add_tensor_parallel_option(cmd, opts->tensor_parallel);
   add_pipeline_options(cmd, opts->pipeline);
+  add_pp_groups_option(cmd, opts->pipeline);
   add_speculative_options(cmd, opts->speculative);
   cmd->add_option("--prefix-cache", opts->prefix_cache,
                   "on: keep finished requests' full KV pages and reuse them for any request "

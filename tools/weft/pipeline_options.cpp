@@ -31,6 +31,16 @@ void add_pipeline_options(CLI::App* cmd, PipelineOptions& options) {
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
 }
 
+void add_pp_groups_option(CLI::App* cmd, PipelineOptions& options) {
+  cmd->add_option("--pp-groups", options.pp_groups,
+                  "with --pipeline-parallel: split the running sequences into N groups whose "
+                  "steps are in the pipeline at once, so that while a later stage runs one "
+                  "group's step the first runs another's (0: one group per stage; 1: one step "
+                  "at a time; give every rank the same value; docs/parallel.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
+}
+
 std::string wrong_process_count(const std::string& command, int tensor_parallel, int stages,
                                 int started) {
   const int ranks = tensor_parallel * stages;

@@ -16,6 +16,7 @@ namespace weft::cli {
 struct PipelineOptions {
   int stages = 1;
   int micro_batches = 0;  // 0: one per stage
+  int pp_groups = 0;      // serve, bench: sequence groups in flight (0: one per stage)
   int cpu_layers = 0;
   std::int64_t gpu_memory_budget_mb = 0;  // 0: none
 
@@ -24,6 +25,8 @@ struct PipelineOptions {
 };
 
 void add_pipeline_options(CLI::App* cmd, PipelineOptions& options);
+// --pp-groups, for the engine's commands (serve, bench).
+void add_pp_groups_option(CLI::App* cmd, PipelineOptions& options);
 
 // The message when the processes mpirun started are not tensor_parallel x stages.
 std::string wrong_process_count(const std::string& command, int tensor_parallel, int stages,

@@ -70,7 +70,8 @@ TensorParallelStart start_tensor_parallel(const std::string& command, int ranks,
   if (!kv_dtype) return abort_all(kv_dtype.error().what());
   layout.dtype = *kv_dtype;
   auto followed = parallel::follow_tensor_parallel_leader(
-      *group, [&](int num_pages) -> Result<std::unique_ptr<model::ForwardBackend>> {
+      *group,
+      [&](int num_pages) -> Result<std::unique_ptr<model::ForwardBackend>> {
         if (stages > 1) {
           actors::StageOptions stage_options;
           stage_options.num_pages = num_pages;
@@ -80,13 +81,15 @@ TensorParallelStart start_tensor_parallel(const std::string& command, int ranks,
           return actors::make_pipeline_rank_backend(
               loaded->model, *device, layout, stage_options, *group,
               parallel::pipeline_place(rank, ranks, stages),
-              config.micro_batches > 0 ? config.micro_batches : stages);
+              config.micro_batches > 0 ? config.micro_batches : stages,
+              actors::pipeline_groups(stages, config.pp_groups));
         }
         // The leader's page count, on the CPU or on this rank's GPU alike.
         return actors::make_tensor_parallel_shard(loaded->model, *device, layout, num_pages,
                                                   config.cpu_threads, config.max_tokens_per_step,
                                                   config.gpu_memory_fraction, *group);
-      });
+      },
+      actors::pipeline_groups(stages, config.pp_groups) > 1);
   if (!followed) return abort_all(followed.error().what());
   start.exit_code = 0;
   return start;

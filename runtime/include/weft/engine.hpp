@@ -122,6 +122,12 @@ struct EngineConfig {
   // rank 0, whose sampler picks the tokens.
   int pipeline_parallel = 1;
   int micro_batches = 0;
+  // Sequence groups in flight (docs/parallel.md): with pipeline_parallel > 1 the running
+  // sequences are split into this many groups whose steps are in the pipeline at once (while
+  // the last stage runs one group's step, the first runs another's). 0: one per stage; 1: one
+  // step at a time. Every rank must be given the same value. Ignored without a pipeline, and
+  // 1 with speculative decoding.
+  int pp_groups = 0;
   // GPU/CPU hybrid in one process (docs/parallel.md): the last cpu_layers layers and the lm
   // head on the CPU, their KV in host memory, the others on the GPU; or, with
   // gpu_memory_budget_mb > 0, as many last layers as keep the GPU's weights within 3/4 of
@@ -278,6 +284,9 @@ struct EngineMetrics {
   std::uint64_t prefix_cache_hit_tokens = 0;
   std::uint64_t prefix_cache_evictions = 0;
   std::uint64_t steps = 0;
+  // Pipeline sequence groups (EngineConfig::pp_groups): the most steps that were in the
+  // pipeline at once (submitted, not yet collected); 0 without groups.
+  int steps_in_flight_peak = 0;
   std::uint64_t preemptions = 0;
   // KV-Compress: sequences compressed, and the KV pages their compressions gave back.
   std::uint64_t kv_compressions = 0;
