@@ -159,7 +159,11 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   // Until the leader backend exists the followers wait for the pool's size: an error before
   // then tells them there will be none (once it exists, its destructor stops them).
   // Sequence groups: the followers take the leader's messages point to point.
-  const int pp_groups = actors::pipeline_groups(group != nullptr ? stages : 1, s.config.pp_groups);
+  auto stage_device = actors::parse_device(s.config.device);
+  if (!stage_device) throw stage_device.error();
+  const bool gpu_stages = stage_device->cuda;
+  const int pp_groups =
+      actors::pipeline_groups(group != nullptr ? stages : 1, s.config.pp_groups, gpu_stages);
   struct StopFollowers {
     parallel::Communicator* group;
     bool point_to_point;
@@ -167,6 +171,12 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
       if (group != nullptr) parallel::stop_tensor_parallel_followers(*group, point_to_point);
     }
   } stop_followers{group, pp_groups > 1};
+  // Refused after stop_followers exists, so the followers (which run one group then) are told.
+  if (group != nullptr) {
+    if (auto ok = actors::check_pipeline_groups(stages, s.config.pp_groups, gpu_stages); !ok) {
+      throw ok.error();
+    }
+  }
   load_options.allow_encoder = group == nullptr;
   load_options.allow_seq2seq = group == nullptr;
   if (group != nullptr && s.config.kv_compress_rate > 0.0) {

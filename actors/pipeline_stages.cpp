@@ -1,5 +1,7 @@
 #include "actors/pipeline_stages.hpp"
 
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "runtime/parallel/step_broadcast.hpp"
@@ -169,9 +171,26 @@ Result<std::unique_ptr<model::ForwardBackend>> make_pipeline_leader(
   return std::unique_ptr<model::ForwardBackend>(std::move(*leader));
 }
 
-int pipeline_groups(int stages, int pp_groups) {
+bool pipeline_groups_on_gpus_enabled() {
+  const char* v = std::getenv("WEFT_PP_GROUPS_GPU");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+int pipeline_groups(int stages, int pp_groups, bool gpu_stages) {
   if (stages <= 1) return 1;
+  if (gpu_stages && !pipeline_groups_on_gpus_enabled()) return 1;
   return pp_groups > 0 ? pp_groups : stages;
+}
+
+Result<void> check_pipeline_groups(int stages, int pp_groups, bool gpu_stages) {
+  if (stages > 1 && gpu_stages && pp_groups > 1 && !pipeline_groups_on_gpus_enabled()) {
+    return Error(ErrorCode::kUnsupported,
+                 "pp_groups " + std::to_string(pp_groups) +
+                     ": sequence groups in flight run on CPU pipeline stages; over GPU stages "
+                     "they are experimental (WEFT_PP_GROUPS_GPU=1 on every rank: their first run "
+                     "on an 8B model made no progress, docs/parallel.md)");
+  }
+  return {};
 }
 
 namespace {

@@ -52,8 +52,12 @@ Result<std::unique_ptr<model::ForwardBackend>> make_pipeline_leader(
     int micro_batches, int groups = 1);
 
 // The sequence groups a pipeline of `stages` runs with (EngineConfig::pp_groups): 1 without a
-// pipeline, pp_groups when set, else one per stage.
-int pipeline_groups(int stages, int pp_groups);
+// pipeline, pp_groups when set, else one per stage. Over GPU stages, 1 unless
+// WEFT_PP_GROUPS_GPU=1: groups in flight there are experimental (their first run on an 8B model
+// made no progress; docs/parallel.md), and check_pipeline_groups refuses asking for them.
+int pipeline_groups(int stages, int pp_groups, bool gpu_stages);
+bool pipeline_groups_on_gpus_enabled();
+Result<void> check_pipeline_groups(int stages, int pp_groups, bool gpu_stages);
 
 // The GPU/CPU split a GPU memory budget allows: the fewest layers on the CPU such that the
 // GPU's weights (16-bit: the embedding and the first layers) take at most 3/4 of the budget,

@@ -82,14 +82,14 @@ TensorParallelStart start_tensor_parallel(const std::string& command, int ranks,
               loaded->model, *device, layout, stage_options, *group,
               parallel::pipeline_place(rank, ranks, stages),
               config.micro_batches > 0 ? config.micro_batches : stages,
-              actors::pipeline_groups(stages, config.pp_groups));
+              actors::pipeline_groups(stages, config.pp_groups, device->cuda));
         }
         // The leader's page count, on the CPU or on this rank's GPU alike.
         return actors::make_tensor_parallel_shard(loaded->model, *device, layout, num_pages,
                                                   config.cpu_threads, config.max_tokens_per_step,
                                                   config.gpu_memory_fraction, *group);
       },
-      actors::pipeline_groups(stages, config.pp_groups) > 1);
+      actors::pipeline_groups(stages, config.pp_groups, device->cuda) > 1);
   if (!followed) return abort_all(followed.error().what());
   start.exit_code = 0;
   return start;
