@@ -47,7 +47,7 @@ if [ ! -e /usr/local/cuda/lib64/libnccl.so.2 ] && ! ldconfig -p 2>/dev/null | gr
 fi
 export LD_LIBRARY_PATH="$BIN/lib:$BIN/openmpi/lib:/usr/local/cuda/lib64${cublas_dir:+:$cublas_dir}${nccl_dir:+:$nccl_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export WEFT_SPEC_DIR=$PWD/config/models WEFT_TEST_SOURCE_DIR=$PWD
-export NCCL_NVLS_ENABLE=0 WEFT_LOG=${WEFT_LOG:-info} WEFT_PP_TRANSPORT=nccl
+export NCCL_NVLS_ENABLE=0 WEFT_LOG=${WEFT_LOG:-info} WEFT_PP_TRANSPORT=nccl WEFT_PP_GROUPS_GPU=1
 if [ -x "$BIN/openmpi/bin/mpirun" ]; then
   export OPAL_PREFIX=$BIN/openmpi/prefix PMIX_PREFIX=$BIN/openmpi/pmix
   export PMIX_MCA_mca_base_component_path=$BIN/openmpi/pmix/lib/pmix
@@ -59,7 +59,7 @@ fi
 [ -n "$MPIRUN" ] || { echo "ppgroups.sh: no mpirun" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPI2=("$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -np 2 -x LD_LIBRARY_PATH
-  -x WEFT_SPEC_DIR -x WEFT_TEST_SOURCE_DIR -x NCCL_NVLS_ENABLE -x WEFT_LOG -x WEFT_PP_TRANSPORT)
+  -x WEFT_SPEC_DIR -x WEFT_TEST_SOURCE_DIR -x NCCL_NVLS_ENABLE -x WEFT_LOG -x WEFT_PP_TRANSPORT -x WEFT_PP_GROUPS_GPU)
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
 gpus=$(grep -c . "$OUT/gpus.txt" || true)
 [ "${gpus:-0}" -ge 2 ] || { echo "ppgroups.sh: needs two GPUs, $gpus visible" >&2; exit 2; }
