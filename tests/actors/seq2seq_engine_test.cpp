@@ -13,6 +13,7 @@
 #include <boost/asio/use_future.hpp>
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <span>
 #include <thread>
 
@@ -218,9 +219,14 @@ TEST_P(Seq2SeqEngine, BatchedRequestsGiveTheTokensEachGivesAlone) {
   for (const auto& r : requests)
     alone.push_back(run_one(*engine, r));
   const EngineMetrics before = engine->metrics(asio::use_future).get();
-  std::vector<std::shared_ptr<RequestStream>> streams;
+  // Every submission is posted before waiting for any (waiting for each in turn let the
+  // engine step the first ones alone on a loaded machine).
+  std::vector<std::future<std::shared_ptr<RequestStream>>> submitted;
   for (const auto& r : requests)
-    streams.push_back(engine->submit(r, asio::use_future).get());
+    submitted.push_back(engine->submit(r, asio::use_future));
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (auto& f : submitted)
+    streams.push_back(f.get());
   int output_tokens = 0;
   for (std::size_t i = 0; i < streams.size(); ++i) {
     const Collected got = collect(streams[i]);
@@ -229,9 +235,9 @@ TEST_P(Seq2SeqEngine, BatchedRequestsGiveTheTokensEachGivesAlone) {
     output_tokens += static_cast<int>(got.ids.size());
   }
   const EngineMetrics after = engine->metrics(asio::use_future).get();
-  // Together: the longest request's 27 steps and some for arrivals, far fewer than one step
-  // per token.
-  EXPECT_LT(after.steps - before.steps, static_cast<std::uint64_t>(output_tokens) / 2)
+  // Together: the longest request's 27 steps and some for arrivals, against the 140 steps
+  // (one per token, and a prefill each) of one request at a time.
+  EXPECT_LT(after.steps - before.steps, static_cast<std::uint64_t>(output_tokens) * 3 / 4)
       << "the requests did not run together";
   EXPECT_EQ(after.kv_pages_used, 0);
 }
