@@ -159,9 +159,9 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   // Until the leader backend exists the followers wait for the pool's size: an error before
   // then tells them there will be none (once it exists, its destructor stops them).
   // Sequence groups: the followers take the leader's messages point to point.
-  auto stage_device = actors::parse_device(s.config.device);
-  if (!stage_device) throw stage_device.error();
-  const bool gpu_stages = stage_device->cuda;
+  auto device = actors::parse_device(s.config.device);
+  if (!device) throw device.error();
+  const bool gpu_stages = device->cuda;
   const int pp_groups =
       actors::pipeline_groups(group != nullptr ? stages : 1, s.config.pp_groups, gpu_stages);
   struct StopFollowers {
@@ -187,8 +187,6 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   auto loaded = load_model(s.config.model_dir, load_options);
   if (!loaded) throw loaded.error();
   if (loaded->encoder) {
-    auto device = actors::parse_device(s.config.device);
-    if (!device) throw device.error();
     auto tokenizer = loaders::load_tokenizer(s.config.model_dir);
     if (!tokenizer) throw tokenizer.error();
     s.vocab_size = loaded->encoder->spec().vocab_size;
@@ -265,8 +263,6 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
     chat_template_error = t.error().what();
   }
 
-  auto device = actors::parse_device(s.config.device);
-  if (!device) throw device.error();
   if (group != nullptr) {
     device = actors::tensor_parallel_device(*device, group->rank());
     if (!device) throw device.error();
