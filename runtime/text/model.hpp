@@ -11,7 +11,9 @@
 namespace weft::text {
 
 // Token strings by id, and the reverse map. Ids may have holes (added tokens live beside the
-// model's vocabulary), so `token(id)` can be null.
+// model's vocabulary), so `token(id)` can be null. A file may list a few tokens with ids in the
+// millions: the strings are then kept by entry, not by id (a vector as long as the largest id
+// would cost hundreds of MB for a few KB of file).
 class Vocabulary {
  public:
   Vocabulary() = default;
@@ -28,15 +30,34 @@ class Vocabulary {
     return it->second;
   }
   const std::string* token(std::uint32_t id) const {
-    return id < tokens_.size() && has_[id] ? &tokens_[id] : nullptr;
+    if (!sparse_) return id < tokens_.size() && has_[id] ? &tokens_[id] : nullptr;
+    return sparse_token(id);
   }
   // One past the largest id.
-  std::size_t id_bound() const { return tokens_.size(); }
+  std::size_t id_bound() const { return bound_; }
   std::size_t size() const { return ids_.size(); }
+  // Calls fn(id, token) for every id that has a token, in increasing id order.
+  template <typename Fn>
+  void for_each(Fn&& fn) const {
+    for (std::size_t i = 0; i < tokens_.size(); ++i) {
+      if (sparse_) {
+        fn(sparse_ids_[i], tokens_[i]);
+      } else if (has_[i]) {
+        fn(static_cast<std::uint32_t>(i), tokens_[i]);
+      }
+    }
+  }
 
  private:
+  const std::string* sparse_token(std::uint32_t id) const;
+
+  // Dense: tokens_[id], has_[id]. Sparse: tokens_[i] is the token of id sparse_ids_[i]
+  // (ascending).
+  bool sparse_ = false;
+  std::size_t bound_ = 0;
   std::vector<std::string> tokens_;
   std::vector<bool> has_;
+  std::vector<std::uint32_t> sparse_ids_;
   std::unordered_map<std::string_view, std::uint32_t> ids_;  // views into tokens_
 };
 

@@ -16,9 +16,14 @@ Tokenizer::Tokenizer(TokenizerParts parts)
   bool any_special = false;
   for (const auto& t : added_.tokens())
     any_special = any_special || t.special;
-  for (std::size_t id = 0; any_special && id < id_bound_; ++id) {
-    const std::string* token = id_to_token(static_cast<std::uint32_t>(id));
-    skipped_as_special_[id] = token != nullptr && added_.is_special_content(*token);
+  // Each id that has a token: the model's (where no added token takes the id) and the added
+  // ones; not every id below the bound, which a file can put in the millions.
+  if (any_special) {
+    parts_.model->vocabulary().for_each([&](std::uint32_t id, const std::string& token) {
+      if (added_.find_id(id) == nullptr) skipped_as_special_[id] = added_.is_special_content(token);
+    });
+    for (const auto& t : added_.tokens())
+      skipped_as_special_[t.id] = added_.is_special_content(*id_to_token(t.id));
   }
 }
 

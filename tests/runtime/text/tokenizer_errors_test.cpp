@@ -257,3 +257,32 @@ TEST(TokenizerJsonErrors, SparseIdsLoadAndEncode) {
   EXPECT_EQ(*(*tok)->id_to_token(9000000), "##s");
   EXPECT_EQ((*tok)->id_to_token(9000001), nullptr);
 }
+
+// Special added tokens among sparse ids: decode skips every id whose token is a special
+// token's content, the added ones and a model token with the same text, without walking the
+// ids below the largest.
+TEST(TokenizerJsonErrors, SparseIdsSkipTheirSpecialTokens) {
+  const std::string json = R"({
+    "added_tokens": [
+      {"id": 12000000, "content": "[SEP]", "single_word": false, "lstrip": false,
+       "rstrip": false, "normalized": false, "special": true},
+      {"id": 5, "content": "[CLS]", "single_word": false, "lstrip": false,
+       "rstrip": false, "normalized": false, "special": true}],
+    "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+              "max_input_chars_per_word": 100,
+              "vocab": {"[UNK]": 0, "hi": 7, "[SEP]": 15, "[CLS]": 5, "a": 3, "far": 9000000}},
+    "pre_tokenizer": {"type": "WhitespaceSplit"}})";
+  auto tok = weft::loaders::parse_tokenizer_json(json, "sparse_special.json");
+  ASSERT_TRUE(tok.ok()) << tok.error().what();
+  EXPECT_EQ((*tok)->vocab_size(), 12000001u);
+  const std::vector<std::uint32_t> plain = {7, 3, 9000000};
+  const std::vector<std::uint32_t> with_special = {5, 7, 12000000, 3, 15, 9000000};
+  auto a = (*tok)->decode(plain, /*skip_special_tokens=*/true);
+  auto b = (*tok)->decode(with_special, /*skip_special_tokens=*/true);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
+  auto kept = (*tok)->decode(with_special, /*skip_special_tokens=*/false);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_NE(kept->find("[SEP]"), std::string::npos) << *kept;
+  EXPECT_NE(kept->find("[CLS]"), std::string::npos) << *kept;
+}
