@@ -131,16 +131,19 @@ wall=$(( $(date +%s) - start ))
 {
   echo "Fuzz long run: $(date -u '+%Y-%m-%d %H:%M UTC'), $cores cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $jobs job(s) per target, $seconds s per target, $wall s in all"
   echo
-  echo "| target | executions | executions/s | corpus before | corpus after | crashes | slow units | exit |"
-  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+  # What the cores really gave: a CPU quota (cgroup) or other tenants' load lowers the rates.
+  echo "CPU quota $(cat /sys/fs/cgroup/cpu.max 2>/dev/null || echo unknown), load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo
+  echo "| target | executions | executions/s | corpus before | corpus after | crashes | slow units | jobs stopped early | exit |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
   for t in "${list[@]}"; do
     t=fuzz_${t#fuzz_}
     d=$work/fw/$t
-    execs=$(cat "$d"/logs/fuzz-*.log 2>/dev/null | sed -n 's/^stat::number_of_executed_units: *//p' | awk '{s+=$1} END {print s+0}')
+    read -r execs cut < <(find "$d/logs" -name 'fuzz-*.log' -print0 | xargs -0 tests/fuzz/count_execs.sh)
     crashes=$(find "$d/crashes" -type f ! -name 'slow-unit-*' 2>/dev/null | wc -l)
     slows=$(find "$d/crashes" -type f -name 'slow-unit-*' 2>/dev/null | wc -l)
-    rc=$(sed -n 's/.*exit \([0-9]*\)$/\1/p' "$out/$t.txt" | tail -1)
-    echo "| \`$t\` | $execs | $(( execs / (seconds > 0 ? seconds : 1) )) | ${before[$t]} | $(count "$d/corpus") | $crashes | $slows | ${rc:-?} |"
+    rc=$(sed -n 's/.*, exit \([0-9]*\).*$/\1/p' "$out/$t.txt" | tail -1)
+    echo "| \`$t\` | $execs | $(( execs / (seconds > 0 ? seconds : 1) )) | ${before[$t]} | $(count "$d/corpus") | $crashes | $slows | $cut | ${rc:-?} |"
   done
 } > "$out/fuzz_summary.md"
 cat "$out/fuzz_summary.md"
