@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 
 #include "loaders/tokenizer_json.hpp"
@@ -285,4 +288,25 @@ TEST(TokenizerJsonErrors, SparseIdsSkipTheirSpecialTokens) {
   ASSERT_TRUE(kept.ok());
   EXPECT_NE(kept->find("[SEP]"), std::string::npos) << *kept;
   EXPECT_NE(kept->find("[CLS]"), std::string::npos) << *kept;
+}
+
+// tests/fuzz found this file slow (2026-11-26, `slow-unit-*`, 5 s under ASan): 1,983 WordPiece
+// tokens, one of them with the id 14,371,458. It loads as a sparse vocabulary and works.
+TEST(TokenizerJsonErrors, FuzzFindingWithAnIdInTheMillionsLoads) {
+  const auto path = std::filesystem::path(WEFT_SOURCE_DIR) /
+                    "tests/fixtures/fuzz_findings/tokenizer_json/"
+                    "slow-unit-3900f76e5289d0d15946a42e356df2dcc46dcb2d";
+  std::ifstream in(path, std::ios::binary);
+  ASSERT_TRUE(in) << path;
+  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto tok = weft::loaders::parse_tokenizer_json(json, path.string());
+  ASSERT_TRUE(tok.ok()) << tok.error().what();
+  EXPECT_EQ((*tok)->vocab_size(), 14371459u);
+  ASSERT_NE((*tok)->id_to_token(14371458), nullptr);
+  for (bool special : {false, true}) {
+    auto ids = (*tok)->encode("Hello world! [CLS] l'\xC3\xA9t\xC3\xA9 123", special);
+    ASSERT_TRUE(ids.ok()) << ids.error().what();
+    EXPECT_FALSE(ids->empty());
+    EXPECT_TRUE((*tok)->decode(*ids, !special).ok());
+  }
 }
