@@ -40,7 +40,9 @@ AcceptResult ConstraintActor::accept_tokens(const std::vector<AcceptedToken>& to
     auto it = constraints_.find(t.id);
     if (it == constraints_.end()) continue;
     using Verdict = grammar::TokenConstraint::Verdict;
-    ConstraintVerdict v{t.id, it->second.accept(t.token), {}};
+    ConstraintVerdict v{t.id, it->second.accept(t.token), {}, {}};
+    if (v.verdict == Verdict::kRejected && it->second.error() != nullptr)
+      v.error = it->second.error()->what();
     if (v.verdict == Verdict::kContinue && jump_forward_ && t.max_forced > 0) {
       auto forced = it->second.jump_forward(t.max_forced);
       v.verdict = forced.verdict;

@@ -8,6 +8,7 @@
 #include <boost/asio/thread_pool.hpp>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -32,6 +33,9 @@ struct ConstraintVerdict {
   // Jump-forward: tokens the grammar forced after the sampled one, already accepted; the
   // step loop appends them to the sequence without sampling them.
   std::vector<std::int32_t> forced;
+  // With kRejected: why the grammar refused the output whatever the token (the matcher's
+  // bound on live stacks, GrammarMatcher::error); empty when only this token was refused.
+  std::string error;
 };
 
 struct StepMasks {

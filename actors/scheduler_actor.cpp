@@ -624,6 +624,11 @@ asio::awaitable<void> SchedulerActor::loop(int group) {
       for (auto& v : accepting->result.verdicts) {
         auto it = live_.find(v.id);
         if (it == live_.end()) continue;  // ended by a stop string, cancelled, failed
+        if (v.verdict == grammar::TokenConstraint::Verdict::kRejected && !v.error.empty()) {
+          // The grammar refused the output itself (too ambiguous to follow).
+          finish(v.id, FinishReason::kError, "response_format: " + v.error);
+          continue;
+        }
         if (v.verdict == grammar::TokenConstraint::Verdict::kRejected) {
           // The mask should have made this impossible: a bug, reported as such.
           const auto o = std::find_if(outcomes.begin(), outcomes.end(),

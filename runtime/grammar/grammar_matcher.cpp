@@ -203,8 +203,15 @@ CompiledGrammar::MaskRef CompiledGrammar::mask_index(const StackArena& arena, No
     if (p > kContextNode) {
       const Frame& cf = arena[p].frame;
       const Frame& want = ctx.frames[0];
-      if (cf.rule == want.rule && cf.alt == want.alt && cf.pos == want.pos)
-        return {base, count_bucket(g_.rules[cf.rule].alts[cf.alt][cf.pos], cf.count), cf.count};
+      if (cf.rule == want.rule && cf.alt == want.alt && cf.pos == want.pos) {
+        // A frame holding several counts (Frame::count_span) has one mask if its counts share a
+        // bucket (the bucket is monotone in the count, so its two ends decide); otherwise the
+        // stack below is taken as unknown, and the real stacks decide the tokens that leave.
+        const Element& e = g_.rules[cf.rule].alts[cf.alt][cf.pos];
+        const std::uint32_t bucket = count_bucket(e, cf.count);
+        if (cf.count_span == 0 || count_bucket(e, cf.count_hi()) == bucket)
+          return {base, bucket, cf.count};
+      }
     }
     return {base, kUnknownCount, 0};  // unreachable when the context is right; still sound
   }
@@ -269,6 +276,7 @@ std::int32_t CompiledGrammar::Scratch::intern(const StackSet& s) {
       put(f.alt);
       put(f.pos);
       put(f.count);
+      put(f.count_span);
     }
   }
   if (auto it = index.find(key); it != index.end()) return it->second;
@@ -284,6 +292,7 @@ std::int32_t CompiledGrammar::Scratch::step(std::int32_t id, std::uint8_t byte) 
   const auto at = static_cast<std::size_t>(id) * 256 + byte;
   if (next[at] >= 0) return next[at];
   pda.step(states[static_cast<std::size_t>(id)], byte, stepped);
+  if (stepped.overflow) return -1;  // incomplete: not a state
   const std::int32_t nid = intern(stepped);
   if (nid >= 0) next[at] = nid;
   return nid;
@@ -301,9 +310,9 @@ bool CompiledGrammar::Scratch::same_but_count(const StackSet& a, const StackSet&
     for (std::uint32_t k = 0; k < ca.len; ++k) {
       const Frame &fa = a.frames[ca.begin + k], &fb = b.frames[cb.begin + k];
       if (fa.rule != fb.rule || fa.alt != fb.alt || fa.pos != fb.pos) return false;
-      if (fa.count == fb.count) continue;
+      if (fa.count == fb.count && fa.count_span == fb.count_span) continue;
       const Element& e = g.rules[fa.rule].alts[fa.alt][fa.pos];
-      if (!e.counted() || fb.count != fa.count + 1) return false;
+      if (!e.counted() || fb.count != fa.count + 1 || fb.count_span != fa.count_span) return false;
       counted = true;
     }
   }
@@ -361,7 +370,7 @@ bool CompiledGrammar::Scratch::holds_string(std::int32_t id, StringClass klass,
     const StackSet& set = states[static_cast<std::size_t>(id)];
     for (const Frame& f : set.frames) {
       const Element& e = g.rules[f.rule].alts[f.alt][f.pos];
-      if (e.counted() && e.max != kUnbounded) h = std::min(h, e.max - f.count);
+      if (e.counted() && e.max != kUnbounded) h = std::min(h, e.max - f.count_hi());
     }
     if (horizon.size() < states.size()) horizon.resize(states.size(), 0);
     horizon[static_cast<std::size_t>(id)] = h;
@@ -586,6 +595,17 @@ void CompiledGrammar::precompute(std::uint32_t rule, std::uint32_t alt, std::uin
             } else {
               pda.step(cur, child.byte, stepped);
             }
+            if (stepped.overflow) {
+              // Too many stacks to follow from here (kMaxLiveStacks): the real stacks decide
+              // every token below, and the matcher refuses the output if they overflow too.
+              for (std::uint32_t i = child.subtree_begin; i < child.subtree_end; ++i) {
+                const std::int32_t t = trie.order()[i];
+                if (trie.vocab().tokens[static_cast<std::size_t>(t)].size() <= skip_len) continue;
+                kind[t] = kUncertain;
+                touched.push_back(t);
+              }
+              continue;
+            }
             next = &stepped;
             if (id >= 0) {
               nid = scratch.intern(stepped);
@@ -674,6 +694,7 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar,
     : grammar_(std::move(grammar)), max_rollback_(max_rollback_tokens), pda_(grammar_->g_, arena_) {
   StackSet start;
   pda_.start(start);
+  if (start.overflow) fail(0);
   history_.push_back(commit(start));
   slot_epoch_.assign(grammar_->mask_count(), 0);
 }
@@ -699,6 +720,15 @@ GrammarMatcher::State GrammarMatcher::commit(const StackSet& set) {
   return s;
 }
 
+void GrammarMatcher::fail(std::size_t at) {
+  if (error_) return;
+  error_ = Error(ErrorCode::kResourceExhausted,
+                 "the grammar is too ambiguous: at byte " + std::to_string(at) +
+                     " of the output it had more than " + std::to_string(kMaxLiveStacks) +
+                     " ways to continue (the matcher's limit on live stacks), so the output is "
+                     "refused");
+}
+
 // Runs `bytes` from `set` (replaced by the result); true when some stack survives or the
 // grammar matched exactly at the last byte.
 bool GrammarMatcher::run_bytes(StackSet& set, std::string_view bytes) {
@@ -708,6 +738,11 @@ bool GrammarMatcher::run_bytes(StackSet& set, std::string_view bytes) {
   for (std::size_t i = 0; i < bytes.size(); ++i) {
     pda_.step(*cur, static_cast<std::uint8_t>(bytes[i]), *next);
     std::swap(cur, next);
+    if (cur->overflow) {
+      fail(state().bytes + i + 1);
+      ok = false;
+      break;
+    }
     // Matching the whole grammar before the last byte does not count: bytes remain.
     if (cur->empty() && (i + 1 < bytes.size() || !cur->accepted)) {
       ok = false;
@@ -728,6 +763,12 @@ void GrammarMatcher::fill_next_token_bitmask(std::span<std::uint32_t> words) {
   std::fill(words.begin(), words.end(), 0u);
   const State& s = state();
   if (terminated_) return;
+  const auto only_eos = [&] {
+    std::fill(words.begin(), words.end(), 0u);
+    for (auto id : grammar_->trie().vocab().eos_ids)
+      if (static_cast<std::size_t>(id >> 5) < words.size()) words[id >> 5] |= 1u << (id & 31);
+  };
+  if (error_) return only_eos();
   const auto& cg = *grammar_;
   const TokenTrie& trie = cg.trie();
   if (++epoch_ == 0) {
@@ -777,13 +818,14 @@ void GrammarMatcher::fill_next_token_bitmask(std::span<std::uint32_t> words) {
       NodeId p = n;
       for (; p > kContextNode; p = arena_[p].parent) {
         const Frame& f = arena_[p].frame;
-        dependent_key_.insert(dependent_key_.end(), {f.rule, f.alt, f.pos, f.count});
+        dependent_key_.insert(dependent_key_.end(), {f.rule, f.alt, f.pos, f.count, f.count_span});
       }
       dependent_key_.push_back(~p);  // the bottom, which also ends this stack in the key
     }
     dependent_tokens_.clear();
     if (!cg.find_dependent(dependent_key_, dependent_tokens_)) {
       check_uncertain(trie.root(), 0, m.uncertain);
+      if (error_) return only_eos();
       cg.store_dependent(dependent_key_, dependent_tokens_);
     }
     for (auto t : dependent_tokens_)
@@ -807,20 +849,26 @@ void GrammarMatcher::check_uncertain(std::uint32_t v, std::size_t depth,
     if (it == ords.end() || *it >= child.subtree_end) continue;
     StackSet& next = levels_[depth + 1];
     pda_.step(levels_[depth], child.byte, next);
+    if (next.overflow) {
+      fail(state().bytes + depth + 1);
+      return;
+    }
     if (child.token >= 0 && *it == child.subtree_begin && (!next.empty() || next.accepted))
       dependent_tokens_.push_back(child.token);
     if (!next.empty()) check_uncertain(c, depth + 1, ords);
+    if (error_) return;
   }
 }
 
 bool GrammarMatcher::accept_token(std::int32_t token) {
-  if (terminated_) return false;
+  if (terminated_ || error_) return false;
   const TokenTrie& trie = grammar_->trie();
   if (token < 0 || static_cast<std::size_t>(token) >= trie.vocab_size()) return false;
   if (trie.is_eos(token)) {
     if (!state().accepted) return false;
     State s;
     s.terminated = true;
+    s.bytes = state().bytes;
     push_state(std::move(s));
     terminated_ = true;
     return true;
@@ -830,10 +878,12 @@ bool GrammarMatcher::accept_token(std::int32_t token) {
 }
 
 bool GrammarMatcher::accept_bytes(std::string_view bytes) {
-  if (terminated_ || bytes.empty()) return false;
+  if (terminated_ || error_ || bytes.empty()) return false;
   load(state(), a_);
   if (!run_bytes(a_, bytes)) return false;
-  push_state(commit(a_));
+  State s = commit(a_);
+  s.bytes = state().bytes + bytes.size();
+  push_state(std::move(s));
   return true;
 }
 
@@ -849,7 +899,7 @@ Result<void> GrammarMatcher::rollback(std::size_t k) {
 
 std::string GrammarMatcher::find_jump_forward_string(std::size_t max_bytes) {
   std::string out;
-  if (terminated_) return out;
+  if (terminated_ || error_) return out;
   load(state(), a_);
   StackSet* cur = &a_;
   StackSet* next = &b_;
@@ -863,6 +913,8 @@ std::string GrammarMatcher::find_jump_forward_string(std::size_t max_bytes) {
       ++b;
     pda_.step(*cur, b, *next);
     std::swap(cur, next);
+    // The state past this byte is incomplete: stop here; accepting it reports the overflow.
+    if (cur->overflow) break;
     out += static_cast<char>(b);
   }
   return out;

@@ -18,6 +18,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -247,16 +248,26 @@ class GrammarMatcher {
   std::size_t rollback_depth() const { return history_.size() - 1; }
   std::size_t stack_count() const { return state().tops.size(); }
 
+  // Set once the output needed more than kMaxLiveStacks stacks (an exponentially ambiguous
+  // grammar): the output is refused from then on. accept_token and accept_bytes return false,
+  // and the mask allows only the end-of-sequence tokens, so a decode ends at its next token
+  // (whose rejection reports this error). Rollback does not clear it. Null otherwise.
+  const Error* error() const { return error_ ? &*error_ : nullptr; }
+
  private:
   struct State {
     std::vector<NodeId> tops;
     bool accepted = false;
     bool terminated = false;
+    std::size_t bytes = 0;  // of output accepted up to here
   };
   const State& state() const { return history_.back(); }
   void load(const State& s, StackSet& out) const;
   State commit(const StackSet& set);
   bool run_bytes(StackSet& set, std::string_view bytes);
+  // Records the overflow of the step over byte `at` of the output (counting from 1; see
+  // error()).
+  void fail(std::size_t at);
   void push_state(State s);
   // Appends to dependent_tokens_ the tokens of `ords` (below trie node `node`) that the
   // stacks of levels_[depth] allow.
@@ -269,6 +280,7 @@ class GrammarMatcher {
   Pushdown pda_;
   std::deque<State> history_;
   bool terminated_ = false;
+  std::optional<Error> error_;
   // Scratch reused across calls so a step allocates nothing once warm.
   StackSet a_, b_;
   std::vector<StackSet> levels_;  // per byte depth, for check_uncertain

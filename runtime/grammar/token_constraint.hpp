@@ -31,6 +31,9 @@ class TokenConstraint {
 
   Verdict accept(std::int32_t token);
   bool is_terminated() const { return matcher_->is_terminated(); }
+  // Why the output was refused whatever the token (GrammarMatcher::error): kRejected then
+  // reports this rather than a token the mask should not have allowed. Null otherwise.
+  const Error* error() const { return matcher_->error(); }
 
   // Jump-forward decoding: where the grammar now admits exactly one continuation, the tokens
   // that spell it (at most max_tokens), already accepted, and the verdict after the last.

@@ -505,6 +505,9 @@ int run_generate(const GenerateOptions& o) {
       if (constraint) {
         // The output is complete when the grammar has matched and allows nothing more.
         const auto verdict = constraint->accept(choice.id);
+        if (verdict == grammar::TokenConstraint::Verdict::kRejected && constraint->error()) {
+          return fail(std::string("constraint: ") + constraint->error()->what());
+        }
         if (verdict == grammar::TokenConstraint::Verdict::kRejected) {
           return fail("internal: the sampled token " + std::to_string(choice.id) +
                       " is not allowed by the constraint");
