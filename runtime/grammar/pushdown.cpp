@@ -1,6 +1,7 @@
 #include "runtime/grammar/pushdown.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 namespace weft::grammar {
@@ -87,6 +88,14 @@ NodeId StackArena::intern(NodeId parent, const Frame& f) {
         Summary{shape_step(below.shape, f), full_step(below.full, f), below.depth + 1});
   }
   return it->second;
+}
+
+Pushdown::Pushdown(const FlatGrammar& grammar, const StackArena& arena)
+    : g_(grammar), arena_(arena) {
+  for (const auto& rule : g_.rules)
+    for (const auto& seq : rule.alts)
+      for (const Element& e : seq)
+        counted_ = counted_ || e.counted();
 }
 
 void Pushdown::start(StackSet& out) {
@@ -194,6 +203,40 @@ void Pushdown::rewrite(StackSet& out, std::uint32_t i, std::uint32_t at, const F
 }
 
 void Pushdown::emit(const Item& it, StackSet& out) {
+  if (!counted_ && !indexed_) {
+    for (const Cursor& c : out.cursors) {
+      if (c.base != it.base || c.len != it.len) continue;
+      if (it.len == 0 ||
+          std::memcmp(&out.frames[c.begin], &scratch_[it.begin], it.len * sizeof(Frame)) == 0)
+        return;
+    }
+    const auto n = static_cast<std::uint32_t>(out.cursors.size());
+    if (n >= max_stacks_) {
+      out.overflow = true;
+      return;
+    }
+    out.cursors.push_back(Cursor{it.base, static_cast<std::uint32_t>(out.frames.size()), it.len});
+    out.frames.insert(out.frames.end(), scratch_.begin() + it.begin,
+                      scratch_.begin() + it.begin + it.len);
+    if (n + 1 > kIndexAbove) {
+      // From here on by hashes (the same stack may now be met with another split between
+      // the arena and the frames; holding it twice would be harmless, but the index finds it).
+      for (std::uint32_t i = 0; i <= n; ++i) {
+        const Cursor& c = out.cursors[i];
+        const StackArena::Summary& below = arena_.summary(c.base);
+        std::uint64_t shape = below.shape, full = below.full;
+        for (std::uint32_t k = 0; k < c.len; ++k) {
+          shape = StackArena::shape_step(shape, out.frames[c.begin + k]);
+          full = StackArena::full_step(full, out.frames[c.begin + k]);
+        }
+        out_shape_.push_back(shape);
+        out_full_.push_back(full);
+        index_add(i);
+      }
+      indexed_ = true;
+    }
+    return;
+  }
   const StackArena::Summary& below = arena_.summary(it.base);
   std::uint64_t shape = below.shape, full = below.full;
   for (std::uint32_t k = 0; k < it.len; ++k) {

@@ -110,7 +110,7 @@ struct StackSet {
 
 class Pushdown {
  public:
-  Pushdown(const FlatGrammar& grammar, const StackArena& arena) : g_(grammar), arena_(arena) {}
+  Pushdown(const FlatGrammar& grammar, const StackArena& arena);
 
   // The stacks that begin a match of the root rule.
   void start(StackSet& out);
@@ -186,6 +186,9 @@ class Pushdown {
   std::vector<Frame> step_frames_;
   std::size_t max_stacks_ = kMaxLiveStacks;
   bool merge_counts_ = true;
+  // Whether the grammar has a counted element: without one nothing merges, and a small set
+  // is deduplicated as it always was (same node, same frames), without hashing.
+  bool counted_ = false;
   // Of the stacks of the set being filled, per cursor: hashes without and with counts
   // (StackArena::Summary). Past kIndexAbove stacks they are also indexed, so a step over
   // thousands of stacks does not compare each new one with all the others.

@@ -246,5 +246,46 @@ TEST_F(ConstraintEngineTest, BadFormatsFailTheSubmit) {
   EXPECT_EQ(s[0].text.size(), 2u);
 }
 
+// A grammar whose stacks multiply with every byte (3 * 2^k after k bytes of "a", the first 15
+// bytes forced to "a") passes the matcher's bound on live stacks (grammar::kMaxLiveStacks):
+// that request finishes with an error naming the limit, while an ambiguous counted repetition
+// beside it (merged, a few stacks) runs to its end as usual.
+TEST_F(ConstraintEngineTest, TooAmbiguousGrammarFinishesWithAnErrorNamingTheLimit) {
+  Engine engine(runtime.executor(), tiny_config());
+  ResponseFormat bad;
+  bad.type = ResponseFormat::Type::kGrammar;
+  bad.source = "root ::= x\nx ::= \"a\" x \"b\" | \"a\" x \"c\" | \"a\"{15} \"d\"\n";
+  ResponseFormat counted;
+  counted.type = ResponseFormat::Type::kRegex;
+  counted.source = "(a|ab|b){0,3000}";
+  auto bad_stream = engine.submit(request(bad, 1, 7, 60), asio::use_future).get();
+  auto counted_stream = engine.submit(request(counted, 2, 7, 60), asio::use_future).get();
+  std::string text, error;
+  FinishReason reason = FinishReason::kStop;
+  for (;;) {
+    Event e = bad_stream->next(asio::use_future).get();
+    if (e.kind != Event::Kind::kFinal) {
+      text += e.text;
+      continue;
+    }
+    reason = e.finish_reason;
+    error = e.error;
+    break;
+  }
+  EXPECT_EQ(reason, FinishReason::kError) << text;
+  EXPECT_NE(error.find("response_format: "), std::string::npos) << error;
+  EXPECT_NE(error.find("more than " + std::to_string(grammar::kMaxLiveStacks)), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("live stacks"), std::string::npos) << error;
+  EXPECT_EQ(text.find_first_not_of('a'), std::string::npos) << text;
+  for (const Sample& s : collect(counted_stream, 2)) {
+    EXPECT_TRUE(s.reason == FinishReason::kStop || s.reason == FinishReason::kLength) << s.text;
+    EXPECT_EQ(s.text.find_first_not_of("ab"), std::string::npos) << s.text;
+    if (s.reason == FinishReason::kStop) {
+      EXPECT_TRUE(matches(counted, s.text)) << s.text;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace weft
