@@ -195,109 +195,97 @@ void Pushdown::rewrite(StackSet& out, std::uint32_t i, std::uint32_t at, const F
     out.frames.insert(out.frames.end(), rewrite_frames_.begin(), rewrite_frames_.end());
   }
   out.frames[c.begin + c.len - 1 - at] = frame;
-  std::uint64_t full = arena_.summary(c.base).full;
-  for (std::uint32_t k = 0; k < c.len; ++k)
-    full = StackArena::full_step(full, out.frames[c.begin + k]);
-  out_full_[i] = full;
-  if (indexed_) by_full_.emplace(full, i);
+  if (indexed_) {
+    std::uint64_t shape = 0, full = 0;
+    summarize(view(out, i), shape, full);
+    out_full_[i] = full;
+    by_full_.emplace(full, i);
+  }
+}
+
+void Pushdown::summarize(const View& v, std::uint64_t& shape, std::uint64_t& full) const {
+  const StackArena::Summary& below = arena_.summary(v.node);
+  shape = below.shape;
+  full = below.full;
+  for (std::uint32_t k = 0; k < v.left; ++k) {
+    shape = StackArena::shape_step(shape, v.frames[k]);
+    full = StackArena::full_step(full, v.frames[k]);
+  }
+}
+
+bool Pushdown::try_merge(StackSet& out, std::uint32_t i, const View& mine) {
+  const Difference d = compare(view(out, i), mine);
+  if (d.kind == Difference::kSame) return true;
+  if (d.kind != Difference::kOneCount) return false;
+  const Element& e = g_.rules[d.a.rule].alts[d.a.alt][d.a.pos];
+  Frame both;
+  if (!e.counted() || !merge_counts(e, d.a, d.b, both)) return false;
+  if (both != d.a) rewrite(out, i, d.at, both);
+  return true;
 }
 
 void Pushdown::emit(const Item& it, StackSet& out) {
-  if (!counted_ && !indexed_) {
+  const View mine{it.base, scratch_.data() + it.begin, it.len};
+  const std::uint32_t depth = arena_.summary(it.base).depth + it.len;
+  auto depth_of = [&](std::uint32_t i) {
+    return arena_.summary(out.cursors[i].base).depth + out.cursors[i].len;
+  };
+  const auto n = static_cast<std::uint32_t>(out.cursors.size());
+  const bool merging = counted_ && merge_counts_;
+  std::uint64_t shape = 0, full = 0;
+  if (!indexed_) {
+    // A small set: held already as the same node and frames (what a step meets), or, in a
+    // grammar with counted elements, the same stack split otherwise between the arena and the
+    // frames, or one differing in a counted frame's counts that merges with it.
     for (const Cursor& c : out.cursors) {
       if (c.base != it.base || c.len != it.len) continue;
       if (it.len == 0 ||
           std::memcmp(&out.frames[c.begin], &scratch_[it.begin], it.len * sizeof(Frame)) == 0)
         return;
     }
-    const auto n = static_cast<std::uint32_t>(out.cursors.size());
-    if (n >= max_stacks_) {
-      out.overflow = true;
-      return;
-    }
-    out.cursors.push_back(Cursor{it.base, static_cast<std::uint32_t>(out.frames.size()), it.len});
-    out.frames.insert(out.frames.end(), scratch_.begin() + it.begin,
-                      scratch_.begin() + it.begin + it.len);
-    if (n + 1 > kIndexAbove) {
-      // From here on by hashes (the same stack may now be met with another split between
-      // the arena and the frames; holding it twice would be harmless, but the index finds it).
-      for (std::uint32_t i = 0; i <= n; ++i) {
-        const Cursor& c = out.cursors[i];
-        const StackArena::Summary& below = arena_.summary(c.base);
-        std::uint64_t shape = below.shape, full = below.full;
-        for (std::uint32_t k = 0; k < c.len; ++k) {
-          shape = StackArena::shape_step(shape, out.frames[c.begin + k]);
-          full = StackArena::full_step(full, out.frames[c.begin + k]);
-        }
-        out_shape_.push_back(shape);
-        out_full_.push_back(full);
-        index_add(i);
-      }
-      indexed_ = true;
-    }
-    return;
-  }
-  const StackArena::Summary& below = arena_.summary(it.base);
-  std::uint64_t shape = below.shape, full = below.full;
-  for (std::uint32_t k = 0; k < it.len; ++k) {
-    shape = StackArena::shape_step(shape, scratch_[it.begin + k]);
-    full = StackArena::full_step(full, scratch_[it.begin + k]);
-  }
-  const View mine{it.base, scratch_.data() + it.begin, it.len};
-  const std::uint32_t depth = below.depth + it.len;
-  auto depth_of = [&](std::uint32_t i) {
-    return arena_.summary(out.cursors[i].base).depth + out.cursors[i].len;
-  };
-  // Held already? (Equal hashes and depth, then frame by frame: the same stack may be held
-  // with more or fewer of its frames in the arena.)
-  auto same = [&](std::uint32_t i) {
-    return out_full_[i] == full && depth_of(i) == depth &&
-           compare(view(out, i), mine).kind == Difference::kSame;
-  };
-  // Merged into a stack differing only in one counted frame's counts? Bounded tries: merging
-  // only keeps the set small, so giving up is always correct.
-  constexpr int kMaxMergeTries = 64;
-  int tries = 0;
-  auto merged = [&](std::uint32_t i) {
-    if (out_shape_[i] != shape || depth_of(i) != depth || ++tries > kMaxMergeTries) return false;
-    const Difference d = compare(view(out, i), mine);
-    if (d.kind != Difference::kOneCount) return false;
-    const Element& e = g_.rules[d.a.rule].alts[d.a.alt][d.a.pos];
-    Frame both;
-    if (!e.counted() || !merge_counts(e, d.a, d.b, both)) return false;
-    if (both != d.a) rewrite(out, i, d.at, both);
-    return true;
-  };
-  const auto n = static_cast<std::uint32_t>(out.cursors.size());
-  if (!indexed_) {
-    for (std::uint32_t i = 0; i < n; ++i)
-      if (same(i)) return;
-    if (merge_counts_)
+    if (merging)
       for (std::uint32_t i = n; i-- > 0;)
-        if (merged(i)) return;
+        if (depth_of(i) == depth && try_merge(out, i, mine)) return;
   } else {
-    for (auto [b, e] = by_full_.equal_range(full); b != e; ++b)
-      if (same(b->second)) return;
-    if (merge_counts_)
-      for (auto [b, e] = by_shape_.equal_range(shape); b != e; ++b)
-        if (merged(b->second)) return;
+    // Past kIndexAbove stacks, by hashes: equal ones (then frame by frame), and those equal
+    // but for counts; bounded tries, since giving up a merge is always correct.
+    summarize(mine, shape, full);
+    for (auto [b, e] = by_full_.equal_range(full); b != e; ++b) {
+      const std::uint32_t i = b->second;
+      if (out_full_[i] == full && depth_of(i) == depth &&
+          compare(view(out, i), mine).kind == Difference::kSame)
+        return;
+    }
+    if (merging) {
+      constexpr int kMaxMergeTries = 64;
+      int tries = 0;
+      for (auto [b, e] = by_shape_.equal_range(shape); b != e && tries < kMaxMergeTries; ++b) {
+        const std::uint32_t i = b->second;
+        if (out_shape_[i] != shape || depth_of(i) != depth) continue;
+        ++tries;
+        if (try_merge(out, i, mine)) return;
+      }
+    }
   }
   if (n >= max_stacks_) {
     out.overflow = true;
     return;
   }
-  Cursor c{it.base, static_cast<std::uint32_t>(out.frames.size()), it.len};
+  out.cursors.push_back(Cursor{it.base, static_cast<std::uint32_t>(out.frames.size()), it.len});
   out.frames.insert(out.frames.end(), scratch_.begin() + it.begin,
                     scratch_.begin() + it.begin + it.len);
-  out.cursors.push_back(c);
-  out_shape_.push_back(shape);
-  out_full_.push_back(full);
   if (indexed_) {
+    out_shape_.push_back(shape);
+    out_full_.push_back(full);
     index_add(n);
   } else if (n + 1 > kIndexAbove) {
-    indexed_ = true;
-    for (std::uint32_t i = 0; i <= n; ++i)
+    for (std::uint32_t i = 0; i <= n; ++i) {
+      summarize(view(out, i), shape, full);
+      out_shape_.push_back(shape);
+      out_full_.push_back(full);
       index_add(i);
+    }
+    indexed_ = true;
   }
 }
 

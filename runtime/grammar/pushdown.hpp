@@ -172,6 +172,10 @@ class Pushdown {
     Frame a, b;
   };
   Difference compare(View a, View b) const;
+  // The stack's hashes without and with counts (StackArena::Summary).
+  void summarize(const View& v, std::uint64_t& shape, std::uint64_t& full) const;
+  // Whether cursor `i` of `out` holds `mine` already or now (merged into it).
+  bool try_merge(StackSet& out, std::uint32_t i, const View& mine);
   // Replaces the frame `at` frames below the top of cursor `i` of `out` (moving the frames down
   // to it from the arena into `out` when they are there).
   void rewrite(StackSet& out, std::uint32_t i, std::uint32_t at, const Frame& frame);
@@ -186,12 +190,11 @@ class Pushdown {
   std::vector<Frame> step_frames_;
   std::size_t max_stacks_ = kMaxLiveStacks;
   bool merge_counts_ = true;
-  // Whether the grammar has a counted element: without one nothing merges, and a small set
-  // is deduplicated as it always was (same node, same frames), without hashing.
+  // Whether the grammar has a counted element (without one nothing merges).
   bool counted_ = false;
-  // Of the stacks of the set being filled, per cursor: hashes without and with counts
-  // (StackArena::Summary). Past kIndexAbove stacks they are also indexed, so a step over
-  // thousands of stacks does not compare each new one with all the others.
+  // Past kIndexAbove stacks in the set being filled, per cursor: hashes without and with counts
+  // (StackArena::Summary), indexed, so a step over thousands of stacks does not compare each
+  // new one with all the others.
   static constexpr std::size_t kIndexAbove = 32;
   std::vector<std::uint64_t> out_shape_, out_full_;
   std::unordered_multimap<std::uint64_t, std::uint32_t> by_shape_, by_full_;
