@@ -7,6 +7,7 @@
 //   default BYTES 6000; default patterns (a|ab|b){0,3000} and (a?b?){1,3000}.
 //   The text is "abab..." of BYTES bytes.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
