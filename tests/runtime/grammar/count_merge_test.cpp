@@ -311,15 +311,19 @@ TEST(CountMerge, JsonArraysOfAmbiguousStringsAcceptWhatTheyDidBefore) {
 // Masks over merged stacks (whose counts may span several of the precomputed count buckets)
 // equal brute force along random walks, with tokens long enough to cross the bounds.
 TEST(CountMerge, MasksOverMergedCountsEqualBruteForce) {
-  auto vocab =
-      byte_vocab({"ab", "ba", "aab", "abab", "bb", "aaaa", "abababab", "bab", "bc", "abc"});
+  auto vocab = byte_vocab({"ab", "ba", "aab", "abab", "bb", "aaaa", "abababab", "bab", "bc", "abc",
+                           "\",\"", "\"]", "[\"ab"});
   auto trie = TokenTrie::build(vocab);
   ASSERT_TRUE(trie.ok());
   std::mt19937 rng(11);
-  for (const char* pattern : {"(a|ab|b){3,40}c", "x(a?b?){0,50}y?", "((a|ab|b){2,40}c){1,40}",
-                              "(a|ab|b){0,35}(ab|b){34,40}"}) {
+  // Regexes, and JSON schemas (a string's pattern, an array of them with minItems/maxItems).
+  for (
+      const char* pattern :
+      {"(a|ab|b){3,40}c", "x(a?b?){0,50}y?", "((a|ab|b){2,40}c){1,40}",
+       "(a|ab|b){0,35}(ab|b){34,40}", R"({"type":"string","pattern":"^(a|ab|b){3,40}$"})",
+       R"({"type":"array","items":{"type":"string","pattern":"^(a?b?){1,36}$"},"minItems":2,"maxItems":40})"}) {
     SCOPED_TRACE(pattern);
-    auto g = regex_to_grammar(pattern);
+    auto g = pattern[0] == '{' ? json_schema_to_grammar(pattern) : regex_to_grammar(pattern);
     ASSERT_TRUE(g.ok()) << g.error().what();
     auto cg = CompiledGrammar::compile(*g, *trie);
     ASSERT_TRUE(cg.ok()) << cg.error().what();
