@@ -267,7 +267,7 @@ void Pushdown::emit(const Item& it, StackSet& out) {
       }
     }
   }
-  if (n >= max_stacks_) {
+  if (n >= kMaxLiveStacks) {
     out.overflow = true;
     return;
   }

@@ -97,8 +97,8 @@ struct StackSet {
   std::vector<Frame> frames;
   bool accepted = false;      // some stack popped to kRootNode: the grammar matched here
   bool left_context = false;  // some stack popped to kContextNode
-  // More than kMaxLiveStacks (Pushdown::set_max_stacks) stacks: the rest were dropped, so the
-  // set is incomplete and must not be used as a state.
+  // More than kMaxLiveStacks stacks: the rest were dropped, so the set is incomplete and must
+  // not be used as a state.
   bool overflow = false;
   void clear() {
     cursors.clear();
@@ -116,8 +116,6 @@ class Pushdown {
   void start(StackSet& out);
   // Consumes one byte from every stack of `in`.
   void step(const StackSet& in, std::uint8_t byte, StackSet& out);
-  // The bound on a state's stacks (kMaxLiveStacks; lower in tests).
-  void set_max_stacks(std::size_t n) { max_stacks_ = n; }
   // Tests only: keep every count in its own stack, as before counts were merged, to compare
   // the two on the same inputs.
   void set_merge_counts(bool on) { merge_counts_ = on; }
@@ -188,7 +186,6 @@ class Pushdown {
   std::vector<Frame> scratch_;
   std::vector<Item> work_;
   std::vector<Frame> step_frames_;
-  std::size_t max_stacks_ = kMaxLiveStacks;
   bool merge_counts_ = true;
   // Whether the grammar has a counted element (without one nothing merges).
   bool counted_ = false;
