@@ -34,7 +34,7 @@ constexpr std::string_view kIpv4 =
 constexpr std::string_view kUri =
     "[a-zA-Z][a-zA-Z0-9+.-]*:(//[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?(:[0-9]+)?(/" WEFT_PCHAR
     "*)*|" WEFT_PCHAR "+(/" WEFT_PCHAR "*)*)(\\?(" WEFT_PCHAR "|[/?])*)?(#(" WEFT_PCHAR "|[/?])*)?";
-#undef WEFT_PCHAR = : @ / ? #] | % [0 - 9a - fA - F]{2 }) + ";
+#undef WEFT_PCHAR
 
 // A hostname (RFC 1123 labels, as ajv-formats checks them), at most four labels of at most
 // 62 characters, so the whole stays within the 253 characters validators allow.
