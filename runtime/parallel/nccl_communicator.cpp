@@ -56,6 +56,7 @@ struct NcclApi {
   decltype(&ncclDevCommDestroy) dev_comm_destroy = nullptr;
   decltype(&ncclLsaBarrierCreateRequirement) lsa_barrier_requirement = nullptr;
   ncclTeam_t (*team_lsa)(ncclComm_t) = nullptr;  // the host ncclTeamLsa
+  std::string device_api_symbols = "C symbols";  // or "C++ symbols" (early 2.28 releases)
 #endif
   int version = 0;  // ncclGetVersion's code (22809 for 2.28.9); 0 when unknown
 };
@@ -114,10 +115,24 @@ const NcclApi& nccl() {
     bind_optional(a.window_deregister, "ncclCommWindowDeregister");
     bind_optional(a.get_last_error, "ncclGetLastError");
 #if defined(WEFT_NCCL_DEVICE_API)
-    bind_optional(a.dev_comm_create, "ncclDevCommCreate");
-    bind_optional(a.dev_comm_destroy, "ncclDevCommDestroy");
-    bind_optional(a.lsa_barrier_requirement, "ncclLsaBarrierCreateRequirement");
-    a.team_lsa = reinterpret_cast<ncclTeam_t (*)(ncclComm_t)>(dlsym(lib, "ncclTeamLsa"));
+    // Declared extern "C" in the 2.28.9 headers; early 2.28 headers declared them as C++
+    // functions, so their mangled names are tried too (the same arguments either way).
+    auto bind_either = [&](auto& fn, const char* symbol, const char* mangled) {
+      bind_optional(fn, symbol);
+      if (fn == nullptr) {
+        bind_optional(fn, mangled);
+        if (fn != nullptr) a.device_api_symbols = "C++ symbols";
+      }
+    };
+    bind_either(a.dev_comm_create, "ncclDevCommCreate",
+                "_Z17ncclDevCommCreateP8ncclCommPK23ncclDevCommRequirementsP11ncclDevComm");
+    bind_either(a.dev_comm_destroy, "ncclDevCommDestroy",
+                "_Z18ncclDevCommDestroyP8ncclCommPK11ncclDevComm");
+    bind_either(
+        a.lsa_barrier_requirement, "ncclLsaBarrierCreateRequirement",
+        "_Z31ncclLsaBarrierCreateRequirement8ncclTeamiP20ncclLsaBarrierHandleP27ncclDevResour"
+        "ceRequirements");
+    bind_either(a.team_lsa, "ncclTeamLsa", "_Z11ncclTeamLsaP8ncclComm");
 #endif
     if (a.get_version != nullptr && a.get_version(&a.version) != ncclSuccess) a.version = 0;
     return a;
@@ -515,7 +530,7 @@ Result<DeviceWindow> NcclCommunicator::device_window(std::size_t bytes, int barr
   out.description = "symmetric window (ncclMemAlloc + ncclCommWindowRegister) and " +
                     std::to_string(barriers) + " LSA barriers (ncclDevCommCreate), NCCL " +
                     version_text(api.version) + " (headers " + version_text(NCCL_VERSION_CODE) +
-                    ")";
+                    ", " + api.device_api_symbols + ")";
   device_comms_.push_back(std::move(made));
   if (bootstrap_.rank() == 0)
     log_info("nccl: " + std::to_string(bytes) + " bytes as a " + out.description);
