@@ -6,7 +6,9 @@
 #      NcclFusedNorm (the kernel against NCCL's all-reduce + add_norm, bitwise on 2 ranks; in a
 #      CUDA graph) and cuda_tensor_parallel_test's FusedNorm* (every fixture fused over 2 GPUs
 #      against 1 GPU: logits within the tolerance, greedy tokens), with NCCL's INIT log
-#   2. bench/gpu_tp.sh --only variants: TP=1, TP=2 as by default (NCCL's all-reduce), then
+#   2. weft generate --tensor-parallel 2 on every fixture, fused against NCCL's all-reduce (the
+#      same 16 greedy tokens; GENERATE=0 skips it)
+#   3. bench/gpu_tp.sh --only variants: TP=1, TP=2 as by default (NCCL's all-reduce), then
 #      WEFT_TP_FUSED_NORM=1, and fused with the head's all-gather in a symmetric window;
 #      8b shape, batches 1 and 64 (--profile: device ms per step in the collectives)
 # Input: .devcarry/tp2.tar.xz from bench/gpu_tp_pack.sh (bin/{weft,cuda_forward_bench,
@@ -23,18 +25,48 @@ st() { echo "[t+$(($(date +%s) - t0))s] $*"; }
 nvidia-smi --query-gpu=index,name,memory.used --format=csv,noheader
 nvidia-smi topo -m | head -4
 st tests
-OUT=$O/tests timeout "${TESTS_S:-200}" bash bench/gpu_tp.sh --bin .devcarry/tp2.tar.xz --only tests \
+OUT=$O/tests timeout "${TESTS_S:-180}" bash bench/gpu_tp.sh --bin .devcarry/tp2.tar.xz --only tests \
   --test-filter '*Fused*' >"$O/tests.log" 2>&1
 echo "tests rc=$?"
 grep -E "PASSED|FAILED|OK|rc=|measured|fused|Fused|device window|Failure" "$O/tests.log" | tail -40
 # Why a device window was refused, if it was (NCCL's own words).
 grep -hiE "DevComm|window|symmetric|cumem|LSA" "$O"/tests/nccl_communicator_test.np2.log 2>/dev/null |
   sed -E 's/^[^ ]+ [^ ]+ //' | sort | uniq -c | sort -rn | head -12
+# weft generate over 2 GPUs (the engine, CUDA graphs) with the fused path against NCCL's, on
+# every fixture: 16 greedy tokens each (the binaries gpu_tp.sh unpacked; weft must be packed).
+if [ "${GENERATE:-1}" = 1 ]; then
+  st generate
+  bin=$(dirname "$(find /tmp/weft-gpu-tp-bin -maxdepth 3 -type f -name weft | head -1)" 2>/dev/null)
+  if [ -x "$bin/weft" ]; then
+    export LD_LIBRARY_PATH="$bin/../lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export WEFT_SPEC_DIR=$PWD/config/models OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    mpi=(mpirun --oversubscribe --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE
+         -x LD_LIBRARY_PATH -x WEFT_SPEC_DIR -x WEFT_TP_FUSED_NORM -x WEFT_LOG)
+    for m in tests/fixtures/models/*/; do
+      m=${m%/}
+      g=(generate --model "$m" --prompt-ids 5,17,42,99,3,201,64 --max-tokens 16 --ignore-eos
+         --device cuda --tensor-parallel 2)
+      nccl=$(WEFT_TP_FUSED_NORM=0 timeout 60 "${mpi[@]}" "$bin/weft" "${g[@]}" 2>"$O/gen_nccl.err" |
+        grep -v '^NCCL version')
+      fused=$(WEFT_TP_FUSED_NORM=1 WEFT_LOG=info timeout 60 "${mpi[@]}" "$bin/weft" "${g[@]}" \
+        2>"$O/gen_fused_$(basename "$m").err" | grep -v '^NCCL version')
+      if [ -n "$nccl" ] && [ "$nccl" = "$fused" ]; then
+        echo "weft generate TP=2 $(basename "$m"): fused gives NCCL's 16 tokens"
+      else
+        echo "weft generate TP=2 $(basename "$m"): DIFFERENT: nccl [$nccl] fused [$fused]"
+        tail -3 "$O/gen_fused_$(basename "$m").err"
+      fi
+    done
+    grep -h "fused norm" "$O"/gen_fused_*.err | sort | uniq -c | head -5
+  else
+    echo "(weft not packed: generate skipped)"
+  fi
+fi
 st variants
 IFS=';' read -ra vs <<<"${VARIANTS:-WEFT_TP_FUSED_NORM=1;WEFT_TP_FUSED_NORM=1 WEFT_TP_NCCL_BUFFERS=symmetric}"
 args=()
 for v in "${vs[@]}"; do args+=(--nccl-env "$v"); done
-OUT=$O/var timeout "${VAR_S:-370}" bash bench/gpu_tp.sh --bin .devcarry/tp2.tar.xz --only variants \
+OUT=$O/var timeout "${VAR_S:-330}" bash bench/gpu_tp.sh --bin .devcarry/tp2.tar.xz --only variants \
   "${args[@]}" >"$O/var.log" 2>&1
 echo "variants rc=$?"
 cat "$O/var/gpu_tp_variants.md" 2>/dev/null || tail -30 "$O/var.log"
