@@ -62,6 +62,33 @@ cudaError_t wait_or_abort(cudaStream_t stream, int seconds, const std::string& w
 // The check of the window and barriers before any step uses them, in phases that each end
 // with a vote of the group (agree), so that no rank goes on to a barrier that another rank,
 // having failed, will never reach. Each phase returns why it failed on this rank, or "".
+// Whether every rank of the group holds the same `values` (their sums over the group are the
+// group's size times this rank's), through a device all-reduce on `stream`.
+Result<bool> same_on_every_rank(parallel::Communicator& comm, cudaStream_t stream,
+                                std::vector<float> values) {
+  Scratch sums;
+  const std::size_t bytes = values.size() * 4;
+  std::vector<float> got(values.size());
+  if (auto e = cudaMalloc(&sums.p, bytes); e != cudaSuccess) {
+    return cuda_error(e, "allocating the fused norm's vote");
+  }
+  auto* dev = static_cast<float*>(sums.p);
+  if (auto e = cudaMemcpy(dev, values.data(), bytes, cudaMemcpyHostToDevice); e != cudaSuccess) {
+    return cuda_error(e, "the fused norm's vote");
+  }
+  if (auto ok = comm.all_reduce_sum(std::span<float>(dev, values.size())); !ok) return ok.error();
+  if (auto e = cudaStreamSynchronize(stream); e != cudaSuccess) {
+    return cuda_error(e, "the fused norm's vote");
+  }
+  if (auto e = cudaMemcpy(got.data(), dev, bytes, cudaMemcpyDeviceToHost); e != cudaSuccess) {
+    return cuda_error(e, "the fused norm's vote");
+  }
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (got[i] != values[i] * static_cast<float>(comm.size())) return false;
+  }
+  return true;
+}
+
 class FusedNormCheck {
  public:
   FusedNormCheck(CudaModel::State& s, parallel::Communicator& comm)
@@ -291,8 +318,30 @@ Result<void> CudaModel::State::join_fused_norm(parallel::Communicator& comm) {
     return Error(ErrorCode::kInvalidArgument,
                  "WEFT_TP_FUSED_NORM: '" + asked + "' is not 0 (NCCL's all-reduce) or 1 (fused)");
   }
+  int rows = 16;
+  if (const char* r = std::getenv("WEFT_TP_FUSED_ROWS"); r != nullptr && *r != '\0') {
+    rows = std::atoi(r);
+    if (rows < 1 || rows > 256) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "WEFT_TP_FUSED_ROWS: '" + std::string(r) + "' is not a row count in [1, 256]");
+    }
+  }
+  // What follows is collective only if every rank reads the same switches (mpirun -x): the
+  // group compares them first, so that a rank without them fails with the reason instead of
+  // leaving the others waiting in a collective it never joins.
+  const bool on = asked == "1";
+  if (auto same = same_on_every_rank(comm, stream, {on ? 1.0f : 0.0f, static_cast<float>(rows)});
+      !same) {
+    return same.error();
+  } else if (!*same) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "WEFT_TP_FUSED_NORM or WEFT_TP_FUSED_ROWS differ across the tensor-parallel "
+                 "ranks (this rank: '" +
+                     asked + "', " + std::to_string(rows) +
+                     " rows): give every rank the same (mpirun -x WEFT_TP_FUSED_NORM)");
+  }
   // Unset: off until measured on two GPUs (docs/parallel.md).
-  if (asked != "1") {
+  if (!on) {
     tp_fused_note = "off (WEFT_TP_FUSED_NORM=1 turns it on)";
     return {};
   }
@@ -311,14 +360,6 @@ Result<void> CudaModel::State::join_fused_norm(parallel::Communicator& comm) {
   if (comm.size() > 8) {
     tp_fused_note = "off: more than 8 ranks";
     return {};
-  }
-  int rows = 16;
-  if (const char* r = std::getenv("WEFT_TP_FUSED_ROWS"); r != nullptr && *r != '\0') {
-    rows = std::atoi(r);
-    if (rows < 1 || rows > 256) {
-      return Error(ErrorCode::kInvalidArgument,
-                   "WEFT_TP_FUSED_ROWS: '" + std::string(r) + "' is not a row count in [1, 256]");
-    }
   }
   rows = std::min(rows, std::max(1, capacity_tokens));
   const std::size_t slot =
