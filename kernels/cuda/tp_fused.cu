@@ -50,11 +50,27 @@ __device__ __forceinline__ void meet(const ncclDevComm& comm, const Params& p) {
   bar.sync(ncclCoopCta(), ::cuda::memory_order_acq_rel);
 }
 
-// Rank r's partial row of this block, element i, through the window's load/store mapping.
-// Plain loads (not the read-only path): the memory is written by other GPUs between launches.
+// Rank r's partial row of this block, through the window's load/store mapping.
 __device__ __forceinline__ const float* partial(const Params& p, int r) {
   const std::size_t row = p.offset + static_cast<std::size_t>(blockIdx.x) * p.n * sizeof(float);
   return static_cast<const float*>(ncclGetLsaPointer(p.window, row, r));
+}
+
+// Loads of the other ranks' rows: volatile (relaxed at system scope: never the read-only
+// path nor a stale L1 line; the memory is rewritten by other GPUs between launches), after
+// the barrier's acquire.
+__device__ __forceinline__ float4 load_shared4(const float* p) {
+  float4 v;
+  asm volatile("ld.volatile.global.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ float load_shared(const float* p) {
+  float v;
+  asm volatile("ld.volatile.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+  return v;
 }
 
 // Rows of n = 4 * blockDim.x (n % 128 == 0, up to 4096), 16-byte aligned: add_norm_vec_kernel's
@@ -67,9 +83,9 @@ __global__ void __launch_bounds__(1024) fused_vec_kernel(const ncclDevComm comm,
   if (p.residual != nullptr) w = *reinterpret_cast<const float4*>(p.weight + i);
   detail::grid_dependency_wait();
   meet(comm, p);
-  float4 dv = *reinterpret_cast<const float4*>(partial(p, 0) + i);
+  float4 dv = load_shared4(partial(p, 0) + i);
   for (int r = 1; r < p.ranks; ++r) {
-    const float4 q = *reinterpret_cast<const float4*>(partial(p, r) + i);
+    const float4 q = load_shared4(partial(p, r) + i);
     dv.x += q.x, dv.y += q.y, dv.z += q.z, dv.w += q.w;
   }
   const std::size_t at = static_cast<std::size_t>(blockIdx.x) * p.n + i;
@@ -132,9 +148,9 @@ __global__ void __launch_bounds__(kThreads) fused_kernel(const ncclDevComm comm,
   for (int r = 0; r < p.ranks; ++r)
     part[r] = partial(p, r);
   auto delta = [&](int i) {
-    float d = part[0][i];
+    float d = load_shared(part[0] + i);
     for (int r = 1; r < p.ranks; ++r)
-      d += part[r][i];
+      d += load_shared(part[r] + i);
     return d;
   };
   const std::size_t row = static_cast<std::size_t>(blockIdx.x) * p.n;
