@@ -464,17 +464,18 @@ TEST_F(NcclFusedNorm, MatchesNcclAllReduceAndAddNorm) {
 }
 
 // Decode rows in a CUDA graph: 8 launches, each after a kernel that writes its partial rows
-// into the slot it reads (0, 1, 0, ...), the residual carried from one to the next as through
-// a step's layers; replayed with new inputs against the same sequence through NCCL and
+// (different for every launch, so a slot rewritten before every rank has read it shows in the
+// sums) into the slot it reads (0, 1, 0, ...), the residual carried from one to the next as
+// through a step's layers; replayed with new inputs against the same sequence through NCCL and
 // add_norm launched plainly.
 TEST_F(NcclFusedNorm, RunsInsideCudaGraphs) {
   const int rank = g_world->rank();
   constexpr int kRowsHere = 2, kN = 4096, kLaunches = 8;
   const std::size_t n = static_cast<std::size_t>(kRowsHere) * kN;
-  std::uint16_t* input16 = nullptr;  // this replay's partial rows, bf16
+  std::uint16_t* input16 = nullptr;  // this replay's partial rows for each launch, bf16
   float *plain = nullptr, *res_a = nullptr, *res_b = nullptr, *w = nullptr;
   std::uint16_t *out_a = nullptr, *out_b = nullptr;
-  ASSERT_EQ(cudaMalloc(&input16, n * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&input16, kLaunches * n * 2), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&plain, n * 4), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&res_a, n * 4), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&res_b, n * 4), cudaSuccess);
@@ -489,11 +490,11 @@ TEST_F(NcclFusedNorm, RunsInsideCudaGraphs) {
     return static_cast<std::uint16_t>(u >> 16);
   };
   auto fill = [&](int replay) {
-    std::vector<std::uint16_t> h(n);
-    for (std::size_t i = 0; i < n; ++i)
+    std::vector<std::uint16_t> h(kLaunches * n);
+    for (std::size_t i = 0; i < h.size(); ++i)
       h[i] = to_bf16(random_value(1000 * replay + rank, i));
     const auto residual = random_rows(50 + replay, n);
-    cudaMemcpy(input16, h.data(), n * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(input16, h.data(), h.size() * 2, cudaMemcpyHostToDevice);
     cudaMemcpy(res_a, residual.data(), n * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(res_b, residual.data(), n * 4, cudaMemcpyHostToDevice);
     return cudaDeviceSynchronize();
@@ -511,7 +512,7 @@ TEST_F(NcclFusedNorm, RunsInsideCudaGraphs) {
   ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
   bool launched = true;
   for (int k = 0; k < kLaunches; ++k) {
-    cuda::convert_to_f32(input16, cuda::Precision::kBF16, slot(k % 2), n, stream_);
+    cuda::convert_to_f32(input16 + k * n, cuda::Precision::kBF16, slot(k % 2), n, stream_);
     a.offset = (k % 2) * kSlotBytes;
     launched = cuda::allreduce_add_norm(a, stream_) && launched;
   }
@@ -527,7 +528,7 @@ TEST_F(NcclFusedNorm, RunsInsideCudaGraphs) {
     ASSERT_TRUE(nccl_->barrier());  // every rank's inputs are in place (plain copies)
     ASSERT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);
     for (int k = 0; k < kLaunches; ++k) {
-      cuda::convert_to_f32(input16, cuda::Precision::kBF16, plain, n, stream_);
+      cuda::convert_to_f32(input16 + k * n, cuda::Precision::kBF16, plain, n, stream_);
       ASSERT_TRUE(nccl_->all_reduce_sum(std::span<float>(plain, n)));
       cuda::AddNormArgs r;
       r.residual = res_b;
