@@ -223,7 +223,14 @@ struct CudaModel::State {
   // up when WEFT_TP_FUSED_NORM asks (collective; off with the reason in tp_fused_note when the
   // group or the library cannot), check_fused_norm tests it against NCCL's all-reduce and
   // add_norm first and returns why it failed, if it did.
-  Result<void> join_fused_norm(parallel::Communicator& comm);
+  // fused_norm_switches reads WEFT_TP_FUSED_NORM and WEFT_TP_FUSED_ROWS and checks that every
+  // rank of the group has the same (collective), before set_tensor_parallel changes anything.
+  struct FusedNormSwitches {
+    bool fused = false;
+    int rows = 16;
+  };
+  Result<FusedNormSwitches> fused_norm_switches(parallel::Communicator& comm);
+  Result<void> join_fused_norm(parallel::Communicator& comm, const FusedNormSwitches& switches);
   std::string check_fused_norm(parallel::Communicator& comm);
   Result<void> upload_matrix(const cpu::WeightMatrix& w, DeviceBuffer& dst, std::size_t row_offset,
                              std::size_t total_rows, DeviceBuffer& staging);

@@ -307,40 +307,48 @@ class FusedNormCheck {
 
 }  // namespace
 
-Result<void> CudaModel::State::join_fused_norm(parallel::Communicator& comm) {
-  tp_fused = {};
-  tp_fused_rows = 0;
-  tp_fused_slot_bytes = 0;
-  tp_fused_base = nullptr;
+Result<CudaModel::State::FusedNormSwitches> CudaModel::State::fused_norm_switches(
+    parallel::Communicator& comm) {
   const char* knob = std::getenv("WEFT_TP_FUSED_NORM");
   const std::string asked = knob != nullptr ? knob : "";
   if (asked != "" && asked != "0" && asked != "1") {
     return Error(ErrorCode::kInvalidArgument,
                  "WEFT_TP_FUSED_NORM: '" + asked + "' is not 0 (NCCL's all-reduce) or 1 (fused)");
   }
-  int rows = 16;
+  FusedNormSwitches on;
+  // Unset: off until measured on two GPUs (docs/parallel.md).
+  on.fused = asked == "1";
   if (const char* r = std::getenv("WEFT_TP_FUSED_ROWS"); r != nullptr && *r != '\0') {
-    rows = std::atoi(r);
-    if (rows < 1 || rows > 256) {
+    on.rows = std::atoi(r);
+    if (on.rows < 1 || on.rows > 256) {
       return Error(ErrorCode::kInvalidArgument,
                    "WEFT_TP_FUSED_ROWS: '" + std::string(r) + "' is not a row count in [1, 256]");
     }
   }
-  // What follows is collective only if every rank reads the same switches (mpirun -x): the
+  // join_fused_norm is collective only if every rank reads the same switches (mpirun -x): the
   // group compares them first, so that a rank without them fails with the reason instead of
   // leaving the others waiting in a collective it never joins.
-  const bool on = asked == "1";
-  if (auto same = same_on_every_rank(comm, stream, {on ? 1.0f : 0.0f, static_cast<float>(rows)});
-      !same) {
-    return same.error();
-  } else if (!*same) {
+  auto same =
+      same_on_every_rank(comm, stream, {on.fused ? 1.0f : 0.0f, static_cast<float>(on.rows)});
+  if (!same) return same.error();
+  if (!*same) {
     return Error(ErrorCode::kInvalidArgument,
                  "WEFT_TP_FUSED_NORM or WEFT_TP_FUSED_ROWS differ across the tensor-parallel "
                  "ranks (this rank: '" +
-                     asked + "', " + std::to_string(rows) +
+                     asked + "', " + std::to_string(on.rows) +
                      " rows): give every rank the same (mpirun -x WEFT_TP_FUSED_NORM)");
   }
-  // Unset: off until measured on two GPUs (docs/parallel.md).
+  return on;
+}
+
+Result<void> CudaModel::State::join_fused_norm(parallel::Communicator& comm,
+                                               const FusedNormSwitches& switches) {
+  tp_fused = {};
+  tp_fused_rows = 0;
+  tp_fused_slot_bytes = 0;
+  tp_fused_base = nullptr;
+  int rows = switches.rows;
+  const bool on = switches.fused;
   if (!on) {
     tp_fused_note = "off (WEFT_TP_FUSED_NORM=1 turns it on)";
     return {};

@@ -271,6 +271,54 @@ INSTANTIATE_TEST_SUITE_P(RegisteredBuffers, CudaTensorParallel,
                                             ::testing::Values(cuda::Precision::kBF16),
                                             ::testing::Values(kRegistered)));
 
+// The fused norm's switches are read when a rank joins, before anything changes: a value that
+// is not 0 or 1, a row count out of range, and ranks that disagree (one without mpirun -x) are
+// refused on every rank with the variable named; the model then joins as asked.
+TEST(CudaTensorParallelSwitches, FusedNormSwitchesAreCheckedOnEveryRank) {
+  auto& w = *g_world;
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2 || w.size() < 2) {
+    cudaGetLastError();
+    GTEST_SKIP() << "needs two GPUs and mpirun -np 2 or more (have " << gpus << " GPUs)";
+  }
+  const int device = local_gpu(w.rank(), gpus);
+  LoadOptions options;
+  options.tensor_parallel_size = w.size();
+  options.tensor_parallel_rank = w.rank();
+  auto shard = load_model(source_dir() / "tests/fixtures/models/llama_gqa_f32", options);
+  ASSERT_TRUE(shard) << shard.error().what();
+  model::CudaModelOptions o;
+  o.device = device;
+  o.page_size = 4;
+  o.num_pages = 16;
+  o.max_tokens_per_step = 8;
+  auto made = model::CudaModel::create(shard->model, o);
+  ASSERT_TRUE(made) << made.error().what();
+  std::optional<model::CudaModel> part(std::move(made.value()));
+  auto nccl = parallel::make_nccl_communicator(w, device, part->cuda_stream());
+  ASSERT_TRUE(nccl) << nccl.error().what();
+  auto refused = [&](const char* norm, const char* rows, const char* named) {
+    setenv("WEFT_TP_FUSED_NORM", norm, 1);
+    if (rows != nullptr) setenv("WEFT_TP_FUSED_ROWS", rows, 1);
+    auto joined = part->set_tensor_parallel(**nccl);
+    unsetenv("WEFT_TP_FUSED_NORM");
+    unsetenv("WEFT_TP_FUSED_ROWS");
+    ASSERT_FALSE(joined) << norm;
+    EXPECT_EQ(joined.error().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(joined.error().what()).find(named), std::string::npos)
+        << joined.error().what();
+  };
+  refused("yes", nullptr, "WEFT_TP_FUSED_NORM: 'yes'");
+  refused("1", "0", "WEFT_TP_FUSED_ROWS: '0'");
+  refused(w.rank() == 0 ? "1" : "0", nullptr, "differ across the tensor-parallel ranks");
+  auto joined = part->set_tensor_parallel(**nccl);
+  ASSERT_TRUE(joined) << joined.error().what();
+  EXPECT_EQ(part->fused_norm_tokens(), 0);
+  EXPECT_EQ(part->fused_norm().rfind("off", 0), 0u) << part->fused_norm();
+  part.reset();
+  nccl->reset();
+}
+
 }  // namespace
 }  // namespace weft
 
