@@ -15,6 +15,7 @@
 # --variant-tp: the TP size of the variants phase (default 2).
 # --test-filter: a GoogleTest filter for the tests phase's binaries (--gtest_filter), e.g.
 #   '*Fused*' for the fused all-reduce + norm's tests alone (NcclFusedNorm.*, FusedNorm*/*).
+#   GPU_TP_HYBRID=0 skips the tests phase's hybrid TP x PP check.
 #
 # --bin: the prebuilt binaries: DIR/bin (weft, cuda_forward_bench, cuda_tensor_parallel_test,
 #   nccl_communicator_test), DIR/lib (their shared libraries) and DIR/openmpi (Open MPI for a
@@ -248,7 +249,7 @@ if want tests; then
   # Hybrid on GPUs (when weft is carried): TP 2 x PP 2 over 4 ranks (two per GPU on 2 GPUs)
   # gives TP=2's greedy tokens, with plain and symmetric buffers. (NCCL prints its version on
   # stdout once per communicator where NCCL_DEBUG asks for it: not part of the tokens.)
-  if [ -x "$B/weft" ]; then
+  if [ -x "$B/weft" ] && [ "${GPU_TP_HYBRID:-1}" = 1 ]; then
     hy=(generate --model "$ROOT/tests/fixtures/models/llama_gqa_f32" --prompt-ids 5,17,42,99,3,201,64
         --max-tokens 8 --ignore-eos --device cuda)
     for buffers in plain symmetric; do
