@@ -7,13 +7,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/cuda/convert.hpp"
@@ -300,6 +303,22 @@ class NcclFusedNorm : public ::testing::Test {
       v[i] = random_value(seed, i);
     return v;
   }
+  // Waits for the stream; a fused kernel stuck at its barrier cannot be taken back from the
+  // GPU, so after 20 s the test says so and ends the process (mpirun then ends the others).
+  cudaError_t finish_or_abort(const char* what) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (true) {
+      const cudaError_t e = cudaStreamQuery(stream_);
+      if (e != cudaErrorNotReady) return e;
+      if (std::chrono::steady_clock::now() > until) {
+        std::cout << "[ measured ] rank " << g_world->rank() << ": " << what
+                  << " did not finish in 20 s (stuck at its NCCL LSA barrier); aborting"
+                  << std::endl;
+        std::abort();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
   float* slot(int k) const {
     return reinterpret_cast<float*>(static_cast<char*>(window_.data) + k * kSlotBytes);
   }
@@ -402,7 +421,7 @@ TEST_F(NcclFusedNorm, MatchesNcclAllReduceAndAddNorm) {
       a.precision = c.precision;
     }
     ASSERT_TRUE(cuda::allreduce_add_norm(a, stream_));
-    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    ASSERT_EQ(finish_or_abort("the fused kernel"), cudaSuccess);
     ASSERT_TRUE(nccl_->all_reduce_sum(std::span<float>(plain, n)));
     if (c.sum_only) {
       cudaMemcpyAsync(res_b, plain, n * 4, cudaMemcpyDeviceToDevice, stream_);
@@ -527,6 +546,7 @@ TEST_F(NcclFusedNorm, RunsInsideCudaGraphs) {
     ASSERT_EQ(fill(replay), cudaSuccess);
     ASSERT_TRUE(nccl_->barrier());  // every rank's inputs are in place (plain copies)
     ASSERT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);
+    ASSERT_EQ(finish_or_abort("the graph of fused kernels"), cudaSuccess);
     for (int k = 0; k < kLaunches; ++k) {
       cuda::convert_to_f32(input16 + k * n, cuda::Precision::kBF16, plain, n, stream_);
       ASSERT_TRUE(nccl_->all_reduce_sum(std::span<float>(plain, n)));
