@@ -386,6 +386,27 @@ Result<CollectiveMemory> NcclCommunicator::collective_memory(std::size_t bytes,
 }
 
 #if defined(WEFT_NCCL_DEVICE_API)
+// What the CUDA runtime says `p` is: "device", "managed", "host (mapped)", "host" (pinned but
+// at another device address: a kernel cannot read it there), "unregistered" (not known to
+// CUDA: VMM memory on some drivers, or plain host memory), for the checks and the log.
+std::string memory_type(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return "unknown";
+  }
+  switch (a.type) {
+    case cudaMemoryTypeDevice:
+      return "device";
+    case cudaMemoryTypeManaged:
+      return "managed";
+    case cudaMemoryTypeHost:
+      return a.devicePointer == p ? "host (mapped)" : "host";
+    default:
+      return "unregistered";
+  }
+}
+
 Result<DeviceWindow> NcclCommunicator::device_window(std::size_t bytes, int barriers) {
   const NcclApi& api = nccl();
   const std::string what = "nccl device window (" + std::to_string(bytes) + " bytes, " +
@@ -497,6 +518,11 @@ Result<DeviceWindow> NcclCommunicator::device_window(std::size_t bytes, int barr
             " barriers)";
     } else if (c.resourceWindow == nullptr || rw->lsaFlatBase == nullptr) {
       why = "ncclDevCommCreate's output has no resource window";
+    } else if (memory_type(m.window) == "host" || memory_type(c.resourceWindow) == "host") {
+      // The kernels read both descriptors (ncclGetLsaPointer, the barrier's resource buffer).
+      why =
+          "the window's or the resource window's descriptor is host memory the GPU cannot "
+          "read at that address";
     }
   }
   if (!all_agree(why.empty())) return give_up(why.empty() ? "another rank failed" : why);
@@ -530,7 +556,8 @@ Result<DeviceWindow> NcclCommunicator::device_window(std::size_t bytes, int barr
   out.description = "symmetric window (ncclMemAlloc + ncclCommWindowRegister) and " +
                     std::to_string(barriers) + " LSA barriers (ncclDevCommCreate), NCCL " +
                     version_text(api.version) + " (headers " + version_text(NCCL_VERSION_CODE) +
-                    ", " + api.device_api_symbols + ")";
+                    ", " + api.device_api_symbols + "; descriptors in " + memory_type(m.window) +
+                    " memory)";
   device_comms_.push_back(std::move(made));
   if (bootstrap_.rank() == 0)
     log_info("nccl: " + std::to_string(bytes) + " bytes as a " + out.description);
