@@ -537,6 +537,7 @@ int main(int argc, char** argv) {
         tensor_parallel, gpu_index, spec.num_heads, gpu.kv_layout().num_kv_heads,
         spec.intermediate_size);
     std::printf("tensor parallel buffers: %s\n", gpu.tensor_parallel_buffers().c_str());
+    std::printf("tensor parallel fused norm: %s\n", gpu.fused_norm().c_str());
   }
 #endif
   const auto& kv_layout = gpu.kv_layout();
@@ -612,14 +613,18 @@ int main(int argc, char** argv) {
 
   // How the group's collectives hold their buffers (for the JSON: no quotes or backslashes).
   std::string tp_buffers = tensor_parallel > 1 ? gpu.tensor_parallel_buffers() : "none";
-  std::replace_if(
-      tp_buffers.begin(), tp_buffers.end(), [](char c) { return c == '"' || c == '\\'; }, '\'');
+  std::string tp_fused = tensor_parallel > 1 ? gpu.fused_norm() : "none";
+  for (std::string* text : {&tp_buffers, &tp_fused}) {
+    std::replace_if(
+        text->begin(), text->end(), [](char c) { return c == '"' || c == '\\'; }, '\'');
+  }
   std::ostringstream json;
   json << "{\"device\":\"" << d.name << "\",\"tensor_parallel\":" << tensor_parallel
        << ",\"model\":\"" << spec.architecture << "\",\"precision\":\"" << precision_name
        << "\",\"weight_bytes\":" << weight_bytes << ",\"copy_bandwidth_bytes_per_s\":" << bandwidth
        << ",\"gemm_peak_tflops\":" << gemm_peak << ",\"gemm\":[" << gemm_json.str()
-       << "],\"tensor_parallel_buffers\":\"" << tp_buffers << "\",\"rows\":[";
+       << "],\"tensor_parallel_buffers\":\"" << tp_buffers << "\",\"tensor_parallel_fused_norm\":\""
+       << tp_fused << "\",\"rows\":[";
   bool first_row = true;
   std::printf("%-8s %6s %8s %12s %12s %10s %9s %8s\n", "kind", "batch", "tokens", "ms/step",
               "tokens/s", "vs floor", "bound", "weights");

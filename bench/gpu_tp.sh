@@ -6,13 +6,16 @@
 #   bench/gpu_tp.sh [--bin DIR|FILE.tar.xz] [--only tests,forward,weft] [--shapes 8b,70b]
 #                   [--layers-70b N] [--batches 1,8,32,64,128,256] [--tokenizer DIR]
 #                   [--tp 1,2,4] [--nccl-env "K=V ..."]... [--variant-batches 1,64]
-#                   [--variant-tp N]
+#                   [--variant-tp N] [--test-filter PATTERN]
 #
 # --tp: the tensor-parallel sizes the forward and weft phases run (default 1,2, and 1,2,4 where
 #   4 GPUs are visible: nvidia-h100-x4); sizes above the GPU count are dropped. With 4 GPUs the
 #   tests phase also runs the TP tests over 4 ranks, `weft generate --tensor-parallel 4` on the
 #   fixtures against one GPU, and the hybrid TP=2 x PP=2 with one rank per GPU.
 # --variant-tp: the TP size of the variants phase (default 2).
+# --test-filter: a GoogleTest filter for the tests phase's binaries (--gtest_filter), e.g.
+#   '*Fused*' for the fused all-reduce + norm's tests alone (NcclFusedNorm.*, FusedNorm*/*).
+#   GPU_TP_HYBRID=0 skips the tests phase's hybrid TP x PP check.
 #
 # --bin: the prebuilt binaries: DIR/bin (weft, cuda_forward_bench, cuda_tensor_parallel_test,
 #   nccl_communicator_test), DIR/lib (their shared libraries) and DIR/openmpi (Open MPI for a
@@ -62,6 +65,11 @@
 #     measure what it costs; its results are not guaranteed on NCCL before 2.30.7),
 #     WEFT_TP_NCCL_HEAD_ROWS=N (rows of the head's all-gather in the window, default 64),
 #     NCCL_SYM_KERNEL=AllReduce_AGxLL_R (force one of NCCL's symmetric kernels).
+#   and the fused all-reduce + residual add + norm over NCCL's device API (docs/parallel.md,
+#   "Fused all-reduce and norm"): WEFT_TP_FUSED_NORM=1 (0: NCCL's all-reduce, the default
+#   until measured), WEFT_TP_FUSED_ROWS=N (steps of up to N tokens fused, default 16); its
+#   profile line is "fused all-reduce + norm" (counted in the collectives column, with the
+#   norm it replaces).
 #   The table's last lines say where each variant's collectives ran (a refused request, why).
 #   Issue #20's comparison, in two device calls (each within 10 minutes):
 #     bash bench/gpu_tp.sh --bin B --only tests
@@ -69,6 +77,10 @@
 #       --nccl-env "WEFT_TP_NCCL_BUFFERS=symmetric" \
 #       --nccl-env "WEFT_TP_NCCL_BUFFERS=symmetric WEFT_TP_SYMMETRIC_FENCE=0" \
 #       --nccl-env "WEFT_TP_NCCL_BUFFERS=registered"
+#   The fused path against NCCL's, in one call (tests first: the kernel against NCCL's
+#   all-reduce + add_norm, and every fixture fused against one GPU):
+#     bash bench/gpu_tp.sh --bin B --only tests,variants --nccl-env "WEFT_TP_FUSED_NORM=0" \
+#       --nccl-env "WEFT_TP_FUSED_NORM=1" --nccl-env "WEFT_TP_FUSED_NORM=0 WEFT_TP_NCCL_BUFFERS=symmetric"
 # NCCL_NVLS_ENABLE=0 is exported (NVLink multicast must stay off on those machines); a variant
 # cannot turn it on.
 set -u
@@ -86,6 +98,7 @@ VARIANTS=()
 VARIANT_BATCHES=1,64
 TPS=
 VARIANT_TP=2
+TEST_FILTER=
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) BIN=$2; shift 2 ;;
@@ -98,6 +111,7 @@ while [ $# -gt 0 ]; do
     --variant-batches) VARIANT_BATCHES=$2; shift 2 ;;
     --tp) TPS=$2; shift 2 ;;
     --variant-tp) VARIANT_TP=$2; shift 2 ;;
+    --test-filter) TEST_FILTER=$2; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
     *) echo "gpu_tp.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -198,7 +212,7 @@ if want tests; then
     fi
     log=$OUT/$t.np$np.log
     if ! env "${envs[@]}" timeout 420 "${MPIT[@]}" "${xs[@]}" "$B/$t" --gtest_color=no \
-        >"$log" 2>&1; then
+        ${TEST_FILTER:+--gtest_filter="$TEST_FILTER"} >"$log" 2>&1; then
       failed=1
       echo "FAILED (log: $log)"
     fi
@@ -235,7 +249,7 @@ if want tests; then
   # Hybrid on GPUs (when weft is carried): TP 2 x PP 2 over 4 ranks (two per GPU on 2 GPUs)
   # gives TP=2's greedy tokens, with plain and symmetric buffers. (NCCL prints its version on
   # stdout once per communicator where NCCL_DEBUG asks for it: not part of the tokens.)
-  if [ -x "$B/weft" ]; then
+  if [ -x "$B/weft" ] && [ "${GPU_TP_HYBRID:-1}" = 1 ]; then
     hy=(generate --model "$ROOT/tests/fixtures/models/llama_gqa_f32" --prompt-ids 5,17,42,99,3,201,64
         --max-tokens 8 --ignore-eos --device cuda)
     for buffers in plain symmetric; do
@@ -311,7 +325,8 @@ while os.path.exists(os.path.join(out, f"variant_{k}.name")):
     name = open(os.path.join(out, f"variant_{k}.name")).read().strip()
     doc = load(os.path.join(out, f"variant_{k}.json"))
     rows = decode(doc)
-    buffers.append(f"- {name}: {(doc or {}).get('tensor_parallel_buffers', '(not recorded)')}")
+    buffers.append(f"- {name}: {(doc or {}).get('tensor_parallel_buffers', '(not recorded)')}; "
+                   f"fused norm: {(doc or {}).get('tensor_parallel_fused_norm', '(not recorded)')}")
     cells = []
     for b in batches:
         r = rows.get(b)
@@ -319,12 +334,14 @@ while os.path.exists(os.path.join(out, f"variant_{k}.name")):
             cells.append("failed")
             continue
         prof = r.get("profile_ms_per_step", {})
-        coll = prof.get("all-reduce", 0) + prof.get("lm_head all-gather", 0)
+        coll = (prof.get("all-reduce", 0) + prof.get("lm_head all-gather", 0) +
+                prof.get("fused all-reduce + norm", 0))
         cells.append(f"{r['ms']:.3f} ({one[b]['ms'] / r['ms']:.2f}x), {coll:.3f}")
     print(f"| {name} | " + " | ".join(cells) + " |")
     k += 1
 if buffers:
-    print("\nWhere each variant's collectives ran (WEFT_TP_NCCL_BUFFERS; a refused request says why):\n")
+    print("\nWhere each variant's collectives ran (WEFT_TP_NCCL_BUFFERS; a refused request says why),"
+          " and whether the fused all-reduce + norm ran (WEFT_TP_FUSED_NORM; if not, why):\n")
     print("\n".join(buffers))
 PY
   }
@@ -424,7 +441,8 @@ for one in sorted(glob.glob(os.path.join(out, "forward_*_tp1.json"))):
             if ra["kind"] == "decode":
                 # Device ms per step in the collectives (--profile's plain launches with events).
                 prof = rb.get("profile_ms_per_step", {})
-                coll = prof.get("all-reduce", 0) + prof.get("lm_head all-gather", 0)
+                coll = (prof.get("all-reduce", 0) + prof.get("lm_head all-gather", 0) +
+                        prof.get("fused all-reduce + norm", 0))
                 text = f"{rb['ms']:.3f} ms, {rb['tokens_per_s']:.0f} tok/s" + (
                     f" ({coll:.3f} ms in collectives)" if prof else "")
             else:

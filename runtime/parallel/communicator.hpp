@@ -43,6 +43,20 @@ struct CollectiveMemory {
   std::string description;  // for logs: how it was made, and by which library version
 };
 
+// Memory that this group's own kernels read across the GPUs (NCCL's device API, 2.28): a
+// symmetric window every rank's kernels load from and store to, and `barriers` cross-GPU
+// barriers, with the device communicator that names them (Communicator::device_window).
+// Fields are opaque here; kernels/cuda/tp_fused.hpp's TpFusedGroup takes them as they are.
+struct DeviceWindow {
+  void* data = nullptr;              // this rank's part of the window (device memory)
+  std::size_t bytes = 0;             // of each rank's part
+  void* window = nullptr;            // ncclWindow_t
+  const void* dev_comm = nullptr;    // ncclDevComm (host memory, valid while the group lives)
+  std::uint32_t barrier_buffer = 0;  // ncclLsaBarrierHandle: resource buffer, barrier count
+  int barriers = 0;
+  std::string description;  // for logs: how it was made, and by which library version
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -89,6 +103,16 @@ class Communicator {
     (void)bytes;
     (void)kind;
     return Error(ErrorCode::kUnsupported, name() + " has no collective memory");
+  }
+
+  // `bytes` of window memory per rank and `barriers` barriers for kernels that exchange data
+  // themselves (the fused all-reduce and norm, kernels/cuda/tp_fused.hpp). Collective, and
+  // all members succeed or fail alike, as collective_memory; kUnsupported (with the reason)
+  // where the backend or its library version has no device API.
+  virtual Result<DeviceWindow> device_window(std::size_t bytes, int barriers) {
+    (void)bytes;
+    (void)barriers;
+    return Error(ErrorCode::kUnsupported, name() + " has no device API");
   }
 };
 

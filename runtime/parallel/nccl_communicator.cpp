@@ -3,10 +3,17 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <nccl.h>
+// NCCL 2.28's device API (device_window): its structures have no version field before 2.29,
+// so only 2.28 headers are used, and only with a 2.28 library (checked at run time).
+#if NCCL_VERSION_CODE >= 22800 && NCCL_VERSION_CODE < 22900 && __has_include(<nccl_device.h>)
+#define WEFT_NCCL_DEVICE_API 1
+#include <nccl_device.h>
+#endif
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -42,6 +49,15 @@ struct NcclApi {
   decltype(&ncclCommDeregister) comm_deregister = nullptr;
   decltype(&ncclCommWindowRegister) window_register = nullptr;
   decltype(&ncclCommWindowDeregister) window_deregister = nullptr;
+  decltype(&ncclGetLastError) get_last_error = nullptr;
+#if defined(WEFT_NCCL_DEVICE_API)
+  // The device API (2.28): device_window.
+  decltype(&ncclDevCommCreate) dev_comm_create = nullptr;
+  decltype(&ncclDevCommDestroy) dev_comm_destroy = nullptr;
+  decltype(&ncclLsaBarrierCreateRequirement) lsa_barrier_requirement = nullptr;
+  ncclTeam_t (*team_lsa)(ncclComm_t) = nullptr;  // the host ncclTeamLsa
+  std::string device_api_symbols = "C symbols";  // or "C++ symbols" (early 2.28 releases)
+#endif
   int version = 0;  // ncclGetVersion's code (22809 for 2.28.9); 0 when unknown
 };
 
@@ -97,6 +113,27 @@ const NcclApi& nccl() {
     bind_optional(a.comm_deregister, "ncclCommDeregister");
     bind_optional(a.window_register, "ncclCommWindowRegister");
     bind_optional(a.window_deregister, "ncclCommWindowDeregister");
+    bind_optional(a.get_last_error, "ncclGetLastError");
+#if defined(WEFT_NCCL_DEVICE_API)
+    // Declared extern "C" in the 2.28.9 headers; early 2.28 headers declared them as C++
+    // functions, so their mangled names are tried too (the same arguments either way).
+    auto bind_either = [&](auto& fn, const char* symbol, const char* mangled) {
+      bind_optional(fn, symbol);
+      if (fn == nullptr) {
+        bind_optional(fn, mangled);
+        if (fn != nullptr) a.device_api_symbols = "C++ symbols";
+      }
+    };
+    bind_either(a.dev_comm_create, "ncclDevCommCreate",
+                "_Z17ncclDevCommCreateP8ncclCommPK23ncclDevCommRequirementsP11ncclDevComm");
+    bind_either(a.dev_comm_destroy, "ncclDevCommDestroy",
+                "_Z18ncclDevCommDestroyP8ncclCommPK11ncclDevComm");
+    bind_either(
+        a.lsa_barrier_requirement, "ncclLsaBarrierCreateRequirement",
+        "_Z31ncclLsaBarrierCreateRequirement8ncclTeamiP20ncclLsaBarrierHandleP27ncclDevResour"
+        "ceRequirements");
+    bind_either(a.team_lsa, "ncclTeamLsa", "_Z11ncclTeamLsaP8ncclComm");
+#endif
     if (a.get_version != nullptr && a.get_version(&a.version) != ncclSuccess) a.version = 0;
     return a;
   }();
@@ -120,6 +157,10 @@ class NcclCommunicator final : public Communicator {
     if (!memory_.empty()) {
       cudaSetDevice(device_);
       cudaDeviceSynchronize();  // no collective still reads it
+#if defined(WEFT_NCCL_DEVICE_API)
+      for (const auto& d : device_comms_)
+        nccl().dev_comm_destroy(comm_, &d->made.comm);
+#endif
       for (const auto& m : memory_) {
         if (m.window != nullptr) nccl().window_deregister(comm_, m.window);
         if (m.handle != nullptr) nccl().comm_deregister(comm_, m.handle);
@@ -132,10 +173,18 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
-  int rank() const noexcept override { return bootstrap_.rank(); }
-  int size() const noexcept override { return bootstrap_.size(); }
-  std::string name() const override { return "nccl"; }
-  bool device_buffers() const noexcept override { return true; }
+  int rank() const noexcept override {
+    return bootstrap_.rank();
+  }
+  int size() const noexcept override {
+    return bootstrap_.size();
+  }
+  std::string name() const override {
+    return "nccl";
+  }
+  bool device_buffers() const noexcept override {
+    return true;
+  }
 
   Result<void> all_reduce_sum(std::span<float> data) override {
     const auto rc = nccl().all_reduce(data.data(), data.data(), data.size(), ncclFloat32, ncclSum,
@@ -206,6 +255,10 @@ class NcclCommunicator final : public Communicator {
   // over the bootstrap (MPI), so every rank returns the same outcome.
   Result<CollectiveMemory> collective_memory(std::size_t bytes, CollectiveMemoryKind kind) override;
 
+  // A symmetric window (as above) and an NCCL device communicator with `barriers` LSA barriers
+  // (ncclDevCommCreate), for kernels that read the other ranks' windows themselves.
+  Result<DeviceWindow> device_window(std::size_t bytes, int barriers) override;
+
  private:
   // Whether every rank says `ok` (a min over the bootstrap); false when the vote itself fails.
   bool all_agree(bool ok) {
@@ -219,6 +272,21 @@ class NcclCommunicator final : public Communicator {
     ncclWindow_t window = nullptr;
     void* handle = nullptr;  // ncclCommRegister's
   };
+
+#if defined(WEFT_NCCL_DEVICE_API)
+  // ncclDevCommCreate's output with room to spare (a library of another 2.28 release may
+  // write a longer structure), and the copy the kernels get: only the fields whose offsets
+  // are the same in every 2.28 release (the ranks, the resource window and the start of its
+  // inlined copy), the barrier handle set from ncclLsaBarrierCreateRequirement's output.
+  struct DeviceComm {
+    union Made {
+      ncclDevComm comm;
+      unsigned char bytes[sizeof(ncclDevComm) + 1024];
+    } made;
+    ncclDevComm kernels;
+  };
+  std::vector<std::unique_ptr<DeviceComm>> device_comms_;
+#endif
 
   Communicator& bootstrap_;
   ncclComm_t comm_;
@@ -317,6 +385,195 @@ Result<CollectiveMemory> NcclCommunicator::collective_memory(std::size_t bytes,
   return out;
 }
 
+#if defined(WEFT_NCCL_DEVICE_API)
+// What the CUDA runtime says `p` is: "device", "managed", "host (mapped)", "host" (pinned but
+// at another device address: a kernel cannot read it there), "unregistered" (not known to
+// CUDA: VMM memory on some drivers, or plain host memory), for the checks and the log.
+std::string memory_type(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return "unknown";
+  }
+  switch (a.type) {
+    case cudaMemoryTypeDevice:
+      return "device";
+    case cudaMemoryTypeManaged:
+      return "managed";
+    case cudaMemoryTypeHost:
+      return a.devicePointer == p ? "host (mapped)" : "host";
+    default:
+      return "unregistered";
+  }
+}
+
+Result<DeviceWindow> NcclCommunicator::device_window(std::size_t bytes, int barriers) {
+  const NcclApi& api = nccl();
+  const std::string what = "nccl device window (" + std::to_string(bytes) + " bytes, " +
+                           std::to_string(barriers) + " LSA barriers, NCCL " +
+                           version_text(api.version) + ", built with NCCL " +
+                           version_text(NCCL_VERSION_CODE) + " headers)";
+  if (bytes == 0 || barriers < 1) {
+    return Error(ErrorCode::kInvalidArgument, what + ": ask for at least one byte and one barrier");
+  }
+  bytes = (bytes + 4095) / 4096 * 4096;  // NCCL_WIN_REQUIRED_ALIGNMENT, as collective_memory
+  // The reason this rank falls back, if any; the NCCL call's own message is appended.
+  std::string why;
+  auto failed = [&](const char* call, ncclResult_t rc) {
+    why = std::string(call) + ": " + api.get_error_string(rc);
+    const char* last = api.get_last_error != nullptr ? api.get_last_error(comm_) : nullptr;
+    if (last != nullptr && *last != '\0') why += std::string(" (") + last + ")";
+  };
+  if (api.version / 100 != NCCL_VERSION_CODE / 100) {
+    // 2.29 and later version these structures (size, magic, version first): a 2.28 build
+    // would hand them the wrong layout.
+    why = "the device API of this build is NCCL " + version_text(NCCL_VERSION_CODE) +
+          "'s (2.28 structures, not versioned), the library is " + version_text(api.version);
+  } else if (api.dev_comm_create == nullptr || api.dev_comm_destroy == nullptr ||
+             api.lsa_barrier_requirement == nullptr || api.team_lsa == nullptr) {
+    why =
+        "this NCCL has no ncclDevCommCreate, ncclDevCommDestroy, ncclTeamLsa or "
+        "ncclLsaBarrierCreateRequirement (2.28 or later)";
+  } else if (api.mem_alloc == nullptr || api.window_register == nullptr ||
+             api.window_deregister == nullptr) {
+    why = "this NCCL has no ncclMemAlloc or ncclCommWindowRegister (2.27 or later)";
+  }
+  Memory m;
+  auto made = std::make_unique<DeviceComm>();
+  bool created = false;
+  auto give_up = [&](const std::string& reason) -> Error {
+    if (created) api.dev_comm_destroy(comm_, &made->made.comm);
+    if (m.window != nullptr) api.window_deregister(comm_, m.window);
+    if (m.data != nullptr) api.mem_free(m.data);
+    const std::string text = what + ": " + reason;
+    log_warn(text);
+    return Error(ErrorCode::kUnsupported, text);
+  };
+  if (why.empty()) {
+    if (auto rc = cudaSetDevice(device_); rc != cudaSuccess) {
+      why = std::string("cudaSetDevice: ") + cudaGetErrorString(rc);
+    } else if (auto nrc = api.mem_alloc(&m.data, bytes); nrc != ncclSuccess) {
+      failed("ncclMemAlloc", nrc);
+      m.data = nullptr;
+    } else if (auto zero = cudaMemset(m.data, 0, bytes); zero != cudaSuccess) {
+      why = std::string("cudaMemset: ") + cudaGetErrorString(zero);
+    }
+  }
+  if (!all_agree(why.empty())) return give_up(why.empty() ? "another rank failed" : why);
+  if (auto rc = api.window_register(comm_, m.data, bytes, &m.window, NCCL_WIN_COLL_SYMMETRIC);
+      rc != ncclSuccess) {
+    failed("ncclCommWindowRegister", rc);
+    m.window = nullptr;
+  } else if (m.window == nullptr) {
+    why =
+        "ncclCommWindowRegister returned no window (symmetric memory needs CUDA VMM: "
+        "NCCL_CUMEM_ENABLE, NCCL_WIN_ENABLE)";
+  }
+  if (!all_agree(why.empty())) return give_up(why.empty() ? "another rank failed" : why);
+  // The barriers as a resource requirement of our own (not ncclDevCommRequirements'
+  // lsaBarrierCount, whose handle lands at an offset of ncclDevComm that moved within 2.28):
+  // the handle is ours, and the kernels pass it to the barrier session themselves. The
+  // requirement structures are zeroed with room to spare, as the library writes them.
+  const ncclTeam_t team = api.team_lsa(comm_);
+  union {
+    ncclDevResourceRequirements req;
+    unsigned char bytes[sizeof(ncclDevResourceRequirements) + 256];
+  } resource{};
+  union {
+    ncclDevCommRequirements req;
+    unsigned char bytes[sizeof(ncclDevCommRequirements) + 256];
+  } reqs{};
+  std::memset(resource.bytes, 0, sizeof resource.bytes);
+  std::memset(reqs.bytes, 0, sizeof reqs.bytes);
+  ncclLsaBarrierHandle handle{};
+  constexpr std::uint32_t kUnset = 0xFFFFFFFFu;
+  handle.bufHandle = kUnset;
+  if (team.nRanks != size() || team.rank != rank()) {
+    why = "the ranks are not all load/store accessible (NCCL's LSA team has " +
+          std::to_string(team.nRanks) + " ranks, this rank is " + std::to_string(team.rank) +
+          " in it; the group has " + std::to_string(size()) + ")";
+  } else if (auto rc = api.lsa_barrier_requirement(team, barriers, &handle, &resource.req);
+             rc != ncclSuccess) {
+    failed("ncclLsaBarrierCreateRequirement", rc);
+  } else {
+    if (resource.req.outBufferHandle == nullptr) resource.req.outBufferHandle = &handle.bufHandle;
+    reqs.req.resourceRequirementsList = &resource.req;
+  }
+  if (!all_agree(why.empty())) return give_up(why.empty() ? "another rank failed" : why);
+  std::memset(made->made.bytes, 0, sizeof made->made.bytes);
+  if (auto rc = api.dev_comm_create(comm_, &reqs.req, &made->made.comm); rc != ncclSuccess) {
+    failed("ncclDevCommCreate", rc);
+  } else {
+    created = true;
+    const ncclDevComm& c = made->made.comm;
+    const auto* rw = &c.resourceWindow_inlined;
+    if (c.rank != rank() || c.nRanks != size() || c.lsaRank != rank() || c.lsaSize != size()) {
+      why = "ncclDevCommCreate's output names rank " + std::to_string(c.rank) + " of " +
+            std::to_string(c.nRanks) + ", LSA rank " + std::to_string(c.lsaRank) + " of " +
+            std::to_string(c.lsaSize) + " (expected " + std::to_string(rank()) + " of " +
+            std::to_string(size()) + "): its layout is not this build's";
+    } else if (handle.bufHandle == kUnset || handle.nBarriers != barriers) {
+      why = "ncclDevCommCreate left the barriers' handle unset (buffer " +
+            std::to_string(handle.bufHandle) + ", " + std::to_string(handle.nBarriers) +
+            " barriers)";
+    } else if (c.resourceWindow == nullptr || rw->lsaFlatBase == nullptr) {
+      why = "ncclDevCommCreate's output has no resource window";
+    } else if (memory_type(m.window) == "host" || memory_type(c.resourceWindow) == "host") {
+      // The kernels read both descriptors (ncclGetLsaPointer, the barrier's resource buffer).
+      why =
+          "the window's or the resource window's descriptor is host memory the GPU cannot "
+          "read at that address";
+    }
+  }
+  if (!all_agree(why.empty())) return give_up(why.empty() ? "another rank failed" : why);
+  // The kernels' copy: the stable fields only, everything else zero.
+  ncclDevComm& k = made->kernels;
+  std::memset(&k, 0, sizeof k);
+  const ncclDevComm& c = made->made.comm;
+  k.rank = c.rank;
+  k.nRanks = c.nRanks;
+  k.nRanks_rcp32 = c.nRanks_rcp32;
+  k.lsaRank = c.lsaRank;
+  k.lsaSize = c.lsaSize;
+  k.lsaSize_rcp32 = c.lsaSize_rcp32;
+  k.windowTable = c.windowTable;
+  k.resourceWindow = c.resourceWindow;
+  k.resourceWindow_inlined.winHost = c.resourceWindow_inlined.winHost;
+  k.resourceWindow_inlined.lsaFlatBase = c.resourceWindow_inlined.lsaFlatBase;
+  k.resourceWindow_inlined.lsaRank = c.resourceWindow_inlined.lsaRank;
+  k.resourceWindow_inlined.worldRank = c.resourceWindow_inlined.worldRank;
+  k.resourceWindow_inlined.stride4G = c.resourceWindow_inlined.stride4G;
+  k.resourceWindow_inlined.mcOffset4K = c.resourceWindow_inlined.mcOffset4K;
+  k.lsaBarrier = handle;
+  memory_.push_back(m);
+  DeviceWindow out;
+  out.data = m.data;
+  out.bytes = bytes;
+  out.window = m.window;
+  out.dev_comm = &made->kernels;
+  out.barrier_buffer = handle.bufHandle;
+  out.barriers = handle.nBarriers;
+  out.description = "symmetric window (ncclMemAlloc + ncclCommWindowRegister) and " +
+                    std::to_string(barriers) + " LSA barriers (ncclDevCommCreate), NCCL " +
+                    version_text(api.version) + " (headers " + version_text(NCCL_VERSION_CODE) +
+                    ", " + api.device_api_symbols + "; descriptors in " + memory_type(m.window) +
+                    " memory)";
+  device_comms_.push_back(std::move(made));
+  if (bootstrap_.rank() == 0)
+    log_info("nccl: " + std::to_string(bytes) + " bytes as a " + out.description);
+  return out;
+}
+#else
+Result<DeviceWindow> NcclCommunicator::device_window(std::size_t bytes, int barriers) {
+  (void)bytes;
+  (void)barriers;
+  return Error(ErrorCode::kUnsupported,
+               "nccl device window: this build has no NCCL 2.28 device headers (nccl_device.h), "
+               "built with NCCL " +
+                   version_text(NCCL_VERSION_CODE));
+}
+#endif
+
 // A split NCCL communicator together with the host communicator it was bootstrapped over (the
 // NCCL one refers to it, so it is destroyed first).
 class OwningBootstrap final : public Communicator {
@@ -350,6 +607,9 @@ class OwningBootstrap final : public Communicator {
   Result<CollectiveMemory> collective_memory(std::size_t bytes,
                                              CollectiveMemoryKind kind) override {
     return nccl_->collective_memory(bytes, kind);
+  }
+  Result<DeviceWindow> device_window(std::size_t bytes, int barriers) override {
+    return nccl_->device_window(bytes, barriers);
   }
 
  private:

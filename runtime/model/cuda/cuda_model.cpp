@@ -562,17 +562,55 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
   // `delta`, or with a bf16 all-reduce (set_tensor_parallel, WEFT_TP_BF16_REDUCE_TOKENS) for
   // steps of that many tokens or more, as bf16 rows into delta16 (the rows the next norm
   // rounds to bf16 anyway; the residual stays fp32). Returns whether it wrote delta16.
-  const bool reduce16 = tensor_parallel != nullptr && bf16_reduce_tokens > 0 &&
+  // Steps of up to tp_fused_rows tokens on pre-norm sequential layers: every all-reduce is
+  // fused with the add_norm after it (cuda_model_tp_fused.cpp).
+  const bool fused = tensor_parallel != nullptr && tp_fused_rows > 0 && T <= tp_fused_rows &&
+                     spec.norm_placement != NormPlacement::kPost && !spec.parallel_attention;
+  int fused_slot = 0;  // o's products into slot 0, down's into slot 1
+  auto fused_slot_rows = [&] {
+    return reinterpret_cast<float*>(reinterpret_cast<char*>(tp_fused_base) +
+                                    static_cast<std::size_t>(fused_slot) * tp_fused_slot_bytes);
+  };
+  // The sum over the group of the rows in slot `fused_slot`, added (with `delta_bias`) to the
+  // residual and normalized by `weight`/`bias` into h, as add_norm; a null weight: the sum
+  // alone into `delta` (the last layer's, for the final norm). Flips the slot.
+  auto fused_reduce = [&](const float* delta_bias, const DeviceBuffer* weight,
+                          const DeviceBuffer* bias) {
+    cuda::AllReduceNormArgs f;
+    f.group = tp_fused;
+    f.offset = static_cast<std::size_t>(fused_slot) * tp_fused_slot_bytes;
+    f.rows = T;
+    f.n = H;
+    if (weight != nullptr) {
+      f.residual = x.as<float>();
+      f.delta_bias = delta_bias;
+      f.kind = norm_kind;
+      f.weight = weight->as<float>();
+      f.bias = or_null(*bias);
+      f.eps = eps;
+      f.out = h.get();
+      f.precision = P;
+    } else {
+      f.sum_out = delta.as<float>();
+    }
+    reduce_ok &= cuda::allreduce_add_norm(f, stream);
+    fused_slot ^= 1;
+    mark("fused all-reduce + norm");
+  };
+  const bool reduce16 = !fused && tensor_parallel != nullptr && bf16_reduce_tokens > 0 &&
                         T >= bf16_reduce_tokens && P == cuda::Precision::kBF16 &&
                         !blas->small_step(T) &&
                         delta16.bytes() >= static_cast<std::size_t>(T) * H * cuda::kHalfBytes;
+  // Under the fused all-reduce and norm (tp_fused_*, WEFT_TP_FUSED_NORM), o's and down's
+  // products write into the window's slot `fused_slot` instead, and fused_reduce sums them.
   auto row_parallel_product = [&](const void* in, const DeviceBuffer& w16, const DeviceBuffer& wq,
                                   int in_features) -> bool {
     if (reduce16 && wq.get() == nullptr) {
       blas_ok &= blas->linear16(in, T, w16.get(), H, in_features, delta16.get(), H, P, stream);
       return true;
     }
-    blas_ok &= product(in, T, w16, wq, H, in_features, delta.as<float>(), H);
+    blas_ok &=
+        product(in, T, w16, wq, H, in_features, fused ? fused_slot_rows() : delta.as<float>(), H);
     return false;
   };
   // A 16-bit matrix for cuBLAS: w16, or a quantized matrix dequantized into the scratch buffer
@@ -722,7 +760,13 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
     const bool down16 = row_parallel_product(act.get(), W.down, W.down_q, I);
     mark("down product");
     if (early_next_prefetch) prefetch_next(l, true);  // beside the all-reduce
-    all_reduce_delta(down16);
+    if (!fused) {
+      all_reduce_delta(down16);
+    } else if (l + 1 < layers.size()) {  // and the next layer's first norm
+      fused_reduce(or_null(W.down_bias), &layers[l + 1].attn_norm, &layers[l + 1].attn_norm_bias);
+    } else {  // the sum into `delta`, for the final norm
+      fused_reduce(nullptr, nullptr, nullptr);
+    }
   };
 
   // Every kernel of the step, in order, on `stream`.
@@ -785,7 +829,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       an.eps = eps;
       an.out = h.get();
       an.precision = P;
-      if (!post_norm) {
+      if (!post_norm && !(fused && l > 0)) {  // fused: done by the last layer's down
         cuda::add_norm(an, stream);
         mark("norm");
       }
@@ -805,7 +849,7 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       const bool o16 = row_parallel_product(attn.get(), W.o, W.o_q, QD);
       mark("o product");
       prefetch_matrix(kGateUp, W.up, W.up_q, static_cast<std::size_t>(mlp_width), H, true);
-      all_reduce_delta(o16);  // while the side stream prefetches gate_up
+      if (!fused) all_reduce_delta(o16);  // while the side stream prefetches gate_up
       cuda::ResidualNormArgs rn;
       rn.residual = x.as<float>();
       rn.delta = delta.as<float>();
@@ -815,7 +859,10 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       rn.eps = eps;
       rn.out = h.get();
       rn.precision = P;
-      if (deferred_residual) {
+      if (fused) {
+        fused_reduce(or_null(W.o_bias), &W.mlp_norm, &W.mlp_norm_bias);
+        mlp_block(l, W, h.get());
+      } else if (deferred_residual) {
         an.delta = delta.as<float>();
         an.delta_bias = or_null(W.o_bias);
         an.weight = W.mlp_norm.as<float>();

@@ -170,6 +170,12 @@ class CudaModel final : public ForwardBackend {
   // set_tensor_parallel; docs/parallel.md): "plain device memory" or the communicator's
   // description of its registered or symmetric memory, and whether each falls back.
   std::string tensor_parallel_buffers() const;
+  // Steps of up to this many tokens run o's and down's all-reduces fused with the residual add
+  // and norm after them, one kernel over NCCL's device API (WEFT_TP_FUSED_NORM, read by
+  // set_tensor_parallel; docs/parallel.md); 0: NCCL's all-reduce for every step. fused_norm()
+  // says which, with the window's description or why not.
+  int fused_norm_tokens() const noexcept;
+  std::string fused_norm() const;
 
   struct State;
 

@@ -126,6 +126,8 @@ Result<void> CudaModel::set_tensor_parallel(parallel::Communicator& comm) {
   auto buffers = parallel::parse_collective_memory_kind(
       asked != nullptr ? asked : (comm.size() >= 4 ? "symmetric" : ""));
   if (!buffers) return buffers.error();
+  auto fused = s.fused_norm_switches(comm);  // compared over the group (collective)
+  if (!fused) return fused.error();
   const char* v = std::getenv("WEFT_TP_VOCAB_PARALLEL");
   const bool vocab = (v == nullptr || std::strcmp(v, "0") != 0) && s.lm_head_q.get() == nullptr;
   int reduce16 = 0;
@@ -205,6 +207,8 @@ Result<void> CudaModel::set_tensor_parallel(parallel::Communicator& comm) {
       }
     }
   }
+  // The fused all-reduce and norm (WEFT_TP_FUSED_NORM): its window, barriers and check.
+  if (auto ok = s.join_fused_norm(comm, *fused); !ok) return ok;
   if (auto err = cudaStreamSynchronize(s.stream); err != cudaSuccess) {
     return cuda_error(err, "joining the tensor-parallel group");
   }
@@ -263,6 +267,14 @@ int CudaModel::bf16_reduce_tokens() const noexcept {
 
 std::string CudaModel::tensor_parallel_buffers() const {
   return state_->tensor_parallel != nullptr ? state_->tp_buffers : "no tensor-parallel group";
+}
+
+int CudaModel::fused_norm_tokens() const noexcept {
+  return state_->tensor_parallel != nullptr ? state_->tp_fused_rows : 0;
+}
+
+std::string CudaModel::fused_norm() const {
+  return state_->tensor_parallel != nullptr ? state_->tp_fused_note : "no tensor-parallel group";
 }
 
 }  // namespace weft::model

@@ -20,6 +20,7 @@
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/quant_gemv.hpp"
 #include "kernels/cuda/quant_layout.hpp"
+#include "kernels/cuda/tp_fused.hpp"
 #include "runtime/model/cuda/cuda_common.hpp"
 #include "runtime/model/cuda/cuda_kv_compress.hpp"
 #include "runtime/model/cuda/cuda_model.hpp"
@@ -149,6 +150,17 @@ struct CudaModel::State {
   float* head_window_shard = nullptr;
   float* head_window_gathered = nullptr;
   int head_window_rows = 0;
+  // The fused all-reduce, residual add and norm (set_tensor_parallel, WEFT_TP_FUSED_NORM;
+  // kernels/cuda/tp_fused.hpp): steps of up to tp_fused_rows tokens on pre-norm sequential
+  // layers write o's and down's partial rows into the window's two slots in turn (o into 0,
+  // down into 1: a rank rewrites a slot only after every rank has passed the barrier of the
+  // launch after the one that read it), and one kernel sums them over the ranks and does the
+  // add_norm that follows. 0 rows: off.
+  cuda::TpFusedGroup tp_fused;
+  int tp_fused_rows = 0;
+  std::size_t tp_fused_slot_bytes = 0;
+  float* tp_fused_base = nullptr;     // this rank's window: slot k at k * tp_fused_slot_bytes
+  std::string tp_fused_note = "off";  // for tensor_parallel_buffers(): on, or why not
 
   // Decode graphs by (tokens, sequences, logit rows, decode splits, whether verification rows
   // are in it, whether a sequence has a KV-Compress slot offset, and a device stage's input
@@ -207,6 +219,19 @@ struct CudaModel::State {
   }
 
   Result<void> reserve_step(int tokens);
+  // The fused all-reduce and norm (cuda_model_tp_fused.cpp): join_fused_norm sets tp_fused*
+  // up when WEFT_TP_FUSED_NORM asks (collective; off with the reason in tp_fused_note when the
+  // group or the library cannot), check_fused_norm tests it against NCCL's all-reduce and
+  // add_norm first and returns why it failed, if it did.
+  // fused_norm_switches reads WEFT_TP_FUSED_NORM and WEFT_TP_FUSED_ROWS and checks that every
+  // rank of the group has the same (collective), before set_tensor_parallel changes anything.
+  struct FusedNormSwitches {
+    bool fused = false;
+    int rows = 16;
+  };
+  Result<FusedNormSwitches> fused_norm_switches(parallel::Communicator& comm);
+  Result<void> join_fused_norm(parallel::Communicator& comm, const FusedNormSwitches& switches);
+  std::string check_fused_norm(parallel::Communicator& comm);
   Result<void> upload_matrix(const cpu::WeightMatrix& w, DeviceBuffer& dst, std::size_t row_offset,
                              std::size_t total_rows, DeviceBuffer& staging);
   // Weight uploads go through two pinned chunks: the host copies chunk k + 1 out of the

@@ -1,5 +1,6 @@
 // The names of the collective memory kinds (WEFT_TP_NCCL_BUFFERS) and what a backend without
-// device memory answers when asked for some (docs/parallel.md, "NCCL buffers").
+// device memory answers when asked for some (docs/parallel.md, "NCCL buffers") or for a device
+// window ("Fused all-reduce and norm").
 
 #include <gtest/gtest.h>
 
@@ -45,6 +46,16 @@ TEST(CollectiveMemory, HostBackendsRefuseIt) {
   ASSERT_FALSE(m);
   EXPECT_EQ(m.error().code(), ErrorCode::kUnsupported);
   EXPECT_NE(std::string(m.error().what()).find("local"), std::string::npos);
+}
+
+// Nor a device API for kernels that exchange data themselves (the fused all-reduce and norm):
+// the caller keeps NCCL's all-reduce, told why.
+TEST(DeviceWindow, HostBackendsRefuseIt) {
+  LocalCommunicator local;
+  auto w = local.device_window(4096, 16);
+  ASSERT_FALSE(w);
+  EXPECT_EQ(w.error().code(), ErrorCode::kUnsupported);
+  EXPECT_NE(std::string(w.error().what()).find("local"), std::string::npos) << w.error().what();
 }
 
 }  // namespace

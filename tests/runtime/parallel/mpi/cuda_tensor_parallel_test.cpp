@@ -63,14 +63,19 @@ class CudaTensorParallel
 // all-reduced as bf16 from one token on (bf16 models only); then the split head with the
 // collectives' buffers in NCCL symmetric windows (the head's gather in one for steps of up to
 // 2 rows: decode steps, while the 12-row prefill gathers in plain memory), the same with bf16
-// all-reduces, and in registered buffers (WEFT_TP_NCCL_BUFFERS).
+// all-reduces, and in registered buffers (WEFT_TP_NCCL_BUFFERS); then the all-reduces fused
+// with the add_norm after them (WEFT_TP_FUSED_NORM=1, kernels/cuda/tp_fused.hpp) on every
+// step, and on the decode steps only (WEFT_TP_FUSED_ROWS=2: the 12-row prefill goes through
+// NCCL's all-reduce, so the two paths alternate on the same residual stream).
 enum Mode {
   kVocabSplit = 0,
   kWholeHead = 1,
   kBf16Reduce = 2,
   kSymmetric = 3,
   kSymmetricBf16 = 4,
-  kRegistered = 5
+  kRegistered = 5,
+  kFused = 6,
+  kFusedDecode = 7
 };
 
 TEST_P(CudaTensorParallel, SplitOverTwoGpusMatchesOneGpu) {
@@ -90,6 +95,7 @@ TEST_P(CudaTensorParallel, SplitOverTwoGpusMatchesOneGpu) {
                         : mode == kRegistered                        ? "registered"
                                                                      : "plain";
   const bool split_vocab = mode != kWholeHead;
+  const bool fused = mode == kFused || mode == kFusedDecode;
   const int device = local_gpu(w.rank(), gpus);
   const auto dir = source_dir() / "tests/fixtures/models" / name;
   auto whole = load_model(dir);
@@ -123,7 +129,11 @@ TEST_P(CudaTensorParallel, SplitOverTwoGpusMatchesOneGpu) {
   if (reduce16) setenv("WEFT_TP_BF16_REDUCE_TOKENS", "1", 1);
   setenv("WEFT_TP_NCCL_BUFFERS", buffers, 1);
   setenv("WEFT_TP_NCCL_HEAD_ROWS", "2", 1);
+  setenv("WEFT_TP_FUSED_NORM", fused ? "1" : "0", 1);
+  if (mode == kFusedDecode) setenv("WEFT_TP_FUSED_ROWS", "2", 1);
   auto joined = part->set_tensor_parallel(**nccl);
+  unsetenv("WEFT_TP_FUSED_NORM");
+  unsetenv("WEFT_TP_FUSED_ROWS");
   unsetenv("WEFT_TP_VOCAB_PARALLEL");
   unsetenv("WEFT_TP_BF16_REDUCE_TOKENS");
   unsetenv("WEFT_TP_NCCL_BUFFERS");
@@ -133,6 +143,21 @@ TEST_P(CudaTensorParallel, SplitOverTwoGpusMatchesOneGpu) {
   EXPECT_EQ(part->bf16_reduce_tokens(), reduce16 ? 1 : 0);
   const std::string how = part->tensor_parallel_buffers();
   if (std::string(buffers) == "plain") EXPECT_EQ(how, "plain device memory");
+  const std::string fused_how = part->fused_norm();
+  if (fused) {
+    // Where this NCCL has no device API the group falls back and says why; a failed check of
+    // the kernel on this machine is a failure.
+    EXPECT_EQ(fused_how.find("check on this machine failed"), std::string::npos) << fused_how;
+    if (part->fused_norm_tokens() == 0) {
+      if (w.rank() == 0) std::cout << "[ measured ] fused norm " << fused_how << "\n";
+      part.reset();
+      nccl->reset();
+      GTEST_SKIP() << "fused norm " << fused_how;
+    }
+    EXPECT_EQ(part->fused_norm_tokens(), mode == kFusedDecode ? 2 : 16) << fused_how;
+  } else {
+    EXPECT_EQ(part->fused_norm_tokens(), 0) << fused_how;
+  }
 
   // Two sequences: 7 and 5 prompt tokens, pages 0-7 and 8-15 (the same ids in both pools).
   const std::vector<std::vector<std::int32_t>> prompts = {{5, 17, 42, 99, 3, 201, 64},
@@ -204,9 +229,9 @@ TEST_P(CudaTensorParallel, SplitOverTwoGpusMatchesOneGpu) {
     std::cout << "[ measured ] " << name << " " << cuda::precision_name(precision)
               << (split_vocab ? " vocab-parallel head" : " whole head")
               << (reduce16 ? ", bf16 all-reduces" : "") << ", buffers: " << how
-              << " over 2 GPUs: worst relative logit error " << worst << " (tolerance " << tol
-              << "); greedy tokens checked " << checked << ", near ties skipped " << near_ties
-              << "\n";
+              << ", fused norm: " << fused_how << " over 2 GPUs: worst relative logit error "
+              << worst << " (tolerance " << tol << "); greedy tokens checked " << checked
+              << ", near ties skipped " << near_ties << "\n";
   }
 }
 
@@ -228,10 +253,71 @@ INSTANTIATE_TEST_SUITE_P(
                                          "qwen2_tied_f32", "qwen2_yarn_bf16"),
                        ::testing::Values(cuda::Precision::kBF16, cuda::Precision::kF16),
                        ::testing::Values(kSymmetric, kSymmetricBf16)));
+// The fused all-reduce and norm: every fixture on every step, two with decode steps only.
+INSTANTIATE_TEST_SUITE_P(
+    FusedNorm, CudaTensorParallel,
+    ::testing::Combine(::testing::Values("llama_gqa_f32", "llama_dynamic_sharded_f32",
+                                         "llama_linear_headdim_bias_f16",
+                                         "llama_mqa_tied_llama3_bf16", "mistral_swa_bf16",
+                                         "qwen2_tied_f32", "qwen2_yarn_bf16"),
+                       ::testing::Values(cuda::Precision::kBF16, cuda::Precision::kF16),
+                       ::testing::Values(kFused)));
+INSTANTIATE_TEST_SUITE_P(FusedNormDecodeOnly, CudaTensorParallel,
+                         ::testing::Combine(::testing::Values("llama_gqa_f32", "qwen2_tied_f32"),
+                                            ::testing::Values(cuda::Precision::kBF16),
+                                            ::testing::Values(kFusedDecode)));
 INSTANTIATE_TEST_SUITE_P(RegisteredBuffers, CudaTensorParallel,
                          ::testing::Combine(::testing::Values("llama_gqa_f32", "qwen2_tied_f32"),
                                             ::testing::Values(cuda::Precision::kBF16),
                                             ::testing::Values(kRegistered)));
+
+// The fused norm's switches are read when a rank joins, before anything changes: a value that
+// is not 0 or 1, a row count out of range, and ranks that disagree (one without mpirun -x) are
+// refused on every rank with the variable named; the model then joins as asked.
+TEST(CudaTensorParallelSwitches, FusedNormSwitchesAreCheckedOnEveryRank) {
+  auto& w = *g_world;
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2 || w.size() < 2) {
+    cudaGetLastError();
+    GTEST_SKIP() << "needs two GPUs and mpirun -np 2 or more (have " << gpus << " GPUs)";
+  }
+  const int device = local_gpu(w.rank(), gpus);
+  LoadOptions options;
+  options.tensor_parallel_size = w.size();
+  options.tensor_parallel_rank = w.rank();
+  auto shard = load_model(source_dir() / "tests/fixtures/models/llama_gqa_f32", options);
+  ASSERT_TRUE(shard) << shard.error().what();
+  model::CudaModelOptions o;
+  o.device = device;
+  o.page_size = 4;
+  o.num_pages = 16;
+  o.max_tokens_per_step = 8;
+  auto made = model::CudaModel::create(shard->model, o);
+  ASSERT_TRUE(made) << made.error().what();
+  std::optional<model::CudaModel> part(std::move(made.value()));
+  auto nccl = parallel::make_nccl_communicator(w, device, part->cuda_stream());
+  ASSERT_TRUE(nccl) << nccl.error().what();
+  auto refused = [&](const char* norm, const char* rows, const char* named) {
+    setenv("WEFT_TP_FUSED_NORM", norm, 1);
+    if (rows != nullptr) setenv("WEFT_TP_FUSED_ROWS", rows, 1);
+    auto joined = part->set_tensor_parallel(**nccl);
+    unsetenv("WEFT_TP_FUSED_NORM");
+    unsetenv("WEFT_TP_FUSED_ROWS");
+    ASSERT_FALSE(joined) << norm;
+    EXPECT_EQ(joined.error().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(joined.error().what()).find(named), std::string::npos)
+        << joined.error().what();
+  };
+  refused("yes", nullptr, "WEFT_TP_FUSED_NORM: 'yes'");
+  refused("1", "0", "WEFT_TP_FUSED_ROWS: '0'");
+  refused(w.rank() == 0 ? "1" : "0", nullptr, "differ across the tensor-parallel ranks");
+  auto joined = part->set_tensor_parallel(**nccl);
+  ASSERT_TRUE(joined) << joined.error().what();
+  EXPECT_EQ(part->fused_norm_tokens(), 0);
+  EXPECT_EQ(part->fused_norm().rfind("off", 0), 0u) << part->fused_norm();
+  part.reset();
+  nccl->reset();
+}
 
 }  // namespace
 }  // namespace weft

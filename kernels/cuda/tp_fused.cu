@@ -1,0 +1,301 @@
+#include "kernels/cuda/tp_fused.hpp"
+
+#if __has_include(<nccl.h>)
+#include <nccl.h>
+#endif
+// NCCL 2.28's device API: its structures are not versioned before 2.29 (whose ncclDevComm
+// and requirement structures begin with a size, magic and version), so the kernels are built
+// only against 2.28 headers, and the communicator uses them with a 2.28 library only
+// (nccl_communicator.cpp checks the run-time version).
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 22800 && NCCL_VERSION_CODE < 22900 && \
+    __has_include(<nccl_device.h>)
+#define WEFT_TP_FUSED 1
+#include <nccl_device.h>
+#endif
+
+#include "kernels/cuda/common.cuh"
+
+namespace weft::cuda {
+
+#if defined(WEFT_TP_FUSED)
+namespace {
+
+// The generic kernel's block, as add_norm_kernel's (norm.cu), so that the per-thread element
+// sets and the block reduction are the same and the results bitwise equal.
+constexpr int kThreads = 256;
+
+struct Params {
+  ncclWindow_t window;
+  ncclLsaBarrierHandle barrier;
+  std::size_t offset;
+  int ranks;
+  int n;
+  float* residual;
+  const float* delta_bias;
+  NormKind kind;
+  const float* weight;
+  const float* bias;
+  float eps;
+  void* out;
+  float* sum_out;
+};
+
+// Blocks b of every rank meet at barrier b: the release by each rank covers its partial rows
+// (written by the product kernel before this one: grid_dependency_wait has seen it complete),
+// the acquire makes the other ranks' rows readable. The session keeps the barrier's epoch in
+// NCCL's resource buffer, so graph replays continue from where the last launch left it.
+__device__ __forceinline__ void meet(const ncclDevComm& comm, const Params& p) {
+  ncclLsaBarrierSession<ncclCoopCta> bar(ncclCoopCta(), comm, ncclTeamLsa(comm), p.barrier,
+                                         blockIdx.x);
+  bar.sync(ncclCoopCta(), ::cuda::memory_order_acq_rel);
+}
+
+// Rank r's partial row of this block, through the window's load/store mapping.
+__device__ __forceinline__ const float* partial(const Params& p, int r) {
+  const std::size_t row = p.offset + static_cast<std::size_t>(blockIdx.x) * p.n * sizeof(float);
+  return static_cast<const float*>(ncclGetLsaPointer(p.window, row, r));
+}
+
+// Loads of the other ranks' rows: volatile (relaxed at system scope: never the read-only
+// path nor a stale L1 line; the memory is rewritten by other GPUs between launches), after
+// the barrier's acquire.
+__device__ __forceinline__ float4 load_shared4(const float* p) {
+  float4 v;
+  asm volatile("ld.volatile.global.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ float load_shared(const float* p) {
+  float v;
+  asm volatile("ld.volatile.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Rows of n = 4 * blockDim.x (n % 128 == 0, up to 4096), 16-byte aligned: add_norm_vec_kernel's
+// arithmetic, with the delta summed over the ranks in rank order.
+template <class T>
+__global__ void __launch_bounds__(1024) fused_vec_kernel(const ncclDevComm comm, const Params p) {
+  __shared__ float scratch[32];
+  const int i = 4 * threadIdx.x;
+  float4 w = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (p.residual != nullptr) w = *reinterpret_cast<const float4*>(p.weight + i);
+  detail::grid_dependency_wait();
+  meet(comm, p);
+  float4 dv = load_shared4(partial(p, 0) + i);
+  for (int r = 1; r < p.ranks; ++r) {
+    const float4 q = load_shared4(partial(p, r) + i);
+    dv.x += q.x, dv.y += q.y, dv.z += q.z, dv.w += q.w;
+  }
+  const std::size_t at = static_cast<std::size_t>(blockIdx.x) * p.n + i;
+  if (p.residual == nullptr) {
+    *reinterpret_cast<float4*>(p.sum_out + at) = dv;
+    return;
+  }
+  float4* x = reinterpret_cast<float4*>(p.residual + at);
+  float4 v = *x;
+  if (p.delta_bias != nullptr) {
+    const float4 b = *reinterpret_cast<const float4*>(p.delta_bias + i);
+    dv.x += b.x, dv.y += b.y, dv.z += b.z, dv.w += b.w;
+  }
+  v.x += dv.x, v.y += dv.y, v.z += dv.z, v.w += dv.w;
+  float sum;
+  if (p.kind == NormKind::kRms) {
+    sum = v.x * v.x;
+    sum += v.y * v.y;
+    sum += v.z * v.z;
+    sum += v.w * v.w;
+  } else {
+    sum = v.x + v.y + v.z + v.w;
+  }
+  sum = detail::block_sum(sum, scratch);
+  *x = v;
+  float mean = 0.0f, inv = 0.0f;
+  if (p.kind == NormKind::kRms) {
+    inv = rsqrtf(sum / p.n + p.eps);
+  } else {
+    mean = sum / p.n;
+    const float c0 = v.x - mean, c1 = v.y - mean, c2 = v.z - mean, c3 = v.w - mean;
+    float var = c0 * c0;
+    var += c1 * c1;
+    var += c2 * c2;
+    var += c3 * c3;
+    var = detail::block_sum(var, scratch);
+    inv = rsqrtf(var / p.n + p.eps);
+  }
+  float y[4] = {(v.x - mean) * inv * w.x, (v.y - mean) * inv * w.y, (v.z - mean) * inv * w.z,
+                (v.w - mean) * inv * w.w};
+  if (p.bias != nullptr) {
+    const float4 b = *reinterpret_cast<const float4*>(p.bias + i);
+    y[0] += b.x, y[1] += b.y, y[2] += b.z, y[3] += b.w;
+  }
+  T* out = static_cast<T*>(p.out) + at;
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    out[k] = detail::from_float<T>(y[k]);
+}
+
+// Any n: add_norm_kernel's arithmetic (thread t owns elements t, t + 256, ...; the residual is
+// written back by the thread that read it, before the reduction instead of after, with the
+// same values).
+template <class T>
+__global__ void __launch_bounds__(kThreads) fused_kernel(const ncclDevComm comm, const Params p) {
+  __shared__ float scratch[32];
+  detail::grid_dependency_wait();
+  meet(comm, p);
+  const float* part[8];
+  for (int r = 0; r < p.ranks; ++r)
+    part[r] = partial(p, r);
+  auto delta = [&](int i) {
+    float d = load_shared(part[0] + i);
+    for (int r = 1; r < p.ranks; ++r)
+      d += load_shared(part[r] + i);
+    return d;
+  };
+  const std::size_t row = static_cast<std::size_t>(blockIdx.x) * p.n;
+  if (p.residual == nullptr) {
+    for (int i = threadIdx.x; i < p.n; i += blockDim.x)
+      p.sum_out[row + i] = delta(i);
+    return;
+  }
+  float* x = p.residual + row;
+  float sum = 0.0f;
+  for (int i = threadIdx.x; i < p.n; i += blockDim.x) {
+    float v = x[i];
+    v += delta(i) + (p.delta_bias != nullptr ? p.delta_bias[i] : 0.0f);
+    x[i] = v;
+    sum += p.kind == NormKind::kRms ? v * v : v;
+  }
+  sum = detail::block_sum(sum, scratch);
+  float mean = 0.0f, inv = 0.0f;
+  if (p.kind == NormKind::kRms) {
+    inv = rsqrtf(sum / p.n + p.eps);
+  } else {
+    mean = sum / p.n;
+    float var = 0.0f;
+    for (int i = threadIdx.x; i < p.n; i += blockDim.x) {
+      const float c = x[i] - mean;
+      var += c * c;
+    }
+    var = detail::block_sum(var, scratch);
+    inv = rsqrtf(var / p.n + p.eps);
+  }
+  T* out = static_cast<T*>(p.out) + row;
+  for (int i = threadIdx.x; i < p.n; i += blockDim.x) {
+    float y = (x[i] - mean) * inv * p.weight[i];
+    if (p.bias != nullptr) y += p.bias[i];
+    out[i] = detail::from_float<T>(y);
+  }
+}
+
+__global__ void probe_kernel(const ncclDevComm comm, ncclWindow_t window,
+                             ncclLsaBarrierHandle barrier, std::size_t offset, int ranks,
+                             std::uint64_t* pointers, float* values) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  pointers[0] = reinterpret_cast<std::uint64_t>(ncclGetLocalPointer(window, 0));
+  for (int r = 0; r < ranks; ++r) {
+    pointers[1 + r] = reinterpret_cast<std::uint64_t>(ncclGetLsaPointer(window, 0, r));
+    values[r] = *static_cast<volatile const float*>(ncclGetLsaPointer(window, offset, r));
+  }
+  pointers[1 + ranks] =
+      reinterpret_cast<std::uint64_t>(ncclGetResourceBufferLocalPointer(comm, barrier.bufHandle));
+  // 1 when the resource window's device copy and the communicator's inlined copy agree.
+  pointers[2 + ranks] =
+      comm.resourceWindow != nullptr &&
+      comm.resourceWindow->lsaFlatBase == comm.resourceWindow_inlined.lsaFlatBase &&
+      comm.resourceWindow->stride4G == comm.resourceWindow_inlined.stride4G;
+}
+
+ncclLsaBarrierHandle barrier_of(const TpFusedGroup& g) {
+  ncclLsaBarrierHandle h{};
+  h.bufHandle = g.barrier_buffer;
+  h.nBarriers = g.barriers;
+  return h;
+}
+
+bool aligned16(const void* p) {
+  return (reinterpret_cast<std::uintptr_t>(p) & 15) == 0;
+}
+
+}  // namespace
+
+bool tp_fused_built() noexcept {
+  return true;
+}
+int tp_fused_header_version() noexcept {
+  return NCCL_VERSION_CODE;
+}
+std::size_t tp_fused_dev_comm_bytes() noexcept {
+  return sizeof(ncclDevComm);
+}
+
+bool allreduce_add_norm(const AllReduceNormArgs& a, cudaStream_t stream) {
+  const TpFusedGroup& g = a.group;
+  if (g.dev_comm == nullptr || g.window == nullptr || g.ranks < 1 || g.ranks > 8 || a.rows < 0 ||
+      a.rows > g.barriers || a.n <= 0) {
+    return false;
+  }
+  if (a.residual != nullptr ? a.weight == nullptr || a.out == nullptr : a.sum_out == nullptr) {
+    return false;
+  }
+  if (a.rows == 0) return true;
+  Params p{};
+  p.window = static_cast<ncclWindow_t>(g.window);
+  p.barrier = barrier_of(g);
+  p.offset = a.offset;
+  p.ranks = g.ranks;
+  p.n = a.n;
+  p.residual = a.residual;
+  p.delta_bias = a.delta_bias;
+  p.kind = a.kind;
+  p.weight = a.weight;
+  p.bias = a.bias;
+  p.eps = a.eps;
+  p.out = a.out;
+  p.sum_out = a.sum_out;
+  const auto& comm = *static_cast<const ncclDevComm*>(g.dev_comm);
+  // add_norm takes its float4 kernel on these conditions; the fused kernel must take the
+  // matching one to round alike.
+  if (a.n % 128 == 0 && a.n <= 4096 && a.offset % 16 == 0 && aligned16(a.residual) &&
+      aligned16(a.delta_bias) && aligned16(a.weight) && aligned16(a.bias) && aligned16(a.out) &&
+      aligned16(a.sum_out)) {
+    WEFT_DISPATCH_PRECISION(
+        a.precision, { detail::launch(fused_vec_kernel<T>, a.rows, a.n / 4, 0, stream, comm, p); });
+  } else {
+    WEFT_DISPATCH_PRECISION(
+        a.precision, { detail::launch(fused_kernel<T>, a.rows, kThreads, 0, stream, comm, p); });
+  }
+  return true;
+}
+
+bool tp_fused_probe(const TpFusedGroup& g, std::size_t offset, std::uint64_t* pointers,
+                    float* values, cudaStream_t stream) {
+  if (g.dev_comm == nullptr || g.window == nullptr) return false;
+  probe_kernel<<<1, 32, 0, stream>>>(*static_cast<const ncclDevComm*>(g.dev_comm),
+                                     static_cast<ncclWindow_t>(g.window), barrier_of(g), offset,
+                                     g.ranks, pointers, values);
+  return true;
+}
+
+#else  // without NCCL 2.28's device headers
+
+bool tp_fused_built() noexcept {
+  return false;
+}
+int tp_fused_header_version() noexcept {
+  return 0;
+}
+std::size_t tp_fused_dev_comm_bytes() noexcept {
+  return 0;
+}
+bool allreduce_add_norm(const AllReduceNormArgs&, cudaStream_t) {
+  return false;
+}
+bool tp_fused_probe(const TpFusedGroup&, std::size_t, std::uint64_t*, float*, cudaStream_t) {
+  return false;
+}
+
+#endif
+
+}  // namespace weft::cuda

@@ -1,0 +1,85 @@
+#pragma once
+// Tensor parallelism's all-reduce fused with the residual add and the norm that follow it
+// (TensorRT-LLM's one-shot all-reduce + residual + RMSNorm for small batches), with NCCL's
+// device API as the engine: every rank's row-parallel product writes its partial rows into a
+// symmetric window (ncclCommWindowRegister); one kernel waits at an NCCL LSA barrier (release
+// then acquire, across the GPUs), reads every rank's partial rows through the window's
+// load/store pointers, sums them in rank order (so every rank holds bitwise the same sum), and
+// does what cuda::add_norm does with that sum as its delta. docs/parallel.md, "Fused
+// all-reduce and norm".
+//
+// Built only where the CUDA toolkit has NCCL 2.28's device headers (nccl_device.h):
+// tp_fused_built() says whether this binary has the kernels; without them every launch
+// returns false and the caller keeps NCCL's all-reduce.
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kernels/cuda/norm.hpp"
+#include "kernels/cuda/precision.hpp"
+
+namespace weft::cuda {
+
+// What the kernels need of the group, from Communicator::device_reduce_window: the device
+// communicator (an ncclDevComm, copied into each launch's parameters), the window, and the
+// LSA barriers (an ncclLsaBarrierHandle: resource buffer and count). Blocks b of one launch
+// use barrier b, so a launch has at most `barriers` rows.
+struct TpFusedGroup {
+  const void* dev_comm = nullptr;  // ncclDevComm, host memory owned by the communicator
+  void* window = nullptr;          // ncclWindow_t
+  std::uint32_t barrier_buffer = 0;
+  int barriers = 0;
+  int rank = 0;
+  int ranks = 0;
+};
+
+struct AllReduceNormArgs {
+  TpFusedGroup group;
+  // Byte offset within the window of this launch's partial rows: [rows, n] fp32 on every rank.
+  std::size_t offset = 0;
+  int rows = 0;
+  int n = 0;
+  // add_norm's arguments (norm.hpp) with the group's sum as the delta. Null `residual`: only
+  // the sum is written, into `sum_out` ([rows, n] fp32, this rank's memory).
+  float* residual = nullptr;
+  const float* delta_bias = nullptr;
+  NormKind kind = NormKind::kRms;
+  const float* weight = nullptr;
+  const float* bias = nullptr;
+  float eps = 1e-5f;
+  void* out = nullptr;
+  Precision precision = Precision::kBF16;
+  float* sum_out = nullptr;
+};
+
+// Whether this binary has the kernels (built against NCCL's device headers), and their NCCL
+// header version (NCCL_VERSION_CODE, e.g. 22809; 0 without them).
+bool tp_fused_built() noexcept;
+int tp_fused_header_version() noexcept;
+
+// sizeof(ncclDevComm) in the headers the kernels were built with (0 without them): the
+// communicator allocates at least this much for ncclDevCommCreate's output.
+std::size_t tp_fused_dev_comm_bytes() noexcept;
+
+// Enqueues the fused kernel on `stream` (capturable in a CUDA graph). Every rank of the group
+// must make the same launches in the same order with the same rows. Returns false, enqueuing
+// nothing, when it cannot run these arguments (not built, rows beyond the barriers, or a
+// null weight with a norm asked for). Given NCCL's sum of two ranks, the sums and residuals
+// equal add_norm's bitwise and the normalized rows are within one ulp (the same arithmetic in
+// the same order; the compiler may contract an FMA differently in the two kernels). With more
+// ranks the order of the sum may differ from NCCL's.
+bool allreduce_add_norm(const AllReduceNormArgs& args, cudaStream_t stream);
+
+// A check of the group before any barrier is used (run once, outside graphs): writes into
+// `pointers` (host-visible device memory, ranks + 3 entries) the window's local pointer, its
+// load/store pointer for each rank, the barriers' resource buffer pointer, and 1 when the
+// resource window as the device sees it matches the communicator's copy (else 0); into
+// `values` (ranks entries) the float at byte `offset` of each rank's window. False when not
+// built.
+bool tp_fused_probe(const TpFusedGroup& group, std::size_t offset, std::uint64_t* pointers,
+                    float* values, cudaStream_t stream);
+
+}  // namespace weft::cuda
