@@ -28,7 +28,8 @@ class Flattener {
       : g_(g),
         limits_(limits),
         alt_counts_(g.expr_count(), kNotCounted),
-        set_of_expr_(g.expr_count(), kNotCounted) {}
+        set_of_expr_(g.expr_count(), kNotCounted),
+        helper_of_expr_(g.expr_count(), kNotCounted) {}
 
   Result<FlatGrammar> run() {
     out_.rules.resize(g_.rule_count());
@@ -116,6 +117,28 @@ class Flattener {
     return true;
   }
 
+  // The helper rule of a choice (an expression of other than one alternative) used as one
+  // element. A choice met again outside any inlined copy reuses the rule its first lowering
+  // made, as a named rule is shared by its references: a pattern's `.` or `\d` is one
+  // expression used at every place it is written, and `a|||...|b` in a JSON Schema pattern puts
+  // `.*` (a JSON string character: ~50 alternatives and their UTF-8 helpers) around each of its
+  // alternatives. Inside an inlined copy (inlining_ not empty) every helper stays the copy's
+  // own: the copies' helpers are matched up by position (chains_), and each is precomputed in
+  // its copy's context.
+  bool choice_helper(ExprId id, std::uint32_t& rule) {
+    const bool shared = inlining_.empty();
+    if (shared && helper_of_expr_[id] != kNotCounted) {
+      if (!within_limits()) return false;
+      rule = helper_of_expr_[id];
+      return true;
+    }
+    std::vector<Seq> alts;
+    if (!lower_alts(id, alts)) return false;
+    rule = helper(std::move(alts));
+    if (shared) helper_of_expr_[id] = rule;
+    return true;
+  }
+
   // Appends the lowering of an expression that is not a choice (one alternative) to `seq`.
   bool lower_single(ExprId id, const Expr& e, Seq& seq) {
     switch (e.kind) {
@@ -131,9 +154,9 @@ class Flattener {
             if (!lower_into(c, seq)) return false;
             continue;
           }
-          std::vector<Seq> part;
-          if (!lower_alts(c, part)) return false;
-          seq.push_back(Element{true, helper(std::move(part))});
+          std::uint32_t rule = 0;
+          if (!choice_helper(c, rule)) return false;
+          seq.push_back(Element{true, rule});
         }
         return true;
       case Expr::Kind::kRepeat:
@@ -157,10 +180,15 @@ class Flattener {
                         "repetition bound " + std::to_string(copies) + " in rule '" + current_ +
                             "' exceeds the limit of " +
                             std::to_string(limits_.max_repeat_expansion)));
-    std::vector<Seq> item;
-    if (!lower_alts(e.children[0], item)) return false;
-    Element x = item.size() == 1 && item[0].size() == 1 ? item[0][0]
-                                                        : Element{true, helper(std::move(item))};
+    Element x;
+    if (alt_count(e.children[0]) != 1) {
+      x.is_rule = true;
+      if (!choice_helper(e.children[0], x.index)) return false;
+    } else {
+      std::vector<Seq> item;
+      if (!lower_alts(e.children[0], item)) return false;
+      x = item[0].size() == 1 ? item[0][0] : Element{true, helper(std::move(item))};
+    }
     // The optional copies below each get their own masks (one per place x is used from, see
     // CompiledGrammar): when x is a rule, every position of it is precomputed once per copy,
     // with the whole vocabulary walked through x's closure each time. Inlining a small rule's
@@ -373,8 +401,9 @@ class Flattener {
   std::vector<ChainCopy> chains_;
   std::map<std::array<std::uint64_t, 4>, std::uint32_t> sets_;
   std::map<RuleId, bool> consumes_;
-  std::vector<std::uint32_t> alt_counts_;   // per expression, kNotCounted until asked
-  std::vector<std::uint32_t> set_of_expr_;  // per byte-set expression, its index once known
+  std::vector<std::uint32_t> alt_counts_;      // per expression, kNotCounted until asked
+  std::vector<std::uint32_t> set_of_expr_;     // per byte-set expression, its index once known
+  std::vector<std::uint32_t> helper_of_expr_;  // per choice, its shared helper once made
   std::optional<Error> error_;
 };
 
