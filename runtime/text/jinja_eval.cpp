@@ -9,6 +9,7 @@
 
 #include "runtime/text/jinja_builtins.hpp"
 #include "runtime/text/jinja_parser.hpp"
+#include "runtime/text/jinja_scope.hpp"
 
 namespace weft::jinja {
 namespace {
@@ -104,17 +105,15 @@ class Evaluator {
   }
 
  private:
-  using Scope = std::unordered_map<std::string, Value>;
+  using Scope = JinjaScope;
 
   [[noreturn]] static void fail_at(int line, int column, std::string message) {
     throw LocatedFailure{line, column, std::move(message), false};
   }
 
   const Value* lookup(const std::string& name) const {
-    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
-      auto found = it->find(name);
-      if (found != it->end()) return &found->second;
-    }
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
+      if (const Value* found = it->find(name)) return found;
     return nullptr;
   }
 
