@@ -5,6 +5,8 @@
 #include <optional>
 #include <set>
 
+#include "runtime/grammar/grammar_analysis.hpp"
+
 namespace weft::grammar {
 namespace {
 
@@ -14,9 +16,20 @@ using Seq = std::vector<Element>;
 constexpr std::size_t kMaxInlineAlts = 32;
 constexpr std::size_t kMaxInlineElements = 96;
 
+// Lowers each rule body straight into the alternatives it becomes: a choice appends its
+// children's alternatives, a sequence appends its children's elements to one alternative, so no
+// expression's lowering is built in a vector of its own and copied into its parent's (a
+// fuzzed pattern of many `.*` alternatives spells out ~250,000 elements, and copying them up
+// through every level of nesting took most of the compile time). Errors are kept in `error_`
+// and reported by a false return, on the same traversal (and so the same error) as before.
 class Flattener {
  public:
-  Flattener(const Grammar& g, const CompileLimits& limits) : g_(g), limits_(limits) {}
+  Flattener(const Grammar& g, const CompileLimits& limits)
+      : g_(g),
+        limits_(limits),
+        alt_counts_(g.expr_count(), kNotCounted),
+        set_of_expr_(g.expr_count(), kNotCounted),
+        helper_of_expr_(g.expr_count(), kNotCounted) {}
 
   Result<FlatGrammar> run() {
     out_.rules.resize(g_.rule_count());
@@ -28,9 +41,9 @@ class Flattener {
                      "grammar rule '" + g_.rule(r).name + "' is referenced but never defined");
       current_ = g_.rule(r).name;
       current_rule_ = r;
-      auto alts = lower(*g_.rule(r).body);
-      if (!alts) return alts.error();
-      out_.rules[r].alts = std::move(*alts);
+      std::vector<Seq> alts;
+      if (!lower_alts(*g_.rule(r).body, alts)) return std::move(*error_);
+      out_.rules[r].alts = std::move(alts);
     }
     out_.root = g_.root();
     out_.repeat_outer.assign(out_.rules.size(), FlatGrammar::kNoRule);
@@ -43,63 +56,139 @@ class Flattener {
   }
 
  private:
-  Result<std::vector<Seq>> lower(ExprId id) {
-    if (out_.rules.size() > limits_.max_rules)
-      return Error(ErrorCode::kResourceExhausted, "grammar too large: more than " +
-                                                      std::to_string(limits_.max_rules) +
-                                                      " rules after expanding repetitions");
-    const Expr& e = g_.expr(id);
-    switch (e.kind) {
-      case Expr::Kind::kBytes:
-        return std::vector<Seq>{{Element{false, set_index(e.bytes)}}};
-      case Expr::Kind::kRule:
-        return std::vector<Seq>{{Element{true, e.rule}}};
-      case Expr::Kind::kSequence: {
-        Seq seq;
-        for (ExprId c : e.children) {
-          auto part = lower(c);
-          if (!part) return part.error();
-          if (part->size() == 1) {
-            seq.insert(seq.end(), (*part)[0].begin(), (*part)[0].end());
-          } else {
-            seq.push_back(Element{true, helper(std::move(*part))});
-          }
-        }
-        return std::vector<Seq>{std::move(seq)};
-      }
-      case Expr::Kind::kChoice: {
-        std::vector<Seq> alts;
-        for (ExprId c : e.children) {
-          auto part = lower(c);
-          if (!part) return part.error();
-          for (auto& s : *part)
-            alts.push_back(std::move(s));
-        }
-        return alts;
-      }
-      case Expr::Kind::kRepeat:
-        return lower_repeat(e);
-    }
-    return Error(ErrorCode::kInternal, "unknown grammar expression kind");
+  static constexpr std::uint32_t kNotCounted = 0xffffffffu;
+
+  bool fail(Error e) {
+    error_ = std::move(e);
+    return false;
   }
 
-  Result<std::vector<Seq>> lower_repeat(const Expr& e) {
+  // Checked on entering every expression, so a grammar stops growing as soon as it is over.
+  bool within_limits() {
+    if (out_.rules.size() > limits_.max_rules)
+      return fail(Error(ErrorCode::kResourceExhausted, "grammar too large: more than " +
+                                                           std::to_string(limits_.max_rules) +
+                                                           " rules after expanding repetitions"));
+    return true;
+  }
+
+  // How many alternatives the expression lowers to: one, except for a choice, which has its
+  // children's (capped: only 0, 1 and "several" matter, and a bound to reserve).
+  std::uint32_t alt_count(ExprId id) {
+    const Expr& e = g_.expr(id);
+    if (e.kind != Expr::Kind::kChoice) return 1;
+    if (alt_counts_[id] != kNotCounted) return alt_counts_[id];
+    std::uint64_t n = 0;
+    for (ExprId c : e.children)
+      n = std::min<std::uint64_t>(n + alt_count(c), 1u << 20);
+    alt_counts_[id] = static_cast<std::uint32_t>(n);
+    return alt_counts_[id];
+  }
+
+  // Appends the alternatives of `id` to `alts`.
+  bool lower_alts(ExprId id, std::vector<Seq>& alts) {
+    if (!within_limits()) return false;
+    const Expr& e = g_.expr(id);
+    if (e.kind == Expr::Kind::kChoice) {
+      alts.reserve(alts.size() + std::min<std::uint32_t>(alt_count(id), 1024));
+      return lower_choice(e, alts);
+    }
+    Seq seq;
+    if (e.kind == Expr::Kind::kSequence) seq.reserve(e.children.size());
+    if (!lower_single(id, e, seq)) return false;
+    alts.push_back(std::move(seq));
+    return true;
+  }
+
+  // Appends the one alternative of `id` (alt_count(id) == 1) to `seq`.
+  bool lower_into(ExprId id, Seq& seq) {
+    if (!within_limits()) return false;
+    const Expr& e = g_.expr(id);
+    if (e.kind != Expr::Kind::kChoice) return lower_single(id, e, seq);
+    std::vector<Seq> part;
+    if (!lower_choice(e, part)) return false;
+    seq.insert(seq.end(), part[0].begin(), part[0].end());
+    return true;
+  }
+
+  bool lower_choice(const Expr& e, std::vector<Seq>& alts) {
+    for (ExprId c : e.children)
+      if (!lower_alts(c, alts)) return false;
+    return true;
+  }
+
+  // The helper rule of a choice (an expression of other than one alternative) used as one
+  // element. A choice met again outside any inlined copy reuses the rule its first lowering
+  // made, as a named rule is shared by its references: a pattern's `.` or `\d` is one
+  // expression used at every place it is written, and `a|||...|b` in a JSON Schema pattern puts
+  // `.*` (a JSON string character: ~50 alternatives and their UTF-8 helpers) around each of its
+  // alternatives. Inside an inlined copy (inlining_ not empty) every helper stays the copy's
+  // own: the copies' helpers are matched up by position (chains_), and each is precomputed in
+  // its copy's context.
+  bool choice_helper(ExprId id, std::uint32_t& rule) {
+    const bool shared = inlining_.empty();
+    if (shared && helper_of_expr_[id] != kNotCounted) {
+      if (!within_limits()) return false;
+      rule = helper_of_expr_[id];
+      return true;
+    }
+    std::vector<Seq> alts;
+    if (!lower_alts(id, alts)) return false;
+    rule = helper(std::move(alts));
+    if (shared) helper_of_expr_[id] = rule;
+    return true;
+  }
+
+  // Appends the lowering of an expression that is not a choice (one alternative) to `seq`.
+  bool lower_single(ExprId id, const Expr& e, Seq& seq) {
+    switch (e.kind) {
+      case Expr::Kind::kBytes:
+        seq.push_back(Element{false, set_index(id, e.bytes)});
+        return true;
+      case Expr::Kind::kRule:
+        seq.push_back(Element{true, e.rule});
+        return true;
+      case Expr::Kind::kSequence:
+        for (ExprId c : e.children) {
+          if (alt_count(c) == 1) {
+            if (!lower_into(c, seq)) return false;
+            continue;
+          }
+          std::uint32_t rule = 0;
+          if (!choice_helper(c, rule)) return false;
+          seq.push_back(Element{true, rule});
+        }
+        return true;
+      case Expr::Kind::kRepeat:
+        return lower_repeat(e, seq);
+      case Expr::Kind::kChoice:
+        break;
+    }
+    return fail(Error(ErrorCode::kInternal, "unknown grammar expression kind"));
+  }
+
+  bool lower_repeat(const Expr& e, Seq& out) {
     if (e.max != kUnbounded && e.min > e.max)
-      return Error(ErrorCode::kInvalidArgument,
-                   "repetition {" + std::to_string(e.min) + "," + std::to_string(e.max) +
-                       "} in rule '" + current_ + "' has its minimum above its maximum");
+      return fail(Error(ErrorCode::kInvalidArgument,
+                        "repetition {" + std::to_string(e.min) + "," + std::to_string(e.max) +
+                            "} in rule '" + current_ + "' has its minimum above its maximum"));
     std::uint64_t copies = e.max == kUnbounded ? e.min + 1ull : e.max;
     if (limits_.counted_above != 0 && copies > limits_.counted_above && consumes(e.children[0]))
-      return lower_counted(e);
+      return lower_counted(e, out);
     if (copies > limits_.max_repeat_expansion)
-      return Error(ErrorCode::kResourceExhausted,
-                   "repetition bound " + std::to_string(copies) + " in rule '" + current_ +
-                       "' exceeds the limit of " + std::to_string(limits_.max_repeat_expansion));
-    auto item = lower(e.children[0]);
-    if (!item) return item.error();
-    Element x = item->size() == 1 && (*item)[0].size() == 1
-                    ? (*item)[0][0]
-                    : Element{true, helper(std::move(*item))};
+      return fail(Error(ErrorCode::kResourceExhausted,
+                        "repetition bound " + std::to_string(copies) + " in rule '" + current_ +
+                            "' exceeds the limit of " +
+                            std::to_string(limits_.max_repeat_expansion)));
+    Element x;
+    if (alt_count(e.children[0]) != 1) {
+      x.is_rule = true;
+      if (!choice_helper(e.children[0], x.index)) return false;
+    } else {
+      std::vector<Seq> item;
+      if (!lower_alts(e.children[0], item)) return false;
+      x = item[0].size() == 1 ? item[0][0] : Element{true, helper(std::move(item))};
+    }
     // The optional copies below each get their own masks (one per place x is used from, see
     // CompiledGrammar): when x is a rule, every position of it is precomputed once per copy,
     // with the whole vocabulary walked through x's closure each time. Inlining a small rule's
@@ -120,63 +209,62 @@ class Flattener {
       if (auto body = g_.rule(x.index).body; body) {
         inlining_.push_back(x.index);
         first_helpers.first = static_cast<std::uint32_t>(out_.rules.size());
-        auto alts = lower(*body);
+        std::vector<Seq> alts;
+        const bool ok = lower_alts(*body, alts);
         first_helpers.second = static_cast<std::uint32_t>(out_.rules.size());
         inlining_.pop_back();
-        if (!alts) return alts.error();
+        if (!ok) return false;
         std::size_t elements = 0;
-        for (const auto& a : *alts)
+        for (const auto& a : alts)
           elements += a.size();
-        if (alts->size() <= kMaxInlineAlts && elements <= kMaxInlineElements) {
-          inlined = std::move(*alts);
+        if (alts.size() <= kMaxInlineAlts && elements <= kMaxInlineElements) {
+          inlined = std::move(alts);
           inline_body = *body;
         }
       }
     }
-    Seq seq(e.min, x);
+    out.insert(out.end(), e.min, x);
     if (e.max == kUnbounded) {
       // H ::= x H | ""
       std::uint32_t h = new_rule();
       out_.rules[h].alts = {Seq{x, Element{true, h}}, Seq{}};
-      seq.push_back(Element{true, h});
+      out.push_back(Element{true, h});
     } else if (e.max > e.min) {
       // O_k ::= x O_{k-1} | "" nests the optional tail, so the stack stays flat (tail calls)
       // and the grammar stays linear in the bound.
       // Each copy lowers the inlined body afresh, so the helper rules inside it (a UTF-8
       // sequence, an escape) belong to that copy alone and are precomputed in its context
       // too, rather than shared by every copy.
-      auto copy = [&](std::optional<std::uint32_t> next) -> Result<std::vector<Seq>> {
-        std::vector<Seq> alts;
+      auto copy = [&](std::optional<std::uint32_t> next, std::vector<Seq>& alts) -> bool {
         if (!inline_body) {
-          alts.push_back(Seq{x});
+          alts.push_back(next ? Seq{x, Element{true, *next}} : Seq{x});
         } else if (!next) {
           alts = inlined;  // the first copy uses the lowering made above
         } else {
           inlining_.push_back(x.index);
           const auto begin = static_cast<std::uint32_t>(out_.rules.size());
-          auto again = lower(*inline_body);
+          const bool ok = lower_alts(*inline_body, alts);
           copy_helpers.push_back({begin, static_cast<std::uint32_t>(out_.rules.size())});
           inlining_.pop_back();
-          if (!again) return again.error();
-          alts = std::move(*again);
-        }
-        if (next) {
+          if (!ok) return false;
           for (auto& a : alts)
             a.push_back(Element{true, *next});
         }
-        alts.push_back(Seq{});
-        return alts;
+        alts.emplace_back();
+        return true;
       };
       std::uint32_t prev = new_rule();
-      auto first = copy(std::nullopt);
-      if (!first) return first.error();
-      out_.rules[prev].alts = std::move(*first);
+      {
+        std::vector<Seq> first;
+        if (!copy(std::nullopt, first)) return false;
+        out_.rules[prev].alts = std::move(first);
+      }
       std::vector<std::uint32_t> chain{prev};
       for (std::uint32_t k = 1; k < e.max - e.min; ++k) {
-        auto alts = copy(prev);
-        if (!alts) return alts.error();
+        std::vector<Seq> alts;
+        if (!copy(prev, alts)) return false;
         std::uint32_t r = new_rule();
-        out_.rules[r].alts = std::move(*alts);
+        out_.rules[r].alts = std::move(alts);
         prev = r;
         chain.push_back(r);
       }
@@ -211,45 +299,47 @@ class Flattener {
           }
         }
       }
-      seq.push_back(Element{true, prev});
+      out.push_back(Element{true, prev});
     }
-    return std::vector<Seq>{std::move(seq)};
+    return true;
   }
 
   // x{m,n} as one counted element over a rule of x's own: x's alternatives when x is a small
   // rule (so its positions sit on this element alone and are precomputed with its count, see
   // CompiledGrammar), otherwise x itself.
-  Result<std::vector<Seq>> lower_counted(const Expr& e) {
+  bool lower_counted(const Expr& e, Seq& out) {
     const std::uint64_t bound = e.max == kUnbounded ? e.min : e.max;
     if (bound > limits_.max_counted_repeat)
-      return Error(ErrorCode::kResourceExhausted,
-                   "repetition bound " + std::to_string(bound) + " in rule '" + current_ +
-                       "' exceeds the limit of " + std::to_string(limits_.max_counted_repeat));
+      return fail(Error(ErrorCode::kResourceExhausted,
+                        "repetition bound " + std::to_string(bound) + " in rule '" + current_ +
+                            "' exceeds the limit of " +
+                            std::to_string(limits_.max_counted_repeat)));
     const Expr& item_expr = g_.expr(e.children[0]);
     std::uint32_t rule = 0;
     if (item_expr.kind == Expr::Kind::kRule && item_expr.rule != current_rule_ &&
         std::find(inlining_.begin(), inlining_.end(), item_expr.rule) == inlining_.end() &&
         g_.rule(item_expr.rule).body) {
       inlining_.push_back(item_expr.rule);
-      auto alts = lower(*g_.rule(item_expr.rule).body);
+      std::vector<Seq> alts;
+      const bool ok = lower_alts(*g_.rule(item_expr.rule).body, alts);
       inlining_.pop_back();
-      if (!alts) return alts.error();
+      if (!ok) return false;
       std::size_t elements = 0;
-      for (const auto& a : *alts)
+      for (const auto& a : alts)
         elements += a.size();
-      rule = alts->size() <= kMaxInlineAlts && elements <= kMaxInlineElements
-                 ? helper(std::move(*alts))
+      rule = alts.size() <= kMaxInlineAlts && elements <= kMaxInlineElements
+                 ? helper(std::move(alts))
                  : item_expr.rule;
     } else {
-      auto alts = lower(e.children[0]);
-      if (!alts) return alts.error();
-      rule = helper(std::move(*alts));
+      std::vector<Seq> alts;
+      if (!lower_alts(e.children[0], alts)) return false;
+      rule = helper(std::move(alts));
     }
     Element el{true, rule};
     el.min = e.min;
     el.max = e.max;
-    if (!el.counted()) return std::vector<Seq>{{Element{true, rule}}};
-    return std::vector<Seq>{{el}};
+    out.push_back(el.counted() ? el : Element{true, rule});
+    return true;
   }
 
   // Whether every match of the expression consumes at least one byte (conservative: a rule
@@ -288,14 +378,15 @@ class Flattener {
     out_.rules[r].alts = std::move(alts);
     return r;
   }
-  std::uint32_t set_index(const ByteSet& s) {
-    auto key = s.words;
-    auto it = sets_.find(key);
-    if (it != sets_.end()) return it->second;
-    out_.byte_sets.push_back(s);
-    auto idx = static_cast<std::uint32_t>(out_.byte_sets.size() - 1);
-    sets_.emplace(key, idx);
-    return idx;
+  // The byte set's index, looked up once per expression (a pattern's `.` is one expression
+  // lowered at every use).
+  std::uint32_t set_index(ExprId id, const ByteSet& bytes) {
+    if (set_of_expr_[id] != kNotCounted) return set_of_expr_[id];
+    auto [it, added] =
+        sets_.emplace(bytes.words, static_cast<std::uint32_t>(out_.byte_sets.size()));
+    if (added) out_.byte_sets.push_back(bytes);
+    set_of_expr_[id] = it->second;
+    return it->second;
   }
 
   const Grammar& g_;
@@ -310,186 +401,11 @@ class Flattener {
   std::vector<ChainCopy> chains_;
   std::map<std::array<std::uint64_t, 4>, std::uint32_t> sets_;
   std::map<RuleId, bool> consumes_;
+  std::vector<std::uint32_t> alt_counts_;      // per expression, kNotCounted until asked
+  std::vector<std::uint32_t> set_of_expr_;     // per byte-set expression, its index once known
+  std::vector<std::uint32_t> helper_of_expr_;  // per choice, its shared helper once made
+  std::optional<Error> error_;
 };
-
-// The fixpoints below (nullable, productive, FIRST, FOLLOW) are solved with worklists over the
-// rules' dependencies rather than by sweeping every rule until nothing changes: a sweep carries
-// a fact one step against the rules' order per pass, so a chain of n rules (a spelt-out
-// x{0,n} of an x that may match nothing makes one) took n passes of n rules, seconds for
-// n = 3,000 under ASan (tests/fuzz found `(){1,3010}`). Each worklist visits a rule again only
-// when something it depends on changed, which a byte set can do at most 256 times.
-Result<void> analyse(FlatGrammar& g) {
-  const std::size_t n = g.rules.size();
-  // A counted x{0,n} matches the empty string whatever x is, and finishes whatever x does.
-  auto nullable_by_count = [](const Element& e) { return e.counted() && e.min == 0; };
-  // Every alternative gets an index; uses[b] lists the alternative of each occurrence of rule b
-  // whose verdict waits on b.
-  std::vector<std::uint32_t> alt_rule;
-  std::vector<std::vector<std::uint32_t>> uses_nullable(n), uses_productive(n);
-  std::vector<std::uint32_t> need_nullable, need_productive;
-  constexpr std::uint32_t kNever = 0xffffffffu;
-  for (std::size_t r = 0; r < n; ++r)
-    for (const auto& seq : g.rules[r].alts) {
-      const auto alt = static_cast<std::uint32_t>(alt_rule.size());
-      alt_rule.push_back(static_cast<std::uint32_t>(r));
-      std::uint32_t wait_nullable = 0, wait_productive = 0;
-      bool has_bytes = false, has_empty_set = false;
-      for (const auto& e : seq) {
-        if (!e.is_rule) {
-          has_bytes = true;
-          if (g.byte_sets[e.index].empty()) has_empty_set = true;
-          continue;
-        }
-        if (!nullable_by_count(e)) {
-          ++wait_nullable;
-          uses_nullable[e.index].push_back(alt);
-        }
-        if (e.min != 0) {
-          ++wait_productive;
-          uses_productive[e.index].push_back(alt);
-        }
-      }
-      need_nullable.push_back(has_bytes ? kNever : wait_nullable);
-      need_productive.push_back(has_empty_set ? kNever : wait_productive);
-    }
-  // A rule is nullable (productive) once one of its alternatives has every element it waits on
-  // nullable (productive) and no byte element (no empty byte set): count down per alternative.
-  auto solve = [&](std::vector<std::uint32_t>& need,
-                   const std::vector<std::vector<std::uint32_t>>& uses, std::vector<bool>& mark) {
-    std::vector<std::uint32_t> work;
-    for (std::size_t a = 0; a < need.size(); ++a)
-      if (need[a] == 0 && !mark[alt_rule[a]]) {
-        mark[alt_rule[a]] = true;
-        work.push_back(alt_rule[a]);
-      }
-    while (!work.empty()) {
-      const std::uint32_t b = work.back();
-      work.pop_back();
-      for (std::uint32_t a : uses[b]) {
-        if (need[a] == kNever || need[a] == 0) continue;
-        if (--need[a] == 0 && !mark[alt_rule[a]]) {
-          mark[alt_rule[a]] = true;
-          work.push_back(alt_rule[a]);
-        }
-      }
-    }
-  };
-  g.nullable.assign(n, false);
-  std::vector<bool> productive(n, false);
-  solve(need_nullable, uses_nullable, g.nullable);
-  solve(need_productive, uses_productive, productive);
-  for (std::size_t r = 0; r < n; ++r)
-    if (!productive[r])
-      return Error(ErrorCode::kInvalidArgument,
-                   "grammar rule '" + g.rules[r].name +
-                       "' can never finish (it matches no string), so no output could satisfy it");
-  auto element_nullable = [&](const Element& e) {
-    return e.is_rule && (g.nullable[e.index] || nullable_by_count(e));
-  };
-  // Left recursion: an edge A -> B when B can start A's match. A cycle would make the
-  // matcher's closure loop, so it is refused here.
-  std::vector<std::vector<std::uint32_t>> left(n);
-  for (std::size_t r = 0; r < n; ++r)
-    for (const auto& seq : g.rules[r].alts)
-      for (const auto& e : seq) {
-        if (!e.is_rule) break;
-        left[r].push_back(e.index);
-        if (!element_nullable(e)) break;
-      }
-  std::vector<int> color(n, 0);  // 0 new, 1 on the path, 2 done
-  for (std::size_t start = 0; start < n; ++start) {
-    if (color[start]) continue;
-    std::vector<std::pair<std::uint32_t, std::size_t>> stack{
-        {static_cast<std::uint32_t>(start), 0}};
-    color[start] = 1;
-    while (!stack.empty()) {
-      auto& [r, i] = stack.back();
-      if (i == left[r].size()) {
-        color[r] = 2;
-        stack.pop_back();
-        continue;
-      }
-      std::uint32_t next = left[r][i++];
-      if (color[next] == 1)
-        return Error(ErrorCode::kInvalidArgument,
-                     "grammar rule '" + g.rules[next].name +
-                         "' is left-recursive (it can begin with itself); rewrite it with "
-                         "repetition, e.g. list ::= item (\",\" item)*");
-      if (color[next] == 0) {
-        color[next] = 1;
-        stack.push_back({next, 0});
-      }
-    }
-  }
-
-  // FIRST and FOLLOW sets, used by the mask precomputation to reject tokens that leave a rule
-  // with a byte nothing can follow it with. `into[b]` lists the rules whose set takes b's.
-  auto propagate = [n](std::vector<ByteSet>& set, std::vector<bool>* end,
-                       const std::vector<std::vector<std::uint32_t>>& into) {
-    std::vector<std::uint32_t> work;
-    std::vector<bool> queued(n, true);
-    for (std::size_t r = n; r-- > 0;)
-      work.push_back(static_cast<std::uint32_t>(r));
-    while (!work.empty()) {
-      const std::uint32_t b = work.back();
-      work.pop_back();
-      queued[b] = false;
-      for (std::uint32_t r : into[b]) {
-        const ByteSet before = set[r];
-        set[r] |= set[b];
-        bool changed = !(before == set[r]);
-        if (end && (*end)[b] && !(*end)[r]) (*end)[r] = changed = true;
-        if (changed && !queued[r]) {
-          queued[r] = true;
-          work.push_back(r);
-        }
-      }
-    }
-  };
-  // FIRST(r) holds the byte sets and the FIRST of the rules that can begin r.
-  g.first.assign(n, ByteSet{});
-  std::vector<std::vector<std::uint32_t>> into(n);
-  for (std::size_t r = 0; r < n; ++r)
-    for (const auto& seq : g.rules[r].alts)
-      for (const auto& e : seq) {
-        if (e.is_rule) {
-          into[e.index].push_back(static_cast<std::uint32_t>(r));
-        } else {
-          g.first[r] |= g.byte_sets[e.index];
-        }
-        if (!element_nullable(e)) break;
-      }
-  propagate(g.first, nullptr, into);
-  // FOLLOW(b) holds, for each occurrence of b, the FIRST of what may come after it (a counted
-  // copy may be followed by the next copy) and, where all of that may be empty, FOLLOW of the
-  // rule it occurs in (and whether input may end).
-  g.follow.assign(n, ByteSet{});
-  g.follow_end.assign(n, false);
-  g.follow_end[g.root] = true;
-  for (auto& v : into)
-    v.clear();
-  for (std::size_t r = 0; r < n; ++r)
-    for (const auto& seq : g.rules[r].alts) {
-      ByteSet rest;  // FIRST of seq[i + 1, end)
-      bool rest_nullable = true;
-      for (std::size_t i = seq.size(); i-- > 0;) {
-        const Element& e = seq[i];
-        if (e.is_rule) {
-          g.follow[e.index] |= rest;
-          if (e.counted() && e.max > 1) g.follow[e.index] |= g.first[e.index];
-          if (rest_nullable) into[r].push_back(e.index);
-        }
-        if (element_nullable(e)) {
-          rest |= g.first[e.index];
-        } else {
-          rest = e.is_rule ? g.first[e.index] : g.byte_sets[e.index];
-          rest_nullable = false;
-        }
-      }
-    }
-  propagate(g.follow, &g.follow_end, into);
-  return {};
-}
 
 }  // namespace
 
@@ -497,7 +413,7 @@ Result<FlatGrammar> flatten_grammar(const Grammar& grammar, const CompileLimits&
   if (grammar.rule_count() == 0) return Error(ErrorCode::kInvalidArgument, "grammar has no rules");
   auto flat = Flattener(grammar, limits).run();
   if (!flat) return flat.error();
-  auto ok = analyse(*flat);
+  auto ok = analyse_flat_grammar(*flat);
   if (!ok) return ok.error();
   return flat;
 }

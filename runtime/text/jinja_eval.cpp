@@ -9,6 +9,7 @@
 
 #include "runtime/text/jinja_builtins.hpp"
 #include "runtime/text/jinja_parser.hpp"
+#include "runtime/text/jinja_scope.hpp"
 
 namespace weft::jinja {
 namespace {
@@ -104,17 +105,15 @@ class Evaluator {
   }
 
  private:
-  using Scope = std::unordered_map<std::string, Value>;
+  using Scope = JinjaScope;
 
   [[noreturn]] static void fail_at(int line, int column, std::string message) {
     throw LocatedFailure{line, column, std::move(message), false};
   }
 
   const Value* lookup(const std::string& name) const {
-    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
-      auto found = it->find(name);
-      if (found != it->end()) return &found->second;
-    }
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
+      if (const Value* found = it->find(name)) return found;
     return nullptr;
   }
 
@@ -259,18 +258,21 @@ class Evaluator {
     if (items.empty()) return exec_body(s.else_body, out);
     auto n = static_cast<std::int64_t>(items.size());
     for (std::int64_t i = 0; i < n; ++i) {
+      // Nine distinct names: appended as they are (Dict::set would compare each with those
+      // already there), in one allocation; this runs once per iteration of every loop.
       Dict loop;
-      loop.set("index0", Value(i));
-      loop.set("index", Value(i + 1));
-      loop.set("revindex0", Value(n - i - 1));
-      loop.set("revindex", Value(n - i));
-      loop.set("first", Value(i == 0));
-      loop.set("last", Value(i == n - 1));
-      loop.set("length", Value(n));
-      loop.set("previtem", i > 0 ? items[static_cast<std::size_t>(i - 1)]
-                                 : Value::undefined("there is no previous item"));
-      loop.set("nextitem", i + 1 < n ? items[static_cast<std::size_t>(i + 1)]
-                                     : Value::undefined("there is no next item"));
+      loop.items.reserve(9);
+      loop.items.emplace_back("index0", Value(i));
+      loop.items.emplace_back("index", Value(i + 1));
+      loop.items.emplace_back("revindex0", Value(n - i - 1));
+      loop.items.emplace_back("revindex", Value(n - i));
+      loop.items.emplace_back("first", Value(i == 0));
+      loop.items.emplace_back("last", Value(i == n - 1));
+      loop.items.emplace_back("length", Value(n));
+      loop.items.emplace_back("previtem", i > 0 ? items[static_cast<std::size_t>(i - 1)]
+                                                : Value::undefined("there is no previous item"));
+      loop.items.emplace_back("nextitem", i + 1 < n ? items[static_cast<std::size_t>(i + 1)]
+                                                    : Value::undefined("there is no next item"));
       try {
         loop_step();
       } catch (const RuntimeFailure& f) {
