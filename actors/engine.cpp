@@ -379,6 +379,7 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
     log_info("engine: " + std::to_string(s.executor_actor->steps_in_flight()) +
              " sequence groups in flight in the pipeline");
   }
+  if (!s.config.step_trace_path.empty()) s.scheduler->set_step_trace(s.config.step_trace_path);
   s.scheduler->start();
   if (trie_ready.valid()) trie_ready.wait();
 }

@@ -13,8 +13,10 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <fstream>
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -52,6 +54,11 @@ class SchedulerActor : public Actor {
   // sampled; steps are collected in the order submitted, each once no other group is about
   // to submit. 1 (the default): one loop over every running sequence.
   void set_groups(int groups);
+
+  // Before start(): one JSON line per planned step to `path` (runtime/scheduler/step_trace.hpp,
+  // docs/engine.md#step-trace), truncating it. Throws weft::Error (kIo) naming the file when it
+  // cannot be written.
+  void set_step_trace(const std::string& path);
 
   // Starts the step loop (once).
   void start();
@@ -206,6 +213,9 @@ class SchedulerActor : public Actor {
   bool stopped_ = false;
   std::vector<asio::any_completion_handler<void(std::exception_ptr)>> shutdown_waiters_;
   EngineMetrics metrics_;
+  std::unique_ptr<std::ofstream> step_trace_;  // null: no trace
+  std::optional<std::chrono::steady_clock::time_point> step_trace_start_;
+  std::uint64_t step_trace_steps_ = 0;
   std::uint64_t mask_compute_ns_ = 0, mask_wait_ns_ = 0, accept_ns_ = 0, forward_ns_ = 0,
                 constrained_forward_ns_ = 0;
 };

@@ -365,6 +365,7 @@ StepPlan Scheduler::plan_step(int group) {
     }
     waiting_.pop_front();
     running_.push_back(s.id);
+    plan.admitted.push_back(s.id);
     s.group = group;
     ++members;
   }

@@ -101,6 +101,7 @@ struct StepPlan {
   std::vector<std::int32_t> positions;
   std::vector<ScheduledSlice> slices;
   std::vector<std::uint64_t> preempted;  // sequences sent back to waiting by this plan
+  std::vector<std::uint64_t> admitted;   // waiting sequences this plan started, in order
 
   bool empty() const { return slices.empty(); }
   int sampling_slices() const;

@@ -36,7 +36,7 @@ endif()
 # 14 beside the decodes, the last prompt token in step 4 (TTFT 40 ms), 8 more: 12 steps; the
 # longest first: 16, 14 + 2, then 10 + 3 beside the first decode: 10 steps, 170.0 tok/s.
 if(TARGET sched_sim_bench)
-  set(sim_flat --dataset ${bench_data}/tiny_workload.jsonl --decode-points 1:10 --kv-point 1:1000:10 --prefill 1:10 --json)
+  set(sim_flat --dataset ${bench_data}/tiny_workload.jsonl --decode-points 1:10 --kv-point 1:1000:10 --prefill 1:10 --first-step all --json)
   add_test(NAME sched_sim_tiny COMMAND sched_sim_bench ${sim_flat} --max-tokens-per-step 64,16)
   set_tests_properties(sched_sim_tiny PROPERTIES PASS_REGULAR_EXPRESSION
     "\"max_tokens_per_step\":64,[^\n]*\"output_tokens\":17,\"duration_s\":0.090,\"output_tokens_per_s\":188.9,\"steps\":9,[^\n]*\n[^\n]*\"max_tokens_per_step\":16,[^\n]*\"duration_s\":0.120,\"output_tokens_per_s\":141.7,\"steps\":12,[^\n]*\"ttft_ms_p50\":10.0,\"ttft_ms_p99\":40.0,")

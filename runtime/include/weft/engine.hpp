@@ -81,6 +81,10 @@ struct EngineConfig {
   // later request that starts with the same tokens (docs/engine.md#prefix-caching); the
   // pages are evicted, least recently used first, when the pool needs them.
   bool prefix_cache = true;
+  // Not empty: write one JSON line per planned step to this file (what the step runs, who it
+  // admitted, the KV pages held; docs/engine.md#step-trace), e.g. to compare a run with
+  // bench/sched_sim_bench's simulation of the same workload.
+  std::string step_trace_path;
   // KV-Compress (docs/kv-compress.md): after a prompt is prefilled, each (layer, kv head)
   // evicts this share of its cached tokens (in whole pages), those the last
   // kv_compress_window prompt tokens attended to least; the pages freed go back to the pool.
