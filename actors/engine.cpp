@@ -128,6 +128,16 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   if (auto ok = config.validate(); !ok) throw ok.error();
   s.config = std::move(config);
   s.executor = executor;
+  // Opened before anything starts, so that a path that cannot be written fails here.
+  std::unique_ptr<std::ofstream> step_trace;
+  if (!s.config.step_trace_path.empty()) {
+    step_trace = std::make_unique<std::ofstream>(s.config.step_trace_path,
+                                                 std::ios::binary | std::ios::trunc);
+    if (!*step_trace) {
+      throw Error(ErrorCode::kIo,
+                  "step trace: " + s.config.step_trace_path + ": cannot be written");
+    }
+  }
 
   LoadOptions load_options;
   load_options.spec_file = s.config.spec_file;
@@ -379,7 +389,7 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
     log_info("engine: " + std::to_string(s.executor_actor->steps_in_flight()) +
              " sequence groups in flight in the pipeline");
   }
-  if (!s.config.step_trace_path.empty()) s.scheduler->set_step_trace(s.config.step_trace_path);
+  if (step_trace) s.scheduler->set_step_trace(std::move(step_trace));
   s.scheduler->start();
   if (trie_ready.valid()) trie_ready.wait();
 }

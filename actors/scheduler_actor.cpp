@@ -53,9 +53,7 @@ void SchedulerActor::set_groups(int groups) {
   group_state_.assign(static_cast<std::size_t>(groups_), GroupState::kBusy);
 }
 
-void SchedulerActor::set_step_trace(const std::string& path) {
-  auto out = std::make_unique<std::ofstream>(path, std::ios::binary | std::ios::trunc);
-  if (!*out) throw Error(ErrorCode::kIo, "step trace: " + path + ": cannot be written");
+void SchedulerActor::set_step_trace(std::unique_ptr<std::ostream> out) {
   *out << sched::step_trace_header(scheduler_.config(), "engine") << '\n';
   step_trace_ = std::move(out);
 }

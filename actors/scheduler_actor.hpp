@@ -13,9 +13,9 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
-#include <fstream>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -55,10 +55,9 @@ class SchedulerActor : public Actor {
   // to submit. 1 (the default): one loop over every running sequence.
   void set_groups(int groups);
 
-  // Before start(): one JSON line per planned step to `path` (runtime/scheduler/step_trace.hpp,
-  // docs/engine.md#step-trace), truncating it. Throws weft::Error (kIo) naming the file when it
-  // cannot be written.
-  void set_step_trace(const std::string& path);
+  // Before start(): one JSON line per planned step to `out`, after a header line
+  // (runtime/scheduler/step_trace.hpp, docs/engine.md#step-trace).
+  void set_step_trace(std::unique_ptr<std::ostream> out);
 
   // Starts the step loop (once).
   void start();
@@ -213,7 +212,7 @@ class SchedulerActor : public Actor {
   bool stopped_ = false;
   std::vector<asio::any_completion_handler<void(std::exception_ptr)>> shutdown_waiters_;
   EngineMetrics metrics_;
-  std::unique_ptr<std::ofstream> step_trace_;  // null: no trace
+  std::unique_ptr<std::ostream> step_trace_;  // null: no trace
   std::optional<std::chrono::steady_clock::time_point> step_trace_start_;
   std::uint64_t step_trace_steps_ = 0;
   std::uint64_t mask_compute_ns_ = 0, mask_wait_ns_ = 0, accept_ns_ = 0, forward_ns_ = 0,

@@ -54,3 +54,31 @@ if(TARGET sched_sim_bench)
   set_tests_properties(sched_sim_bad_kv_point PROPERTIES PASS_REGULAR_EXPRESSION
     "the kv point \\(BATCH:CONTEXT:MS\\) needs a context above the decode context \\(512\\)")
 endif()
+
+# The engine and the simulation plan the same steps (docs/engine.md#step-trace): 40 requests of
+# the ShareGPT-shaped workload (lengths / 8) sorted longest output first, on weft-tiny with a
+# 32-token budget and 8 running. Both must admit them in the file's order and take the longest
+# request's 158 steps (every step agrees when the engine's first step runs the first request
+# alone, as it usually does; a step of slack for the race of the first arrivals). Before weft
+# bench handed offline requests over in file order, the engine admitted them mostly in reverse
+# (outputs 90, 31, 22, 7, ... where the file has 158, 90, 63, 50) and took 248 steps.
+if(TARGET sched_sim_bench AND Python3_Interpreter_FOUND)
+  set(trace_args "--dataset ${bench_data}/longest_first_40.jsonl --max-running 8 --max-tokens-per-step 32")
+  add_test(NAME weft_bench_step_trace_matches_simulation
+           COMMAND sh -c "$<TARGET_FILE:weft> bench ${trace_args} --threads 1 --step-trace engine_steps.jsonl > /dev/null && $<TARGET_FILE:sched_sim_bench> ${trace_args} --kv-pages 2048 --step-trace sim_steps.jsonl > /dev/null && ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/bench/step_trace_summary.py engine_steps.jsonl sim_steps.jsonl --workload ${bench_data}/longest_first_40.jsonl --tolerance 1"
+           WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties(weft_bench_step_trace_matches_simulation PROPERTIES PASS_REGULAR_EXPRESSION
+    "engine_steps.jsonl \\(engine\\): 15[89] steps, 40 requests admitted.*admission orders agree \\(40 requests\\).*engine_steps.jsonl admitted the 40 requests in the file's order")
+  add_test(NAME sched_sim_step_trace_one_run
+           COMMAND sched_sim_bench --dataset ${bench_data}/tiny_workload.jsonl --max-running 8,16 --step-trace x.jsonl)
+  set_tests_properties(sched_sim_step_trace_one_run PROPERTIES PASS_REGULAR_EXPRESSION
+    "--step-trace: give one value of each setting \\(one run\\), not a grid")
+  add_test(NAME weft_bench_step_trace_unwritable
+           COMMAND weft bench --dataset ${bench_data}/tiny_workload.jsonl --step-trace /nonexistent/dir/steps.jsonl)
+  set_tests_properties(weft_bench_step_trace_unwritable PROPERTIES PASS_REGULAR_EXPRESSION
+    "step trace: /nonexistent/dir/steps.jsonl: cannot be written")
+  add_test(NAME step_trace_summary_not_a_trace
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/bench/step_trace_summary.py ${bench_data}/tiny_workload.jsonl)
+  set_tests_properties(step_trace_summary_not_a_trace PROPERTIES PASS_REGULAR_EXPRESSION
+    "tiny_workload.jsonl: not a step trace")
+endif()
