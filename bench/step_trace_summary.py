@@ -147,6 +147,8 @@ def main():
         order = read_workload(a.workload)
         for path, _, st in traces:
             got = admitted(st)
+            if len(got) < len(order):  # --num-requests: the file's first requests
+                order = order[:len(got)]
             if got == order:
                 print("%s admitted the %d requests in the file's order" % (path, len(order)))
             else:
