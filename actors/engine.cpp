@@ -364,6 +364,8 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   sc.max_running = s.config.max_running;
   sc.admission = s.config.admission == "optimistic" ? sched::AdmissionPolicy::kOptimistic
                                                     : sched::AdmissionPolicy::kReserve;
+  sc.schedule = s.config.schedule_policy == "lof" ? sched::SchedulePolicy::kLongestOutputFirst
+                                                  : sched::SchedulePolicy::kFirstCome;
   // An encoder-decoder sequence's decoder KV depends on its source, not only its tokens.
   sc.prefix_cache = s.config.prefix_cache && !seq2seq;
   sc.kv_compress = {s.config.kv_compress_rate, s.config.kv_compress_window};

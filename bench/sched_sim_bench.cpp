@@ -41,6 +41,8 @@ scheduler settings (comma-separated lists make a grid)
   --admission LIST          reserve | optimistic (default reserve)
   --order LIST              file | longest: queue offline requests in file order or by output
                             length, longest first (default file)
+  --schedule-policy fcfs|lof  the scheduler's queue: arrival order, or longest output first as
+                            weft bench --schedule-policy lof (default fcfs)
   --kv-pages N              the KV pool (default 26433: an H100 with the 8B model at
                             --gpu-memory-fraction 0.85)
   --page-size N             tokens per page (default 16)
@@ -106,6 +108,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> admissions = {"reserve"}, orders = {"file"};
   int kv_pages = 26433, page_size = 16;
   bool prefix_cache = true, json = false, first_step_alone = true;
+  auto schedule = weft::sched::SchedulePolicy::kFirstCome;
   std::string step_trace_path;
   StepCostModel model = StepCostModel::h100_8b();
   for (int i = 1; i < argc; ++i) {
@@ -147,6 +150,10 @@ int main(int argc, char** argv) {
       kv_pages = to_int(flag, v);
     } else if (flag == "--page-size") {
       page_size = to_int(flag, v);
+    } else if (flag == "--schedule-policy") {
+      if (v != "fcfs" && v != "lof") fail("--schedule-policy: fcfs or lof, not '" + v + "'");
+      schedule = v == "lof" ? weft::sched::SchedulePolicy::kLongestOutputFirst
+                            : weft::sched::SchedulePolicy::kFirstCome;
     } else if (flag == "--first-step") {
       if (v != "alone" && v != "all") fail("--first-step: alone or all, not '" + v + "'");
       first_step_alone = v == "alone";
@@ -215,6 +222,7 @@ int main(int argc, char** argv) {
                                       ? weft::sched::AdmissionPolicy::kReserve
                                       : weft::sched::AdmissionPolicy::kOptimistic;
           o.scheduler.prefix_cache = prefix_cache;
+          o.scheduler.schedule = schedule;
           o.request_rate = rate;
           o.longest_first = order == "longest";
           o.first_step_alone = first_step_alone;

@@ -23,7 +23,7 @@ import json
 import sys
 
 SETTINGS = ("page_size", "kv_pages", "max_tokens_per_step", "max_running", "admission",
-            "prefix_cache")
+            "schedule_policy", "prefix_cache")
 STEP_FIELDS = ("running", "waiting", "decode_rows", "decode_keys", "prefill_rows",
                "prefill_sequences", "preempted", "kv_pages_held", "admitted")
 

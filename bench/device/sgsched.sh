@@ -8,6 +8,8 @@
 #   3. defaults with --prefix-cache off (the cache's eviction cost the scheduler 1.9 ms a step
 #      on the 2-core VM before this branch; with the branch's fix 1 and 3 should agree)
 #   4. online at 8 requests/s, 400 requests (TTFT p99; 43.7 ms on main)
+#   5. (binaries with --schedule-policy) defaults with --schedule-policy lof, the file's order:
+#      the scheduler queues by max_tokens itself, as 2. does by sorting the file
 # Each run also writes its step trace ($OUT/NAME.steps.jsonl, weft bench --step-trace) and
 # bench/step_trace_summary.py says whether the engine admitted the requests in the file's order
 # and when the longest ones started (2026-11-26, branch simlong: before weft bench handed
@@ -66,4 +68,8 @@ PY
 run_bench offline_file --dataset "$W"
 run_bench offline_longest --dataset "$O/sg_longest.jsonl"
 run_bench offline_no_cache --dataset "$W" --prefix-cache off
+# The scheduler ordering the file's requests itself, longest output first (branch simlong;
+# predicted 1,667 steps, as the sorted file's 1,666 plus the first request's step).
+"$C/bin/weft" bench --help 2>&1 | grep -q -- --schedule-policy &&
+  run_bench offline_lof --dataset "$W" --schedule-policy lof
 run_bench online_rate8 --dataset "$W" --request-rate 8 --num-requests 400

@@ -61,9 +61,10 @@ std::string step_trace_header(const SchedulerConfig& config, const std::string& 
   std::snprintf(line, sizeof line,
                 "{\"trace\":\"weft-steps\",\"page_size\":%d,\"kv_pages\":%d,"
                 "\"max_tokens_per_step\":%d,\"max_running\":%d,\"admission\":\"%s\","
-                "\"prefix_cache\":%s,\"source\":\"",
+                "\"schedule_policy\":\"%s\",\"prefix_cache\":%s,\"source\":\"",
                 config.page_size, config.num_pages, config.max_tokens_per_step, config.max_running,
                 config.admission == AdmissionPolicy::kReserve ? "reserve" : "optimistic",
+                config.schedule == SchedulePolicy::kFirstCome ? "fcfs" : "lof",
                 config.prefix_cache ? "true" : "false");
   return line + escaped + "\"}";
 }

@@ -44,7 +44,8 @@ std::string to_json_line(const StepTraceRecord& r);
 
 // The trace's first line: the settings both sides must share for their steps to compare
 // ({"trace":"weft-steps","page_size":..,"kv_pages":..,"max_tokens_per_step":..,
-// "max_running":..,"admission":"reserve"|"optimistic","prefix_cache":true|false,"source":..}).
+// "max_running":..,"admission":"reserve"|"optimistic","schedule_policy":"fcfs"|"lof",
+// "prefix_cache":true|false,"source":..}).
 std::string step_trace_header(const SchedulerConfig& config, const std::string& source);
 
 }  // namespace weft::sched

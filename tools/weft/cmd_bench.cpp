@@ -75,6 +75,7 @@ struct BenchOptions {
   int max_tokens_per_step = 512;
   int max_running = 256;
   std::string admission = "reserve";
+  std::string schedule_policy = "fcfs";
   unsigned threads = 0;
   std::string json_schema_file;
   std::string json_schema_dir;
@@ -303,6 +304,7 @@ int run_bench(const BenchOptions& o) {
   config.max_tokens_per_step = o.max_tokens_per_step;
   config.max_running = o.max_running;
   config.admission = o.admission;
+  config.schedule_policy = o.schedule_policy;
   config.cpu_threads = o.threads;
   config.jump_forward = !o.no_jump_forward;
   config.pipeline_parallel = o.pipeline.stages;
@@ -473,6 +475,7 @@ int run_bench(const BenchOptions& o) {
       {"kv_page_bytes", metrics.kv_page_bytes},
       {"kv_pool_tokens", metrics.kv_pool_tokens},
       {"preemptions", metrics.preemptions},
+      {"schedule_policy", o.schedule_policy},
       {"kv_compressions", metrics.kv_compressions},
       {"kv_compressed_pages", metrics.kv_compressed_pages},
       {"steps", metrics.steps},
@@ -634,6 +637,11 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                   "reserve: admit only what fits to completion; optimistic: preempt when full")
       ->capture_default_str()
       ->check(CLI::IsMember({"reserve", "optimistic"}));
+  cmd->add_option("--schedule-policy", opts->schedule_policy,
+                  "order of the waiting queue: fcfs (arrival) or lof (longest output first, by "
+                  "max_tokens: an offline batch ends with its longest request's own steps)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fcfs", "lof"}));
   auto* schema = cmd->add_option("--json-schema", opts->json_schema_file,
                                  "constrain every request by this JSON Schema file");
   auto* schema_dir = cmd->add_option(

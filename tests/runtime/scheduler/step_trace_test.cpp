@@ -63,6 +63,7 @@ TEST(StepTrace, HeaderNamesTheSettingsBothSidesMustShare) {
   EXPECT_EQ(step_trace_header(config, "engine"),
             "{\"trace\":\"weft-steps\",\"page_size\":16,\"kv_pages\":2048,"
             "\"max_tokens_per_step\":512,\"max_running\":256,\"admission\":\"reserve\","
+            "\"schedule_policy\":\"fcfs\","
             "\"prefix_cache\":true,\"source\":\"engine\"}");
 }
 
