@@ -186,8 +186,9 @@ asio::awaitable<void> run_request(Engine& engine, GenerateRequest request, Clock
 // Open loop (offline, or at a Poisson rate): one coroutine hands the requests to the engine in
 // the file's order, each at its arrival time, and a reader per request follows its events;
 // `finished[k]` is set when request k's reader is done. The submissions are initiated here one
-// after another (Engine::submit posts to the tokenizer's strand before it returns), so the
-// scheduler queues them in this order. A timer per request, all expiring at the same instant
+// after another (Engine::submit posts an unconstrained request to the tokenizer's strand before
+// it returns), so the scheduler queues them in this order; constrained requests are compiled on
+// a pool first, which may reorder neighbours. A timer per request, all expiring at the same instant
 // (offline), handed them over in the order Asio's timer heap released equal deadlines: mostly
 // the file's reverse, which the scheduler's first-come-first-served queue then kept
 // (docs/PERFORMANCE.md, "Why the longest-first file took 2,160 steps").
