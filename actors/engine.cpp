@@ -128,6 +128,16 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   if (auto ok = config.validate(); !ok) throw ok.error();
   s.config = std::move(config);
   s.executor = executor;
+  // Opened before anything starts, so that a path that cannot be written fails here.
+  std::unique_ptr<std::ofstream> step_trace;
+  if (!s.config.step_trace_path.empty()) {
+    step_trace = std::make_unique<std::ofstream>(s.config.step_trace_path,
+                                                 std::ios::binary | std::ios::trunc);
+    if (!*step_trace) {
+      throw Error(ErrorCode::kIo,
+                  "step trace: " + s.config.step_trace_path + ": cannot be written");
+    }
+  }
 
   LoadOptions load_options;
   load_options.spec_file = s.config.spec_file;
@@ -354,6 +364,8 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   sc.max_running = s.config.max_running;
   sc.admission = s.config.admission == "optimistic" ? sched::AdmissionPolicy::kOptimistic
                                                     : sched::AdmissionPolicy::kReserve;
+  sc.schedule = s.config.schedule_policy == "lof" ? sched::SchedulePolicy::kLongestOutputFirst
+                                                  : sched::SchedulePolicy::kFirstCome;
   // An encoder-decoder sequence's decoder KV depends on its source, not only its tokens.
   sc.prefix_cache = s.config.prefix_cache && !seq2seq;
   sc.kv_compress = {s.config.kv_compress_rate, s.config.kv_compress_window};
@@ -379,6 +391,7 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
     log_info("engine: " + std::to_string(s.executor_actor->steps_in_flight()) +
              " sequence groups in flight in the pipeline");
   }
+  if (step_trace) s.scheduler->set_step_trace(std::move(step_trace));
   s.scheduler->start();
   if (trie_ready.valid()) trie_ready.wait();
 }

@@ -53,6 +53,8 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
       ok = as_string(c.quantize);
     } else if (key == "admission") {
       ok = as_string(c.admission);
+    } else if (key == "schedule_policy") {
+      ok = as_string(c.schedule_policy);
     } else if (key == "kv_cache_dtype") {
       ok = as_string(c.kv_cache_dtype);
     } else if (key == "page_size") {
@@ -122,7 +124,8 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
                    path.string() + ": unknown field \"" + std::string(key) +
                        "\" (known: model_dir, spec_file, quantize, device, page_size, "
                        "kv_budget_bytes, max_tokens_per_step, max_running, "
-                       "admission, cpu_threads, gpu_memory_fraction, cpu_layers, "
+                       "admission, schedule_policy, cpu_threads, gpu_memory_fraction, "
+                       "cpu_layers, "
                        "gpu_memory_budget_mb, micro_batches, pp_groups, "
                        "jump_forward, prefix_cache, kv_cache_dtype, kv_compress_rate, "
                        "kv_compress_window, speculate, "
@@ -218,6 +221,9 @@ Result<void> EngineConfig::validate() const {
   }
   if (admission != "reserve" && admission != "optimistic") {
     return bad("admission: \"" + admission + "\" must be \"reserve\" or \"optimistic\"");
+  }
+  if (schedule_policy != "fcfs" && schedule_policy != "lof") {
+    return bad("schedule_policy: \"" + schedule_policy + "\" must be \"fcfs\" or \"lof\"");
   }
   return {};
 }

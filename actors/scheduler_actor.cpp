@@ -7,6 +7,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "actors/completion.hpp"
+#include "runtime/scheduler/step_trace.hpp"
 #include "weft/log.hpp"
 
 namespace weft::actors {
@@ -50,6 +51,11 @@ void SchedulerActor::set_groups(int groups) {
   groups_ = std::max(1, groups);
   scheduler_.set_groups(groups_);
   group_state_.assign(static_cast<std::size_t>(groups_), GroupState::kBusy);
+}
+
+void SchedulerActor::set_step_trace(std::unique_ptr<std::ostream> out) {
+  *out << sched::step_trace_header(scheduler_.config(), "engine") << '\n';
+  step_trace_ = std::move(out);
 }
 
 void SchedulerActor::start() {
@@ -326,6 +332,15 @@ asio::awaitable<void> SchedulerActor::loop(int group) {
       boost::system::error_code ec;
       co_await wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
+    }
+    if (step_trace_) {
+      const auto now = std::chrono::steady_clock::now();
+      if (!step_trace_start_) step_trace_start_ = now;
+      const double t_ms =
+          std::chrono::duration<double, std::milli>(now - *step_trace_start_).count();
+      *step_trace_ << sched::to_json_line(
+                          sched::describe_step(scheduler_, plan, step_trace_steps_++, t_ms))
+                   << '\n';
     }
     model::StepBatch batch;
     batch.tokens = plan.tokens;
@@ -692,6 +707,7 @@ asio::awaitable<void> SchedulerActor::loop(int group) {
   while (!live_.empty())
     finish(live_.begin()->first, FinishReason::kShutdown);
   stopped_ = true;
+  if (step_trace_) step_trace_->flush();
   for (auto& waiter : shutdown_waiters_) {
     complete(std::move(waiter), strand().get_inner_executor(), std::exception_ptr());
   }

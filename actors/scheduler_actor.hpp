@@ -15,6 +15,8 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <ostream>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -52,6 +54,10 @@ class SchedulerActor : public Actor {
   // sampled; steps are collected in the order submitted, each once no other group is about
   // to submit. 1 (the default): one loop over every running sequence.
   void set_groups(int groups);
+
+  // Before start(): one JSON line per planned step to `out`, after a header line
+  // (runtime/scheduler/step_trace.hpp, docs/engine.md#step-trace).
+  void set_step_trace(std::unique_ptr<std::ostream> out);
 
   // Starts the step loop (once).
   void start();
@@ -206,6 +212,9 @@ class SchedulerActor : public Actor {
   bool stopped_ = false;
   std::vector<asio::any_completion_handler<void(std::exception_ptr)>> shutdown_waiters_;
   EngineMetrics metrics_;
+  std::unique_ptr<std::ostream> step_trace_;  // null: no trace
+  std::optional<std::chrono::steady_clock::time_point> step_trace_start_;
+  std::uint64_t step_trace_steps_ = 0;
   std::uint64_t mask_compute_ns_ = 0, mask_wait_ns_ = 0, accept_ns_ = 0, forward_ns_ = 0,
                 constrained_forward_ns_ = 0;
 };

@@ -8,6 +8,8 @@
 #include <random>
 #include <unordered_map>
 
+#include "runtime/scheduler/step_trace.hpp"
+
 namespace weft::bench {
 
 StepCostModel StepCostModel::h100_8b() {
@@ -155,10 +157,17 @@ Result<SimResult> simulate(const std::vector<SimRequest>& requests, const Fitted
       t += gap(rng);
       r.arrival_s = t;
     }
-  } else if (options.longest_first) {
-    std::stable_sort(reqs.begin(), reqs.end(), [](const SimRequest& a, const SimRequest& b) {
-      return a.output_len > b.output_len;
-    });
+  } else {
+    if (options.longest_first) {
+      std::stable_sort(reqs.begin(), reqs.end(), [](const SimRequest& a, const SimRequest& b) {
+        return a.output_len > b.output_len;
+      });
+    }
+    // After the first step's start, before its end (every step costs more than a nanosecond).
+    if (options.first_step_alone) {
+      for (std::size_t k = 1; k < reqs.size(); ++k)
+        reqs[k].arrival_s = 1e-9;
+    }
   }
   std::unique_ptr<sched::Scheduler> scheduler;
   try {
@@ -166,6 +175,8 @@ Result<SimResult> simulate(const std::vector<SimRequest>& requests, const Fitted
   } catch (const Error& e) {
     return e;
   }
+  if (options.step_trace != nullptr)
+    *options.step_trace << sched::step_trace_header(options.scheduler, "sched_sim") << '\n';
   std::uniform_int_distribution<std::int32_t> token(0, options.vocab - 1);
   struct Live {
     std::size_t index;
@@ -176,6 +187,7 @@ Result<SimResult> simulate(const std::vector<SimRequest>& requests, const Fitted
   using Clock = std::chrono::steady_clock;
   SimResult res;
   double now = 0;
+  double first_step_s = 0;
   double decode_rows_sum = 0;
   std::size_t next = 0;
   std::vector<std::int32_t> sampled;
@@ -204,6 +216,13 @@ Result<SimResult> simulate(const std::vector<SimRequest>& requests, const Fitted
       }
       now = std::max(now, reqs[next].arrival_s);  // idle until the next arrival
       continue;
+    }
+    if (options.step_trace != nullptr) {
+      if (res.steps == 0) first_step_s = now;
+      *options.step_trace << sched::to_json_line(sched::describe_step(
+                                 *scheduler, plan, static_cast<std::uint64_t>(res.steps),
+                                 (now - first_step_s) * 1e3))
+                          << '\n';
     }
     double decode = 0, keys = 0, prefill = 0;
     for (const auto& s : plan.slices) {

@@ -12,6 +12,7 @@
 // sample). Here N passes through the measured points (a prediction, not a lower bound).
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -59,8 +60,15 @@ struct SimOptions {
   sched::SchedulerConfig scheduler;  // page_size, num_pages, budgets, admission, prefix cache
   double request_rate = 0;           // 0: every request at t = 0 (offline); else Poisson
   bool longest_first = false;        // queue requests by output length, longest first (offline)
+  // Offline: the first step runs the first request alone and the others are queued while it
+  // runs, as in the engine (its step loop wakes at the first request; weft bench hands over the
+  // rest while that step runs). False: every request is queued before the first step.
+  bool first_step_alone = true;
   std::uint64_t seed = 0;
   int vocab = 128256;  // prompt tokens are seeded random ids below this (no prefix hits)
+  // Not null: one line per step (runtime/scheduler/step_trace.hpp), after a header line, as
+  // `weft bench --step-trace` writes them from the engine.
+  std::ostream* step_trace = nullptr;
 };
 
 struct SimResult {

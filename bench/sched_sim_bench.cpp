@@ -13,6 +13,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -40,10 +41,15 @@ scheduler settings (comma-separated lists make a grid)
   --admission LIST          reserve | optimistic (default reserve)
   --order LIST              file | longest: queue offline requests in file order or by output
                             length, longest first (default file)
+  --schedule-policy fcfs|lof  the scheduler's queue: arrival order, or longest output first as
+                            weft bench --schedule-policy lof (default fcfs)
   --kv-pages N              the KV pool (default 26433: an H100 with the 8B model at
                             --gpu-memory-fraction 0.85)
   --page-size N             tokens per page (default 16)
   --prefix-cache on|off     as weft bench (default on; random prompts never hit)
+  --first-step alone|all    offline: the first step runs the first request alone and the rest
+                            queue while it runs, as in the engine, whose step loop wakes at the
+                            first request (default alone); all: every request queued before it
 step model (default: H100, Llama-3-8B bf16, docs/PERFORMANCE.md)
   --decode-points LIST      BATCH:MS decode steps at --decode-context
                             (default 1:6.30,64:8.55,256:15.68,512:27.44)
@@ -53,6 +59,8 @@ step model (default: H100, Llama-3-8B bf16, docs/PERFORMANCE.md)
   --overhead-ms X           host time per step the GPU waits for (default 0)
 output
   --json                    one JSON object per run instead of the table
+  --step-trace FILE         one JSON line per simulated step (one grid point only), as
+                            weft bench --step-trace writes them from the engine
 )";
 
 [[noreturn]] void fail(const std::string& message) {
@@ -99,7 +107,9 @@ int main(int argc, char** argv) {
   std::vector<int> running = {256}, budgets = {512};
   std::vector<std::string> admissions = {"reserve"}, orders = {"file"};
   int kv_pages = 26433, page_size = 16;
-  bool prefix_cache = true, json = false;
+  bool prefix_cache = true, json = false, first_step_alone = true;
+  auto schedule = weft::sched::SchedulePolicy::kFirstCome;
+  std::string step_trace_path;
   StepCostModel model = StepCostModel::h100_8b();
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -115,6 +125,8 @@ int main(int argc, char** argv) {
     const std::string v = argv[++i];
     if (flag == "--dataset") {
       dataset = v;
+    } else if (flag == "--step-trace") {
+      step_trace_path = v;
     } else if (flag == "--num-requests") {
       num_requests = to_int(flag, v);
     } else if (flag == "--request-rate") {
@@ -138,6 +150,13 @@ int main(int argc, char** argv) {
       kv_pages = to_int(flag, v);
     } else if (flag == "--page-size") {
       page_size = to_int(flag, v);
+    } else if (flag == "--schedule-policy") {
+      if (v != "fcfs" && v != "lof") fail("--schedule-policy: fcfs or lof, not '" + v + "'");
+      schedule = v == "lof" ? weft::sched::SchedulePolicy::kLongestOutputFirst
+                            : weft::sched::SchedulePolicy::kFirstCome;
+    } else if (flag == "--first-step") {
+      if (v != "alone" && v != "all") fail("--first-step: alone or all, not '" + v + "'");
+      first_step_alone = v == "alone";
     } else if (flag == "--prefix-cache") {
       if (v != "on" && v != "off") fail("--prefix-cache: on or off, not '" + v + "'");
       prefix_cache = v == "on";
@@ -172,6 +191,13 @@ int main(int argc, char** argv) {
   if (!cost) fail(cost.error().what());
   auto requests = weft::bench::read_workload(dataset, num_requests);
   if (!requests) fail(requests.error().what());
+  std::ofstream step_trace;
+  if (!step_trace_path.empty()) {
+    if (orders.size() * admissions.size() * budgets.size() * running.size() != 1)
+      fail("--step-trace: give one value of each setting (one run), not a grid");
+    step_trace.open(step_trace_path, std::ios::binary | std::ios::trunc);
+    if (!step_trace) fail("--step-trace: " + step_trace_path + ": cannot be written");
+  }
 
   if (!json) {
     std::printf("%zu requests from %s, %s; step model: %.1f ns per key, prefill row weight %.3f\n",
@@ -196,9 +222,12 @@ int main(int argc, char** argv) {
                                       ? weft::sched::AdmissionPolicy::kReserve
                                       : weft::sched::AdmissionPolicy::kOptimistic;
           o.scheduler.prefix_cache = prefix_cache;
+          o.scheduler.schedule = schedule;
           o.request_rate = rate;
           o.longest_first = order == "longest";
+          o.first_step_alone = first_step_alone;
           o.seed = seed;
+          if (step_trace.is_open()) o.step_trace = &step_trace;
           auto res = weft::bench::simulate(*requests, *cost, o);
           if (!res) fail(res.error().what());
           const auto& s = *res;

@@ -8,6 +8,14 @@
 #   3. defaults with --prefix-cache off (the cache's eviction cost the scheduler 1.9 ms a step
 #      on the 2-core VM before this branch; with the branch's fix 1 and 3 should agree)
 #   4. online at 8 requests/s, 400 requests (TTFT p99; 43.7 ms on main)
+#   5. (binaries with --schedule-policy) defaults with --schedule-policy lof, the file's order:
+#      the scheduler queues by max_tokens itself, as 2. does by sorting the file
+# Each run also writes its step trace ($OUT/NAME.steps.jsonl, weft bench --step-trace) and
+# bench/step_trace_summary.py says whether the engine admitted the requests in the file's order
+# and when the longest ones started (2026-11-26, branch simlong: before weft bench handed
+# offline requests over in file order, both offline files reached the scheduler mostly
+# reversed; docs/PERFORMANCE.md, "Why the longest-first file took 2,160 steps"). Binaries
+# without --step-trace (older than simlong) run without it.
 # Input: weft in $WEFT_CARRY/bin (+ lib/), e.g. WEFT_CARRY=.devcarry/sgs scripts/gpu-check --stage
 # on this branch (and the same with main's checkout for an A/B), the Llama-3 tokenizer in
 # .devcarry/l3 (bench/gpu_8b.sh). About 5 minutes with the model folder made in the call.
@@ -34,9 +42,11 @@ open(sys.argv[2], "w").write("".join(json.dumps(r) + "\n" for r in rows))
 PY
 python3 bench/sharegpt_bound.py "$W" --steps 1666 | tail -6
 st "model and workloads ready"
+TRACE=0; "$C/bin/weft" bench --help 2>&1 | grep -q -- --step-trace && TRACE=1
 run_bench() {  # name, then weft bench arguments
   local name=$1; shift
-  timeout 200 "$C/bin/weft" bench --model "$M" --gpu-memory-fraction 0.85 "$@" \
+  local trace=(); [ "$TRACE" = 1 ] && trace=(--step-trace "$O/$name.steps.jsonl")
+  timeout 200 "$C/bin/weft" bench --model "$M" --gpu-memory-fraction 0.85 "$@" "${trace[@]}" \
     2> "$O/$name.err" > "$O/$name.json"
   python3 - "$O/$name.json" "$name" <<'PY'
 import json, sys
@@ -48,9 +58,18 @@ print("%-24s %9.0f out tok/s  steps %5d  TTFT p50/p99 %8.1f / %8.1f ms  TPOT p50
     sys.argv[2], d["output_tokens_per_s"], d["steps"], d["ttft_ms_p50"], d["ttft_ms_p99"],
     d["tpot_ms_p50"], d["tpot_ms_p99"], d["peak_kv_pages"], d["kv_pages_total"]))
 PY
+  if [ "$TRACE" = 1 ]; then  # the workload file is the argument after --dataset
+    local w=""; local prev=""; for a in "$@"; do [ "$prev" = --dataset ] && w=$a; prev=$a; done
+    python3 bench/step_trace_summary.py "$O/$name.steps.jsonl" --workload "$w" | sed 's/^/    /'
+    xz -9 "$O/$name.steps.jsonl"
+  fi
   st "$name done"
 }
 run_bench offline_file --dataset "$W"
 run_bench offline_longest --dataset "$O/sg_longest.jsonl"
 run_bench offline_no_cache --dataset "$W" --prefix-cache off
+# The scheduler ordering the file's requests itself, longest output first (branch simlong;
+# predicted 1,667 steps, as the sorted file's 1,666 plus the first request's step).
+"$C/bin/weft" bench --help 2>&1 | grep -q -- --schedule-policy &&
+  run_bench offline_lof --dataset "$W" --schedule-policy lof
 run_bench online_rate8 --dataset "$W" --request-rate 8 --num-requests 400

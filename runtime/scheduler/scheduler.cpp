@@ -1,6 +1,7 @@
 #include "runtime/scheduler/scheduler.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 
 #include "runtime/scheduler/admission.hpp"
@@ -106,9 +107,25 @@ Result<void> Scheduler::add(std::uint64_t id, std::vector<std::int32_t> prompt,
   seq.prompt_len = static_cast<int>(prompt.size());
   seq.tokens = std::move(prompt);
   seq.max_new_tokens = max_new_tokens;
-  sequences_.emplace(id, std::move(seq));
-  waiting_.push_back(id);
+  enqueue(sequences_.emplace(id, std::move(seq)).first->second);
   return {};
+}
+
+void Scheduler::enqueue(const Sequence& s) {
+  if (config_.schedule == SchedulePolicy::kFirstCome) {
+    waiting_.push_back(s.id);
+    return;
+  }
+  // Behind the last waiting sequence that was preempted or has at least as many tokens to
+  // come (scanning from the back keeps a long queue of equal lengths cheap to append to).
+  const int to_come = s.max_new_tokens - s.generated();
+  auto at = waiting_.end();
+  while (at != waiting_.begin()) {
+    const Sequence& w = sequences_.at(*std::prev(at));
+    if (w.preemptions > 0 || w.max_new_tokens - w.generated() >= to_come) break;
+    --at;
+  }
+  waiting_.insert(at, s.id);
 }
 
 Result<void> Scheduler::add_sibling(std::uint64_t id, std::uint64_t parent) {
@@ -365,6 +382,7 @@ StepPlan Scheduler::plan_step(int group) {
     }
     waiting_.pop_front();
     running_.push_back(s.id);
+    plan.admitted.push_back(s.id);
     s.group = group;
     ++members;
   }

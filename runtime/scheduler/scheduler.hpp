@@ -30,12 +30,21 @@ namespace weft::sched {
 
 enum class AdmissionPolicy { kReserve, kOptimistic };
 
+// The order of the waiting queue (admission never skips ahead in it). kFirstCome: arrival
+// order. kLongestOutputFirst (SGLang's "lof"): a new request queues behind every waiting one
+// with at least its max_new_tokens, ties in arrival order, and preempted sequences stay at the
+// front. Offline, starting the longest requests first ends the run with the longest request's
+// own chain of steps (docs/engine.md#how-fast-can-this-workload-go); it trusts max_new_tokens,
+// which for real traffic is only an upper bound, and delays short requests.
+enum class SchedulePolicy { kFirstCome, kLongestOutputFirst };
+
 struct SchedulerConfig {
   int page_size = 16;
   int num_pages = 0;              // the pool's size; with a lent pool, 0 or the pool's num_pages()
   int max_tokens_per_step = 512;  // the step's token budget (decode + prefill chunks)
   int max_running = 256;          // sequences in one batch at most
   AdmissionPolicy admission = AdmissionPolicy::kReserve;
+  SchedulePolicy schedule = SchedulePolicy::kFirstCome;
   // Keep finished sequences' full pages in a radix tree (kv::PrefixCache) and start a new
   // sequence after the longest cached prefix of its tokens.
   bool prefix_cache = false;
@@ -101,6 +110,7 @@ struct StepPlan {
   std::vector<std::int32_t> positions;
   std::vector<ScheduledSlice> slices;
   std::vector<std::uint64_t> preempted;  // sequences sent back to waiting by this plan
+  std::vector<std::uint64_t> admitted;   // waiting sequences this plan started, in order
 
   bool empty() const { return slices.empty(); }
   int sampling_slices() const;
@@ -313,6 +323,8 @@ class Scheduler {
   void release_pages(Sequence& seq);
   bool admission_allows(const Sequence& candidate) const;
   void preempt(std::uint64_t id, StepPlan& plan);
+  // Puts a new sequence in the waiting queue where config_.schedule says.
+  void enqueue(const Sequence& s);
   void share_prefix(Sequence& s);
   void leave_beam_group(const Sequence& s);
   // Each beam group with a running member (or `candidate`'s) as `width` sequences of its

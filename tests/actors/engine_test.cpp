@@ -325,6 +325,11 @@ TEST(EngineConfigTest, ValidatesEachField) {
   c.admission = "greedy";
   EXPECT_NE(std::string(c.validate().error().what()).find("admission"), std::string::npos);
   c = tiny_config();
+  c.schedule_policy = "sjf";
+  EXPECT_NE(std::string(c.validate().error().what())
+                .find("schedule_policy: \"sjf\" must be \"fcfs\" or \"lof\""),
+            std::string::npos);
+  c = tiny_config();
   c.device = "cuda:x";  // cpu, cuda and cuda:N are spellings; whether GPU N exists is checked
   EXPECT_FALSE(c.validate().ok());  // when the engine starts
   c.device = "tpu";

@@ -36,7 +36,7 @@ endif()
 # 14 beside the decodes, the last prompt token in step 4 (TTFT 40 ms), 8 more: 12 steps; the
 # longest first: 16, 14 + 2, then 10 + 3 beside the first decode: 10 steps, 170.0 tok/s.
 if(TARGET sched_sim_bench)
-  set(sim_flat --dataset ${bench_data}/tiny_workload.jsonl --decode-points 1:10 --kv-point 1:1000:10 --prefill 1:10 --json)
+  set(sim_flat --dataset ${bench_data}/tiny_workload.jsonl --decode-points 1:10 --kv-point 1:1000:10 --prefill 1:10 --first-step all --json)
   add_test(NAME sched_sim_tiny COMMAND sched_sim_bench ${sim_flat} --max-tokens-per-step 64,16)
   set_tests_properties(sched_sim_tiny PROPERTIES PASS_REGULAR_EXPRESSION
     "\"max_tokens_per_step\":64,[^\n]*\"output_tokens\":17,\"duration_s\":0.090,\"output_tokens_per_s\":188.9,\"steps\":9,[^\n]*\n[^\n]*\"max_tokens_per_step\":16,[^\n]*\"duration_s\":0.120,\"output_tokens_per_s\":141.7,\"steps\":12,[^\n]*\"ttft_ms_p50\":10.0,\"ttft_ms_p99\":40.0,")
@@ -53,4 +53,48 @@ if(TARGET sched_sim_bench)
   add_test(NAME sched_sim_bad_kv_point COMMAND sched_sim_bench --dataset ${bench_data}/tiny_workload.jsonl --kv-point 1:100:5)
   set_tests_properties(sched_sim_bad_kv_point PROPERTIES PASS_REGULAR_EXPRESSION
     "the kv point \\(BATCH:CONTEXT:MS\\) needs a context above the decode context \\(512\\)")
+endif()
+
+# The engine and the simulation plan the same steps (docs/engine.md#step-trace): 40 requests of
+# the ShareGPT-shaped workload (lengths / 8) sorted longest output first, on weft-tiny with a
+# 32-token budget and 8 running. Both must admit them in the file's order and take the longest
+# request's 158 steps (every step agrees when the engine's first step runs the first request
+# alone, as it usually does; a step of slack for the race of the first arrivals). Before weft
+# bench handed offline requests over in file order, the engine admitted them mostly in reverse
+# (outputs 90, 31, 22, 7, ... where the file has 158, 90, 63, 50) and took 248 steps.
+if(TARGET sched_sim_bench AND Python3_Interpreter_FOUND)
+  set(trace_args "--dataset ${bench_data}/longest_first_40.jsonl --max-running 8 --max-tokens-per-step 32")
+  add_test(NAME weft_bench_step_trace_matches_simulation
+           COMMAND sh -c "$<TARGET_FILE:weft> bench ${trace_args} --threads 1 --step-trace engine_steps.jsonl > /dev/null && $<TARGET_FILE:sched_sim_bench> ${trace_args} --kv-pages 2048 --step-trace sim_steps.jsonl > /dev/null && ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/bench/step_trace_summary.py engine_steps.jsonl sim_steps.jsonl --workload ${bench_data}/longest_first_40.jsonl --tolerance 1"
+           WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties(weft_bench_step_trace_matches_simulation PROPERTIES PASS_REGULAR_EXPRESSION
+    "engine_steps.jsonl \\(engine\\): 15[89] steps, 40 requests admitted.*admission orders agree \\(40 requests\\).*engine_steps.jsonl admitted the 40 requests in the file's order")
+  add_test(NAME sched_sim_step_trace_one_run
+           COMMAND sched_sim_bench --dataset ${bench_data}/tiny_workload.jsonl --max-running 8,16 --step-trace x.jsonl)
+  set_tests_properties(sched_sim_step_trace_one_run PROPERTIES PASS_REGULAR_EXPRESSION
+    "--step-trace: give one value of each setting \\(one run\\), not a grid")
+  add_test(NAME weft_bench_step_trace_unwritable
+           COMMAND weft bench --dataset ${bench_data}/tiny_workload.jsonl --step-trace /nonexistent/dir/steps.jsonl)
+  set_tests_properties(weft_bench_step_trace_unwritable PROPERTIES PASS_REGULAR_EXPRESSION
+    "step trace: /nonexistent/dir/steps.jsonl: cannot be written")
+  add_test(NAME step_trace_summary_not_a_trace
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/bench/step_trace_summary.py ${bench_data}/tiny_workload.jsonl)
+  set_tests_properties(step_trace_summary_not_a_trace PROPERTIES PASS_REGULAR_EXPRESSION
+    "tiny_workload.jsonl: not a step trace")
+endif()
+
+# --schedule-policy lof: the same 40 requests in the workload's own order, queued longest output
+# first by the scheduler: the engine starts the 158-token request in its first or second step
+# (the first step runs whatever has arrived when the step loop wakes: usually the first request
+# alone, then the simulation's 159 steps; on a loaded machine all 40 at once, then 158) and ends
+# with that request's chain of steps: 158 to 162 steps, against 223 in arrival order.
+if(TARGET sched_sim_bench AND Python3_Interpreter_FOUND)
+  set(lof_args "--dataset ${bench_data}/sharegpt_40.jsonl --max-running 8 --max-tokens-per-step 32 --schedule-policy lof")
+  add_test(NAME weft_bench_longest_output_first
+           COMMAND sh -c "$<TARGET_FILE:weft> bench ${lof_args} --threads 1 --step-trace lof_engine_steps.jsonl > /dev/null && ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/bench/step_trace_summary.py lof_engine_steps.jsonl"
+           WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties(weft_bench_longest_output_first PROPERTIES PASS_REGULAR_EXPRESSION
+    "lof_engine_steps.jsonl \\(engine\\): 1(5[89]|6[0-2]) steps, 40 requests admitted.*first outputs admitted: \\[([0-9]+, )?([0-9]+, )?158,")
+  add_test(NAME weft_bench_bad_schedule_policy COMMAND weft bench --schedule-policy sjf)
+  set_tests_properties(weft_bench_bad_schedule_policy PROPERTIES PASS_REGULAR_EXPRESSION "--schedule-policy: sjf not in \\{fcfs,lof\\}")
 endif()

@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <mutex>
 #include <random>
@@ -74,6 +75,7 @@ struct BenchOptions {
   int max_tokens_per_step = 512;
   int max_running = 256;
   std::string admission = "reserve";
+  std::string schedule_policy = "fcfs";
   unsigned threads = 0;
   std::string json_schema_file;
   std::string json_schema_dir;
@@ -86,7 +88,8 @@ struct BenchOptions {
   int multi_turn = 0;  // turns per conversation; 0: independent requests
   int system_prompt_len = 256;
   SpeculativeOptions speculative;
-  int repeat_prompt = 1;  // each prompt: a random block repeated this many times
+  int repeat_prompt = 1;   // each prompt: a random block repeated this many times
+  std::string step_trace;  // --step-trace: one JSON line per planned step
 };
 
 struct RequestTimes {
@@ -126,17 +129,13 @@ class ProgressBar {
   int next_ = 10;
 };
 
-asio::awaitable<void> run_request(Engine& engine, GenerateRequest request, Clock::time_point at,
-                                  RequestTimes& times, ProgressBar& progress) {
-  asio::steady_timer timer(co_await asio::this_coro::executor);
-  timer.expires_at(at);
-  co_await timer.async_wait(asio::use_awaitable);
-  times.input_tokens = static_cast<int>(request.prompt_ids.size());
-  const bool constrained = request.response_format.constrained();
-  const auto start = Clock::now();
-  auto last = start;
+// Reads a submitted request's events to its final one (`error`: the submission failed).
+asio::awaitable<void> read_request(std::exception_ptr error, std::shared_ptr<RequestStream> stream,
+                                   bool constrained, Clock::time_point submitted,
+                                   RequestTimes& times, ProgressBar& progress) {
+  auto last = submitted;
   try {
-    auto stream = co_await engine.submit(std::move(request), asio::use_awaitable);
+    if (error) std::rethrow_exception(error);
     for (;;) {
       Event e = co_await stream->next(asio::use_awaitable);
       const auto now = Clock::now();
@@ -163,6 +162,59 @@ asio::awaitable<void> run_request(Engine& engine, GenerateRequest request, Clock
     times.failed = true;
   }
   progress.tick();
+}
+
+// Closed loop: one client's request, submitted at `at`, read to its end.
+asio::awaitable<void> run_request(Engine& engine, GenerateRequest request, Clock::time_point at,
+                                  RequestTimes& times, ProgressBar& progress) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  timer.expires_at(at);
+  co_await timer.async_wait(asio::use_awaitable);
+  times.input_tokens = static_cast<int>(request.prompt_ids.size());
+  const bool constrained = request.response_format.constrained();
+  const auto submitted = Clock::now();
+  std::exception_ptr error;
+  std::shared_ptr<RequestStream> stream;
+  try {
+    stream = co_await engine.submit(std::move(request), asio::use_awaitable);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  co_await read_request(error, std::move(stream), constrained, submitted, times, progress);
+}
+
+// Open loop (offline, or at a Poisson rate): one coroutine hands the requests to the engine in
+// the file's order, each at its arrival time, and a reader per request follows its events;
+// `finished[k]` is set when request k's reader is done. The submissions are initiated here one
+// after another (Engine::submit posts an unconstrained request to the tokenizer's strand before
+// it returns), so the scheduler queues them in this order; constrained requests are compiled on
+// a pool first, which may reorder neighbours. A timer per request, all expiring at the same instant
+// (offline), handed them over in the order Asio's timer heap released equal deadlines: mostly
+// the file's reverse, which the scheduler's first-come-first-served queue then kept
+// (docs/PERFORMANCE.md, "Why the longest-first file took 2,160 steps").
+asio::awaitable<void> submit_in_order(Engine& engine, std::vector<GenerateRequest>& requests,
+                                      const std::vector<Clock::time_point>& arrivals,
+                                      std::vector<RequestTimes>& times, ProgressBar& progress,
+                                      std::vector<std::promise<void>>& finished) {
+  auto executor = co_await asio::this_coro::executor;
+  asio::steady_timer timer(executor);
+  for (std::size_t k = 0; k < requests.size(); ++k) {
+    if (arrivals[k] > Clock::now()) {
+      timer.expires_at(arrivals[k]);
+      co_await timer.async_wait(asio::use_awaitable);
+    }
+    times[k].input_tokens = static_cast<int>(requests[k].prompt_ids.size());
+    const bool constrained = requests[k].response_format.constrained();
+    const auto submitted = Clock::now();
+    engine.submit(std::move(requests[k]),
+                  [&, k, executor, constrained, submitted](std::exception_ptr error,
+                                                           std::shared_ptr<RequestStream> stream) {
+                    asio::co_spawn(executor,
+                                   read_request(error, std::move(stream), constrained, submitted,
+                                                times[k], progress),
+                                   [&finished, k](std::exception_ptr) { finished[k].set_value(); });
+                  });
+  }
 }
 
 // The *.json files of a folder, in name order: request i is constrained by schema i mod N.
@@ -253,6 +305,7 @@ int run_bench(const BenchOptions& o) {
   config.max_tokens_per_step = o.max_tokens_per_step;
   config.max_running = o.max_running;
   config.admission = o.admission;
+  config.schedule_policy = o.schedule_policy;
   config.cpu_threads = o.threads;
   config.jump_forward = !o.no_jump_forward;
   config.pipeline_parallel = o.pipeline.stages;
@@ -264,6 +317,7 @@ int run_bench(const BenchOptions& o) {
   if (tp.exit_code) return *tp.exit_code;
   config.tensor_parallel = tp.group;
   config.prefix_cache = o.prefix_cache == "on";
+  config.step_trace_path = o.step_trace;
   config.kv_compress_rate = o.kv_compress.rate;
   config.kv_compress_window = o.kv_compress.window;
   apply_speculative_options(o.speculative, config);
@@ -322,6 +376,7 @@ int run_bench(const BenchOptions& o) {
   const auto start = Clock::now() + std::chrono::milliseconds(20);
   double offset_s = 0;
   std::vector<std::future<void>> done;
+  std::vector<std::promise<void>> finished(static_cast<std::size_t>(num_requests));
   std::vector<std::vector<std::int32_t>> prompts;  // for --write-dataset
   std::vector<GenerateRequest> requests;
   std::vector<Clock::time_point> arrivals;
@@ -368,13 +423,11 @@ int run_bench(const BenchOptions& o) {
     for (int c = 0; c < std::min(o.max_concurrency, num_requests); ++c)
       done.push_back(asio::co_spawn(runtime.executor(), client(), asio::use_future));
   } else {
-    for (int i = 0; i < num_requests; ++i) {
-      const auto k = static_cast<std::size_t>(i);
-      done.push_back(asio::co_spawn(
-          runtime.executor(),
-          run_request(*engine, std::move(requests[k]), arrivals[k], times[k], progress),
-          asio::use_future));
-    }
+    done.push_back(asio::co_spawn(
+        runtime.executor(), submit_in_order(*engine, requests, arrivals, times, progress, finished),
+        asio::use_future));
+    for (auto& f : finished)
+      done.push_back(f.get_future());
   }
   for (auto& f : done)
     f.get();
@@ -423,6 +476,7 @@ int run_bench(const BenchOptions& o) {
       {"kv_page_bytes", metrics.kv_page_bytes},
       {"kv_pool_tokens", metrics.kv_pool_tokens},
       {"preemptions", metrics.preemptions},
+      {"schedule_policy", o.schedule_policy},
       {"kv_compressions", metrics.kv_compressions},
       {"kv_compressed_pages", metrics.kv_compressed_pages},
       {"steps", metrics.steps},
@@ -584,6 +638,11 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                   "reserve: admit only what fits to completion; optimistic: preempt when full")
       ->capture_default_str()
       ->check(CLI::IsMember({"reserve", "optimistic"}));
+  cmd->add_option("--schedule-policy", opts->schedule_policy,
+                  "order of the waiting queue: fcfs (arrival) or lof (longest output first, by "
+                  "max_tokens: an offline batch ends with its longest request's own steps)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fcfs", "lof"}));
   auto* schema = cmd->add_option("--json-schema", opts->json_schema_file,
                                  "constrain every request by this JSON Schema file");
   auto* schema_dir = cmd->add_option(
@@ -632,6 +691,11 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                   "repetitive, summary-like prompt for --speculate prompt-lookup)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--step-trace", opts->step_trace,
+                  "write one JSON line per planned step to FILE: sequences running and waiting, "
+                  "decode rows and the keys they read, prefill rows, the requests admitted (prompt "
+                  "and output lengths, in order), KV pages held; sched_sim_bench --step-trace "
+                  "writes the same from its simulation (docs/engine.md#step-trace)");
   cmd->callback([opts, num_requests, &exit_code] {
     opts->num_requests_given = num_requests->count() > 0;
     exit_code = run_bench(*opts);

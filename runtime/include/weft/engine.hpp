@@ -66,6 +66,9 @@ struct EngineConfig {
   int max_tokens_per_step = 512;               // prefill chunks + decodes per step
   int max_running = 256;                       // sequences in one batch at most
   std::string admission = "reserve";           // "reserve" (never over-commit) or "optimistic"
+  // The waiting queue's order: "fcfs" (arrival) or "lof" (longest output first: by max_tokens,
+  // longest first; for offline batches, docs/engine.md#how-fast-can-this-workload-go).
+  std::string schedule_policy = "fcfs";
   // The KV pages' element type: "auto" (f32 on the CPU, bf16 on a GPU), "f32", "bf16",
   // "fp16", "int8" or "fp8" (e4m3). int8 and fp8 keep a scale per (token, kv head) and hold
   // about twice bf16's tokens in the same budget (docs/engine.md#kv-cache-dtype).
@@ -81,6 +84,10 @@ struct EngineConfig {
   // later request that starts with the same tokens (docs/engine.md#prefix-caching); the
   // pages are evicted, least recently used first, when the pool needs them.
   bool prefix_cache = true;
+  // Not empty: write one JSON line per planned step to this file (what the step runs, who it
+  // admitted, the KV pages held; docs/engine.md#step-trace), e.g. to compare a run with
+  // bench/sched_sim_bench's simulation of the same workload.
+  std::string step_trace_path;
   // KV-Compress (docs/kv-compress.md): after a prompt is prefilled, each (layer, kv head)
   // evicts this share of its cached tokens (in whole pages), those the last
   // kv_compress_window prompt tokens attended to least; the pages freed go back to the pool.
