@@ -11,7 +11,8 @@
 #   --jobs N        libFuzzer jobs per target (FUZZ_JOBS; default: the cores / the targets run
 #                   at once, at least 1)
 #   --targets "..." the targets (FUZZ_TARGETS; the five slow ones: regex json_schema
-#                   chat_template config_json tokenizer_json)
+#                   chat_template config_json tokenizer_json); TARGET:N gives that target N
+#                   jobs instead of --jobs (e.g. "chat_template:18 json_schema:10 regex:4")
 #   --serial        one target after another, each with all the cores (then SECONDS each)
 #   --bin FILE      the binaries' tarball (FUZZ_BIN; .devcarry/fuzz/fuzz.tar.xz)
 #   --corpus FILE   corpora to continue (FUZZ_CORPUS; .devcarry/fuzz/corpus.tar.xz if present)
@@ -76,7 +77,18 @@ while [ $# -gt 0 ]; do
     *) echo "fuzz_long: unknown option '$1' (--help)" >&2; exit 2 ;;
   esac
 done
-read -r -a list <<< "$targets"
+read -r -a specs <<< "$targets"
+declare -A jobs_of
+list=()
+for spec in "${specs[@]}"; do
+  t=${spec%%:*}
+  list+=("$t")
+  if [ "$spec" != "$t" ]; then
+    n=${spec#*:}
+    [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz_long: '$spec': the jobs after ':' must be a positive number" >&2; exit 2; }
+    jobs_of[fuzz_${t#fuzz_}]=$n
+  fi
+done
 [ ${#list[@]} -gt 0 ] || { echo "fuzz_long: no targets" >&2; exit 2; }
 cores=$(nproc)
 if [ -z "$jobs" ]; then
@@ -110,13 +122,13 @@ for t in "${list[@]}"; do
   t=fuzz_${t#fuzz_}
   before[$t]=$(count "$work/fw/$t/corpus")
 done
-echo "fuzz_long: $cores cores; ${list[*]}: $jobs job(s) each, $seconds s each, $([ $serial = 1 ] && echo 'one after another' || echo 'all at once')"
+echo "fuzz_long: $cores cores; ${specs[*]}: $jobs job(s) each unless given, $seconds s each, $([ $serial = 1 ] && echo 'one after another' || echo 'all at once')"
 
 run_one() {
   local t=$1
   # scripts/fuzz seeds the corpus, adds the target's dictionary and -max_len, and keeps
   # crash and slow inputs in $work/fw/$t/crashes.
-  scripts/fuzz "$t" "$seconds" --jobs "$jobs" --prebuilt "$work/bin/fuzz" --work "$work/fw" \
+  scripts/fuzz "$t" "$seconds" --jobs "${jobs_of[$t]:-$jobs}" --prebuilt "$work/bin/fuzz" --work "$work/fw" \
     -- -report_slow_units="$slow" > "$out/$t.txt" 2>&1
   echo "fuzz_long: $(grep -h "^fuzz: fuzz_.*execs in" "$out/$t.txt" | tail -1)"
 }
@@ -129,7 +141,7 @@ wait
 wall=$(( $(date +%s) - start ))
 
 {
-  echo "Fuzz long run: $(date -u '+%Y-%m-%d %H:%M UTC'), $cores cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $jobs job(s) per target, $seconds s per target, $wall s in all"
+  echo "Fuzz long run: $(date -u '+%Y-%m-%d %H:%M UTC'), $cores cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), jobs per target: $(for t in "${list[@]}"; do t=fuzz_${t#fuzz_}; printf '%s %s, ' "${t#fuzz_}" "${jobs_of[$t]:-$jobs}"; done)$seconds s per target, $wall s in all"
   echo
   # What the cores really gave: a CPU quota (cgroup) or other tenants' load lowers the rates.
   echo "CPU quota $(cat /sys/fs/cgroup/cpu.max 2>/dev/null || echo unknown), load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
