@@ -4,9 +4,9 @@
 // the converter refuse rather than guess.
 
 #include <cmath>
-#include <regex>
 
 #include "runtime/grammar/json_schema_converter.hpp"
+#include "runtime/text/regex.hpp"
 
 namespace weft::grammar::detail {
 namespace {
@@ -94,24 +94,31 @@ std::optional<bool> JsonSchemaConverter::validate(Json v, Json s, int depth) {
     } else if (key == "minLength" || key == "maxLength") {
       if (!v.is_string()) continue;
       const double n = static_cast<double>(codepoints(std::string_view(v)));
+      if (!is_number(k)) return std::nullopt;  // (a string bound: found by fuzz_json_schema)
       ok = key == "minLength" ? n >= num(k) : n <= num(k);
     } else if (key == "pattern") {
       if (!v.is_string()) continue;
       if (!k.is_string()) return std::nullopt;
+      // PCRE2 (the tokenizers' engine: compiled without recursion on the stack, with match
+      // limits), not std::regex: libstdc++'s compiler overflows a signed integer on a long
+      // back-reference number (`\\7777...`, found by fuzz_json_schema) and its matcher recurses
+      // once per character. A pattern PCRE2 refuses or gives up on is not decided here.
+      auto re = text::Regex::compile(std::string_view(k));
+      if (!re) return std::nullopt;
       try {
-        ok =
-            std::regex_search(std::string(std::string_view(v)),
-                              std::regex(std::string(std::string_view(k)), std::regex::ECMAScript));
-      } catch (const std::regex_error&) {
+        ok = re->search(std::string_view(v));
+      } catch (const Error&) {
         return std::nullopt;
       }
     } else if (key == "minItems" || key == "maxItems") {
       if (!v.is_array()) continue;
       const double n = static_cast<double>(v.get_array().size());
+      if (!is_number(k)) return std::nullopt;  // (a string bound: found by fuzz_json_schema)
       ok = key == "minItems" ? n >= num(k) : n <= num(k);
     } else if (key == "minProperties" || key == "maxProperties") {
       if (!v.is_object()) continue;
       const double n = static_cast<double>(v.get_object().size());
+      if (!is_number(k)) return std::nullopt;  // (a string bound: found by fuzz_json_schema)
       ok = key == "minProperties" ? n >= num(k) : n <= num(k);
     } else if (key == "required") {
       if (!v.is_object()) continue;

@@ -35,6 +35,24 @@ Result<Regex> Regex::compile(std::string_view pattern) {
   return regex;
 }
 
+bool Regex::search(std::string_view text) const {
+  thread_local std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> data(
+      pcre2_match_data_create(1, nullptr), &pcre2_match_data_free);
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  const int rc = code_->jit
+                     ? pcre2_jit_match(code_->code, subject, text.size(), 0, 0, data.get(), nullptr)
+                     : pcre2_match(code_->code, subject, text.size(), 0, PCRE2_NO_UTF_CHECK,
+                                   data.get(), nullptr);
+  if (rc >= 0) return true;
+  if (rc == PCRE2_ERROR_NOMATCH) return false;
+  PCRE2_UCHAR message[256];
+  pcre2_get_error_message(rc, message, sizeof message);
+  throw Error(ErrorCode::kResourceExhausted,
+              "regular expression /" + pattern_ + "/ failed on a text of " +
+                  std::to_string(text.size()) +
+                  " bytes: " + reinterpret_cast<const char*>(message));
+}
+
 std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(std::string_view text) const {
   std::vector<std::pair<std::size_t, std::size_t>> matches;
   // One match block per thread: matching allocates nothing in the steady state.

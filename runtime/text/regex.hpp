@@ -23,6 +23,10 @@ class Regex {
   // offsets; an empty match advances by one character, as Oniguruma's find_iter does.
   std::vector<std::pair<std::size_t, std::size_t>> find_all(std::string_view text) const;
 
+  // Whether the pattern matches somewhere in `text` (valid UTF-8). Throws weft::Error when
+  // PCRE2 gives up (its match or depth limits), as find_all does.
+  bool search(std::string_view text) const;
+
   const std::string& pattern() const { return pattern_; }
 
  private:

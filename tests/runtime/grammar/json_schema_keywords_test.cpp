@@ -1,5 +1,9 @@
 // The 2020-12 keywords of issue #21: each schema's accepted and rejected texts, and warnings.
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
 #include "runtime/grammar/json_schema_to_grammar.hpp"
 #include "tests/runtime/grammar/grammar_test_util.hpp"
 
@@ -102,6 +106,36 @@ TEST(JsonSchemaKeywords, EnumAndConstMeetTheirSiblings) {
           {"\"a\""},
           {"\"abc\"", "1", "null"}},
          {R"({"const":{"a":[1,{"b":null}]}})", {"{\"a\":[1,{\"b\":null}]}"}, {"{\"a\":[1]}"}}});
+}
+
+// An enum or const beside a pattern keeps the values the pattern finds (a search, as in JSON
+// Schema), checked with PCRE2. A pattern whose long back-reference number overflowed
+// std::regex's compiler (undefined behaviour found by fuzz_json_schema, 2026-11-26) is refused
+// or decided without it.
+TEST(JsonSchemaKeywords, EnumAndConstMeetTheirPattern) {
+  check({{R"({"enum":["ab","cd","xab"],"pattern":"^a"})", {"\"ab\""}, {"\"cd\"", "\"xab\""}},
+         {R"({"enum":["ab","cd","xab"],"pattern":"b"})", {"\"ab\"", "\"xab\""}, {"\"cd\""}},
+         {R"({"const":"été","pattern":"^\\w+$"})", {"\"été\""}, {"\"x\""}}});
+  auto g = json_schema_to_grammar(
+      R"({"const":"a7","pattern":"\\77777777777777777777777777777777777777"})");
+  if (g.ok()) EXPECT_FALSE(matches(*g, "\"b\""));
+}
+
+// Every fuzz_json_schema finding (tests/fixtures/fuzz_findings/json_schema/) compiles or is
+// refused with an error; under the asan preset, without undefined behaviour.
+TEST(JsonSchemaKeywords, FuzzFindingsCompileOrFailCleanly) {
+  const auto dir =
+      std::filesystem::path(WEFT_SOURCE_DIR) / "tests/fixtures/fuzz_findings/json_schema";
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(entry.path(), std::ios::binary);
+    const std::string schema((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+    ++files;
+    auto g = json_schema_to_grammar(schema);
+    if (g.ok()) (void)flatten_grammar(*g);
+  }
+  EXPECT_GE(files, 10);
 }
 
 TEST(JsonSchemaKeywords, MinAndMaxProperties) {
