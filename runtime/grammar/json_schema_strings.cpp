@@ -3,7 +3,6 @@
 // format's validator (ajv-formats, full mode) accepts, or a subset of it.
 
 #include <cmath>
-#include <regex>
 #include <set>
 
 #include "runtime/grammar/json_schema_converter.hpp"
@@ -156,25 +155,84 @@ struct RepeatedCharacter {
   std::uint32_t lo = 0, hi = kUnbounded;
 };
 
-// `^ATOM*$`, `^ATOM+$`, `^ATOM{m}$`, `^ATOM{m,}$`, `^ATOM{m,n}$` (anchored at both ends).
+// `^ATOM*$`, `^ATOM+$`, `^ATOM{m}$`, `^ATOM{m,}$`, `^ATOM{m,n}$` (anchored at both ends), with
+// ATOM a bracket class (escapes inside), `\d` `\D` `\w` `\W` `\s` `\S`, `\uXXXX`, another
+// escaped character, `.`, or one literal byte; m and n of at most five digits. A scan, not a
+// std::regex: libstdc++'s matcher recurses once per character and overflowed the stack on a
+// 200 KB class.
 std::optional<RepeatedCharacter> repeated_character(std::string_view pattern) {
-  static const std::regex shape(
-      R"(\^(\[(?:\\.|[^\]\\])+\]|\\[dDwWsS]|\\u[0-9a-fA-F]{4}|\\[^0-9bBdDwWsSux]|\.|[^\\()|*+?{}\[\]^$.])(\*|\+|\{(\d{1,5})(,(\d{0,5}))?\})\$)");
-  std::cmatch m;
-  if (!std::regex_match(pattern.data(), pattern.data() + pattern.size(), m, shape))
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  const auto hex = [&](char c) {
+    return digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+  };
+  std::size_t i = 0;
+  const std::size_t size = pattern.size();
+  if (size < 3 || pattern[0] != '^' || pattern[size - 1] != '$') return std::nullopt;
+  const std::string_view body = pattern.substr(1, size - 2);  // ATOM and its quantifier
+  const auto at = [&](std::size_t k) { return k < body.size() ? body[k] : '\0'; };
+  // The atom.
+  if (at(0) == '[') {
+    i = 1;
+    std::size_t items = 0;
+    for (;;) {
+      if (i >= body.size()) return std::nullopt;
+      const char c = body[i];
+      if (c == ']') break;
+      if (c == '\\') {
+        if (i + 1 >= body.size() || body[i + 1] == '\n' || body[i + 1] == '\r') return std::nullopt;
+        i += 2;
+      } else {
+        i += 1;
+      }
+      ++items;
+    }
+    if (items == 0) return std::nullopt;
+    ++i;  // the ']'
+  } else if (at(0) == '\\') {
+    const char e = at(1);
+    if (i + 1 >= body.size()) return std::nullopt;
+    if (e == 'u') {
+      for (std::size_t k = 2; k < 6; ++k)
+        if (!hex(at(k)) || k >= body.size()) return std::nullopt;
+      i = 6;
+    } else if (std::string_view("dDwWsS").find(e) != std::string_view::npos ||
+               std::string_view("0123456789bBx").find(e) == std::string_view::npos) {
+      i = 2;
+    } else {
+      return std::nullopt;
+    }
+  } else if (!body.empty() &&
+             std::string_view("\\()|*+?{}[]^$").find(body[0]) == std::string_view::npos) {
+    i = 1;  // '.' or one literal byte
+  } else {
     return std::nullopt;
+  }
   RepeatedCharacter out;
-  out.atom = m[1].str();
-  const std::string q = m[2].str();
+  out.atom = std::string(body.substr(0, i));
+  const std::string_view q = body.substr(i);
   if (q == "*") return out;
   if (q == "+") {
     out.lo = 1;
     return out;
   }
-  out.lo = static_cast<std::uint32_t>(std::stoul(m[3].str()));
-  out.hi = !m[4].matched        ? out.lo
-           : m[5].str().empty() ? kUnbounded
-                                : static_cast<std::uint32_t>(std::stoul(m[5].str()));
+  // `{m}`, `{m,}`, `{m,n}`.
+  if (q.size() < 3 || q.front() != '{' || q.back() != '}') return std::nullopt;
+  const std::string_view inner = q.substr(1, q.size() - 2);
+  const std::size_t comma = inner.find(',');
+  const std::string_view lo = inner.substr(0, comma);
+  const std::string_view hi =
+      comma == std::string_view::npos ? std::string_view() : inner.substr(comma + 1);
+  const auto all_digits = [&](std::string_view d) {
+    for (char c : d)
+      if (!digit(c)) return false;
+    return true;
+  };
+  if (lo.empty() || lo.size() > 5 || !all_digits(lo) || hi.size() > 5 || !all_digits(hi))
+    return std::nullopt;
+  out.lo = static_cast<std::uint32_t>(std::stoul(std::string(lo)));
+  out.hi = comma == std::string_view::npos ? out.lo
+           : hi.empty()                    ? kUnbounded
+                        : static_cast<std::uint32_t>(std::stoul(std::string(hi)));
   if (out.hi < out.lo) return std::nullopt;
   return out;
 }

@@ -118,7 +118,34 @@ TEST(JsonSchemaKeywords, EnumAndConstMeetTheirPattern) {
          {R"({"const":"été","pattern":"^\\w+$"})", {"\"été\""}, {"\"x\""}}});
   auto g = json_schema_to_grammar(
       R"({"const":"a7","pattern":"\\77777777777777777777777777777777777777"})");
-  if (g.ok()) EXPECT_FALSE(matches(*g, "\"b\""));
+  if (g.ok()) {
+    EXPECT_FALSE(matches(*g, "\"b\""));
+  }
+}
+
+// A pattern that is one repeated character, beside length limits: the intersection is
+// generated. The shape is found by a scan: std::regex's matcher overflowed the stack on a
+// 200 KB bracket class (a request's schema could crash the server).
+TEST(JsonSchemaKeywords, RepeatedCharacterPatternBesideLengths) {
+  check({{R"({"type":"string","pattern":"^[a-z]+$","maxLength":3})",
+          {"\"abc\"", "\"a\""},
+          {"\"abcd\"", "\"\"", "\"aB\""}},
+         {R"({"type":"string","pattern":"^\\d{2,}$","maxLength":4})",
+          {"\"12\"", "\"1234\""},
+          {"\"1\"", "\"12345\"", "\"1a\""}},
+         {R"({"type":"string","pattern":"^[\\]x]*$","minLength":2,"maxLength":2})",
+          {"\"]x\"", "\"xx\""},
+          {"\"x\"", "\"ab\""}},
+         {R"({"type":"string","pattern":"^.{1,3}$","minLength":2})",
+          {"\"ab\"", "\"abc\""},
+          {"\"a\"", "\"abcd\""}}});
+  const std::string huge =
+      R"({"type":"string","maxLength":4,"pattern":"^[)" + std::string(200000, 'a') + R"(]+$"})";
+  auto g = json_schema_to_grammar(huge);
+  if (g.ok()) {
+    EXPECT_TRUE(matches(*g, "\"aaaa\""));
+    EXPECT_FALSE(matches(*g, "\"aaaaa\""));
+  }
 }
 
 // Every fuzz_json_schema finding (tests/fixtures/fuzz_findings/json_schema/) compiles or is
