@@ -74,30 +74,46 @@ static ExprId key_not_in(JsonSchemaConverter& c, const std::set<std::string>& de
   allowed.words['\\' >> 6] &= ~(std::uint64_t{1} << ('\\' & 63));
   RuleId free = c.new_rule("key_free");
   g.set_body(free, g.sequence({g.star(g.bytes(allowed)), g.byte('"')}));
-  std::function<ExprId(const std::string&)> node = [&](const std::string& prefix) -> ExprId {
-    std::set<std::uint8_t> next;
-    bool terminal = false;
-    for (const auto& n : names) {
-      if (n.size() < prefix.size() || n.compare(0, prefix.size(), prefix) != 0) continue;
-      if (n.size() == prefix.size())
-        terminal = true;
-      else
-        next.insert(static_cast<std::uint8_t>(n[prefix.size()]));
-    }
+  // The trie's nodes as ranges of the sorted names sharing a prefix of `depth` bytes, built
+  // with a worklist: a recursion per byte overflowed the stack on a 6 KB property name (found
+  // by fuzz_json_schema), and rescanning every name at every node was quadratic in its length.
+  const std::vector<std::string> sorted(names.begin(), names.end());
+  struct Node {
+    std::size_t lo, hi, depth;  // sorted[lo, hi) share sorted[lo]'s first `depth` bytes
+    RuleId rule;                // whose body this node is (unused for the root)
+  };
+  std::vector<Node> pending;
+  auto body = [&](const Node& at) -> ExprId {
     std::vector<ExprId> alts;
+    std::size_t i = at.lo;
+    // Sorted: a name that ends here (the prefix itself) comes first.
+    const bool terminal = i < at.hi && sorted[i].size() == at.depth;
+    if (terminal) ++i;
     if (!terminal) alts.push_back(g.byte('"'));
     ByteSet others = allowed;
-    for (std::uint8_t b : next) {
-      if (!allowed.test(b)) continue;
-      others.words[b >> 6] &= ~(std::uint64_t{1} << (b & 63));
-      RuleId r = c.new_rule("key");
-      g.set_body(r, node(prefix + static_cast<char>(b)));
-      alts.push_back(g.sequence({g.byte(b), g.ref(r)}));
+    while (i < at.hi) {
+      const auto b = static_cast<std::uint8_t>(sorted[i][at.depth]);
+      std::size_t j = i + 1;
+      while (j < at.hi && static_cast<std::uint8_t>(sorted[j][at.depth]) == b)
+        ++j;
+      if (allowed.test(b)) {
+        others.words[b >> 6] &= ~(std::uint64_t{1} << (b & 63));
+        RuleId r = c.new_rule("key");
+        pending.push_back({i, j, at.depth + 1, r});
+        alts.push_back(g.sequence({g.byte(b), g.ref(r)}));
+      }
+      i = j;
     }
     if (!others.empty()) alts.push_back(g.sequence({g.bytes(others), g.ref(free)}));
     return g.choice(std::move(alts));
   };
-  return g.sequence({g.byte('"'), node("")});
+  const ExprId root = body({0, sorted.size(), 0, RuleId{}});
+  while (!pending.empty()) {
+    const Node at = pending.back();
+    pending.pop_back();
+    g.set_body(at.rule, body(at));
+  }
+  return g.sequence({g.byte('"'), root});
 }
 
 static Result<ExprId> emit_object(JsonSchemaConverter& c, ObjectSpec spec, const std::string& path,
