@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -30,6 +31,10 @@ class Regex {
   const std::string& pattern() const { return pattern_; }
 
  private:
+  // The first match at or after byte `start`, as (begin, end); throws as find_all does.
+  std::optional<std::pair<std::size_t, std::size_t>> match_from(std::string_view text,
+                                                                std::size_t start) const;
+
   struct Code;
   std::shared_ptr<const Code> code_;  // immutable after compile: safe to share across threads
   std::string pattern_;
