@@ -6,13 +6,14 @@
 #   bench/gpu_tp.sh [--bin DIR|FILE.tar.xz] [--only tests,forward,weft] [--shapes 8b,70b]
 #                   [--layers-70b N] [--batches 1,8,32,64,128,256] [--tokenizer DIR]
 #                   [--tp 1,2,4] [--nccl-env "K=V ..."]... [--variant-batches 1,64]
-#                   [--variant-tp N] [--test-filter PATTERN]
+#                   [--variant-tp N] [--variant-shape 8b|70b] [--test-filter PATTERN]
 #
 # --tp: the tensor-parallel sizes the forward and weft phases run (default 1,2, and 1,2,4 where
 #   4 GPUs are visible: nvidia-h100-x4); sizes above the GPU count are dropped. With 4 GPUs the
 #   tests phase also runs the TP tests over 4 ranks, `weft generate --tensor-parallel 4` on the
 #   fixtures against one GPU, and the hybrid TP=2 x PP=2 with one rank per GPU.
 # --variant-tp: the TP size of the variants phase (default 2).
+# --variant-shape: the shape of the variants phase (default 8b; 70b takes --layers-70b).
 # --test-filter: a GoogleTest filter for the tests phase's binaries (--gtest_filter), e.g.
 #   '*Fused*' for the fused all-reduce + norm's tests alone (NcclFusedNorm.*, FusedNorm*/*).
 #   GPU_TP_HYBRID=0 skips the tests phase's hybrid TP x PP check.
@@ -98,6 +99,7 @@ VARIANTS=()
 VARIANT_BATCHES=1,64
 TPS=
 VARIANT_TP=2
+VARIANT_SHAPE=8b
 TEST_FILTER=
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -111,6 +113,7 @@ while [ $# -gt 0 ]; do
     --variant-batches) VARIANT_BATCHES=$2; shift 2 ;;
     --tp) TPS=$2; shift 2 ;;
     --variant-tp) VARIANT_TP=$2; shift 2 ;;
+    --variant-shape) VARIANT_SHAPE=$2; shift 2 ;;
     --test-filter) TEST_FILTER=$2; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
     *) echo "gpu_tp.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -291,7 +294,8 @@ fi
 if want variants; then
   # TP=1 once, then TP=2 with the default environment and with each variant (NAME=VALUE words
   # exported for mpirun -x).
-  vargs=(--shape 8b --batches "$VARIANT_BATCHES" --prefill 512 --repeats 20)
+  vargs=(--shape "$VARIANT_SHAPE" --batches "$VARIANT_BATCHES" --prefill 512 --repeats 20)
+  [ "$VARIANT_SHAPE" = 70b ] && vargs+=(--layers "$LAYERS_70B")
   stamp "== variants: cuda_forward_bench ${vargs[*]} --tensor-parallel 1"
   timeout 300 "$B/cuda_forward_bench" "${vargs[@]}" --json "$OUT/variant_tp1.json" \
     >"$OUT/variant_tp1.txt" 2>&1 || { failed=1; echo "FAILED (see $OUT/variant_tp1.txt)"; }
@@ -299,10 +303,11 @@ if want variants; then
   # The table so far (written after every run, so a run cut short by a time limit still
   # leaves the rows before it in $OUT/gpu_tp_variants.md).
   variants_table() {
-  python3 - "$OUT" "$VARIANT_TP" <<'PY'
+  python3 - "$OUT" "$VARIANT_TP" "$VARIANT_SHAPE" <<'PY'
 import glob, json, os, sys
 out = sys.argv[1]
 tp = sys.argv[2]
+shape = sys.argv[3]
 def load(path):
     try:
         with open(path) as f:
@@ -313,7 +318,7 @@ def decode(doc):
     return {r["batch"]: r for r in (doc or {}).get("rows", []) if r["kind"] == "decode"}
 one = decode(load(os.path.join(out, "variant_tp1.json")))
 batches = sorted(one)
-print(f"TP={tp} variants, 8b shape, decode (context 512): ms/step, speedup over TP=1, and device ms"
+print(f"TP={tp} variants, {shape} shape, decode (context 512): ms/step, speedup over TP=1, and device ms"
       " per step in all-reduces + the head's all-gather (plain launches with events)\n")
 head = "| variant | " + " | ".join(f"batch {b}: ms (x TP=1), collectives ms" for b in batches) + " |"
 print(head)

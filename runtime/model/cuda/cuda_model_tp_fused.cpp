@@ -318,9 +318,10 @@ Result<CudaModel::State::FusedNormSwitches> CudaModel::State::fused_norm_switche
                  "WEFT_TP_FUSED_NORM: '" + asked + "' is not 0 (NCCL's all-reduce) or 1 (fused)");
   }
   FusedNormSwitches on;
-  // Unset: on for two ranks (measured on two H200s: the 8B batch-1 step 3.86 -> 3.36 ms, every
-  // fixture's tests passing), off for more until measured there (docs/parallel.md).
-  on.fused = asked == "1" || (asked.empty() && comm.size() == 2);
+  // Unset: on for groups of two and four ranks, where it was measured (two H200s: the 8B
+  // batch-1 step 3.86 -> 3.36 ms; four H200s: 2.96 -> 2.63 ms; every fixture's tests passing
+  // on both), off for other sizes until measured there (docs/parallel.md).
+  on.fused = asked == "1" || (asked.empty() && (comm.size() == 2 || comm.size() == 4));
   if (const char* r = std::getenv("WEFT_TP_FUSED_ROWS"); r != nullptr && *r != '\0') {
     on.rows = std::atoi(r);
     if (on.rows < 1 || on.rows > 256) {
@@ -353,7 +354,8 @@ Result<void> CudaModel::State::join_fused_norm(parallel::Communicator& comm,
   int rows = switches.rows;
   const bool on = switches.fused;
   if (!on) {
-    tp_fused_note = "off (WEFT_TP_FUSED_NORM=1 turns it on; the default for two ranks only)";
+    tp_fused_note =
+        "off (WEFT_TP_FUSED_NORM=1 turns it on; the default for groups of two and four ranks)";
     return {};
   }
   // Every rank decides the same from the spec, the environment and the build, so the ranks
