@@ -13,6 +13,8 @@
 #include <nccl_device.h>
 #endif
 
+#include <atomic>
+
 #include "kernels/cuda/common.cuh"
 
 namespace weft::cuda {
@@ -136,34 +138,88 @@ __global__ void __launch_bounds__(1024) fused_vec_kernel(const ncclDevComm comm,
     out[k] = detail::from_float<T>(y[k]);
 }
 
+// The rank-ordered sums of elements [4j, 4j + 4) of this block's row, j = threadIdx.x,
+// threadIdx.x + blockDim.x, ... below n / 4, kUnroll groups at a time: every group's loads
+// from every rank are issued before any is summed. (One remote load at a time, as the first
+// version did, kept a thread waiting on NVLink for each of its n / 256 * ranks elements: an
+// 8192-wide row took 80 us on four H200s.) `put(j, sum)` receives each group's sum.
+constexpr int kMaxRanks = 8, kUnroll = 4;
+template <class Put>
+__device__ __forceinline__ void gather_sums4(const Params& p, const float* const* part, Put put) {
+  const int groups = p.n / 4;
+  for (int j0 = threadIdx.x; j0 < groups; j0 += kUnroll * blockDim.x) {
+    float4 v[kUnroll][kMaxRanks];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int j = j0 + u * blockDim.x;
+#pragma unroll
+      for (int r = 0; r < kMaxRanks; ++r)
+        if (r < p.ranks && j < groups) v[u][r] = load_shared4(part[r] + 4 * j);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int j = j0 + u * blockDim.x;
+      if (j >= groups) break;
+      float4 d = v[u][0];
+#pragma unroll
+      for (int r = 1; r < kMaxRanks; ++r) {
+        if (r < p.ranks) d.x += v[u][r].x, d.y += v[u][r].y, d.z += v[u][r].z, d.w += v[u][r].w;
+      }
+      put(j, d);
+    }
+  }
+}
+
 // Any n: add_norm_kernel's arithmetic (thread t owns elements t, t + 256, ...; the residual is
 // written back by the thread that read it, before the reduction instead of after, with the
-// same values).
+// same values). The summed row is gathered first, by 16-byte loads with many in flight when
+// the row and the window offset allow (n % 4 == 0, 16-byte aligned), into shared memory
+// (n floats of dynamic shared memory), so that the loads over NVLink do not follow
+// add_norm's element order. Each element's sum is still taken in rank order, so the result
+// does not depend on which thread gathered it.
 template <class T>
 __global__ void __launch_bounds__(kThreads) fused_kernel(const ncclDevComm comm, const Params p) {
   __shared__ float scratch[32];
+  extern __shared__ float delta_s[];
   detail::grid_dependency_wait();
   meet(comm, p);
-  const float* part[8];
+  const float* part[kMaxRanks];
   for (int r = 0; r < p.ranks; ++r)
     part[r] = partial(p, r);
-  auto delta = [&](int i) {
-    float d = load_shared(part[0] + i);
-    for (int r = 1; r < p.ranks; ++r)
-      d += load_shared(part[r] + i);
-    return d;
-  };
   const std::size_t row = static_cast<std::size_t>(blockIdx.x) * p.n;
+  const bool vec = p.n % 4 == 0 && p.offset % 16 == 0;
   if (p.residual == nullptr) {
-    for (int i = threadIdx.x; i < p.n; i += blockDim.x)
-      p.sum_out[row + i] = delta(i);
+    if (vec) {
+      gather_sums4(p, part, [&](int j, float4 d) {
+        float* o = p.sum_out + row + 4 * j;
+        o[0] = d.x, o[1] = d.y, o[2] = d.z, o[3] = d.w;
+      });
+    } else {
+      for (int i = threadIdx.x; i < p.n; i += blockDim.x) {
+        float d = load_shared(part[0] + i);
+        for (int r = 1; r < p.ranks; ++r)
+          d += load_shared(part[r] + i);
+        p.sum_out[row + i] = d;
+      }
+    }
     return;
   }
+  if (vec) {
+    gather_sums4(p, part, [&](int j, float4 d) { reinterpret_cast<float4*>(delta_s)[j] = d; });
+  } else {
+    for (int i = threadIdx.x; i < p.n; i += blockDim.x) {
+      float d = load_shared(part[0] + i);
+      for (int r = 1; r < p.ranks; ++r)
+        d += load_shared(part[r] + i);
+      delta_s[i] = d;
+    }
+  }
+  __syncthreads();
   float* x = p.residual + row;
   float sum = 0.0f;
   for (int i = threadIdx.x; i < p.n; i += blockDim.x) {
     float v = x[i];
-    v += delta(i) + (p.delta_bias != nullptr ? p.delta_bias[i] : 0.0f);
+    v += delta_s[i] + (p.delta_bias != nullptr ? p.delta_bias[i] : 0.0f);
     x[i] = v;
     sum += p.kind == NormKind::kRms ? v * v : v;
   }
@@ -187,6 +243,33 @@ __global__ void __launch_bounds__(kThreads) fused_kernel(const ncclDevComm comm,
     if (p.bias != nullptr) y += p.bias[i];
     out[i] = detail::from_float<T>(y);
   }
+}
+
+// The generic kernel's dynamic shared memory: the summed row (none for a sum alone). Rows
+// wider than the default 48 KB (12,288 floats) ask for more once per kernel, up to what the
+// GPU allows (Hopper: 227 KB, rows of 58,000 floats); wider rows are refused.
+template <class T>
+bool generic_shared(int n, bool sum_only, std::size_t* bytes) {
+  *bytes = sum_only ? 0 : static_cast<std::size_t>(n) * sizeof(float);
+  if (*bytes <= 48 * 1024) return true;
+  static std::atomic<int> granted{48 * 1024};
+  if (static_cast<int>(*bytes) <= granted.load()) return true;
+  int device = 0, most = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  const int static_bytes = 32 * sizeof(float);
+  if (static_cast<int>(*bytes) + static_bytes > most) return false;
+  if (cudaFuncSetAttribute(fused_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           most - static_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  granted.store(most - static_bytes);
+  return true;
 }
 
 __global__ void probe_kernel(const ncclDevComm comm, ncclWindow_t window,
@@ -263,8 +346,13 @@ bool allreduce_add_norm(const AllReduceNormArgs& a, cudaStream_t stream) {
     WEFT_DISPATCH_PRECISION(
         a.precision, { detail::launch(fused_vec_kernel<T>, a.rows, a.n / 4, 0, stream, comm, p); });
   } else {
-    WEFT_DISPATCH_PRECISION(
-        a.precision, { detail::launch(fused_kernel<T>, a.rows, kThreads, 0, stream, comm, p); });
+    bool ok = false;
+    WEFT_DISPATCH_PRECISION(a.precision, {
+      std::size_t shared = 0;
+      ok = generic_shared<T>(a.n, a.residual == nullptr, &shared);
+      if (ok) detail::launch(fused_kernel<T>, a.rows, kThreads, shared, stream, comm, p);
+    });
+    if (!ok) return false;
   }
   return true;
 }

@@ -66,11 +66,11 @@ std::size_t tp_fused_dev_comm_bytes() noexcept;
 
 // Enqueues the fused kernel on `stream` (capturable in a CUDA graph). Every rank of the group
 // must make the same launches in the same order with the same rows. Returns false, enqueuing
-// nothing, when it cannot run these arguments (not built, rows beyond the barriers, or a
-// null weight with a norm asked for). Given NCCL's sum of two ranks, the sums and residuals
-// equal add_norm's bitwise and the normalized rows are within one ulp (the same arithmetic in
-// the same order; the compiler may contract an FMA differently in the two kernels). With more
-// ranks the order of the sum may differ from NCCL's.
+// nothing, when it cannot run these arguments (not built, rows beyond the barriers, a null
+// weight with a norm asked for, or a row wider than the GPU's shared memory per block). Given
+// NCCL's sum of two ranks, the sums and residuals equal add_norm's bitwise and the normalized rows
+// are within one ulp (the same arithmetic in the same order; the compiler may contract an FMA
+// differently in the two kernels). With more ranks the order of the sum may differ from NCCL's.
 bool allreduce_add_norm(const AllReduceNormArgs& args, cudaStream_t stream);
 
 // A check of the group before any barrier is used (run once, outside graphs): writes into

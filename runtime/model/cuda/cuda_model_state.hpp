@@ -227,7 +227,10 @@ struct CudaModel::State {
   // rank of the group has the same (collective), before set_tensor_parallel changes anything.
   struct FusedNormSwitches {
     bool fused = false;
-    int rows = 16;
+    // Steps of up to this many tokens take the fused kernel. Unset (WEFT_TP_FUSED_ROWS): 256
+    // for two ranks, 64 for more (four H200s: at 256 rows the one-shot gather of three
+    // peers' rows lost to NCCL's all-reduce; docs/parallel.md).
+    int rows = 0;
   };
   Result<FusedNormSwitches> fused_norm_switches(parallel::Communicator& comm);
   Result<void> join_fused_norm(parallel::Communicator& comm, const FusedNormSwitches& switches);

@@ -322,6 +322,7 @@ Result<CudaModel::State::FusedNormSwitches> CudaModel::State::fused_norm_switche
   // batch-1 step 3.86 -> 3.36 ms; four H200s: 2.96 -> 2.63 ms; every fixture's tests passing
   // on both), off for other sizes until measured there (docs/parallel.md).
   on.fused = asked == "1" || (asked.empty() && (comm.size() == 2 || comm.size() == 4));
+  on.rows = comm.size() == 2 ? 256 : 64;
   if (const char* r = std::getenv("WEFT_TP_FUSED_ROWS"); r != nullptr && *r != '\0') {
     on.rows = std::atoi(r);
     if (on.rows < 1 || on.rows > 256) {

@@ -376,6 +376,12 @@ TEST_F(NcclFusedNorm, MatchesNcclAllReduceAndAddNorm) {
       {5, 1000, cuda::NormKind::kLayer, true, true, false, cuda::Precision::kF16},
       {2, 4096, cuda::NormKind::kRms, false, false, true, cuda::Precision::kBF16},
       {7, 1000, cuda::NormKind::kRms, false, false, true, cuda::Precision::kBF16},
+      // Rows wider than the float4 kernel's 4096 (Llama-3-70B's 8192): the generic kernel
+      // gathers them with 16-byte loads; 1002 is not a multiple of 4 (one float at a time).
+      {1, 8192, cuda::NormKind::kRms, false, false, false, cuda::Precision::kBF16},
+      {3, 8192, cuda::NormKind::kLayer, true, true, false, cuda::Precision::kF16},
+      {2, 8192, cuda::NormKind::kRms, false, false, true, cuda::Precision::kBF16},
+      {4, 1002, cuda::NormKind::kRms, true, false, false, cuda::Precision::kBF16},
   };
   int launch = 0;
   for (const Case& c : cases) {
