@@ -137,8 +137,9 @@ Result<Json> JsonSchemaConverter::merge(std::vector<std::pair<Json, std::string>
 
   for (const auto& key : order) {
     auto& vs = values[key];
-    bool same = std::all_of(vs.begin(), vs.end(),
-                            [&](auto& x) { return json_equal(x.first, vs.front().first); });
+    bool same = vs.size() == 1 || std::all_of(vs.begin(), vs.end(), [&](auto& x) {
+                  return json_equal(x.first, vs.front().first);
+                });
     if (key == "properties" || key == "additionalProperties") {
       if (key == "additionalProperties" && values.count("properties")) continue;
       std::string props = "{";

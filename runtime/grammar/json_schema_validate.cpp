@@ -4,6 +4,9 @@
 // the converter refuse rather than guess.
 
 #include <cmath>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
 
 #include "runtime/grammar/json_schema_converter.hpp"
 #include "runtime/text/regex.hpp"
@@ -42,9 +45,18 @@ bool json_equal(Json a, Json b) {
   if (a.is_object()) {
     auto x = a.get_object().value(), y = b.get_object().value();
     if (x.size() != y.size()) return false;
+    // A name given twice (JSON allows it, RFC 8259 only advises against it) is compared
+    // occurrence by occurrence: the j-th value of a name in `a` with the j-th in `b`. A lookup
+    // by name would find the first one for both and call an object unequal to itself.
+    std::unordered_map<std::string_view, std::vector<Json>> in_b;
+    for (auto [k, v] : y)
+      in_b[k].push_back(v);
+    std::unordered_map<std::string_view, std::size_t> seen;
     for (auto [k, v] : x) {
-      Json w;
-      if (y.at_key(k).get(w) || !json_equal(v, w)) return false;
+      auto it = in_b.find(k);
+      std::size_t& j = seen[k];
+      if (it == in_b.end() || j >= it->second.size() || !json_equal(v, it->second[j])) return false;
+      ++j;
     }
     return true;
   }

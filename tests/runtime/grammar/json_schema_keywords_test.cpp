@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "runtime/grammar/json_schema_converter.hpp"
 #include "runtime/grammar/json_schema_to_grammar.hpp"
 #include "tests/runtime/grammar/grammar_test_util.hpp"
 
@@ -179,6 +180,31 @@ TEST(JsonSchemaKeywords, FuzzFindingsCompileOrFailCleanly) {
     if (g.ok()) (void)flatten_grammar(*g);
   }
   EXPECT_GE(files, 10);
+}
+
+// A name given twice in one object: the object equals itself (compared occurrence by
+// occurrence), so an if/then merge that meets it once keeps it instead of reporting two
+// branches that disagree (which read a second branch that was not there: found by
+// fuzz_json_schema on the dev VM, 2026-11-26, a heap-use-after-free under ASan).
+TEST(JsonSchemaKeywords, NamesGivenTwiceInOneObject) {
+  simdjson::dom::parser p1, p2;
+  const auto text = simdjson::padded_string(std::string(R"({"a":1,"b":[2],"a":"x"})"));
+  const auto same = simdjson::padded_string(std::string(R"({"a":1,"b":[2],"a":"x"})"));
+  const auto swapped = simdjson::padded_string(std::string(R"({"a":"x","b":[2],"a":1})"));
+  const auto once = simdjson::padded_string(std::string(R"({"a":1,"b":[2],"c":"x"})"));
+  simdjson::dom::element x = p1.parse(text).value();
+  EXPECT_TRUE(detail::json_equal(x, x));
+  simdjson::dom::parser p3, p4;
+  EXPECT_TRUE(detail::json_equal(x, p2.parse(same).value()));
+  EXPECT_FALSE(detail::json_equal(x, p3.parse(swapped).value()));
+  EXPECT_FALSE(detail::json_equal(x, p4.parse(once).value()));
+
+  // The outer if/then merges {"if": X} with then, X naming minLength twice.
+  auto g = json_schema_to_grammar(
+      R"({"if":{"if":{"minLength":2,"minLength":3}},"then":{"type":"string","maxLength":4}})");
+  ASSERT_TRUE(g.ok()) << g.error().what();
+  EXPECT_TRUE(matches(*g, R"("abc")"));
+  EXPECT_FALSE(matches(*g, R"("abcdef")"));
 }
 
 TEST(JsonSchemaKeywords, MinAndMaxProperties) {
