@@ -20,6 +20,9 @@
 # on this branch (and the same with main's checkout for an A/B), the Llama-3 tokenizer in
 # .devcarry/l3 (bench/gpu_8b.sh). About 5 minutes with the model folder made in the call.
 #   run(command="WEFT_CARRY=.devcarry/sgs bash bench/device/sgsched.sh", carry=[".devcarry/sgs", ".devcarry/l3"])
+# RUNS="offline_file offline_lof online_rate8" makes only those; AFTER="..." runs a command
+# after them (the session of 2026-11-26, late morning: AFTER="bash bench/device/fuzz_long.sh
+# 260 --targets gguf:16", the fuzz binaries in .devcarry/fuzz).
 set -u
 cd "$(dirname "$0")/../.."
 O=${OUT:-/tmp/out}; mkdir -p "$O"
@@ -65,11 +68,19 @@ PY
   fi
   st "$name done"
 }
-run_bench offline_file --dataset "$W"
-run_bench offline_longest --dataset "$O/sg_longest.jsonl"
-run_bench offline_no_cache --dataset "$W" --prefix-cache off
+# RUNS: the runs to make, by name (default all five).
+want_run() { case " ${RUNS:-offline_file offline_longest offline_no_cache offline_lof online_rate8} " in *" $1 "*) return 0 ;; esac; return 1; }
+want_run offline_file && run_bench offline_file --dataset "$W"
+want_run offline_longest && run_bench offline_longest --dataset "$O/sg_longest.jsonl"
+want_run offline_no_cache && run_bench offline_no_cache --dataset "$W" --prefix-cache off
 # The scheduler ordering the file's requests itself, longest output first (branch simlong;
 # predicted 1,667 steps, as the sorted file's 1,666 plus the first request's step).
-"$C/bin/weft" bench --help 2>&1 | grep -q -- --schedule-policy &&
+want_run offline_lof && "$C/bin/weft" bench --help 2>&1 | grep -q -- --schedule-policy &&
   run_bench offline_lof --dataset "$W" --schedule-policy lof
-run_bench online_rate8 --dataset "$W" --request-rate 8 --num-requests 400
+want_run online_rate8 && run_bench online_rate8 --dataset "$W" --request-rate 8 --num-requests 400
+# AFTER="command": run after the benchmarks, in this call (e.g. a fuzz run on the host's cores,
+# which must not share them with the engine's scheduler while it is timed).
+if [ -n "${AFTER:-}" ]; then
+  st "after: $AFTER"
+  bash -c "$AFTER"
+fi

@@ -49,6 +49,8 @@ struct ServeOptions {
   std::int64_t kv_budget_mb = 256;
   unsigned threads = 0;
   int max_running = EngineConfig{}.max_running;
+  std::string admission = EngineConfig{}.admission;
+  std::string schedule_policy = EngineConfig{}.schedule_policy;
   std::string tool_call_format = "auto";
   std::string prefix_cache = "on";
   std::string device = "auto";
@@ -116,6 +118,8 @@ int run_serve(const ServeOptions& opts) {
     }
     config.gpu_memory_fraction = opts.gpu_memory_fraction;
     config.max_running = opts.max_running;
+    config.admission = opts.admission;
+    config.schedule_policy = opts.schedule_policy;
     config.kv_cache_dtype = opts.kv_cache_dtype;
     config.pipeline_parallel = opts.pipeline.stages;
     config.micro_batches = opts.pipeline.micro_batches;
@@ -179,6 +183,9 @@ int run_serve(const ServeOptions& opts) {
       std::cout << "weft serve: KV pool of " << m.kv_pool_tokens << " tokens (" << m.kv_pages_total
                 << " pages of " << m.kv_page_bytes << " bytes, " << m.kv_cache_dtype << " KV)"
                 << std::endl;
+      std::cout << "weft serve: scheduling: " << config.schedule_policy << " waiting queue, "
+                << config.admission << " admission, at most " << config.max_running
+                << " sequences a step" << std::endl;
     }
 
     // After the engine has stopped, live answers still hold their final `shutdown` events:
@@ -312,6 +319,16 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-running", opts->max_running, "sequences in one batch at most")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
+  cmd->add_option("--admission", opts->admission,
+                  "reserve: admit a request only when its whole output fits in the KV pool; "
+                  "optimistic: admit what fits now and preempt when the pool runs out")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"reserve", "optimistic"}));
+  cmd->add_option("--schedule-policy", opts->schedule_policy,
+                  "order of the waiting queue: fcfs (arrival order) or lof (longest max_tokens "
+                  "first; for batch jobs whose max_tokens are the real lengths: docs/engine.md)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fcfs", "lof"}));
   cmd->add_option("--kv-cache-dtype", opts->kv_cache_dtype, kKvCacheDtypeHelp)
       ->capture_default_str();
   add_tensor_parallel_option(cmd, opts->tensor_parallel);
