@@ -68,7 +68,8 @@
 #     NCCL_SYM_KERNEL=AllReduce_AGxLL_R (force one of NCCL's symmetric kernels).
 #   and the fused all-reduce + residual add + norm over NCCL's device API (docs/parallel.md,
 #   "Fused all-reduce and norm"): WEFT_TP_FUSED_NORM=1 (0: NCCL's all-reduce; unset: fused
-#   for two ranks only, so the "default" row of two ranks is fused), WEFT_TP_FUSED_ROWS=N (steps of up to N tokens fused, default 16); its
+#   for groups of two and four ranks, so their "default" rows are fused), WEFT_TP_FUSED_ROWS=N
+#   (steps of up to N tokens fused; unset: 256 for two ranks, 64 for more); its
 #   profile line is "fused all-reduce + norm" (counted in the collectives column, with the
 #   norm it replaces).
 #   The table's last lines say where each variant's collectives ran (a refused request, why).
