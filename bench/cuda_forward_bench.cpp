@@ -51,21 +51,19 @@
 // printed, written to the JSON (gemm_peak_tflops, with every shape under gemm), and prefill
 // rows show their TFLOP/s as a percentage of it.
 
+#include "bench/cuda_forward_bench.hpp"
+
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "kernels/cuda/device_info.hpp"
@@ -84,119 +82,9 @@ namespace {
 
 using namespace weft;
 
-struct RandomModel {
-  model::ModelSpec spec;
-  std::map<std::string, TensorView> tensors;
-};
-
-// Llama-shaped random model; weights are bf16 from a cheap hash (the values do not matter for
-// speed, only that they are finite and small).
-RandomModel random_llama(const std::string& shape, int layers) {
-  RandomModel m;
-  auto& s = m.spec;
-  s.architecture = "random-llama-" + shape;
-  if (shape == "70b") {  // Llama-3-70B's widths
-    s.vocab_size = 128256, s.hidden_size = 8192, s.intermediate_size = 28672, s.num_layers = 80;
-    s.num_heads = 64, s.num_kv_heads = 8, s.head_dim = 128;
-  } else if (shape == "8b") {  // Llama-3-8B
-    s.vocab_size = 128256, s.hidden_size = 4096, s.intermediate_size = 14336, s.num_layers = 32;
-    s.num_heads = 32, s.num_kv_heads = 8, s.head_dim = 128;
-  } else if (shape == "1b") {  // Llama-3.2-1B
-    s.vocab_size = 128256, s.hidden_size = 2048, s.intermediate_size = 8192, s.num_layers = 16;
-    s.num_heads = 32, s.num_kv_heads = 8, s.head_dim = 64;
-  } else {
-    s.vocab_size = 8192, s.hidden_size = 384, s.intermediate_size = 896, s.num_layers = 8;
-    s.num_heads = 6, s.num_kv_heads = 2, s.head_dim = 64;
-  }
-  if (layers > 0) {
-    s.num_layers = layers;
-    s.architecture.append("-").append(std::to_string(layers)).append("layers");
-  }
-  s.rope.theta = 500000.0;
-  s.tied_embeddings = shape != "8b" && shape != "70b";
-  auto& n = s.tensors;
-  n = {"embed",
-       "norm",
-       "lm_head",
-       "l{layer}.attn_norm",
-       "l{layer}.mlp_norm",
-       "l{layer}.q",
-       "l{layer}.k",
-       "l{layer}.v",
-       "",
-       "l{layer}.o",
-       "l{layer}.gate",
-       "l{layer}.up",
-       "",
-       "l{layer}.down"};
-  // Each tensor's values come in chunks from an LCG seeded by (tensor, chunk), drawn on every
-  // core: the 8b and 70b shapes have billions of values.
-  std::uint64_t tensor_index = 0;
-  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-  auto add = [&](const std::string& name, std::vector<std::int64_t> shape_, bool ones) {
-    std::int64_t count = 1;
-    for (auto d : shape_)
-      count *= d;
-    TensorView t;
-    t.shape = std::move(shape_);
-    if (t.shape.size() == 2) {
-      auto bytes = std::make_shared<std::vector<std::uint16_t>>(static_cast<std::size_t>(count));
-      const std::size_t chunk = std::size_t{1} << 22;
-      const std::size_t chunks = (bytes->size() + chunk - 1) / chunk;
-      const std::uint64_t seed = 0x9E3779B97F4A7C15ull * ++tensor_index;
-      std::atomic<std::size_t> next{0};
-      auto fill = [&] {
-        for (std::size_t c = next++; c < chunks; c = next++) {
-          std::uint64_t state = seed ^ (c * 0xD1B54A32D192ED03ull);
-          const std::size_t end = std::min(bytes->size(), (c + 1) * chunk);
-          for (std::size_t i = c * chunk; i < end; ++i) {
-            state = state * 6364136223846793005ull + 1442695040888963407ull;
-            // bf16 of a value in about [-0.03, 0.03]: exponent 2^-6..2^-8, random sign/mantissa.
-            const auto r = static_cast<std::uint16_t>(state >> 48);
-            (*bytes)[i] = static_cast<std::uint16_t>((r & 0x807F) | ((0x79 + ((r >> 7) & 1)) << 7));
-          }
-        }
-      };
-      std::vector<std::thread> pool;
-      for (unsigned k = 1; k < std::min<std::size_t>(threads, chunks); ++k)
-        pool.emplace_back(fill);
-      fill();
-      for (auto& th : pool)
-        th.join();
-      t.dtype = DType::kBF16;
-      t.data = reinterpret_cast<const std::byte*>(bytes->data());
-      t.owner = bytes;
-    } else {
-      auto floats =
-          std::make_shared<std::vector<float>>(static_cast<std::size_t>(count), ones ? 1.0f : 0.0f);
-      t.dtype = DType::kF32;
-      t.data = reinterpret_cast<const std::byte*>(floats->data());
-      t.owner = floats;
-    }
-    m.tensors[name] = std::move(t);
-  };
-  const std::int64_t H = s.hidden_size, I = s.intermediate_size;
-  add("embed", {s.vocab_size, H}, false);
-  if (!s.tied_embeddings) add("lm_head", {s.vocab_size, H}, false);
-  add("norm", {H}, true);
-  for (int l = 0; l < s.num_layers; ++l) {
-    const std::string p = std::string("l").append(std::to_string(l)).append(".");
-    add(p + "attn_norm", {H}, true);
-    add(p + "mlp_norm", {H}, true);
-    add(p + "q", {s.q_dim(), H}, false);
-    add(p + "k", {s.kv_dim(), H}, false);
-    add(p + "v", {s.kv_dim(), H}, false);
-    add(p + "o", {H, s.q_dim()}, false);
-    add(p + "gate", {I, H}, false);
-    add(p + "up", {I, H}, false);
-    add(p + "down", {H, I}, false);
-  }
-  return m;
-}
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using bench::now_s;
+using bench::random_llama;
+using bench::RandomModel;
 
 // Device-to-device copy bandwidth, counting bytes read and written, as the floor's divisor.
 double copy_bandwidth_bytes_per_s() {
@@ -625,264 +513,27 @@ int main(int argc, char** argv) {
        << ",\"gemm_peak_tflops\":" << gemm_peak << ",\"gemm\":[" << gemm_json.str()
        << "],\"tensor_parallel_buffers\":\"" << tp_buffers << "\",\"tensor_parallel_fused_norm\":\""
        << tp_fused << "\",\"rows\":[";
-  bool first_row = true;
-  std::printf("%-8s %6s %8s %12s %12s %10s %9s %8s\n", "kind", "batch", "tokens", "ms/step",
-              "tokens/s", "vs floor", "bound", "weights");
-  const double params = quantized_params > 0 ? quantized_params : weight_bytes / 2;
-  std::vector<float> logits;
-  // A decode step as the engine runs it: launched, then sampled greedily on the device, only
-  // the tokens coming back (--logits-to-host: forward() copying every row's logits instead).
-  model::DeviceSamplingInput greedy;
-  model::DeviceSamplingOutput sampled;
-  auto decode_step = [&](const model::StepBatch& step) -> Result<void> {
-    if (logits_to_host) return gpu.forward(step, logits);
-    if (auto ok = gpu.launch(step); !ok) return ok;
-    greedy.rows.resize(step.sequences.size());
-    for (std::size_t r = 0; r < greedy.rows.size(); ++r)
-      greedy.rows[r].row = static_cast<std::int32_t>(r);
-    return gpu.sample(greedy, sampled);
-  };
-  auto fresh_tables = [&](int n, int pages_per_seq) {
-    std::vector<std::vector<std::int32_t>> tables(n);
-    for (auto& t : tables)
-      while (static_cast<int>(t.size()) < pages_per_seq)
-        t.push_back(*gpu.allocate_page());
-    return tables;
-  };
-  auto release = [&](std::vector<std::vector<std::int32_t>>& tables) {
-    for (auto& t : tables)
-      for (auto p : t)
-        gpu.release_page(p);
-  };
-  for (int len : prefills) {
-    auto tables = fresh_tables(1, prefill_pages);
-    model::StepBatch step;
-    for (int i = 0; i < len; ++i) {
-      step.tokens.push_back((i * 7919 + 13) % spec.vocab_size);
-      step.positions.push_back(i);
-    }
-    step.sequences.push_back({0, len, tables[0], false});
-    double best = 1e30;
-    for (int r = 0; r < std::max(3, repeats / 4); ++r) {
-      const double start = now_s();
-      if (auto ok = gpu.forward(step, logits); !ok) {
-        std::fprintf(stderr, "%s\n", ok.error().what());
-        return failed();
-      }
-      best = std::min(best, now_s() - start);
-    }
-    // 2 FLOP per parameter per token, plus attention's 2 * 2 * len^2/2 * q_dim per layer.
-    const double flops =
-        2.0 * params * len + 2.0 * spec.num_layers * static_cast<double>(len) * len * spec.q_dim();
-    const double tflops = flops / best / 1e12;
-    const double of_peak = gemm_peak > 0 ? 100.0 * tflops / gemm_peak : 0.0;
-    std::printf("%-8s %6d %8d %12.3f %12.0f %9.1fTF (%.0f%% of GEMM peak)\n", "prefill", 1, len,
-                best * 1e3, len / best, tflops, of_peak);
-    json << (first_row ? "" : ",") << "{\"kind\":\"prefill\",\"tokens\":" << len
-         << ",\"ms\":" << best * 1e3 << ",\"tflops\":" << tflops
-         << ",\"percent_of_gemm_peak\":" << of_peak;
-    if (profile) {
-      // One more prefill step with an event after each kernel class.
-      gpu.set_kernel_profiling(true);
-      gpu.take_kernel_profile();
-      if (auto ok = gpu.forward(step, logits); !ok) {
-        std::fprintf(stderr, "%s\n", ok.error().what());
-        return failed();
-      }
-      gpu.set_kernel_profiling(false);
-      const auto by_class = gpu.take_kernel_profile();
-      double device_ms = 0;
-      bool first = true;
-      json << ",\"profile_ms\":{";
-      std::printf("  profile, prefill %d, ms:", len);
-      for (const auto& [what, ms] : by_class) {
-        std::printf(" %s %.3f;", what.c_str(), ms);
-        json << (first ? "" : ",") << "\"" << what << "\":" << ms;
-        first = false;
-        device_ms += ms;
-      }
-      std::printf(" sum %.3f\n", device_ms);
-      json << "}";
-    }
-    json << "}";
-    first_row = false;
-    release(tables);
-  }
-  for (int batch : batches) {
-    auto tables = fresh_tables(batch, decode_pages);
-    // Fill the context: one prefill step per sequence (not timed). With int8/fp8 pages these
-    // run the CUDA-core prefill attention (docs/cuda.md), so at long contexts and large batches
-    // the fill takes longer than the timed steps: say so on stderr.
-    const double fill_start = now_s();
-    for (int s = 0; s < batch; ++s) {
-      model::StepBatch step;
-      for (int i = 0; i < context; ++i) {
-        step.tokens.push_back((i * 31 + s) % spec.vocab_size);
-        step.positions.push_back(i);
-      }
-      step.sequences.push_back({0, context, tables[s], false});
-      if (auto ok = gpu.forward(step, logits); !ok) {
-        std::fprintf(stderr, "%s\n", ok.error().what());
-        return failed();
-      }
-    }
-    std::fprintf(stderr, "[decode batch %d: context of %d tokens filled in %.1f s]\n", batch,
-                 context, now_s() - fill_start);
-    double total = 0;
-    int timed = 0;
-    // Decode step k: one new token for each sequence.
-    auto decode_batch = [&](int k) {
-      model::StepBatch step;
-      for (int s = 0; s < batch; ++s) {
-        step.tokens.push_back((k * 17 + s) % spec.vocab_size);
-        step.positions.push_back(context + k);
-        step.sequences.push_back({s, 1, tables[s], false});
-      }
-      return step;
-    };
-    for (int k = 0; k < repeats; ++k) {
-      const model::StepBatch step = decode_batch(k);
-      const double start = now_s();
-      if (auto ok = decode_step(step); !ok) {
-        std::fprintf(stderr, "%s\n", ok.error().what());
-        return failed();
-      }
-      if (k >= 2) {  // the first steps warm up cuBLAS heuristics and caches
-        total += now_s() - start;
-        ++timed;
-      }
-    }
-    const double step_s = total / timed;
-    // The step's floor (see the top of the file). The context grows by one per timed step;
-    // the first timed step's length is close enough at these repeat counts.
-    // Every layer's K and V of a token, scales included for int8/fp8 pages.
-    const double token_bytes = static_cast<double>(kv_layout.bytes_per_page()) / page_size;
-    const double kv_bytes = static_cast<double>(batch) * context * token_bytes;
-    const double memory_floor_s = (weight_bytes + kv_bytes) / bandwidth;
-    const double step_flops = static_cast<double>(batch) *
-                              (2.0 * params + 4.0 * spec.num_layers * context * spec.q_dim());
-    const double compute_floor_s = gemm_peak > 0 ? step_flops / (gemm_peak * 1e12) : 0.0;
-    const bool compute_bound = compute_floor_s > memory_floor_s;
-    const double step_floor_s = std::max(memory_floor_s, compute_floor_s);
-    std::printf("%-8s %6d %8d %12.3f %12.0f %9.0f%% %9s %7.0f%%\n", "decode", batch, context,
-                step_s * 1e3, batch / step_s, step_floor_s / step_s * 100,
-                compute_bound ? "compute" : "memory", floor_s / step_s * 100);
-    json << ",{\"kind\":\"decode\",\"batch\":" << batch << ",\"context\":" << context
-         << ",\"ms\":" << step_s * 1e3 << ",\"tokens_per_s\":" << batch / step_s
-         << ",\"kv_bytes\":" << kv_bytes << ",\"memory_floor_ms\":" << memory_floor_s * 1e3
-         << ",\"compute_floor_ms\":" << compute_floor_s * 1e3
-         << ",\"floor_fraction\":" << step_floor_s / step_s
-         << ",\"weights_floor_fraction\":" << floor_s / step_s;
-    if (!attn_kernels.empty()) {
-      // The same timed steps once per decode attention kernel (--attn-kernels; each captures
-      // its own graphs, keyed by decode_split_count), then back to the chosen one.
-      const cuda::DecodeAttentionKernel chosen = cuda::decode_attention_kernel();
-      json << ",\"decode_by_attention_kernel\":{";
-      bool first = true;
-      for (const std::string& name : attn_kernels) {
-        cuda::DecodeAttentionKernel kernel;
-        if (name == "old") {
-          kernel = cuda::DecodeAttentionKernel::kSplit;
-        } else if (name == "new") {
-          kernel = cuda::DecodeAttentionKernel::kPipelined;
-        } else if (name == "stream") {
-          kernel = cuda::DecodeAttentionKernel::kStream;
-        } else {
-          std::fprintf(stderr, "--attn-kernels: unknown kernel %s (old, new, stream)\n",
-                       name.c_str());
-          return failed();
-        }
-        cuda::set_decode_attention_kernel(kernel);
-        double t_sum = 0;
-        int t_n = 0;
-        for (int k = 0; k < repeats; ++k) {
-          const model::StepBatch step = decode_batch(k);
-          const double start = now_s();
-          if (auto ok = decode_step(step); !ok) {
-            std::fprintf(stderr, "%s\n", ok.error().what());
-            return failed();
-          }
-          if (k >= 2) {
-            t_sum += now_s() - start;
-            ++t_n;
-          }
-        }
-        const double s_k = t_sum / t_n;
-        std::printf("%-8s %6d %8d %12.3f %12.0f %9.0f%% %9s %7.0f%%  attention %s\n", "decode",
-                    batch, context, s_k * 1e3, batch / s_k, step_floor_s / s_k * 100,
-                    compute_bound ? "compute" : "memory", floor_s / s_k * 100, name.c_str());
-        json << (first ? "" : ",") << "\"" << name << "\":{\"ms\":" << s_k * 1e3
-             << ",\"floor_fraction\":" << step_floor_s / s_k << "}";
-        first = false;
-      }
-      json << "}";
-      cuda::set_decode_attention_kernel(chosen);
-    }
-    if (profile) {
-      gpu.set_kernel_profiling(true);
-      gpu.take_kernel_profile();
-      double wall = 0;
-      for (int k = repeats; k < repeats + profile_steps; ++k) {
-        const model::StepBatch step = decode_batch(k);
-        const double start = now_s();
-        if (auto ok = decode_step(step); !ok) {
-          std::fprintf(stderr, "%s\n", ok.error().what());
-          return failed();
-        }
-        wall += now_s() - start;
-      }
-      gpu.set_kernel_profiling(false);
-      const auto by_class = gpu.take_kernel_profile();
-      double device_ms = 0;
-      json << ",\"profile_ms_per_step\":{";
-      bool first = true;
-      std::printf("  profile, batch %d, plain launches, ms per step:", batch);
-      for (const auto& [what, ms] : by_class) {
-        std::printf(" %s %.3f;", what.c_str(), ms / profile_steps);
-        json << (first ? "" : ",") << "\"" << what << "\":" << ms / profile_steps;
-        first = false;
-        device_ms += ms / profile_steps;
-      }
-      std::printf(" sum %.3f; wall %.3f\n", device_ms, wall / profile_steps * 1e3);
-      json << "},\"profile_wall_ms\":" << wall / profile_steps * 1e3;
-      // Both decode attention kernels (paged_attention.hpp, DecodeAttentionKernel) on the same
-      // steps, where the shape has both: ms per step and the KV read rate.
-      if (cuda::decode_attention_applies_rope(spec.num_heads, kv_layout.num_kv_heads, spec.head_dim,
-                                              kv_layout.dtype)) {
-        const cuda::DecodeAttentionKernel chosen = cuda::decode_attention_kernel();
-        std::printf("  decode attention, batch %d, KV %.2f GB per step:", batch, kv_bytes / 1e9);
-        json << ",\"decode_attention_kernels\":{";
-        for (auto kernel :
-             {cuda::DecodeAttentionKernel::kSplit, cuda::DecodeAttentionKernel::kPipelined,
-              cuda::DecodeAttentionKernel::kStream}) {
-          cuda::set_decode_attention_kernel(kernel);
-          gpu.set_kernel_profiling(true);
-          gpu.take_kernel_profile();
-          for (int k = repeats; k < repeats + profile_steps; ++k) {
-            if (auto ok = decode_step(decode_batch(k)); !ok) {
-              std::fprintf(stderr, "%s\n", ok.error().what());
-              return failed();
-            }
-          }
-          gpu.set_kernel_profiling(false);
-          const auto classes = gpu.take_kernel_profile();
-          const auto it = classes.find("decode attention");
-          const double ms = it == classes.end() ? 0.0 : it->second / profile_steps;
-          const double gbps = ms > 0 ? kv_bytes / (ms * 1e-3) / 1e9 : 0.0;
-          const char* name = cuda::decode_attention_kernel_name(kernel);
-          std::printf(" %s %.3f ms (%.0f GB/s, %.0f%% of copy bandwidth);", name, ms, gbps,
-                      gbps * 1e9 / bandwidth * 100);
-          json << (kernel == cuda::DecodeAttentionKernel::kSplit ? "" : ",") << "\"" << name
-               << "\":{\"ms\":" << ms << ",\"gb_per_s\":" << gbps << "}";
-        }
-        std::printf("\n");
-        json << "}";
-        cuda::set_decode_attention_kernel(chosen);
-      }
-    }
-    json << "}";
-    release(tables);
-  }
+  bench::RowInputs rows;
+  rows.gpu = &gpu;
+  rows.spec = &spec;
+  rows.prefills = prefills;
+  rows.batches = batches;
+  rows.context = context;
+  rows.repeats = repeats;
+  rows.profile_steps = profile_steps;
+  rows.profile = profile;
+  rows.logits_to_host = logits_to_host;
+  rows.attn_kernels = attn_kernels;
+  rows.page_size = page_size;
+  rows.prefill_pages = prefill_pages;
+  rows.decode_pages = decode_pages;
+  rows.weight_bytes = weight_bytes;
+  rows.quantized_params = quantized_params;
+  rows.bandwidth = bandwidth;
+  rows.floor_s = floor_s;
+  rows.gemm_peak = gemm_peak;
+  rows.failed = failed;
+  if (const int code = bench::run_rows(rows, json); code != 0) return code;
   // Device memory in use once every row ran (weights, KV pool, step buffers, cuBLAS and the
   // CUDA context): allocations only grow, so this is the peak.
   std::size_t free_bytes = 0, total_bytes = 0;

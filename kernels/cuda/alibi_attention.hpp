@@ -2,7 +2,7 @@
 // Attention with ALiBi (Press et al. 2022; BLOOM): softmax(q . k * scale + slope_h * (j - i))
 // over the token's causal context in the KV pages, for every token of the step (prefill and
 // decode alike). A plain CUDA-core kernel: one block per (token, head), each warp an online
-// softmax over every fourth key, merged at the end. The rope kernels of paged_attention.cu
+// softmax over every fourth key, merged at the end. The rope kernels of paged_attention.hpp
 // are tuned for rope models; ALiBi models (BLOOM, MPT) are served by this one.
 
 #include <cuda_runtime_api.h>

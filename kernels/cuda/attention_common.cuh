@@ -1,8 +1,9 @@
 #pragma once
-// Device helpers shared by the paged attention kernels (paged_attention.cu and the pipelined
-// decode kernel of decode_attention.cu): positions a query attends to, how a decode context is
-// cut into splits, where a key row lives in the page pool, cp.async copies, and the mma.sync
-// m16n8k16 product with its 16-bit packing. Included by .cu files only.
+// Device helpers shared by the paged attention kernels (the per-split decode and prefill kernels
+// of decode_attention_split*.cu and prefill_attention*.cu, the pipelined and streaming decode
+// kernels of decode_attention.cu and decode_attention_stream.cu): positions a query attends to, how
+// a decode context is cut into splits, where a key row lives in the page pool, cp.async copies, and
+// the mma.sync m16n8k16 product with its 16-bit packing. Included by .cu files only.
 
 #include <cstddef>
 #include <cstdint>

@@ -1,5 +1,5 @@
 #pragma once
-// What each tensor-core decode attention kernel (the per-split kernel of paged_attention.cu,
+// What each tensor-core decode attention kernel (the per-split kernel of decode_attention_split.cu,
 // the pipelined kernel of decode_attention.cu, the streaming kernel of
 // decode_attention_stream.cu) does before its tile loop: load head g's query, and with
 // AttentionArgs::rope_inv_freq do rope_store_kv's work for the token (the rotary table for q,

@@ -1,6 +1,6 @@
 #pragma once
 // Device code shared by the tensor-core decode attention kernels: the per-split kernel of
-// paged_attention.cu (decode_kernel_tc), the pipelined kernel of decode_attention.cu and the
+// decode_attention_split.cu (decode_kernel_tc), the pipelined kernel of decode_attention.cu and the
 // streaming kernel of decode_attention_stream.cu. One warp's step over 16 keys of a tile
 // (S = qK^T with mma.sync, the online softmax update, O += PV), the tile rows' swizzle, the
 // fold of splits in order (in the block, or by a combine kernel from the records) and, for the

@@ -1,6 +1,6 @@
 // CudaModel under tensor parallelism (docs/parallel.md): joining a group whose collectives
 // run on the model's stream. The all-reduces themselves are in the forward pass
-// (cuda_model.cpp, after the o and down products).
+// (cuda_model_enqueue.cpp, after the o and down products).
 
 #include <cuda_runtime_api.h>
 

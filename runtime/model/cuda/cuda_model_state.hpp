@@ -1,7 +1,8 @@
 #pragma once
-// CudaModel's state, shared by its three source files: cuda_model.cpp (the forward pass),
-// cuda_model_load.cpp (creation and weight upload) and cuda_sampling.cpp (the GPU sampler's
-// host side). Internal: included by those files only.
+// CudaModel's state, shared by its source files: cuda_model.cpp, cuda_model_prepare.cpp and
+// cuda_model_enqueue.cpp (the forward pass), cuda_model_load.cpp (creation and weight upload),
+// cuda_sampling.cpp (the GPU sampler's host side) and the rest of cuda_model_*.cpp. Internal:
+// included by those files only.
 
 #include <cuda_runtime_api.h>
 
@@ -18,6 +19,7 @@
 #include "kernels/cuda/activation.hpp"
 #include "kernels/cuda/convert.hpp"
 #include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/paged_kv.hpp"
 #include "kernels/cuda/quant_gemv.hpp"
 #include "kernels/cuda/quant_layout.hpp"
 #include "kernels/cuda/tp_fused.hpp"
@@ -48,6 +50,29 @@ struct StepLayout {
   std::size_t row_list = 0, head_rows = 0, tree_from = 0, tree_begin = 0, tree_slots = 0;
   std::size_t words = 0;
 };
+
+// One step between State::run's phases: its shape and metadata layout as prepare_step uploaded
+// them, the views the kernels read them through, and whether enqueue_step's products and
+// all-reduces were accepted (run() reports them after the launch).
+struct PreparedStep {
+  int T = 0, rows = 0;  // tokens, logit rows
+  int R = 0;            // rotary dims (0: no rope)
+  // Decode queries and prefill tiles, the longest decode context, and the decode rows among the
+  // logit rows (for the row kernel).
+  int decode_count = 0, tile_count = 0, decode_context = 0, head_decode_rows = 0;
+  bool fused_rope = false;  // decode-only steps may leave rope and the KV store to attention
+  bool has_tree = false, has_verify = false, has_offsets = false, compressing = false;
+  bool head_in_window = false;  // the vocab-parallel head gathers in collective memory
+  StepLayout L;
+  cuda::FlatBatchView fb;
+  cuda::PagedKvView kvv;
+  std::size_t element_bytes = 0;  // of a KV page element
+  bool blas_ok = true, reduce_ok = true;
+};
+
+// CudaModelOptions::row_kernel_tokens, or WEFT_ROW_KERNEL_TOKENS where set; at most
+// cuda::kGemvRowsMax (cuda_model.cpp).
+int row_kernel_limit(const CudaModelOptions& options);
 
 }  // namespace cuda_model_detail
 
@@ -252,6 +277,11 @@ struct CudaModel::State {
                                 std::size_t row_offset, std::size_t total_rows);
   // copy_logits false: enqueue the step and return without waiting (launch()).
   Result<void> run(const StepBatch& batch, std::vector<float>& logits, bool copy_logits = true);
+  // run()'s phases: prepare_step lays the step's metadata out, uploads it and sizes the step's
+  // buffers (cuda_model_prepare.cpp); enqueue_step enqueues every kernel of the step on
+  // `stream`, plainly or into the graph run() captures (cuda_model_enqueue.cpp).
+  Result<void> prepare_step(const StepBatch& batch, bool copy_logits, PreparedStep& step);
+  void enqueue_step(PreparedStep& step);
   Result<void> sample(const DeviceSamplingInput& input, DeviceSamplingOutput& output);
   Result<void> greedy_chain(const StepBatch& first, int steps, std::vector<std::int32_t>& tokens);
 };
