@@ -1,7 +1,7 @@
 // CudaModel under tensor parallelism, the fused all-reduce + residual add + norm
 // (WEFT_TP_FUSED_NORM, docs/parallel.md "Fused all-reduce and norm"): the group's device
 // window and barriers, and a check of them on this machine's NCCL before any step uses them.
-// The launches themselves are in the forward pass (cuda_model.cpp).
+// The launches themselves are in the forward pass (cuda_model_enqueue.cpp).
 
 #include <cuda_runtime_api.h>
 
