@@ -14,8 +14,15 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(
     return Error(ErrorCode::kInvalidArgument, "no vocabulary given to compile the grammar for");
   auto flat = flatten_grammar(grammar, limits);
   if (!flat) return flat.error();
+  return compile(std::move(*flat), std::move(trie));
+}
+
+Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(
+    FlatGrammar flat, std::shared_ptr<const TokenTrie> trie) {
+  if (!trie)
+    return Error(ErrorCode::kInvalidArgument, "no vocabulary given to compile the grammar for");
   auto cg = std::shared_ptr<CompiledGrammar>(new CompiledGrammar());
-  cg->g_ = std::move(*flat);
+  cg->g_ = std::move(flat);
   cg->trie_ = std::move(trie);
   const auto& g = cg->g_;
   std::uint32_t slots = 0;
