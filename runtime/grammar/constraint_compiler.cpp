@@ -8,11 +8,19 @@
 #include "runtime/grammar/tool_call_grammar.hpp"
 
 namespace weft::grammar {
+namespace {
 
-Result<Grammar> grammar_for(const ResponseFormat& format) {
+JsonGrammarOptions json_options(const ResponseFormat& format) {
   JsonGrammarOptions json;
   json.flexible_whitespace = format.flexible_whitespace;
   json.strict = format.strict;
+  return json;
+}
+
+}  // namespace
+
+Result<Grammar> grammar_for(const ResponseFormat& format) {
+  const JsonGrammarOptions json = json_options(format);
   switch (format.type) {
     case ResponseFormat::Type::kJsonObject:
       return json_object_grammar(json);
@@ -31,6 +39,14 @@ Result<Grammar> grammar_for(const ResponseFormat& format) {
       break;
   }
   return Error(ErrorCode::kInvalidArgument, "an unconstrained format has no grammar");
+}
+
+Result<FlatGrammar> flat_grammar_for(const ResponseFormat& format) {
+  if (format.type == ResponseFormat::Type::kJsonSchema)
+    return json_schema_to_flat_grammar(format.source, json_options(format));
+  auto grammar = grammar_for(format);
+  if (!grammar) return grammar.error();
+  return flatten_grammar(*grammar);
 }
 
 ConstraintCompiler::ConstraintCompiler(std::function<Result<TokenizerVocab>()> load_vocab,
@@ -77,9 +93,9 @@ Result<std::shared_ptr<const CompiledGrammar>> ConstraintCompiler::compile(
   auto result = [&]() -> Result<std::shared_ptr<const CompiledGrammar>> {
     auto t = trie();
     if (!t) return t.error();
-    auto grammar = grammar_for(format);
-    if (!grammar) return grammar.error();
-    return CompiledGrammar::compile(*grammar, t.value());
+    auto flat = flat_grammar_for(format);
+    if (!flat) return flat.error();
+    return CompiledGrammar::compile(std::move(*flat), t.value());
   }();
   {
     std::lock_guard lock(mutex_);

@@ -29,6 +29,9 @@ namespace weft::grammar {
 // The grammar a format describes. Errors name where: the JSON pointer and keyword of a schema,
 // the offset in a regex, the line and column of EBNF text.
 Result<Grammar> grammar_for(const ResponseFormat& format);
+// That grammar flattened, as ConstraintCompiler compiles it. A JSON Schema's is the flat form
+// its converter made while checking it, so the schema is flattened once.
+Result<FlatGrammar> flat_grammar_for(const ResponseFormat& format);
 
 class ConstraintCompiler {
  public:

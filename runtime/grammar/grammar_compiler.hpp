@@ -27,11 +27,13 @@ struct Element {
   std::uint32_t min = 1;
   std::uint32_t max = 1;
   bool counted() const { return is_rule && (min != 1 || max != 1); }
+  bool operator==(const Element&) const = default;
 };
 
 struct FlatRule {
   std::string name;
   std::vector<std::vector<Element>> alts;
+  bool operator==(const FlatRule&) const = default;
 };
 
 struct FlatGrammar {
@@ -51,6 +53,7 @@ struct FlatGrammar {
   static constexpr std::uint32_t kNoRule = 0xffffffffu;
   std::vector<std::uint32_t> repeat_outer;
   std::vector<std::uint32_t> repeat_left;
+  bool operator==(const FlatGrammar&) const = default;
 };
 
 struct CompileLimits {

@@ -42,6 +42,10 @@ class CompiledGrammar {
   static Result<std::shared_ptr<const CompiledGrammar>> compile(
       const Grammar& grammar, std::shared_ptr<const TokenTrie> trie,
       const CompileLimits& limits = {});
+  // A grammar flattened already (flatten_grammar, whose checks it passed): a front end that
+  // flattens to check its grammar hands that form on instead of it being flattened again.
+  static Result<std::shared_ptr<const CompiledGrammar>> compile(
+      FlatGrammar flat, std::shared_ptr<const TokenTrie> trie);
   ~CompiledGrammar();
   CompiledGrammar(const CompiledGrammar&) = delete;
   CompiledGrammar& operator=(const CompiledGrammar&) = delete;

@@ -21,7 +21,10 @@ class JsonSchemaConverter {
  public:
   explicit JsonSchemaConverter(const JsonGrammarOptions& options);
 
+  // The schema's grammar (convert), or its flat form (convert_flat): either way it is
+  // flattened once, which is also its check.
   Result<Grammar> convert(std::string_view schema_json);
+  Result<FlatGrammar> convert_flat(std::string_view schema_json);
   Grammar any_object();
 
   // Dispatch (json_schema_to_grammar.cpp).

@@ -127,7 +127,7 @@ ExprId JsonSchemaConverter::json_literal(Json value) {
   return g_.literal(simdjson::minify(value));
 }
 
-Result<Grammar> JsonSchemaConverter::convert(std::string_view schema_json) {
+Result<FlatGrammar> JsonSchemaConverter::convert_flat(std::string_view schema_json) {
   simdjson::padded_string text(schema_json);
   auto err = parser_.parse(text).get(root_);
   if (err)
@@ -138,10 +138,17 @@ Result<Grammar> JsonSchemaConverter::convert(std::string_view schema_json) {
   if (!body) return body.error();
   g_.set_body(root, *body);
   g_.set_root(root);
-  // Checked here too (left recursion through $ref, schemas that can never finish), so every
-  // error surfaces when the schema is given, before generation.
+  // Flattening checks what the converter cannot see (left recursion through $ref, schemas
+  // that can never finish), so every error surfaces when the schema is given, before
+  // generation; the flat form is kept for compiling (json_schema_to_flat_grammar).
   auto flat = flatten_grammar(g_);
   if (!flat) return Error(flat.error().code(), std::string("JSON Schema: ") + flat.error().what());
+  return flat;
+}
+
+Result<Grammar> JsonSchemaConverter::convert(std::string_view schema_json) {
+  auto flat = convert_flat(schema_json);
+  if (!flat) return flat.error();
   return std::move(g_);
 }
 
@@ -574,6 +581,11 @@ Result<ExprId> JsonSchemaConverter::schema(Json s, const std::string& path, int 
 Result<Grammar> json_schema_to_grammar(std::string_view schema_json,
                                        const JsonGrammarOptions& options) {
   return detail::JsonSchemaConverter(options).convert(schema_json);
+}
+
+Result<FlatGrammar> json_schema_to_flat_grammar(std::string_view schema_json,
+                                                const JsonGrammarOptions& options) {
+  return detail::JsonSchemaConverter(options).convert_flat(schema_json);
 }
 
 Grammar json_object_grammar(const JsonGrammarOptions& options) {

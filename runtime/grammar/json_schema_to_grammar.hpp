@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "runtime/grammar/grammar.hpp"
+#include "runtime/grammar/grammar_compiler.hpp"
 #include "weft/error.hpp"
 
 namespace weft::grammar {
@@ -38,6 +39,11 @@ struct JsonGrammarOptions {
 
 Result<Grammar> json_schema_to_grammar(std::string_view schema_json,
                                        const JsonGrammarOptions& options = {});
+// The same grammar flattened (flatten_grammar with its default limits), for
+// CompiledGrammar::compile: the converter flattens the grammar to check it, and keeps that
+// flat form here instead of it being flattened a second time by the compiler.
+Result<FlatGrammar> json_schema_to_flat_grammar(std::string_view schema_json,
+                                                const JsonGrammarOptions& options = {});
 // JSON mode: any JSON object.
 Grammar json_object_grammar(const JsonGrammarOptions& options = {});
 

@@ -1,5 +1,5 @@
 #pragma once
-// Percentiles for `weft bench`'s reports (cmd_bench.cpp, bench_multi_turn.cpp).
+// Percentiles for `weft bench`'s reports (bench_report.cpp, bench_multi_turn.cpp).
 
 #include <algorithm>
 #include <cstddef>

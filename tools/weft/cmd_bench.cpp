@@ -7,23 +7,18 @@
 // constrained and the summary adds where the time of the masks went: computed under the forward
 // pass, or waited for after it. --write-dataset records each request's prompt and the number of
 // tokens it produced, so that an unconstrained run (--dataset) can replay exactly the same work.
-
-#include <unistd.h>
+// The requests' clients are in bench_requests.cpp, the report in bench_report.cpp.
 
 #include <algorithm>
 #include <atomic>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 #include <boost/json.hpp>
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <iostream>
-#include <mutex>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -31,7 +26,9 @@
 #include "actors/device_backend.hpp"
 #include "tools/weft/bench_dataset.hpp"
 #include "tools/weft/bench_multi_turn.hpp"
-#include "tools/weft/bench_stats.hpp"
+#include "tools/weft/bench_options.hpp"
+#include "tools/weft/bench_report.hpp"
+#include "tools/weft/bench_requests.hpp"
 #include "tools/weft/commands.hpp"
 #include "tools/weft/default_model.hpp"
 #include "tools/weft/kv_compress_option.hpp"
@@ -48,174 +45,6 @@ namespace {
 
 namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;
-
-struct BenchOptions {
-  std::string model_dir;
-  std::string quantize;  // --quantize: a block format name, empty for none
-  int tensor_parallel = 1;
-  PipelineOptions pipeline;
-  std::string dataset;
-  bool num_requests_given = false;
-  int num_requests = 100;
-  int input_len = 128;
-  int output_len = 128;
-  double range_ratio = 0.0;
-  double request_rate = 0.0;  // requests per second; 0: all at once
-  int max_concurrency = 0;    // requests in flight at most (closed loop); 0: no limit
-  std::uint64_t seed = 0;
-  std::string device = "auto";
-  double gpu_memory_fraction = 0.0;
-  float temperature = 0.0f;
-  float top_p = 1.0f;
-  int top_k = 0;
-  int page_size = 16;
-  std::int64_t kv_budget_mb = 256;
-  std::string kv_cache_dtype = "auto";
-  KvCompressOptions kv_compress;
-  int max_tokens_per_step = 512;
-  int max_running = 256;
-  std::string admission = "reserve";
-  std::string schedule_policy = "fcfs";
-  unsigned threads = 0;
-  std::string json_schema_file;
-  std::string json_schema_dir;
-  std::string write_dataset;
-  bool no_jump_forward = false;
-  std::string regex;
-  std::string grammar_file;
-  bool json_object = false;
-  std::string prefix_cache = "on";
-  int multi_turn = 0;  // turns per conversation; 0: independent requests
-  int system_prompt_len = 256;
-  SpeculativeOptions speculative;
-  int repeat_prompt = 1;   // each prompt: a random block repeated this many times
-  std::string step_trace;  // --step-trace: one JSON line per planned step
-};
-
-struct RequestTimes {
-  double ttft_ms = 0;
-  double decode_ms = 0;  // first token to last
-  std::vector<double> itl_ms;
-  int output_tokens = 0;
-  int input_tokens = 0;
-  bool failed = false;
-  std::uint64_t digest = 14695981039346656037ull;  // FNV-1a of the output token ids
-};
-
-class ProgressBar {
- public:
-  explicit ProgressBar(int total) : total_(total), tty_(isatty(STDERR_FILENO) != 0) {}
-  void tick() {
-    const int done = ++done_;
-    std::lock_guard lock(mutex_);
-    const int percent = done * 100 / std::max(total_, 1);
-    if (tty_) {
-      const int width = 30;
-      const int filled = done * width / std::max(total_, 1);
-      std::fprintf(stderr, "\rbench [%s%s] %d/%d", std::string(filled, '#').c_str(),
-                   std::string(width - filled, '.').c_str(), done, total_);
-      if (done == total_) std::fputc('\n', stderr);
-    } else if (percent >= next_ || done == total_) {
-      std::fprintf(stderr, "bench: %d/%d requests done\n", done, total_);
-      next_ = percent / 10 * 10 + 10;
-    }
-  }
-
- private:
-  int total_;
-  bool tty_;
-  std::atomic<int> done_{0};
-  std::mutex mutex_;
-  int next_ = 10;
-};
-
-// Reads a submitted request's events to its final one (`error`: the submission failed).
-asio::awaitable<void> read_request(std::exception_ptr error, std::shared_ptr<RequestStream> stream,
-                                   bool constrained, Clock::time_point submitted,
-                                   RequestTimes& times, ProgressBar& progress) {
-  auto last = submitted;
-  try {
-    if (error) std::rethrow_exception(error);
-    for (;;) {
-      Event e = co_await stream->next(asio::use_awaitable);
-      const auto now = Clock::now();
-      if (e.kind == Event::Kind::kFinal) {
-        // A constrained output may end early with `stop` when its grammar is complete.
-        times.failed = e.finish_reason != FinishReason::kLength &&
-                       !(constrained && e.finish_reason == FinishReason::kStop);
-        break;
-      }
-      const double ms = std::chrono::duration<double, std::milli>(now - last).count();
-      if (times.output_tokens == 0) {
-        times.ttft_ms = ms;
-      } else {
-        times.itl_ms.push_back(ms);
-        times.decode_ms += ms;
-      }
-      times.output_tokens += static_cast<int>(e.token_ids.size());
-      for (std::int32_t id : e.token_ids)
-        times.digest = (times.digest ^ static_cast<std::uint32_t>(id)) * 1099511628211ull;
-      last = now;
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench: request failed: %s\n", e.what());
-    times.failed = true;
-  }
-  progress.tick();
-}
-
-// Closed loop: one client's request, submitted at `at`, read to its end.
-asio::awaitable<void> run_request(Engine& engine, GenerateRequest request, Clock::time_point at,
-                                  RequestTimes& times, ProgressBar& progress) {
-  asio::steady_timer timer(co_await asio::this_coro::executor);
-  timer.expires_at(at);
-  co_await timer.async_wait(asio::use_awaitable);
-  times.input_tokens = static_cast<int>(request.prompt_ids.size());
-  const bool constrained = request.response_format.constrained();
-  const auto submitted = Clock::now();
-  std::exception_ptr error;
-  std::shared_ptr<RequestStream> stream;
-  try {
-    stream = co_await engine.submit(std::move(request), asio::use_awaitable);
-  } catch (...) {
-    error = std::current_exception();
-  }
-  co_await read_request(error, std::move(stream), constrained, submitted, times, progress);
-}
-
-// Open loop (offline, or at a Poisson rate): one coroutine hands the requests to the engine in
-// the file's order, each at its arrival time, and a reader per request follows its events;
-// `finished[k]` is set when request k's reader is done. The submissions are initiated here one
-// after another (Engine::submit posts an unconstrained request to the tokenizer's strand before
-// it returns), so the scheduler queues them in this order; constrained requests are compiled on
-// a pool first, which may reorder neighbours. A timer per request, all expiring at the same instant
-// (offline), handed them over in the order Asio's timer heap released equal deadlines: mostly
-// the file's reverse, which the scheduler's first-come-first-served queue then kept
-// (docs/PERFORMANCE.md, "Why the longest-first file took 2,160 steps").
-asio::awaitable<void> submit_in_order(Engine& engine, std::vector<GenerateRequest>& requests,
-                                      const std::vector<Clock::time_point>& arrivals,
-                                      std::vector<RequestTimes>& times, ProgressBar& progress,
-                                      std::vector<std::promise<void>>& finished) {
-  auto executor = co_await asio::this_coro::executor;
-  asio::steady_timer timer(executor);
-  for (std::size_t k = 0; k < requests.size(); ++k) {
-    if (arrivals[k] > Clock::now()) {
-      timer.expires_at(arrivals[k]);
-      co_await timer.async_wait(asio::use_awaitable);
-    }
-    times[k].input_tokens = static_cast<int>(requests[k].prompt_ids.size());
-    const bool constrained = requests[k].response_format.constrained();
-    const auto submitted = Clock::now();
-    engine.submit(std::move(requests[k]),
-                  [&, k, executor, constrained, submitted](std::exception_ptr error,
-                                                           std::shared_ptr<RequestStream> stream) {
-                    asio::co_spawn(executor,
-                                   read_request(error, std::move(stream), constrained, submitted,
-                                                times[k], progress),
-                                   [&finished, k](std::exception_ptr) { finished[k].set_value(); });
-                  });
-  }
-}
 
 // The *.json files of a folder, in name order: request i is constrained by schema i mod N.
 Result<std::vector<std::string>> read_schema_dir(const std::string& dir) {
@@ -236,21 +65,6 @@ Result<std::vector<std::string>> read_schema_dir(const std::string& dir) {
     schemas.push_back(text.str());
   }
   return schemas;
-}
-
-// One JSON line per request, in the format --dataset reads: its prompt and the tokens it made.
-bool write_dataset_file(const std::string& path,
-                        const std::vector<std::vector<std::int32_t>>& prompts,
-                        const std::vector<RequestTimes>& times) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  for (std::size_t i = 0; i < prompts.size(); ++i) {
-    boost::json::array ids(prompts[i].begin(), prompts[i].end());
-    boost::json::object line{{"prompt_ids", std::move(ids)},
-                             {"output_len", std::max(1, times[i].output_tokens)}};
-    out << boost::json::serialize(line) << '\n';
-  }
-  out.flush();
-  return static_cast<bool>(out);
 }
 
 int run_bench(const BenchOptions& o) {
@@ -439,118 +253,7 @@ int run_bench(const BenchOptions& o) {
     return 1;
   }
 
-  // TPOT as vLLM and SGLang report it: per request, the time from its first token to its
-  // last over the tokens after the first; requests of one token have none.
-  std::vector<double> ttft, itl, tpot;
-  long output_tokens = 0, input_tokens = 0;
-  int failed = 0;
-  for (const auto& t : times) {
-    failed += t.failed;
-    ttft.push_back(t.ttft_ms);
-    if (t.output_tokens > 1) tpot.push_back(t.decode_ms / (t.output_tokens - 1));
-    itl.insert(itl.end(), t.itl_ms.begin(), t.itl_ms.end());
-    output_tokens += t.output_tokens;
-    input_tokens += t.input_tokens;
-  }
-  std::uint64_t digest = 14695981039346656037ull;  // over the requests' digests, in order
-  for (const auto& t : times)
-    digest = (digest ^ t.digest) * 1099511628211ull;
-  char digest_hex[17];
-  std::snprintf(digest_hex, sizeof digest_hex, "%016llx", static_cast<unsigned long long>(digest));
-  boost::json::object out{
-      {"requests", num_requests},
-      {"failed", failed},
-      {"duration_s", seconds},
-      {"requests_per_s", num_requests / seconds},
-      {"input_tokens_per_s", static_cast<double>(input_tokens) / seconds},
-      {"output_tokens_per_s", static_cast<double>(output_tokens) / seconds},
-      {"ttft_ms_p50", percentile(ttft, 50)},
-      {"ttft_ms_p99", percentile(ttft, 99)},
-      {"tpot_ms_p50", percentile(tpot, 50)},
-      {"tpot_ms_p99", percentile(tpot, 99)},
-      {"itl_ms_p50", percentile(itl, 50)},
-      {"itl_ms_p99", percentile(itl, 99)},
-      {"peak_kv_pages", metrics.kv_pages_peak},
-      {"kv_pages_total", metrics.kv_pages_total},
-      {"kv_cache_dtype", metrics.kv_cache_dtype},
-      {"kv_page_bytes", metrics.kv_page_bytes},
-      {"kv_pool_tokens", metrics.kv_pool_tokens},
-      {"preemptions", metrics.preemptions},
-      {"schedule_policy", o.schedule_policy},
-      {"kv_compressions", metrics.kv_compressions},
-      {"kv_compressed_pages", metrics.kv_compressed_pages},
-      {"steps", metrics.steps},
-      {"steps_in_flight_peak", metrics.steps_in_flight_peak},
-      {"input_tokens", input_tokens},
-      {"output_tokens", output_tokens},
-      {"dataset", o.dataset},
-      {"input_len", o.input_len},
-      {"output_len", o.output_len},
-      {"range_ratio", o.range_ratio},
-      {"request_rate", o.request_rate},
-      {"max_concurrency", o.max_concurrency},
-      {"device", resolved_device},
-      {"temperature", o.temperature},
-      {"top_p", o.top_p},
-      {"top_k", o.top_k},
-      {"constrained", format.constrained()},
-      {"schemas", schemas.empty() ? (format.type == ResponseFormat::Type::kJsonSchema ? 1 : 0)
-                                  : static_cast<int>(schemas.size())},
-      {"finished_stop", metrics.finished_stop},
-      {"forward_ms", metrics.forward_us / 1000.0},
-      {"constrained_steps", metrics.constrained_steps},
-      {"masks_computed", metrics.masks_computed},
-      {"mask_compute_ms", metrics.mask_compute_us / 1000.0},
-      {"mask_wait_ms", metrics.mask_wait_us / 1000.0},
-      {"constraint_accept_ms", metrics.constraint_accept_us / 1000.0},
-      {"jump_forward_tokens", metrics.jump_forward_tokens},
-      {"prefix_cache", o.prefix_cache},
-      {"prefix_cache_hit_tokens", metrics.prefix_cache_hit_tokens},
-      {"prefix_cache_query_tokens", metrics.prefix_cache_query_tokens},
-      {"prefix_cache_evictions", metrics.prefix_cache_evictions},
-      {"kv_pages_cached", metrics.kv_pages_cached},
-      {"output_digest", digest_hex},
-      {"speculate", o.speculative.speculate},
-      {"spec_tokens", o.speculative.spec_tokens},
-      {"spec_width", o.speculative.spec_width},
-      {"repeat_prompt", o.repeat_prompt},
-      {"speculative_verifications", metrics.speculative_verifications},
-      {"speculative_draft_tokens", metrics.speculative_draft_tokens},
-      {"speculative_accepted_tokens", metrics.speculative_accepted_tokens},
-      {"mean_acceptance_length",
-       metrics.speculative_verifications == 0
-           ? 0.0
-           : 1.0 + static_cast<double>(metrics.speculative_accepted_tokens) /
-                       static_cast<double>(metrics.speculative_verifications)},
-      {"model", o.model_dir}};
-  std::printf("requests %d (%d failed) in %.2f s: %.2f req/s, %.1f output tok/s\n", num_requests,
-              failed, seconds, num_requests / seconds,
-              static_cast<double>(output_tokens) / seconds);
-  std::printf(
-      "TTFT p50 %.1f ms, p99 %.1f ms; TPOT p50 %.2f ms, p99 %.2f ms; ITL p50 %.2f ms, p99 %.2f "
-      "ms; peak KV %d/%d pages (%s KV, %lld tokens)\n",
-      percentile(ttft, 50), percentile(ttft, 99), percentile(tpot, 50), percentile(tpot, 99),
-      percentile(itl, 50), percentile(itl, 99), metrics.kv_pages_peak, metrics.kv_pages_total,
-      metrics.kv_cache_dtype.c_str(), static_cast<long long>(metrics.kv_pool_tokens));
-  if (format.constrained()) {
-    // The overlap: masks for step N+1 are computed while its forward pass runs; only what is
-    // left when the logits arrive delays sampling. On a GPU the wait is counted from the
-    // launch, while the device still computes, so "hidden" is a lower bound there.
-    const double compute_ms = metrics.mask_compute_us / 1000.0;
-    const double wait_ms = metrics.mask_wait_us / 1000.0;
-    std::printf(
-        "constraint: %llu masks over %llu steps: %.1f ms computing them, at least %.1f ms of it "
-        "hidden under %.1f ms of forward passes, %.1f ms waited for; %.1f ms "
-        "accepting tokens; %llu tokens forced (jump-forward); %llu outputs complete (stop)\n",
-        static_cast<unsigned long long>(metrics.masks_computed),
-        static_cast<unsigned long long>(metrics.constrained_steps), compute_ms,
-        std::max(0.0, compute_ms - wait_ms), metrics.constrained_forward_us / 1000.0, wait_ms,
-        metrics.constraint_accept_us / 1000.0,
-        static_cast<unsigned long long>(metrics.jump_forward_tokens),
-        static_cast<unsigned long long>(metrics.finished_stop));
-  }
-  std::cout << boost::json::serialize(out) << std::endl;
-  return failed == 0 ? 0 : 1;
+  return report_bench(o, times, metrics, seconds, resolved_device, format, schemas);
 }
 
 }  // namespace

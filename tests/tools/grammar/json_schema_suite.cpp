@@ -66,12 +66,13 @@ Compiled compile(const std::string& schema, const std::shared_ptr<const TokenTri
   Compiled out;
   JsonGrammarOptions options;
   options.warnings = &out.warnings;
-  auto g = json_schema_to_grammar(schema, options);
+  // The engine's path (ConstraintCompiler): the flat form the converter checked, compiled.
+  auto g = json_schema_to_flat_grammar(schema, options);
   if (!g) {
     out.error = g.error().what();
     return out;
   }
-  auto c = CompiledGrammar::compile(*g, trie);
+  auto c = CompiledGrammar::compile(std::move(*g), trie);
   if (!c) {
     out.error = c.error().what();
     return out;
