@@ -142,6 +142,21 @@ Result<std::string> gguf_tokenizer_json(const gguf::File& file) {
   };
   auto types = numbers("tokenizer.ggml.token_type");
   if (!types) return types.error();
+  // llama.cpp's token types: 0 undefined, 1 normal, 2 unknown, 3 control, 4 user-defined,
+  // 5 unused, 6 byte. Anything else (a fraction, a negative, 4e9) is refused, naming the
+  // token: a cast of such a double to int is undefined behaviour (found by fuzz_gguf).
+  if (*types != nullptr) {
+    for (std::size_t id = 0; id < n; ++id) {
+      const double t = (**types)[id];
+      if (!(t >= 0 && t <= 6) || t != static_cast<double>(static_cast<int>(t))) {
+        std::ostringstream v;
+        v << t;
+        return key_error(
+            file, "tokenizer.ggml.token_type",
+            "holds " + v.str() + " for token " + std::to_string(id) + ", not a token type (0-6)");
+      }
+    }
+  }
   auto scores = numbers("tokenizer.ggml.scores");
   if (!scores) return scores.error();
   auto type_of = [&](std::size_t id) {

@@ -7,6 +7,10 @@
 #include <gtest/gtest.h>
 #include <simdjson.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <span>
 #include <unordered_map>
 
 #include "tests/loaders/gguf_test_models.hpp"
@@ -185,6 +189,23 @@ TEST(GgufTokenizer, BadTokenizerMetadataIsANamedError) {
          w.add_strings("tokenizer.ggml.merges", {});
        },
        "\"tokenizer.ggml.token_type\" must be an array of 2 numbers"},
+      // Found by fuzz_gguf (2026-11-26): a type of 4e9 was cast to int, undefined behaviour.
+      {"type not a token type",
+       [](Writer& w) {
+         w.add_string("tokenizer.ggml.model", "gpt2");
+         w.add_strings("tokenizer.ggml.tokens", {"a", "b"});
+         w.add_f32s("tokenizer.ggml.token_type", {1.0f, 4294967296.0f});
+         w.add_strings("tokenizer.ggml.merges", {});
+       },
+       "\"tokenizer.ggml.token_type\" holds 4.29497e+09 for token 1, not a token type (0-6)"},
+      {"type a fraction",
+       [](Writer& w) {
+         w.add_string("tokenizer.ggml.model", "gpt2");
+         w.add_strings("tokenizer.ggml.tokens", {"a", "b"});
+         w.add_f32s("tokenizer.ggml.token_type", {2.5f, 1.0f});
+         w.add_strings("tokenizer.ggml.merges", {});
+       },
+       "holds 2.5 for token 0, not a token type"},
       {"bos outside",
        [](Writer& w) {
          w.add_string("tokenizer.ggml.model", "gpt2");
@@ -348,6 +369,29 @@ TEST(GgufTokenizer, RealLlama3VocabularyAsGpt2WithLlamaBpeEncodesLikeItsTokenize
   auto want = loaders::load_tokenizer(json);
   ASSERT_TRUE(want) << want.error().what();
   expect_same_encoding(*got, *want->tokenizer);
+}
+
+// Every fuzz_gguf finding (tests/fixtures/fuzz_findings/gguf/) builds its tokenizer or is
+// refused with an error naming the file; under the asan preset, without undefined behaviour.
+TEST(GgufTokenizer, FuzzFindingsLoadOrFailCleanly) {
+  const auto dir = std::filesystem::path(WEFT_SOURCE_DIR) / "tests/fixtures/fuzz_findings/gguf";
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(entry.path(), std::ios::binary);
+    const std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ++files;
+    const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(raw.data()),
+                                           raw.size());
+    auto file = File::parse(bytes, entry.path().filename().string());
+    ASSERT_TRUE(file) << file.error().what();  // the findings are all well-formed files
+    auto json = gguf_tokenizer_json(**file);
+    if (!json) {
+      EXPECT_NE(std::string(json.error().what()).find(entry.path().filename().string()),
+                std::string::npos)
+          << json.error().what();
+    }
+  }
+  EXPECT_GE(files, 1);
 }
 
 }  // namespace
