@@ -42,8 +42,15 @@ Result<Grammar> grammar_for(const ResponseFormat& format) {
 }
 
 Result<FlatGrammar> flat_grammar_for(const ResponseFormat& format) {
+  // The converters that flatten to check keep that form (one flattening, not two).
   if (format.type == ResponseFormat::Type::kJsonSchema)
     return json_schema_to_flat_grammar(format.source, json_options(format));
+  if (format.type == ResponseFormat::Type::kGrammar) return parse_ebnf_flat(format.source);
+  if (format.type == ResponseFormat::Type::kToolCalls) {
+    auto spec = parse_tool_call_spec(format.source);
+    if (!spec) return spec.error();
+    return tool_call_flat_grammar(*spec);
+  }
   auto grammar = grammar_for(format);
   if (!grammar) return grammar.error();
   return flatten_grammar(*grammar);

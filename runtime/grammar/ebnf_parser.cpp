@@ -49,8 +49,12 @@ class EbnfParser {
           return fail(at, msg);
       return Error(flat.error().code(), "grammar: " + msg);
     }
+    flat_ = std::move(flat.value());
     return std::move(g_);
   }
+
+  // The flat form that run() checked (valid after a successful run()).
+  FlatGrammar take_flat() { return std::move(flat_); }
 
  private:
   Error fail(std::size_t at, const std::string& what) const {
@@ -340,6 +344,7 @@ class EbnfParser {
   std::string_view s_;
   std::size_t i_ = 0;
   Grammar g_;
+  FlatGrammar flat_;
   std::map<std::string, std::size_t> defined_at_;
   std::map<std::string, std::size_t> referenced_at_;
 };
@@ -348,6 +353,13 @@ class EbnfParser {
 
 Result<Grammar> parse_ebnf(std::string_view text) {
   return EbnfParser(text).run();
+}
+
+Result<FlatGrammar> parse_ebnf_flat(std::string_view text) {
+  EbnfParser parser(text);
+  auto grammar = parser.run();
+  if (!grammar) return grammar.error();
+  return parser.take_flat();
 }
 
 }  // namespace weft::grammar

@@ -6,10 +6,16 @@
 #include <string_view>
 
 #include "runtime/grammar/grammar.hpp"
+#include "runtime/grammar/grammar_compiler.hpp"
 #include "weft/error.hpp"
 
 namespace weft::grammar {
 
 Result<Grammar> parse_ebnf(std::string_view text);
+
+// The same grammar flattened (flatten_grammar with its default limits), for
+// CompiledGrammar::compile: the parser flattens the grammar to check it and keeps that form
+// instead of it being flattened a second time by the compiler.
+Result<FlatGrammar> parse_ebnf_flat(std::string_view text);
 
 }  // namespace weft::grammar

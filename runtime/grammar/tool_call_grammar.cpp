@@ -183,7 +183,10 @@ Result<ToolCallSpec> parse_tool_call_spec(std::string_view json) {
   return spec;
 }
 
-Result<Grammar> tool_call_grammar(const ToolCallSpec& spec) {
+namespace {
+
+// The grammar and the flat form that checked it.
+Result<std::pair<Grammar, FlatGrammar>> build_tool_call_grammar(const ToolCallSpec& spec) {
   if (spec.functions.empty()) {
     return Error(ErrorCode::kInvalidArgument, "tools: at least one function is required");
   }
@@ -230,7 +233,21 @@ Result<Grammar> tool_call_grammar(const ToolCallSpec& spec) {
   g.set_root(root);
   auto flat = flatten_grammar(g);
   if (!flat) return Error(flat.error().code(), std::string("tools: ") + flat.error().what());
-  return g;
+  return std::make_pair(std::move(g), std::move(flat.value()));
+}
+
+}  // namespace
+
+Result<Grammar> tool_call_grammar(const ToolCallSpec& spec) {
+  auto built = build_tool_call_grammar(spec);
+  if (!built) return built.error();
+  return std::move(built->first);
+}
+
+Result<FlatGrammar> tool_call_flat_grammar(const ToolCallSpec& spec) {
+  auto built = build_tool_call_grammar(spec);
+  if (!built) return built.error();
+  return std::move(built->second);
 }
 
 }  // namespace weft::grammar

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/grammar/grammar.hpp"
+#include "runtime/grammar/grammar_compiler.hpp"
 #include "weft/error.hpp"
 
 namespace weft::grammar {
@@ -54,6 +55,8 @@ Result<ToolCallSpec> parse_tool_call_spec(std::string_view json);
 // Errors name the function's parameters ("tools[1].function.parameters: JSON Schema at
 // '#/properties/x': unsupported keyword 'not'").
 Result<Grammar> tool_call_grammar(const ToolCallSpec& spec);
+// The same grammar flattened, the form that checked it (for CompiledGrammar::compile).
+Result<FlatGrammar> tool_call_flat_grammar(const ToolCallSpec& spec);
 
 // Copies every rule of `source` into `target`, names prefixed, and returns the rule that was
 // source's root. Used to put several schemas' grammars side by side in one grammar.

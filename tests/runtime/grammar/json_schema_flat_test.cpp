@@ -14,6 +14,7 @@
 #include "runtime/grammar/constraint_compiler.hpp"
 #include "runtime/grammar/grammar_compiler.hpp"
 #include "runtime/grammar/json_schema_to_grammar.hpp"
+#include "runtime/grammar/tool_call_grammar.hpp"
 
 namespace weft::grammar {
 namespace {
@@ -110,6 +111,22 @@ TEST(JsonSchemaFlat, FlatGrammarForMatchesGrammarFor) {
   ebnf.type = ResponseFormat::Type::kGrammar;
   ebnf.source = "root ::= \"[\" item (\",\" item)* \"]\"\nitem ::= [0-9]+\n";
   formats.push_back(ebnf);
+  // EBNF and tool calls also keep the flat form they checked (parse_ebnf_flat,
+  // tool_call_flat_grammar); a left-recursive grammar is refused alike.
+  ebnf.source = "root ::= root \"a\" | \"b\"\n";
+  formats.push_back(ebnf);
+  for (const auto format : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json}) {
+    ToolCallSpec spec;
+    spec.format = format;
+    spec.required = format == ToolCallFormat::kHermes;
+    spec.functions.push_back(
+        {0, "get_weather", R"({"type":"object","properties":{"city":{"type":"string"}}})", false});
+    spec.functions.push_back({1, "now", "", false});
+    ResponseFormat tools;
+    tools.type = ResponseFormat::Type::kToolCalls;
+    tools.source = tool_call_spec_json(spec);
+    formats.push_back(tools);
+  }
   int refused = 0;
   for (const auto& f : formats) {
     SCOPED_TRACE(f.source + (f.flexible_whitespace ? " flexible" : "") +
@@ -126,7 +143,7 @@ TEST(JsonSchemaFlat, FlatGrammarForMatchesGrammarFor) {
     ASSERT_TRUE(again) << again.error().what();
     EXPECT_TRUE(*flat == *again);
   }
-  EXPECT_EQ(refused, 2);  // the strict multipleOf schemas
+  EXPECT_EQ(refused, 3);  // the strict multipleOf schemas and the left-recursive grammar
 }
 
 }  // namespace
