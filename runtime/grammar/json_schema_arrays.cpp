@@ -50,10 +50,9 @@ Result<ExprId> JsonSchemaConverter::array_schema(Json s, const std::string& path
   auto count = [&](const char* key, std::uint64_t fallback) -> Result<std::uint64_t> {
     Json n;
     if (obj[key].get(n)) return fallback;
-    double d = n.is_number() ? double(n) : -1;
-    if (d < 0 || d != static_cast<double>(static_cast<std::uint64_t>(d)))
-      return error(path + "/" + key, std::string(key) + " must be a non-negative integer");
-    return static_cast<std::uint64_t>(d);
+    auto c = json_count(n);
+    if (!c) return error(path + "/" + key, std::string(key) + " must be a non-negative integer");
+    return *c;
   };
   auto min_items = count("minItems", 0);
   if (!min_items) return min_items.error();
@@ -74,10 +73,9 @@ Result<ExprId> JsonSchemaConverter::array_schema(Json s, const std::string& path
     if (!obj["maxContains"].get(n) && options_.strict) return unsupported(path, "maxContains");
     std::uint64_t m = 1;
     if (!obj["minContains"].get(n)) {
-      double d = n.is_number() ? double(n) : -1;
-      if (d < 0 || d != static_cast<double>(static_cast<std::uint64_t>(d)))
-        return error(path + "/minContains", "minContains must be a non-negative integer");
-      m = static_cast<std::uint64_t>(d);
+      auto c = json_count(n);
+      if (!c) return error(path + "/minContains", "minContains must be a non-negative integer");
+      m = *c;
     }
     if (m > kMaxExpandedItems) return unsupported(path, "minContains", "too large");
     Json unique;

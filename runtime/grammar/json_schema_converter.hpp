@@ -102,6 +102,12 @@ class JsonSchemaConverter {
 bool is_annotation(std::string_view key);
 std::string json_type_name(Json v);
 bool json_equal(Json a, Json b);
+
+// A count keyword's value (minItems, maxProperties, minContains...): a non-negative integer,
+// else nullopt. Counts from 2^53 on are taken as 2^53, beyond every bound the grammar builds
+// (a cast of a double beyond 2^64 to an integer is undefined behaviour: found by
+// fuzz_json_schema, "maxItems": 1e300).
+std::optional<std::uint64_t> json_count(Json value);
 // A schema object's text from its keywords and their values' texts.
 std::string schema_text(const std::vector<std::pair<std::string, std::string>>& keys);
 

@@ -51,11 +51,9 @@ static Result<ObjectSpec> read_object_spec(JsonSchemaConverter& c, Json s,
   }
   for (const char* key : {"minProperties", "maxProperties"}) {
     if (obj[key].get(v)) continue;
-    double d = v.is_number() ? double(v) : -1;
-    if (d < 0 || d != static_cast<double>(static_cast<std::uint64_t>(d)))
-      return c.error(path + "/" + key, std::string(key) + " must be a non-negative integer");
-    (std::string_view(key) == "minProperties" ? spec.min_properties : spec.max_properties) =
-        static_cast<std::uint64_t>(d);
+    auto n = json_count(v);
+    if (!n) return c.error(path + "/" + key, std::string(key) + " must be a non-negative integer");
+    (std::string_view(key) == "minProperties" ? spec.min_properties : spec.max_properties) = *n;
   }
   return spec;
 }

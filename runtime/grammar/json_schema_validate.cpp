@@ -3,7 +3,10 @@
 // It answers only where it is sure; nullopt (a keyword it does not check, a remote $ref) makes
 // the converter refuse rather than guess.
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -26,6 +29,14 @@ std::size_t codepoints(std::string_view s) {
 }
 
 }  // namespace
+
+std::optional<std::uint64_t> json_count(Json value) {
+  if (!is_number(value)) return std::nullopt;
+  const double d = double(value);
+  if (!(d >= 0) || d != std::floor(d)) return std::nullopt;  // NaN, negative, a fraction
+  constexpr double kMost = 9007199254740992.0;               // 2^53
+  return static_cast<std::uint64_t>(std::min(d, kMost));
+}
 
 bool json_equal(Json a, Json b) {
   if (is_number(a) && is_number(b)) {

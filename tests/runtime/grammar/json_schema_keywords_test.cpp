@@ -207,6 +207,33 @@ TEST(JsonSchemaKeywords, NamesGivenTwiceInOneObject) {
   EXPECT_FALSE(matches(*g, R"("abcdef")"));
 }
 
+// Counts beyond every bound (found by fuzz_json_schema, 2026-11-26: "maxItems": 1e300 and
+// "maxProperties": 5.02e23 were cast to integers, undefined behaviour): refused with an error
+// naming the keyword, as any count beyond what the grammar builds is; a fraction is an error.
+TEST(JsonSchemaKeywords, HugeCounts) {
+  for (const char* schema : {R"({"type":"array","items":{"type":"integer"},"maxItems":1e300})",
+                             R"({"type":"array","minItems":1e300})",
+                             R"({"type":"array","contains":{},"minContains":1e300})",
+                             R"({"type":"object","maxProperties":5.02e23})",
+                             R"({"type":"object","minProperties":1e20})"}) {
+    SCOPED_TRACE(schema);
+    auto g = json_schema_to_grammar(schema);
+    if (g.ok()) continue;
+    const std::string what = g.error().what();
+    EXPECT_TRUE(what.find("Items") != std::string::npos ||
+                what.find("Properties") != std::string::npos ||
+                what.find("Contains") != std::string::npos)
+        << what;
+  }
+  auto props = json_schema_to_grammar(R"({"type":"object","maxProperties":1e300})");
+  if (props.ok()) EXPECT_TRUE(matches(*props, R"({"a":1})"));
+  auto fraction = json_schema_to_grammar(R"({"type":"array","maxItems":2.5})");
+  ASSERT_FALSE(fraction.ok());
+  EXPECT_NE(std::string(fraction.error().what()).find("maxItems must be a non-negative integer"),
+            std::string::npos)
+      << fraction.error().what();
+}
+
 TEST(JsonSchemaKeywords, MinAndMaxProperties) {
   check({{R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"},
              "c":{"type":"integer"}},"minProperties":1,"maxProperties":2})",
