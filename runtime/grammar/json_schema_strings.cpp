@@ -2,7 +2,6 @@
 // formats date, time, date-time, email, uuid, ipv4, uri, each as an exact grammar of what the
 // format's validator (ajv-formats, full mode) accepts, or a subset of it.
 
-#include <cmath>
 #include <set>
 
 #include "runtime/grammar/json_schema_converter.hpp"
@@ -245,11 +244,11 @@ Result<ExprId> JsonSchemaConverter::string_schema(Json s, const std::string& pat
   auto length = [&](const char* key) -> Result<std::optional<std::uint32_t>> {
     Json n;
     if (obj[key].get(n)) return std::optional<std::uint32_t>();
-    double d = n.is_number() ? double(n) : -1;
-    if (d < 0 || d != std::floor(d))
+    auto count = json_count(n);
+    if (!count)
       return error(path + "/" + key, std::string(key) + " must be a non-negative integer");
-    if (d > 100000) return error(path + "/" + key, std::string(key) + " is too large");
-    return std::optional<std::uint32_t>(static_cast<std::uint32_t>(d));
+    if (*count > 100000) return error(path + "/" + key, std::string(key) + " is too large");
+    return std::optional<std::uint32_t>(static_cast<std::uint32_t>(*count));
   };
   auto min_len = length("minLength");
   if (!min_len) return min_len.error();
