@@ -142,7 +142,9 @@ TEST_P(CudaTensorParallel, SplitOverTwoGpusMatchesOneGpu) {
   EXPECT_EQ(part->vocab_parallel_head(), split_vocab);
   EXPECT_EQ(part->bf16_reduce_tokens(), reduce16 ? 1 : 0);
   const std::string how = part->tensor_parallel_buffers();
-  if (std::string(buffers) == "plain") EXPECT_EQ(how, "plain device memory");
+  if (std::string(buffers) == "plain") {
+    EXPECT_EQ(how, "plain device memory");
+  }
   const std::string fused_how = part->fused_norm();
   if (fused) {
     // Where this NCCL has no device API the group falls back and says why; a failed check of
