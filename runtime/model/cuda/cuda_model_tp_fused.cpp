@@ -329,11 +329,14 @@ Result<CudaModel::State::FusedNormSwitches> CudaModel::State::fused_norm_switche
   on.fused = asked == "1" || (asked.empty() && (comm.size() == 2 || comm.size() == 4));
   on.rows = comm.size() == 2 ? 256 : 64;
   if (const char* r = std::getenv("WEFT_TP_FUSED_ROWS"); r != nullptr && *r != '\0') {
-    on.rows = std::atoi(r);
-    if (on.rows < 1 || on.rows > 256) {
+    // The whole value a number (atoi took '8x' as 8).
+    char* end = nullptr;
+    const long v = std::strtol(r, &end, 10);
+    if (*end != '\0' || v < 1 || v > 256) {
       return Error(ErrorCode::kInvalidArgument,
                    "WEFT_TP_FUSED_ROWS: '" + std::string(r) + "' is not a row count in [1, 256]");
     }
+    on.rows = static_cast<int>(v);
   }
   // join_fused_norm is collective only if every rank reads the same switches (mpirun -x): the
   // group compares them first, so that a rank without them fails with the reason instead of
