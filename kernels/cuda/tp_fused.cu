@@ -170,6 +170,24 @@ __device__ __forceinline__ void gather_sums4(const Params& p, const float* const
   }
 }
 
+// The rank-ordered sum of every element of this block's row: by gather_sums4 when `vec`
+// (put4(j, sum of [4j, 4j + 4))), else one float at a time, element i by thread
+// i % blockDim.x (put1(i, sum of i)).
+template <class Put4, class Put1>
+__device__ __forceinline__ void gather_sums(const Params& p, const float* const* part, bool vec,
+                                            Put4 put4, Put1 put1) {
+  if (vec) {
+    gather_sums4(p, part, put4);
+    return;
+  }
+  for (int i = threadIdx.x; i < p.n; i += blockDim.x) {
+    float d = load_shared(part[0] + i);
+    for (int r = 1; r < p.ranks; ++r)
+      d += load_shared(part[r] + i);
+    put1(i, d);
+  }
+}
+
 // Any n: add_norm_kernel's arithmetic (thread t owns elements t, t + 256, ...; the residual is
 // written back by the thread that read it, before the reduction instead of after, with the
 // same values). The summed row is gathered first, by 16-byte loads with many in flight when
@@ -189,31 +207,18 @@ __global__ void __launch_bounds__(kThreads) fused_kernel(const ncclDevComm comm,
   const std::size_t row = static_cast<std::size_t>(blockIdx.x) * p.n;
   const bool vec = p.n % 4 == 0 && p.offset % 16 == 0;
   if (p.residual == nullptr) {
-    if (vec) {
-      gather_sums4(p, part, [&](int j, float4 d) {
-        float* o = p.sum_out + row + 4 * j;
-        o[0] = d.x, o[1] = d.y, o[2] = d.z, o[3] = d.w;
-      });
-    } else {
-      for (int i = threadIdx.x; i < p.n; i += blockDim.x) {
-        float d = load_shared(part[0] + i);
-        for (int r = 1; r < p.ranks; ++r)
-          d += load_shared(part[r] + i);
-        p.sum_out[row + i] = d;
-      }
-    }
+    float* o = p.sum_out + row;
+    gather_sums(
+        p, part, vec,
+        [&](int j, float4 d) {
+          o[4 * j] = d.x, o[4 * j + 1] = d.y, o[4 * j + 2] = d.z, o[4 * j + 3] = d.w;
+        },
+        [&](int i, float d) { o[i] = d; });
     return;
   }
-  if (vec) {
-    gather_sums4(p, part, [&](int j, float4 d) { reinterpret_cast<float4*>(delta_s)[j] = d; });
-  } else {
-    for (int i = threadIdx.x; i < p.n; i += blockDim.x) {
-      float d = load_shared(part[0] + i);
-      for (int r = 1; r < p.ranks; ++r)
-        d += load_shared(part[r] + i);
-      delta_s[i] = d;
-    }
-  }
+  gather_sums(
+      p, part, vec, [&](int j, float4 d) { reinterpret_cast<float4*>(delta_s)[j] = d; },
+      [&](int i, float d) { delta_s[i] = d; });
   __syncthreads();
   float* x = p.residual + row;
   float sum = 0.0f;

@@ -59,13 +59,15 @@ cudaError_t wait_or_abort(cudaStream_t stream, int seconds, const std::string& w
   }
 }
 
-// The check of the window and barriers before any step uses them, in phases that each end
-// with a vote of the group (agree), so that no rank goes on to a barrier that another rank,
-// having failed, will never reach. Each phase returns why it failed on this rank, or "".
-// Whether every rank of the group holds the same `values` (their sums over the group are the
-// group's size times this rank's), through a device all-reduce on `stream`.
+// Whether every rank of the group holds the same `values` (small integers): the sums over the
+// group of each value and of its square are the group's size times this rank's (equal sums
+// alone would let 0, 16, 32 on three ranks pass on the rank with 16; with the squares they
+// pass only when the values do not vary), through a device all-reduce on `stream`.
 Result<bool> same_on_every_rank(parallel::Communicator& comm, cudaStream_t stream,
                                 std::vector<float> values) {
+  const std::size_t count = values.size();
+  for (std::size_t i = 0; i < count; ++i)
+    values.push_back(values[i] * values[i]);
   Scratch sums;
   const std::size_t bytes = values.size() * 4;
   std::vector<float> got(values.size());
@@ -89,6 +91,9 @@ Result<bool> same_on_every_rank(parallel::Communicator& comm, cudaStream_t strea
   return true;
 }
 
+// The check of the window and barriers before any step uses them, in phases that each end
+// with a vote of the group (agree), so that no rank goes on to a barrier that another rank,
+// having failed, will never reach. Each phase returns why it failed on this rank, or "".
 class FusedNormCheck {
  public:
   FusedNormCheck(CudaModel::State& s, parallel::Communicator& comm)
@@ -324,11 +329,14 @@ Result<CudaModel::State::FusedNormSwitches> CudaModel::State::fused_norm_switche
   on.fused = asked == "1" || (asked.empty() && (comm.size() == 2 || comm.size() == 4));
   on.rows = comm.size() == 2 ? 256 : 64;
   if (const char* r = std::getenv("WEFT_TP_FUSED_ROWS"); r != nullptr && *r != '\0') {
-    on.rows = std::atoi(r);
-    if (on.rows < 1 || on.rows > 256) {
+    // The whole value a number (atoi took '8x' as 8).
+    char* end = nullptr;
+    const long v = std::strtol(r, &end, 10);
+    if (*end != '\0' || v < 1 || v > 256) {
       return Error(ErrorCode::kInvalidArgument,
                    "WEFT_TP_FUSED_ROWS: '" + std::string(r) + "' is not a row count in [1, 256]");
     }
+    on.rows = static_cast<int>(v);
   }
   // join_fused_norm is collective only if every rank reads the same switches (mpirun -x): the
   // group compares them first, so that a rank without them fails with the reason instead of

@@ -142,7 +142,9 @@ TEST_P(CudaTensorParallel, SplitOverTwoGpusMatchesOneGpu) {
   EXPECT_EQ(part->vocab_parallel_head(), split_vocab);
   EXPECT_EQ(part->bf16_reduce_tokens(), reduce16 ? 1 : 0);
   const std::string how = part->tensor_parallel_buffers();
-  if (std::string(buffers) == "plain") EXPECT_EQ(how, "plain device memory");
+  if (std::string(buffers) == "plain") {
+    EXPECT_EQ(how, "plain device memory");
+  }
   const std::string fused_how = part->fused_norm();
   if (fused) {
     // Where this NCCL has no device API the group falls back and says why; a failed check of
@@ -312,7 +314,17 @@ TEST(CudaTensorParallelSwitches, FusedNormSwitchesAreCheckedOnEveryRank) {
   };
   refused("yes", nullptr, "WEFT_TP_FUSED_NORM: 'yes'");
   refused("1", "0", "WEFT_TP_FUSED_ROWS: '0'");
+  refused("1", "257", "WEFT_TP_FUSED_ROWS: '257'");
+  refused("1", "-1", "WEFT_TP_FUSED_ROWS: '-1'");
+  refused("1", "8x", "WEFT_TP_FUSED_ROWS: '8x'");
   refused(w.rank() == 0 ? "1" : "0", nullptr, "differ across the tensor-parallel ranks");
+  // Rows of 8 on rank 0, 24 on rank 1, 16 on the others: with three ranks or more the others
+  // hold the mean, which a comparison of the sums alone let pass there.
+  refused("1",
+          w.rank() == 0   ? "8"
+          : w.rank() == 1 ? "24"
+                          : "16",
+          "differ across the tensor-parallel ranks");
   // Unset, the fused path is on for groups of two and four ranks (up to the model's 8 tokens a
   // step here) and off for other sizes.
   auto joined = part->set_tensor_parallel(**nccl);

@@ -1,0 +1,426 @@
+// Run under `mpirun -np 2` (or 4) with a GPU per rank, in nccl_communicator_test's binary: the
+// fused all-reduce + residual add + norm against NCCL's all-reduce and add_norm
+// (NcclFusedNorm, nccl_fused_norm_fixture.hpp), and its time in CUDA graphs.
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/convert.hpp"
+#include "kernels/cuda/norm.hpp"
+#include "kernels/cuda/tp_fused.hpp"
+#include "tests/runtime/parallel/mpi/nccl_fused_norm_fixture.hpp"
+
+namespace weft {
+namespace {
+
+TEST_F(NcclFusedNorm, MatchesNcclAllReduceAndAddNorm) {
+  const int rank = g_world->rank();
+  struct Case {
+    int rows, n;
+    cuda::NormKind kind;
+    bool delta_bias, norm_bias, sum_only;
+    cuda::Precision precision;
+  };
+  const Case cases[] = {
+      {1, 4096, cuda::NormKind::kRms, false, false, false, cuda::Precision::kBF16},
+      {3, 4096, cuda::NormKind::kRms, true, false, false, cuda::Precision::kF16},
+      {16, 4096, cuda::NormKind::kLayer, true, true, false, cuda::Precision::kBF16},
+      {1, 1000, cuda::NormKind::kRms, false, false, false, cuda::Precision::kBF16},
+      {5, 1000, cuda::NormKind::kLayer, true, true, false, cuda::Precision::kF16},
+      {2, 4096, cuda::NormKind::kRms, false, false, true, cuda::Precision::kBF16},
+      {7, 1000, cuda::NormKind::kRms, false, false, true, cuda::Precision::kBF16},
+      // Rows wider than the float4 kernel's 4096 (Llama-3-70B's 8192): the generic kernel
+      // gathers them with 16-byte loads; 1002 is not a multiple of 4 (one float at a time).
+      {1, 8192, cuda::NormKind::kRms, false, false, false, cuda::Precision::kBF16},
+      {3, 8192, cuda::NormKind::kLayer, true, true, false, cuda::Precision::kF16},
+      {2, 8192, cuda::NormKind::kRms, false, false, true, cuda::Precision::kBF16},
+      {4, 1002, cuda::NormKind::kRms, true, false, false, cuda::Precision::kBF16},
+  };
+  int launch = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE("rows " + std::to_string(c.rows) + " n " + std::to_string(c.n) +
+                 (c.sum_only ? " sum only" : ""));
+    const std::size_t n = static_cast<std::size_t>(c.rows) * c.n;
+    const auto partial = random_rows(100 + rank, n);
+    const auto residual = random_rows(7, n);  // the same on every rank, as in a model
+    const auto weight = random_rows(8, static_cast<std::size_t>(c.n));
+    const auto bias = random_rows(9, static_cast<std::size_t>(c.n));
+    float *plain = nullptr, *res_a = nullptr, *res_b = nullptr, *w = nullptr, *b = nullptr;
+    std::uint16_t *out_a = nullptr, *out_b = nullptr;
+    ASSERT_EQ(cudaMalloc(&plain, n * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&res_a, n * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&res_b, n * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&w, c.n * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&b, c.n * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&out_a, n * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&out_b, n * 2), cudaSuccess);
+    const int k = launch++ % 2;
+    cudaMemcpy(slot(k), partial.data(), n * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(plain, partial.data(), n * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(res_a, residual.data(), n * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(res_b, residual.data(), n * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(w, weight.data(), c.n * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(b, bias.data(), c.n * 4, cudaMemcpyHostToDevice);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the copies landed before peers read
+    cuda::AllReduceNormArgs a;
+    a.group = group_;
+    a.offset = k * kSlotBytes;
+    a.rows = c.rows;
+    a.n = c.n;
+    if (c.sum_only) {
+      a.sum_out = res_a;
+    } else {
+      a.residual = res_a;
+      a.delta_bias = c.delta_bias ? b : nullptr;
+      a.kind = c.kind;
+      a.weight = w;
+      a.bias = c.norm_bias ? b : nullptr;
+      a.eps = 1e-5f;
+      a.out = out_a;
+      a.precision = c.precision;
+    }
+    ASSERT_TRUE(cuda::allreduce_add_norm(a, stream_));
+    ASSERT_EQ(finish_or_abort("the fused kernel"), cudaSuccess);
+    ASSERT_TRUE(nccl_->all_reduce_sum(std::span<float>(plain, n)));
+    if (c.sum_only) {
+      cudaMemcpyAsync(res_b, plain, n * 4, cudaMemcpyDeviceToDevice, stream_);
+    } else {
+      cuda::AddNormArgs r;
+      r.residual = res_b;
+      r.delta = plain;
+      r.delta_bias = a.delta_bias;
+      r.rows = c.rows;
+      r.n = c.n;
+      r.kind = c.kind;
+      r.weight = w;
+      r.bias = a.bias;
+      r.eps = 1e-5f;
+      r.out = out_b;
+      r.precision = c.precision;
+      cuda::add_norm(r, stream_);
+    }
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    std::vector<float> got(n), want(n);
+    cudaMemcpy(got.data(), res_a, n * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(want.data(), res_b, n * 4, cudaMemcpyDeviceToHost);
+    expect_close(got, want, c.sum_only ? "sum" : "residual");
+    expect_same_on_every_rank(res_a, n, "the fused residual");
+    if (!c.sum_only) {
+      // The normalized 16-bit rows: within one unit in the last place of add_norm's (bitwise
+      // inputs; the two kernels are compiled apart, and FMA contraction may differ), counted.
+      std::vector<std::uint16_t> out_got(n), out_want(n);
+      cudaMemcpy(out_got.data(), out_a, n * 2, cudaMemcpyDeviceToHost);
+      cudaMemcpy(out_want.data(), out_b, n * 2, cudaMemcpyDeviceToHost);
+      std::size_t off_by_one = 0;
+      const int most = g_world->size() == 2 ? 1 : 2;
+      for (std::size_t i = 0; i < n; ++i) {
+        const int ulps = std::abs(static_cast<int>(out_got[i]) - static_cast<int>(out_want[i]));
+        ASSERT_LE(ulps, most) << "normalized output at " << i;
+        off_by_one += ulps != 0 ? 1 : 0;
+      }
+      if (rank == 0) {
+        std::cout << "[ measured ] fused norm, " << c.rows << " x " << c.n << ": " << off_by_one
+                  << " of " << n << " normalized outputs one ulp from add_norm's\n";
+      }
+    }
+    for (void* p : {static_cast<void*>(plain), static_cast<void*>(res_a), static_cast<void*>(res_b),
+                    static_cast<void*>(w), static_cast<void*>(b), static_cast<void*>(out_a),
+                    static_cast<void*>(out_b)})
+      cudaFree(p);
+    ASSERT_TRUE(nccl_->barrier());  // no rank rewrites a slot another still reads
+  }
+  // Rows beyond the barriers, and a norm without a weight, are refused without a launch.
+  cuda::AllReduceNormArgs refused;
+  refused.group = group_;
+  refused.rows = kRows + 1;
+  refused.n = 4096;
+  refused.sum_out = slot(0);
+  EXPECT_FALSE(cuda::allreduce_add_norm(refused, stream_));
+  refused.rows = 1;
+  refused.residual = slot(0);
+  EXPECT_FALSE(cuda::allreduce_add_norm(refused, stream_));
+}
+
+// Decode rows in a CUDA graph: 8 launches, each after a kernel that writes its partial rows
+// (different for every launch, so a slot rewritten before every rank has read it shows in the
+// sums) into the slot it reads (0, 1, 0, ...), the residual carried from one to the next as
+// through a step's layers; replayed with new inputs against the same sequence through NCCL and
+// add_norm launched plainly.
+TEST_F(NcclFusedNorm, RunsInsideCudaGraphs) {
+  const int rank = g_world->rank();
+  constexpr int kRowsHere = 2, kN = 4096, kLaunches = 8;
+  const std::size_t n = static_cast<std::size_t>(kRowsHere) * kN;
+  std::uint16_t* input16 = nullptr;  // this replay's partial rows for each launch, bf16
+  float *plain = nullptr, *res_a = nullptr, *res_b = nullptr, *w = nullptr;
+  std::uint16_t *out_a = nullptr, *out_b = nullptr;
+  ASSERT_EQ(cudaMalloc(&input16, kLaunches * n * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&plain, n * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&res_a, n * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&res_b, n * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&w, kN * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&out_a, n * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&out_b, n * 2), cudaSuccess);
+  const auto weight = random_rows(8, kN);
+  cudaMemcpy(w, weight.data(), kN * 4, cudaMemcpyHostToDevice);
+  auto to_bf16 = [](float f) {
+    std::uint32_t u = 0;
+    std::memcpy(&u, &f, 4);
+    return static_cast<std::uint16_t>(u >> 16);
+  };
+  auto fill = [&](int replay) {
+    std::vector<std::uint16_t> h(kLaunches * n);
+    for (std::size_t i = 0; i < h.size(); ++i)
+      h[i] = to_bf16(random_value(1000 * replay + rank, i));
+    const auto residual = random_rows(50 + replay, n);
+    cudaMemcpy(input16, h.data(), h.size() * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(res_a, residual.data(), n * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(res_b, residual.data(), n * 4, cudaMemcpyHostToDevice);
+    return cudaDeviceSynchronize();
+  };
+  cuda::AllReduceNormArgs a;
+  a.group = group_;
+  a.rows = kRowsHere;
+  a.n = kN;
+  a.residual = res_a;
+  a.kind = cuda::NormKind::kRms;
+  a.weight = w;
+  a.eps = 1e-5f;
+  a.out = out_a;
+  a.precision = cuda::Precision::kBF16;
+  ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  bool launched = true;
+  for (int k = 0; k < kLaunches; ++k) {
+    cuda::convert_to_f32(input16 + k * n, cuda::Precision::kBF16, slot(k % 2), n, stream_);
+    a.offset = (k % 2) * kSlotBytes;
+    launched = cuda::allreduce_add_norm(a, stream_) && launched;
+  }
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream_, &graph), cudaSuccess);
+  ASSERT_TRUE(launched);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  std::vector<float> got(n), want(n);
+  for (int replay = 0; replay < 10; ++replay) {
+    SCOPED_TRACE("replay " + std::to_string(replay));
+    ASSERT_EQ(fill(replay), cudaSuccess);
+    ASSERT_TRUE(nccl_->barrier());  // every rank's inputs are in place (plain copies)
+    ASSERT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);
+    ASSERT_EQ(finish_or_abort("the graph of fused kernels"), cudaSuccess);
+    for (int k = 0; k < kLaunches; ++k) {
+      cuda::convert_to_f32(input16 + k * n, cuda::Precision::kBF16, plain, n, stream_);
+      ASSERT_TRUE(nccl_->all_reduce_sum(std::span<float>(plain, n)));
+      cuda::AddNormArgs r;
+      r.residual = res_b;
+      r.delta = plain;
+      r.rows = kRowsHere;
+      r.n = kN;
+      r.kind = cuda::NormKind::kRms;
+      r.weight = w;
+      r.eps = 1e-5f;
+      r.out = out_b;
+      r.precision = cuda::Precision::kBF16;
+      cuda::add_norm(r, stream_);
+    }
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    cudaMemcpy(got.data(), res_a, n * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(want.data(), res_b, n * 4, cudaMemcpyDeviceToHost);
+    expect_close(got, want, "residual after 8 launches");
+    expect_same_on_every_rank(res_a, n, "the fused residual");
+    ASSERT_TRUE(nccl_->barrier());
+  }
+  // What it saves: the same 8 (writer kernel, reduction) pairs with NCCL's all-reduce and
+  // add_norm in a graph too, both replayed 50 times after a warm-up, device time per pair.
+  cudaGraph_t ref_graph = nullptr;
+  cudaGraphExec_t ref_exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  bool captured = true;
+  for (int k = 0; k < kLaunches; ++k) {
+    cuda::convert_to_f32(input16 + k * n, cuda::Precision::kBF16, plain, n, stream_);
+    captured = static_cast<bool>(nccl_->all_reduce_sum(std::span<float>(plain, n))) && captured;
+    cuda::AddNormArgs r;
+    r.residual = res_b;
+    r.delta = plain;
+    r.rows = kRowsHere;
+    r.n = kN;
+    r.kind = cuda::NormKind::kRms;
+    r.weight = w;
+    r.eps = 1e-5f;
+    r.out = out_b;
+    r.precision = cuda::Precision::kBF16;
+    cuda::add_norm(r, stream_);
+  }
+  ASSERT_EQ(cudaStreamEndCapture(stream_, &ref_graph), cudaSuccess);
+  ASSERT_TRUE(captured);
+  ASSERT_EQ(cudaGraphInstantiate(&ref_exec, ref_graph, 0), cudaSuccess);
+  cudaEvent_t start = nullptr, stop = nullptr;
+  ASSERT_EQ(cudaEventCreate(&start), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&stop), cudaSuccess);
+  constexpr int kReplays = 50;
+  auto time_us = [&](cudaGraphExec_t g, const char* what) {
+    EXPECT_TRUE(nccl_->barrier());
+    cudaGraphLaunch(g, stream_);  // warm-up
+    EXPECT_EQ(finish_or_abort(what), cudaSuccess);
+    EXPECT_TRUE(nccl_->barrier());
+    cudaEventRecord(start, stream_);
+    for (int i = 0; i < kReplays; ++i)
+      cudaGraphLaunch(g, stream_);
+    cudaEventRecord(stop, stream_);
+    EXPECT_EQ(finish_or_abort(what), cudaSuccess);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    return 1000.0 * ms / (kReplays * kLaunches);
+  };
+  const double fused_us = time_us(exec, "the fused graph");
+  const double nccl_us = time_us(ref_exec, "the NCCL graph");
+  if (rank == 0) {
+    std::cout << "[ measured ] " << kRowsHere << " rows of " << kN << " in CUDA graphs, per "
+              << "(writer kernel, reduction) pair: fused all-reduce + add + norm " << fused_us
+              << " us, NCCL all-reduce + add_norm " << nccl_us << " us\n";
+  }
+  EXPECT_GT(fused_us, 0.0);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGraphExecDestroy(ref_exec);
+  cudaGraphDestroy(ref_graph);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  for (void* p : {static_cast<void*>(input16), static_cast<void*>(plain), static_cast<void*>(res_a),
+                  static_cast<void*>(res_b), static_cast<void*>(w), static_cast<void*>(out_a),
+                  static_cast<void*>(out_b)})
+    cudaFree(p);
+}
+
+// The fused kernel's time per (writer kernel, fused kernel) pair at rows 1, 2 and 16 of 4096
+// (decode steps of one and two sequences, and a small batch), in the launch pattern of
+// RunsInsideCudaGraphs: 8 launches in a CUDA graph on one residual, the slots alternating,
+// replayed 50 times after a warm-up. The first replay's residual and last outputs are checked
+// against NCCL's all-reduce and add_norm of the same inputs, launched plainly, as there.
+TEST_F(NcclFusedNorm, IsTimedInCudaGraphs) {
+  const int rank = g_world->rank();
+  constexpr int kN = 4096, kLaunches = 8, kReplays = 50;
+  auto to_bf16 = [](float f) {
+    std::uint32_t u = 0;
+    std::memcpy(&u, &f, 4);
+    return static_cast<std::uint16_t>(u >> 16);
+  };
+  for (const int rows : {1, 2, 16}) {
+    SCOPED_TRACE("rows " + std::to_string(rows));
+    const std::size_t n = static_cast<std::size_t>(rows) * kN;
+    std::uint16_t* input16 = nullptr;  // each launch's partial rows, bf16
+    float *plain = nullptr, *res_a = nullptr, *res_b = nullptr, *w = nullptr;
+    std::uint16_t *out_a = nullptr, *out_b = nullptr;
+    ASSERT_EQ(cudaMalloc(&input16, kLaunches * n * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&plain, n * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&res_a, n * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&res_b, n * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&w, kN * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&out_a, n * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&out_b, n * 2), cudaSuccess);
+    const auto weight = random_rows(8, kN);
+    const auto residual = random_rows(51, n);
+    std::vector<std::uint16_t> h(kLaunches * n);
+    for (std::size_t i = 0; i < h.size(); ++i)
+      h[i] = to_bf16(random_value(77 + rank, i));
+    cudaMemcpy(w, weight.data(), kN * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(input16, h.data(), h.size() * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(res_a, residual.data(), n * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(res_b, residual.data(), n * 4, cudaMemcpyHostToDevice);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cuda::AllReduceNormArgs a;
+    a.group = group_;
+    a.rows = rows;
+    a.n = kN;
+    a.residual = res_a;
+    a.kind = cuda::NormKind::kRms;
+    a.weight = w;
+    a.eps = 1e-5f;
+    a.out = out_a;
+    a.precision = cuda::Precision::kBF16;
+    ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    bool launched = true;
+    for (int k = 0; k < kLaunches; ++k) {
+      cuda::convert_to_f32(input16 + k * n, cuda::Precision::kBF16, slot(k % 2), n, stream_);
+      a.offset = (k % 2) * kSlotBytes;
+      launched = cuda::allreduce_add_norm(a, stream_) && launched;
+    }
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamEndCapture(stream_, &graph), cudaSuccess);
+    ASSERT_TRUE(launched);
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    ASSERT_TRUE(nccl_->barrier());  // every rank's inputs are in place
+    ASSERT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);
+    ASSERT_EQ(finish_or_abort("the graph of fused kernels"), cudaSuccess);
+    for (int k = 0; k < kLaunches; ++k) {
+      cuda::convert_to_f32(input16 + k * n, cuda::Precision::kBF16, plain, n, stream_);
+      ASSERT_TRUE(nccl_->all_reduce_sum(std::span<float>(plain, n)));
+      cuda::AddNormArgs r;
+      r.residual = res_b;
+      r.delta = plain;
+      r.rows = rows;
+      r.n = kN;
+      r.kind = cuda::NormKind::kRms;
+      r.weight = w;
+      r.eps = 1e-5f;
+      r.out = out_b;
+      r.precision = cuda::Precision::kBF16;
+      cuda::add_norm(r, stream_);
+    }
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    std::vector<float> got(n), want(n);
+    cudaMemcpy(got.data(), res_a, n * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(want.data(), res_b, n * 4, cudaMemcpyDeviceToHost);
+    expect_close(got, want, "residual after 8 launches");
+    expect_same_on_every_rank(res_a, n, "the fused residual");
+    std::vector<std::uint16_t> out_got(n), out_want(n);
+    cudaMemcpy(out_got.data(), out_a, n * 2, cudaMemcpyDeviceToHost);
+    cudaMemcpy(out_want.data(), out_b, n * 2, cudaMemcpyDeviceToHost);
+    const int most = g_world->size() == 2 ? 1 : 2;  // ulps, as in MatchesNcclAllReduceAndAddNorm
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_LE(std::abs(static_cast<int>(out_got[i]) - static_cast<int>(out_want[i])), most)
+          << "normalized output of the last launch at " << i;
+    }
+    cudaEvent_t start = nullptr, stop = nullptr;
+    ASSERT_EQ(cudaEventCreate(&start), cudaSuccess);
+    ASSERT_EQ(cudaEventCreate(&stop), cudaSuccess);
+    ASSERT_TRUE(nccl_->barrier());
+    cudaGraphLaunch(exec, stream_);  // warm-up
+    ASSERT_EQ(finish_or_abort("the graph of fused kernels"), cudaSuccess);
+    ASSERT_TRUE(nccl_->barrier());
+    cudaEventRecord(start, stream_);
+    for (int i = 0; i < kReplays; ++i)
+      cudaGraphLaunch(exec, stream_);
+    cudaEventRecord(stop, stream_);
+    ASSERT_EQ(finish_or_abort("the graph of fused kernels"), cudaSuccess);
+    float ms = 0;
+    ASSERT_EQ(cudaEventElapsedTime(&ms, start, stop), cudaSuccess);
+    const double pull_us = 1000.0 * ms / (kReplays * kLaunches);
+    if (rank == 0) {
+      std::cout << "[ measured ] " << rows << " rows of " << kN << " over " << g_world->size()
+                << " GPUs in CUDA graphs, per (writer kernel, fused kernel) pair: pull " << pull_us
+                << " us\n";
+    }
+    EXPECT_GT(pull_us, 0.0);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    for (void* p : {static_cast<void*>(input16), static_cast<void*>(plain),
+                    static_cast<void*>(res_a), static_cast<void*>(res_b), static_cast<void*>(w),
+                    static_cast<void*>(out_a), static_cast<void*>(out_b)})
+      cudaFree(p);
+    ASSERT_TRUE(nccl_->barrier());  // no rank rewrites a slot another still reads
+  }
+}
+
+}  // namespace
+}  // namespace weft
