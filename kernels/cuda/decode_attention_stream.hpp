@@ -1,7 +1,7 @@
 #pragma once
 // The streaming tensor-core decode attention (decode_attention_stream.cu), which
-// decode_attention (paged_attention.hpp) runs for 16-bit pages, head_dim 64, 128 or 256 and up
-// to 8 query heads per kv head when DecodeAttentionKernel::kStream is selected
+// decode_attention (paged_attention.hpp) runs for 16-bit and int8/fp8 pages, head_dim 64, 128
+// or 256 and up to 8 query heads per kv head when DecodeAttentionKernel::kStream is selected
 // (WEFT_DECODE_ATTN=stream). Internal to kernels/cuda: callers go through decode_attention.
 
 #include <cuda_runtime_api.h>
@@ -41,7 +41,8 @@ struct DecodeStreamLaunch {
   int blocks_per_sm = 0;
 };
 DecodeStreamLaunch decode_stream_launch(int num_heads, int num_kv_heads, int head_dim,
-                                        int num_queries, int max_context);
+                                        int num_queries, int max_context,
+                                        KvDtype dtype = KvDtype::kBF16);
 
 // A reference for the benches, not attention: reads every key and value row that
 // decode_attention would read for these tokens (same pages, same page-table lookups, 16-byte

@@ -39,10 +39,12 @@
 //
 // Softmax and accumulation are fp32; q comes fp32 from the rope kernel, K/V are 16-bit, or
 // int8/fp8 (e4m3) with a scale per (token, kv head) row (kernels/kv_dtype.hpp). Quantized
-// pages take the CUDA-core kernels: decode the warp kernel for head_dim 32, 64, 128 and 256
-// with 8-byte loads (a key's scale multiplies its score, a value's its softmax weight), the
-// scalar one otherwise; prefill the CUDA-core kernel, which widens each K/V tile times its
-// rows' scales into 16-bit shared memory. The tensor-core kernels read 16-bit pages only.
+// pages take the streaming tensor-core decode kernel where it serves the shape (kStream
+// below; one-byte tiles converted exactly to 16-bit in the tile step, a key's scale
+// multiplying its score, a value's its softmax weight), else the CUDA-core kernels: decode
+// the warp kernel for head_dim 32, 64, 128 and 256 with 8-byte loads, the scalar one
+// otherwise; prefill the CUDA-core kernel, which widens each K/V tile times its rows' scales
+// into 16-bit shared memory. The other tensor-core kernels read 16-bit pages only.
 
 #include <cuda_runtime_api.h>
 
@@ -76,8 +78,8 @@ struct AttentionArgs {
 inline constexpr int kDecodeSplitQuantum = 64;
 inline constexpr int kMaxDecodeSplits = 32;
 
-// The decode kernel for 16-bit pages, head_dim 64, 128 or 256 and up to 8 query heads per kv
-// head (other shapes and int8/fp8 pages keep their kernels):
+// The decode kernel for head_dim 64, 128 or 256 and up to 8 query heads per kv head (other
+// shapes keep their kernels; int8/fp8 pages too, except under kStream, which reads them):
 // - kSplit: a block per (token, kv head, split), records combined by a second kernel;
 // - kPipelined: a block per (token, kv head, part of consecutive splits), tiles pipelined.
 // - kStream: a block per (token, kv head, part of consecutive segments of at least 256
