@@ -32,7 +32,8 @@ void decode_attention_stream(const AttentionArgs& args, const FlatBatchView& bat
 // is folded in order; fixed per context, so results do not depend on the batch), parts (the
 // grid's depth, chosen from the batch and the device: each token's segments are cut into at
 // most this many runs of consecutive segments, one block each), segments per part of the
-// longest context, and ring stages per warp. For the bench and the tests.
+// longest context, and ring stages per warp (deeper for int8/fp8 pages, `dtype`, whose tiles
+// are half the bytes). For the bench and the tests.
 struct DecodeStreamLaunch {
   int segment_keys = 0;
   int segments_per_part = 0;
