@@ -154,7 +154,7 @@ std::vector<std::uint8_t> quantized_pool(KvDtype dtype, const QuantLayout& ql, i
 // Quantized pages filled on the host (the CPU's rounding), the attention of the step's
 // queries on the GPU against cpu::paged_attention over the same pages.
 void check_attention(KvDtype dtype, int dim, int heads, int kv_heads, int context, int window,
-                     bool prefill) {
+                     bool prefill, Precision precision = Precision::kBF16) {
   QuantLayout ql;
   ql.dim = dim;
   ql.kv_heads = kv_heads;
@@ -189,15 +189,8 @@ void check_attention(KvDtype dtype, int dim, int heads, int kv_heads, int contex
   DeviceArray<std::uint16_t> out(
       std::vector<std::uint16_t>(static_cast<std::size_t>(T) * heads * dim));
   FlatBatchView fb{dpos.p, dseq.p, dbegin.p, dpages.p, T};
-  PagedKvView kv{pool.p,
-                 Precision::kBF16,
-                 ql.page_bytes(),
-                 layer * ql.layer_bytes(),
-                 ql.page_size,
-                 kv_heads,
-                 dim,
-                 dtype,
-                 ql.scales_offset()};
+  PagedKvView kv{pool.p,   precision, ql.page_bytes(), layer * ql.layer_bytes(), ql.page_size,
+                 kv_heads, dim,       dtype,           ql.scales_offset()};
   AttentionArgs a;
   a.q = dq.p;
   a.q_stride = static_cast<std::size_t>(heads) * dim;
@@ -248,7 +241,9 @@ void check_attention(KvDtype dtype, int dim, int heads, int kv_heads, int contex
                          static_cast<std::size_t>(heads), view, static_cast<std::size_t>(first),
                          static_cast<std::size_t>(pos), a.scale, want.data(), scratch.data());
     for (std::size_t i = 0; i < want.size(); ++i) {
-      const float got = cpu::bf16_to_f32(got_bits[static_cast<std::size_t>(t) * heads * dim + i]);
+      const std::uint16_t bits = got_bits[static_cast<std::size_t>(t) * heads * dim + i];
+      const float got =
+          precision == Precision::kF16 ? cpu::f16_to_f32(bits) : cpu::bf16_to_f32(bits);
       worst = std::max(worst, std::fabs(got - want[i]));
       largest = std::max(largest, std::fabs(want[i]));
     }
@@ -257,9 +252,10 @@ void check_attention(KvDtype dtype, int dim, int heads, int kv_heads, int contex
   // kernel, head_dim 64 and 128) or the tiles' K and V times their scales rounded to 16 bits
   // (the CUDA-core kernel).
   const float tolerance = (prefill ? 0.02f : 0.008f) * largest;
-  EXPECT_LE(worst, tolerance) << name(dtype) << (prefill ? " prefill" : " decode") << " dim " << dim
-                              << " heads " << heads << "/" << kv_heads << " context " << context
-                              << " window " << window;
+  EXPECT_LE(worst, tolerance) << name(dtype) << (prefill ? " prefill" : " decode")
+                              << (precision == Precision::kF16 ? " fp16" : " bf16") << " dim "
+                              << dim << " heads " << heads << "/" << kv_heads << " context "
+                              << context << " window " << window;
 }
 
 TEST(CudaKvQuant, DecodeAttentionMatchesTheCpuOverTheSamePages) {
@@ -284,6 +280,8 @@ TEST(CudaKvQuant, PrefillAttentionMatchesTheCpuOverTheSamePages) {
       }
     }
     check_attention(dtype, 128, 8, 2, 400, 100, true);
+    check_attention(dtype, 128, 8, 2, 333, 0, true, Precision::kF16);  // fp16 tiles and output
+    check_attention(dtype, 64, 8, 4, 200, 0, true, Precision::kF16);
   }
 }
 
