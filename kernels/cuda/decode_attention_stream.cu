@@ -66,7 +66,7 @@ inline constexpr int kMaxStagesOf = kv_scaled<KV> ? kMaxStagesQuant : kMaxStages
 // `stages` stages of K [16][D] and V [16][D] (16-bit, swizzled rows; or one-byte rows and
 // their 32 fp32 scales, decode_tile_quant.cuh).
 template <int D, int GM>
-inline constexpr std::size_t kMergeBytes = sizeof(float) * kWarps* GM* D;
+inline constexpr std::size_t kMergeBytes = sizeof(float) * (kWarps * GM * D);
 template <class KV, int D, int GM>
 struct StreamLayout {
   static constexpr std::size_t red_bytes = kMergeBytes<D, GM>;
