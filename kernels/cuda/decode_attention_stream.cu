@@ -488,9 +488,9 @@ int grid_decode_splits(int max_context) {
 
 }  // namespace
 
-bool decode_stream_supports(int num_heads, int num_kv_heads, int head_dim, KvDtype dtype) {
-  // Every page type: 16-bit, and int8 / fp8 rows converted exactly in the tile step.
-  (void)dtype;
+// Every page type is served (16-bit, and int8 / fp8 rows converted exactly in the tile step),
+// so only the shape decides.
+bool decode_stream_supports(int num_heads, int num_kv_heads, int head_dim, KvDtype /*dtype*/) {
   if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0) return false;
   return stream_kernel<__nv_bfloat16>(head_dim, num_heads / num_kv_heads) != nullptr;
 }
