@@ -14,7 +14,7 @@
 //   cuda_decode_attention_bench [--batches 64,128,256,512] [--contexts 512,2048]
 //       [--kernels old,new,stream,read] [--heads 32] [--kv-heads 8] [--head-dim 128]
 //       [--page-size 16] [--layers 32] [--step-layers 32] [--repeats 10] [--spread 0]
-//       [--no-rope] [--fp16] [--json FILE]
+//       [--no-rope] [--fp16] [--kv-cache-dtype bf16|int8|fp8] [--json FILE]
 //
 // The pool holds --layers layers per page, as the model's pool does (32 for the 8b model: a
 // 16-token page is 2 MB, of which one layer's launch reads 64 KB), cycled through by
@@ -25,6 +25,11 @@
 // which shows what the pool's page layout costs. --spread F draws each sequence's context uniformly
 // from [context (1 - F), context (1 + F)] (a batch of mixed lengths; GB/s counts the bytes
 // actually read). Rows whose pool does not fit the device are skipped with a note.
+// --kv-cache-dtype int8|fp8 fills one-byte pages (random bytes, a plausible scale per row: the
+// speed does not depend on the values) in the runtime's layout (each layer block: K and V
+// bytes, then K's and V's fp32 scales from a 16-byte aligned offset); attention is then plain
+// (the fused rotary embedding is for 16-bit pages only) and `read` is not offered (it reads
+// 16-bit rows). GB/s counts the bytes read, scales included.
 // WEFT_DECODE_STREAM_STAGES, WEFT_DECODE_STREAM_SEGMENT_KEYS and WEFT_DECODE_PARTS tune the
 // streaming kernel (docs/cuda.md); its launch plan is printed beside its rows.
 
@@ -161,6 +166,7 @@ int main(int argc, char** argv) {
   int repeats = 10;
   double spread = 0;
   bool rope = true, fp16 = false;
+  KvDtype kv_dtype = KvDtype::kBF16;  // kBF16 stands for the 16-bit type (--fp16: fp16)
   std::string json_path;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -197,6 +203,16 @@ int main(int argc, char** argv) {
       rope = false;
     } else if (a == "--fp16") {
       fp16 = true;
+    } else if (a == "--kv-cache-dtype") {
+      const std::string v = next();
+      if (v == "int8") {
+        kv_dtype = KvDtype::kInt8;
+      } else if (v == "fp8") {
+        kv_dtype = KvDtype::kFp8E4M3;
+      } else if (v != "bf16") {
+        std::fprintf(stderr, "--kv-cache-dtype %s: not one of bf16, int8, fp8\n", v.c_str());
+        return 2;
+      }
     } else if (a == "--json") {
       json_path = next();
     } else if (a == "--help" || a == "-h") {
@@ -204,7 +220,7 @@ int main(int argc, char** argv) {
           "cuda_decode_attention_bench [--batches 64,128,256,512] [--contexts 512,2048]\n"
           "    [--kernels old,new,stream,read] [--heads 32] [--kv-heads 8] [--head-dim 128]\n"
           "    [--page-size 16] [--layers 32] [--step-layers 32] [--repeats 10] [--spread 0]\n"
-          "    [--no-rope] [--fp16] [--json FILE]\n"
+          "    [--no-rope] [--fp16] [--kv-cache-dtype bf16|int8|fp8] [--json FILE]\n"
           "Times the decode attention kernels alone (WEFT_DECODE_ATTN's choices) over 16-bit\n"
           "KV pages: us per layer, ms per step of --step-layers layers, KV GB/s and %% of the\n"
           "copy bandwidth measured in the same run, max difference from the old kernel.\n"
@@ -213,7 +229,8 @@ int main(int argc, char** argv) {
           "  --layers N      layers per page, cycled through (32: the 8b pool's layout)\n"
           "  --spread F      contexts drawn from [c (1 - F), c (1 + F)] per sequence\n"
           "  --no-rope       plain attention (no rotary embedding/store in the kernel)\n"
-          "  --fp16          fp16 pages instead of bf16\n"
+          "  --fp16          fp16 pages (and output) instead of bf16\n"
+          "  --kv-cache-dtype int8|fp8  one-byte pages with a scale per row (no rope, no read)\n"
           "Streaming kernel knobs: WEFT_DECODE_STREAM_STAGES, WEFT_DECODE_STREAM_SEGMENT_KEYS,\n"
           "WEFT_DECODE_STREAM_PART_KEYS, WEFT_DECODE_PARTS (docs/cuda.md).\n");
       return 0;
@@ -229,6 +246,8 @@ int main(int argc, char** argv) {
                  "--layers, --repeats positive; --spread in [0, 1)\n");
     return 2;
   }
+  const bool one_byte = kv_dtype_scaled(kv_dtype);
+  if (one_byte) rope = false;  // decode_attention_applies_rope: 16-bit pages only
   // "read": not attention, the KV read alone (decode_kv_read), the ceiling for the others.
   struct Variant {
     bool read = false;
@@ -238,8 +257,8 @@ int main(int argc, char** argv) {
   for (const auto& n : kernel_names) {
     Variant v;
     if (n == "read") {
-      if (head_dim > 128) {
-        std::fprintf(stderr, "--kernels read: head_dim up to 128\n");
+      if (head_dim > 128 || one_byte) {
+        std::fprintf(stderr, "--kernels read: 16-bit pages of head_dim up to 128\n");
         return 2;
       }
       v.read = true;
@@ -258,22 +277,29 @@ int main(int argc, char** argv) {
   const double bandwidth = copy_bandwidth_bytes_per_s();
   const int NH = heads, NKV = kv_heads, D = head_dim;
   const cuda::Precision precision = fp16 ? cuda::Precision::kF16 : cuda::Precision::kBF16;
-  const std::size_t layer_elems = 2ull * NKV * page_size * D;  // K and V of one layer
-  const std::size_t page_elems = layer_elems * layers;
+  // Bytes of one layer block: K and V, then (one-byte pages) their scales, as
+  // runtime/model/kv_cache.hpp lays them out.
+  const std::size_t elem_bytes = one_byte ? 1 : 2;
+  const std::size_t rows_per_layer = 2ull * NKV * page_size;
+  const std::size_t scales_offset = (rows_per_layer * D * elem_bytes + 15) / 16 * 16;
+  const std::size_t layer_block_bytes =
+      one_byte ? (scales_offset + rows_per_layer * 4 + 15) / 16 * 16 : rows_per_layer * D * 2;
+  const std::size_t page_bytes = layer_block_bytes * layers;
   std::printf("device %s, %d SMs; copy bandwidth %.0f GB/s (read+write)\n",
               devices.devices[0].name.c_str(), devices.devices[0].multiprocessors, bandwidth / 1e9);
   std::printf(
-      "shape: %d q heads, %d kv heads, head_dim %d, %d-token pages, %s, %d layers in the pool, "
-      "rope %s, spread %.2f; ms/step = %d layers\n",
-      NH, NKV, D, page_size, fp16 ? "fp16" : "bf16", layers, rope ? "in kernel" : "off", spread,
-      step_layers);
+      "shape: %d q heads, %d kv heads, head_dim %d, %d-token pages, %s pages, %s output, %d "
+      "layers in the pool, rope %s, spread %.2f; ms/step = %d layers\n",
+      NH, NKV, D, page_size, one_byte ? kv_dtype_name(kv_dtype) : (fp16 ? "fp16" : "bf16"),
+      fp16 ? "fp16" : "bf16", layers, rope ? "in kernel" : "off", spread, step_layers);
   std::printf("%6s %8s %-7s %10s %10s %9s %9s %11s  %s\n", "batch", "context", "kernel", "us/layer",
               "ms/step", "GB/s", "% copy", "max|d old|", "plan");
   std::ostringstream json;
   json << "{\"device\":\"" << devices.devices[0].name
        << "\",\"copy_bandwidth_bytes_per_s\":" << bandwidth << ",\"heads\":" << NH
        << ",\"kv_heads\":" << NKV << ",\"head_dim\":" << D << ",\"page_size\":" << page_size
-       << ",\"rope\":" << (rope ? "true" : "false") << ",\"spread\":" << spread << ",\"rows\":[";
+       << ",\"kv_dtype\":\"" << (one_byte ? kv_dtype_name(kv_dtype) : (fp16 ? "fp16" : "bf16"))
+       << "\",\"rope\":" << (rope ? "true" : "false") << ",\"spread\":" << spread << ",\"rows\":[";
   bool first_row = true;
   std::mt19937 rng(12345);
   for (int context : contexts) {
@@ -294,7 +320,7 @@ int main(int argc, char** argv) {
         kv_positions += c;
         max_context = std::max(max_context, c);
       }
-      const std::size_t pool_bytes = static_cast<std::size_t>(pages) * page_elems * 2;
+      const std::size_t pool_bytes = static_cast<std::size_t>(pages) * page_bytes;
       std::size_t free_bytes = 0, total_bytes = 0;
       cudaMemGetInfo(&free_bytes, &total_bytes);
       if (pool_bytes + (std::size_t{2} << 30) > free_bytes) {
@@ -319,7 +345,7 @@ int main(int argc, char** argv) {
       }
       void* pool = nullptr;
       CHECK_CUDA(cudaMalloc(&pool, pool_bytes));
-      {
+      if (!one_byte) {
         // Random 16-bit values in a block of up to 16 MB, copied over the whole pool.
         const std::size_t block = std::min<std::size_t>(pool_bytes / 2, std::size_t{8} << 20);
         std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -330,6 +356,32 @@ int main(int argc, char** argv) {
         for (std::size_t off = block; off < pool_bytes / 2; off += block) {
           const std::size_t n = std::min(block, pool_bytes / 2 - off);
           CHECK_CUDA(cudaMemcpy(static_cast<std::uint16_t*>(pool) + off, pool, n * 2,
+                                cudaMemcpyDeviceToDevice));
+        }
+      } else {
+        // Whole pages of random bytes (no fp8 NaN: 0x7f and 0xff become their neighbours) and
+        // scales of max|x| / 127 or / 448 for rows of about unit size, built on the host for
+        // up to 16 MB of pages and copied over the pool.
+        const std::size_t block_pages = std::max<std::size_t>(
+            1, std::min<std::size_t>(pages, (std::size_t{16} << 20) / page_bytes));
+        std::vector<std::uint8_t> host(block_pages * page_bytes, 0);
+        std::uniform_int_distribution<int> byte(0, 255);
+        const float scale = kv_dtype == KvDtype::kInt8 ? 3.0f / 127 : 3.0f / 448;
+        for (std::size_t b = 0; b < block_pages * layers; ++b) {
+          std::uint8_t* blk = host.data() + b * layer_block_bytes;
+          for (std::size_t i = 0; i < rows_per_layer * D; ++i) {
+            int v = byte(rng);
+            if (kv_dtype == KvDtype::kFp8E4M3 && (v & 0x7f) == 0x7f) --v;
+            blk[i] = static_cast<std::uint8_t>(v);
+          }
+          for (std::size_t r = 0; r < rows_per_layer; ++r)
+            std::memcpy(blk + scales_offset + r * 4, &scale, 4);
+        }
+        const std::size_t block = block_pages * page_bytes;
+        CHECK_CUDA(cudaMemcpy(pool, host.data(), block, cudaMemcpyHostToDevice));
+        for (std::size_t off = block; off < pool_bytes; off += block) {
+          const std::size_t n = std::min(block, pool_bytes - off);
+          CHECK_CUDA(cudaMemcpy(static_cast<std::uint8_t*>(pool) + off, pool, n,
                                 cudaMemcpyDeviceToDevice));
         }
       }
@@ -386,15 +438,21 @@ int main(int argc, char** argv) {
         cuda::PagedKvView kv;
         kv.pool = pool;
         kv.precision = precision;
-        kv.page_elems = page_elems;
-        kv.layer_offset = static_cast<std::size_t>(layer) * layer_elems;
+        // Elements (16-bit pages) or bytes (one-byte pages).
+        kv.page_elems = page_bytes / elem_bytes;
+        kv.layer_offset = static_cast<std::size_t>(layer) * layer_block_bytes / elem_bytes;
         kv.page_size = page_size;
         kv.num_kv_heads = NKV;
         kv.head_dim = D;
+        if (one_byte) {
+          kv.dtype = kv_dtype;
+          kv.scales_offset = scales_offset;
+        }
         return kv;
       };
-      // Bytes one layer's launch reads: every position's key and value rows.
-      const double layer_bytes = static_cast<double>(kv_positions) * NKV * D * 2 * 2;
+      // Bytes one layer's launch reads: every position's key and value rows (and scales).
+      const double layer_bytes = static_cast<double>(kv_positions) * NKV * 2 *
+                                 (static_cast<double>(D) * elem_bytes + (one_byte ? 4 : 0));
       cudaStream_t stream = nullptr;
       CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
       cudaEvent_t e0, e1;
@@ -452,8 +510,9 @@ int main(int argc, char** argv) {
         const double pct = bandwidth > 0 ? gbps * 1e9 / bandwidth * 100 : 0;
         std::string plan = "-";
         if (!variant.read && kernel == cuda::DecodeAttentionKernel::kStream &&
-            cuda::detail::decode_stream_supports(NH, NKV, D, KvDtype::kBF16)) {
-          const auto p = cuda::detail::decode_stream_launch(NH, NKV, D, batch, max_context);
+            cuda::detail::decode_stream_supports(NH, NKV, D, kv_dtype)) {
+          const auto p =
+              cuda::detail::decode_stream_launch(NH, NKV, D, batch, max_context, kv_dtype);
           plan = "segment " + std::to_string(p.segment_keys) + ", " +
                  std::to_string(p.segments_per_part) + " per part, " + std::to_string(p.parts) +
                  " parts, " + std::to_string(p.stages) + " stages, " +

@@ -25,6 +25,9 @@
 //   records in the same order with the same roundings, so a token's output has the same bits
 //   however the launch cut its context into parts: it depends only on the token's own
 //   context, not on the batch.
+// int8 and fp8 pages (decode_tile_quant.cuh): the ring stages one-byte tiles and their rows'
+// scales, and the tile step converts them to the 16-bit type exactly; no fused rotary
+// embedding for them (decode_attention_applies_rope says no).
 // With AttentionArgs::rope_inv_freq every block rotates q, and the block whose part ends at
 // the token's own position rotates the token's key, stores key and value into the page slot
 // and patches them into the staged tile once it lands (the copy may have read the slot first):
@@ -36,12 +39,14 @@
 #include <map>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/decode_attention_stream.hpp"
 #include "kernels/cuda/decode_prologue.cuh"
 #include "kernels/cuda/decode_tile.cuh"
+#include "kernels/cuda/decode_tile_quant.cuh"
 #include "kernels/cuda/env_knob.hpp"
 #include "kernels/cuda/tree_slots.cuh"
 
@@ -52,13 +57,21 @@ constexpr int kThreads = 128, kWarps = kThreads / 32;
 constexpr int kTileKeys = 16;  // keys per warp tile: one m16n8k16 PV product
 constexpr int kMaxGroup = 8;   // query heads per kv head
 constexpr int kMaxStages = 4;
+// One-byte tiles are half the bytes: a deeper ring keeps as many bytes in flight.
+constexpr int kMaxStagesQuant = 6;
+template <class KV>
+inline constexpr int kMaxStagesOf = kv_scaled<KV> ? kMaxStagesQuant : kMaxStages;
 
 // Dynamic shared memory: the warps' merge area [kWarps][GM][D] fp32, then each warp's ring of
-// `stages` stages of K [16][D] and V [16][D] (16-bit, swizzled rows).
+// `stages` stages of K [16][D] and V [16][D] (16-bit, swizzled rows; or one-byte rows and
+// their 32 fp32 scales, decode_tile_quant.cuh).
 template <int D, int GM>
+inline constexpr std::size_t kMergeBytes = sizeof(float) * (kWarps * GM * D);
+template <class KV, int D, int GM>
 struct StreamLayout {
-  static constexpr std::size_t red_bytes = sizeof(float) * kWarps * GM * D;
-  static constexpr std::size_t stage_bytes = 2ull * kTileKeys * D * 2;
+  static constexpr std::size_t red_bytes = kMergeBytes<D, GM>;
+  static constexpr std::size_t stage_bytes =
+      2ull * kTileKeys * D * sizeof(KV) + (kv_scaled<KV> ? 2 * kTileKeys * sizeof(float) : 0);
   static std::size_t bytes(int stages) { return red_bytes + kWarps * stages * stage_bytes; }
 };
 
@@ -68,24 +81,35 @@ __device__ __forceinline__ void wait_for_tile(int stages) {
     cp_async_wait<0>();
   } else if (stages == 3) {
     cp_async_wait<1>();
-  } else {
+  } else if (stages == 4) {
     cp_async_wait<2>();
+  } else if (stages == 5) {
+    cp_async_wait<3>();
+  } else {
+    cp_async_wait<4>();
   }
 }
 
-template <class T, int D, int GM>
+// KV: T for 16-bit pages, or KvInt8 / KvFp8 (one-byte pages; no rotary embedding fused:
+// decode_attention_applies_rope is false for them, so rope_store_kv has stored the token).
+template <class T, class KV, int D, int GM>
 __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
     decode_kernel_stream(AttentionArgs a, FlatBatchView b, PagedKvView kv,
                          const std::int32_t* query_tokens, float* workspace, int grid_splits,
                          int parts, int stages, int seg_min) {
-  constexpr int kVec = 8, L = D / kVec;  // 16-byte chunks per row
-  constexpr int KC = D / 32;             // k chunks of 32 elements (two mma k-steps each)
-  constexpr int VW = D / 16;             // 32-bit words of V per lane and key
-  constexpr int RS = 32 / L;             // rows one warp-wide copy instruction covers
-  constexpr int CPL = kTileKeys / RS;    // copy instructions per lane, K (and V), per tile
-  constexpr int kStageChunks = 2 * kTileKeys * L;          // 16-byte chunks per stage (K then V)
+  constexpr bool kQuant = kv_scaled<KV>;
+  constexpr int kStagesMax = kMaxStagesOf<KV>;
+  constexpr int kVec = 8, L = D / kVec;    // 16-byte chunks per 16-bit row
+  constexpr int LC = kQuant ? D / 16 : L;  // 16-byte chunks per staged row
+  constexpr int KC = D / 32;               // k chunks of 32 elements (two mma k-steps each)
+  constexpr int VW = D / 16;               // 32-bit words of V per lane and key
+  constexpr int RS = 32 / LC;              // rows one warp-wide copy instruction covers
+  constexpr int CPL = kTileKeys / RS;      // copy instructions per lane, K (and V), per tile
+  // 16-byte chunks per stage: K then V, then (one-byte rows) 32 scales.
+  constexpr int kStageChunks = 2 * kTileKeys * LC + (kQuant ? 2 * kTileKeys / 4 : 0);
   constexpr int EPT = (GM * D + kThreads - 1) / kThreads;  // folded elements per thread
-  static_assert(L <= 32 && 32 % L == 0 && kTileKeys % RS == 0);
+  static_assert(LC <= 32 && 32 % LC == 0 && kTileKeys % RS == 0);
+  using RowAt = std::conditional_t<kQuant, QuantRow, unsigned>;
   extern __shared__ __align__(16) unsigned char stream_smem[];
   float* red_acc = reinterpret_cast<float*>(stream_smem);  // [kWarps][GM][D]
   __shared__ float red_m[kWarps][GM], red_l[kWarps][GM], fac[kWarps][GM];
@@ -111,55 +135,78 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
   const SlotTable table = slot_table(b, t);  // tree nodes: their path's slots
   const int G = a.num_heads / kv.num_kv_heads, NH = a.num_heads;
   const T* pool = static_cast<const T*>(kv.pool);
+  const unsigned char* bytes = static_cast<const unsigned char*>(kv.pool);
   const std::size_t v_shift = static_cast<std::size_t>(kv.num_kv_heads) * kv.page_size * D;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, tq = lane & 3;
   // This warp's tiles: n = 0, 1, ... is tile warp + 4n of the part.
   const int nw = ntiles > warp ? (ntiles - warp + kWarps - 1) / kWarps : 0;
-  uint4* ring = reinterpret_cast<uint4*>(stream_smem + StreamLayout<D, GM>::red_bytes) +
+  uint4* ring = reinterpret_cast<uint4*>(stream_smem + kMergeBytes<D, GM>) +
                 static_cast<std::size_t>(warp) * stages * kStageChunks;
   auto tile_start = [&](int n) { return begin + (warp + kWarps * n) * kTileKeys; };
 
   // Lane r < 16: the row offset (in head_dim units from the pool's start: pages and layer
-  // blocks are whole rows) of key r of warp tile n; 0 past the part.
-  auto row_offset = [&](int n) -> unsigned {
+  // blocks are whole rows) of key r of warp tile n; 0 past the part. One-byte rows: lane r and
+  // lane r + 16 the byte offsets of key r's row and of its K (lane r) or V (lane r + 16) scale.
+  auto row_offset = [&](int n) -> RowAt {
     const int p = tile_start(n) + (lane & (kTileKeys - 1));
-    if (n >= nw || p >= end) return 0u;
-    return static_cast<unsigned>(key_offset(kv, table, p, kvh) / D);
+    if (n >= nw || p >= end) return RowAt{};
+    if constexpr (kQuant) {
+      return quant_row(kv, table, p, kvh, lane >= kTileKeys);
+    } else {
+      return static_cast<unsigned>(key_offset(kv, table, p, kvh) / D);
+    }
   };
   // Warp tile n into its stage (nothing past the warp's last tile); `off` from row_offset(n).
-  auto issue = [&](int n, unsigned off) {
+  auto issue = [&](int n, RowAt off) {
     if (n >= nw) return;  // warp-uniform
-    uint4* ks = ring + (n % stages) * kStageChunks;
-    uint4* vs = ks + kTileKeys * L;
-    const int tb = tile_start(n), part = lane % L;
+    if constexpr (kQuant) {
+      uint4* ks = ring + (n % stages) * kStageChunks;
+      uint4* vs = ks + kTileKeys * LC;
+      float* scales = reinterpret_cast<float*>(vs + kTileKeys * LC);
+      const int tb = tile_start(n), part = lane % LC;
 #pragma unroll
-    for (int k = 0; k < CPL; ++k) {
-      const int r = lane / L + k * RS;
-      const unsigned src = __shfl_sync(0xffffffffu, off, r);
-      const bool live = tb + r < end;
-      const T* row = pool + static_cast<std::size_t>(src) * D + part * kVec;
-      const int at = r * L + (part ^ tile_swizzle(r));
-      cp_async16(ks + at, row, live);
-      cp_async16(vs + at, row + v_shift, live);
+      for (int k = 0; k < CPL; ++k) {
+        const int r = lane / LC + k * RS;
+        const unsigned long long src = __shfl_sync(0xffffffffu, off.key, r);
+        const bool live = tb + r < end;
+        const unsigned char* row = bytes + src + part * 16;
+        cp_async16(ks + qk_chunk_at<D>(r, part), row, live);
+        cp_async16(vs + qv_chunk_at<D>(r, part), row + v_shift, live);
+      }
+      cp_async4(scales + lane, bytes + off.scale, tb + (lane & (kTileKeys - 1)) < end);
+    } else {
+      uint4* ks = ring + (n % stages) * kStageChunks;
+      uint4* vs = ks + kTileKeys * L;
+      const int tb = tile_start(n), part = lane % L;
+#pragma unroll
+      for (int k = 0; k < CPL; ++k) {
+        const int r = lane / L + k * RS;
+        const unsigned src = __shfl_sync(0xffffffffu, off, r);
+        const bool live = tb + r < end;
+        const T* row = pool + static_cast<std::size_t>(src) * D + part * kVec;
+        const int at = r * L + (part ^ tile_swizzle(r));
+        cp_async16(ks + at, row, live);
+        cp_async16(vs + at, row + v_shift, live);
+      }
     }
   };
   // The first stages - 1 tiles in flight (a group per stage, empty past the warp's last),
   // their page-table lookups loaded together.
-  unsigned off_first[kMaxStages];
+  RowAt off_first[kStagesMax];
 #pragma unroll
-  for (int s = 0; s < kMaxStages; ++s)
-    off_first[s] = s < stages ? row_offset(s) : 0u;
+  for (int s = 0; s < kStagesMax; ++s)
+    off_first[s] = s < stages ? row_offset(s) : RowAt{};
 #pragma unroll
-  for (int s = 0; s + 1 < kMaxStages; ++s) {
+  for (int s = 0; s + 1 < kStagesMax; ++s) {
     if (s + 1 < stages) {
       issue(s, off_first[s]);
       cp_async_commit();
     }
   }
-  unsigned off_next = off_first[0];  // row offsets of tile n + stages - 1 in the loop
+  RowAt off_next = off_first[0];  // row offsets of tile n + stages - 1 in the loop
 #pragma unroll
-  for (int s = 1; s < kMaxStages; ++s)
+  for (int s = 1; s < kStagesMax; ++s)
     if (s == stages - 1) off_next = off_first[s];
 
   // Head g's q (loads in flight before the rotary embedding's barrier).
@@ -168,12 +215,14 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
 
   // With a.rope_inv_freq: rope_store_kv's work for this token (see the top of the file); the
   // token's own key and value rows also go to own_s, for every warp to patch into its tile.
-  const bool rope = a.rope_inv_freq != nullptr;
+  const bool rope = !kQuant && a.rope_inv_freq != nullptr;
   const bool own_kv = rope && end == pos + 1;
-  uint4 own[2] = {};
-  rope_own_kv<T, D, kThreads, true>(a, b, kv, table, t, pos, kvh, rope, own_kv, rope_c, rope_s, own,
-                                    own_s);
-  if (own_kv) __syncthreads();  // own_s complete before any warp patches its tile
+  if constexpr (!kQuant) {
+    uint4 own[2] = {};
+    rope_own_kv<T, D, kThreads, true>(a, b, kv, table, t, pos, kvh, rope, own_kv, rope_c, rope_s,
+                                      own, own_s);
+    if (own_kv) __syncthreads();  // own_s complete before any warp patches its tile
+  }
 
   // A fragments of q * scale (head g; rows 8-15 are zero), high parts and remainders.
   unsigned qh[KC][4], ql[KC][4];
@@ -199,20 +248,29 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
       cp_async_commit();
       off_next = row_offset(n + stages);
       uint4* ks = ring + (n % stages) * kStageChunks;
-      uint4* vs = ks + kTileKeys * L;
       const int k0 = tile_start(n);
-      if (own_kv && pos - k0 < kTileKeys) {  // the tile holding the token's own key
-        const int rr = pos - k0, sw = tile_swizzle(rr);
-        for (int c = lane; c < 2 * L; c += 32) {
-          const int part = c % L;
-          (c < L ? ks : vs)[rr * L + (part ^ sw)] = own_s[c];
+      if constexpr (kQuant) {
+        const unsigned char* kb = reinterpret_cast<const unsigned char*>(ks);
+        tile_attend_q<T, KV, D>(kb, kb + kTileKeys * D,
+                                reinterpret_cast<const float*>(kb + 2 * kTileKeys * D), k0, end, g,
+                                tq, qh, ql, m, l, acc);
+      } else {
+        uint4* vs = ks + kTileKeys * L;
+        if (own_kv && pos - k0 < kTileKeys) {  // the tile holding the token's own key
+          const int rr = pos - k0, sw = tile_swizzle(rr);
+          for (int c = lane; c < 2 * L; c += 32) {
+            const int part = c % L;
+            (c < L ? ks : vs)[rr * L + (part ^ sw)] = own_s[c];
+          }
+          __syncwarp();
         }
-        __syncwarp();
+        tile_attend16<T, L, true>(ks, vs, 0, k0, end, g, tq, qh, ql, m, l, acc);
       }
-      tile_attend16<T, L, true>(ks, vs, 0, k0, end, g, tq, qh, ql, m, l, acc);
     }
 
     // Segment s ends: merge the warps in order, then fold the segment in or write its record.
+    // One-byte tiles: acc carries kv_weight_boost (decode_tile_quant.cuh); l takes it here.
+    if constexpr (kQuant) l *= kv_weight_boost<KV>;
     merge_split<D, GM>(G, warp, g, tq, m, l, acc, red_acc, red_m, red_l, fac, fold_a, fold_b,
                        fold_l, whole, fold_max, fold_sum, fo, workspace, qi, NH, kvh, grid_splits,
                        s);
@@ -296,40 +354,47 @@ __global__ void __launch_bounds__(kReadThreads, 2)
 using StreamKernel = void (*)(AttentionArgs, FlatBatchView, PagedKvView, const std::int32_t*,
                               float*, int, int, int, int);
 
-template <class T, int D>
+template <class T, class KV, int D>
 StreamKernel stream_kernel_for_group(int G) {
-  if (G <= 4) return decode_kernel_stream<T, D, 4>;
-  return decode_kernel_stream<T, D, kMaxGroup>;
+  if (G <= 4) return decode_kernel_stream<T, KV, D, 4>;
+  return decode_kernel_stream<T, KV, D, kMaxGroup>;
 }
 
-template <class T>
+// The kernel for 16-bit type T and page element type KV (T, KvInt8 or KvFp8).
+template <class T, class KV = T>
 StreamKernel stream_kernel(int D, int G) {
   if (G < 1 || G > kMaxGroup) return nullptr;
   switch (D) {
     case 64:
-      return stream_kernel_for_group<T, 64>(G);
+      return stream_kernel_for_group<T, KV, 64>(G);
     case 128:
-      return stream_kernel_for_group<T, 128>(G);
+      return stream_kernel_for_group<T, KV, 128>(G);
     case 256:
-      return stream_kernel_for_group<T, 256>(G);
+      return stream_kernel_for_group<T, KV, 256>(G);
     default:
       return nullptr;
   }
 }
 
-std::size_t stream_shared_bytes(int D, int G, int stages) {
+// Dynamic shared memory of a block over pages of KV elements (one_byte: int8 or fp8 pages).
+template <class KV>
+std::size_t stream_shared_bytes_of(int D, int G, int stages) {
   const bool small = G <= 4;
   switch (D) {
     case 64:
-      return small ? StreamLayout<64, 4>::bytes(stages)
-                   : StreamLayout<64, kMaxGroup>::bytes(stages);
+      return small ? StreamLayout<KV, 64, 4>::bytes(stages)
+                   : StreamLayout<KV, 64, kMaxGroup>::bytes(stages);
     case 128:
-      return small ? StreamLayout<128, 4>::bytes(stages)
-                   : StreamLayout<128, kMaxGroup>::bytes(stages);
+      return small ? StreamLayout<KV, 128, 4>::bytes(stages)
+                   : StreamLayout<KV, 128, kMaxGroup>::bytes(stages);
     default:
-      return small ? StreamLayout<256, 4>::bytes(stages)
-                   : StreamLayout<256, kMaxGroup>::bytes(stages);
+      return small ? StreamLayout<KV, 256, 4>::bytes(stages)
+                   : StreamLayout<KV, 256, kMaxGroup>::bytes(stages);
   }
+}
+std::size_t stream_shared_bytes(int D, int G, int stages, bool one_byte) {
+  return one_byte ? stream_shared_bytes_of<KvInt8>(D, G, stages)
+                  : stream_shared_bytes_of<__nv_bfloat16>(D, G, stages);
 }
 
 // Positions per segment at least (WEFT_DECODE_STREAM_SEGMENT_KEYS: a multiple of 64 from 64
@@ -373,16 +438,18 @@ int blocks_per_sm(StreamKernel kernel, std::size_t shared) {
   return per_sm;
 }
 
-// Ring stages per warp: WEFT_DECODE_STREAM_STAGES (2-4) if it fits, else the deepest ring
-// that keeps the most blocks per SM (2 for head_dim up to 128, 1 for 256: the kernel's launch
-// bounds), at least 2.
-int stream_stages(StreamKernel kernel, int D, int G) {
+// Ring stages per warp: WEFT_DECODE_STREAM_STAGES (2-4; 2-6 for one-byte pages) if it fits,
+// else the deepest ring that keeps the most blocks per SM (2 for head_dim up to 128, 1 for
+// 256: the kernel's launch bounds), at least 2.
+int stream_stages(StreamKernel kernel, int D, int G, bool one_byte) {
   static const int env = env_int("WEFT_DECODE_STREAM_STAGES", 0);
-  if (env >= 2 && env <= kMaxStages && blocks_per_sm(kernel, stream_shared_bytes(D, G, env)) > 0)
+  const int most = one_byte ? kMaxStagesQuant : kMaxStages;
+  if (env >= 2 && env <= most &&
+      blocks_per_sm(kernel, stream_shared_bytes(D, G, env, one_byte)) > 0)
     return env;
   const int want = D >= 256 ? 1 : 2;
-  for (int s = kMaxStages; s > 2; --s)
-    if (blocks_per_sm(kernel, stream_shared_bytes(D, G, s)) >= want) return s;
+  for (int s = most; s > 2; --s)
+    if (blocks_per_sm(kernel, stream_shared_bytes(D, G, s, one_byte)) >= want) return s;
   return 2;
 }
 
@@ -421,8 +488,10 @@ int grid_decode_splits(int max_context) {
 
 }  // namespace
 
-bool decode_stream_supports(int num_heads, int num_kv_heads, int head_dim, KvDtype dtype) {
-  if (kv_dtype_scaled(dtype) || num_kv_heads <= 0 || num_heads % num_kv_heads != 0) return false;
+// Every page type is served (16-bit, and int8 / fp8 rows converted exactly in the tile step),
+// so only the shape decides.
+bool decode_stream_supports(int num_heads, int num_kv_heads, int head_dim, KvDtype /*dtype*/) {
+  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0) return false;
   return stream_kernel<__nv_bfloat16>(head_dim, num_heads / num_kv_heads) != nullptr;
 }
 
@@ -436,35 +505,48 @@ void prepare_decode_stream(int bytes) {
   }
   for (int D : {64, 128, 256}) {
     for (int G : {4, kMaxGroup}) {
-      for (StreamKernel k : {stream_kernel<__nv_bfloat16>(D, G), stream_kernel<__half>(D, G)}) {
-        cudaFuncAttributes attr{};
-        if (cudaFuncGetAttributes(&attr, k) != cudaSuccess) {
-          cudaGetLastError();
-          continue;
+      const StreamKernel sixteen[] = {stream_kernel<__nv_bfloat16>(D, G),
+                                      stream_kernel<__half>(D, G)};
+      const StreamKernel one_byte[] = {
+          stream_kernel<__nv_bfloat16, KvInt8>(D, G), stream_kernel<__nv_bfloat16, KvFp8>(D, G),
+          stream_kernel<__half, KvInt8>(D, G), stream_kernel<__half, KvFp8>(D, G)};
+      for (bool quant : {false, true}) {
+        for (StreamKernel k : quant ? std::vector<StreamKernel>(one_byte, one_byte + 4)
+                                    : std::vector<StreamKernel>(sixteen, sixteen + 2)) {
+          cudaFuncAttributes attr{};
+          if (cudaFuncGetAttributes(&attr, k) != cudaSuccess) {
+            cudaGetLastError();
+            continue;
+          }
+          cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               bytes - static_cast<int>(attr.sharedSizeBytes));
+          // Fills the occupancy cache now, outside any stream capture.
+          for (int s = 2; s <= (quant ? kMaxStagesQuant : kMaxStages); ++s)
+            blocks_per_sm(k, stream_shared_bytes(D, G, s, quant));
         }
-        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             bytes - static_cast<int>(attr.sharedSizeBytes));
-        // Fills the occupancy cache now, outside any stream capture.
-        for (int s = 2; s <= kMaxStages; ++s)
-          blocks_per_sm(k, stream_shared_bytes(D, G, s));
       }
     }
   }
 }
 
 DecodeStreamLaunch decode_stream_launch(int num_heads, int num_kv_heads, int head_dim,
-                                        int num_queries, int max_context) {
+                                        int num_queries, int max_context, KvDtype dtype) {
   prepare_attention_kernels();
   DecodeStreamLaunch out;
   const int G = num_heads / std::max(1, num_kv_heads), D = head_dim;
-  StreamKernel kernel = stream_kernel<__nv_bfloat16>(D, G);
+  const bool one_byte = kv_dtype_scaled(dtype);
+  // The bf16 instantiation stands for its dtype's (same shared memory and launch bounds).
+  StreamKernel kernel = dtype == KvDtype::kInt8      ? stream_kernel<__nv_bfloat16, KvInt8>(D, G)
+                        : dtype == KvDtype::kFp8E4M3 ? stream_kernel<__nv_bfloat16, KvFp8>(D, G)
+                                                     : stream_kernel<__nv_bfloat16>(D, G);
   if (kernel == nullptr) return out;
   const int seg_min = stream_min_segment();
   const int ctx = std::max(max_context, 1);
   out.segment_keys = piece_positions(ctx, seg_min);
   const int segments = std::min(kMaxDecodeSplits, (ctx + seg_min - 1) / seg_min);
-  out.stages = stream_stages(kernel, D, G);
-  out.blocks_per_sm = std::max(1, blocks_per_sm(kernel, stream_shared_bytes(D, G, out.stages)));
+  out.stages = stream_stages(kernel, D, G, one_byte);
+  out.blocks_per_sm =
+      std::max(1, blocks_per_sm(kernel, stream_shared_bytes(D, G, out.stages, one_byte)));
   const int resident = std::max(1, g_sms) * out.blocks_per_sm;
   out.parts = choose_parts(static_cast<long long>(num_queries) * num_kv_heads, segments,
                            out.segment_keys, resident);
@@ -478,12 +560,12 @@ void decode_attention_stream(const AttentionArgs& args, const FlatBatchView& bat
                              cudaStream_t stream) {
   const int G = args.num_heads / kv.num_kv_heads, D = kv.head_dim;
   const DecodeStreamLaunch plan =
-      decode_stream_launch(args.num_heads, kv.num_kv_heads, D, num_queries, max_context);
+      decode_stream_launch(args.num_heads, kv.num_kv_heads, D, num_queries, max_context, kv.dtype);
   const int grid_splits = grid_decode_splits(std::max(max_context, 1));
   const int seg_min = stream_min_segment();
-  const std::size_t shared = stream_shared_bytes(D, G, plan.stages);
-  WEFT_DISPATCH_PRECISION(kv.precision, {
-    StreamKernel kernel = stream_kernel<T>(D, G);
+  const std::size_t shared = stream_shared_bytes(D, G, plan.stages, kv_dtype_scaled(kv.dtype));
+  WEFT_DISPATCH_KV(kv, {
+    StreamKernel kernel = stream_kernel<T, KV>(D, G);
     launch(kernel, dim3(kv.num_kv_heads, num_queries, plan.parts), kThreads, shared, stream, args,
            batch, kv, query_tokens, workspace, grid_splits, plan.parts, plan.stages, seg_min);
     if (plan.parts > 1) {

@@ -1,7 +1,7 @@
 #pragma once
 // The streaming tensor-core decode attention (decode_attention_stream.cu), which
-// decode_attention (paged_attention.hpp) runs for 16-bit pages, head_dim 64, 128 or 256 and up
-// to 8 query heads per kv head when DecodeAttentionKernel::kStream is selected
+// decode_attention (paged_attention.hpp) runs for 16-bit and int8/fp8 pages, head_dim 64, 128
+// or 256 and up to 8 query heads per kv head when DecodeAttentionKernel::kStream is selected
 // (WEFT_DECODE_ATTN=stream). Internal to kernels/cuda: callers go through decode_attention.
 
 #include <cuda_runtime_api.h>
@@ -32,7 +32,8 @@ void decode_attention_stream(const AttentionArgs& args, const FlatBatchView& bat
 // is folded in order; fixed per context, so results do not depend on the batch), parts (the
 // grid's depth, chosen from the batch and the device: each token's segments are cut into at
 // most this many runs of consecutive segments, one block each), segments per part of the
-// longest context, and ring stages per warp. For the bench and the tests.
+// longest context, and ring stages per warp (deeper for int8/fp8 pages, `dtype`, whose tiles
+// are half the bytes). For the bench and the tests.
 struct DecodeStreamLaunch {
   int segment_keys = 0;
   int segments_per_part = 0;
@@ -41,7 +42,8 @@ struct DecodeStreamLaunch {
   int blocks_per_sm = 0;
 };
 DecodeStreamLaunch decode_stream_launch(int num_heads, int num_kv_heads, int head_dim,
-                                        int num_queries, int max_context);
+                                        int num_queries, int max_context,
+                                        KvDtype dtype = KvDtype::kBF16);
 
 // A reference for the benches, not attention: reads every key and value row that
 // decode_attention would read for these tokens (same pages, same page-table lookups, 16-byte

@@ -115,7 +115,9 @@ void decode_attention(const AttentionArgs& args, const FlatBatchView& batch, con
                                        workspace, stream);
     return;
   }
-  if (decode_attention_kernel() == DecodeAttentionKernel::kStream &&
+  // One-byte pages take no fused rotary embedding (decode_attention_applies_rope).
+  const bool rope_on_quantized = kv_dtype_scaled(kv.dtype) && args.rope_inv_freq != nullptr;
+  if (decode_attention_kernel() == DecodeAttentionKernel::kStream && !rope_on_quantized &&
       detail::decode_stream_supports(args.num_heads, kv.num_kv_heads, D, kv.dtype)) {
     detail::decode_attention_stream(args, batch, kv, query_tokens, num_queries, max_context,
                                     workspace, stream);

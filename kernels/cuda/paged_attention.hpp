@@ -39,10 +39,14 @@
 //
 // Softmax and accumulation are fp32; q comes fp32 from the rope kernel, K/V are 16-bit, or
 // int8/fp8 (e4m3) with a scale per (token, kv head) row (kernels/kv_dtype.hpp). Quantized
-// pages take the CUDA-core kernels: decode the warp kernel for head_dim 32, 64, 128 and 256
-// with 8-byte loads (a key's scale multiplies its score, a value's its softmax weight), the
-// scalar one otherwise; prefill the CUDA-core kernel, which widens each K/V tile times its
-// rows' scales into 16-bit shared memory. The tensor-core kernels read 16-bit pages only.
+// pages take the streaming tensor-core decode kernel where it serves the shape (kStream
+// below; one-byte tiles converted exactly to 16-bit in the tile step, a key's scale
+// multiplying its score, a value's its softmax weight), else the CUDA-core kernels: decode
+// the warp kernel for head_dim 32, 64, 128 and 256 with 8-byte loads, the scalar one
+// otherwise. Prefill: the mma.sync kernel for head_dim 64 and 128 (one-byte stages converted
+// exactly into 16-bit tiles, the scales on S's columns and P's), else the CUDA-core kernel,
+// which widens each K/V tile times its rows' scales into 16-bit shared memory. The other
+// tensor-core kernels read 16-bit pages only.
 
 #include <cuda_runtime_api.h>
 
@@ -76,8 +80,8 @@ struct AttentionArgs {
 inline constexpr int kDecodeSplitQuantum = 64;
 inline constexpr int kMaxDecodeSplits = 32;
 
-// The decode kernel for 16-bit pages, head_dim 64, 128 or 256 and up to 8 query heads per kv
-// head (other shapes and int8/fp8 pages keep their kernels):
+// The decode kernel for head_dim 64, 128 or 256 and up to 8 query heads per kv head (other
+// shapes keep their kernels; int8/fp8 pages too, except under kStream, which reads them):
 // - kSplit: a block per (token, kv head, split), records combined by a second kernel;
 // - kPipelined: a block per (token, kv head, part of consecutive splits), tiles pipelined.
 // - kStream: a block per (token, kv head, part of consecutive segments of at least 256
@@ -141,8 +145,8 @@ inline constexpr int kPrefillTileQueries = 32;
 // Query tokens per prefill tile: 64 where a tensor-core kernel runs (head_dim 64 or 128: a
 // FlashAttention-2-style mma.sync kernel with Q, S, P and O in registers; other multiples of
 // 16 up to 256: 16x16x16 WMMA products through shared memory; both bf16/fp16 inputs, fp32
-// accumulators, q*scale and P rounded to 16 bits as FlashAttention does), else (and for
-// int8/fp8 pages) kPrefillTileQueries for the CUDA-core kernel.
+// accumulators, q*scale and P rounded to 16 bits as FlashAttention does; int8/fp8 pages: the
+// mma.sync kernel only), else kPrefillTileQueries for the CUDA-core kernel.
 int prefill_tile_queries(int head_dim, KvDtype dtype = KvDtype::kBF16);
 
 // Attention for the tokens of `tiles` ([num_tiles] on the device).

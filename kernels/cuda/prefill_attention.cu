@@ -343,7 +343,10 @@ void prepare_prefill_attention(int bytes) {
 }  // namespace detail
 
 int prefill_tile_queries(int head_dim, KvDtype dtype) {
-  if (kv_dtype_scaled(dtype)) return kPrefillTileQueries;  // the CUDA-core kernel
+  // One-byte pages: the mma.sync kernel (its tiles are kTcRows rows too) where it serves
+  // head_dim, else the CUDA-core kernel.
+  if (kv_dtype_scaled(dtype))
+    return detail::prefill_mma_shared(head_dim, dtype) > 0 ? kTcRows : kPrefillTileQueries;
   return tensor_core_prefill(head_dim) ? kTcRows : kPrefillTileQueries;
 }
 
@@ -360,8 +363,10 @@ void prefill_attention(const AttentionArgs& args, const FlatBatchView& batch, co
     return v != nullptr && std::strcmp(v, "wmma") == 0;
   }();
   const bool quantized = kv_dtype_scaled(kv.dtype);
-  const int mma_shared = static_cast<int>(detail::prefill_mma_shared(D));
-  if (mma_shared > 0 && !wmma_only && !quantized) {
+  const int mma_shared = static_cast<int>(detail::prefill_mma_shared(D, kv.dtype));
+  // One-byte pages run the mma.sync kernel where it serves head_dim, whatever
+  // WEFT_PREFILL_ATTENTION says (prefill_tile_queries cut their tiles for it).
+  if (mma_shared > 0 && (!wmma_only || quantized)) {
     detail::prefill_attention_mma(args, batch, kv, tiles, num_tiles, mma_shared, stream);
     return;
   }

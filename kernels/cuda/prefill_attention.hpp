@@ -19,11 +19,12 @@ namespace weft::cuda::detail {
 void prepare_prefill_attention(int bytes);
 void prepare_prefill_attention_mma(int bytes);
 
-// Shared memory of the mma.sync kernel for head_dim D, 0 where it does not run.
-std::size_t prefill_mma_shared(int D);
+// Shared memory of the mma.sync kernel for head_dim D over pages of `dtype` (16-bit or
+// int8/fp8), 0 where it does not run.
+std::size_t prefill_mma_shared(int D, KvDtype dtype = KvDtype::kBF16);
 
-// prefill_attention's work on the mma.sync kernel (16-bit pages, prefill_mma_shared(head_dim)
-// > 0): a block per (query head, tile), `mma_shared` bytes of shared memory each.
+// prefill_attention's work on the mma.sync kernel (prefill_mma_shared(head_dim, dtype) > 0): a
+// block per (query head, tile), `mma_shared` bytes of shared memory each.
 void prefill_attention_mma(const AttentionArgs& args, const FlatBatchView& batch,
                            const PagedKvView& kv, const PrefillTile* tiles, int num_tiles,
                            int mma_shared, cudaStream_t stream);

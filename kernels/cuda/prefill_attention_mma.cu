@@ -1,9 +1,10 @@
-// The FlashAttention-2-style prefill kernel on mma.sync (16-bit pages, head_dim 64 and 128),
-// which prefill_attention (prefill_attention.cu) runs where it can; the comment above the kernel
-// describes it.
+// The FlashAttention-2-style prefill kernel on mma.sync (16-bit and int8/fp8 pages, head_dim 64
+// and 128), which prefill_attention (prefill_attention.cu) runs where it can; the comment above
+// the kernel describes it.
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/decode_tile_quant.cuh"
 #include "kernels/cuda/paged_attention.cuh"
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/prefill_attention.hpp"
@@ -30,13 +31,27 @@ using detail::tile_key_range;
 // positions (they would contribute exactly nothing). The grid's fast dimension is the head,
 // tiles in reverse order, so the longest causal tiles start first and the heads of a kv
 // group read the same keys at about the same time (from L2).
+// One-byte pages (KV = KvInt8 or KvFp8): the stages hold the tiles' bytes and their rows'
+// scales; once a stage lands the block converts it, exactly (decode_tile_quant.cuh's kv_pair),
+// into one 16-bit K and V tile that the products read as above. K's scales multiply S's
+// columns; V's scales (times kv_weight_boost, taken back out of l at the end) multiply P's
+// before it is rounded, and l sums the weights unscaled.
 constexpr int kMmaRows = 64, kMmaKeys = 64, kMmaThreads = 128;
+static_assert(kMmaThreads == 2 * kMmaKeys, "a thread per K or V scale of a tile");
 
 template <int D, int S>
 struct MmaPrefillLayout {
   static constexpr int ld = D + 8;  // elements per shared row: 16 bytes of padding
   static constexpr std::size_t tile = static_cast<std::size_t>(kMmaKeys) * ld * 2;
   static constexpr std::size_t bytes = 2 * S * tile + kMmaRows * sizeof(int);  // K, V x S stages
+};
+// One-byte pages: one 16-bit K and V tile, then S stages of K bytes [kMmaKeys][D], V bytes and
+// the K and V scales [kMmaKeys] each.
+template <int D, int S>
+struct MmaPrefillQuantLayout {
+  static constexpr std::size_t tile = MmaPrefillLayout<D, S>::tile;
+  static constexpr std::size_t stage = 2ull * kMmaKeys * D + 2 * kMmaKeys * sizeof(float);
+  static constexpr std::size_t bytes = 2 * tile + S * stage + kMmaRows * sizeof(int);
 };
 
 __device__ __forceinline__ void ldsm_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3,
@@ -64,15 +79,19 @@ __device__ __forceinline__ float2 unpack2(unsigned u) {
   return make_float2(detail::to_float(lo), detail::to_float(hi));
 }
 
-template <class T, int D, int S>
+template <class T, class KV, int D, int S>
 __global__ void __launch_bounds__(kMmaThreads, 2)
     prefill_kernel_mma(AttentionArgs a, FlatBatchView b, PagedKvView kv, const PrefillTile* tiles) {
   using Lay = MmaPrefillLayout<D, S>;
+  using QLay = MmaPrefillQuantLayout<D, S>;
+  constexpr bool kQuant = detail::kv_scaled<KV>;
   constexpr int ld = Lay::ld, KS = D / 16, NB = D / 8;
   extern __shared__ __align__(128) unsigned char mma_smem[];
-  T* k_s = reinterpret_cast<T*>(mma_smem);  // [S][kMmaKeys][ld]
-  T* v_s = reinterpret_cast<T*>(mma_smem + S * Lay::tile);
-  int* pos_s = reinterpret_cast<int*>(mma_smem + 2 * S * Lay::tile);
+  T* k_s = reinterpret_cast<T*>(mma_smem);  // [S][kMmaKeys][ld] (one-byte pages: [1][..][..])
+  T* v_s = reinterpret_cast<T*>(mma_smem + (kQuant ? 1 : S) * Lay::tile);
+  unsigned char* q_st = mma_smem + 2 * Lay::tile;  // one-byte pages: the S stages
+  int* pos_s = reinterpret_cast<int*>(
+      mma_smem + (kQuant ? 2 * Lay::tile + S * QLay::stage : 2 * S * Lay::tile));
 
   const PrefillTile tile = tiles[gridDim.y - 1 - blockIdx.y];
   const int h = blockIdx.x, G = a.num_heads / kv.num_kv_heads, kvh = h / G;
@@ -139,22 +158,63 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
   constexpr int chunks = D / 8, step = kMmaThreads / chunks;
   const int col = threadIdx.x % chunks, j0 = threadIdx.x / chunks;
   const std::size_t head_base = kv.layer_offset + static_cast<std::size_t>(kvh) * ps * D + col * 8;
+  // One-byte pages: the same walk over 16-byte columns of D bytes, and a thread per scale.
+  constexpr int qchunks = D / 16, qstep = kMmaThreads / qchunks;
+  const int qcol = threadIdx.x % qchunks, qj0 = threadIdx.x / qchunks;
+  const unsigned char* bytes = static_cast<const unsigned char*>(kv.pool);
   auto load = [&](int st, int base) {
-    const int n = min(kMmaKeys, hi + 1 - base);
-    int pi = (base + j0) / ps, slot = base + j0 - pi * ps;
+    if constexpr (kQuant) {
+      unsigned char* ks = q_st + st * QLay::stage;
+      unsigned char* vs = ks + kMmaKeys * D;
+      float* scales = reinterpret_cast<float*>(vs + kMmaKeys * D);  // K's, then V's
+      const int n = min(kMmaKeys, hi + 1 - base);
+      const std::size_t q_base =
+          kv.layer_offset + static_cast<std::size_t>(kvh) * ps * D + qcol * 16;
+      int pi = (base + qj0) / ps, slot = base + qj0 - pi * ps;
 #pragma unroll
-    for (int k = 0; k < kMmaKeys / step; ++k) {
-      const int j = j0 + k * step;
-      const bool live = j < n;
-      const std::size_t off = live ? static_cast<std::size_t>(table[pi]) * kv.page_elems +
-                                         head_base + static_cast<std::size_t>(slot) * D
-                                   : 0;
-      cp_async16(k_s + (st * kMmaKeys + j) * ld + col * 8, pool + off, live);
-      cp_async16(v_s + (st * kMmaKeys + j) * ld + col * 8, pool + off + (live ? v_shift : 0), live);
-      slot += step;
-      while (slot >= ps) {
-        slot -= ps;
-        ++pi;
+      for (int k = 0; k < kMmaKeys / qstep; ++k) {
+        const int j = qj0 + k * qstep;
+        const bool live = j < n;
+        const std::size_t off = live ? static_cast<std::size_t>(table[pi]) * kv.page_elems +
+                                           q_base + static_cast<std::size_t>(slot) * D
+                                     : 0;
+        cp_async16(ks + j * D + qcol * 16, bytes + off, live);
+        cp_async16(vs + j * D + qcol * 16, bytes + off + (live ? v_shift : 0), live);
+        slot += qstep;
+        while (slot >= ps) {
+          slot -= ps;
+          ++pi;
+        }
+      }
+      const int r = threadIdx.x % kMmaKeys;
+      const bool live = r < n;
+      std::size_t off = 0;
+      if (live) {
+        const int p = base + r;
+        const std::size_t row = static_cast<std::size_t>(kvh) * ps + p % ps +
+                                (threadIdx.x >= kMmaKeys ? v_shift / D : 0);
+        off = static_cast<std::size_t>(table[p / ps]) * kv.page_elems + kv.layer_offset +
+              kv.scales_offset + 4 * row;
+      }
+      detail::cp_async4(scales + threadIdx.x, bytes + off, live);
+    } else {
+      const int n = min(kMmaKeys, hi + 1 - base);
+      int pi = (base + j0) / ps, slot = base + j0 - pi * ps;
+#pragma unroll
+      for (int k = 0; k < kMmaKeys / step; ++k) {
+        const int j = j0 + k * step;
+        const bool live = j < n;
+        const std::size_t off = live ? static_cast<std::size_t>(table[pi]) * kv.page_elems +
+                                           head_base + static_cast<std::size_t>(slot) * D
+                                     : 0;
+        cp_async16(k_s + (st * kMmaKeys + j) * ld + col * 8, pool + off, live);
+        cp_async16(v_s + (st * kMmaKeys + j) * ld + col * 8, pool + off + (live ? v_shift : 0),
+                   live);
+        slot += step;
+        while (slot >= ps) {
+          slot -= ps;
+          ++pi;
+        }
       }
     }
   };
@@ -175,9 +235,28 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
     }
     cp_async_wait<S - 1>();
     __syncthreads();
+    [[maybe_unused]] const unsigned char* q_stage = q_st + stage * QLay::stage;
+    if constexpr (kQuant) {
+      // The stage's bytes into the 16-bit tiles (every thread: the block reads them after).
+      constexpr int per_row = D / 16;
+      for (int c = threadIdx.x; c < 2 * kMmaKeys * per_row; c += kMmaThreads) {
+        const bool value = c >= kMmaKeys * per_row;
+        const int cc = value ? c - kMmaKeys * per_row : c, r = cc / per_row, col = cc % per_row;
+        const uint4 w = *reinterpret_cast<const uint4*>(q_stage + (value ? kMmaKeys * D : 0) +
+                                                        r * D + col * 16);
+        uint4* dst = reinterpret_cast<uint4*>((value ? v_s : k_s) + r * ld + col * 16);
+        dst[0] = make_uint4(
+            detail::kv_pair<T, KV>(w.x, w.y, 0, 1), detail::kv_pair<T, KV>(w.x, w.y, 2, 3),
+            detail::kv_pair<T, KV>(w.x, w.y, 4, 5), detail::kv_pair<T, KV>(w.x, w.y, 6, 7));
+        dst[1] = make_uint4(
+            detail::kv_pair<T, KV>(w.z, w.w, 0, 1), detail::kv_pair<T, KV>(w.z, w.w, 2, 3),
+            detail::kv_pair<T, KV>(w.z, w.w, 4, 5), detail::kv_pair<T, KV>(w.z, w.w, 6, 7));
+      }
+      __syncthreads();
+    }
     if (base <= warp_hi && base + kMmaKeys > warp_lo) {
-      const T* kt = k_s + stage * kMmaKeys * ld;
-      const T* vt = v_s + stage * kMmaKeys * ld;
+      const T* kt = k_s + (kQuant ? 0 : stage) * kMmaKeys * ld;
+      const T* vt = v_s + (kQuant ? 0 : stage) * kMmaKeys * ld;
       // S = Q K^T: 8 blocks of 8 keys.
       float s[kMmaKeys / 8][4];
 #pragma unroll
@@ -189,6 +268,19 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
           ldsm_x4(b0, b1, b2, b3, kt + (j * 8 + (lane & 7)) * ld + ks * 16 + (lane >> 3) * 8);
           mma_16816(s[j], qf[ks], b0, b1, T{});
           mma_16816(s[j], qf[ks + 1], b2, b3, T{});
+        }
+      }
+      // One-byte pages: key j * 8 + 2t + e's scale into column e of block j.
+      [[maybe_unused]] const float2* k_scales =
+          reinterpret_cast<const float2*>(q_stage + 2 * kMmaKeys * D);  // [kMmaKeys / 2]
+      if constexpr (kQuant) {
+#pragma unroll
+        for (int j = 0; j < kMmaKeys / 8; ++j) {
+          const float2 f = k_scales[j * 4 + t];
+          s[j][0] *= f.x;
+          s[j][1] *= f.y;
+          s[j][2] *= f.x;
+          s[j][3] *= f.y;
         }
       }
       // Online softmax on rows g (s[.][0..1]) and g + 8 (s[.][2..3]); masking only where some
@@ -231,12 +323,23 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
         const float p1 = exp2f((s[j][1] - mn0) * kLog2e);
         const float p2 = exp2f((s[j][2] - mn1) * kLog2e);
         const float p3 = exp2f((s[j][3] - mn1) * kLog2e);
-        const unsigned u01 = pack2<T>(p0, p1), u23 = pack2<T>(p2, p3);
-        const float2 r01 = unpack2<T>(u01), r23 = unpack2<T>(u23);
-        sum0 += r01.x + r01.y;  // l sums what P V multiplies
-        sum1 += r23.x + r23.y;
-        pf[j / 2][(j & 1) * 2 + 0] = u01;
-        pf[j / 2][(j & 1) * 2 + 1] = u23;
+        if constexpr (kQuant) {
+          // The weights times V's scales (and the boost); l sums them unscaled.
+          constexpr float boost = detail::kv_weight_boost<KV>;
+          const float2 v = k_scales[kMmaKeys / 2 + j * 4 + t];
+          const float va = v.x * boost, vb = v.y * boost;
+          sum0 += p0 + p1;
+          sum1 += p2 + p3;
+          pf[j / 2][(j & 1) * 2 + 0] = pack2<T>(p0 * va, p1 * vb);
+          pf[j / 2][(j & 1) * 2 + 1] = pack2<T>(p2 * va, p3 * vb);
+        } else {
+          const unsigned u01 = pack2<T>(p0, p1), u23 = pack2<T>(p2, p3);
+          const float2 r01 = unpack2<T>(u01), r23 = unpack2<T>(u23);
+          sum0 += r01.x + r01.y;  // l sums what P V multiplies
+          sum1 += r23.x + r23.y;
+          pf[j / 2][(j & 1) * 2 + 0] = u01;
+          pf[j / 2][(j & 1) * 2 + 1] = u23;
+        }
       }
 #pragma unroll
       for (int o2 = 1; o2 < 4; o2 <<= 1) {
@@ -268,6 +371,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
     }
     __syncthreads();  // this stage is refilled next
   }
+  if constexpr (kQuant) {  // O carries kv_weight_boost (exact: a power of two)
+    l0 *= detail::kv_weight_boost<KV>;
+    l1 *= detail::kv_weight_boost<KV>;
+  }
   const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
   const int r0 = row0 + g, r1 = row0 + g + 8;
   T* out0 = static_cast<T*>(a.out) +
@@ -284,34 +391,40 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
   }
 }
 
-template <class T>
 using MmaPrefillKernel = void (*)(AttentionArgs, FlatBatchView, PagedKvView, const PrefillTile*);
 
 // Pipeline depth: 3 stages measured the same as 2 on the 8b shape (7.43 ms per 2048-token
 // prefill either way), so 2, with less shared memory.
 constexpr int kMmaStages = 2;
 
-template <class T>
-MmaPrefillKernel<T> prefill_mma_kernel(int D) {
-  if (D == 64) return prefill_kernel_mma<T, 64, kMmaStages>;
-  if (D == 128) return prefill_kernel_mma<T, 128, kMmaStages>;
+template <class T, class KV = T>
+MmaPrefillKernel prefill_mma_kernel(int D) {
+  if (D == 64) return prefill_kernel_mma<T, KV, 64, kMmaStages>;
+  if (D == 128) return prefill_kernel_mma<T, KV, 128, kMmaStages>;
   return nullptr;
 }
 
 template <class T>
 void allow_all_shared_memory(int bytes) {
-  for (int D : {64, 128})
-    cudaFuncSetAttribute(prefill_mma_kernel<T>(D), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         bytes);
+  for (int D : {64, 128}) {
+    for (MmaPrefillKernel k : {prefill_mma_kernel<T>(D), prefill_mma_kernel<T, detail::KvInt8>(D),
+                               prefill_mma_kernel<T, detail::KvFp8>(D)})
+      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  }
 }
 
 }  // namespace
 
 namespace detail {
 
-std::size_t prefill_mma_shared(int D) {
-  if (D == 64) return MmaPrefillLayout<64, kMmaStages>::bytes;
-  if (D == 128) return MmaPrefillLayout<128, kMmaStages>::bytes;
+std::size_t prefill_mma_shared(int D, KvDtype dtype) {
+  const bool one_byte = kv_dtype_scaled(dtype);
+  if (D == 64)
+    return one_byte ? MmaPrefillQuantLayout<64, kMmaStages>::bytes
+                    : MmaPrefillLayout<64, kMmaStages>::bytes;
+  if (D == 128)
+    return one_byte ? MmaPrefillQuantLayout<128, kMmaStages>::bytes
+                    : MmaPrefillLayout<128, kMmaStages>::bytes;
   return 0;
 }
 
@@ -324,9 +437,10 @@ void prefill_attention_mma(const AttentionArgs& args, const FlatBatchView& batch
                            const PagedKvView& kv, const PrefillTile* tiles, int num_tiles,
                            int mma_shared, cudaStream_t stream) {
   const int D = kv.head_dim;
-  WEFT_DISPATCH_PRECISION(kv.precision, {
-    prefill_mma_kernel<T>(D)<<<dim3(args.num_heads, num_tiles), kMmaThreads, mma_shared, stream>>>(
-        args, batch, kv, tiles);
+  WEFT_DISPATCH_KV(kv, {
+    prefill_mma_kernel<T, KV>(
+        D)<<<dim3(args.num_heads, num_tiles), kMmaThreads, mma_shared, stream>>>(args, batch, kv,
+                                                                                 tiles);
   });
 }
 

@@ -150,10 +150,12 @@ TEST_P(CudaDecodeAttentionStream, WithRopeIsBitwiseRopeStoreKvThenAttention) {
 }
 
 // Shapes the streaming kernel does not serve (more than 8 heads per kv head, other head
-// dims; int8/fp8 pages likewise) keep their kernels when it is selected.
+// dims) keep their kernels when it is selected; int8/fp8 pages of its shapes it serves
+// (cuda_kv_quant_test.cpp checks them).
 TEST_P(CudaDecodeAttentionStream, OtherShapesKeepTheirKernels) {
-  EXPECT_FALSE(detail::decode_stream_supports(32, 8, 128, KvDtype::kInt8));
-  EXPECT_FALSE(detail::decode_stream_supports(32, 8, 128, KvDtype::kFp8E4M3));
+  EXPECT_TRUE(detail::decode_stream_supports(32, 8, 128, KvDtype::kInt8));
+  EXPECT_TRUE(detail::decode_stream_supports(32, 8, 128, KvDtype::kFp8E4M3));
+  EXPECT_FALSE(detail::decode_stream_supports(16, 1, 128, KvDtype::kInt8));
   for (const Shape& shape : {Shape{16, 1, 64, 16}, Shape{8, 1, 32, 7}}) {
     EXPECT_FALSE(
         detail::decode_stream_supports(shape.heads, shape.kv_heads, shape.dim, KvDtype::kBF16));

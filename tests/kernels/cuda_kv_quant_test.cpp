@@ -17,6 +17,7 @@
 #include "kernels/cpu/kv_quant.hpp"
 #include "kernels/cpu/paged_attention.hpp"
 #include "kernels/cpu/vector_math.hpp"
+#include "kernels/cuda/decode_attention_stream.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/rope.hpp"
@@ -129,10 +130,31 @@ TEST(CudaKvQuant, StoreQuantizesRowsBitwiseAsTheCpu) {
   }
 }
 
+// A pool of `pool_pages` pages whose layer `layer` holds `context` positions of random key and
+// value rows through `table`, quantized by the CPU (store_kv_row) with their scales.
+std::vector<std::uint8_t> quantized_pool(KvDtype dtype, const QuantLayout& ql, int layer,
+                                         const std::vector<std::int32_t>& table, int pool_pages,
+                                         int context, std::mt19937& rng) {
+  std::vector<std::uint8_t> pool(ql.page_bytes() * pool_pages, 0);
+  for (int p = 0; p < context; ++p) {
+    std::uint8_t* block = pool.data() +
+                          table[static_cast<std::size_t>(p / ql.page_size)] * ql.page_bytes() +
+                          layer * ql.layer_bytes();
+    for (int r = 0; r < 2 * ql.kv_heads; ++r) {
+      const std::size_t row = static_cast<std::size_t>(r) * ql.page_size + p % ql.page_size;
+      const auto x =
+          random_vector(static_cast<std::size_t>(ql.dim), rng, r < ql.kv_heads ? 1.5f : 1.0f);
+      const float scale = cpu::store_kv_row(dtype, x.data(), x.size(), block + row * ql.dim);
+      std::memcpy(block + ql.scales_offset() + row * 4, &scale, 4);
+    }
+  }
+  return pool;
+}
+
 // Quantized pages filled on the host (the CPU's rounding), the attention of the step's
 // queries on the GPU against cpu::paged_attention over the same pages.
 void check_attention(KvDtype dtype, int dim, int heads, int kv_heads, int context, int window,
-                     bool prefill) {
+                     bool prefill, Precision precision = Precision::kBF16) {
   QuantLayout ql;
   ql.dim = dim;
   ql.kv_heads = kv_heads;
@@ -145,18 +167,7 @@ void check_attention(KvDtype dtype, int dim, int heads, int kv_heads, int contex
   std::iota(table.begin(), table.end(), 0);
   std::shuffle(table.begin(), table.end(), rng);
   table.resize(static_cast<std::size_t>(pages_needed));
-  std::vector<std::uint8_t> pool_host(ql.page_bytes() * pool_pages, 0);
-  for (int p = 0; p < context; ++p) {
-    std::uint8_t* block = pool_host.data() +
-                          table[static_cast<std::size_t>(p / ql.page_size)] * ql.page_bytes() +
-                          layer * ql.layer_bytes();
-    for (int r = 0; r < 2 * kv_heads; ++r) {
-      const std::size_t row = static_cast<std::size_t>(r) * ql.page_size + p % ql.page_size;
-      const auto x = random_vector(static_cast<std::size_t>(dim), rng, r < kv_heads ? 1.5f : 1.0f);
-      const float scale = cpu::store_kv_row(dtype, x.data(), x.size(), block + row * dim);
-      std::memcpy(block + ql.scales_offset() + row * 4, &scale, 4);
-    }
-  }
+  const auto pool_host = quantized_pool(dtype, ql, layer, table, pool_pages, context, rng);
   const int count = prefill ? std::min(context, 70) : 1;
   std::vector<std::int32_t> positions, token_seq;
   for (int i = 0; i < count; ++i) {
@@ -178,15 +189,8 @@ void check_attention(KvDtype dtype, int dim, int heads, int kv_heads, int contex
   DeviceArray<std::uint16_t> out(
       std::vector<std::uint16_t>(static_cast<std::size_t>(T) * heads * dim));
   FlatBatchView fb{dpos.p, dseq.p, dbegin.p, dpages.p, T};
-  PagedKvView kv{pool.p,
-                 Precision::kBF16,
-                 ql.page_bytes(),
-                 layer * ql.layer_bytes(),
-                 ql.page_size,
-                 kv_heads,
-                 dim,
-                 dtype,
-                 ql.scales_offset()};
+  PagedKvView kv{pool.p,   precision, ql.page_bytes(), layer * ql.layer_bytes(), ql.page_size,
+                 kv_heads, dim,       dtype,           ql.scales_offset()};
   AttentionArgs a;
   a.q = dq.p;
   a.q_stride = static_cast<std::size_t>(heads) * dim;
@@ -195,8 +199,9 @@ void check_attention(KvDtype dtype, int dim, int heads, int kv_heads, int contex
   a.sliding_window = window;
   a.out = out.p;
   if (prefill) {
+    // The mma.sync kernel's tiles of 64 where it serves head_dim, else the CUDA-core kernel's.
     const int per_tile = prefill_tile_queries(dim, dtype);
-    EXPECT_EQ(per_tile, kPrefillTileQueries);
+    EXPECT_EQ(per_tile, dim == 64 || dim == 128 ? 64 : kPrefillTileQueries);
     std::vector<std::int32_t> flat;
     for (int i = 0; i < T; i += per_tile) {
       flat.push_back(i);
@@ -236,16 +241,21 @@ void check_attention(KvDtype dtype, int dim, int heads, int kv_heads, int contex
                          static_cast<std::size_t>(heads), view, static_cast<std::size_t>(first),
                          static_cast<std::size_t>(pos), a.scale, want.data(), scratch.data());
     for (std::size_t i = 0; i < want.size(); ++i) {
-      const float got = cpu::bf16_to_f32(got_bits[static_cast<std::size_t>(t) * heads * dim + i]);
+      const std::uint16_t bits = got_bits[static_cast<std::size_t>(t) * heads * dim + i];
+      const float got =
+          precision == Precision::kF16 ? cpu::f16_to_f32(bits) : cpu::bf16_to_f32(bits);
       worst = std::max(worst, std::fabs(got - want[i]));
       largest = std::max(largest, std::fabs(want[i]));
     }
   }
-  // bf16 output rounding (2^-8 relative) plus, for prefill, the tiles' 16-bit K and V.
+  // bf16 output rounding (2^-8 relative) plus, for prefill, P rounded to 16 bits (the mma.sync
+  // kernel, head_dim 64 and 128) or the tiles' K and V times their scales rounded to 16 bits
+  // (the CUDA-core kernel).
   const float tolerance = (prefill ? 0.02f : 0.008f) * largest;
-  EXPECT_LE(worst, tolerance) << name(dtype) << (prefill ? " prefill" : " decode") << " dim " << dim
-                              << " heads " << heads << "/" << kv_heads << " context " << context
-                              << " window " << window;
+  EXPECT_LE(worst, tolerance) << name(dtype) << (prefill ? " prefill" : " decode")
+                              << (precision == Precision::kF16 ? " fp16" : " bf16") << " dim "
+                              << dim << " heads " << heads << "/" << kv_heads << " context "
+                              << context << " window " << window;
 }
 
 TEST(CudaKvQuant, DecodeAttentionMatchesTheCpuOverTheSamePages) {
@@ -270,6 +280,144 @@ TEST(CudaKvQuant, PrefillAttentionMatchesTheCpuOverTheSamePages) {
       }
     }
     check_attention(dtype, 128, 8, 2, 400, 100, true);
+    check_attention(dtype, 128, 8, 2, 333, 0, true, Precision::kF16);  // fp16 tiles and output
+    check_attention(dtype, 64, 8, 4, 200, 0, true, Precision::kF16);
+  }
+}
+
+// The streaming decode kernel (DecodeAttentionKernel::kStream) over one-byte pages: `batch`
+// decode tokens whose positions spread over [0, context) (page and segment boundaries
+// crossed, the longest at context - 1), all reading one page table. Checked against
+// cpu::paged_attention over the same pages and against the CUDA-core kernel
+// (DecodeAttentionKernel::kSplit, which serves quantized pages otherwise), and bitwise
+// against itself with the context forced into `parts` parts (the combine kernel's path).
+//
+// Tolerance: keys and values reach the mma exactly (int8 and e4m3 values are bf16 and fp16
+// values), q and the softmax weights as a 16-bit value plus its 16-bit remainder, every sum in
+// fp32, so what remains is the output's rounding to the 16-bit type (half an ulp: 2^-9
+// relative for bf16, 2^-12 for fp16) and fp32 reordering; each element must be within
+// 2^-8 |want| + 2^-12 max|want| (bf16) or 2^-10 |want| + 2^-14 max|want| (fp16) of the CPU.
+// The CUDA-core kernel rounds its output too, so against it twice that.
+void check_stream_decode(KvDtype dtype, Precision precision, int dim, int heads, int kv_heads,
+                         int batch, int context, int window, int parts) {
+  QuantLayout ql;
+  ql.dim = dim;
+  ql.kv_heads = kv_heads;
+  ql.page_size = 16;
+  const int layer = 0;
+  std::mt19937 rng(static_cast<unsigned>(dim * 131 + context * 7 + batch + heads));
+  const int pages_needed = (context + ql.page_size - 1) / ql.page_size;
+  const int pool_pages = pages_needed + 2;
+  std::vector<std::int32_t> table(static_cast<std::size_t>(pool_pages));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng);
+  table.resize(static_cast<std::size_t>(pages_needed));
+  const auto pool_host = quantized_pool(dtype, ql, layer, table, pool_pages, context, rng);
+  std::vector<std::int32_t> positions, token_seq(static_cast<std::size_t>(batch), 0);
+  for (int i = 0; i < batch; ++i)
+    positions.push_back(context - 1 - static_cast<int>((i * 7919LL) % context));
+  const int T = batch;
+  const auto q = random_vector(static_cast<std::size_t>(T) * heads * dim, rng);
+  const std::vector<std::int32_t> table_begin{0};
+  DeviceArray<float> dq(q);
+  DeviceArray<std::int32_t> dpos(positions), dseq(token_seq), dpages(table), dbegin(table_begin);
+  DeviceArray<std::uint8_t> pool(pool_host);
+  std::vector<std::int32_t> queries(static_cast<std::size_t>(T));
+  std::iota(queries.begin(), queries.end(), 0);
+  DeviceArray<std::int32_t> dqueries(queries);
+  DeviceArray<float> work(std::vector<float>(
+      std::max<std::size_t>(1, decode_workspace_floats(T, heads, dim, context))));
+  FlatBatchView fb{dpos.p, dseq.p, dbegin.p, dpages.p, T};
+  PagedKvView kv{pool.p,   precision, ql.page_bytes(), layer * ql.layer_bytes(), ql.page_size,
+                 kv_heads, dim,       dtype,           ql.scales_offset()};
+  const std::string what =
+      std::string(name(dtype)) + (precision == Precision::kF16 ? " fp16" : " bf16") + " dim " +
+      std::to_string(dim) + " heads " + std::to_string(heads) + "/" + std::to_string(kv_heads) +
+      " batch " + std::to_string(batch) + " context " + std::to_string(context) + " window " +
+      std::to_string(window) + " parts " + std::to_string(parts);
+  ASSERT_TRUE(detail::decode_stream_supports(heads, kv_heads, dim, dtype)) << what;
+  auto run = [&](DecodeAttentionKernel kernel, int forced_parts) {
+    DeviceArray<std::uint16_t> out(
+        std::vector<std::uint16_t>(static_cast<std::size_t>(T) * heads * dim));
+    AttentionArgs a;
+    a.q = dq.p;
+    a.q_stride = static_cast<std::size_t>(heads) * dim;
+    a.num_heads = heads;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(dim));
+    a.sliding_window = window;
+    a.out = out.p;
+    const DecodeAttentionKernel kernel_before = decode_attention_kernel();
+    const int parts_before = decode_attention_parts();
+    set_decode_attention_kernel(kernel);
+    set_decode_attention_parts(forced_parts);
+    decode_attention(a, fb, kv, dqueries.p, T, context, work.p, nullptr);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+    set_decode_attention_kernel(kernel_before);
+    set_decode_attention_parts(parts_before);
+    return out.download();
+  };
+  const auto stream = run(DecodeAttentionKernel::kStream, 0);
+  const auto cut = run(DecodeAttentionKernel::kStream, parts);
+  const auto core = run(DecodeAttentionKernel::kSplit, 0);
+  EXPECT_EQ(std::memcmp(stream.data(), cut.data(), stream.size() * 2), 0) << what;
+  auto value = [&](std::uint16_t bits) {
+    return precision == Precision::kF16 ? cpu::f16_to_f32(bits) : cpu::bf16_to_f32(bits);
+  };
+  const float rel = precision == Precision::kF16 ? 1.0f / 1024 : 1.0f / 256;
+  std::vector<const void*> blocks;
+  for (int page : table)
+    blocks.push_back(pool_host.data() + page * ql.page_bytes() + layer * ql.layer_bytes());
+  const cpu::PagedKv view{blocks.data(),
+                          static_cast<std::size_t>(ql.page_size),
+                          static_cast<std::size_t>(kv_heads),
+                          static_cast<std::size_t>(dim),
+                          dtype,
+                          ql.scales_offset()};
+  int bad_cpu = 0, bad_core = 0;
+  for (int t = 0; t < T; ++t) {
+    const int pos = positions[static_cast<std::size_t>(t)];
+    const int first = window > 0 && pos + 1 > window ? pos + 1 - window : 0;
+    std::vector<float> want(static_cast<std::size_t>(heads) * dim),
+        scratch(static_cast<std::size_t>(pos) + 1);
+    cpu::paged_attention(q.data() + static_cast<std::size_t>(t) * heads * dim,
+                         static_cast<std::size_t>(heads), view, static_cast<std::size_t>(first),
+                         static_cast<std::size_t>(pos), 1.0f / std::sqrt(static_cast<float>(dim)),
+                         want.data(), scratch.data());
+    float largest = 0;
+    for (float w : want)
+      largest = std::max(largest, std::fabs(w));
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      const std::size_t at = static_cast<std::size_t>(t) * heads * dim + i;
+      const float got = value(stream[at]);
+      const float bound = rel * std::fabs(want[i]) + rel / 16 * largest;
+      if (std::fabs(got - want[i]) > bound && bad_cpu++ < 3) {
+        ADD_FAILURE() << what << ": token " << t << " (position " << pos << ") element " << i
+                      << ": stream " << got << ", cpu " << want[i];
+      }
+      if (std::fabs(got - value(core[at])) > 2 * bound && bad_core++ < 3) {
+        ADD_FAILURE() << what << ": token " << t << " (position " << pos << ") element " << i
+                      << ": stream " << got << ", cuda-core kernel " << value(core[at]);
+      }
+    }
+  }
+}
+
+TEST(CudaKvQuant, StreamingDecodeMatchesTheCpuAndTheCudaCoreKernel) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (KvDtype dtype : {KvDtype::kInt8, KvDtype::kFp8E4M3}) {
+    for (Precision precision : {Precision::kBF16, Precision::kF16}) {
+      for (int dim : {64, 128, 256}) {
+        check_stream_decode(dtype, precision, dim, 8, 2, 5, 300, 0, 2);  // 4 heads per kv head
+      }
+      check_stream_decode(dtype, precision, 128, 4, 4, 3, 1000, 0, 3);   // no grouping
+      check_stream_decode(dtype, precision, 128, 16, 2, 3, 1000, 0, 3);  // 8 per kv head
+      check_stream_decode(dtype, precision, 128, 12, 2, 4, 777, 0, 2);   // 6 per kv head
+      check_stream_decode(dtype, precision, 128, 8, 2, 1, 1, 0, 1);      // a single key
+      check_stream_decode(dtype, precision, 128, 8, 2, 2, 17, 0, 1);     // one page and a key
+      check_stream_decode(dtype, precision, 128, 32, 8, 33, 2100, 0, 4);
+      check_stream_decode(dtype, precision, 128, 8, 2, 4, 700, 200, 2);  // sliding window
+      check_stream_decode(dtype, precision, 64, 8, 1, 64, 513, 0, 3);
+    }
   }
 }
 
