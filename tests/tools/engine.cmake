@@ -61,6 +61,13 @@ if(Python3_Interpreter_FOUND)
            WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   set_tests_properties(weft_bench_sharegpt_workload PROPERTIES PASS_REGULAR_EXPRESSION
     "input: mean 2[0-9][0-9]\\.[0-9], median.*wrote 200 requests.*\"requests\":3,\"failed\":0,")
+  # The step loop's phase timings in the JSON, and the overlapped loop's output equal to the
+  # serial loop's (docs/engine.md#step-phases).
+  add_test(NAME weft_bench_step_phases
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/bench/step_phases_check.py
+                   $<TARGET_FILE:weft>)
+  set_tests_properties(weft_bench_step_phases PROPERTIES PASS_REGULAR_EXPRESSION
+                       "step phases reported; same output")
 endif()
 
 # --multi-turn: conversations sharing a system prompt; from turn 2 on, the previous turn's
