@@ -241,6 +241,7 @@ EngineMetrics SchedulerActor::snapshot() const {
   p.accept_wait_us = phases_.accept_wait / 1000;
   p.finish_us = phases_.finish / 1000;
   p.step_us = phases_.step / 1000;
+  p.gap_us = phases_.gap / 1000;
   p.overlapped_steps = overlapped_steps_;
   p.dropped_tokens = dropped_tokens_;
   const sched::SpeculationStats& spec = scheduler_.speculation_stats();

@@ -141,7 +141,7 @@ class SchedulerActor : public Actor {
   struct PhaseClock {
     std::uint64_t plan = 0, batch = 0, launch = 0, launch_prepare = 0, mask_wait = 0,
                   detokenize_wait = 0, sampler_prepare = 0, sample = 0, sampler_finish = 0,
-                  complete = 0, accept_wait = 0, finish = 0, step = 0;
+                  complete = 0, accept_wait = 0, finish = 0, step = 0, gap = 0;
   };
   // The constraint actor's reply for one step, filled on this strand by its callback.
   struct PendingMasks {
@@ -265,6 +265,8 @@ class SchedulerActor : public Actor {
   bool step_in_flight_ = false;
   std::vector<std::uint64_t> ending_in_flight_;  // ended while the step in flight runs them
   PhaseClock phases_;
+  // When the last step's forward pass was known done (PhaseClock::gap); none while idle.
+  std::optional<std::chrono::steady_clock::time_point> forward_done_;
   std::uint64_t overlapped_steps_ = 0, dropped_tokens_ = 0;
   std::uint64_t mask_compute_ns_ = 0, mask_wait_ns_ = 0, accept_ns_ = 0, forward_ns_ = 0,
                 constrained_forward_ns_ = 0;

@@ -49,6 +49,7 @@ asio::awaitable<void> SchedulerActor::loop(int group) {
         continue;
       }
       set_group_state(group, GroupState::kIdle);
+      forward_done_.reset();  // idle: the device waits for requests, not for the loop
       boost::system::error_code ec;
       co_await wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
@@ -130,6 +131,8 @@ asio::awaitable<void> SchedulerActor::loop(int group) {
       });
     }
     const auto launched = std::chrono::steady_clock::now();
+    if (group < 0 && forward_done_) phases_.gap += nanoseconds(launched - *forward_done_);
+    forward_done_.reset();
     if (group < 0) {
       // Until the step is sampled, a sequence it runs ends only after it (end_after_step).
       in_flight_ids_.clear();
@@ -169,6 +172,7 @@ asio::awaitable<void> SchedulerActor::loop(int group) {
             std::chrono::duration_cast<std::chrono::nanoseconds>(done - launched).count());
         forward_ns_ += ns;
         if (pending) constrained_forward_ns_ += ns;
+        forward_done_ = done;
       };
       if (!logits.on_device) account_forward(logits_ready);
       if (pending) {

@@ -132,12 +132,13 @@ void print(const char* tag, const RunResult& r) {
       "%-10s steps %5llu  step %.3f ms  out %.1f tok/s  device gap %.1f us  digest %016llx  "
       "failed %d\n"
       "%-10s per step us: plan %.1f batch %.1f launch %.1f detok wait %.1f sampler prepare %.1f "
-      "sample %.1f sampler finish %.1f complete %.1f finish %.1f; overlapped %llu, dropped %llu\n",
+      "sample %.1f sampler finish %.1f complete %.1f finish %.1f gap %.1f; overlapped %llu, "
+      "dropped %llu\n",
       tag, static_cast<unsigned long long>(m.steps), r.wall_s * 1000.0 / steps,
       static_cast<double>(r.tokens) / r.wall_s, r.gap_us, static_cast<unsigned long long>(r.digest),
       r.failed, "", mean(p.plan_us), mean(p.batch_us), mean(p.launch_us),
       mean(p.detokenize_wait_us), mean(p.sampler_prepare_us), mean(p.sample_us),
-      mean(p.sampler_finish_us), mean(p.complete_us), mean(p.finish_us),
+      mean(p.sampler_finish_us), mean(p.complete_us), mean(p.finish_us), mean(p.gap_us),
       static_cast<unsigned long long>(p.overlapped_steps),
       static_cast<unsigned long long>(p.dropped_tokens));
   std::fflush(stdout);

@@ -182,6 +182,7 @@ TEST(StepOverlapTest, StepPhasesAreCounted) {
   ASSERT_GT(r.metrics.steps, 0u);
   EXPECT_GT(p.launch_us, 0u) << "on the CPU the launch runs the forward pass";
   EXPECT_GT(p.step_us, 0u);
+  EXPECT_GT(p.gap_us, 0u) << "12 tokens: steps follow steps";
   EXPECT_GE(p.step_us, p.plan_us + p.batch_us + p.launch_us + p.sample_us);
   EXPECT_EQ(p.mask_wait_us, 0u) << "no constrained rows";
   EXPECT_EQ(p.accept_wait_us, 0u);

@@ -43,7 +43,8 @@ boost::json::object step_phases_json(const EngineMetrics& metrics) {
                                                           {"complete", p.complete_us},
                                                           {"accept_wait", p.accept_wait_us},
                                                           {"finish", p.finish_us},
-                                                          {"step", p.step_us}};
+                                                          {"step", p.step_us},
+                                                          {"gap", p.gap_us}};
   boost::json::object total_ms, per_step_us;
   for (const auto& [name, us] : phases) {
     total_ms[name] = static_cast<double>(us) / 1000.0;
@@ -64,12 +65,12 @@ void print_step_phases(const EngineMetrics& metrics) {
       "step phases, mean us per step over %llu steps: plan %.1f, batch %.1f, launch %.1f "
       "(backend prepare %.1f), mask wait %.1f, detokenize wait %.1f, sampler prepare %.1f, "
       "sample %.1f, sampler finish %.1f, complete %.1f, accept wait %.1f, finish %.1f; "
-      "step %.1f; %llu steps overlapped, %llu tokens dropped\n",
+      "step %.1f, gap to the next launch %.1f; %llu steps overlapped, %llu tokens dropped\n",
       static_cast<unsigned long long>(metrics.steps), mean(p.plan_us), mean(p.batch_us),
       mean(p.launch_us), mean(p.launch_prepare_us), mean(p.mask_wait_us),
       mean(p.detokenize_wait_us), mean(p.sampler_prepare_us), mean(p.sample_us),
       mean(p.sampler_finish_us), mean(p.complete_us), mean(p.accept_wait_us), mean(p.finish_us),
-      mean(p.step_us), static_cast<unsigned long long>(p.overlapped_steps),
+      mean(p.step_us), mean(p.gap_us), static_cast<unsigned long long>(p.overlapped_steps),
       static_cast<unsigned long long>(p.dropped_tokens));
 }
 

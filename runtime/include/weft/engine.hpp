@@ -303,6 +303,10 @@ struct StepPhaseTimes {
   std::uint64_t accept_wait_us = 0;  // constrained rows: waiting for the matchers' verdicts
   std::uint64_t finish_us = 0;       // ending sequences (pages back, final events)
   std::uint64_t step_us = 0;         // every step whole, from its plan to the next plan
+  // From the end of a step's forward pass as the loop learns it (on a GPU the device sampling
+  // reply, on the CPU the logits) to the next step's launch, while there is a next step: on a
+  // GPU the device idles through it, and through the next launch's host preparation.
+  std::uint64_t gap_us = 0;
   // Steps whose detokenizing overlapped the next step (docs/engine.md#step-loop).
   std::uint64_t overlapped_steps = 0;
   // Sequences a stop string ended while the next step, already launched, ran them: that

@@ -12,7 +12,7 @@ import sys
 
 PHASES = ["plan", "batch", "launch", "launch_prepare", "mask_wait", "detokenize_wait",
           "sampler_prepare", "sample", "sampler_finish", "complete", "accept_wait", "finish",
-          "step"]
+          "step", "gap"]
 
 
 def bench(weft, overlap):
