@@ -82,3 +82,13 @@ set_tests_properties(weft_bench_multi_turn_no_cache PROPERTIES PASS_REGULAR_EXPR
                      "\"failed\":0,.*\"prefix_cache_hit_rate_by_turn\":\\[0E0,0E0\\]")
 add_test(NAME weft_bench_system_prompt_needs_multi_turn COMMAND weft bench --system-prompt-len 8)
 set_tests_properties(weft_bench_system_prompt_needs_multi_turn PROPERTIES WILL_FAIL TRUE)
+
+# bench/step_overlap_bench: the serial and the overlapped step loop on the simulated device give
+# the same tokens (it exits 1 otherwise), stop strings ending sequences in flight included.
+if(TARGET step_overlap_bench)
+  add_test(NAME step_overlap_bench_same_tokens
+           COMMAND step_overlap_bench --requests 24 --concurrency 8 --forward-us 1000
+                   --input-len 8 --output-len 48 --stop-every 2 --reps 1)
+  set_tests_properties(step_overlap_bench_same_tokens PROPERTIES PASS_REGULAR_EXPRESSION
+                       "overlapped [^\n]*failed 0\n[^\n]*dropped [1-9][0-9]*\n.*same tokens: yes")
+endif()
