@@ -392,6 +392,7 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
              " sequence groups in flight in the pipeline");
   }
   if (step_trace) s.scheduler->set_step_trace(std::move(step_trace));
+  s.scheduler->set_overlap(s.config.overlap_steps);
   s.scheduler->start();
   if (trie_ready.valid()) trie_ready.wait();
 }

@@ -98,6 +98,13 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
       } else {
         c.prefix_cache = v;
       }
+    } else if (key == "overlap_steps") {
+      bool v = true;
+      if (value.get(v) != simdjson::SUCCESS) {
+        ok = field_error(path, key, "true or false");
+      } else {
+        c.overlap_steps = v;
+      }
     } else if (key == "speculate") {
       ok = as_string(c.speculate);
     } else if (key == "draft_model_dir") {
@@ -120,17 +127,18 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
         c.jump_forward = v;
       }
     } else {
-      return Error(ErrorCode::kParse,
-                   path.string() + ": unknown field \"" + std::string(key) +
-                       "\" (known: model_dir, spec_file, quantize, device, page_size, "
-                       "kv_budget_bytes, max_tokens_per_step, max_running, "
-                       "admission, schedule_policy, cpu_threads, gpu_memory_fraction, "
-                       "cpu_layers, "
-                       "gpu_memory_budget_mb, micro_batches, pp_groups, "
-                       "jump_forward, prefix_cache, kv_cache_dtype, kv_compress_rate, "
-                       "kv_compress_window, speculate, "
-                       "draft_model_dir, spec_tokens, spec_width, "
-                       "spec_step_budget, draft_kv_budget_bytes, draft_device)");
+      return Error(
+          ErrorCode::kParse,
+          path.string() + ": unknown field \"" + std::string(key) +
+              "\" (known: model_dir, spec_file, quantize, device, page_size, "
+              "kv_budget_bytes, max_tokens_per_step, max_running, "
+              "admission, schedule_policy, cpu_threads, gpu_memory_fraction, "
+              "cpu_layers, "
+              "gpu_memory_budget_mb, micro_batches, pp_groups, "
+              "jump_forward, prefix_cache, overlap_steps, kv_cache_dtype, kv_compress_rate, "
+              "kv_compress_window, speculate, "
+              "draft_model_dir, spec_tokens, spec_width, "
+              "spec_step_budget, draft_kv_budget_bytes, draft_device)");
     }
     if (!ok) return ok.error();
   }

@@ -16,6 +16,7 @@ StepLogits ExecutorActor::run_step(const model::StepBatch& batch, bool keep_on_d
   out.on_device = keep_on_device && backend_->samples_on_device();
   auto ok = out.on_device ? backend_->launch(batch) : backend_->forward(batch, out.values);
   if (!ok) throw ok.error();
+  out.prepare_ns = backend_->last_prepare_ns();
   out.rows = batch.logit_rows();
   out.vocab = backend_->spec().vocab_size;
   return out;

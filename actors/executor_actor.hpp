@@ -4,6 +4,7 @@
 // model::ForwardBackend: the CPU (Model + KvCache + thread pool) or a GPU (CudaModel, one
 // executor per GPU), behind the same messages.
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -21,6 +22,9 @@ struct StepLogits {
   int rows = 0;
   int vocab = 0;
   bool on_device = false;
+  // The backend's host-side preparation of the step's inputs
+  // (ForwardBackend::last_prepare_ns; 0 where it does not measure it).
+  std::uint64_t prepare_ns = 0;
 };
 
 class ExecutorActor : public Actor {

@@ -156,15 +156,25 @@ void SchedulerActor::finish(std::uint64_t id, FinishReason reason, std::string e
     it = live_.find(id);
     if (it == live_.end()) return;
   }
+  if (it->second.ending) {
+    // A stop string ended it while a step in flight still ran it: whatever ends it now (that
+    // step done, a cancel, a failed step) ends it as the stop string did.
+    reason = *it->second.ending;
+    error = it->second.ending_error;
+  }
   const sched::Sequence* seq = scheduler_.find(id);
+  const LiveRequest& live = it->second;
   Event event;
   event.kind = Event::Kind::kFinal;
-  event.index = it->second.index;
+  event.index = live.index;
   event.finish_reason = reason;
-  event.usage.prompt_tokens = it->second.prompt_len;
-  event.usage.completion_tokens =
-      completion_tokens >= 0 ? completion_tokens : (seq != nullptr ? seq->generated() : 0);
-  event.usage.cached_tokens = seq != nullptr ? seq->cached_tokens : 0;
+  event.usage.prompt_tokens = live.prompt_len;
+  event.usage.completion_tokens = completion_tokens >= 0 ? completion_tokens
+                                  : live.final_tokens >= 0
+                                      ? live.final_tokens
+                                      : (seq != nullptr ? seq->generated() : 0);
+  event.usage.cached_tokens =
+      live.final_tokens >= 0 ? live.final_cached : (seq != nullptr ? seq->cached_tokens : 0);
   event.error = std::move(error);
   scheduler_.remove(id);  // frees the KV pages now
   if (speculator_) speculator_->forget(id);
@@ -217,6 +227,23 @@ EngineMetrics SchedulerActor::snapshot() const {
   m.constraint_accept_us = accept_ns_ / 1000;
   m.forward_us = forward_ns_ / 1000;
   m.constrained_forward_us = constrained_forward_ns_ / 1000;
+  StepPhaseTimes& p = m.step_phases;
+  p.plan_us = phases_.plan / 1000;
+  p.batch_us = phases_.batch / 1000;
+  p.launch_us = phases_.launch / 1000;
+  p.launch_prepare_us = phases_.launch_prepare / 1000;
+  p.mask_wait_us = phases_.mask_wait / 1000;
+  p.detokenize_wait_us = phases_.detokenize_wait / 1000;
+  p.sampler_prepare_us = phases_.sampler_prepare / 1000;
+  p.sample_us = phases_.sample / 1000;
+  p.sampler_finish_us = phases_.sampler_finish / 1000;
+  p.complete_us = phases_.complete / 1000;
+  p.accept_wait_us = phases_.accept_wait / 1000;
+  p.finish_us = phases_.finish / 1000;
+  p.step_us = phases_.step / 1000;
+  p.gap_us = phases_.gap / 1000;
+  p.overlapped_steps = overlapped_steps_;
+  p.dropped_tokens = dropped_tokens_;
   const sched::SpeculationStats& spec = scheduler_.speculation_stats();
   m.speculative_verifications = spec.verifications;
   m.speculative_draft_tokens = spec.draft_tokens;

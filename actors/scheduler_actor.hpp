@@ -5,7 +5,8 @@
 // frees a request's KV pages at once. For constrained sequences the step's bitmasks are asked
 // of the constraint actor right after the forward pass is launched, so they are computed
 // while it runs; sampled tokens advance the matchers (while the detokenizer turns them into
-// text) before the next step is planned.
+// text) before the next step is planned. Unconstrained steps overlap their detokenizing with
+// the next step's forward pass (scheduler_actor_overlap.cpp, docs/engine.md#step-loop).
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -58,6 +59,11 @@ class SchedulerActor : public Actor {
   // Before start(): one JSON line per planned step to `out`, after a header line
   // (runtime/scheduler/step_trace.hpp, docs/engine.md#step-trace).
   void set_step_trace(std::unique_ptr<std::ostream> out);
+
+  // Before start(): whether a step's detokenizing (text, stop strings) and the ending of its
+  // finished sequences may overlap the next step's forward pass (EngineConfig::overlap_steps,
+  // docs/engine.md#step-loop). On by default; off, every step ends before the next is planned.
+  void set_overlap(bool on) { overlap_ = on; }
 
   // Starts the step loop (once).
   void start();
@@ -113,6 +119,29 @@ class SchedulerActor : public Actor {
     std::uint64_t request_id = 0;  // the first sample's id
     bool constrained = false;
     bool speculate = false;
+    // The overlapped loop (scheduler_actor_overlap.cpp) ends some sequences before their
+    // final event may go out: final_tokens >= 0 is the usage they had when they ended (their
+    // scheduler sequence may be gone by then), and `ending` the reason a stop string (or a
+    // failed detokenize) gave while the step in flight still ran them.
+    int final_tokens = -1;
+    int final_cached = 0;
+    std::optional<FinishReason> ending;
+    std::string ending_error;
+  };
+  // A step's tokens at the detokenizer, its reply filled on this strand by the callback; with
+  // the sequences the step ended by a stop token or their length, which finish after it.
+  struct PendingDetokenize {
+    bool done = false;
+    std::exception_ptr error;
+    std::vector<std::uint64_t> ids;      // the sequences of the tokens sent
+    std::vector<std::uint64_t> stopped;  // the reply: outputs that reached a stop string
+    std::vector<std::pair<std::uint64_t, FinishReason>> finishing;
+  };
+  // The step loop's time by phase, in nanoseconds (EngineMetrics::step_phases).
+  struct PhaseClock {
+    std::uint64_t plan = 0, batch = 0, launch = 0, launch_prepare = 0, mask_wait = 0,
+                  detokenize_wait = 0, sampler_prepare = 0, sample = 0, sampler_finish = 0,
+                  complete = 0, accept_wait = 0, finish = 0, step = 0, gap = 0;
   };
   // The constraint actor's reply for one step, filled on this strand by its callback.
   struct PendingMasks {
@@ -142,6 +171,20 @@ class SchedulerActor : public Actor {
   // Hands tokens to the detokenizer and ends the sequences it reports stopped (a stop
   // string) with `stop`; a failure ends every sequence of `tokens` in error.
   asio::awaitable<void> detokenize(std::vector<NewToken> tokens);
+  // The overlapped loop (scheduler_actor_overlap.cpp). send_detokenize() hands a step's tokens
+  // to the detokenizer without waiting; settle_detokenize() waits for the reply (at once when
+  // nothing is pending) and ends the sequences it stopped, then the step's `finishing` ones.
+  // A sequence that the step in flight runs ends only once the device is done with that step
+  // (end_in_flight()), before its tokens are read: its token there is dropped.
+  void send_detokenize(std::vector<NewToken> tokens,
+                       std::vector<std::pair<std::uint64_t, FinishReason>> finishing);
+  asio::awaitable<void> settle_detokenize();
+  void end_after_step(std::uint64_t id, FinishReason reason, std::string error = {});
+  void end_in_flight();
+  // Takes a sequence that ended (a stop token, its length) out of the scheduler now, its
+  // pages back before the next plan, while its request waits for its last text.
+  void retire(std::uint64_t id);
+  bool runs_in_flight(std::uint64_t id) const;
   void add_request(std::uint64_t id, std::vector<std::int32_t> prompt, SamplingParams params,
                    std::shared_ptr<RequestStream> stream, bool constrained);
   void add_seq2seq_request(std::uint64_t id, std::vector<std::int32_t> source,
@@ -215,6 +258,16 @@ class SchedulerActor : public Actor {
   std::unique_ptr<std::ostream> step_trace_;  // null: no trace
   std::optional<std::chrono::steady_clock::time_point> step_trace_start_;
   std::uint64_t step_trace_steps_ = 0;
+  bool overlap_ = true;
+  std::shared_ptr<PendingDetokenize> detokenizing_;  // the last step's, while pending
+  // The sequences of the step launched and not yet sampled (sorted), while one is.
+  std::vector<std::uint64_t> in_flight_ids_;
+  bool step_in_flight_ = false;
+  std::vector<std::uint64_t> ending_in_flight_;  // ended while the step in flight runs them
+  PhaseClock phases_;
+  // When the last step's forward pass was known done (PhaseClock::gap); none while idle.
+  std::optional<std::chrono::steady_clock::time_point> forward_done_;
+  std::uint64_t overlapped_steps_ = 0, dropped_tokens_ = 0;
   std::uint64_t mask_compute_ns_ = 0, mask_wait_ns_ = 0, accept_ns_ = 0, forward_ns_ = 0,
                 constrained_forward_ns_ = 0;
 };

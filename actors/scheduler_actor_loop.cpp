@@ -1,6 +1,8 @@
 // The step loop: plan a step, run it on the executor while the constraint actor computes the
 // step's masks, sample, advance the matchers while the detokenizer turns the new tokens into
-// text, then end the sequences that stopped.
+// text, then end the sequences that stopped. Where it may (docs/engine.md#step-loop), the
+// detokenizer's reply and the ends it brings are read only once the next step is launched
+// (scheduler_actor_overlap.cpp). Each phase is timed (EngineMetrics::step_phases).
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -13,39 +15,46 @@
 
 namespace weft::actors {
 
-asio::awaitable<void> SchedulerActor::detokenize(std::vector<NewToken> tokens) {
-  if (tokens.empty()) co_return;
-  // A failure here must not end the loop: every live request would wait forever.
-  std::vector<std::uint64_t> ids;
-  for (const auto& t : tokens)
-    ids.push_back(t.id);
-  std::vector<std::uint64_t> stopped;
-  std::string detokenize_error;
-  try {
-    stopped = co_await detokenizer_.process(std::move(tokens), asio::use_awaitable);
-  } catch (const std::exception& e) {
-    detokenize_error = std::string("detokenizer: ") + e.what();
-  }
-  if (!detokenize_error.empty()) {
-    log_error(detokenize_error);
-    for (std::uint64_t id : ids)
-      finish(id, FinishReason::kError, detokenize_error);
-  }
-  for (std::uint64_t id : stopped)
-    finish(id, FinishReason::kStop);
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::uint64_t nanoseconds(Clock::duration d) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
 }
+
+}  // namespace
 
 asio::awaitable<void> SchedulerActor::loop(int group) {
   for (;;) {
-    if (stopping_) break;
+    if (stopping_) {
+      co_await settle_detokenize();  // the last step's text and endings
+      break;
+    }
     set_group_state(group, GroupState::kBusy);
+    // Each phase's time goes to phases_ as the step passes it (lap), the step's whole at its end.
+    const auto step_start = Clock::now();
+    auto mark = step_start;
+    auto lap = [&mark](std::uint64_t& phase) {
+      const auto now = Clock::now();
+      phase += nanoseconds(now - mark);
+      mark = now;
+    };
     sched::StepPlan plan = group < 0 ? scheduler_.plan_step() : scheduler_.plan_step(group);
     if (plan.empty()) {
+      if (detokenizing_) {
+        // Nothing to run until the last step's sequences have ended.
+        co_await settle_detokenize();
+        continue;
+      }
       set_group_state(group, GroupState::kIdle);
+      forward_done_.reset();  // idle: the device waits for requests, not for the loop
       boost::system::error_code ec;
       co_await wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
+    lap(phases_.plan);
     if (step_trace_) {
       const auto now = std::chrono::steady_clock::now();
       if (!step_trace_start_) step_trace_start_ = now;
@@ -99,6 +108,7 @@ asio::awaitable<void> SchedulerActor::loop(int group) {
       rows.push_back({s.id, row, {}, beam_row_k(s.id)});
     }
     ++metrics_.steps;
+    lap(phases_.batch);
 
     std::vector<SampleOutcome> outcomes;
     std::vector<VerifyOutcome> verified;
@@ -121,6 +131,16 @@ asio::awaitable<void> SchedulerActor::loop(int group) {
       });
     }
     const auto launched = std::chrono::steady_clock::now();
+    if (group < 0 && forward_done_) phases_.gap += nanoseconds(launched - *forward_done_);
+    forward_done_.reset();
+    if (group < 0) {
+      // Until the step is sampled, a sequence it runs ends only after it (end_after_step).
+      in_flight_ids_.clear();
+      for (const auto& s : plan.slices)
+        in_flight_ids_.push_back(s.id);
+      std::sort(in_flight_ids_.begin(), in_flight_ids_.end());
+      step_in_flight_ = true;
+    }
     std::vector<std::uint32_t> step_masks;  // device sampling: every constrained row's mask
     try {
       // Sampled verification reads every row of a draft slice on the host; greedy
@@ -141,12 +161,18 @@ asio::awaitable<void> SchedulerActor::loop(int group) {
         logits = co_await executor_.run(std::move(batch), asio::use_awaitable);
       }
       const auto logits_ready = std::chrono::steady_clock::now();
+      lap(phases_.launch);
+      phases_.launch_prepare += logits.prepare_ns;
+      // The step before's text and endings, made while this step ran (on a GPU, it still runs).
+      co_await settle_detokenize();
+      mark = Clock::now();
       // On a device sampler the forward pass ends with the sampling reply (below).
       const auto account_forward = [&](std::chrono::steady_clock::time_point done) {
         const auto ns = static_cast<std::uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(done - launched).count());
         forward_ns_ += ns;
         if (pending) constrained_forward_ns_ += ns;
+        forward_done_ = done;
       };
       if (!logits.on_device) account_forward(logits_ready);
       if (pending) {
@@ -156,10 +182,9 @@ asio::awaitable<void> SchedulerActor::loop(int group) {
           boost::system::error_code ec;
           co_await masks_ready_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         }
-        mask_wait_ns_ +=
-            static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                           std::chrono::steady_clock::now() - logits_ready)
-                                           .count());
+        const auto masks_waited = mark;
+        lap(phases_.mask_wait);
+        mask_wait_ns_ += nanoseconds(mark - masks_waited);
         if (pending->error) std::rethrow_exception(pending->error);
         mask_compute_ns_ += pending->masks.compute_ns;
         metrics_.masks_computed += static_cast<std::uint64_t>(pending->masks.computed);
@@ -182,24 +207,30 @@ asio::awaitable<void> SchedulerActor::loop(int group) {
         if (verify.empty()) {
           DeviceSamplePlan prepared = co_await sampler_.prepare(
               std::move(rows), logits.vocab, std::move(step_masks), asio::use_awaitable);
+          lap(phases_.sampler_prepare);
           model::DeviceSamplingInput input = std::move(prepared.input);
           model::DeviceSamplingOutput sampled =
               co_await executor_.sample(std::move(input), asio::use_awaitable);
           account_forward(std::chrono::steady_clock::now());
+          lap(phases_.sample);
           outcomes = co_await sampler_.finish(std::move(prepared), std::move(sampled),
                                               asio::use_awaitable);
+          lap(phases_.sampler_finish);
         } else {
           // Greedy draft slices: each node's row drawn greedily on the device beside the plain
           // rows; the trees are walked on the sampler's strand by those picks.
           DeviceSamplePlan prepared =
               co_await sampler_.prepare_step(std::move(rows), std::move(verify), logits.vocab,
                                              std::move(step_masks), asio::use_awaitable);
+          lap(phases_.sampler_prepare);
           model::DeviceSamplingInput input = std::move(prepared.input);
           model::DeviceSamplingOutput sampled =
               co_await executor_.sample(std::move(input), asio::use_awaitable);
           account_forward(std::chrono::steady_clock::now());
+          lap(phases_.sample);
           StepOutcomes both = co_await sampler_.finish_step(std::move(prepared), std::move(sampled),
                                                             asio::use_awaitable);
+          lap(phases_.sampler_finish);
           outcomes = std::move(both.sampled);
           verified = std::move(both.verified);
         }
@@ -208,9 +239,11 @@ asio::awaitable<void> SchedulerActor::loop(int group) {
             std::move(logits), std::move(rows), std::move(verify), asio::use_awaitable);
         outcomes = std::move(both.sampled);
         verified = std::move(both.verified);
+        lap(phases_.sample);
       } else {
         outcomes =
             co_await sampler_.sample(std::move(logits), std::move(rows), asio::use_awaitable);
+        lap(phases_.sample);
       }
     } catch (...) {
       step_error = std::current_exception();
@@ -220,6 +253,13 @@ asio::awaitable<void> SchedulerActor::loop(int group) {
       boost::system::error_code ec;
       co_await masks_ready_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     }
+    // A failed launch left the step before's reply unread; the device is done with this step
+    // either way, so the sequences that ended while it ran end now and their pages go back.
+    co_await settle_detokenize();
+    mark = Clock::now();
+    step_in_flight_ = false;
+    end_in_flight();
+    lap(phases_.finish);
     if (step_error) {
       std::string message = "forward step failed";
       try {
@@ -280,7 +320,7 @@ asio::awaitable<void> SchedulerActor::loop(int group) {
     std::vector<std::pair<std::uint64_t, FinishReason>> finishing;
     for (const auto& o : outcomes) {
       auto it = live_.find(o.id);
-      if (it == live_.end()) continue;  // cancelled while the step ran
+      if (it == live_.end()) continue;  // cancelled, or a stop string ended it, while it ran
       if (!o.token) {
         finish(o.id, FinishReason::kError, o.error);
         continue;
@@ -302,7 +342,7 @@ asio::awaitable<void> SchedulerActor::loop(int group) {
     for (std::size_t k = 0; k < verified.size(); ++k) {
       const VerifyOutcome& v = verified[k];
       auto it = live_.find(v.id);
-      if (it == live_.end()) continue;  // cancelled while the step ran
+      if (it == live_.end()) continue;  // cancelled, or a stop string ended it, while it ran
       if (!v.error.empty()) {
         finish(v.id, FinishReason::kError, v.error);
         continue;
@@ -324,13 +364,31 @@ asio::awaitable<void> SchedulerActor::loop(int group) {
       if (stop || length)
         finishing.emplace_back(v.id, stop ? FinishReason::kStop : FinishReason::kLength);
     }
-    co_await detokenize(std::move(new_tokens));
+    lap(phases_.complete);
+    // Overlapped (docs/engine.md#step-loop): the next step is planned and launched before the
+    // detokenizer's reply. Not for sequence groups (their steps overlap in the pipeline
+    // already), constrained rows (the verdicts and forced tokens come first), speculative
+    // verification or beam search: those steps stay serial.
+    const bool overlap = overlap_ && group < 0 && !accepting && verified.empty() &&
+                         beam_groups_.empty() && !stopping_;
+    if (overlap && !new_tokens.empty()) {
+      for (const auto& f : finishing)
+        retire(f.first);
+      send_detokenize(std::move(new_tokens), std::move(finishing));
+      finishing.clear();
+      ++overlapped_steps_;
+      lap(phases_.finish);
+    } else {
+      co_await detokenize(std::move(new_tokens));
+      mark = Clock::now();
+    }
 
     if (accepting) {
       while (!accepting->done) {
         boost::system::error_code ec;
         co_await masks_ready_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       }
+      lap(phases_.accept_wait);
       if (accepting->error) {
         std::string message = "constraint: accepting the sampled tokens failed";
         try {
@@ -407,9 +465,12 @@ asio::awaitable<void> SchedulerActor::loop(int group) {
         }
       }
       co_await detokenize(std::move(after));
+      mark = Clock::now();
     }
     for (const auto& [id, reason] : finishing)
       finish(id, reason);
+    lap(phases_.finish);
+    phases_.step += nanoseconds(Clock::now() - step_start);
     // Sequence groups: pages freed here may let a waiting request in, into an idle group.
     if (group >= 0 && scheduler_.waiting() > 0) wake_.cancel();
   }

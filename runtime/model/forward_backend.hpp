@@ -54,6 +54,10 @@ class ForwardBackend {
   virtual int exact_verify_rows() const noexcept { return 0; }
   virtual Result<void> launch(const StepBatch& batch);
   virtual Result<void> sample(const DeviceSamplingInput& input, DeviceSamplingOutput& output);
+  // The host-side preparation of the last step launched or run (its inputs built and copied
+  // towards the device, before its first kernel), in nanoseconds; 0 where a backend does not
+  // measure it. Read on the executor's thread after the call (docs/engine.md#step-phases).
+  virtual std::uint64_t last_prepare_ns() const noexcept { return 0; }
 
   // Steps in flight (pipeline parallelism's sequence groups, docs/parallel.md): a backend that
   // returns N > 1 here lets up to N steps be submitted before the first is collected. submit()

@@ -371,7 +371,8 @@ TEST(EngineConfigTest, FromFileReadsEveryField) {
     "cpu_threads": 3,
     "gpu_memory_fraction": 0.75,
     "jump_forward": false,
-    "prefix_cache": false
+    "prefix_cache": false,
+    "overlap_steps": false
   })");
   auto read = EngineConfig::from_file(file.path);
   ASSERT_TRUE(read.ok()) << read.error().what();
@@ -389,6 +390,7 @@ TEST(EngineConfigTest, FromFileReadsEveryField) {
   EXPECT_DOUBLE_EQ(c.gpu_memory_fraction, 0.75);
   EXPECT_FALSE(c.jump_forward);
   EXPECT_FALSE(c.prefix_cache);
+  EXPECT_FALSE(c.overlap_steps);
 
   // Fields left out keep their defaults.
   TempJson minimal(R"({"model_dir": "/models/tiny"})");
@@ -398,6 +400,7 @@ TEST(EngineConfigTest, FromFileReadsEveryField) {
   EXPECT_EQ(defaults.value().device, "cpu");
   EXPECT_EQ(defaults.value().admission, "reserve");
   EXPECT_TRUE(defaults.value().jump_forward);
+  EXPECT_TRUE(defaults.value().overlap_steps);
   EXPECT_TRUE(defaults.value().prefix_cache);
 }
 

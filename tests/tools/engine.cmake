@@ -61,6 +61,13 @@ if(Python3_Interpreter_FOUND)
            WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   set_tests_properties(weft_bench_sharegpt_workload PROPERTIES PASS_REGULAR_EXPRESSION
     "input: mean 2[0-9][0-9]\\.[0-9], median.*wrote 200 requests.*\"requests\":3,\"failed\":0,")
+  # The step loop's phase timings in the JSON, and the overlapped loop's output equal to the
+  # serial loop's (docs/engine.md#step-phases).
+  add_test(NAME weft_bench_step_phases
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/bench/step_phases_check.py
+                   $<TARGET_FILE:weft>)
+  set_tests_properties(weft_bench_step_phases PROPERTIES PASS_REGULAR_EXPRESSION
+                       "step phases reported; same output")
 endif()
 
 # --multi-turn: conversations sharing a system prompt; from turn 2 on, the previous turn's
@@ -75,3 +82,13 @@ set_tests_properties(weft_bench_multi_turn_no_cache PROPERTIES PASS_REGULAR_EXPR
                      "\"failed\":0,.*\"prefix_cache_hit_rate_by_turn\":\\[0E0,0E0\\]")
 add_test(NAME weft_bench_system_prompt_needs_multi_turn COMMAND weft bench --system-prompt-len 8)
 set_tests_properties(weft_bench_system_prompt_needs_multi_turn PROPERTIES WILL_FAIL TRUE)
+
+# bench/step_overlap_bench: the serial and the overlapped step loop on the simulated device give
+# the same tokens (it exits 1 otherwise), stop strings ending sequences in flight included.
+if(TARGET step_overlap_bench)
+  add_test(NAME step_overlap_bench_same_tokens
+           COMMAND step_overlap_bench --requests 24 --concurrency 8 --forward-us 1000
+                   --input-len 8 --output-len 48 --stop-every 2 --reps 1)
+  set_tests_properties(step_overlap_bench_same_tokens PROPERTIES PASS_REGULAR_EXPRESSION
+                       "overlapped [^\n]*failed 0\n[^\n]*dropped [1-9][0-9]*\n.*same tokens: yes")
+endif()

@@ -47,7 +47,8 @@ struct BenchOptions {
   std::string grammar_file;
   bool json_object = false;
   std::string prefix_cache = "on";
-  int multi_turn = 0;  // turns per conversation; 0: independent requests
+  std::string overlap_steps = "on";  // EngineConfig::overlap_steps
+  int multi_turn = 0;                // turns per conversation; 0: independent requests
   int system_prompt_len = 256;
   SpeculativeOptions speculative;
   int repeat_prompt = 1;   // each prompt: a random block repeated this many times

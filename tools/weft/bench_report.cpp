@@ -24,6 +24,58 @@ bool write_dataset_file(const std::string& path,
   return static_cast<bool>(out);
 }
 
+namespace {
+
+// EngineMetrics::step_phases as the JSON's "step_phases" (docs/engine.md#step-phases).
+boost::json::object step_phases_json(const EngineMetrics& metrics) {
+  const StepPhaseTimes& p = metrics.step_phases;
+  const double steps = static_cast<double>(std::max<std::uint64_t>(1, metrics.steps));
+  // Totals in ms and means per step in us, phase by phase, in the step's order.
+  const std::pair<const char*, std::uint64_t> phases[] = {{"plan", p.plan_us},
+                                                          {"batch", p.batch_us},
+                                                          {"launch", p.launch_us},
+                                                          {"launch_prepare", p.launch_prepare_us},
+                                                          {"mask_wait", p.mask_wait_us},
+                                                          {"detokenize_wait", p.detokenize_wait_us},
+                                                          {"sampler_prepare", p.sampler_prepare_us},
+                                                          {"sample", p.sample_us},
+                                                          {"sampler_finish", p.sampler_finish_us},
+                                                          {"complete", p.complete_us},
+                                                          {"accept_wait", p.accept_wait_us},
+                                                          {"finish", p.finish_us},
+                                                          {"step", p.step_us},
+                                                          {"gap", p.gap_us}};
+  boost::json::object total_ms, per_step_us;
+  for (const auto& [name, us] : phases) {
+    total_ms[name] = static_cast<double>(us) / 1000.0;
+    per_step_us[name] = static_cast<double>(us) / steps;
+  }
+  return {{"steps", metrics.steps},
+          {"total_ms", std::move(total_ms)},
+          {"per_step_us", std::move(per_step_us)},
+          {"overlapped_steps", p.overlapped_steps},
+          {"dropped_tokens", p.dropped_tokens}};
+}
+
+void print_step_phases(const EngineMetrics& metrics) {
+  const StepPhaseTimes& p = metrics.step_phases;
+  const double steps = static_cast<double>(std::max<std::uint64_t>(1, metrics.steps));
+  auto mean = [steps](std::uint64_t us) { return static_cast<double>(us) / steps; };
+  std::printf(
+      "step phases, mean us per step over %llu steps: plan %.1f, batch %.1f, launch %.1f "
+      "(backend prepare %.1f), mask wait %.1f, detokenize wait %.1f, sampler prepare %.1f, "
+      "sample %.1f, sampler finish %.1f, complete %.1f, accept wait %.1f, finish %.1f; "
+      "step %.1f, gap to the next launch %.1f; %llu steps overlapped, %llu tokens dropped\n",
+      static_cast<unsigned long long>(metrics.steps), mean(p.plan_us), mean(p.batch_us),
+      mean(p.launch_us), mean(p.launch_prepare_us), mean(p.mask_wait_us),
+      mean(p.detokenize_wait_us), mean(p.sampler_prepare_us), mean(p.sample_us),
+      mean(p.sampler_finish_us), mean(p.complete_us), mean(p.accept_wait_us), mean(p.finish_us),
+      mean(p.step_us), mean(p.gap_us), static_cast<unsigned long long>(p.overlapped_steps),
+      static_cast<unsigned long long>(p.dropped_tokens));
+}
+
+}  // namespace
+
 int report_bench(const BenchOptions& o, const std::vector<RequestTimes>& times,
                  const EngineMetrics& metrics, double seconds, const std::string& resolved_device,
                  const ResponseFormat& format, const std::vector<std::string>& schemas) {
@@ -112,6 +164,8 @@ int report_bench(const BenchOptions& o, const std::vector<RequestTimes>& times,
            : 1.0 + static_cast<double>(metrics.speculative_accepted_tokens) /
                        static_cast<double>(metrics.speculative_verifications)},
       {"model", o.model_dir}};
+  out["overlap_steps"] = o.overlap_steps;
+  out["step_phases"] = step_phases_json(metrics);
   std::printf("requests %d (%d failed) in %.2f s: %.2f req/s, %.1f output tok/s\n", num_requests,
               failed, seconds, num_requests / seconds,
               static_cast<double>(output_tokens) / seconds);
@@ -121,6 +175,7 @@ int report_bench(const BenchOptions& o, const std::vector<RequestTimes>& times,
       percentile(ttft, 50), percentile(ttft, 99), percentile(tpot, 50), percentile(tpot, 99),
       percentile(itl, 50), percentile(itl, 99), metrics.kv_pages_peak, metrics.kv_pages_total,
       metrics.kv_cache_dtype.c_str(), static_cast<long long>(metrics.kv_pool_tokens));
+  print_step_phases(metrics);
   if (format.constrained()) {
     // The overlap: masks for step N+1 are computed while its forward pass runs; only what is
     // left when the logits arrive delays sampling. On a GPU the wait is counted from the

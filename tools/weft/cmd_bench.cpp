@@ -131,6 +131,7 @@ int run_bench(const BenchOptions& o) {
   if (tp.exit_code) return *tp.exit_code;
   config.tensor_parallel = tp.group;
   config.prefix_cache = o.prefix_cache == "on";
+  config.overlap_steps = o.overlap_steps == "on";
   config.step_trace_path = o.step_trace;
   config.kv_compress_rate = o.kv_compress.rate;
   config.kv_compress_window = o.kv_compress.window;
@@ -374,6 +375,11 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--prefix-cache", opts->prefix_cache,
                   "on: reuse the KV pages of earlier requests' common prefixes (radix tree, "
                   "LRU eviction); off: compute every prompt in full")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--overlap-steps", opts->overlap_steps,
+                  "on: detokenize a step and end its finished sequences while the next step "
+                  "runs; off: the serial step loop (the same output), for comparisons")
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
   auto* multi_turn =

@@ -84,6 +84,10 @@ struct EngineConfig {
   // later request that starts with the same tokens (docs/engine.md#prefix-caching); the
   // pages are evicted, least recently used first, when the pool needs them.
   bool prefix_cache = true;
+  // Overlap each step's detokenizing (text, stop strings) and the ending of its finished
+  // sequences with the next step's forward pass (docs/engine.md#step-loop); the output is the
+  // same either way. false: the strictly serial loop, for comparisons.
+  bool overlap_steps = true;
   // Not empty: write one JSON line per planned step to this file (what the step runs, who it
   // admitted, the KV pages held; docs/engine.md#step-trace), e.g. to compare a run with
   // bench/sched_sim_bench's simulation of the same workload.
@@ -273,6 +277,43 @@ class RequestStream : public std::enable_shared_from_this<RequestStream> {
   std::vector<char> ended_;  // per sample: 1 once its final event was pushed
 };
 
+// Where the step loop's time goes (docs/engine.md#step-phases): each phase summed over
+// every step, in microseconds of the clock on the scheduler's strand. Phases that overlap the
+// forward pass on a GPU (mask_wait, detokenize_wait, sampler_prepare, part of sample) cost
+// the device nothing until they outlast it; the others are time the device sits idle between
+// one step's sampled tokens and the next launch.
+struct StepPhaseTimes {
+  std::uint64_t plan_us = 0;   // Scheduler::plan_step
+  std::uint64_t batch_us = 0;  // the StepBatch and sampling rows built from the plan
+  // From the launch to the executor's reply: on a GPU the host's preparation of the step and
+  // its kernel launches (the forward runs on after the reply), on the CPU the whole forward.
+  std::uint64_t launch_us = 0;
+  // Of launch_us, the backend's host-side preparation of its inputs (the CUDA model's
+  // per-step metadata and its upload); 0 on backends that do not measure it.
+  std::uint64_t launch_prepare_us = 0;
+  std::uint64_t mask_wait_us = 0;        // waiting for constrained rows' masks after launch
+  std::uint64_t detokenize_wait_us = 0;  // waiting for the detokenizer's reply
+  std::uint64_t sampler_prepare_us = 0;  // a GPU's draws described (sampler actor)
+  // The draws: on a GPU the device sampling call (it waits for the forward pass to end), on
+  // the CPU the sampler actor sampling the rows.
+  std::uint64_t sample_us = 0;
+  std::uint64_t sampler_finish_us = 0;  // a GPU's draws completed on the host
+  // Scheduler::complete_step, the beams' step, and the step's tokens turned into messages.
+  std::uint64_t complete_us = 0;
+  std::uint64_t accept_wait_us = 0;  // constrained rows: waiting for the matchers' verdicts
+  std::uint64_t finish_us = 0;       // ending sequences (pages back, final events)
+  std::uint64_t step_us = 0;         // every step whole, from its plan to the next plan
+  // From the end of a step's forward pass as the loop learns it (on a GPU the device sampling
+  // reply, on the CPU the logits) to the next step's launch, while there is a next step: on a
+  // GPU the device idles through it, and through the next launch's host preparation.
+  std::uint64_t gap_us = 0;
+  // Steps whose detokenizing overlapped the next step (docs/engine.md#step-loop).
+  std::uint64_t overlapped_steps = 0;
+  // Sequences a stop string ended while the next step, already launched, ran them: that
+  // step's token for each was dropped (never streamed, never counted).
+  std::uint64_t dropped_tokens = 0;
+};
+
 struct EngineMetrics {
   int running = 0;
   int waiting = 0;
@@ -332,6 +373,7 @@ struct EngineMetrics {
   std::uint64_t speculative_verifications = 0;
   std::uint64_t speculative_draft_tokens = 0;
   std::uint64_t speculative_accepted_tokens = 0;
+  StepPhaseTimes step_phases;
 };
 
 class Engine {

@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <span>
@@ -125,6 +126,10 @@ bool CudaModel::supports_token_trees() const noexcept {
   return state_->alibi_slopes.get() == nullptr;
 }
 
+std::uint64_t CudaModel::last_prepare_ns() const noexcept {
+  return state_->last_prepare_ns;
+}
+
 Result<void> CudaModel::sample(const DeviceSamplingInput& input, DeviceSamplingOutput& output) {
   return state_->sample(input, output);
 }
@@ -149,9 +154,13 @@ Result<void> CudaModel::State::run(const StepBatch& batch, std::vector<float>& l
       return cuda_error(err, "waiting for the previous step's metadata upload");
     }
   }
+  const auto prepare_start = std::chrono::steady_clock::now();
   if (auto r = reserve_step(T); !r) return r;
   PreparedStep step;
   if (auto r = prepare_step(batch, copy_logits, step); !r) return r;
+  last_prepare_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                   std::chrono::steady_clock::now() - prepare_start)
+                                                   .count());
   const int rows = step.rows, tile_count = step.tile_count, decode_context = step.decode_context;
   const bool has_tree = step.has_tree, has_verify = step.has_verify, has_offsets = step.has_offsets,
              compressing = step.compressing;

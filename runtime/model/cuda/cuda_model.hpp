@@ -139,6 +139,8 @@ class CudaModel final : public ForwardBackend {
   int exact_verify_rows() const noexcept override;
   Result<void> launch(const StepBatch& batch) override;
   Result<void> sample(const DeviceSamplingInput& input, DeviceSamplingOutput& output) override;
+  // The last step's reserve_step and prepare_step (its metadata built and uploaded).
+  std::uint64_t last_prepare_ns() const noexcept override;
   // A draft model's greedy chain (ForwardBackend::greedy_chain; cuda_draft_chain.cpp): every
   // step is enqueued without waiting (decode steps replay their CUDA graphs), the argmaxes are
   // picked by the sampling kernel and copied into the next step's tokens on the device, and

@@ -144,7 +144,8 @@ struct CudaModel::State {
   // candidates, top entries) each travel in one copy; `work` holds the rows being sampled.
   DeviceBuffer sample_in, sample_out, sample_work;
   PinnedBuffer sample_in_host, sample_out_host;
-  int launched_rows = -1;  // logit rows of the step launch() enqueued; -1: none
+  std::uint64_t last_prepare_ns = 0;  // the last run()'s reserve_step and prepare_step
+  int launched_rows = -1;             // logit rows of the step launch() enqueued; -1: none
   // Greedy chains (cuda_draft_chain.cpp): when set, run() copies T token ids from here (one
   // every feed_pitch bytes, device memory) over the step's uploaded tokens, after the upload.
   const void* feed_tokens = nullptr;
