@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.hpp"
 #include "tests/actors/simulated_device.hpp"
 #include "weft/engine.hpp"
 #include "weft/runtime.hpp"
@@ -297,43 +298,32 @@ int usage() {
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::runtime_error(a + ": needs a value");
-      return argv[++i];
-    };
-    auto number = [&]() {
-      const std::string v = value();
-      try {
-        return std::stoi(v);
-      } catch (...) {
-        throw std::runtime_error(a + ": not a number: " + v);
-      }
-    };
+  weft::bench::ArgCursor args(argc, argv);
+  while (args.next()) {
+    const std::string& a = args.flag();
     try {
       if (a == "--tokenizer")
-        o.tokenizer = value();
+        o.tokenizer = args.value();
       else if (a == "--work")
-        o.work = value();
+        o.work = args.value();
       else if (a == "--schema")
-        o.schema = value();
+        o.schema = args.value();
       else if (a == "--schema-dir")
-        o.schema_dir = value();
+        o.schema_dir = args.value();
       else if (a == "--regex")
-        o.regex = value();
+        o.regex = args.value();
       else if (a == "--forward-us")
-        o.forward_us = number();
+        o.forward_us = args.number();
       else if (a == "--batch")
-        o.batch = number();
+        o.batch = args.number();
       else if (a == "--requests")
-        o.requests = number();
+        o.requests = args.number();
       else if (a == "--input-len")
-        o.input_len = number();
+        o.input_len = args.number();
       else if (a == "--output-len")
-        o.output_len = number();
+        o.output_len = args.number();
       else if (a == "--reps")
-        o.reps = number();
+        o.reps = args.number();
       else if (a == "--no-jump-forward")
         o.jump_forward = false;
       else if (a == "--help" || a == "-h")

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.hpp"
 #include "tests/actors/simulated_device.hpp"
 #include "weft/engine.hpp"
 #include "weft/runtime.hpp"
@@ -156,37 +157,26 @@ int usage() {
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::runtime_error(a + ": needs a value");
-      return argv[++i];
-    };
-    auto number = [&]() {
-      const std::string v = value();
-      try {
-        return std::stoi(v);
-      } catch (...) {
-        throw std::runtime_error(a + ": not a number: " + v);
-      }
-    };
+  weft::bench::ArgCursor args(argc, argv);
+  while (args.next()) {
+    const std::string& a = args.flag();
     try {
       if (a == "--model")
-        o.model = value();
+        o.model = args.value();
       else if (a == "--forward-us")
-        o.forward_us = number();
+        o.forward_us = args.number();
       else if (a == "--requests")
-        o.requests = number();
+        o.requests = args.number();
       else if (a == "--concurrency")
-        o.concurrency = number();
+        o.concurrency = args.number();
       else if (a == "--input-len")
-        o.input_len = number();
+        o.input_len = args.number();
       else if (a == "--output-len")
-        o.output_len = number();
+        o.output_len = args.number();
       else if (a == "--stop-every")
-        o.stop_every = number();
+        o.stop_every = args.number();
       else if (a == "--reps")
-        o.reps = number();
+        o.reps = args.number();
       else if (a == "--help" || a == "-h")
         return usage();
       else
