@@ -243,8 +243,17 @@ __device__ __forceinline__ void tile_attend_q(const unsigned char* ks, const uns
   // Where no head's max moved (every corr is 1, the common case past a context's first
   // tiles) the rescale of acc is a product by 1 and is skipped: bitwise the same.
   const bool rescale = !__all_sync(0xffffffffu, corr == 1.0f);
-  const float ca = rescale ? __shfl_sync(0xffffffffu, corr, 8 * tq) : 1.0f;
-  const float cb = rescale ? __shfl_sync(0xffffffffu, corr, 8 * tq + 4) : 1.0f;
+  if (rescale) {  // warp-uniform: one branch around the whole rescale, not predicated products
+    const float ca = __shfl_sync(0xffffffffu, corr, 8 * tq);
+    const float cb = __shfl_sync(0xffffffffu, corr, 8 * tq + 4);
+#pragma unroll
+    for (int i = 0; i < VW; ++i) {
+      acc[i][0] *= ca;
+      acc[i][1] *= cb;
+      acc[i][2] *= ca;
+      acc[i][3] *= cb;
+    }
+  }
   // V bytes [g D/8, (g + 1) D/8) of keys 2tq, 2tq + 1, 8 + 2tq, 9 + 2tq: VB words each.
   constexpr int VB = D / 32;
   unsigned vw[4][VB];
@@ -272,12 +281,6 @@ __device__ __forceinline__ void tile_attend_q(const unsigned char* ks, const uns
   for (int i = 0; i < VW; ++i) {
     // Row tile i: elements g D/8 + 2i and + 1, bytes b and b + 1 of word i / 2.
     const int wi = i >> 1, b = 2 * (i & 1);
-    if (rescale) {
-      acc[i][0] *= ca;
-      acc[i][1] *= cb;
-      acc[i][2] *= ca;
-      acc[i][3] *= cb;
-    }
     unsigned av[4];
     kv_pairs<T, KV>(vw[0][wi], vw[1][wi], b, 4 + b, b + 1, 5 + b, av[0], av[1]);
     kv_pairs<T, KV>(vw[2][wi], vw[3][wi], b, 4 + b, b + 1, 5 + b, av[2], av[3]);
