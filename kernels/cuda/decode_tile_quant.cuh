@@ -80,10 +80,33 @@ __device__ __forceinline__ int qv_chunk_at(int r, int c) {
   return r * (D / 16) + (c ^ qv_chunk_swizzle<D>(r));
 }
 
+// Two e4m3 values as fp16 (low 16 bits of t: element 0 in the low byte) to two T values in
+// one register. fp16: the hardware's paired conversion, exact. bf16: each fp16 widened to fp32
+// (exact), and the bf16 is the fp32's high half: an e4m3 value has at most 4 significant bits,
+// so the low 16 bits of its fp32 are zero and the truncation is exact (a PRMT, where the
+// rounding pack cvt.rn.bf16x2.f32 would be another conversion-unit instruction).
+template <class T>
+__device__ __forceinline__ unsigned fp8_pair(unsigned short t) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(t), __NV_E4M3);
+  if constexpr (std::is_same_v<T, __half>) {
+    return static_cast<unsigned>(h.x) | (static_cast<unsigned>(h.y) << 16);
+  } else {
+    const float2 f = __half22float2(__half2(h));
+    return __byte_perm(__float_as_uint(f.x), __float_as_uint(f.y), 0x7632);
+  }
+}
+
+// fp16 int8 only: the bytes of a staged word with their sign bits flipped (x + 128, unsigned),
+// once per word, for kv_pairs; every other (T, KV) takes the word as it is.
+template <class T, class KV>
+__device__ __forceinline__ unsigned kv_word(unsigned w) {
+  if constexpr (std::is_same_v<KV, KvInt8> && std::is_same_v<T, __half>) return w ^ 0x80808080u;
+  return w;
+}
+
 // Two one-byte elements, byte x and byte y of the 8 bytes {b, a} (a's bytes are 0-3), as two
 // T values in one register (x in the low half). Exact: int8 through the exponent trick (the
-// byte in the mantissa of a power of two, the power subtracted), e4m3 by the hardware's
-// e4m3x2 -> f16x2 conversion (and f16 -> f32 -> bf16 for bf16, each exact).
+// byte in the mantissa of a power of two, the power subtracted), e4m3 by fp8_pair.
 template <class T, class KV>
 __device__ __forceinline__ unsigned kv_pair(unsigned a, unsigned b, int x, int y) {
   if constexpr (std::is_same_v<KV, KvInt8>) {
@@ -104,14 +127,37 @@ __device__ __forceinline__ unsigned kv_pair(unsigned a, unsigned b, int x, int y
     }
   } else {
     const unsigned t = __byte_perm(a, b, static_cast<unsigned>(x | (y << 4)));  // bytes 0, 1
-    const __half2_raw h =
-        __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(t & 0xFFFFu), __NV_E4M3);
-    if constexpr (std::is_same_v<T, __half>) {
-      return static_cast<unsigned>(h.x) | (static_cast<unsigned>(h.y) << 16);
+    return fp8_pair<T>(static_cast<unsigned short>(t & 0xFFFFu));
+  }
+}
+
+// Two pairs at once: bytes (x0, y0) and (x1, y1) of {b, a} as p0 and p1, bitwise kv_pair's,
+// with a and b from kv_word. Where one pair's two bytes share a register with the other's
+// (K: four bytes of one word; V: one PRMT gathers the four bytes of two keys), the pairs share
+// the gathering PRMT: fp8 converts the gathered word's two halves, fp16 int8 lays its bytes
+// into 0x64 mantissas with one PRMT per pair and one subtraction. bf16 int8 stays kv_pair's
+// (its mask-and-or already takes the bytes where the PRMT put them).
+template <class T, class KV>
+__device__ __forceinline__ void kv_pairs(unsigned a, unsigned b, int x0, int y0, int x1, int y1,
+                                         unsigned& p0, unsigned& p1) {
+  if constexpr (std::is_same_v<KV, KvInt8> && !std::is_same_v<T, __half>) {
+    p0 = kv_pair<T, KV>(a, b, x0, y0);
+    p1 = kv_pair<T, KV>(a, b, x1, y1);
+  } else {
+    const unsigned t =
+        __byte_perm(a, b, static_cast<unsigned>(x0 | (y0 << 4) | (x1 << 8) | (y1 << 12)));
+    if constexpr (std::is_same_v<KV, KvInt8>) {
+      // t's bytes are x + 128 (kv_word); 0x64uu is 1024 + u as fp16, minus 1152 gives x.
+      const __half2 bias = __half2half2(__ushort_as_half(0x6480));
+      const unsigned h0 = __byte_perm(t, 0x64646464u, 0x5140),
+                     h1 = __byte_perm(t, 0x64646464u, 0x5342);
+      const __half2 v0 = __hsub2(*reinterpret_cast<const __half2*>(&h0), bias);
+      const __half2 v1 = __hsub2(*reinterpret_cast<const __half2*>(&h1), bias);
+      p0 = *reinterpret_cast<const unsigned*>(&v0);
+      p1 = *reinterpret_cast<const unsigned*>(&v1);
     } else {
-      const float2 f = __half22float2(__half2(h));
-      const __nv_bfloat162 v = __float22bfloat162_rn(f);
-      return *reinterpret_cast<const unsigned*>(&v);
+      p0 = fp8_pair<T>(static_cast<unsigned short>(t & 0xFFFFu));
+      p1 = fp8_pair<T>(static_cast<unsigned short>(t >> 16));
     }
   }
 }
@@ -148,8 +194,10 @@ __device__ __forceinline__ void tile_attend_q(const unsigned char* ks, const uns
     for (int c = 0; c < KC; ++c) {
       // Elements 32c + 8tq .. + 7 of key rr (query_fragments' order).
       const uint2 kr = krow[((c ^ sw) << 2) + tq];
-      const unsigned b0 = kv_pair<T, KV>(kr.x, kr.y, 0, 1), b1 = kv_pair<T, KV>(kr.x, kr.y, 2, 3);
-      const unsigned b2 = kv_pair<T, KV>(kr.x, kr.y, 4, 5), b3 = kv_pair<T, KV>(kr.x, kr.y, 6, 7);
+      const unsigned kx = kv_word<T, KV>(kr.x), ky = kv_word<T, KV>(kr.y);
+      unsigned b0, b1, b2, b3;
+      kv_pairs<T, KV>(kx, kx, 0, 1, 2, 3, b0, b1);
+      kv_pairs<T, KV>(ky, ky, 0, 1, 2, 3, b2, b3);
       const unsigned a0[4] = {qh[c][0], 0u, qh[c][1], 0u};
       const unsigned a1[4] = {qh[c][2], 0u, qh[c][3], 0u};
       const unsigned l0[4] = {ql[c][0], 0u, ql[c][1], 0u};
@@ -192,8 +240,20 @@ __device__ __forceinline__ void tile_attend_q(const unsigned char* ks, const uns
   const unsigned ph0 = pack2<T>(p[0], p[1], r[0], r[1]);
   const unsigned ph1 = pack2<T>(p[2], p[3], r[2], r[3]);
   const unsigned pl0 = pack2<T>(r[0], r[1]), pl1 = pack2<T>(r[2], r[3]);
-  const float ca = __shfl_sync(0xffffffffu, corr, 8 * tq);
-  const float cb = __shfl_sync(0xffffffffu, corr, 8 * tq + 4);
+  // Where no head's max moved (every corr is 1, the common case past a context's first
+  // tiles) the rescale of acc is a product by 1 and is skipped: bitwise the same.
+  const bool rescale = !__all_sync(0xffffffffu, corr == 1.0f);
+  if (rescale) {  // warp-uniform: one branch around the whole rescale, not predicated products
+    const float ca = __shfl_sync(0xffffffffu, corr, 8 * tq);
+    const float cb = __shfl_sync(0xffffffffu, corr, 8 * tq + 4);
+#pragma unroll
+    for (int i = 0; i < VW; ++i) {
+      acc[i][0] *= ca;
+      acc[i][1] *= cb;
+      acc[i][2] *= ca;
+      acc[i][3] *= cb;
+    }
+  }
   // V bytes [g D/8, (g + 1) D/8) of keys 2tq, 2tq + 1, 8 + 2tq, 9 + 2tq: VB words each.
   constexpr int VB = D / 32;
   unsigned vw[4][VB];
@@ -203,17 +263,17 @@ __device__ __forceinline__ void tile_attend_q(const unsigned char* ks, const uns
     if constexpr (D == 64) {
       const uint2* row = reinterpret_cast<const uint2*>(vs) + rr * (D / 8);
       const uint2 w = row[((g >> 1) ^ qv_chunk_swizzle<D>(rr)) * 2 + (g & 1)];
-      vw[e][0] = w.x;
-      vw[e][1] = w.y;
+      vw[e][0] = kv_word<T, KV>(w.x);
+      vw[e][1] = kv_word<T, KV>(w.y);
     } else {
       const uint4* row = reinterpret_cast<const uint4*>(vs) + rr * (D / 16);
 #pragma unroll
       for (int h = 0; h < VB / 4; ++h) {
         const uint4 w = row[(g * (VB / 4) + h) ^ qv_chunk_swizzle<D>(rr)];
-        vw[e][4 * h] = w.x;
-        vw[e][4 * h + 1] = w.y;
-        vw[e][4 * h + 2] = w.z;
-        vw[e][4 * h + 3] = w.w;
+        vw[e][4 * h] = kv_word<T, KV>(w.x);
+        vw[e][4 * h + 1] = kv_word<T, KV>(w.y);
+        vw[e][4 * h + 2] = kv_word<T, KV>(w.z);
+        vw[e][4 * h + 3] = kv_word<T, KV>(w.w);
       }
     }
   }
@@ -221,14 +281,9 @@ __device__ __forceinline__ void tile_attend_q(const unsigned char* ks, const uns
   for (int i = 0; i < VW; ++i) {
     // Row tile i: elements g D/8 + 2i and + 1, bytes b and b + 1 of word i / 2.
     const int wi = i >> 1, b = 2 * (i & 1);
-    acc[i][0] *= ca;
-    acc[i][1] *= cb;
-    acc[i][2] *= ca;
-    acc[i][3] *= cb;
-    const unsigned av[4] = {kv_pair<T, KV>(vw[0][wi], vw[1][wi], b, 4 + b),
-                            kv_pair<T, KV>(vw[0][wi], vw[1][wi], b + 1, 5 + b),
-                            kv_pair<T, KV>(vw[2][wi], vw[3][wi], b, 4 + b),
-                            kv_pair<T, KV>(vw[2][wi], vw[3][wi], b + 1, 5 + b)};
+    unsigned av[4];
+    kv_pairs<T, KV>(vw[0][wi], vw[1][wi], b, 4 + b, b + 1, 5 + b, av[0], av[1]);
+    kv_pairs<T, KV>(vw[2][wi], vw[3][wi], b, 4 + b, b + 1, 5 + b, av[2], av[3]);
     mma_16816(acc[i], av, ph0, ph1, T{});
     mma_16816(acc[i], av, pl0, pl1, T{});
   }

@@ -18,6 +18,7 @@
 #include "kernels/cpu/paged_attention.hpp"
 #include "kernels/cpu/vector_math.hpp"
 #include "kernels/cuda/decode_attention_stream.hpp"
+#include "kernels/cuda/decode_tile_quant_check.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/rope.hpp"
@@ -417,6 +418,38 @@ TEST(CudaKvQuant, StreamingDecodeMatchesTheCpuAndTheCudaCoreKernel) {
       check_stream_decode(dtype, precision, 128, 32, 8, 33, 2100, 0, 4);
       check_stream_decode(dtype, precision, 128, 8, 2, 4, 700, 200, 2);  // sliding window
       check_stream_decode(dtype, precision, 64, 8, 1, 64, 513, 0, 3);
+    }
+  }
+}
+
+// The streaming kernel's tile step converts each int8 or e4m3 byte to the mma's 16-bit type
+// exactly (every such value is a bf16 and an fp16 value): all 256 bytes, as K and as V read
+// them, against the value the CPU decodes. One wrong element could hide inside an attention
+// test's tolerance.
+TEST(CudaKvQuant, TileConversionIsExactForEveryByte) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (KvDtype dtype : {KvDtype::kInt8, KvDtype::kFp8E4M3}) {
+    for (bool fp16 : {false, true}) {
+      const std::vector<std::uint16_t> got = detail::convert_one_byte_elements(dtype, fp16);
+      ASSERT_EQ(got.size(), 768u) << name(dtype) << (fp16 ? " fp16" : " bf16");
+      int bad = 0;
+      for (int i = 0; i < 768; ++i) {
+        // Entries past 512 are the second key's bytes: 4 (t ^ 1) + j for entry 512 + 4t + j.
+        const int at = i % 256, byte = i < 512 ? at : ((at >> 2) ^ 1) * 4 + (at & 3);
+        const float want = dtype == KvDtype::kInt8
+                               ? static_cast<float>(static_cast<std::int8_t>(byte))
+                               : cpu::fp8_e4m3_to_f32(static_cast<std::uint8_t>(byte));
+        const float value = fp16 ? cpu::f16_to_f32(got[static_cast<std::size_t>(i)])
+                                 : cpu::bf16_to_f32(got[static_cast<std::size_t>(i)]);
+        const bool same = std::isnan(want)
+                              ? std::isnan(value)
+                              : value == want && std::signbit(value) == std::signbit(want);
+        if (!same && bad++ < 4) {
+          ADD_FAILURE() << name(dtype) << (fp16 ? " fp16" : " bf16") << " byte " << byte
+                        << (i < 256 ? " as K" : " as V") << ": " << value << ", want " << want;
+        }
+      }
+      EXPECT_EQ(bad, 0) << name(dtype) << (fp16 ? " fp16" : " bf16");
     }
   }
 }
