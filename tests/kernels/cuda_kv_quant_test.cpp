@@ -152,6 +152,35 @@ std::vector<std::uint8_t> quantized_pool(KvDtype dtype, const QuantLayout& ql, i
   return pool;
 }
 
+// cpu::paged_attention over the same pages, the reference of the GPU kernels: every token's
+// [heads * dim] outputs in a row, at its position, over the last `window` positions (0: all).
+std::vector<float> cpu_attention(const std::vector<std::uint8_t>& pool_host,
+                                 const std::vector<std::int32_t>& table, const QuantLayout& ql,
+                                 int layer, KvDtype dtype, int heads, const std::vector<float>& q,
+                                 const std::vector<std::int32_t>& positions, int window,
+                                 float scale) {
+  std::vector<const void*> blocks;
+  for (int page : table)
+    blocks.push_back(pool_host.data() + page * ql.page_bytes() + layer * ql.layer_bytes());
+  const cpu::PagedKv view{blocks.data(),
+                          static_cast<std::size_t>(ql.page_size),
+                          static_cast<std::size_t>(ql.kv_heads),
+                          static_cast<std::size_t>(ql.dim),
+                          dtype,
+                          ql.scales_offset()};
+  const std::size_t row = static_cast<std::size_t>(heads) * ql.dim;
+  std::vector<float> want(positions.size() * row);
+  for (std::size_t t = 0; t < positions.size(); ++t) {
+    const int pos = positions[t];
+    const int first = window > 0 && pos + 1 > window ? pos + 1 - window : 0;
+    std::vector<float> scratch(static_cast<std::size_t>(pos) + 1);
+    cpu::paged_attention(q.data() + t * row, static_cast<std::size_t>(heads), view,
+                         static_cast<std::size_t>(first), static_cast<std::size_t>(pos), scale,
+                         want.data() + t * row, scratch.data());
+  }
+  return want;
+}
+
 // Quantized pages filled on the host (the CPU's rounding), the attention of the step's
 // queries on the GPU against cpu::paged_attention over the same pages.
 void check_attention(KvDtype dtype, int dim, int heads, int kv_heads, int context, int window,
@@ -223,31 +252,14 @@ void check_attention(KvDtype dtype, int dim, int heads, int kv_heads, int contex
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
   const auto got_bits = out.download();
-  std::vector<const void*> blocks;
-  for (int page : table)
-    blocks.push_back(pool_host.data() + page * ql.page_bytes() + layer * ql.layer_bytes());
-  const cpu::PagedKv view{blocks.data(),
-                          static_cast<std::size_t>(ql.page_size),
-                          static_cast<std::size_t>(kv_heads),
-                          static_cast<std::size_t>(dim),
-                          dtype,
-                          ql.scales_offset()};
+  const auto want =
+      cpu_attention(pool_host, table, ql, layer, dtype, heads, q, positions, window, a.scale);
   float worst = 0, largest = 0;
-  for (int t = 0; t < T; ++t) {
-    const int pos = positions[static_cast<std::size_t>(t)];
-    const int first = window > 0 && pos + 1 > window ? pos + 1 - window : 0;
-    std::vector<float> want(static_cast<std::size_t>(heads) * dim),
-        scratch(static_cast<std::size_t>(pos) + 1);
-    cpu::paged_attention(q.data() + static_cast<std::size_t>(t) * heads * dim,
-                         static_cast<std::size_t>(heads), view, static_cast<std::size_t>(first),
-                         static_cast<std::size_t>(pos), a.scale, want.data(), scratch.data());
-    for (std::size_t i = 0; i < want.size(); ++i) {
-      const std::uint16_t bits = got_bits[static_cast<std::size_t>(t) * heads * dim + i];
-      const float got =
-          precision == Precision::kF16 ? cpu::f16_to_f32(bits) : cpu::bf16_to_f32(bits);
-      worst = std::max(worst, std::fabs(got - want[i]));
-      largest = std::max(largest, std::fabs(want[i]));
-    }
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const float got =
+        precision == Precision::kF16 ? cpu::f16_to_f32(got_bits[i]) : cpu::bf16_to_f32(got_bits[i]);
+    worst = std::max(worst, std::fabs(got - want[i]));
+    largest = std::max(largest, std::fabs(want[i]));
   }
   // bf16 output rounding (2^-8 relative) plus, for prefill, P rounded to 16 bits (the mma.sync
   // kernel, head_dim 64 and 128) or the tiles' K and V times their scales rounded to 16 bits
@@ -365,35 +377,23 @@ void check_stream_decode(KvDtype dtype, Precision precision, int dim, int heads,
     return precision == Precision::kF16 ? cpu::f16_to_f32(bits) : cpu::bf16_to_f32(bits);
   };
   const float rel = precision == Precision::kF16 ? 1.0f / 1024 : 1.0f / 256;
-  std::vector<const void*> blocks;
-  for (int page : table)
-    blocks.push_back(pool_host.data() + page * ql.page_bytes() + layer * ql.layer_bytes());
-  const cpu::PagedKv view{blocks.data(),
-                          static_cast<std::size_t>(ql.page_size),
-                          static_cast<std::size_t>(kv_heads),
-                          static_cast<std::size_t>(dim),
-                          dtype,
-                          ql.scales_offset()};
+  const auto want = cpu_attention(pool_host, table, ql, layer, dtype, heads, q, positions, window,
+                                  1.0f / std::sqrt(static_cast<float>(dim)));
+  const std::size_t row = static_cast<std::size_t>(heads) * dim;
   int bad_cpu = 0, bad_core = 0;
   for (int t = 0; t < T; ++t) {
     const int pos = positions[static_cast<std::size_t>(t)];
-    const int first = window > 0 && pos + 1 > window ? pos + 1 - window : 0;
-    std::vector<float> want(static_cast<std::size_t>(heads) * dim),
-        scratch(static_cast<std::size_t>(pos) + 1);
-    cpu::paged_attention(q.data() + static_cast<std::size_t>(t) * heads * dim,
-                         static_cast<std::size_t>(heads), view, static_cast<std::size_t>(first),
-                         static_cast<std::size_t>(pos), 1.0f / std::sqrt(static_cast<float>(dim)),
-                         want.data(), scratch.data());
+    const float* token = want.data() + static_cast<std::size_t>(t) * row;
     float largest = 0;
-    for (float w : want)
-      largest = std::max(largest, std::fabs(w));
-    for (std::size_t i = 0; i < want.size(); ++i) {
-      const std::size_t at = static_cast<std::size_t>(t) * heads * dim + i;
+    for (std::size_t i = 0; i < row; ++i)
+      largest = std::max(largest, std::fabs(token[i]));
+    for (std::size_t i = 0; i < row; ++i) {
+      const std::size_t at = static_cast<std::size_t>(t) * row + i;
       const float got = value(stream[at]);
-      const float bound = rel * std::fabs(want[i]) + rel / 16 * largest;
-      if (std::fabs(got - want[i]) > bound && bad_cpu++ < 3) {
+      const float bound = rel * std::fabs(token[i]) + rel / 16 * largest;
+      if (std::fabs(got - token[i]) > bound && bad_cpu++ < 3) {
         ADD_FAILURE() << what << ": token " << t << " (position " << pos << ") element " << i
-                      << ": stream " << got << ", cpu " << want[i];
+                      << ": stream " << got << ", cpu " << token[i];
       }
       if (std::fabs(got - value(core[at])) > 2 * bound && bad_core++ < 3) {
         ADD_FAILURE() << what << ": token " << t << " (position " << pos << ") element " << i
