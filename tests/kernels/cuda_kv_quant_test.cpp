@@ -133,6 +133,15 @@ TEST(CudaKvQuant, StoreQuantizesRowsBitwiseAsTheCpu) {
 
 // A pool of `pool_pages` pages whose layer `layer` holds `context` positions of random key and
 // value rows through `table`, quantized by the CPU (store_kv_row) with their scales.
+// A sequence's page table: `pages` distinct pages of a pool of `pool_pages`, in random order.
+std::vector<std::int32_t> page_table(int pool_pages, int pages, std::mt19937& rng) {
+  std::vector<std::int32_t> table(static_cast<std::size_t>(pool_pages));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng);
+  table.resize(static_cast<std::size_t>(pages));
+  return table;
+}
+
 std::vector<std::uint8_t> quantized_pool(KvDtype dtype, const QuantLayout& ql, int layer,
                                          const std::vector<std::int32_t>& table, int pool_pages,
                                          int context, std::mt19937& rng) {
@@ -193,10 +202,7 @@ void check_attention(KvDtype dtype, int dim, int heads, int kv_heads, int contex
   std::mt19937 rng(static_cast<unsigned>(dim * 31 + context + window));
   const int pages_needed = (context + ql.page_size - 1) / ql.page_size;
   const int pool_pages = pages_needed + 3;
-  std::vector<std::int32_t> table(static_cast<std::size_t>(pool_pages));
-  std::iota(table.begin(), table.end(), 0);
-  std::shuffle(table.begin(), table.end(), rng);
-  table.resize(static_cast<std::size_t>(pages_needed));
+  const auto table = page_table(pool_pages, pages_needed, rng);
   const auto pool_host = quantized_pool(dtype, ql, layer, table, pool_pages, context, rng);
   const int count = prefill ? std::min(context, 70) : 1;
   std::vector<std::int32_t> positions, token_seq;
@@ -321,10 +327,7 @@ void check_stream_decode(KvDtype dtype, Precision precision, int dim, int heads,
   std::mt19937 rng(static_cast<unsigned>(dim * 131 + context * 7 + batch + heads));
   const int pages_needed = (context + ql.page_size - 1) / ql.page_size;
   const int pool_pages = pages_needed + 2;
-  std::vector<std::int32_t> table(static_cast<std::size_t>(pool_pages));
-  std::iota(table.begin(), table.end(), 0);
-  std::shuffle(table.begin(), table.end(), rng);
-  table.resize(static_cast<std::size_t>(pages_needed));
+  const auto table = page_table(pool_pages, pages_needed, rng);
   const auto pool_host = quantized_pool(dtype, ql, layer, table, pool_pages, context, rng);
   std::vector<std::int32_t> positions, token_seq(static_cast<std::size_t>(batch), 0);
   for (int i = 0; i < batch; ++i)

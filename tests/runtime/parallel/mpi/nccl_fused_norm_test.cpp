@@ -188,6 +188,20 @@ TEST_F(NcclFusedNorm, RunsInsideCudaGraphs) {
       cudaMemcpy(res_b, residual.data(), n * 4, cudaMemcpyHostToDevice);
       return cudaDeviceSynchronize();
     };
+    // The reference's add_norm after NCCL's all-reduce of the same partial rows (into `plain`).
+    auto reference = [&] {
+      cuda::AddNormArgs r;
+      r.residual = res_b;
+      r.delta = plain;
+      r.rows = rows;
+      r.n = kN;
+      r.kind = cuda::NormKind::kRms;
+      r.weight = w;
+      r.eps = 1e-5f;
+      r.out = out_b;
+      r.precision = cuda::Precision::kBF16;
+      return r;
+    };
     cuda::AllReduceNormArgs a;
     a.group = group_;
     a.rows = rows;
@@ -220,17 +234,7 @@ TEST_F(NcclFusedNorm, RunsInsideCudaGraphs) {
       for (int k = 0; k < kLaunches; ++k) {
         cuda::convert_to_f32(input16 + k * n, cuda::Precision::kBF16, plain, n, stream_);
         ASSERT_TRUE(nccl_->all_reduce_sum(std::span<float>(plain, n)));
-        cuda::AddNormArgs r;
-        r.residual = res_b;
-        r.delta = plain;
-        r.rows = rows;
-        r.n = kN;
-        r.kind = cuda::NormKind::kRms;
-        r.weight = w;
-        r.eps = 1e-5f;
-        r.out = out_b;
-        r.precision = cuda::Precision::kBF16;
-        cuda::add_norm(r, stream_);
+        cuda::add_norm(reference(), stream_);
       }
       ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
       cudaMemcpy(got.data(), res_a, n * 4, cudaMemcpyDeviceToHost);
@@ -258,17 +262,7 @@ TEST_F(NcclFusedNorm, RunsInsideCudaGraphs) {
     for (int k = 0; k < kLaunches; ++k) {
       cuda::convert_to_f32(input16 + k * n, cuda::Precision::kBF16, plain, n, stream_);
       captured = static_cast<bool>(nccl_->all_reduce_sum(std::span<float>(plain, n))) && captured;
-      cuda::AddNormArgs r;
-      r.residual = res_b;
-      r.delta = plain;
-      r.rows = rows;
-      r.n = kN;
-      r.kind = cuda::NormKind::kRms;
-      r.weight = w;
-      r.eps = 1e-5f;
-      r.out = out_b;
-      r.precision = cuda::Precision::kBF16;
-      cuda::add_norm(r, stream_);
+      cuda::add_norm(reference(), stream_);
     }
     ASSERT_EQ(cudaStreamEndCapture(stream_, &ref_graph), cudaSuccess);
     ASSERT_TRUE(captured);
