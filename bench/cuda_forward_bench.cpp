@@ -6,7 +6,7 @@
 //                      [--context 512] [--batches 1,8,32,64] [--prefill 512,2048] [--json F]
 //                      [--profile] [--small-step-kernel-tokens N] [--logits-to-host]
 //                      [--kv-cache-dtype bf16|int8|fp8] [--gpu-memory-fraction F]
-//                      [--quantize FORMAT] [--layers N] [--tensor-parallel N]
+//                      [--quantize FORMAT] [--layers N] [--tensor-parallel N] [--mixed P]
 //
 // --shape 70b has Llama-3-70B's widths (hidden 8192, 64 heads, 8 kv heads, intermediate
 // 28672, untied 128256 head); its 80 layers do not fit one H100 in bf16, so give --layers N
@@ -37,6 +37,9 @@
 // the row names which bound it is. "weights only" is the older ratio that ignored the KV reads.
 // --attn-kernels old,new,stream repeats each decode row's timed steps once per decode attention
 // kernel (rows ending "attention NAME"), so one process compares whole steps per kernel.
+// --mixed P adds "mixed" rows: each decode batch's steps again with a P-token prefill chunk of
+// one more sequence in the same step, as a serving engine's chunked prefill mixes them (such
+// steps run as plain launches, not graphs); with --profile, their device time per kernel class.
 // Decode steps replay CUDA graphs. --profile adds, per decode batch, a few more steps run as plain
 // launches with a device event after each kernel class, and prints the device milliseconds per step
 // by class; then, where the shape has the tensor-core decode attention kernels (16-bit KV,
@@ -185,7 +188,7 @@ int main(int argc, char** argv) {
   std::string kv_dtype_arg = "bf16";
   double memory_fraction = 0.0;
   std::string quantize_name;
-  int layers = 0, tensor_parallel = 1;
+  int layers = 0, tensor_parallel = 1, mixed = 0;
   const int profile_steps = 5;
   std::vector<std::string> attn_kernels;  // --attn-kernels: decode rows per attention kernel
   std::vector<int> batches{1, 8, 32, 64}, prefills{512, 2048};
@@ -232,6 +235,8 @@ int main(int argc, char** argv) {
       layers = std::stoi(next());
     else if (a == "--tensor-parallel")
       tensor_parallel = std::stoi(next());
+    else if (a == "--mixed")
+      mixed = std::stoi(next());
     else {
       std::fprintf(stderr,
                    "usage: cuda_forward_bench [--shape 1b|8b|tiny | --model DIR] "
@@ -240,7 +245,9 @@ int main(int argc, char** argv) {
                    "[--repeats N] [--json FILE] [--profile] [--small-step-kernel-tokens N] "
                    "[--kv-cache-dtype bf16|int8|fp8] [--gpu-memory-fraction F] "
                    "[--quantize FORMAT (q8_b32 ... q2_b64, docs/quantization.md)] [--layers N] "
-                   "[--tensor-parallel N] [--attn-kernels old,new,stream]\n"
+                   "[--tensor-parallel N] [--attn-kernels old,new,stream] [--mixed P]\n"
+                   "  --mixed P: each decode batch's steps again with a P-token prefill chunk\n"
+                   "  of one more sequence in the step (rows \"mixed\", plain launches)\n"
                    "  --shape 70b needs --layers (e.g. 10); --tensor-parallel N runs under "
                    "mpirun -np N, one GPU per rank; its switches are environment variables\n"
                    "  (WEFT_TP_OVERLAP, WEFT_TP_PREFETCH_MB, WEFT_TP_VOCAB_PARALLEL,\n"
@@ -379,15 +386,21 @@ int main(int argc, char** argv) {
   // Decode sequences hold the context and the timed steps; the one prefill sequence holds the
   // longest prefill. The pool fits whichever needs more.
   const int decode_pages = (context + repeats + profile_steps + 4 + page_size - 1) / page_size;
+  if (mixed < 0 || mixed > 8192) {
+    std::fprintf(stderr, "--mixed %d: expected 0 (off) to 8192 prefill tokens\n", mixed);
+    return 2;
+  }
+  const int mixed_pages = (mixed + page_size - 1) / page_size;
   const int prefill_pages = (max_prefill + page_size - 1) / page_size;
   model::CudaModelOptions options;
   options.device = gpu_index;
   options.precision = precision_name == "fp16" ? cuda::Precision::kF16 : cuda::Precision::kBF16;
   options.page_size = page_size;
-  const int pages_needed = std::max(decode_pages * std::max(max_batch, 1), prefill_pages);
+  const int pages_needed =
+      std::max(decode_pages * std::max(max_batch, 1) + mixed_pages, prefill_pages);
   options.num_pages = memory_fraction > 0 ? 0 : pages_needed;
   options.gpu_memory_fraction = memory_fraction;
-  options.max_tokens_per_step = std::max(max_prefill, max_batch);
+  options.max_tokens_per_step = std::max(max_prefill, max_batch + mixed);
   options.small_step_kernel_tokens = small_step_tokens;
   if (kv_dtype_arg == "int8") {
     options.kv_dtype = KvDtype::kInt8;
@@ -524,6 +537,7 @@ int main(int argc, char** argv) {
   rows.profile = profile;
   rows.logits_to_host = logits_to_host;
   rows.attn_kernels = attn_kernels;
+  rows.mixed = mixed;
   rows.page_size = page_size;
   rows.prefill_pages = prefill_pages;
   rows.decode_pages = decode_pages;

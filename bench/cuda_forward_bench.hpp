@@ -38,6 +38,7 @@ struct RowInputs {
   const model::ModelSpec* spec = nullptr;
   std::vector<int> prefills, batches;
   int context = 0, repeats = 0, profile_steps = 0;
+  int mixed = 0;  // --mixed: the prefill chunk's tokens in each "mixed" step (0: no such rows)
   bool profile = false, logits_to_host = false;
   std::vector<std::string> attn_kernels;
   int page_size = 0, prefill_pages = 0, decode_pages = 0;

@@ -23,6 +23,7 @@ int run_rows(const RowInputs& in, std::ostringstream& json) {
   const std::vector<int>& batches = in.batches;
   const int context = in.context, repeats = in.repeats, profile_steps = in.profile_steps;
   const bool profile = in.profile, logits_to_host = in.logits_to_host;
+  const int mixed = in.mixed;
   const std::vector<std::string>& attn_kernels = in.attn_kernels;
   const int page_size = in.page_size, prefill_pages = in.prefill_pages;
   const int decode_pages = in.decode_pages;
@@ -222,25 +223,27 @@ int run_rows(const RowInputs& in, std::ostringstream& json) {
       json << "}";
       cuda::set_decode_attention_kernel(chosen);
     }
-    if (profile) {
+    // profile_steps steps of make(k) as plain launches with an event after each kernel class:
+    // prints the device ms per step by class and appends them to the JSON under `key`.
+    auto class_profile = [&](auto make, const char* label, const char* key) -> bool {
       gpu.set_kernel_profiling(true);
       gpu.take_kernel_profile();
       double wall = 0;
       for (int k = repeats; k < repeats + profile_steps; ++k) {
-        const model::StepBatch step = decode_batch(k);
+        const model::StepBatch step = make(k);
         const double start = now_s();
         if (auto ok = decode_step(step); !ok) {
           std::fprintf(stderr, "%s\n", ok.error().what());
-          return failed();
+          return false;
         }
         wall += now_s() - start;
       }
       gpu.set_kernel_profiling(false);
       const auto by_class = gpu.take_kernel_profile();
       double device_ms = 0;
-      json << ",\"profile_ms_per_step\":{";
+      json << ",\"" << key << "\":{";
       bool first = true;
-      std::printf("  profile, batch %d, plain launches, ms per step:", batch);
+      std::printf("  profile, %s batch %d, plain launches, ms per step:", label, batch);
       for (const auto& [what, ms] : by_class) {
         std::printf(" %s %.3f;", what.c_str(), ms / profile_steps);
         json << (first ? "" : ",") << "\"" << what << "\":" << ms / profile_steps;
@@ -248,7 +251,49 @@ int run_rows(const RowInputs& in, std::ostringstream& json) {
         device_ms += ms / profile_steps;
       }
       std::printf(" sum %.3f; wall %.3f\n", device_ms, wall / profile_steps * 1e3);
-      json << "},\"profile_wall_ms\":" << wall / profile_steps * 1e3;
+      json << "},\"" << key << "_wall_ms\":" << wall / profile_steps * 1e3;
+      return true;
+    };
+    if (mixed > 0) {
+      // The same decode tokens with one more sequence's mixed-token prefill chunk (positions
+      // 0 .. mixed - 1 of its own pages each time: the chunk's attention reads only itself).
+      auto chunk = fresh_tables(1, (mixed + page_size - 1) / page_size);
+      auto mixed_batch = [&](int k) {
+        model::StepBatch step = decode_batch(k);
+        const int begin = static_cast<int>(step.tokens.size());
+        for (int i = 0; i < mixed; ++i) {
+          step.tokens.push_back((i * 7919 + k) % spec.vocab_size);
+          step.positions.push_back(i);
+        }
+        step.sequences.push_back({begin, mixed, chunk[0], false});
+        return step;
+      };
+      double m_sum = 0;
+      int m_n = 0;
+      for (int k = 0; k < repeats; ++k) {
+        const model::StepBatch step = mixed_batch(k);
+        const double start = now_s();
+        if (auto ok = decode_step(step); !ok) {
+          std::fprintf(stderr, "%s\n", ok.error().what());
+          return failed();
+        }
+        if (k >= 2) {
+          m_sum += now_s() - start;
+          ++m_n;
+        }
+      }
+      const double m_s = m_sum / m_n;
+      std::printf("%-8s %6d %8d %12.3f %12.0f   (+%d prefill tokens; decode step %+.3f ms)\n",
+                  "mixed", batch, context, m_s * 1e3, (batch + mixed) / m_s, mixed,
+                  (m_s - step_s) * 1e3);
+      json << ",\"mixed\":{\"prefill_tokens\":" << mixed << ",\"ms\":" << m_s * 1e3 << "}";
+      if (profile && !class_profile(mixed_batch, "mixed", "mixed_profile_ms_per_step")) {
+        return failed();
+      }
+      release(chunk);
+    }
+    if (profile) {
+      if (!class_profile(decode_batch, "decode", "profile_ms_per_step")) return failed();
       // Both decode attention kernels (paged_attention.hpp, DecodeAttentionKernel) on the same
       // steps, where the shape has both: ms per step and the KV read rate.
       if (cuda::decode_attention_applies_rope(spec.num_heads, kv_layout.num_kv_heads, spec.head_dim,
