@@ -37,9 +37,13 @@ json::value tool_calls_json(const ParsedToolCalls& parsed) {
 }
 
 json::value usage_json(const Usage& usage) {
-  return json::object{{"prompt_tokens", usage.prompt_tokens},
-                      {"completion_tokens", usage.completion_tokens},
-                      {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+  // OpenAI's layout: prompt_tokens_details.cached_tokens counts the prompt tokens served from
+  // the prefix cache.
+  return json::object{
+      {"prompt_tokens", usage.prompt_tokens},
+      {"completion_tokens", usage.completion_tokens},
+      {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
+      {"prompt_tokens_details", json::object{{"cached_tokens", usage.cached_tokens}}}};
 }
 
 json::value completion_logprobs_json(const std::vector<TokenLogprobs>& logprobs,
@@ -112,6 +116,7 @@ void CompletionBuilder::add(const Event& event) {
   choice.finish_reason = event.finish_reason;
   // Samples share the prompt: it counts once; their outputs add up, as in OpenAI's usage.
   usage_.prompt_tokens = event.usage.prompt_tokens;
+  usage_.cached_tokens = event.usage.cached_tokens;
   usage_.completion_tokens += event.usage.completion_tokens;
 }
 
@@ -223,6 +228,7 @@ std::string ChunkWriter::on_event(const Event& event) {
       return lines + tool_deltas(index, parser.feed(event.text));
     lines += tool_deltas(index, parser.finish());
     usage_.prompt_tokens = event.usage.prompt_tokens;
+    usage_.cached_tokens = event.usage.cached_tokens;
     usage_.completion_tokens += event.usage.completion_tokens;
     return lines + chunk(json::object{{"index", index},
                                       {"delta", json::object{}},
@@ -249,6 +255,7 @@ std::string ChunkWriter::on_event(const Event& event) {
     return lines + chunk(choice, false);
   }
   usage_.prompt_tokens = event.usage.prompt_tokens;
+  usage_.cached_tokens = event.usage.cached_tokens;
   usage_.completion_tokens += event.usage.completion_tokens;
   json::object choice{{"index", index}};
   if (api_ == Api::kChat) {

@@ -42,7 +42,7 @@ out=$(curl -sN "$url/v1/completions" -H 'Content-Type: application/json' \
   -d '{"prompt":"The whale","max_tokens":3,"stream":true,"stream_options":{"include_usage":true}}')
 expect sse_chunks '^data: \{"id":"cmpl-[0-9]+","object":"text_completion","created":[0-9]+,"model":"weft-tiny","choices":\[\{"index":0,"text":' "$out"
 expect sse_finish '"choices":\[\{"index":0,"text":"","logprobs":null,"finish_reason":"length"\}\],"usage":null\}' "$out"
-expect sse_usage '"choices":\[\],"usage":\{"prompt_tokens":[0-9]+,"completion_tokens":3,"total_tokens":[0-9]+\}\}' "$out"
+expect sse_usage '"choices":\[\],"usage":\{"prompt_tokens":[0-9]+,"completion_tokens":3,"total_tokens":[0-9]+,"prompt_tokens_details":\{"cached_tokens":[0-9]+\}\}\}' "$out"
 expect sse_done 'data: \[DONE\]$' "$out"
 # Every event is one `data:` line and a blank line (a file keeps the trailing newlines).
 sse=$(mktemp)

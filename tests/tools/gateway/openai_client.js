@@ -1,5 +1,6 @@
 // The official `openai` npm package against `weft serve` at $WEFT_URL: completions and chat,
-// non-streaming and streaming (with include_usage), and a 400 surfaced as the client's
+// non-streaming and streaming (with include_usage), the prefix cache's share of a repeated
+// prompt in usage.prompt_tokens_details.cached_tokens, and a 400 surfaced as the client's
 // BadRequestError naming the parameter. WEFT_TEST_NODE is where setup_node.sh installed it.
 const path = require('path');
 const assert = require('assert');
@@ -33,7 +34,27 @@ async function main() {
   }
   assert.strictEqual(streamed, completion.choices[0].text);
   assert.strictEqual(usage.completion_tokens, 4);
+  assert.strictEqual(typeof usage.prompt_tokens_details.cached_tokens, 'number');
   console.log('ok   openai completions stream');
+
+  // The prefix cache in usage.prompt_tokens_details.cached_tokens: a long prompt's pages join
+  // the cache when its request ends, so asking again is served from it (whole pages only).
+  // (A fresh first word, so no earlier request of the run shares its first page.)
+  const long = `Request ${Date.now()}-${Math.random()}. Call me Ishmael. Some years ago, ` +
+    `never mind how long precisely, having little or no money in my purse, and nothing particular to interest me on shore, I thought I would ` +
+    `sail about a little and see the watery part of the world.`;
+  const first = await client.completions.create({
+    model: 'weft-tiny', prompt: long, max_tokens: 2, temperature: 0,
+  });
+  const again = await client.completions.create({
+    model: 'weft-tiny', prompt: long, max_tokens: 2, temperature: 0,
+  });
+  assert.strictEqual(first.usage.prompt_tokens_details.cached_tokens, 0);
+  assert.ok(again.usage.prompt_tokens_details.cached_tokens > 0 &&
+    again.usage.prompt_tokens_details.cached_tokens < again.usage.prompt_tokens,
+    `cached ${again.usage.prompt_tokens_details.cached_tokens} of ${again.usage.prompt_tokens}`);
+  console.log('ok   openai usage.prompt_tokens_details.cached_tokens:',
+    again.usage.prompt_tokens_details.cached_tokens, 'of', again.usage.prompt_tokens);
 
   const chat = await client.chat.completions.create({
     model: 'weft-tiny', messages: [{ role: 'user', content: 'Hello there' }],
