@@ -17,7 +17,11 @@
 #   run(kind="nvidia-h100-x2", carry=[".devcarry/ppg", ".devcarry/l3"],
 #       command="BIN=.devcarry/ppg/gpu.tar.xz bash bench/device/ppgroups.sh")
 #   PHASES="checks bench" (default both); BATCHES="1 8 64"; REPS=1 (interleaved repetitions
-#   of the bench phase); MODEL (default /tmp/llama8b, made by bench/make_random_model.py).
+#   of the bench phase); MODEL (default /tmp/llama8b, made by bench/make_random_model.py);
+#   PIECES=4 adds a PP=2 G=2 row with --micro-batches 4 (512-token prefill steps cut in four
+#   pieces: the three-piece case of docs/notes/ppgroups_gpu.md). Open MPI settings pass through
+#   the environment (e.g. OMPI_MCA_btl_vader_single_copy_mechanism=none, or
+#   OMPI_MCA_btl_vader_eager_limit=32768, which sends a step's batch eagerly).
 set -u
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-.devcarry/ppg/gpu.tar.xz}
@@ -26,6 +30,7 @@ PHASES=${PHASES:-checks bench}
 BATCHES=${BATCHES:-1 8 64}
 REPS=${REPS:-1}
 DOUBLE=${DOUBLE:-1}
+PIECES=${PIECES:-}
 M=${MODEL:-/tmp/llama8b}
 TOK=${TOK:-.devcarry/l3}
 mkdir -p "$OUT"
@@ -118,6 +123,9 @@ if want bench; then
       run "one GPU" "$b" "$b" --
       run "PP=2 G=1" "$b" "$b" "${MPI2[@]}" -- --pipeline-parallel 2 --pp-groups 1
       run "PP=2 G=2" "$b" "$b" "${MPI2[@]}" -- --pipeline-parallel 2 --pp-groups 2
+      if [ -n "$PIECES" ]; then
+        run "PP=2 G=2, $PIECES pieces" "$b" "$b" "${MPI2[@]}" -- --pipeline-parallel 2 --pp-groups 2 --micro-batches "$PIECES"
+      fi
       if [ "$DOUBLE" = 1 ] && [ "$b" -gt 1 ]; then
         run "PP=2 G=2, 2x concurrency" "$b" $(( 2 * b )) "${MPI2[@]}" -- --pipeline-parallel 2 --pp-groups 2
       fi
