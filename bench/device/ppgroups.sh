@@ -4,7 +4,8 @@
 # cuda_pipeline_test of a CUDA build with MPI and NCCL):
 #   1. checks: cuda_pipeline_test (the GPU stages against one GPU); weft bench on weft-tiny over
 #      NCCL with --pp-groups 1 (the output digest of one GPU) and --pp-groups 2 (every request
-#      finishes, both groups' steps in flight together: rank 0 defers each step's logits).
+#      finishes, both groups' steps in flight together: rank 0 defers each step's logits), and
+#      --pp-groups 2 with 128-token prompts and Open MPI's single copy off (issue #20's hang).
 #   2. the measurement: weft bench on the random 8B folder, one GPU against PP=2 with one step
 #      at a time (--pp-groups 1) and with two groups in flight (--pp-groups 2), over NCCL, at
 #      batch 1, 8 and 64 (BATCHES; two waves of B requests, 128 input and 64 output tokens),
@@ -92,6 +93,19 @@ if want checks; then
   fi
   if [ "$(field failed "$g2")" != 0 ] || [ "$(field steps_in_flight_peak "$g2")" != 2 ]; then
     echo "FAILED: PP=2 G=2 (stderr: $OUT/checks.err)"; failed=1
+  fi
+  # Issue #20 (docs/notes/ppgroups_gpu.md): 512-token prefill steps, whose batches (about 4.3
+  # KB) pass Open MPI's 4 KiB eager limit, with its single-copy path off so that an undelivered
+  # batch needs rank 0 inside MPI. Before the fix this hung (rank 0 waiting in CUDA); after it
+  # every request finishes.
+  echo "== weft bench on weft-tiny, 512-token prefill steps, PP=2 (G=2), Open MPI's single copy off"
+  long=(bench --model models/weft-tiny --device cuda --num-requests 16 --input-len 128 --output-len 8
+    --gpu-memory-fraction 0.3)
+  g2l=$(OMPI_MCA_btl_vader_single_copy_mechanism=none timeout 120 "${MPI2[@]}" "$W" "${long[@]}" \
+    --pipeline-parallel 2 --pp-groups 2 2>>"$OUT/checks.err" | tail -1)
+  echo "PP=2 G=2, long prompts: failed $(field failed "$g2l"), steps in flight at most $(field steps_in_flight_peak "$g2l")"
+  if [ "$(field failed "$g2l")" != 0 ] || [ "$(field steps_in_flight_peak "$g2l")" != 2 ]; then
+    echo "FAILED: PP=2 G=2 with long prompts (no JSON: it hung; stderr: $OUT/checks.err)"; failed=1
   fi
   grep -h "pipeline: stages exchange\|sequence groups" "$OUT/checks.err" | sort -u
 fi
