@@ -96,8 +96,10 @@ if want checks; then
   fi
   # Issue #20 (docs/notes/ppgroups_gpu.md): 512-token prefill steps, whose batches (about 4.3
   # KB) pass Open MPI's 4 KiB eager limit, with its single-copy path off so that an undelivered
-  # batch needs rank 0 inside MPI. Before the fix this hung (rank 0 waiting in CUDA); after it
-  # every request finishes.
+  # batch needs rank 0 inside MPI. Before the fix rank 0 could wait in CUDA for a rank still
+  # waiting for its batch (the 8B folder hung; weft-tiny's small messages may fit NCCL's
+  # buffers and hide it, so this row passing on an old build proves nothing). Every request
+  # must finish.
   echo "== weft bench on weft-tiny, 512-token prefill steps, PP=2 (G=2), Open MPI's single copy off"
   long=(bench --model models/weft-tiny --device cuda --num-requests 16 --input-len 128 --output-len 8
     --gpu-memory-fraction 0.3)
