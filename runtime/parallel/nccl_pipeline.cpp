@@ -366,14 +366,14 @@ class NcclStageLinks final : public DeviceStageLinks {
         cudaEventRecord(slot.sent, send_stream_);
       }
       // A piece with no logit rows (a prefill chunk): the last stage sends nothing for it.
-      const auto rows = static_cast<std::size_t>(mb.logit_rows()) * V;
-      if (logits_to != nullptr && rows > 0) {
+      const auto logit_floats = static_cast<std::size_t>(mb.logit_rows()) * V;
+      if (logits_to != nullptr && logit_floats > 0) {
         if (auto ok = head_->recv(
-                std::as_writable_bytes(std::span<float>(logits_to + logits_at, rows)), 1);
+                std::as_writable_bytes(std::span<float>(logits_to + logits_at, logit_floats)), 1);
             !ok) {
           return ok;
         }
-        logits_at += rows;
+        logits_at += logit_floats;
       }
     }
     return {};
