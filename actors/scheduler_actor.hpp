@@ -167,7 +167,13 @@ class SchedulerActor : public Actor {
   // Submits `batch` as group `group`'s step, then collects its logits once it is the oldest
   // step in flight and no other group is busy (so that the executor's first stage runs a
   // group's next step before it waits for another group's logits).
+  // On a backend that samples on its device, the collected logits wait in the device's
+  // sampler until the group samples them, and a step submitted meanwhile would drop them (a GPU
+  // stage's enqueue ends the launched step, and may move its logits buffer): from its collect
+  // to the end of its sampling a group holds the sampler (sampling_group_; released at once
+  // where the logits come to the host), and another group submits only once it is released.
   asio::awaitable<StepLogits> run_in_flight(model::StepBatch batch, int group);
+  void release_device_sampler(int group);
   // Hands tokens to the detokenizer and ends the sequences it reports stopped (a stop
   // string) with `stop`; a failure ends every sequence of `tokens` in error.
   asio::awaitable<void> detokenize(std::vector<NewToken> tokens);
@@ -250,6 +256,7 @@ class SchedulerActor : public Actor {
   int loops_ = 0;  // group loops still running
   std::vector<GroupState> group_state_;
   std::deque<int> in_flight_;  // groups whose steps were submitted, oldest first
+  int sampling_group_ = -1;    // the group collecting, or whose logits wait in the sampler
   bool started_ = false;
   bool stopping_ = false;
   bool stopped_ = false;

@@ -16,7 +16,20 @@ void SchedulerActor::set_group_state(int group, GroupState state) {
   turn_.cancel();
 }
 
+void SchedulerActor::release_device_sampler(int group) {
+  if (sampling_group_ != group) return;
+  sampling_group_ = -1;
+  turn_.cancel();
+}
+
 asio::awaitable<StepLogits> SchedulerActor::run_in_flight(model::StepBatch batch, int group) {
+  // Another group is collecting, or its logits wait in the device sampler: this step would
+  // drop them (an idle group woken by a new request, between that group's collect and its
+  // sample).
+  while (sampling_group_ >= 0 && sampling_group_ != group) {
+    boost::system::error_code ec;
+    co_await turn_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
   in_flight_.push_back(group);
   metrics_.steps_in_flight_peak =
       std::max(metrics_.steps_in_flight_peak, static_cast<int>(in_flight_.size()));
@@ -48,8 +61,14 @@ asio::awaitable<StepLogits> SchedulerActor::run_in_flight(model::StepBatch batch
   in_flight_.pop_front();
   set_group_state(group, GroupState::kBusy);
   // Sampling on the device keeps the logits there (launch()'s contract); the constraint masks
-  // and the sampler then see them as one GPU's step.
-  co_return co_await executor_.collect(rows, true, asio::use_awaitable);
+  // and the sampler then see them as one GPU's step. The group holds the device sampler from
+  // the collect on (a submit asked for during the collect would reach the executor before
+  // the sample) until it has sampled them (loop(): release_device_sampler), or at once where
+  // the logits came to the host.
+  sampling_group_ = group;
+  StepLogits logits = co_await executor_.collect(rows, true, asio::use_awaitable);
+  if (!logits.on_device) release_device_sampler(group);
+  co_return logits;
 }
 
 }  // namespace weft::actors

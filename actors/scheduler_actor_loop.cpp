@@ -248,6 +248,8 @@ asio::awaitable<void> SchedulerActor::loop(int group) {
     } catch (...) {
       step_error = std::current_exception();
     }
+    // Sampled (or failed): another group may submit its step (run_in_flight).
+    if (group >= 0) release_device_sampler(group);
     // A failed forward pass must not leave the masks' callback pointing at a finished step.
     while (pending && !pending->done) {
       boost::system::error_code ec;

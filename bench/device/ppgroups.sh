@@ -4,7 +4,8 @@
 # cuda_pipeline_test of a CUDA build with MPI and NCCL):
 #   1. checks: cuda_pipeline_test (the GPU stages against one GPU); weft bench on weft-tiny over
 #      NCCL with --pp-groups 1 (the output digest of one GPU) and --pp-groups 2 (every request
-#      finishes, both groups' steps in flight together: rank 0 defers each step's logits).
+#      finishes, both groups' steps in flight together: rank 0 defers each step's logits), and
+#      --pp-groups 2 with 128-token prompts and Open MPI's single copy off (issue #20's hang).
 #   2. the measurement: weft bench on the random 8B folder, one GPU against PP=2 with one step
 #      at a time (--pp-groups 1) and with two groups in flight (--pp-groups 2), over NCCL, at
 #      batch 1, 8 and 64 (BATCHES; two waves of B requests, 128 input and 64 output tokens),
@@ -17,7 +18,11 @@
 #   run(kind="nvidia-h100-x2", carry=[".devcarry/ppg", ".devcarry/l3"],
 #       command="BIN=.devcarry/ppg/gpu.tar.xz bash bench/device/ppgroups.sh")
 #   PHASES="checks bench" (default both); BATCHES="1 8 64"; REPS=1 (interleaved repetitions
-#   of the bench phase); MODEL (default /tmp/llama8b, made by bench/make_random_model.py).
+#   of the bench phase); MODEL (default /tmp/llama8b, made by bench/make_random_model.py);
+#   PIECES=4 adds a PP=2 G=2 row with --micro-batches 4 (512-token prefill steps cut in four
+#   pieces: the three-piece case of docs/notes/ppgroups_gpu.md). Open MPI settings pass through
+#   the environment (e.g. OMPI_MCA_btl_vader_single_copy_mechanism=none, or
+#   OMPI_MCA_btl_vader_eager_limit=32768, which sends a step's batch eagerly).
 set -u
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-.devcarry/ppg/gpu.tar.xz}
@@ -26,6 +31,7 @@ PHASES=${PHASES:-checks bench}
 BATCHES=${BATCHES:-1 8 64}
 REPS=${REPS:-1}
 DOUBLE=${DOUBLE:-1}
+PIECES=${PIECES:-}
 M=${MODEL:-/tmp/llama8b}
 TOK=${TOK:-.devcarry/l3}
 mkdir -p "$OUT"
@@ -88,6 +94,21 @@ if want checks; then
   if [ "$(field failed "$g2")" != 0 ] || [ "$(field steps_in_flight_peak "$g2")" != 2 ]; then
     echo "FAILED: PP=2 G=2 (stderr: $OUT/checks.err)"; failed=1
   fi
+  # Issue #20 (docs/notes/ppgroups_gpu.md): 512-token prefill steps, whose batches (about 4.3
+  # KB) pass Open MPI's 4 KiB eager limit, with its single-copy path off so that an undelivered
+  # batch needs rank 0 inside MPI. Before the fix rank 0 could wait in CUDA for a rank still
+  # waiting for its batch (the 8B folder hung; weft-tiny's small messages may fit NCCL's
+  # buffers and hide it, so this row passing on an old build proves nothing). Every request
+  # must finish.
+  echo "== weft bench on weft-tiny, 512-token prefill steps, PP=2 (G=2), Open MPI's single copy off"
+  long=(bench --model models/weft-tiny --device cuda --num-requests 16 --input-len 128 --output-len 8
+    --gpu-memory-fraction 0.3)
+  g2l=$(OMPI_MCA_btl_vader_single_copy_mechanism=none timeout 120 "${MPI2[@]}" "$W" "${long[@]}" \
+    --pipeline-parallel 2 --pp-groups 2 2>>"$OUT/checks.err" | tail -1)
+  echo "PP=2 G=2, long prompts: failed $(field failed "$g2l"), steps in flight at most $(field steps_in_flight_peak "$g2l")"
+  if [ "$(field failed "$g2l")" != 0 ] || [ "$(field steps_in_flight_peak "$g2l")" != 2 ]; then
+    echo "FAILED: PP=2 G=2 with long prompts (no JSON: it hung; stderr: $OUT/checks.err)"; failed=1
+  fi
   grep -h "pipeline: stages exchange\|sequence groups" "$OUT/checks.err" | sort -u
 fi
 
@@ -118,6 +139,9 @@ if want bench; then
       run "one GPU" "$b" "$b" --
       run "PP=2 G=1" "$b" "$b" "${MPI2[@]}" -- --pipeline-parallel 2 --pp-groups 1
       run "PP=2 G=2" "$b" "$b" "${MPI2[@]}" -- --pipeline-parallel 2 --pp-groups 2
+      if [ -n "$PIECES" ]; then
+        run "PP=2 G=2, $PIECES pieces" "$b" "$b" "${MPI2[@]}" -- --pipeline-parallel 2 --pp-groups 2 --micro-batches "$PIECES"
+      fi
       if [ "$DOUBLE" = 1 ] && [ "$b" -gt 1 ]; then
         run "PP=2 G=2, 2x concurrency" "$b" $(( 2 * b )) "${MPI2[@]}" -- --pipeline-parallel 2 --pp-groups 2
       fi

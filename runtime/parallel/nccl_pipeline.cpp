@@ -174,22 +174,15 @@ class NcclStageLinks final : public DeviceStageLinks {
         return cuda_failure("allocating pinned logits", rc);
       }
     }
-    if (auto ok = enqueue_parts(stage, parts, tensor_group); !ok) return ok;
+    // The logits land once the sampler has read the step before's; each piece's receive is
+    // enqueued right after the piece is sent (enqueue_parts).
+    if (gets_logits) cudaStreamWaitEvent(logits_stream_, logits_read_, 0);
+    if (auto ok = enqueue_parts(stage, parts, tensor_group,
+                                gets_logits ? logits_dev_.as<float>() : nullptr);
+        !ok) {
+      return ok;
+    }
     if (gets_logits) {
-      // The receives go after this rank's sends: a device-wide wait inside the stage (a step
-      // buffer that grows) must never wait on a receive that needs this rank's own sends. They
-      // land once the sampler has read the step before's.
-      cudaStreamWaitEvent(logits_stream_, logits_read_, 0);
-      std::size_t at = 0;
-      for (const auto& mb : parts) {
-        const auto n = static_cast<std::size_t>(mb.logit_rows()) * V;
-        if (n == 0) continue;  // the last stage sends nothing for it either
-        auto* dst = logits_dev_.as<float>() + at;
-        if (auto ok = head_->recv(std::as_writable_bytes(std::span<float>(dst, n)), 1); !ok) {
-          return ok;
-        }
-        at += n;
-      }
       if (logits_on_device) {
         // Into the stage's sampler, on its stream, once they are here: no host wait.
         cudaEventRecord(logits_ready_, logits_stream_);
@@ -260,19 +253,10 @@ class NcclStageLinks final : public DeviceStageLinks {
     if (auto rc = d.host.reserve(std::max<std::size_t>(rows * V * 4, 4)); rc != cudaSuccess) {
       return cuda_failure("allocating pinned logits", rc);
     }
-    if (auto ok = enqueue_parts(stage, parts, tensor_group); !ok) return ok;
-    // After this rank's sends (as in forward()), once the buffer's last logits were read.
+    // Once the buffer's last logits were read; each piece's receive after its send, as in
+    // forward().
     cudaStreamWaitEvent(logits_stream_, d.read, 0);
-    std::size_t at = 0;
-    for (const auto& mb : parts) {
-      const auto n = static_cast<std::size_t>(mb.logit_rows()) * V;
-      if (n == 0) continue;
-      auto* dst = d.dev.as<float>() + at;
-      if (auto ok = head_->recv(std::as_writable_bytes(std::span<float>(dst, n)), 1); !ok) {
-        return ok;
-      }
-      at += n;
-    }
+    if (auto ok = enqueue_parts(stage, parts, tensor_group, d.dev.as<float>()); !ok) return ok;
     if (auto rc = cudaEventRecord(d.ready, logits_stream_); rc != cudaSuccess) {
       return cuda_failure("cudaEventRecord", rc);
     }
@@ -323,15 +307,25 @@ class NcclStageLinks final : public DeviceStageLinks {
  private:
   // For each micro-batch: receive its input from the stage before (unless this stage embeds),
   // run the stage's layers on it, and send the output on (the last stage's tp rank 0 sends
-  // logits to world rank 0); each on its own stream, ordered by the slot's events.
+  // logits to world rank 0); each on its own stream, ordered by the slot's events. On world
+  // rank 0 (`logits_to` not null) the piece's logits receive follows its send at once, into
+  // logits_to after the pieces before's rows, on the logits stream.
+  //
+  // Why at once, not after the last piece's send: a host wait inside a later piece (a message
+  // buffer or a step buffer of the stage that grows: a device-wide synchronize, cudaFree's
+  // included) then waits only for messages whose both ends are enqueued. With the receives
+  // after the last send, from three pieces on the last stage could wait, growing piece i's
+  // input buffer, for its piece i - 1 logits to be received, while this rank waited, growing
+  // piece i + 1's, for the last stage to receive piece i: a deadlock (docs/notes/ppgroups_gpu.md).
   Result<void> enqueue_parts(model::StageForward& stage, const std::vector<model::StepBatch>& parts,
-                             Communicator* tensor_group) {
+                             Communicator* tensor_group, float* logits_to) {
     const auto& spec = stage.spec();
     const auto H = static_cast<std::size_t>(spec.hidden_size);
     const auto V = static_cast<std::size_t>(spec.vocab_size);
     const bool first = place_.stage == 0, last = place_.stage + 1 == place_.stages;
     const bool sends_logits = last && place_.tp_rank == 0;  // to world rank 0 (not this rank)
     if (auto ok = make_slots(parts.size()); !ok) return ok;
+    std::size_t logits_at = 0;  // floats of logits_to taken by the pieces before
     for (std::size_t i = 0; i < parts.size(); ++i) {
       const auto& mb = parts[i];
       Slot& slot = slots_[i];
@@ -370,6 +364,16 @@ class NcclStageLinks final : public DeviceStageLinks {
           return ok;
         }
         cudaEventRecord(slot.sent, send_stream_);
+      }
+      // A piece with no logit rows (a prefill chunk): the last stage sends nothing for it.
+      const auto logit_floats = static_cast<std::size_t>(mb.logit_rows()) * V;
+      if (logits_to != nullptr && logit_floats > 0) {
+        if (auto ok = head_->recv(
+                std::as_writable_bytes(std::span<float>(logits_to + logits_at, logit_floats)), 1);
+            !ok) {
+          return ok;
+        }
+        logits_at += logit_floats;
       }
     }
     return {};

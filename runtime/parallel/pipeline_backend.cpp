@@ -131,6 +131,29 @@ Result<std::vector<model::StepBatch>> PipelineBackend::begin_step(const model::S
   return model::split_micro_batches(batch, count);
 }
 
+// With steps in flight the leader sends each step's batch point to point (MPI_Isend of a copy,
+// step_broadcast.cpp) instead of a blocking broadcast. A message past MPI's eager limit (Open
+// MPI's shared memory: 4 KiB, a batch of about 500 tokens) may then complete only while the
+// sender is inside an MPI call: Open MPI without a single-copy path (CMA) sends the rest of it
+// when the receiver's answer is progressed on the sender. A rank whose stage runs on a GPU and
+// meets other ranks there (the NCCL links, or its tensor-parallel group's all-reduces) waits
+// for them in CUDA (a device or event synchronize: a buffer that grows, the step's metadata,
+// the logits), not in MPI: had it not delivered the batch first, the follower would wait in
+// MPI_Recv for it and this rank in CUDA for the follower's GPU, for ever (issue #20: the 8B
+// folder's 512-token prefill steps; weft-tiny's batches were under the limit). Hence the batch
+// is delivered before the step is enqueued. A follower that is not busy takes it at once; one
+// still busy is at most enqueuing its earlier step (on GPU stages a rank's host runs ahead of
+// its GPU). The same holds for a GPU stage's own sends through host memory (a hybrid's
+// residual stream or logits) before its next all-reduces. Ranks that meet the others only in
+// MPI calls (CPU stages; GPU stages through host memory without a tensor-parallel group)
+// progress their sends there, and keep going without waiting: their overlap depends on it.
+Result<void> PipelineBackend::deliver_sends_before_device_waits() {
+  const bool waits_in_cuda =
+      links_ != nullptr || (tensor_group_ != nullptr && stage_->cuda_device() >= 0);
+  if (!waits_in_cuda) return {};
+  return world_.wait_sends();
+}
+
 Result<void> PipelineBackend::run_parts(const std::vector<model::StepBatch>& parts,
                                         std::vector<float>& logits) {
   const auto H = static_cast<std::size_t>(stage_->spec().hidden_size);
@@ -161,6 +184,7 @@ Result<void> PipelineBackend::step(const model::StepBatch& batch, std::vector<fl
   logits.clear();
   auto parts = begin_step(batch);
   if (!parts) return parts.error();
+  if (auto ok = deliver_sends_before_device_waits(); !ok) return ok;
   if (links_ != nullptr) {
     return links_->forward(*stage_, *parts, logits, tensor_group_.get(), logits_on_device);
   }
@@ -199,6 +223,7 @@ Result<void> PipelineBackend::submit(const model::StepBatch& batch) {
   }
   auto parts = begin_step(batch);
   if (!parts) return parts.error();
+  if (auto ok = deliver_sends_before_device_waits(); !ok) return ok;
   InFlight f;
   f.rows = batch.logit_rows();
   if (links_ != nullptr && links_->defers_logits()) {

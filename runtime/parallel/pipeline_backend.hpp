@@ -153,6 +153,10 @@ class PipelineBackend final : public model::ForwardBackend {
   // first step); then this rank's layers over them, each sent on (the last stage's logits
   // appended to `logits` on world rank 0, sent to it elsewhere).
   Result<std::vector<model::StepBatch>> begin_step(const model::StepBatch& batch);
+  // Completes this rank's sends over the world before a step whose host waits are CUDA waits
+  // on other ranks' GPUs (NCCL links, or a GPU stage's NCCL tensor-parallel group); a no-op
+  // elsewhere. Why: pipeline_backend.cpp, docs/notes/ppgroups_gpu.md.
+  Result<void> deliver_sends_before_device_waits();
   Result<void> run_parts(const std::vector<model::StepBatch>& parts, std::vector<float>& logits);
   // World rank 0's submitted steps, oldest first: each part's logit rows still to receive, or
   // the logits themselves when they are here already (the NCCL path, a one-stage pipeline).
