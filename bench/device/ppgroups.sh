@@ -17,7 +17,7 @@
 #   /work/wt/ppgroups ppg weft cuda_pipeline_test; the Llama-3 tokenizer in .devcarry/l3):
 #   run(kind="nvidia-h100-x2", carry=[".devcarry/ppg", ".devcarry/l3"],
 #       command="BIN=.devcarry/ppg/gpu.tar.xz bash bench/device/ppgroups.sh")
-#   PHASES="checks bench" (default both); BATCHES="1 8 64"; REPS=1 (interleaved repetitions
+#   PHASES="checks bench" (default both); RUN_TIMEOUT (seconds per bench run, default 300); BATCHES="1 8 64"; REPS=1 (interleaved repetitions
 #   of the bench phase); MODEL (default /tmp/llama8b, made by bench/make_random_model.py);
 #   PIECES=4 adds a PP=2 G=2 row with --micro-batches 4 (512-token prefill steps cut in four
 #   pieces: the three-piece case of docs/notes/ppgroups_gpu.md). Open MPI settings pass through
@@ -127,7 +127,7 @@ if want bench; then
     shift
     local n=$(( 2 * c )); [ "$c" = 1 ] && n=4
     local line
-    line=$(timeout 300 "${launch[@]}" "$W" bench --model "$M" --device cuda --threads 16 \
+    line=$(timeout "${RUN_TIMEOUT:-300}" "${launch[@]}" "$W" bench --model "$M" --device cuda --threads 16 \
       --gpu-memory-fraction 0.85 --num-requests "$n" --max-concurrency "$c" --input-len 128 \
       --output-len 64 "$@" 2>>"$OUT/bench.err" | tail -1)
     echo "$tag (batch $b, concurrency $c): tok/s $(field output_tokens_per_s "$line"), TPOT p50 $(field tpot_ms_p50 "$line") ms, in flight $(field steps_in_flight_peak "$line"), failed $(field failed "$line")"
