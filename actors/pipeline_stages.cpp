@@ -173,7 +173,7 @@ Result<std::unique_ptr<model::ForwardBackend>> make_pipeline_leader(
 
 bool pipeline_groups_on_gpus_enabled() {
   const char* v = std::getenv("WEFT_PP_GROUPS_GPU");
-  return v != nullptr && std::strcmp(v, "1") == 0;
+  return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
 int pipeline_groups(int stages, int pp_groups, bool gpu_stages) {
@@ -186,9 +186,9 @@ Result<void> check_pipeline_groups(int stages, int pp_groups, bool gpu_stages) {
   if (stages > 1 && gpu_stages && pp_groups > 1 && !pipeline_groups_on_gpus_enabled()) {
     return Error(ErrorCode::kUnsupported,
                  "pp_groups " + std::to_string(pp_groups) +
-                     ": sequence groups in flight run on CPU pipeline stages; over GPU stages "
-                     "they are experimental (WEFT_PP_GROUPS_GPU=1 on every rank: their first run "
-                     "on an 8B model made no progress, docs/parallel.md)");
+                     ": sequence groups in flight over GPU stages are turned off by "
+                     "WEFT_PP_GROUPS_GPU=0 (unset it on every rank, or ask for --pp-groups 1; "
+                     "docs/parallel.md)");
   }
   return {};
 }

@@ -52,9 +52,10 @@ Result<std::unique_ptr<model::ForwardBackend>> make_pipeline_leader(
     int micro_batches, int groups = 1);
 
 // The sequence groups a pipeline of `stages` runs with (EngineConfig::pp_groups): 1 without a
-// pipeline, pp_groups when set, else one per stage. Over GPU stages, 1 unless
-// WEFT_PP_GROUPS_GPU=1: groups in flight there are experimental (their first run on an 8B model
-// made no progress; docs/parallel.md), and check_pipeline_groups refuses asking for them.
+// pipeline, pp_groups when set, else one per stage, on CPU and GPU stages alike.
+// WEFT_PP_GROUPS_GPU=0 keeps GPU stages to one step at a time (the behaviour before the GPU
+// hang was fixed, docs/notes/ppgroups_gpu.md), and check_pipeline_groups then refuses asking
+// for more.
 int pipeline_groups(int stages, int pp_groups, bool gpu_stages);
 bool pipeline_groups_on_gpus_enabled();
 Result<void> check_pipeline_groups(int stages, int pp_groups, bool gpu_stages);

@@ -114,7 +114,7 @@ if [ "$MODE" != hybrid ]; then
       -x WEFT_SPEC_DIR -x NCCL_NVLS_ENABLE -x WEFT_PP_TRANSPORT -x WEFT_PP_MICRO_TOKENS -x WEFT_LOG
       -x WEFT_PP_DEVICE_SAMPLING -x WEFT_PP_GROUPS_GPU)
     export WEFT_PP_DEVICE_SAMPLING=1
-    export WEFT_PP_GROUPS_GPU=1  # the --pp-groups 2 rows: experimental on GPU stages (docs/parallel.md)
+    export WEFT_PP_GROUPS_GPU=1  # the --pp-groups 2 rows (the default since the GPU hang's fix; 0 turns them off)
     export WEFT_LOG=info  # rank 0 logs which path the stages took (into pipeline.err)
     export WEFT_PP_MICRO_TOKENS=128  # the default: micro-batches of 128 tokens or more
     largest=

@@ -77,27 +77,33 @@ TEST(GpuCpuHybrid, RefusesTheCpuAndBadLayerCounts) {
 namespace weft::actors {
 namespace {
 
-// Sequence groups: one per stage by default on CPU stages; on GPU stages one step at a time,
-// and asking for more is refused unless WEFT_PP_GROUPS_GPU=1 (docs/parallel.md).
-TEST(PipelineGroups, DefaultPerStageOnCpusAndOneOnGpus) {
+// Sequence groups: one per stage by default on CPU and GPU stages; WEFT_PP_GROUPS_GPU=0 keeps
+// GPU stages to one step at a time and refuses asking for more (docs/parallel.md).
+TEST(PipelineGroups, DefaultPerStageAndOneOnGpusWhenTurnedOff) {
   unsetenv("WEFT_PP_GROUPS_GPU");
   EXPECT_EQ(pipeline_groups(1, 0, false), 1);
   EXPECT_EQ(pipeline_groups(1, 3, false), 1);
+  EXPECT_EQ(pipeline_groups(1, 3, true), 1);
   EXPECT_EQ(pipeline_groups(2, 0, false), 2);
   EXPECT_EQ(pipeline_groups(3, 2, false), 2);
+  EXPECT_EQ(pipeline_groups(2, 0, true), 2);
+  EXPECT_EQ(pipeline_groups(2, 3, true), 3);
+  EXPECT_EQ(pipeline_groups(2, 1, true), 1);
+  EXPECT_TRUE(check_pipeline_groups(2, 2, true));
+  EXPECT_TRUE(check_pipeline_groups(2, 2, false));
+  setenv("WEFT_PP_GROUPS_GPU", "0", 1);
   EXPECT_EQ(pipeline_groups(2, 0, true), 1);
   EXPECT_EQ(pipeline_groups(2, 2, true), 1);
+  EXPECT_EQ(pipeline_groups(2, 0, false), 2);  // CPU stages are not affected
   EXPECT_TRUE(check_pipeline_groups(2, 0, true));
   EXPECT_TRUE(check_pipeline_groups(2, 1, true));
   EXPECT_TRUE(check_pipeline_groups(2, 2, false));
   auto refused = check_pipeline_groups(2, 2, true);
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code(), ErrorCode::kUnsupported);
-  EXPECT_NE(std::string(refused.error().what()).find("WEFT_PP_GROUPS_GPU"), std::string::npos);
-  setenv("WEFT_PP_GROUPS_GPU", "1", 1);
+  EXPECT_NE(std::string(refused.error().what()).find("WEFT_PP_GROUPS_GPU=0"), std::string::npos);
+  setenv("WEFT_PP_GROUPS_GPU", "1", 1);  // any other value: on
   EXPECT_EQ(pipeline_groups(2, 0, true), 2);
-  EXPECT_EQ(pipeline_groups(2, 3, true), 3);
-  EXPECT_TRUE(check_pipeline_groups(2, 2, true));
   unsetenv("WEFT_PP_GROUPS_GPU");
 }
 

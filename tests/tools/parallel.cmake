@@ -144,7 +144,8 @@ if(WEFT_HAVE_NCCL AND WEFT_MPIEXEC)
   # finishes and both groups' steps were in flight together. (Not compared with one GPU's
   # digest: which requests share a step depends on when they arrive, and a GPU's bf16 products
   # may round a row differently in a batch of another size.)
-  # Experimental over GPU stages (WEFT_PP_GROUPS_GPU=1; docs/parallel.md): refused without it.
+  # On by default over GPU stages since the hang was fixed (WEFT_PP_GROUPS_GPU=0 turns them off;
+  # docs/parallel.md); set here anyway, so the test also says what it needs.
   add_test(NAME weft_bench_pipeline_parallel_cuda_groups
            COMMAND sh -c "${tp_two_gpus}; export WEFT_PP_TRANSPORT=nccl WEFT_PP_GROUPS_GPU=1; ${tp_launch_text} -np 2 -x WEFT_PP_TRANSPORT -x WEFT_PP_GROUPS_GPU $<TARGET_FILE:weft> ${pp_bench} --pipeline-parallel 2 --pp-groups 2")
   set_tests_properties(weft_bench_pipeline_parallel_cuda weft_bench_pipeline_parallel_cuda_micro_batches

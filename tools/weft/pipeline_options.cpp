@@ -35,10 +35,9 @@ void add_pp_groups_option(CLI::App* cmd, PipelineOptions& options) {
   cmd->add_option("--pp-groups", options.pp_groups,
                   "with --pipeline-parallel: split the running sequences into N groups whose "
                   "steps are in the pipeline at once, so that while a later stage runs one "
-                  "group's step the first runs another's (0: one group per stage on CPU stages, "
-                  "one step at a time on GPU stages, where more groups are experimental and "
-                  "need WEFT_PP_GROUPS_GPU=1; 1: one step at a time; give every rank the same "
-                  "value; docs/parallel.md)")
+                  "group's step the first runs another's (0: one group per stage; 1: one step at "
+                  "a time; WEFT_PP_GROUPS_GPU=0 keeps GPU stages to one step at a time; give "
+                  "every rank the same value; docs/parallel.md)")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
 }
