@@ -133,8 +133,6 @@ int run_rows(const RowInputs& in, std::ostringstream& json) {
     }
     std::fprintf(stderr, "[decode batch %d: context of %d tokens filled in %.1f s]\n", batch,
                  context, now_s() - fill_start);
-    double total = 0;
-    int timed = 0;
     // Decode step k: one new token for each sequence.
     auto decode_batch = [&](int k) {
       model::StepBatch step;
@@ -145,19 +143,27 @@ int run_rows(const RowInputs& in, std::ostringstream& json) {
       }
       return step;
     };
-    for (int k = 0; k < repeats; ++k) {
-      const model::StepBatch step = decode_batch(k);
-      const double start = now_s();
-      if (auto ok = decode_step(step); !ok) {
-        std::fprintf(stderr, "%s\n", ok.error().what());
-        return failed();
+    // Seconds per step of make(k) for k < repeats, the first two left out (they warm up
+    // cuBLAS heuristics and caches); negative where a step failed (the error printed).
+    auto time_steps = [&](auto make) {
+      double total = 0;
+      int timed = 0;
+      for (int k = 0; k < repeats; ++k) {
+        const model::StepBatch step = make(k);
+        const double start = now_s();
+        if (auto ok = decode_step(step); !ok) {
+          std::fprintf(stderr, "%s\n", ok.error().what());
+          return -1.0;
+        }
+        if (k >= 2) {
+          total += now_s() - start;
+          ++timed;
+        }
       }
-      if (k >= 2) {  // the first steps warm up cuBLAS heuristics and caches
-        total += now_s() - start;
-        ++timed;
-      }
-    }
-    const double step_s = total / timed;
+      return total / timed;
+    };
+    const double step_s = time_steps(decode_batch);
+    if (step_s < 0) return failed();
     // The step's floor (see the top of the file). The context grows by one per timed step;
     // the first timed step's length is close enough at these repeat counts.
     // Every layer's K and V of a token, scales included for int8/fp8 pages.
@@ -198,21 +204,8 @@ int run_rows(const RowInputs& in, std::ostringstream& json) {
           return failed();
         }
         cuda::set_decode_attention_kernel(kernel);
-        double t_sum = 0;
-        int t_n = 0;
-        for (int k = 0; k < repeats; ++k) {
-          const model::StepBatch step = decode_batch(k);
-          const double start = now_s();
-          if (auto ok = decode_step(step); !ok) {
-            std::fprintf(stderr, "%s\n", ok.error().what());
-            return failed();
-          }
-          if (k >= 2) {
-            t_sum += now_s() - start;
-            ++t_n;
-          }
-        }
-        const double s_k = t_sum / t_n;
+        const double s_k = time_steps(decode_batch);
+        if (s_k < 0) return failed();
         std::printf("%-8s %6d %8d %12.3f %12.0f %9.0f%% %9s %7.0f%%  attention %s\n", "decode",
                     batch, context, s_k * 1e3, batch / s_k, step_floor_s / s_k * 100,
                     compute_bound ? "compute" : "memory", floor_s / s_k * 100, name.c_str());
@@ -268,21 +261,8 @@ int run_rows(const RowInputs& in, std::ostringstream& json) {
         step.sequences.push_back({begin, mixed, chunk[0], false});
         return step;
       };
-      double m_sum = 0;
-      int m_n = 0;
-      for (int k = 0; k < repeats; ++k) {
-        const model::StepBatch step = mixed_batch(k);
-        const double start = now_s();
-        if (auto ok = decode_step(step); !ok) {
-          std::fprintf(stderr, "%s\n", ok.error().what());
-          return failed();
-        }
-        if (k >= 2) {
-          m_sum += now_s() - start;
-          ++m_n;
-        }
-      }
-      const double m_s = m_sum / m_n;
+      const double m_s = time_steps(mixed_batch);
+      if (m_s < 0) return failed();
       std::printf("%-8s %6d %8d %12.3f %12.0f   (+%d prefill tokens; decode step %+.3f ms)\n",
                   "mixed", batch, context, m_s * 1e3, (batch + mixed) / m_s, mixed,
                   (m_s - step_s) * 1e3);

@@ -11,6 +11,7 @@
 #include "runtime/parallel/step_broadcast.hpp"
 #include "tests/actors/collect_stream.hpp"
 #include "tests/actors/tiny_engine.hpp"
+#include "tests/runtime/parallel/mpi/mpi_gtest_main.hpp"
 #include "weft/engine.hpp"
 #include "weft/runtime.hpp"
 
@@ -76,16 +77,8 @@ TEST(TensorParallelEngine, GivesTheTokensOfOneProcess) {
 }  // namespace weft
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  auto world = weft::parallel::mpi_world();
-  if (!world) {
-    std::fprintf(stderr, "%s\n", world.error().what());
-    return 1;
-  }
-  weft::g_world = std::move(world.value());
-  const int failed = RUN_ALL_TESTS();
-  float any = failed != 0 ? 1.0f : 0.0f;
-  (void)weft::g_world->all_reduce_sum(std::span<float>(&any, 1));
-  weft::g_world.reset();
-  return any > 0 ? 1 : 0;
+  return weft::test_support::mpi_gtest_main(
+      argc, argv, [](std::shared_ptr<weft::parallel::Communicator> world) {
+        weft::g_world = std::move(world);
+      });
 }

@@ -25,6 +25,7 @@
 #include "runtime/model/cuda/cuda_model.hpp"
 #include "runtime/parallel/mpi_communicator.hpp"
 #include "runtime/parallel/nccl_communicator.hpp"
+#include "tests/runtime/parallel/mpi/mpi_gtest_main.hpp"
 
 namespace weft {
 namespace {
@@ -340,17 +341,8 @@ TEST(CudaTensorParallelSwitches, FusedNormSwitchesAreCheckedOnEveryRank) {
 }  // namespace weft
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  auto world = weft::parallel::mpi_world();
-  if (!world) {
-    std::fprintf(stderr, "%s\n", world.error().what());
-    return 1;
-  }
-  weft::g_world = world->get();
-  const int failed = RUN_ALL_TESTS();
-  // Every rank learns whether any failed, so mpirun's exit status is the same everywhere.
-  float any = failed != 0 ? 1.0f : 0.0f;
-  (void)(*world)->all_reduce_sum(std::span<float>(&any, 1));
-  world->reset();
-  return any > 0 ? 1 : 0;
+  return weft::test_support::mpi_gtest_main(
+      argc, argv, [](const std::shared_ptr<weft::parallel::Communicator>& world) {
+        weft::g_world = world.get();
+      });
 }

@@ -12,6 +12,7 @@
 #include "loaders/model_loader.hpp"
 #include "runtime/parallel/mpi_communicator.hpp"
 #include "runtime/parallel/pipeline_backend.hpp"
+#include "tests/runtime/parallel/mpi/mpi_gtest_main.hpp"
 
 namespace weft {
 namespace {
@@ -168,16 +169,8 @@ TEST(PipelineBackend, RefusesAPlaceThatIsNotThisRank) {
 }  // namespace weft
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  auto world = weft::parallel::mpi_world();
-  if (!world) {
-    std::fprintf(stderr, "%s\n", world.error().what());
-    return 1;
-  }
-  weft::g_world = world->get();
-  const int failed = RUN_ALL_TESTS();
-  float any = failed != 0 ? 1.0f : 0.0f;
-  (void)(*world)->all_reduce_sum(std::span<float>(&any, 1));
-  world->reset();
-  return any > 0 ? 1 : 0;
+  return weft::test_support::mpi_gtest_main(
+      argc, argv, [](const std::shared_ptr<weft::parallel::Communicator>& world) {
+        weft::g_world = world.get();
+      });
 }
