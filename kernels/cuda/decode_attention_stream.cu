@@ -439,17 +439,17 @@ int blocks_per_sm(StreamKernel kernel, std::size_t shared) {
 }
 
 // Ring stages per warp: WEFT_DECODE_STREAM_STAGES (2-4; 2-6 for one-byte pages) if it fits,
-// else the deepest ring that keeps the most blocks per SM (2 for head_dim up to 128, 1 for
-// 256: the kernel's launch bounds), at least 2.
+// else 2. Two stages measured at least as fast as the deepest ring that keeps two blocks per SM
+// (3 for 16-bit pages at head_dim 128) on the H100 at batches 1-512 and contexts 64-2,048:
+// 0.3-2% faster with 16-bit pages (within 0.5% at 256-512 x 512), 0.4-3.8% with fp8 pages
+// (docs/PERFORMANCE.md, "Where a ShareGPT-shaped run's time goes ..."). The ring depth only
+// paces the copies: results do not depend on it.
 int stream_stages(StreamKernel kernel, int D, int G, bool one_byte) {
   static const int env = env_int("WEFT_DECODE_STREAM_STAGES", 0);
   const int most = one_byte ? kMaxStagesQuant : kMaxStages;
   if (env >= 2 && env <= most &&
       blocks_per_sm(kernel, stream_shared_bytes(D, G, env, one_byte)) > 0)
     return env;
-  const int want = D >= 256 ? 1 : 2;
-  for (int s = most; s > 2; --s)
-    if (blocks_per_sm(kernel, stream_shared_bytes(D, G, s, one_byte)) >= want) return s;
   return 2;
 }
 
