@@ -386,6 +386,11 @@ int main(int argc, char** argv) {
   // Decode sequences hold the context and the timed steps; the one prefill sequence holds the
   // longest prefill. The pool fits whichever needs more.
   const int decode_pages = (context + repeats + profile_steps + 4 + page_size - 1) / page_size;
+  if (repeats < 3) {
+    std::fprintf(stderr, "--repeats %d: expected 3 or more (the first two steps warm up)\n",
+                 repeats);
+    return 2;
+  }
   if (mixed < 0 || mixed > 8192) {
     std::fprintf(stderr, "--mixed %d: expected 0 (off) to 8192 prefill tokens\n", mixed);
     return 2;

@@ -7,11 +7,7 @@
 #   run(kind="nvidia-h100-x1", carry=[".devcarry/b1t"], command="bash bench/device/b1_trace.sh")
 # PHASES (default "tests trace"), FORMATS (default "bf16 q4_b32").
 set -u
-O=${OUT:-/tmp/out}; mkdir -p "$O"
-d=/tmp/b1t; mkdir -p $d && tar -C $d -xJf .devcarry/b1t/gpu.tar.xz
-export LD_LIBRARY_PATH=$d/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export WEFT_SPEC_DIR=$PWD/config/models WEFT_TEST_SOURCE_DIR=$PWD
-nvidia-smi --query-gpu=name --format=csv,noheader
+. bench/device/carry.sh b1t
 PHASES=${PHASES:-"tests trace"}
 FORMATS=${FORMATS:-"bf16 q4_b32"}
 case " $PHASES " in *" tests "*)

@@ -6,11 +6,7 @@
 # Input: .devcarry/b1p/gpu.tar.xz (bench/device/b1prof.sh's).
 #   run(kind="nvidia-h100-x1", carry=[".devcarry/b1p"], command="bash bench/device/b1attn.sh")
 set -u
-O=${OUT:-/tmp/out}; mkdir -p "$O"
-d=/tmp/b1p; mkdir -p $d && tar -C $d -xJf .devcarry/b1p/gpu.tar.xz
-export LD_LIBRARY_PATH=$d/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-nvidia-smi --query-gpu=name --format=csv,noheader
-B=$d/bin
+. bench/device/carry.sh b1p
 row() { grep -E "^ +[0-9]+ +[0-9]+ " | sed "s/^/$1 /"; }
 for parts in auto 1 2 4; do
   e=(); [ $parts != auto ] && e=(env WEFT_DECODE_PARTS=$parts)

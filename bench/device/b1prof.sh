@@ -7,12 +7,7 @@
 # cuda_decode_attention_bench,cuda_quant_gemv_bench}, lib/).
 #   run(kind="nvidia-h100-x1", carry=[".devcarry/b1p"], command="bash bench/device/b1prof.sh")
 set -u
-O=${OUT:-/tmp/out}; mkdir -p "$O"
-d=/tmp/b1p; mkdir -p $d && tar -C $d -xJf .devcarry/b1p/gpu.tar.xz
-export LD_LIBRARY_PATH=$d/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export WEFT_SPEC_DIR=$PWD/config/models WEFT_TEST_SOURCE_DIR=$PWD
-nvidia-smi --query-gpu=name --format=csv,noheader
-B=$d/bin
+. bench/device/carry.sh b1p
 timeout 150 $B/kernels_test --gtest_filter='CudaKvQuant*' --gtest_color=no > "$O/kernels.log" 2>&1
 echo "kernels_test CudaKvQuant* rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' "$O/kernels.log" | tr '\n' ' ')"
 grep -E "^\[  FAILED" "$O/kernels.log" | head

@@ -10,12 +10,8 @@
 #   run(kind="nvidia-h100-x1", carry=[".devcarry/hs", ".devcarry/l3"], command="bash bench/device/hostphase.sh")
 # RUNS (default "lof_off lof_on fcfs_on").
 set -u
-O=${OUT:-/tmp/out}; mkdir -p "$O"
 start=$(date +%s)
-d=/tmp/hs; mkdir -p $d && tar -C $d -xJf .devcarry/hs/gpu.tar.xz
-export LD_LIBRARY_PATH=$d/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export WEFT_SPEC_DIR=$PWD/config/models WEFT_TEST_SOURCE_DIR=$PWD
-nvidia-smi --query-gpu=name --format=csv,noheader
+. bench/device/carry.sh hs
 if [ -x $d/bin/executor_cuda_test ]; then
   timeout 120 $d/bin/executor_cuda_test --gtest_color=no > "$O/executor_cuda_test.log" 2>&1
   echo "executor_cuda_test rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' "$O/executor_cuda_test.log" | tr '\n' ' ')"

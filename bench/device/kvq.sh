@@ -7,12 +7,8 @@
 #   run(kind="nvidia-h100-x1", carry=[".devcarry/kvq"], command="bash bench/device/kvq.sh")
 # PHASES (default "tests attn steps").
 set -u
-O=${OUT:-/tmp/out}; mkdir -p "$O"
 start=$(date +%s)
-d=/tmp/kvq; mkdir -p $d && tar -C $d -xJf .devcarry/kvq/gpu.tar.xz
-export LD_LIBRARY_PATH=$d/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export WEFT_SPEC_DIR=$PWD/config/models WEFT_TEST_SOURCE_DIR=$PWD
-nvidia-smi --query-gpu=name --format=csv,noheader
+. bench/device/carry.sh kvq
 PHASES=${PHASES:-"tests attn steps"}
 want() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
 if want tests; then

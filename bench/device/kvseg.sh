@@ -6,12 +6,7 @@
 # model_cuda_test, cuda_decode_attention_bench, cuda_forward_bench).
 #   run(kind="nvidia-h100-x1", carry=[".devcarry/seg"], command="bash bench/device/kvseg.sh")
 set -u
-O=${OUT:-/tmp/out}; mkdir -p "$O"
-d=/tmp/seg; mkdir -p $d && tar -C $d -xJf .devcarry/seg/gpu.tar.xz
-export LD_LIBRARY_PATH=$d/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export WEFT_SPEC_DIR=$PWD/config/models WEFT_TEST_SOURCE_DIR=$PWD
-nvidia-smi --query-gpu=name --format=csv,noheader
-B=$d/bin
+. bench/device/carry.sh seg
 timeout 200 $B/kernels_test --gtest_filter='CudaKvQuant*:*DecodeAttentionStream*:*DecodeAttention*' --gtest_color=no > "$O/kernels.log" 2>&1
 echo "kernels_test rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' "$O/kernels.log" | tr '\n' ' ')"; grep -E "^\[  FAILED" "$O/kernels.log" | head
 timeout 120 $B/model_cuda_test --gtest_filter='CudaKvQuantModel*:CudaKvCompressModel*' --gtest_color=no > "$O/model.log" 2>&1

@@ -7,12 +7,7 @@
 # activation kernel after the product), interleaved. Input: .devcarry/lg/gpu.tar.xz.
 #   run(kind="nvidia-h100-x1", carry=[".devcarry/lg"], command="bash bench/device/lanesgated.sh")
 set -u
-O=${OUT:-/tmp/out}; mkdir -p "$O"
-d=/tmp/lg; mkdir -p $d && tar -C $d -xJf .devcarry/lg/gpu.tar.xz
-export LD_LIBRARY_PATH=$d/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export WEFT_SPEC_DIR=$PWD/config/models WEFT_TEST_SOURCE_DIR=$PWD
-nvidia-smi --query-gpu=name --format=csv,noheader
-B=$d/bin
+. bench/device/carry.sh lg
 timeout 240 $B/kernels_test --gtest_filter='*CudaQuant*' --gtest_color=no > /tmp/k.log 2>&1
 echo "kernels_test *CudaQuant* rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' /tmp/k.log | tr '\n' ' ')"
 grep -E "^\[  FAILED|Failure|bitwise" /tmp/k.log | head

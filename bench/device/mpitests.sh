@@ -6,10 +6,7 @@
 # mpirun -np 2. Input: .devcarry/mpit/gpu.tar.xz (the four binaries, lib/).
 #   run(kind="nvidia-h200-x2", carry=[".devcarry/mpit"], command="bash bench/device/mpitests.sh")
 set -u
-d=/tmp/mpit; mkdir -p $d && tar -C $d -xJf .devcarry/mpit/gpu.tar.xz
-export LD_LIBRARY_PATH=$d/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export WEFT_SPEC_DIR=$PWD/config/models WEFT_TEST_SOURCE_DIR=$PWD NCCL_NVLS_ENABLE=0
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+. bench/device/carry.sh mpit
 nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c
 for t in nccl_communicator_test nccl_point_to_point_test cuda_tensor_parallel_test cuda_pipeline_test; do
   s=$(date +%s)

@@ -8,10 +8,7 @@
 # with two steps in flight. Input: .devcarry/ppc/gpu.tar.xz (bin/weft).
 #   run(kind="nvidia-h200-x2", carry=[".devcarry/ppc"], command="bash bench/device/ppctest.sh")
 set -u
-d=/tmp/ppc; mkdir -p $d && tar -C $d -xJf .devcarry/ppc/gpu.tar.xz
-export LD_LIBRARY_PATH=$d/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export WEFT_SPEC_DIR=$PWD/config/models NCCL_NVLS_ENABLE=0
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+. bench/device/carry.sh ppc
 W=$d/bin/weft
 MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 -x LD_LIBRARY_PATH -x WEFT_SPEC_DIR -x NCCL_NVLS_ENABLE)
 pass=0; fail=0

@@ -76,11 +76,9 @@ field() { echo "$2" | grep -o "\"$1\":[^,}]*" | head -1 | cut -d: -f2 | tr -d '"
 if want checks; then
   if [ -x "$BIN/bin/cuda_pipeline_test" ]; then
     echo "== cuda_pipeline_test"
-    # Without WEFT_PP_TRANSPORT: the test chooses each path itself (NCCL, and host memory with
+    # With WEFT_PP_TRANSPORT=auto: the test chooses each path itself (NCCL, and host memory with
     # both ranks on one GPU, which a forced nccl refuses).
-    MPI2_AUTO=()
-    for a in "${MPI2[@]}"; do [ "$a" = WEFT_PP_TRANSPORT ] && unset 'MPI2_AUTO[-1]' && continue; MPI2_AUTO+=("$a"); done
-    (unset WEFT_PP_TRANSPORT; timeout 300 "${MPI2_AUTO[@]}" "$BIN/bin/cuda_pipeline_test" --gtest_color=no) \
+    WEFT_PP_TRANSPORT=auto timeout 300 "${MPI2[@]}" "$BIN/bin/cuda_pipeline_test" --gtest_color=no \
       >"$OUT/cuda_pipeline_test.log" 2>&1 || failed=1
     grep -E '^\[  (PASSED|FAILED|SKIPPED) |Failure' "$OUT/cuda_pipeline_test.log" | sort -u | head -20
   fi

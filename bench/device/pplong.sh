@@ -7,11 +7,8 @@
 # time. Input: .devcarry/ppg/gpu.tar.xz (bin/weft), .devcarry/l3 (Llama-3 tokenizer).
 #   run(kind="nvidia-h200-x2", carry=[".devcarry/ppg", ".devcarry/l3"], command="bash bench/device/pplong.sh")
 set -u
-O=${OUT:-/tmp/out}; mkdir -p "$O"
-d=/tmp/ppl; mkdir -p $d && tar -C $d -xJf .devcarry/ppg/gpu.tar.xz
-export LD_LIBRARY_PATH=$d/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export WEFT_SPEC_DIR=$PWD/config/models NCCL_NVLS_ENABLE=0 WEFT_PP_TRANSPORT=nccl WEFT_PP_GROUPS_GPU=1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+. bench/device/carry.sh ppg
+export WEFT_PP_TRANSPORT=nccl WEFT_PP_GROUPS_GPU=1
 MPI2=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 -x LD_LIBRARY_PATH -x WEFT_SPEC_DIR
   -x NCCL_NVLS_ENABLE -x WEFT_PP_TRANSPORT -x WEFT_PP_GROUPS_GPU)
 TOK=.devcarry/l3; [ -f $TOK/tokenizer.json ] || xz -dk $TOK/tokenizer.json.xz

@@ -9,12 +9,8 @@
 # RUNS (default "lof stages2 int8 fp8"; also lof_again, fp8_again). Only the trace is written
 # under $OUT (the device returns few files).
 set -u
-O=${OUT:-/tmp/out}; mkdir -p "$O"
 start=$(date +%s)
-d=/tmp/sgd; mkdir -p $d && tar -C $d -xJf .devcarry/sgd/gpu.tar.xz
-export LD_LIBRARY_PATH=$d/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export WEFT_SPEC_DIR=$PWD/config/models
-nvidia-smi --query-gpu=name --format=csv,noheader
+. bench/device/carry.sh sgd
 TOK=.devcarry/l3; [ -f $TOK/tokenizer.json ] || xz -dk $TOK/tokenizer.json.xz
 M=/tmp/llama8b
 [ -f $M/config.json ] || python3 bench/make_random_model.py --shape 8b --tokenizer $TOK --out $M 2>&1 | tail -1

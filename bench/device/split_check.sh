@@ -4,11 +4,7 @@
 # .devcarry/split1/gpu.tar.xz (bin/{kernels_test,model_cuda_test}, lib/; /work/wt/pack_gpu.sh).
 #   run(carry=[".devcarry/split1"], command="bash bench/device/split_check.sh")
 set -u
-O=${OUT:-/tmp/out}; mkdir -p "$O"
-d=/tmp/split1; mkdir -p $d && tar -C $d -xJf .devcarry/split1/gpu.tar.xz
-export LD_LIBRARY_PATH=$d/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export WEFT_SPEC_DIR=$PWD/config/models WEFT_TEST_SOURCE_DIR=$PWD
-nvidia-smi --query-gpu=name --format=csv,noheader
+. bench/device/carry.sh split1
 for t in kernels_test model_cuda_test; do
   s=$(date +%s)
   f=(); [ $t = kernels_test ] && f=(--gtest_filter='*Cuda*:DeviceInfo*')

@@ -5,11 +5,7 @@
 # WEFT_DECODE_STREAM_STAGES=3 (the old one), interleaved. Input: .devcarry/st2/gpu.tar.xz.
 #   run(kind="nvidia-h100-x1", carry=[".devcarry/st2"], command="bash bench/device/stages2.sh")
 set -u
-d=/tmp/st2; mkdir -p $d && tar -C $d -xJf .devcarry/st2/gpu.tar.xz
-export LD_LIBRARY_PATH=$d/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export WEFT_SPEC_DIR=$PWD/config/models WEFT_TEST_SOURCE_DIR=$PWD
-nvidia-smi --query-gpu=name --format=csv,noheader
-B=$d/bin
+. bench/device/carry.sh st2
 timeout 200 $B/kernels_test --gtest_filter='*DecodeAttention*:CudaKvQuant*' --gtest_color=no > /tmp/k.log 2>&1
 echo "kernels_test rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' /tmp/k.log | tr '\n' ' ')"; grep -E "^\[  FAILED" /tmp/k.log | head
 timeout 300 $B/model_cuda_test --gtest_color=no > /tmp/m.log 2>&1

@@ -12,15 +12,12 @@
 # CONFIGS picks configurations (default: tp1 tp2 tp4 pp2 tp2pp2 pp2g2 tp2pp2g2); BUDGET_S stops
 # starting runs after that many seconds (default 520).
 set -u
-O=${OUT:-/tmp/out}; mkdir -p "$O"
 start=$(date +%s)
 BUDGET_S=${BUDGET_S:-520}
 CONFIGS=${CONFIGS:-"tp1 tp2 tp4 pp2 tp2pp2 pp2g2 tp2pp2g2"}
-d=/tmp/t5; mkdir -p $d && tar -C $d -xJf .devcarry/t5/gpu.tar.xz
+. bench/device/carry.sh t5
 W=$d/bin/weft
-export LD_LIBRARY_PATH=$d/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export WEFT_SPEC_DIR=$PWD/config/models NCCL_NVLS_ENABLE=0 WEFT_PP_TRANSPORT=nccl
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export WEFT_PP_TRANSPORT=nccl
 mpi() { echo mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$1" -x LD_LIBRARY_PATH \
   -x WEFT_SPEC_DIR -x NCCL_NVLS_ENABLE -x WEFT_PP_TRANSPORT -x WEFT_PP_GROUPS_GPU; }
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$O/gpus.txt"

@@ -84,8 +84,5 @@ TEST(PipelineEngine, GivesTheTokensOfOneProcess) {
 }  // namespace weft
 
 int main(int argc, char** argv) {
-  return weft::test_support::mpi_gtest_main(
-      argc, argv, [](std::shared_ptr<weft::parallel::Communicator> world) {
-        weft::g_world = std::move(world);
-      });
+  return weft::test_support::mpi_gtest_main(argc, argv, weft::g_world);
 }

@@ -232,8 +232,5 @@ TEST_F(PipelineGroups, ConstrainedRequestsBesidePlainOnes) {
 }  // namespace weft
 
 int main(int argc, char** argv) {
-  return weft::test_support::mpi_gtest_main(
-      argc, argv, [](std::shared_ptr<weft::parallel::Communicator> world) {
-        weft::g_world = std::move(world);
-      });
+  return weft::test_support::mpi_gtest_main(argc, argv, weft::g_world);
 }

@@ -249,8 +249,5 @@ TEST(CudaPipelineTransport, AgreesOnThePathAndRefusesUnknownChoices) {
 
 int main(int argc, char** argv) {
   setenv("WEFT_PP_MICRO_TOKENS", "1", 1);  // two micro-batches even in decode steps
-  return weft::test_support::mpi_gtest_main(
-      argc, argv, [](const std::shared_ptr<weft::parallel::Communicator>& world) {
-        weft::g_world = world.get();
-      });
+  return weft::test_support::mpi_gtest_main(argc, argv, weft::g_world);
 }

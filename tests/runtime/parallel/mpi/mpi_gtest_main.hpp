@@ -14,9 +14,9 @@
 
 namespace weft::test_support {
 
-// Joins the MPI world, hands it to `hold` (which keeps it where the tests reach it), runs every
-// test, and returns 1 on every rank if any rank failed a test, else 0, so that mpirun's exit
-// status is the same everywhere. `hold(nullptr)` is called at the end, before the world closes.
+// Joins the MPI world, keeps it in `hold(world)` where the tests reach it, runs every test, and
+// returns 1 on every rank if any rank failed a test, else 0, so that mpirun's exit status is
+// the same everywhere. `hold(nullptr)` is called at the end, before the world closes.
 template <class Hold>
 int mpi_gtest_main(int argc, char** argv, Hold&& hold) {
   ::testing::InitGoogleTest(&argc, argv);
@@ -33,6 +33,17 @@ int mpi_gtest_main(int argc, char** argv, Hold&& hold) {
   hold(nullptr);
   world.reset();
   return any > 0 ? 1 : 0;
+}
+
+// The same for tests that reach the world through a global: a plain pointer, or a shared one
+// (for an engine that keeps it).
+inline int mpi_gtest_main(int argc, char** argv, parallel::Communicator*& global) {
+  return mpi_gtest_main(
+      argc, argv, [&](const std::shared_ptr<parallel::Communicator>& w) { global = w.get(); });
+}
+inline int mpi_gtest_main(int argc, char** argv, std::shared_ptr<parallel::Communicator>& global) {
+  return mpi_gtest_main(argc, argv,
+                        [&](std::shared_ptr<parallel::Communicator> w) { global = std::move(w); });
 }
 
 }  // namespace weft::test_support

@@ -173,8 +173,5 @@ TEST(PipelineDeliveryMpi, StepsInFlightRunWhileRankZeroWaitsOutsideMpi) {
 }  // namespace weft
 
 int main(int argc, char** argv) {
-  return weft::test_support::mpi_gtest_main(
-      argc, argv, [](const std::shared_ptr<weft::parallel::Communicator>& world) {
-        weft::g_world = world.get();
-      });
+  return weft::test_support::mpi_gtest_main(argc, argv, weft::g_world);
 }
