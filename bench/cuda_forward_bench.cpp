@@ -260,6 +260,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (repeats < 3) {
+    std::fprintf(stderr, "--repeats %d: expected 3 or more (the first two steps warm up)\n",
+                 repeats);
+    return 2;
+  }
   if (shape != "1b" && shape != "8b" && shape != "70b" && shape != "tiny") {
     std::fprintf(stderr, "--shape %s: not one of tiny, 1b, 8b, 70b\n", shape.c_str());
     return 2;
@@ -386,11 +391,6 @@ int main(int argc, char** argv) {
   // Decode sequences hold the context and the timed steps; the one prefill sequence holds the
   // longest prefill. The pool fits whichever needs more.
   const int decode_pages = (context + repeats + profile_steps + 4 + page_size - 1) / page_size;
-  if (repeats < 3) {
-    std::fprintf(stderr, "--repeats %d: expected 3 or more (the first two steps warm up)\n",
-                 repeats);
-    return 2;
-  }
   if (mixed < 0 || mixed > 8192) {
     std::fprintf(stderr, "--mixed %d: expected 0 (off) to 8192 prefill tokens\n", mixed);
     return 2;
