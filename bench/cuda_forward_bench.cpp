@@ -444,6 +444,10 @@ int main(int argc, char** argv) {
         spec.intermediate_size);
     std::printf("tensor parallel buffers: %s\n", gpu.tensor_parallel_buffers().c_str());
     std::printf("tensor parallel fused norm: %s\n", gpu.fused_norm().c_str());
+    std::printf("tensor parallel bf16 all-reduces: %s\n",
+                gpu.bf16_reduce_tokens() > 0
+                    ? ("from " + std::to_string(gpu.bf16_reduce_tokens()) + " tokens").c_str()
+                    : "off");
   }
 #endif
   const auto& kv_layout = gpu.kv_layout();

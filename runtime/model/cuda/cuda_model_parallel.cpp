@@ -130,10 +130,12 @@ Result<void> CudaModel::set_tensor_parallel(parallel::Communicator& comm) {
   if (!fused) return fused.error();
   const char* v = std::getenv("WEFT_TP_VOCAB_PARALLEL");
   const bool vocab = (v == nullptr || std::strcmp(v, "0") != 0) && s.lm_head_q.get() == nullptr;
+  // bf16 all-reduces from 128 tokens by default (bf16 models): prefill and mixed steps, whose
+  // all-reduces carry megabytes (docs/parallel.md, "Large steps").
   int reduce16 = 0;
-  if (const char* t = std::getenv("WEFT_TP_BF16_REDUCE_TOKENS");
-      t != nullptr && s.options.precision == cuda::Precision::kBF16) {
-    reduce16 = std::max(0, std::atoi(t));
+  if (s.options.precision == cuda::Precision::kBF16) {
+    const char* t = std::getenv("WEFT_TP_BF16_REDUCE_TOKENS");
+    reduce16 = t != nullptr && *t != '\0' ? std::max(0, std::atoi(t)) : 128;
   }
   s.drop_graphs();  // they point at the buffers about to move
   s.tp_fence = false;

@@ -127,7 +127,7 @@ TEST_P(CudaTensorParallel, SplitOverTwoGpusMatchesOneGpu) {
   ASSERT_TRUE(nccl) << nccl.error().what();
   // Read by set_tensor_parallel.
   setenv("WEFT_TP_VOCAB_PARALLEL", split_vocab ? "1" : "0", 1);
-  if (reduce16) setenv("WEFT_TP_BF16_REDUCE_TOKENS", "1", 1);
+  setenv("WEFT_TP_BF16_REDUCE_TOKENS", reduce16 ? "1" : "0", 1);  // unset: from 128 tokens
   setenv("WEFT_TP_NCCL_BUFFERS", buffers, 1);
   setenv("WEFT_TP_NCCL_HEAD_ROWS", "2", 1);
   setenv("WEFT_TP_FUSED_NORM", fused ? "1" : "0", 1);
