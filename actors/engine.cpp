@@ -127,6 +127,7 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   Impl& s = *impl_;
   if (auto ok = config.validate(); !ok) throw ok.error();
   s.config = std::move(config);
+  s.config.max_tokens_per_step = s.config.step_token_budget();  // 0: the default for the group
   s.executor = executor;
   // Opened before anything starts, so that a path that cannot be written fails here.
   std::unique_ptr<std::ofstream> step_trace;

@@ -11,6 +11,8 @@
 #     run no earlier machine could make), after weft generate's check that the hybrid gives
 #     TP=2's tokens and a weft-tiny bench with groups (CHECKS=0 skips those). CONFIGS picks
 #     the runs; tp1mN, tp2mN and tp4mN run one GPU, TP=2 and TP=4 with --max-tokens-per-step N.
+#     LOAD=sharegpt replays the 1,000 requests of bench/make_sharegpt_workload.py --seed 0
+#     offline with --schedule-policy lof instead.
 # Input: .devcarry/$CARRY/gpu.tar.xz (CARRY default t4m; bin/{weft,cuda_forward_bench}, lib/)
 # and the Llama-3 tokenizer in .devcarry/l3 (PHASE=eng). The engine call ran main's binaries
 # after the bf16 default (CARRY=tpc).
@@ -61,6 +63,10 @@ eng)
   echo "weft-tiny TP=2 x PP=2 groups: requests $(field requests "$out") failed $(field failed "$out") steps_in_flight_peak $(field steps_in_flight_peak "$out")"
   fi
   w=(--model $M --device cuda --gpu-memory-fraction 0.85 --seed 1 --num-requests 256 --max-concurrency 64 --input-len 512 --output-len 128)
+  if [ "${LOAD:-b64}" = sharegpt ]; then
+    python3 bench/make_sharegpt_workload.py --seed 0 --out /tmp/sg.jsonl >/dev/null
+    w=(--model $M --device cuda --gpu-memory-fraction 0.85 --dataset /tmp/sg.jsonl --schedule-policy lof)
+  fi
   for c in ${CONFIGS:-tp1 tp4 tp4old tp2pp2g2 tp2pp2g1}; do
     unset WEFT_TP_BF16_REDUCE_TOKENS; extra=()
     case $c in

@@ -343,6 +343,29 @@ TEST(EngineConfigTest, ValidatesEachField) {
   EXPECT_FALSE(missing.ok());
 }
 
+// max_tokens_per_step 0 (the default) is 512, and 512 per GPU of a tensor-parallel group
+// (docs/engine.md, scheduling defaults); a set value is kept; below 0 is refused by name.
+TEST(EngineConfigTest, StepTokenBudgetIs512PerGpuOfTheGroupByDefault) {
+  EngineConfig c;
+  EXPECT_EQ(c.max_tokens_per_step, 0);
+  EXPECT_EQ(c.step_token_budget(), 512);  // the CPU
+  c.device = "cuda:0";
+  EXPECT_EQ(c.step_token_budget(), 512);  // one GPU, no group
+  EXPECT_EQ(EngineConfig::default_step_token_budget(true, 2), 1024);
+  EXPECT_EQ(EngineConfig::default_step_token_budget(true, 4), 2048);
+  EXPECT_EQ(EngineConfig::default_step_token_budget(false, 4), 512);  // CPU ranks over MPI
+  EXPECT_EQ(EngineConfig::default_step_token_budget(true, 0), 512);
+  c.max_tokens_per_step = 300;
+  EXPECT_EQ(c.step_token_budget(), 300);
+  c = tiny_config();
+  c.max_tokens_per_step = 0;
+  EXPECT_TRUE(c.validate().ok());
+  c.max_tokens_per_step = -1;
+  ASSERT_FALSE(c.validate().ok());
+  EXPECT_NE(std::string(c.validate().error().what()).find("max_tokens_per_step: -1"),
+            std::string::npos);
+}
+
 // A temporary file removed when the test ends.
 struct TempJson {
   explicit TempJson(const std::string& text) {

@@ -34,7 +34,7 @@ struct BenchOptions {
   std::int64_t kv_budget_mb = 256;
   std::string kv_cache_dtype = "auto";
   KvCompressOptions kv_compress;
-  int max_tokens_per_step = 512;
+  int max_tokens_per_step = 0;  // 0: EngineConfig's default (512 per GPU of a TP group)
   int max_running = 256;
   std::string admission = "reserve";
   std::string schedule_policy = "fcfs";

@@ -332,9 +332,11 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--kv-budget-mb", opts->kv_budget_mb, "KV pool size in MiB")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--max-tokens-per-step", opts->max_tokens_per_step, "step token budget")
+  cmd->add_option("--max-tokens-per-step", opts->max_tokens_per_step,
+                  "step token budget: prefill chunks and decodes per step (0: 512, or 512 per "
+                  "GPU with --tensor-parallel on GPUs; docs/engine.md)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--max-running", opts->max_running, "sequences per batch at most")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));

@@ -69,6 +69,11 @@ TensorParallelStart start_tensor_parallel(const std::string& command, int ranks,
   auto kv_dtype = actors::resolve_kv_cache_dtype(config.kv_cache_dtype, *device);
   if (!kv_dtype) return abort_all(kv_dtype.error().what());
   layout.dtype = *kv_dtype;
+  // The leader's step budget (EngineConfig::step_token_budget: 0 is 512 per GPU of the group),
+  // for this rank's step buffers.
+  const int step_tokens = config.max_tokens_per_step > 0
+                              ? config.max_tokens_per_step
+                              : EngineConfig::default_step_token_budget(device->cuda, ranks);
   auto followed = parallel::follow_tensor_parallel_leader(
       *group,
       [&](int num_pages) -> Result<std::unique_ptr<model::ForwardBackend>> {
@@ -76,7 +81,7 @@ TensorParallelStart start_tensor_parallel(const std::string& command, int ranks,
           actors::StageOptions stage_options;
           stage_options.num_pages = num_pages;
           stage_options.cpu_threads = config.cpu_threads;
-          stage_options.max_tokens_per_step = config.max_tokens_per_step;
+          stage_options.max_tokens_per_step = step_tokens;
           stage_options.gpu_memory_fraction = config.gpu_memory_fraction;
           return actors::make_pipeline_rank_backend(
               loaded->model, *device, layout, stage_options, *group,
@@ -86,7 +91,7 @@ TensorParallelStart start_tensor_parallel(const std::string& command, int ranks,
         }
         // The leader's page count, on the CPU or on this rank's GPU alike.
         return actors::make_tensor_parallel_shard(loaded->model, *device, layout, num_pages,
-                                                  config.cpu_threads, config.max_tokens_per_step,
+                                                  config.cpu_threads, step_tokens,
                                                   config.gpu_memory_fraction, *group);
       },
       actors::pipeline_groups(stages, config.pp_groups, device->cuda) > 1);

@@ -63,7 +63,9 @@ struct EngineConfig {
   std::string device = "cpu";
   int page_size = 16;                          // tokens per KV page; 1 is token-level
   std::int64_t kv_budget_bytes = 256ll << 20;  // the KV pool, allocated once at start
-  int max_tokens_per_step = 512;               // prefill chunks + decodes per step
+  // Prefill chunks + decodes per step. 0 (the default): step_token_budget(), 512 on one
+  // device and 512 per GPU of a tensor-parallel group (docs/engine.md, "Scheduling defaults").
+  int max_tokens_per_step = 0;
   int max_running = 256;                       // sequences in one batch at most
   std::string admission = "reserve";           // "reserve" (never over-commit) or "optimistic"
   // The waiting queue's order: "fcfs" (arrival) or "lof" (longest output first: by max_tokens,
@@ -150,6 +152,10 @@ struct EngineConfig {
   static Result<EngineConfig> from_file(const std::filesystem::path& path);
   // Every field checked; the error names the field and its allowed range.
   Result<void> validate() const;
+  // max_tokens_per_step, or where it is 0 its default: 512 tokens per GPU of the
+  // tensor-parallel group (group size / pipeline_parallel ranks) on a CUDA device, else 512.
+  int step_token_budget() const;
+  static int default_step_token_budget(bool cuda, int tensor_parallel_ranks);
 };
 
 // A tool call an assistant message made, as the chat template receives it (OpenAI's
