@@ -160,10 +160,10 @@ int EngineConfig::default_step_token_budget(bool cuda, int tensor_parallel_ranks
 
 int EngineConfig::step_token_budget() const {
   if (max_tokens_per_step > 0) return max_tokens_per_step;
-  const int ranks = tensor_parallel != nullptr
-                        ? tensor_parallel->size() / std::max(1, pipeline_parallel)
-                        : 1;
-  return default_step_token_budget(device.rfind("cuda", 0) == 0, ranks);
+  const int ranks =
+      tensor_parallel != nullptr ? tensor_parallel->size() / std::max(1, pipeline_parallel) : 1;
+  const auto d = actors::parse_device(device);  // "auto" is a GPU where one is visible
+  return default_step_token_budget(d && d->cuda, ranks);
 }
 
 Result<void> EngineConfig::validate() const {

@@ -44,10 +44,7 @@ fwd)
     done
   done ;;
 eng)
-  TOK=.devcarry/l3
-  [ -f $TOK/tokenizer.json ] || xz -dk $TOK/tokenizer.json.xz
-  M=/tmp/llama8b
-  python3 bench/make_random_model.py --shape 8b --tokenizer $TOK --out $M 2>&1 | tail -1
+  . bench/device/model8b.sh
   st "model made"
   export WEFT_PP_TRANSPORT=nccl
   read -ra m2 <<<"$(mpi 2)"

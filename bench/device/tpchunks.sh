@@ -59,10 +59,7 @@ ref)
   grep -E "^(prefill|decode) |profile, prefill|bf16 all-reduces" "$O/fwd_debug.txt"
   grep -E "via (P2P|SHM|NET)|NVLS|nChannels|Channel 0" "$O/fwd_debug.txt" | sort | uniq -c | sort -rn | head -8 ;;
 eng)
-  TOK=.devcarry/l3
-  [ -f $TOK/tokenizer.json ] || xz -dk $TOK/tokenizer.json.xz
-  M=/tmp/llama8b
-  python3 bench/make_random_model.py --shape 8b --tokenizer $TOK --out $M 2>&1 | tail -1
+  . bench/device/model8b.sh
   st "model made"
   w=(--model $M --device cuda --gpu-memory-fraction 0.85 --seed 1 --num-requests 256 --max-concurrency 64 --input-len 512 --output-len 128)
   for c in ${CONFIGS:-tp1 new old}; do

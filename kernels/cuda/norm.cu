@@ -13,6 +13,14 @@ constexpr int kThreads = 256;
 // element. Each thread owns the same elements, summed in the same order, as in the generic loop, so
 // the results are bitwise the same.
 constexpr int kItems = 16;
+static_assert(kThreads * kItems == 4096, "add_norm_delta16_exact (norm.hpp) names this width");
+
+// Element `at` of the delta: fp32, or 16-bit (delta16, in T) widened exactly.
+template <class T>
+__device__ __forceinline__ float delta_at(const AddNormArgs& a, std::size_t at) {
+  return a.delta16 != nullptr ? detail::to_float(static_cast<const T*>(a.delta16)[at])
+                              : a.delta[at];
+}
 
 template <class T>
 __global__ void add_norm_kernel(AddNormArgs a) {
@@ -21,12 +29,13 @@ __global__ void add_norm_kernel(AddNormArgs a) {
   const std::size_t in_row =
       a.row_index != nullptr ? static_cast<std::size_t>(a.row_index[blockIdx.x]) : blockIdx.x;
   float* x = a.residual + in_row * a.n;
-  const float* d = a.delta != nullptr ? a.delta + in_row * a.n : nullptr;
+  bool d = a.delta != nullptr || a.delta16 != nullptr;
   // The summed row is recomputed on each pass (or read back once written) instead of held in
   // shared memory, so any hidden size works; the re-reads hit L1/L2.
   auto value = [&](int i) {
     float v = x[i];
-    if (d != nullptr) v += d[i] + (a.delta_bias != nullptr ? a.delta_bias[i] : 0.0f);
+    if (d)
+      v += delta_at<T>(a, in_row * a.n + i) + (a.delta_bias != nullptr ? a.delta_bias[i] : 0.0f);
     return v;
   };
   float sum = 0.0f;
@@ -35,13 +44,13 @@ __global__ void add_norm_kernel(AddNormArgs a) {
     sum += a.kind == NormKind::kRms ? v * v : v;
   }
   sum = detail::block_sum(sum, scratch);
-  if (a.write_back && d != nullptr) {
+  if (a.write_back && d) {
     // Every thread has read its own elements above; the same thread writes them now.
     for (int i = threadIdx.x; i < a.n; i += blockDim.x)
       x[i] = value(i);
-    d = nullptr;
+    d = false;
   }
-  auto summed = [&](int i) { return d != nullptr ? value(i) : x[i]; };
+  auto summed = [&](int i) { return d ? value(i) : x[i]; };
   float mean = 0.0f, inv = 0.0f;
   if (a.kind == NormKind::kRms) {
     inv = rsqrtf(sum / a.n + a.eps);
@@ -72,7 +81,7 @@ __global__ void __launch_bounds__(kThreads) add_norm_regs_kernel(AddNormArgs a) 
   const std::size_t in_row =
       a.row_index != nullptr ? static_cast<std::size_t>(a.row_index[blockIdx.x]) : blockIdx.x;
   float* x = a.residual + in_row * a.n;
-  const float* d = a.delta != nullptr ? a.delta + in_row * a.n : nullptr;
+  const bool d = a.delta != nullptr || a.delta16 != nullptr;
   const int t = threadIdx.x;
   float v[kItems], w[kItems];
 #pragma unroll
@@ -80,12 +89,12 @@ __global__ void __launch_bounds__(kThreads) add_norm_regs_kernel(AddNormArgs a) 
     const int i = t + k * kThreads;
     v[k] = i < a.n ? x[i] : 0.0f;
   }
-  if (d != nullptr) {
+  if (d) {
     float dv[kItems];
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
       const int i = t + k * kThreads;
-      dv[k] = i < a.n ? d[i] : 0.0f;
+      dv[k] = i < a.n ? delta_at<T>(a, in_row * a.n + i) : 0.0f;
     }
     if (a.delta_bias != nullptr) {
 #pragma unroll
@@ -114,7 +123,7 @@ __global__ void __launch_bounds__(kThreads) add_norm_regs_kernel(AddNormArgs a) 
     if (t + k * kThreads < a.n) sum += a.kind == NormKind::kRms ? v[k] * v[k] : v[k];
   }
   sum = detail::block_sum(sum, scratch);
-  if (a.write_back && d != nullptr) {
+  if (a.write_back && d) {
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
       const int i = t + k * kThreads;
@@ -164,8 +173,19 @@ __global__ void __launch_bounds__(1024) add_norm_vec_kernel(AddNormArgs a) {
       a.row_index != nullptr ? static_cast<std::size_t>(a.row_index[blockIdx.x]) : blockIdx.x;
   float4* x = reinterpret_cast<float4*>(a.residual + in_row * a.n + i);
   float4 v = *x;
-  if (a.delta != nullptr) {
-    float4 dv = *reinterpret_cast<const float4*>(a.delta + in_row * a.n + i);
+  const bool d = a.delta != nullptr || a.delta16 != nullptr;
+  if (d) {
+    float4 dv;
+    if (a.delta16 != nullptr) {
+      const uint2 raw =
+          *reinterpret_cast<const uint2*>(static_cast<const T*>(a.delta16) + in_row * a.n + i);
+      T h[4];
+      memcpy(h, &raw, sizeof raw);
+      dv = make_float4(detail::to_float(h[0]), detail::to_float(h[1]), detail::to_float(h[2]),
+                       detail::to_float(h[3]));
+    } else {
+      dv = *reinterpret_cast<const float4*>(a.delta + in_row * a.n + i);
+    }
     if (a.delta_bias != nullptr) {
       const float4 b = *reinterpret_cast<const float4*>(a.delta_bias + i);
       dv.x += b.x, dv.y += b.y, dv.z += b.z, dv.w += b.w;
@@ -182,7 +202,7 @@ __global__ void __launch_bounds__(1024) add_norm_vec_kernel(AddNormArgs a) {
     sum = v.x + v.y + v.z + v.w;
   }
   sum = detail::block_sum(sum, scratch);
-  if (a.write_back && a.delta != nullptr) *x = v;
+  if (a.write_back && d) *x = v;
   float mean = 0.0f, inv = 0.0f;
   if (a.kind == NormKind::kRms) {
     inv = rsqrtf(sum / a.n + a.eps);
@@ -211,14 +231,17 @@ __global__ void __launch_bounds__(1024) add_norm_vec_kernel(AddNormArgs a) {
 bool aligned16(const void* p) {
   return (reinterpret_cast<std::uintptr_t>(p) & 15) == 0;
 }
+bool aligned8(const void* p) {
+  return (reinterpret_cast<std::uintptr_t>(p) & 7) == 0;
+}
 
 }  // namespace
 
 void add_norm(const AddNormArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return;
   if (args.n % 128 == 0 && args.n <= 4096 && aligned16(args.residual) && aligned16(args.delta) &&
-      aligned16(args.delta_bias) && aligned16(args.weight) && aligned16(args.bias) &&
-      aligned16(args.out)) {
+      aligned8(args.delta16) && aligned16(args.delta_bias) && aligned16(args.weight) &&
+      aligned16(args.bias) && aligned16(args.out)) {
     WEFT_DISPATCH_PRECISION(args.precision, {
       detail::launch(add_norm_vec_kernel<T>, args.rows, args.n / 4, 0, stream, args);
     });

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <numeric>
 #include <random>
@@ -91,6 +92,29 @@ void expect_near_all(const std::vector<float>& got, const std::vector<float>& wa
   EXPECT_LE(worst, 0.0) << what << ": element " << at << " got " << got[at] << " want " << want[at];
 }
 
+// add_norm's arguments for the tests below: `rows` output rows of n (the rows of `pick` when
+// given, without writing the sum back; else every row, writing it back), eps 1e-5, the bias
+// for LayerNorm only.
+AddNormArgs norm_args(float* residual, const float* delta, const float* delta_bias,
+                      const std::int32_t* pick, int rows, int n, NormKind kind, const float* weight,
+                      const float* bias, void* out, Precision p) {
+  AddNormArgs a;
+  a.residual = residual;
+  a.delta = delta;
+  a.delta_bias = delta_bias;
+  a.row_index = pick;
+  a.rows = rows;
+  a.n = n;
+  a.kind = kind;
+  a.weight = weight;
+  a.bias = kind == NormKind::kLayer ? bias : nullptr;
+  a.eps = 1e-5f;
+  a.write_back = pick == nullptr;
+  a.out = out;
+  a.precision = p;
+  return a;
+}
+
 class CudaKernels : public ::testing::TestWithParam<Precision> {
  protected:
   void SetUp() override {
@@ -136,21 +160,9 @@ TEST_P(CudaKernels, AddNormMatchesCpuNormsWithResidualBiasAndRowSelection) {
       Dev<std::int32_t> idx(pick);
       const int out_rows = select ? 3 : rows;
       Dev<Half> out(static_cast<std::size_t>(out_rows) * n);
-      AddNormArgs a;
-      a.residual = x.get();
-      a.delta = d.get();
-      a.delta_bias = db.get();
-      a.row_index = select ? idx.get() : nullptr;
-      a.rows = out_rows;
-      a.n = n;
-      a.kind = kind;
-      a.weight = w.get();
-      a.bias = kind == NormKind::kLayer ? b.get() : nullptr;
-      a.eps = 1e-5f;
-      a.write_back = !select;
-      a.out = out.get();
-      a.precision = p();
-      add_norm(a, nullptr);
+      add_norm(norm_args(x.get(), d.get(), db.get(), select ? idx.get() : nullptr, out_rows, n,
+                         kind, w.get(), b.get(), out.get(), p()),
+               nullptr);
       std::vector<float> want(static_cast<std::size_t>(rows) * n);
       if (kind == NormKind::kRms) {
         cpu::rms_norm(summed.data(), rows, n, weight.data(), 1e-5f, want.data());
@@ -165,6 +177,61 @@ TEST_P(CudaKernels, AddNormMatchesCpuNormsWithResidualBiasAndRowSelection) {
       expect_near_all(from_half(out, want_rows.size(), p()), want_rows, rounding(p()), 1e-4,
                       select ? "selected rows" : "all rows");
       expect_near_all(x.download(), select ? x0 : summed, 0, 1e-5, "residual");
+    }
+  }
+}
+
+// A 16-bit delta (delta16: a bf16 all-reduce's sums under tensor parallelism) gives bitwise
+// the results of the fp32 delta holding its widened values on the kernels add_norm picks for
+// rows of up to 4096 (add_norm_delta16_exact): the vectorized one (n = 1024) and the register
+// one (n = 1000); the generic one (n = 5000) within a rounding of the output (its compiled
+// code rounded 2 of 20,000 fp16 LayerNorm outputs 1 ulp apart on an H100), the residual
+// bitwise. With and without row selection, RMS and LayerNorm.
+TEST_P(CudaKernels, AddNormReadsA16BitDeltaAsItsWidenedValues) {
+  std::mt19937 rng(12);
+  const int rows = 4;
+  for (int n : {1024, 1000, 5000}) {
+    for (NormKind kind : {NormKind::kRms, NormKind::kLayer}) {
+      const auto x0 = random_vector(rows * n, rng, 2.0f), dbias = random_vector(n, rng, 0.1f);
+      const auto weight = random_vector(n, rng), bias = random_vector(n, rng);
+      std::vector<float> widened;
+      auto d16 = to_half(random_vector(rows * n, rng), p(), &widened);
+      const std::vector<std::int32_t> pick{2, 0};
+      for (bool select : {true, false}) {
+        const int out_rows = select ? 2 : rows;
+        std::vector<float> outs[2], residuals[2];
+        for (int sixteen = 0; sixteen < 2; ++sixteen) {
+          Dev<float> x(x0), d(widened), db(dbias), w(weight), b(bias);
+          Dev<std::int32_t> idx(pick);
+          Dev<Half> out(static_cast<std::size_t>(out_rows) * n);
+          AddNormArgs a = norm_args(x.get(), sixteen ? nullptr : d.get(), db.get(),
+                                    select ? idx.get() : nullptr, out_rows, n, kind, w.get(),
+                                    b.get(), out.get(), p());
+          a.delta16 = sixteen ? d16->get() : nullptr;
+          add_norm(a, nullptr);
+          outs[sixteen] = from_half(out, static_cast<std::size_t>(out_rows) * n, p());
+          residuals[sixteen] = x.download();
+        }
+        const std::string what = "n " + std::to_string(n) + (select ? ", selected rows" : "") +
+                                 (kind == NormKind::kRms ? ", RMS" : ", LayerNorm");
+        for (int k = 0; k < 2; ++k) {
+          const auto& got = k == 0 ? outs[1] : residuals[1];
+          const auto& want = k == 0 ? outs[0] : residuals[0];
+          ASSERT_EQ(got.size(), want.size()) << what;
+          std::size_t differ = 0, first = 0;
+          for (std::size_t i = 0; i < got.size(); ++i) {
+            if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && differ++ == 0) first = i;
+          }
+          if (k == 0 && !add_norm_delta16_exact(n)) {
+            expect_near_all(got, want, rounding(p()), 1e-6, what + ": outputs");
+            continue;
+          }
+          EXPECT_EQ(differ, 0u) << what << (k == 0 ? ": outputs" : ": residuals") << " differ at "
+                                << differ << " elements, first " << first << ": " << got[first]
+                                << " against " << want[first] << " (delta "
+                                << widened[first % (static_cast<std::size_t>(rows) * n)] << ")";
+        }
+      }
     }
   }
 }

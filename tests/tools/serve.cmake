@@ -78,13 +78,14 @@ set_tests_properties(weft_serve_graceful_shutdown PROPERTIES FIXTURES_REQUIRED g
   ENVIRONMENT "WEFT_TEST_NODE=${gateway_node};WEFT_TEST_TIME_SCALE=${WEFT_TEST_TIMEOUT_SCALE}" PASS_REGULAR_EXPRESSION "graceful shutdown checks passed")
 set_tests_properties(weft_serve_load weft_serve_overload weft_serve_slow_sse weft_serve_graceful_shutdown
   PROPERTIES FAIL_REGULAR_EXPRESSION "FAIL|weft serve exited with|did not stop|ThreadSanitizer|AddressSanitizer|runtime error")
-# --schedule-policy and --admission reach the engine (the server says which it runs) and the
-# server answers under them; a value outside the lists is refused, naming it.
+# --schedule-policy, --admission, --max-running and --max-tokens-per-step reach the engine (the
+# server says which it runs) and the server answers under them; a value outside the lists is
+# refused, naming it.
 add_test(NAME weft_serve_schedule_policy COMMAND ${gateway_run} bash ${gateway_tests}/http_curl.sh)
 set_tests_properties(weft_serve_schedule_policy PROPERTIES TIMEOUT 180
-  PASS_REGULAR_EXPRESSION "\n0 failure\\(s\\)\n.*scheduling: lof waiting queue, optimistic admission, at most 5 sequences a step"
+  PASS_REGULAR_EXPRESSION "\n0 failure\\(s\\)\n.*scheduling: lof waiting queue, optimistic admission, at most 5 sequences and 96 tokens a step"
   FAIL_REGULAR_EXPRESSION "FAIL"
-  ENVIRONMENT "WEFT_SERVE_ARGS=--schedule-policy lof --admission optimistic --max-running 5")
+  ENVIRONMENT "WEFT_SERVE_ARGS=--schedule-policy lof --admission optimistic --max-running 5 --max-tokens-per-step 96")
 add_test(NAME weft_serve_schedule_policy_refused
          COMMAND $<TARGET_FILE:weft> serve --model ${CMAKE_SOURCE_DIR}/models/weft-tiny --schedule-policy sjf)
 set_tests_properties(weft_serve_schedule_policy_refused PROPERTIES TIMEOUT 30

@@ -49,6 +49,7 @@ struct ServeOptions {
   std::int64_t kv_budget_mb = 256;
   unsigned threads = 0;
   int max_running = EngineConfig{}.max_running;
+  int max_tokens_per_step = 0;  // 0: EngineConfig's default (512 per GPU of a TP group)
   std::string admission = EngineConfig{}.admission;
   std::string schedule_policy = EngineConfig{}.schedule_policy;
   std::string tool_call_format = "auto";
@@ -118,6 +119,7 @@ int run_serve(const ServeOptions& opts) {
     }
     config.gpu_memory_fraction = opts.gpu_memory_fraction;
     config.max_running = opts.max_running;
+    config.max_tokens_per_step = opts.max_tokens_per_step;
     config.admission = opts.admission;
     config.schedule_policy = opts.schedule_policy;
     config.kv_cache_dtype = opts.kv_cache_dtype;
@@ -185,7 +187,8 @@ int run_serve(const ServeOptions& opts) {
                 << std::endl;
       std::cout << "weft serve: scheduling: " << config.schedule_policy << " waiting queue, "
                 << config.admission << " admission, at most " << config.max_running
-                << " sequences a step" << std::endl;
+                << " sequences and " << config.step_token_budget() << " tokens a step"
+                << std::endl;
     }
 
     // After the engine has stopped, live answers still hold their final `shutdown` events:
@@ -319,6 +322,11 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-running", opts->max_running, "sequences in one batch at most")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
+  cmd->add_option("--max-tokens-per-step", opts->max_tokens_per_step,
+                  "step token budget: prefill chunks and decodes per step (0: 512, or 512 per "
+                  "GPU with --tensor-parallel on GPUs; docs/engine.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--admission", opts->admission,
                   "reserve: admit a request only when its whole output fits in the KV pool; "
                   "optimistic: admit what fits now and preempt when the pool runs out")

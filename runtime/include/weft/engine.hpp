@@ -66,8 +66,8 @@ struct EngineConfig {
   // Prefill chunks + decodes per step. 0 (the default): step_token_budget(), 512 on one
   // device and 512 per GPU of a tensor-parallel group (docs/engine.md, "Scheduling defaults").
   int max_tokens_per_step = 0;
-  int max_running = 256;                       // sequences in one batch at most
-  std::string admission = "reserve";           // "reserve" (never over-commit) or "optimistic"
+  int max_running = 256;              // sequences in one batch at most
+  std::string admission = "reserve";  // "reserve" (never over-commit) or "optimistic"
   // The waiting queue's order: "fcfs" (arrival) or "lof" (longest output first: by max_tokens,
   // longest first; for offline batches, docs/engine.md#how-fast-can-this-workload-go).
   std::string schedule_policy = "fcfs";

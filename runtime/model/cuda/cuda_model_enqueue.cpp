@@ -26,6 +26,7 @@
 #include "kernels/cuda/rope.hpp"
 #include "kernels/cuda/stream_fence.hpp"
 #include "runtime/model/cuda/cuda_model_state.hpp"
+#include "runtime/model/cuda/prefetch_switches.hpp"
 
 namespace weft::model {
 
@@ -44,41 +45,14 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
   bool& reduce_ok = step.reduce_ok;
   const auto* dev = meta.as<std::int32_t>();
   const auto* dev_f = meta.as<float>();
-  // Decode steps of up to 64 tokens are latency-bound between their products: while the small
-  // kernels run, a side stream asks L2 to fetch the first 8 MB of the next product's weights
-  // (kernels/cuda/l2_prefetch.hpp; 8 MB measured best on the H100, docs/cuda.md). For
-  // comparisons, WEFT_L2_PREFETCH_MB sets the MB per range (0: off): one number, or four (qkv
-  // and lm_head, o, gate_up, down); WEFT_L2_PREFETCH_TOKENS the largest step that prefetches.
-  enum PrefetchRange { kQkvOrHead, kO, kGateUp, kDown };
-  static const std::array<std::size_t, 4> prefetch_cap = [] {
-    std::array<std::size_t, 4> mb{8, 8, 8, 8};
-    if (const char* v = std::getenv("WEFT_L2_PREFETCH_MB")) {
-      int got[4] = {0, 0, 0, 0};
-      const int n = std::sscanf(v, "%d,%d,%d,%d", &got[0], &got[1], &got[2], &got[3]);
-      for (int k = 0; k < 4; ++k)
-        mb[k] = static_cast<std::size_t>(std::max(0, got[n == 4 ? k : 0]));
-    }
-    for (auto& m : mb)
-      m <<= 20;
-    return mb;
-  }();
-  // Tensor parallel (docs/parallel.md): the prefetches that run beside an all-reduce (gate_up's
-  // beside o's, the next layer's qkv or the head's beside down's) have the all-reduce's
-  // latency to fill, memory otherwise idle: WEFT_TP_PREFETCH_MB per range (default 16; 0: the
-  // single-GPU caps). WEFT_TP_OVERLAP=0 forks the next qkv's prefetch after down's all-reduce
-  // (the single-GPU order), for comparisons.
-  static const std::size_t tp_prefetch_cap = [] {
-    const char* v = std::getenv("WEFT_TP_PREFETCH_MB");
-    return static_cast<std::size_t>(std::max(0, v != nullptr ? std::atoi(v) : 16)) << 20;
-  }();
-  static const bool tp_overlap = [] {
-    const char* v = std::getenv("WEFT_TP_OVERLAP");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  static const int prefetch_tokens = [] {
-    const char* v = std::getenv("WEFT_L2_PREFETCH_TOKENS");
-    return v != nullptr ? std::atoi(v) : 64;
-  }();
+  // L2 prefetches of the next product's weights (prefetch_switches.hpp).
+  using PrefetchRange = PrefetchSwitches::Range;
+  using enum PrefetchSwitches::Range;
+  const PrefetchSwitches& switches = PrefetchSwitches::get();
+  const auto& prefetch_cap = switches.cap;
+  const std::size_t tp_prefetch_cap = switches.tp_cap;
+  const bool tp_overlap = switches.tp_overlap;
+  const int prefetch_tokens = switches.tokens;
 
   const cuda::Precision P = options.precision;
   const int H = spec.hidden_size, I = spec.intermediate_size;
@@ -103,20 +77,32 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
   // up in place (on `stream`, so inside a captured graph too) before any bias or residual add.
   // `sixteen`: the product wrote bf16 rows into delta16 (row_parallel_product): they are summed
   // as bf16, half the bytes, and widened into `delta`.
+  // Pre-norm sequential layers read a bf16 all-reduce's sums straight from delta16 in the
+  // add_norm after it (delta_in16), where that gives the bits of the widened sums; the other
+  // consumers read `delta`, widened here.
+  const bool norm_reads16 = spec.norm_placement != NormPlacement::kPost &&
+                            !spec.parallel_attention && cuda::add_norm_delta16_exact(H);
+  bool delta_in16 = false;
   auto all_reduce_delta = [&](bool sixteen) {
     if (tensor_parallel == nullptr) return;
     const auto n = static_cast<std::size_t>(T) * H;
     // NCCL's symmetric kernels may start before the product's writes are flushed (tp_fence).
     if (tp_fence && !(sixteen ? delta16 : delta).owned()) cuda::stream_fence(stream);
+    delta_in16 = sixteen && norm_reads16;
     if (sixteen) {
       reduce_ok &= static_cast<bool>(tensor_parallel->all_reduce_sum_bf16(
           std::span<std::uint16_t>(delta16.as<std::uint16_t>(), n)));
-      cuda::convert_to_f32(delta16.get(), P, delta.as<float>(), n, stream);
+      if (!delta_in16) cuda::convert_to_f32(delta16.get(), P, delta.as<float>(), n, stream);
     } else {
       reduce_ok &= static_cast<bool>(
           tensor_parallel->all_reduce_sum(std::span<float>(delta.as<float>(), n)));
     }
     mark("all-reduce");
+  };
+  // Points an add_norm at the last all-reduce's sums: delta16 or `delta`.
+  auto norm_delta = [&](cuda::AddNormArgs& a) {
+    a.delta = delta_in16 ? nullptr : delta.as<float>();
+    a.delta16 = delta_in16 ? delta16.get() : nullptr;
   };
 
   // L2 prefetch of the next product's weights on the side stream, forked from `stream` here
@@ -449,7 +435,7 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
     cuda::AddNormArgs an;
     an.residual = x.as<float>();
     if (l > 0 && deferred_residual) {
-      an.delta = delta.as<float>();
+      norm_delta(an);
       an.delta_bias = or_null(layers[l - 1].down_bias);
     }
     an.rows = T;
@@ -494,7 +480,7 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
       fused_reduce(or_null(W.o_bias), &W.mlp_norm, &W.mlp_norm_bias);
       mlp_block(l, W, h.get());
     } else if (deferred_residual) {
-      an.delta = delta.as<float>();
+      norm_delta(an);
       an.delta_bias = or_null(W.o_bias);
       an.weight = W.mlp_norm.as<float>();
       an.bias = or_null(W.mlp_norm_bias);
@@ -525,6 +511,10 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
   if (!ends) {
     // A stage before the last hands on the whole residual stream, its deferred add done.
     if (deferred_residual && !layers.empty()) {
+      if (delta_in16) {
+        cuda::convert_to_f32(delta16.get(), P, delta.as<float>(), static_cast<std::size_t>(T) * H,
+                             stream);
+      }
       cuda::add_residual(x.as<float>(), delta.as<float>(), or_null(layers.back().down_bias), T, H,
                          stream);
     }
@@ -546,7 +536,7 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
     cuda::AddNormArgs fin;
     fin.residual = x.as<float>();
     if (!layers.empty() && deferred_residual) {
-      fin.delta = delta.as<float>();
+      norm_delta(fin);
       fin.delta_bias = or_null(layers.back().down_bias);
     }
     fin.row_index = dev + L.logit_rows;
