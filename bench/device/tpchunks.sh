@@ -4,9 +4,10 @@
 #     8B shape, a 512-token prefill, decode batches BATCHES at context 512 and the same with a
 #     512-token chunk in the step (--mixed 512): TP=1, then TP ranks under VARIANTS (";"-separated
 #     environment settings; "default" for none), and the default again with --profile. Its first
-#     run used the binaries of branch tpchunks (666d52d: o's and down's products in row chunks
-#     overlapped with their all-reduces, WEFT_TP_REDUCE_CHUNKS, measured slower and not merged);
-#     main's binaries ignore that variable.
+#     run used the binaries of branch tpchunks (666d52d, not kept; its change is in
+#     docs/notes/tpchunks.md: o's and down's products in row chunks overlapped with their
+#     all-reduces, WEFT_TP_REDUCE_CHUNKS, measured slower and not merged); main's binaries
+#     ignore that variable.
 #   PHASE=ref: PyTorch's NCCL all-reduce at 32 KB-64 MB over TP ranks (bench/device/nccl_ref.py,
 #     the reference), then cuda_forward_bench --profile at TP ranks with NCCL_DEBUG=INFO (which
 #     transport NCCL chose).

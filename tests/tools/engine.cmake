@@ -12,6 +12,16 @@ add_test(NAME weft_bench_max_concurrency
          COMMAND weft bench --num-requests 5 --input-len 6 --output-len 4 --max-concurrency 2 --threads 1)
 set_tests_properties(weft_bench_max_concurrency PROPERTIES PASS_REGULAR_EXPRESSION
   "\"requests\":5,\"failed\":0,.*\"output_tokens\":20,.*\"max_concurrency\":2")
+# The JSON names the settings the engine ran with: the step budget resolved (512 on the CPU
+# when --max-tokens-per-step is left at 0), or the one given.
+add_test(NAME weft_bench_reports_its_settings
+         COMMAND weft bench --num-requests 2 --input-len 6 --output-len 2 --max-running 3 --threads 1)
+set_tests_properties(weft_bench_reports_its_settings PROPERTIES PASS_REGULAR_EXPRESSION
+  "\"schedule_policy\":\"fcfs\",\"max_tokens_per_step\":512,\"max_running\":3,\"tensor_parallel\":1,\"pipeline_parallel\":1,")
+add_test(NAME weft_bench_reports_a_given_step_budget
+         COMMAND weft bench --num-requests 2 --input-len 6 --output-len 2 --max-tokens-per-step 40 --threads 1)
+set_tests_properties(weft_bench_reports_a_given_step_budget PROPERTIES PASS_REGULAR_EXPRESSION
+  "\"max_tokens_per_step\":40,")
 add_test(NAME weft_bench_max_concurrency_excludes_rate
          COMMAND weft bench --max-concurrency 2 --request-rate 5)
 set_tests_properties(weft_bench_max_concurrency_excludes_rate PROPERTIES WILL_FAIL TRUE)

@@ -254,7 +254,9 @@ int run_bench(const BenchOptions& o) {
     return 1;
   }
 
-  return report_bench(o, times, metrics, seconds, resolved_device, format, schemas);
+  BenchOptions ran = o;  // the report names the step budget the engine ran with
+  ran.max_tokens_per_step = config.step_token_budget();
+  return report_bench(ran, times, metrics, seconds, resolved_device, format, schemas);
 }
 
 }  // namespace

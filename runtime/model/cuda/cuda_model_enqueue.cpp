@@ -76,10 +76,9 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
   // Tensor parallel: o's and down's outputs are this rank's partial sums; the group adds them
   // up in place (on `stream`, so inside a captured graph too) before any bias or residual add.
   // `sixteen`: the product wrote bf16 rows into delta16 (row_parallel_product): they are summed
-  // as bf16, half the bytes, and widened into `delta`.
-  // Pre-norm sequential layers read a bf16 all-reduce's sums straight from delta16 in the
-  // add_norm after it (delta_in16), where that gives the bits of the widened sums; the other
-  // consumers read `delta`, widened here.
+  // as bf16, half the bytes, and widened into `delta`; or, on pre-norm sequential layers whose
+  // add_norm reads 16-bit rows with the bits of the widened ones (add_norm_delta16_exact), left
+  // in delta16 for that add_norm to read (delta_in16, norm_delta).
   const bool norm_reads16 = spec.norm_placement != NormPlacement::kPost &&
                             !spec.parallel_attention && cuda::add_norm_delta16_exact(H);
   bool delta_in16 = false;
