@@ -187,8 +187,7 @@ int run_serve(const ServeOptions& opts) {
                 << std::endl;
       std::cout << "weft serve: scheduling: " << config.schedule_policy << " waiting queue, "
                 << config.admission << " admission, at most " << config.max_running
-                << " sequences and " << config.step_token_budget() << " tokens a step"
-                << std::endl;
+                << " sequences and " << config.step_token_budget() << " tokens a step" << std::endl;
     }
 
     // After the engine has stopped, live answers still hold their final `shutdown` events:
