@@ -154,16 +154,17 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
 // all-reduces cost about the same up to megabytes: 512 per GPU keeps each rank's share of a
 // chunk step and spreads the all-reduces over N times the tokens (docs/parallel.md, "Large
 // steps": on four H200s 2,048 tokens gave 22% more output tok/s than 512, with lower TPOT).
-int EngineConfig::default_step_token_budget(bool cuda, int tensor_parallel_ranks) {
+int EngineConfig::step_token_budget(bool cuda, int tensor_parallel_ranks) const {
+  if (max_tokens_per_step > 0) return max_tokens_per_step;
   return 512 * (cuda ? std::max(1, tensor_parallel_ranks) : 1);
 }
 
 int EngineConfig::step_token_budget() const {
-  if (max_tokens_per_step > 0) return max_tokens_per_step;
+  if (max_tokens_per_step > 0) return max_tokens_per_step;  // no device to resolve
   const int ranks =
       tensor_parallel != nullptr ? tensor_parallel->size() / std::max(1, pipeline_parallel) : 1;
   const auto d = actors::parse_device(device);  // "auto" is a GPU where one is visible
-  return default_step_token_budget(d && d->cuda, ranks);
+  return step_token_budget(d && d->cuda, ranks);
 }
 
 Result<void> EngineConfig::validate() const {

@@ -84,7 +84,9 @@ eng)
     [ -n "$line" ] || tail -3 "$O/$c.err"
   done
   [ -f "$O/trace_tp4.jsonl" ] && python3 bench/step_trace_summary.py "$O/trace_tp4.jsonl" | head -40
-  for c in tp4 tp4old; do echo "$c step phases: $(grep -o '"per_step_us":{[^}]*}' "$O/$c.json")"; done
+  for c in tp4 tp4old; do
+    [ -f "$O/$c.json" ] && echo "$c step phases: $(grep -o '"per_step_us":{[^}]*}' "$O/$c.json")"
+  done
   ;;
 esac
 st end

@@ -351,12 +351,13 @@ TEST(EngineConfigTest, StepTokenBudgetIs512PerGpuOfTheGroupByDefault) {
   EXPECT_EQ(c.step_token_budget(), 512);  // the CPU
   c.device = "cuda:0";
   EXPECT_EQ(c.step_token_budget(), 512);  // one GPU, no group
-  EXPECT_EQ(EngineConfig::default_step_token_budget(true, 2), 1024);
-  EXPECT_EQ(EngineConfig::default_step_token_budget(true, 4), 2048);
-  EXPECT_EQ(EngineConfig::default_step_token_budget(false, 4), 512);  // CPU ranks over MPI
-  EXPECT_EQ(EngineConfig::default_step_token_budget(true, 0), 512);
+  EXPECT_EQ(c.step_token_budget(true, 2), 1024);
+  EXPECT_EQ(c.step_token_budget(true, 4), 2048);
+  EXPECT_EQ(c.step_token_budget(false, 4), 512);  // CPU ranks over MPI
+  EXPECT_EQ(c.step_token_budget(true, 0), 512);
   c.max_tokens_per_step = 300;
   EXPECT_EQ(c.step_token_budget(), 300);
+  EXPECT_EQ(c.step_token_budget(true, 4), 300);
   c = tiny_config();
   c.max_tokens_per_step = 0;
   EXPECT_TRUE(c.validate().ok());

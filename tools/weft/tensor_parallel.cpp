@@ -69,11 +69,8 @@ TensorParallelStart start_tensor_parallel(const std::string& command, int ranks,
   auto kv_dtype = actors::resolve_kv_cache_dtype(config.kv_cache_dtype, *device);
   if (!kv_dtype) return abort_all(kv_dtype.error().what());
   layout.dtype = *kv_dtype;
-  // The leader's step budget (EngineConfig::step_token_budget: 0 is 512 per GPU of the group),
-  // for this rank's step buffers.
-  const int step_tokens = config.max_tokens_per_step > 0
-                              ? config.max_tokens_per_step
-                              : EngineConfig::default_step_token_budget(device->cuda, ranks);
+  // The leader's step budget (0 is 512 per GPU of the group), for this rank's step buffers.
+  const int step_tokens = config.step_token_budget(device->cuda, ranks);
   auto followed = parallel::follow_tensor_parallel_leader(
       *group,
       [&](int num_pages) -> Result<std::unique_ptr<model::ForwardBackend>> {

@@ -155,7 +155,9 @@ struct EngineConfig {
   // max_tokens_per_step, or where it is 0 its default: 512 tokens per GPU of the
   // tensor-parallel group (group size / pipeline_parallel ranks) on a CUDA device, else 512.
   int step_token_budget() const;
-  static int default_step_token_budget(bool cuda, int tensor_parallel_ranks);
+  // The same for a device and a tensor-parallel size given (a follower rank, which has them
+  // but not the leader's group).
+  int step_token_budget(bool cuda, int tensor_parallel_ranks) const;
 };
 
 // A tool call an assistant message made, as the chat template receives it (OpenAI's
