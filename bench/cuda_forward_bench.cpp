@@ -70,6 +70,7 @@
 #include <vector>
 
 #include "kernels/cuda/device_info.hpp"
+#include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/paged_attention.hpp"
 #include "loaders/model_loader.hpp"
 #include "runtime/model/cuda/cuda_model.hpp"
@@ -184,7 +185,7 @@ int main(int argc, char** argv) {
   int context = 512, repeats = 20;
   bool profile = false;
   bool logits_to_host = false;
-  int small_step_tokens = 0;
+  int small_step_tokens = -1;  // the model's default (CudaModelOptions)
   std::string kv_dtype_arg = "bf16";
   double memory_fraction = 0.0;
   std::string quantize_name;
@@ -246,6 +247,9 @@ int main(int argc, char** argv) {
                    "[--kv-cache-dtype bf16|int8|fp8] [--gpu-memory-fraction F] "
                    "[--quantize FORMAT (q8_b32 ... q2_b64, docs/quantization.md)] [--layers N] "
                    "[--tensor-parallel N] [--attn-kernels old,new,stream] [--mixed P]\n"
+                   "  --small-step-kernel-tokens N: steps of up to N (0-8) tokens through the\n"
+                   "  small-step kernel instead of cuBLAS (default -1: 1 under --tensor-parallel,\n"
+                   "  else 0, as the engine)\n"
                    "  --mixed P: each decode batch's steps again with a P-token prefill chunk\n"
                    "  of one more sequence in the step (rows \"mixed\", plain launches)\n"
                    "  --shape 70b needs --layers (e.g. 10); --tensor-parallel N runs under "
@@ -263,6 +267,11 @@ int main(int argc, char** argv) {
   if (repeats < 3) {
     std::fprintf(stderr, "--repeats %d: expected 3 or more (the first two steps warm up)\n",
                  repeats);
+    return 2;
+  }
+  if (small_step_tokens < -1 || small_step_tokens > cuda::kGemvMaxTokens) {
+    std::fprintf(stderr, "--small-step-kernel-tokens %d: expected -1 (the default) or 0-%d\n",
+                 small_step_tokens, cuda::kGemvMaxTokens);
     return 2;
   }
   if (shape != "1b" && shape != "8b" && shape != "70b" && shape != "tiny") {

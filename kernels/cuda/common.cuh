@@ -103,11 +103,22 @@ inline bool pdl_enabled() {
   return on;
 }
 
+// Whether the products of a few tokens (gemv, gemv_rows, the lanes quantized product) are
+// launched with programmatic stream serialization too: pdl_enabled() and WEFT_PDL_PRODUCTS not
+// "0" (read once; for comparisons). They load their first weights before waiting.
+inline bool pdl_products_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("WEFT_PDL_PRODUCTS");
+    return pdl_enabled() && (env == nullptr || env[0] != '0');
+  }();
+  return on;
+}
+
 // kernel<<<grid, block, shared, stream>>>(args...), with programmatic stream serialization
-// when pdl_enabled(). The kernel must start with grid_dependency_wait() (see above).
+// where `pdl`. The kernel must start with grid_dependency_wait() (see above).
 template <class... Params, class... Args>
-void launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared,
-            cudaStream_t stream, Args&&... args) {
+void launch_with(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared,
+                 cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
@@ -117,8 +128,15 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = pdl_enabled() ? 1 : 0;
+  config.numAttrs = pdl ? 1 : 0;
   cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// launch_with(pdl_enabled(), ...).
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared,
+            cudaStream_t stream, Args&&... args) {
+  launch_with(pdl_enabled(), kernel, grid, block, shared, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace weft::cuda::detail

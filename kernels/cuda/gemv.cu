@@ -1,3 +1,8 @@
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemv.hpp"
 
@@ -40,19 +45,30 @@ __device__ __forceinline__ void unpack(const uint4& v, float (&f)[8], const __ha
 // One warp per kRows consecutive output rows; each lane takes 16-byte chunks lane, lane + 32,
 // ... of the rows (kUnroll chunks of every row in flight), multiplies them with the same chunks
 // of each token's x, and the warp sums its lanes at the end.
-template <class T, int kTokens, int kRows, int kUnroll>
+//
+// kGated (kRows 2): the gated MLP's gate_up product ending in its activation. w is [2 * half,
+// in] (gate rows, then up rows, half = out / 2); warp j takes rows j and half + j, and writes
+// act[t, j] = activation(gate) * up rounded to T instead of the two sums: the arithmetic of
+// mlp_activation (activation.cu) on the same sums, so the bits of the product and then the
+// activation kernel, one launch less.
+template <class T, int kTokens, int kRows, int kUnroll, bool kGated>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_kernel(const T* __restrict__ x, int tokens, const T* __restrict__ w, int out, int in,
-                float* __restrict__ y, int ldy) {
+                float* __restrict__ y, int ldy, ActivationKind kind, T* __restrict__ act) {
+  static_assert(!kGated || kRows == 2);
   const int lane = threadIdx.x & 31;
-  const int row0 = (blockIdx.x * kWarps + static_cast<int>(threadIdx.x >> 5)) * kRows;
-  if (row0 >= out) return;
+  const int warp_index = static_cast<int>(blockIdx.x * kWarps + (threadIdx.x >> 5));
+  const int half = out / 2;
+  const int row0 = kGated ? warp_index : warp_index * kRows;
+  if (row0 >= (kGated ? half : out)) return;  // reads and writes nothing: no wait needed
   const int chunks = in >> 3;
   const uint4* wr[kRows];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r)
-    wr[r] = reinterpret_cast<const uint4*>(w + static_cast<std::size_t>(min(row0 + r, out - 1)) *
+  for (int r = 0; r < kRows; ++r) {
+    const int row = kGated ? row0 + r * half : min(row0 + r, out - 1);
+    wr[r] = reinterpret_cast<const uint4*>(w + static_cast<std::size_t>(row) *
                                                    static_cast<std::size_t>(in));
+  }
   const uint4* xr = reinterpret_cast<const uint4*>(x);
   const T* tag = nullptr;
   float acc[kRows][kTokens];
@@ -81,7 +97,25 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   };
 
+  // Programmatic dependent launch: the first kUnroll chunks of the weights (constant) are
+  // loaded before waiting on the kernel before, x only after; the sums are those of the loop.
   int c = lane;
+  const bool preloaded = c + 32 * (kUnroll - 1) < chunks;
+  uint4 first[kUnroll][kRows];
+  if (preloaded) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        first[u][r] = load_stream(wr[r] + c + 32 * u);
+  }
+  detail::grid_dependency_wait();
+  if (preloaded) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      step(first[u], c + 32 * u);
+    c += 32 * kUnroll;
+  }
   for (; c + 32 * (kUnroll - 1) < chunks; c += 32 * kUnroll) {
     uint4 wv[kUnroll][kRows];
 #pragma unroll
@@ -100,25 +134,38 @@ __global__ void __launch_bounds__(kWarps * 32)
       wv[r] = load_stream(wr[r] + c);
     step(wv, c);
   }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
+  if constexpr (kGated) {
 #pragma unroll
     for (int t = 0; t < kTokens; ++t) {
-      const float v = detail::warp_sum(acc[r][t]);
-      if (lane == 0 && t < tokens && row0 + r < out) {
-        y[static_cast<std::size_t>(t) * static_cast<std::size_t>(ldy) + row0 + r] = v;
+      const float gate = detail::warp_sum(acc[0][t]), up = detail::warp_sum(acc[1][t]);
+      if (lane == 0 && t < tokens) {
+        act[static_cast<std::size_t>(t) * half + row0] =
+            detail::from_float<T>(detail::activate(kind, gate) * up);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (int t = 0; t < kTokens; ++t) {
+        const float v = detail::warp_sum(acc[r][t]);
+        if (lane == 0 && t < tokens && row0 + r < out) {
+          y[static_cast<std::size_t>(t) * static_cast<std::size_t>(ldy) + row0 + r] = v;
+        }
       }
     }
   }
 }
 
-template <class T, int kTokens, int kRows, int kUnroll>
+template <class T, int kTokens, int kRows, int kUnroll, bool kGated = false>
 void launch(const void* x, int tokens, const void* w, int out, int in, float* y, int ldy,
-            cudaStream_t stream) {
-  const int rows_per_block = kWarps * kRows;
-  const int blocks = (out + rows_per_block - 1) / rows_per_block;
-  gemv_kernel<T, kTokens, kRows, kUnroll><<<blocks, kWarps * 32, 0, stream>>>(
-      static_cast<const T*>(x), tokens, static_cast<const T*>(w), out, in, y, ldy);
+            cudaStream_t stream, ActivationKind kind = ActivationKind::kSilu, void* act = nullptr) {
+  const int warps = kGated ? out / 2 : (out + kRows - 1) / kRows;
+  const int blocks = (warps + kWarps - 1) / kWarps;
+  detail::launch_with(detail::pdl_products_enabled(),
+                      gemv_kernel<T, kTokens, kRows, kUnroll, kGated>, blocks, kWarps * 32, 0,
+                      stream, static_cast<const T*>(x), tokens, static_cast<const T*>(w), out, in,
+                      y, ldy, kind, static_cast<T*>(act));
 }
 
 }  // namespace
@@ -135,6 +182,30 @@ void gemv(const void* x, int tokens, const void* w, int out_features, int in_fea
       launch<T, 4, 4, 2>(x, tokens, w, out_features, in_features, y, ldy, stream);
     } else {
       launch<T, 8, 4, 2>(x, tokens, w, out_features, in_features, y, ldy, stream);
+    }
+  });
+}
+
+bool gemv_gated_supported(const void* x, int tokens, const void* w, int out_features,
+                          int in_features) {
+  static const bool on = [] {
+    const char* v = std::getenv("WEFT_GEMV_GATED");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on && out_features % 2 == 0 && out_features > 0 &&
+         gemv_supported(x, tokens, w, in_features) && tokens <= kGemvGatedMaxTokens;
+}
+
+void gemv_gated(ActivationKind kind, const void* x, int tokens, const void* w, int out_features,
+                int in_features, void* act, Precision precision, cudaStream_t stream) {
+  if (tokens <= 0 || out_features <= 0) return;
+  WEFT_DISPATCH_PRECISION(precision, {
+    if (tokens == 1) {
+      launch<T, 1, 2, 4, true>(x, tokens, w, out_features, in_features, nullptr, 0, stream, kind,
+                               act);
+    } else {
+      launch<T, 2, 2, 4, true>(x, tokens, w, out_features, in_features, nullptr, 0, stream, kind,
+                               act);
     }
   });
 }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/activation.hpp"
 #include "kernels/cuda/precision.hpp"
 
 namespace weft::cuda {
@@ -26,5 +27,19 @@ inline bool gemv_supported(const void* x, int tokens, const void* w, int in_feat
 // ldy. Deterministic: the summation order depends only on in_features and the row.
 void gemv(const void* x, int tokens, const void* w, int out_features, int in_features, float* y,
           int ldy, Precision precision, cudaStream_t stream);
+
+// The gated MLP's gate_up product of one or two tokens ending in its activation: w is
+// [out_features, in] with the gate rows first and the up rows after (out_features / 2 each, as
+// the model stores gate_up); act[t, j] = activation(gate[t, j]) * up[t, j] rounded to
+// `precision`, [tokens, out_features / 2]. The sums are gemv's and the activation
+// mlp_activation's (fp32 inputs, no bias), so act has the bits of gemv into fp32 rows and then
+// mlp_activation, one launch less per layer.
+inline constexpr int kGemvGatedMaxTokens = 2;
+// gemv_supported, 1..kGemvGatedMaxTokens tokens, an even out_features, and WEFT_GEMV_GATED not
+// "0" (for comparisons).
+bool gemv_gated_supported(const void* x, int tokens, const void* w, int out_features,
+                          int in_features);
+void gemv_gated(ActivationKind kind, const void* x, int tokens, const void* w, int out_features,
+                int in_features, void* act, Precision precision, cudaStream_t stream);
 
 }  // namespace weft::cuda

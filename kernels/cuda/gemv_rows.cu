@@ -55,6 +55,20 @@ __global__ void __launch_bounds__(kWarps * 32)
   const uint4* wb = reinterpret_cast<const uint4*>(
                         w + static_cast<std::size_t>(min(row0 + g + 8, out - 1)) * in) +
                     q;
+  // Programmatic dependent launch: the first kUnroll chunks of the weights (constant) are
+  // loaded before waiting on the kernel before, x and row_index only after; the sums are
+  // those of the loop below.
+  int c = warp;
+  const bool preloaded = c + kWarps * (kUnroll - 1) < chunks;
+  uint4 first_a[kUnroll], first_b[kUnroll];
+  if (preloaded) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      first_a[u] = load_stream(wa + 4 * (c + kWarps * u));
+      first_b[u] = load_stream(wb + 4 * (c + kWarps * u));
+    }
+  }
+  detail::grid_dependency_wait();
   // x row of column g of each tile (a zero column past `rows`).
   const uint4* xr[kTiles];
   bool live[kTiles];
@@ -80,7 +94,12 @@ __global__ void __launch_bounds__(kWarps * 32)
       mma(acc[n], a.z, b.z, a.w, b.w, xv.z, xv.w, T{});
     }
   };
-  int c = warp;
+  if (preloaded) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      step(first_a[u], first_b[u], c + kWarps * u);
+    c += kWarps * kUnroll;
+  }
   for (; c + kWarps * (kUnroll - 1) < chunks; c += kWarps * kUnroll) {
     uint4 a[kUnroll], b[kUnroll];
 #pragma unroll
@@ -121,8 +140,9 @@ template <class T, int kTiles>
 void launch(const void* x, int rows, const std::int32_t* row_index, const void* w, int out, int in,
             float* y, int ldy, cudaStream_t stream) {
   const int blocks = (out + kBlockRows - 1) / kBlockRows;
-  gemv_rows_kernel<T, kTiles><<<blocks, kWarps * 32, 0, stream>>>(
-      static_cast<const T*>(x), rows, row_index, static_cast<const T*>(w), out, in, y, ldy);
+  detail::launch_with(detail::pdl_products_enabled(), gemv_rows_kernel<T, kTiles>, blocks,
+                      kWarps * 32, 0, stream, static_cast<const T*>(x), rows, row_index,
+                      static_cast<const T*>(w), out, in, y, ldy);
 }
 
 }  // namespace

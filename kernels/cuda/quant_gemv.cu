@@ -172,22 +172,48 @@ __global__ void __launch_bounds__(kWarps * 32)
       acc[r][t] = 0.0f;
   }
 
+  // The codes and headers of a tile's group `lane` for the kRows rows (constant weights).
+  auto load_tile = [&](int tile, int n, unsigned(&w)[kRows][kBits],
+                       float2(&sm)[kRows][G::kSegments]) {
+    const int g = tile * 32 + lane;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const std::size_t row = static_cast<std::size_t>(min(row0 + r, out - 1));
+      load_group<kBits>(codes + row * row_words + static_cast<std::size_t>(tile) * 32 * kBits, n,
+                        lane, w[r]);
+#pragma unroll
+      for (int s = 0; s < G::kSegments; ++s) {
+        sm[r][s] =
+            header_floats(__ldg(headers + row * row_blocks + g * G::kGroupWeights / kBlock + s));
+      }
+    }
+  };
+  // Programmatic dependent launch: the warp's first tile is loaded before waiting on the
+  // kernel before, x only after; the sums are those without it.
+  unsigned first_w[kRows][kBits];
+  float2 first_sm[kRows][G::kSegments];
+  const bool preloaded = warp < tiles && lane < min(32, groups - warp * 32);
+  if (preloaded) load_tile(warp, min(32, groups - warp * 32), first_w, first_sm);
+  detail::grid_dependency_wait();
+
   for (int tile = warp; tile < tiles; tile += kWarps) {
     const int n = min(32, groups - tile * 32);
     if (lane < n) {
       const int g = tile * 32 + lane;
       unsigned w[kRows][kBits];
       float2 sm[kRows][G::kSegments];
+      if (tile == warp) {
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const std::size_t row = static_cast<std::size_t>(min(row0 + r, out - 1));
-        load_group<kBits>(codes + row * row_words + static_cast<std::size_t>(tile) * 32 * kBits, n,
-                          lane, w[r]);
+        for (int r = 0; r < kRows; ++r) {
 #pragma unroll
-        for (int s = 0; s < G::kSegments; ++s) {
-          sm[r][s] =
-              header_floats(__ldg(headers + row * row_blocks + g * G::kGroupWeights / kBlock + s));
+          for (int b = 0; b < kBits; ++b)
+            w[r][b] = first_w[r][b];
+#pragma unroll
+          for (int s = 0; s < G::kSegments; ++s)
+            sm[r][s] = first_sm[r][s];
         }
+      } else {
+        load_tile(tile, n, w, sm);
       }
       // Per header segment: sum(q * x) per row and token, sum(x) per token, then
       // acc += scale * sum(q * x) + min * sum(x).
@@ -316,8 +342,10 @@ void launch_gemv(const void* x, int tokens, const QuantMatrixView& w, float* y, 
                                                        static_cast<std::size_t>(w.cols));
   const auto* base = static_cast<const unsigned char*>(w.data);
   const int grid = (w.rows + kRows - 1) / kRows;
-  quant_gemv_kernel<T, kBits, kUnitW, kBlock, kTokens, kRows><<<grid, kWarps * 32, 0, stream>>>(
-      static_cast<const T*>(x), tokens, reinterpret_cast<const unsigned*>(base),
+  detail::launch_with(
+      detail::pdl_products_enabled(), quant_gemv_kernel<T, kBits, kUnitW, kBlock, kTokens, kRows>,
+      grid, kWarps * 32, 0, stream, static_cast<const T*>(x), tokens,
+      reinterpret_cast<const unsigned*>(base),
       reinterpret_cast<const unsigned*>(base + layout.header_offset()), w.rows, w.cols, y, ldy);
 }
 

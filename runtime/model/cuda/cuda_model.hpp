@@ -41,10 +41,13 @@ struct CudaModelOptions {
   // Replay decode-only steps as CUDA graphs, one per (batch size, decode split count).
   bool cuda_graphs = true;
   // Products of steps with up to this many tokens (0-8) use a streaming kernel instead of
-  // cuBLAS (kernels/cuda/gemv.hpp): 1 makes batch-1 decode 6-7% faster on an H100. Off by
-  // default: its sums are in another order than cuBLAS's, so a token's logits (and, at near
-  // ties, its greedy choice) would depend on the size of the step it runs in.
-  int small_step_kernel_tokens = 0;
+  // cuBLAS (kernels/cuda/gemv.hpp): 1 makes batch-1 decode 6-7% faster on an H100. Its sums
+  // are in another order than cuBLAS's, so a token's logits (and, at near ties, its greedy
+  // choice) would depend on the size of the step it runs in. -1 (the default): 0 on one GPU,
+  // whose decode rows keep their bits in any batch; 1 once set_tensor_parallel joins a group
+  // of two or more, whose large steps all-reduce in bf16 and so do not keep them anyway
+  // (batch-1 steps of the 8B shape 12% shorter at TP=2 on H200s, docs/parallel.md).
+  int small_step_kernel_tokens = -1;
   // A step's decode rows (single-token slices and speculative verification rows), when it has
   // 1 to this many (at most cuda::kGemvRowsMax, 32), go through the row kernel
   // (kernels/cuda/gemv_rows.hpp) for every 16-bit product instead of cuBLAS: a row's bits then

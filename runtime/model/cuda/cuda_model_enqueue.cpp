@@ -17,6 +17,7 @@
 #include "kernels/cuda/alibi_attention.hpp"
 #include "kernels/cuda/convert.hpp"
 #include "kernels/cuda/embedding.hpp"
+#include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/gemv_rows.hpp"
 #include "kernels/cuda/l2_prefetch.hpp"
 #include "kernels/cuda/learned_positions.hpp"
@@ -342,6 +343,14 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
     }
   };
 
+  // Small steps through the small-step kernel (Blas::small_step) of a gated MLP without
+  // biases: gate_up's product applies the activation itself (cuda::gemv_gated, the same bits;
+  // one launch less per layer).
+  auto gated_up = [&](const Layer& W, const void* in) {
+    return spec.gated_mlp && W.up_bias.get() == nullptr && blas->small_step(T) && !row_kernel &&
+           W.up.get() != nullptr && !uses_quant(W.up_q) &&
+           cuda::gemv_gated_supported(in, T, W.up.get(), mlp_width, H);
+  };
   // One layer's MLP from the 16-bit rows `in`, into `delta` (its down bias not yet added).
   auto mlp_block = [&](std::size_t l, const Layer& W, const void* in) {
     // Without a bias, gate and up are written as 16 bits (what the activation reads them
@@ -364,6 +373,11 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
       // (quant_gemv_gated; WEFT_QUANT_GATED=0 turns it off).
       cuda::quant_gemv_gated(kernel_activation(spec.activation), in, T, up_view, act.get(), P,
                              stream);
+      mark("gate_up product");
+      prefetch_matrix(kDown, W.down, W.down_q, H, I);
+    } else if (gated_up(W, in)) {
+      cuda::gemv_gated(kernel_activation(spec.activation), in, T, W.up.get(), mlp_width, H,
+                       act.get(), P, stream);
       mark("gate_up product");
       prefetch_matrix(kDown, W.down, W.down_q, H, I);
     } else {

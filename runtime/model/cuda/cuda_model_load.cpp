@@ -219,7 +219,7 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
   }
   s->blas = std::make_unique<cuda::Blas>();
   if (!s->blas->error().empty()) return Error(ErrorCode::kInternal, s->blas->error());
-  s->blas->set_gemv_max_tokens(options.small_step_kernel_tokens);
+  s->blas->set_gemv_max_tokens(std::max(0, options.small_step_kernel_tokens));
 
   // Weights: fused qkv and gate_up products, 16-bit matrices, fp32 norms and biases.
   DeviceBuffer staging;

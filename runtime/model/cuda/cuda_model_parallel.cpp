@@ -138,6 +138,8 @@ Result<void> CudaModel::set_tensor_parallel(parallel::Communicator& comm) {
     reduce16 = t != nullptr && *t != '\0' ? std::max(0, std::atoi(t)) : 128;
   }
   s.drop_graphs();  // they point at the buffers about to move
+  // One-token steps through the small-step kernel unless the options chose (CudaModelOptions).
+  if (s.options.small_step_kernel_tokens < 0) s.blas->set_gemv_max_tokens(comm.size() >= 2 ? 1 : 0);
   s.tp_fence = false;
   s.tp_buffers = "plain device memory";
   s.head_window_shard = s.head_window_gathered = nullptr;
