@@ -35,15 +35,19 @@ Result<void> send_header(Communicator& comm, Header& h, bool point_to_point) {
   return deliver(comm, std::as_writable_bytes(std::span<Header>(&h, 1)), point_to_point);
 }
 
-// The batch as int32s: tokens, positions, then per sequence (begin, count, flags: all_logits 1
-// and verify 2, pages), then every sequence's page ids.
+// The batch as int32s: tokens, positions, then per sequence kSequenceInts (begin, count,
+// flags: all_logits 1 and verify 2, pages, and KV-Compress's slot offset, evicted slots and
+// window), then every sequence's page ids.
+constexpr std::int64_t kSequenceInts = 7;
+
 std::vector<std::int32_t> pack(const model::StepBatch& b) {
   std::vector<std::int32_t> out(b.tokens.begin(), b.tokens.end());
   out.insert(out.end(), b.positions.begin(), b.positions.end());
   for (const auto& s : b.sequences) {
     out.insert(out.end(),
                {s.token_begin, s.token_count, (s.all_logits ? 1 : 0) | (s.verify ? 2 : 0),
-                static_cast<std::int32_t>(s.page_table.size())});
+                static_cast<std::int32_t>(s.page_table.size()), s.slot_offset, s.compress_evict,
+                s.compress_window});
   }
   for (const auto& s : b.sequences)
     out.insert(out.end(), s.page_table.begin(), s.page_table.end());
@@ -59,10 +63,14 @@ Result<model::StepBatch> unpack(const Header& h, const std::vector<std::int32_t>
   b.positions.assign(at, at + static_cast<std::ptrdiff_t>(T));
   at += static_cast<std::ptrdiff_t>(T);
   std::vector<std::int32_t> pages(S);
-  for (std::size_t s = 0; s < S; ++s, at += 4) {
+  for (std::size_t s = 0; s < S; ++s, at += kSequenceInts) {
     b.sequences.push_back({at[0], at[1], {}, (at[2] & 1) != 0});
-    b.sequences.back().verify = (at[2] & 2) != 0;
+    auto& slice = b.sequences.back();
+    slice.verify = (at[2] & 2) != 0;
     pages[s] = at[3];
+    slice.slot_offset = at[4];
+    slice.compress_evict = at[5];
+    slice.compress_window = at[6];
   }
   for (std::size_t s = 0; s < S; ++s) {
     if (pages[s] < 0 || in.end() - at < pages[s]) {
@@ -157,7 +165,8 @@ Result<void> follow_tensor_parallel_leader(
       if (point_to_point) return comm.wait_sends();  // the last steps' logits delivered
       return {};
     }
-    payload.assign(static_cast<std::size_t>(2 * h.tokens + 4 * h.sequences + h.page_entries), 0);
+    payload.assign(
+        static_cast<std::size_t>(2 * h.tokens + kSequenceInts * h.sequences + h.page_entries), 0);
     if (auto ok = deliver(comm, bytes(payload), point_to_point); !ok) return ok;
     auto batch = unpack(h, payload);
     if (!batch) return batch.error();

@@ -21,3 +21,7 @@ add_test(NAME weft_serve_rejects_bad_kv_compress_window
          COMMAND weft serve --kv-compress-window 0)
 set_tests_properties(weft_serve_rejects_bad_kv_compress_window PROPERTIES PASS_REGULAR_EXPRESSION
   "--kv-compress-window: 0 is outside \\[1, 4096\\]")
+add_test(NAME weft_generate_kv_compress_refuses_pipeline
+         COMMAND weft generate --device cpu --prompt "x" --kv-compress-rate 0.5 --pipeline-parallel 2)
+set_tests_properties(weft_generate_kv_compress_refuses_pipeline PROPERTIES PASS_REGULAR_EXPRESSION
+  "--kv-compress-rate: not with --pipeline-parallel, --cpu-layers or a GPU budget so far")

@@ -79,6 +79,22 @@ if(WEFT_HAVE_MPI AND WEFT_MPIEXEC)
   set_tests_properties(weft_bench_pipeline_parallel_groups PROPERTIES TIMEOUT 180)
 endif()
 
+# KV-Compress under tensor parallelism on the CPU (docs/kv-compress.md): each rank compacts its
+# own kv heads after the prompt; generate gives one process's text and frees pages, bench one
+# process's output digest, compressions and pages freed.
+if(WEFT_HAVE_MPI AND WEFT_MPIEXEC)
+  set(kvc_args "generate --model ${CMAKE_SOURCE_DIR}/models/weft-tiny --device cpu --threads 1 --prompt 'The whale, the sea and the ship were all that the men of the Pequod knew for three long years, and the captain' --max-tokens 12 --ignore-eos --kv-compress-rate 0.5 --kv-compress-window 4 --page-size 4")
+  add_test(NAME weft_generate_tensor_parallel_kv_compress
+           COMMAND sh -c "one=$($<TARGET_FILE:weft> ${kvc_args} 2>/dev/null) && two=$(${tp_launch_text} -np 2 $<TARGET_FILE:weft> ${kvc_args} --tensor-parallel 2 2>${CMAKE_CURRENT_BINARY_DIR}/tp_kv_compress.err) && echo \"tp1: $one\" && echo \"tp2: $two\" && grep 'KV pages freed' ${CMAKE_CURRENT_BINARY_DIR}/tp_kv_compress.err && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]")
+  set_tests_properties(weft_generate_tensor_parallel_kv_compress PROPERTIES TIMEOUT 120
+    PASS_REGULAR_EXPRESSION "[1-9][0-9]* KV pages freed")
+  set(kvc_bench "bench --model ${CMAKE_SOURCE_DIR}/models/weft-tiny --device cpu --threads 1 --num-requests 4 --input-len 80 --output-len 4 --kv-compress-rate 0.5")
+  add_test(NAME weft_bench_tensor_parallel_kv_compress
+           COMMAND sh -c "one=$($<TARGET_FILE:weft> ${kvc_bench} | grep -o 'output_digest\":\"[0-9a-f]*') && out=$(${tp_launch_text} -np 2 $<TARGET_FILE:weft> ${kvc_bench} --tensor-parallel 2 | tail -1) && two=$(echo \"$out\" | grep -o 'output_digest\":\"[0-9a-f]*') && echo \"$out\" | grep -o '\"kv_compressions\":4,\"kv_compressed_pages\":8' && echo \"one: $one tp2: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]")
+  set_tests_properties(weft_bench_tensor_parallel_kv_compress PROPERTIES TIMEOUT 180
+    PASS_REGULAR_EXPRESSION "kv_compressions.:4,.kv_compressed_pages.:8")
+endif()
+
 # weft serve leading a group of two ranks: a greedy completion over HTTP equals weft generate.
 if(WEFT_HAVE_MPI AND WEFT_MPIEXEC)
   add_test(NAME weft_serve_tensor_parallel

@@ -30,6 +30,7 @@
 #include "tools/weft/generate_seq2seq.hpp"
 #include "tools/weft/load_progress.hpp"
 #include "tools/weft/speculative_options.hpp"
+#include "tools/weft/tensor_parallel.hpp"
 
 namespace weft::cli {
 namespace {
@@ -107,7 +108,10 @@ int run_compressed_generate(const GenerateOptions& o) {
     std::cerr << "weft generate: " << message << '\n';
     return 1;
   };
-  if (o.tensor_parallel > 1) return fail("--kv-compress-rate: not with --tensor-parallel so far");
+  if (o.pipeline.stages > 1 || o.pipeline.hybrid()) {
+    return fail(
+        "--kv-compress-rate: not with --pipeline-parallel, --cpu-layers or a GPU budget so far");
+  }
   auto device = actors::parse_device(o.device);
   if (!device) return fail(std::string("--device: ") + device.error().what());
   auto format = response_format(o);
@@ -121,6 +125,11 @@ int run_compressed_generate(const GenerateOptions& o) {
   config.kv_cache_dtype = o.kv_cache_dtype;
   config.kv_compress_rate = o.kv_compress.rate;
   config.kv_compress_window = o.kv_compress.window;
+  // --tensor-parallel N: rank 0 runs the engine leading the group, the others follow its steps
+  // (start_tensor_parallel returns their exit code when the leader stops).
+  auto tp = start_tensor_parallel("generate", o.tensor_parallel, config);
+  if (tp.exit_code) return *tp.exit_code;
+  config.tensor_parallel = tp.group;
   GenerateRequest request;
   if (o.prompt) {
     request.prompt = *o.prompt;
