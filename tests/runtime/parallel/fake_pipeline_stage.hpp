@@ -49,8 +49,8 @@ class FakeStage final : public model::StageForward {
 };
 
 // `sequences` prefills of `length` tokens each, one logit row each, pages 0, 1, ... in turn.
-// Its message (step_broadcast.cpp: tokens, positions, 4 words a sequence, the page ids) is
-// (2 * length + 4 + pages) * 4 bytes a sequence: 6 x 100 tokens are 5,064 bytes, past Open
+// Its message (step_broadcast.cpp: tokens, positions, 7 words a sequence, the page ids) is
+// (2 * length + 7 + pages) * 4 bytes a sequence: 6 x 100 tokens are 5,136 bytes, past Open
 // MPI's 4 KiB eager limit for shared memory.
 inline model::StepBatch prefill_step(int sequences, int length) {
   model::StepBatch b;
