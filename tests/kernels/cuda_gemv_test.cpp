@@ -19,7 +19,6 @@
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cuda/activation.hpp"
 #include "kernels/cuda/convert.hpp"
-#include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/gemv_rows.hpp"
 #include "kernels/cuda/residual_norm.hpp"
@@ -32,14 +31,7 @@ template <class T>
 using Dev = test_support::DeviceArray<T>;
 using Half = std::uint16_t;
 
-std::vector<float> random_vector(std::size_t n, std::mt19937& rng, float scale) {
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v)
-    x = dist(rng);
-  return v;
-}
-
+using test_support::random_vector;
 using test_support::widened;
 
 // y (rows x out, row stride ldy) against the CPU's product of the same 16-bit values.
@@ -67,17 +59,7 @@ void expect_product(const std::vector<float>& y, int ldy, const std::vector<floa
   EXPECT_LE(worst, 0.0) << what << ": " << where;
 }
 
-class CudaGemv : public ::testing::TestWithParam<Precision> {
- protected:
-  void SetUp() override {
-    const DeviceList list = visible_devices();
-    if (list.devices.empty()) {
-      GTEST_SKIP() << "no GPU visible (" << list.unavailable_reason
-                   << "): GPU checks run on the device machine through scripts/gpu-check";
-    }
-  }
-  Precision p() const { return GetParam(); }
-};
+using CudaGemv = test_support::PrecisionTest;
 
 TEST_P(CudaGemv, SmallStepKernelReadsTheRowsTheKernelBeforeWrote) {
   std::mt19937 rng(11);

@@ -62,13 +62,7 @@ std::vector<float> from_half(const Dev<Half>& h, std::size_t n, Precision p) {
   return f.download();
 }
 
-std::vector<float> random_vector(std::size_t n, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v)
-    x = dist(rng);
-  return v;
-}
+using test_support::random_vector;
 
 // Relative error bound for a value rounded to the precision once: half an ulp plus slack for
 // fp32 summation order.
@@ -115,17 +109,7 @@ AddNormArgs norm_args(float* residual, const float* delta, const float* delta_bi
   return a;
 }
 
-class CudaKernels : public ::testing::TestWithParam<Precision> {
- protected:
-  void SetUp() override {
-    const DeviceList list = visible_devices();
-    if (list.devices.empty()) {
-      GTEST_SKIP() << "no GPU visible (" << list.unavailable_reason
-                   << "): GPU checks run on the device machine through scripts/gpu-check";
-    }
-  }
-  Precision p() const { return GetParam(); }
-};
+using CudaKernels = test_support::PrecisionTest;
 
 TEST_P(CudaKernels, EmbeddingGatherCopiesRows) {
   std::mt19937 rng(1);

@@ -1,7 +1,8 @@
 #pragma once
 // Device memory for the CUDA kernel tests: an array allocated (and optionally filled) on
 // construction, freed on destruction, read back after a device-wide synchronisation. Failed
-// CUDA calls are test failures.
+// CUDA calls are test failures. Also the tests' shared pieces: normal random inputs and a
+// fixture per precision that skips where no GPU is visible.
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -9,9 +10,11 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "kernels/cuda/convert.hpp"
+#include "kernels/cuda/device_info.hpp"
 
 namespace weft::cuda::test_support {
 
@@ -48,5 +51,27 @@ inline std::vector<float> widened(const DeviceArray<std::uint16_t>& h, std::size
   convert_to_f32(h.get(), p, f.get(), n, nullptr);
   return f.download();
 }
+
+// n values drawn from N(0, scale^2).
+inline std::vector<float> random_vector(std::size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v)
+    x = dist(rng);
+  return v;
+}
+
+// A test per precision (bf16, fp16) that skips, saying why, where no GPU is visible.
+class PrecisionTest : public ::testing::TestWithParam<Precision> {
+ protected:
+  void SetUp() override {
+    const DeviceList list = visible_devices();
+    if (list.devices.empty()) {
+      GTEST_SKIP() << "no GPU visible (" << list.unavailable_reason
+                   << "): GPU checks run on the device machine through scripts/gpu-check";
+    }
+  }
+  Precision p() const { return GetParam(); }
+};
 
 }  // namespace weft::cuda::test_support
