@@ -93,6 +93,13 @@ if(WEFT_HAVE_MPI AND WEFT_MPIEXEC)
            COMMAND sh -c "one=$($<TARGET_FILE:weft> ${kvc_bench} | grep -o 'output_digest\":\"[0-9a-f]*') && out=$(${tp_launch_text} -np 2 $<TARGET_FILE:weft> ${kvc_bench} --tensor-parallel 2 | tail -1) && two=$(echo \"$out\" | grep -o 'output_digest\":\"[0-9a-f]*') && echo \"$out\" | grep -o '\"kv_compressions\":4,\"kv_compressed_pages\":8' && echo \"one: $one tp2: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]")
   set_tests_properties(weft_bench_tensor_parallel_kv_compress PROPERTIES TIMEOUT 180
     PASS_REGULAR_EXPRESSION "kv_compressions.:4,.kv_compressed_pages.:8")
+  # Pipelines are refused by name, and the follower stops with the leader (no hang).
+  add_test(NAME weft_bench_pipeline_parallel_kv_compress_refused
+           COMMAND ${tp_launch} -np 2 $<TARGET_FILE:weft> bench --model ${CMAKE_SOURCE_DIR}/models/weft-tiny
+                   --device cpu --threads 1 --num-requests 2 --input-len 80 --output-len 4
+                   --kv-compress-rate 0.5 --pipeline-parallel 2)
+  set_tests_properties(weft_bench_pipeline_parallel_kv_compress_refused PROPERTIES TIMEOUT 60
+    PASS_REGULAR_EXPRESSION "weft bench: kv_compress_rate > 0: not with pipeline parallelism so far")
 endif()
 
 # weft serve leading a group of two ranks: a greedy completion over HTTP equals weft generate.
