@@ -24,16 +24,8 @@ namespace {
 using test_support::DeviceArray;
 using test_support::widened;
 
-class CudaEncoderKernels : public ::testing::TestWithParam<Precision> {
+class CudaEncoderKernels : public test_support::PrecisionTest {
  protected:
-  void SetUp() override {
-    const DeviceList list = visible_devices();
-    if (list.devices.empty()) {
-      GTEST_SKIP() << "no GPU visible (" << list.unavailable_reason
-                   << "): GPU checks run on the device machine through scripts/gpu-check";
-    }
-  }
-  Precision p() const { return GetParam(); }
   // The output is rounded once to 16 bits from fp32 sums.
   double rounding() const { return p() == Precision::kBF16 ? 1.0 / 128 : 1.0 / 1024; }
 };

@@ -16,6 +16,7 @@
 #include "kernels/cpu/vector_math.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/quant_gemv_blocks.hpp"
+#include "tests/kernels/cuda_test_buffer.hpp"
 
 namespace weft::cuda {
 namespace {
@@ -25,16 +26,7 @@ struct Case {
   Precision precision;
 };
 
-class CudaQuantGemvBlocks : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    const DeviceList list = visible_devices();
-    if (list.devices.empty()) {
-      GTEST_SKIP() << "no GPU visible (" << list.unavailable_reason
-                   << "): GPU checks run on the device machine through scripts/gpu-check";
-    }
-  }
-};
+class CudaQuantGemvBlocks : public test_support::GpuTest<Case> {};
 
 template <class T>
 T* upload(const std::vector<T>& host) {

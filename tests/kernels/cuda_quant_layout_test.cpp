@@ -30,6 +30,7 @@
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/quant_gemv.hpp"
 #include "kernels/cuda/quant_layout.hpp"
+#include "tests/kernels/cuda_test_buffer.hpp"
 
 namespace weft::cuda {
 namespace {
@@ -202,16 +203,7 @@ struct Case {
   Precision precision;
 };
 
-class CudaQuantGemv : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    const DeviceList list = visible_devices();
-    if (list.devices.empty()) {
-      GTEST_SKIP() << "no GPU visible (" << list.unavailable_reason
-                   << "): GPU checks run on the device machine through scripts/gpu-check";
-    }
-  }
-};
+class CudaQuantGemv : public test_support::GpuTest<Case> {};
 
 template <class T>
 T* upload(const std::vector<T>& host) {
@@ -257,16 +249,7 @@ struct ProductCase {
   QuantGemvKernel kernel;
 };
 
-class CudaQuantGemvProduct : public ::testing::TestWithParam<ProductCase> {
- protected:
-  void SetUp() override {
-    const DeviceList list = visible_devices();
-    if (list.devices.empty()) {
-      GTEST_SKIP() << "no GPU visible (" << list.unavailable_reason
-                   << "): GPU checks run on the device machine through scripts/gpu-check";
-    }
-  }
-};
+class CudaQuantGemvProduct : public test_support::GpuTest<ProductCase> {};
 
 TEST_P(CudaQuantGemvProduct, MatchesDequantizeThenProduct) {
   const auto [format, precision, kernel] = GetParam();

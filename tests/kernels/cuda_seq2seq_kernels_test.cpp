@@ -62,16 +62,7 @@ std::vector<double> reference(const float* q, const float* keys, const float* va
   return out;
 }
 
-class CudaSeq2SeqKernels : public ::testing::TestWithParam<Precision> {
- protected:
-  void SetUp() override {
-    const DeviceList list = visible_devices();
-    if (list.devices.empty()) {
-      GTEST_SKIP() << "no GPU visible (" << list.unavailable_reason
-                   << "): GPU checks run on the device machine through scripts/gpu-check";
-    }
-  }
-};
+using CudaSeq2SeqKernels = test_support::PrecisionTest;
 
 TEST_P(CudaSeq2SeqKernels, AttentionOverAQkvProductMatchesTheReference) {
   const Precision P = GetParam();

@@ -61,8 +61,9 @@ inline std::vector<float> random_vector(std::size_t n, std::mt19937& rng, float 
   return v;
 }
 
-// A test per precision (bf16, fp16) that skips, saying why, where no GPU is visible.
-class PrecisionTest : public ::testing::TestWithParam<Precision> {
+// A parameterized GPU test: skips, saying why, where no GPU is visible.
+template <class Param>
+class GpuTest : public ::testing::TestWithParam<Param> {
  protected:
   void SetUp() override {
     const DeviceList list = visible_devices();
@@ -71,7 +72,12 @@ class PrecisionTest : public ::testing::TestWithParam<Precision> {
                    << "): GPU checks run on the device machine through scripts/gpu-check";
     }
   }
-  Precision p() const { return GetParam(); }
+};
+
+// The same per precision (bf16, fp16).
+class PrecisionTest : public GpuTest<Precision> {
+ protected:
+  Precision p() const { return this->GetParam(); }
 };
 
 }  // namespace weft::cuda::test_support

@@ -68,17 +68,7 @@ void expect_near_all(const std::vector<float>& got, const std::vector<float>& wa
   }
 }
 
-class CudaZooKernels : public ::testing::TestWithParam<Precision> {
- protected:
-  void SetUp() override {
-    const DeviceList list = visible_devices();
-    if (list.devices.empty()) {
-      GTEST_SKIP() << "no GPU visible (" << list.unavailable_reason
-                   << "): GPU checks run on the device machine through scripts/gpu-check";
-    }
-  }
-  Precision p() const { return GetParam(); }
-};
+using CudaZooKernels = test_support::PrecisionTest;
 
 // Two sequences over shuffled pages (the second a shorter context on the same pages), GQA,
 // head dims that are and are not multiples of 32, with and without a window.
