@@ -54,11 +54,14 @@ Result<LoadedModel> load_model(const std::filesystem::path& dir, const LoadOptio
   }
   const bool quantized =
       stored != quant::QuantType::kNone || options.quantize != quant::QuantType::kNone;
-  if (quantized && options.tensor_parallel_size > 1) {
+  // Quantized on load (--quantize), a rank quantizes its own shard (below); a checkpoint
+  // stored quantized would need its blocks cut between ranks.
+  if (stored != quant::QuantType::kNone && options.tensor_parallel_size > 1) {
     return Error(ErrorCode::kUnsupported,
-                 dir.string() +
-                     ": quantized weights do not load as tensor-parallel shards yet; run "
-                     "them on one rank");
+                 dir.string() + ": a checkpoint stored quantized (" +
+                     std::string(quant::quant_info(stored).name) +
+                     ") does not load as tensor-parallel shards yet; load the original "
+                     "F32/F16/BF16 checkpoint with --quantize instead, or run it on one rank");
   }
   auto generation = read_generation_defaults(dir);
   if (!generation) return generation.error();
@@ -108,7 +111,11 @@ Result<LoadedModel> load_model(const std::filesystem::path& dir, const LoadOptio
     out.seq2seq = std::move(seq2seq.value());
     return out;
   }
-  if (stored == quant::QuantType::kNone && options.quantize != quant::QuantType::kNone) {
+  const bool quantize_shard = options.tensor_parallel_size > 1 &&
+                              stored == quant::QuantType::kNone &&
+                              options.quantize != quant::QuantType::kNone;
+  if (stored == quant::QuantType::kNone && options.quantize != quant::QuantType::kNone &&
+      !quantize_shard) {
     cpu::ThreadPool pool(options.quantize_threads);
     auto quantized_lookup = model::quantize_weights(lookup, spec.value(), options.quantize, &pool,
                                                     options.on_quantize_progress);
@@ -141,9 +148,24 @@ Result<LoadedModel> load_model(const std::filesystem::path& dir, const LoadOptio
         options.pipeline_stage * options.tensor_parallel_size + options.tensor_parallel_rank)];
     const model::LayerRange layers{static_cast<int>(part.layers.begin),
                                    static_cast<int>(part.layers.count)};
-    model = options.tensor_parallel_size > 1
-                ? model::Model::create(part.spec, parallel::shard_weights(lookup, part), layers)
-                : model::Model::create(part.spec, lookup, layers);
+    if (options.tensor_parallel_size > 1) {
+      auto shard = parallel::shard_weights(lookup, part);
+      if (quantize_shard) {  // this rank's matrices only, with their sharded shapes
+        cpu::ThreadPool pool(options.quantize_threads);
+        auto quantized_shard = model::quantize_weights(shard, part.spec, options.quantize, &pool,
+                                                       options.on_quantize_progress);
+        if (!quantized_shard) {
+          return Error(quantized_shard.error().code(),
+                       dir.string() + ": tensor-parallel rank " +
+                           std::to_string(options.tensor_parallel_rank) + ": " +
+                           quantized_shard.error().what());
+        }
+        shard = std::move(quantized_shard.value());
+      }
+      model = model::Model::create(part.spec, shard, layers);
+    } else {
+      model = model::Model::create(part.spec, lookup, layers);
+    }
     if (!model) return model.error();
   }
   out.model = std::move(model.value());

@@ -14,6 +14,13 @@ if(WEFT_HAVE_MPI AND WEFT_MPIEXEC)
              COMMAND sh -c "one=$($<TARGET_FILE:weft> ${tp_args}) && two=$(${tp_launch_text} -np 2 $<TARGET_FILE:weft> ${tp_args} --tensor-parallel 2) && echo \"tp1: $one\" && echo \"tp2: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]")
     set_tests_properties(weft_generate_tensor_parallel_${name} PROPERTIES TIMEOUT 120)
   endforeach()
+  # --quantize with --tensor-parallel 2: each rank quantizes its shard; one process's tokens.
+  foreach(format q8_b32 q4_b32)
+    set(q_args "generate --model ${fixture_models}/llama_gqa_f32 --prompt-ids 5,17,42,99,3,201,64 --max-tokens 16 --ignore-eos --device cpu --threads 1 --quantize ${format}")
+    add_test(NAME weft_generate_tensor_parallel_quantized_${format}
+             COMMAND sh -c "one=$($<TARGET_FILE:weft> ${q_args}) && two=$(${tp_launch_text} -np 2 $<TARGET_FILE:weft> ${q_args} --tensor-parallel 2) && echo \"tp1: $one\" && echo \"tp2: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]")
+    set_tests_properties(weft_generate_tensor_parallel_quantized_${format} PROPERTIES TIMEOUT 120)
+  endforeach()
   # --pipeline-parallel 2: the same tokens as one process on every fixture model, and on the
   # zoo's families (post-norm, ALiBi, learned positions, parallel attention: a pipeline alone
   # cuts between whole layers, so it takes every block).
