@@ -100,6 +100,12 @@ if(WEFT_HAVE_MPI AND WEFT_MPIEXEC)
            COMMAND sh -c "one=$($<TARGET_FILE:weft> ${kvc_bench} | grep -o 'output_digest\":\"[0-9a-f]*') && out=$(${tp_launch_text} -np 2 $<TARGET_FILE:weft> ${kvc_bench} --tensor-parallel 2 | tail -1) && two=$(echo \"$out\" | grep -o 'output_digest\":\"[0-9a-f]*') && echo \"$out\" | grep -o '\"kv_compressions\":4,\"kv_compressed_pages\":8' && echo \"one: $one tp2: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]")
   set_tests_properties(weft_bench_tensor_parallel_kv_compress PROPERTIES TIMEOUT 180
     PASS_REGULAR_EXPRESSION "kv_compressions.:4,.kv_compressed_pages.:8")
+  # --quantize reaches the follower too: one process's output digest in q4_b32 (16 tokens a
+  # request, where q4_b32's digest differs from the unquantized model's).
+  set(q_bench "bench --model ${CMAKE_SOURCE_DIR}/models/weft-tiny --device cpu --threads 1 --num-requests 4 --input-len 80 --output-len 16 --quantize q4_b32")
+  add_test(NAME weft_bench_tensor_parallel_quantized
+           COMMAND sh -c "one=$($<TARGET_FILE:weft> ${q_bench} | grep -o 'output_digest\":\"[0-9a-f]*') && two=$(${tp_launch_text} -np 2 $<TARGET_FILE:weft> ${q_bench} --tensor-parallel 2 | grep -o 'output_digest\":\"[0-9a-f]*') && echo \"one: $one tp2: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]")
+  set_tests_properties(weft_bench_tensor_parallel_quantized PROPERTIES TIMEOUT 180)
   # Pipelines are refused by name, and the follower stops with the leader (no hang).
   add_test(NAME weft_bench_pipeline_parallel_kv_compress_refused
            COMMAND ${tp_launch} -np 2 $<TARGET_FILE:weft> bench --model ${CMAKE_SOURCE_DIR}/models/weft-tiny

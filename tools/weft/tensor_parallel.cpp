@@ -5,6 +5,7 @@
 
 #include "actors/device_backend.hpp"
 #include "actors/pipeline_stages.hpp"
+#include "kernels/cpu/quant/format.hpp"
 #include "loaders/model_loader.hpp"
 #include "runtime/parallel/mpi_communicator.hpp"
 #include "runtime/parallel/step_broadcast.hpp"
@@ -54,6 +55,12 @@ TensorParallelStart start_tensor_parallel(const std::string& command, int ranks,
   };
   LoadOptions options;
   options.spec_file = config.spec_file;
+  // The leader's --quantize: every rank quantizes its own shard alike (model_loader).
+  if (!config.quantize.empty()) {
+    auto type = quant::parse_quant_type(config.quantize);
+    if (!type) return abort_all(std::string("--quantize: ") + type.error().what());
+    options.quantize = *type;
+  }
   options.tensor_parallel_size = ranks;
   options.tensor_parallel_rank = rank % ranks;
   options.pipeline_parallel_size = stages;
