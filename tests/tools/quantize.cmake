@@ -26,3 +26,8 @@ if(TARGET make_gguf)
   set_tests_properties(weft_gguf_quantize_matches_folder PROPERTIES FIXTURES_REQUIRED gguf_files
     PASS_REGULAR_EXPRESSION "\"completion_tokens\":16,")
 endif()
+# --quantize holds on generate's engine paths too (speculation, beams, KV-Compress): prompt-lookup
+# speculation gives plain greedy decoding's text in q2_b32 (which is not the unquantized text).
+set(q2_args "generate --device cpu --threads 1 --max-tokens 24 --ignore-eos --quantize q2_b32 --prompt 'It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of foolishness'")
+add_test(NAME weft_generate_speculative_keeps_quantize
+         COMMAND sh -c "plain=$($<TARGET_FILE:weft> ${q2_args} 2>/dev/null) && spec=$($<TARGET_FILE:weft> ${q2_args} --speculate prompt-lookup 2>/dev/null) && echo \"plain: $plain\" && echo \"spec: $spec\" && [ -n \"$plain\" ] && [ \"$plain\" = \"$spec\" ]")

@@ -55,6 +55,7 @@ int run_generate_beams(const GenerateOptions& o) {
   EngineConfig config;
   config.model_dir = o.model_dir;
   config.spec_file = o.spec_file;
+  config.quantize = o.quantize;
   config.device = actors::device_name(*device);
   if (device->cuda) config.gpu_memory_fraction = 0.9;
   config.page_size = o.page_size;
@@ -86,6 +87,7 @@ int run_speculative_generate(const GenerateOptions& o) {
   EngineConfig config;
   config.model_dir = o.model_dir;
   config.spec_file = o.spec_file;
+  config.quantize = o.quantize;
   config.device = actors::device_name(*device);
   config.page_size = o.page_size;
   config.cpu_threads = o.threads;
@@ -119,6 +121,7 @@ int run_compressed_generate(const GenerateOptions& o) {
   EngineConfig config;
   config.model_dir = o.model_dir;
   config.spec_file = o.spec_file;
+  config.quantize = o.quantize;
   config.device = actors::device_name(*device);
   config.page_size = o.page_size;
   config.cpu_threads = o.threads;
