@@ -190,14 +190,11 @@ struct DecodeBatch {
   int pool_pages = 0;
 };
 
-class CudaDecodeAttention : public ::testing::TestWithParam<Precision> {
+class CudaDecodeAttention : public test_support::PrecisionTest {
  protected:
   void SetUp() override {
-    const DeviceList list = visible_devices();
-    if (list.devices.empty()) {
-      GTEST_SKIP() << "no GPU visible (" << list.unavailable_reason
-                   << "): GPU checks run on the device machine through scripts/gpu-check";
-    }
+    PrecisionTest::SetUp();
+    if (IsSkipped()) return;
     kernel_ = decode_attention_kernel();
     parts_ = decode_attention_parts();
   }
@@ -205,7 +202,6 @@ class CudaDecodeAttention : public ::testing::TestWithParam<Precision> {
     set_decode_attention_kernel(kernel_);
     set_decode_attention_parts(parts_);
   }
-  Precision p() const { return GetParam(); }
 
  private:
   DecodeAttentionKernel kernel_ = DecodeAttentionKernel::kSplit;

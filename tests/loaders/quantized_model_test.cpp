@@ -204,13 +204,40 @@ TEST(QuantizedModel, BadQuantizationEntriesAreErrorsNamingTheProblem) {
   fs::remove_all(out);
 }
 
-TEST(QuantizedModel, TensorParallelShardsOfQuantizedWeightsAreRefused) {
+// --quantize with tensor parallelism: each rank quantizes its own shard after the split (its
+// column-parallel q has half the rows; row-parallel o half the columns, whole blocks of 32);
+// a folder stored quantized is refused for tensor parallelism, saying what to do instead.
+TEST(QuantizedModel, TensorParallelRanksQuantizeTheirShardsAndStoredFoldersAreRefused) {
+  for (int rank = 0; rank < 2; ++rank) {
+    LoadOptions options;
+    options.quantize = quant::QuantType::kQ4B32;
+    options.tensor_parallel_size = 2;
+    options.tensor_parallel_rank = rank;
+    auto r = load_model(kTiny, options);
+    ASSERT_TRUE(r) << r.error().what();
+    EXPECT_EQ(r->model.weight_quantization(), quant::QuantType::kQ4B32);
+    const auto& layer = r->model.layers()[0];
+    ASSERT_TRUE(layer.q.quantized());
+    ASSERT_TRUE(layer.o.quantized());
+    EXPECT_EQ(layer.q.rows, 384u / 2);
+    EXPECT_EQ(layer.q.cols, 384u);
+    EXPECT_EQ(layer.o.rows, 384u);
+    EXPECT_EQ(layer.o.cols, 384u / 2);
+  }
+  const fs::path out = fresh_dir("tp");
+  auto plain = load_model(kTiny);
+  ASSERT_TRUE(plain) << plain.error().what();
+  cpu::ThreadPool pool(2);
+  ASSERT_TRUE(write_quantized_folder(kTiny, *plain, quant::QuantType::kQ8B32, out, &pool, {}));
   LoadOptions options;
-  options.quantize = quant::QuantType::kQ4B32;
   options.tensor_parallel_size = 2;
-  auto r = load_model(kTiny, options);
+  auto r = load_model(out, options);
   ASSERT_FALSE(r);
-  EXPECT_NE(std::string(r.error().what()).find("tensor-parallel"), std::string::npos);
+  EXPECT_NE(std::string(r.error().what()).find("stored quantized (q8_b32)"), std::string::npos)
+      << r.error().what();
+  EXPECT_NE(std::string(r.error().what()).find("--quantize"), std::string::npos)
+      << r.error().what();
+  fs::remove_all(out);
 }
 
 }  // namespace
