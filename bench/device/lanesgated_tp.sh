@@ -27,30 +27,18 @@ for f in kt mt; do
   echo "$f: $(grep -E '^\[  (PASSED|FAILED) ' "$O/$f.log" | tr '\n' ' ') ($(grep -c 'OK \]' "$O/$f.log") ok)"
   grep -E "^\[  FAILED|Failure" "$O/$f.log" | head -5
 done
-F=$B/cuda_forward_bench
-fb() { # NAME ENV... -- COMMAND ARGS...
-  local name=$1; shift
-  local envs=()
-  while [ "$1" != -- ]; do envs+=("$1"); shift; done
-  shift
-  env "${envs[@]}" timeout 100 "$@" --shape 8b --context 512 --prefill "" --repeats 20 \
-    >"$O/$name.txt" 2>&1
-  echo "$name rc=$?: $(grep -E '^decode' "$O/$name.txt" | tr -s ' ' | cut -d' ' -f1-6 | tr '\n' ';')"
-}
-st "q4_b32, one GPU each"
-for round in 1 2; do
-  a=WEFT_QUANT_GATED=0; b=X=1
-  [ $round = 2 ] && { a=X=1; b=WEFT_QUANT_GATED=0; }
-  fb q4_r${round}_gpu0 CUDA_VISIBLE_DEVICES=0 $a -- $F --quantize q4_b32 --batches 1,2 >"$O/l0" &
-  fb q4_r${round}_gpu1 CUDA_VISIBLE_DEVICES=1 $b -- $F --quantize q4_b32 --batches 1,2 >"$O/l1"
-  wait; echo "($a | $b)"; cat "$O/l0" "$O/l1"; rm -f "$O/l0" "$O/l1"
-done
+. bench/device/fwdruns.sh
+FB_TIMEOUT=100
+MPI_VARS="WEFT_L2_PREFETCH_MB WEFT_TP_PREFETCH_MB WEFT_DECODE_PARTS"
+q4="--quantize q4_b32 --batches 1,2"
+st "q4_b32, one GPU each (the gated product off on one side, sides swapped in round 2)"
+pair q4_r1_gpu0 WEFT_QUANT_GATED=0 "$q4" q4_r1_gpu1 "" "$q4"
+pair q4_r2_gpu0 "" "$q4" q4_r2_gpu1 WEFT_QUANT_GATED=0 "$q4"
 st "TP=2 batch 1"
-mpi2=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 -x LD_LIBRARY_PATH
-  -x WEFT_SPEC_DIR -x NCCL_NVLS_ENABLE -x WEFT_L2_PREFETCH_MB -x WEFT_TP_PREFETCH_MB -x WEFT_DECODE_PARTS)
-fb tp2_default X=1 -- "${mpi2[@]}" $F --tensor-parallel 2 --batches 1
-fb tp2_noprefetch WEFT_L2_PREFETCH_MB=0 -- "${mpi2[@]}" $F --tensor-parallel 2 --batches 1
-fb tp2_tpprefetch0 WEFT_TP_PREFETCH_MB=0 -- "${mpi2[@]}" $F --tensor-parallel 2 --batches 1
-fb tp2_parts1 WEFT_DECODE_PARTS=1 -- "${mpi2[@]}" $F --tensor-parallel 2 --batches 1
-fb tp2_default_b X=1 -- "${mpi2[@]}" $F --tensor-parallel 2 --batches 1
+read -ra mpi2 <<<"$(mpi_np 2)"
+fb tp2_default -- "${mpi2[@]}" "$F" --tensor-parallel 2 --batches 1
+fb tp2_noprefetch WEFT_L2_PREFETCH_MB=0 -- "${mpi2[@]}" "$F" --tensor-parallel 2 --batches 1
+fb tp2_tpprefetch0 WEFT_TP_PREFETCH_MB=0 -- "${mpi2[@]}" "$F" --tensor-parallel 2 --batches 1
+fb tp2_parts1 WEFT_DECODE_PARTS=1 -- "${mpi2[@]}" "$F" --tensor-parallel 2 --batches 1
+fb tp2_default_b -- "${mpi2[@]}" "$F" --tensor-parallel 2 --batches 1
 st end

@@ -9,6 +9,8 @@
 # on each GPU (two runs at a time), per product path: cuBLAS (the default), the small-step kernel
 # (--small-step-kernel-tokens 1), the row kernel (WEFT_ROW_KERNEL_TOKENS=1), q4_b32 (lanes),
 # each with WEFT_PDL_PRODUCTS 0 and 1; the default rows with --profile (time per kernel class).
+# (The call of 2026-11-27 ran this script's first version, whose kernels_test filter caught
+# only the add_norm cases, and TP=2 q4 rows the bench refuses.)
 # Input: .devcarry/pdl/gpu.tar.xz (bin/{kernels_test,model_cuda_test,cuda_forward_bench}, lib/).
 #   run(kind="nvidia-h200-x2", carry=[".devcarry/pdl"], command="bash bench/device/pdlprod.sh")
 set -u
@@ -18,7 +20,7 @@ st() { echo "[t+$(($(date +%s) - t0))s] $*"; }
 if [ "${TESTS:-1}" = 1 ]; then
   st "tests"
   CUDA_VISIBLE_DEVICES=0 timeout 150 $B/kernels_test --gtest_color=no \
-    --gtest_filter='CudaGemv*:*AddNorm*:CudaKernels*Linear*:CudaQuantGemv*' >"$O/kt.log" 2>&1 &
+    --gtest_filter='*CudaGemv*:*AddNorm*:*Linear*:*CudaQuantGemv*' >"$O/kt.log" 2>&1 &
   CUDA_VISIBLE_DEVICES=1 timeout 150 $B/model_cuda_test --gtest_color=no \
     --gtest_filter='CudaModel.*:CudaReference*' >"$O/mt.log" 2>&1
   wait
@@ -29,38 +31,24 @@ if [ "${TESTS:-1}" = 1 ]; then
     grep -E "^\[  FAILED|Failure|error" "$O/$f.log" | head -8
   done
 fi
-fb() { # NAME ENV... -- ARGS...: one forward bench, its decode rows
-  local name=$1; shift
-  local envs=()
-  while [ "$1" != -- ]; do envs+=("$1"); shift; done
-  shift
-  env "${envs[@]}" timeout 150 "$@" --shape 8b --context 512 --prefill "" --repeats 20 \
-    >"$O/$name.txt" 2>&1
-  echo "$name rc=$?: $(grep -E '^decode' "$O/$name.txt" | tr -s ' ' | head -3 | tr '\n' ';')"
-}
-mpi2=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 -x LD_LIBRARY_PATH
-  -x WEFT_SPEC_DIR -x NCCL_NVLS_ENABLE -x WEFT_PDL_PRODUCTS -x WEFT_ROW_KERNEL_TOKENS)
-F=$B/cuda_forward_bench
+. bench/device/fwdruns.sh
+MPI_VARS="WEFT_PDL_PRODUCTS WEFT_ROW_KERNEL_TOKENS"
+read -ra mpi2 <<<"$(mpi_np 2)"
 st "TP=2, batch 1"
 for v in 0 1; do
-  fb tp2_ss_pdl$v WEFT_PDL_PRODUCTS=$v -- "${mpi2[@]}" $F --tensor-parallel 2 --batches 1 --small-step-kernel-tokens 1
-  fb tp2_row_pdl$v WEFT_PDL_PRODUCTS=$v WEFT_ROW_KERNEL_TOKENS=1 -- "${mpi2[@]}" $F --tensor-parallel 2 --batches 1
+  fb tp2_ss_pdl$v WEFT_PDL_PRODUCTS=$v -- "${mpi2[@]}" "$F" --tensor-parallel 2 --batches 1 --small-step-kernel-tokens 1
+  fb tp2_row_pdl$v WEFT_PDL_PRODUCTS=$v WEFT_ROW_KERNEL_TOKENS=1 -- "${mpi2[@]}" "$F" --tensor-parallel 2 --batches 1
 done
-fb tp2_base WEFT_PDL_PRODUCTS=1 -- "${mpi2[@]}" $F --tensor-parallel 2 --batches 1 --profile
-grep -E "profile|^ +[a-z_ +-]+ +[0-9.]+ ms" "$O/tp2_base.txt" | head -30
-fb tp2_q4_pdl0 WEFT_PDL_PRODUCTS=0 -- "${mpi2[@]}" $F --tensor-parallel 2 --batches 1,2 --quantize q4_b32
-fb tp2_q4_pdl1 WEFT_PDL_PRODUCTS=1 -- "${mpi2[@]}" $F --tensor-parallel 2 --batches 1,2 --quantize q4_b32
+fb tp2_base WEFT_PDL_PRODUCTS=1 -- "${mpi2[@]}" "$F" --tensor-parallel 2 --batches 1 --profile
+grep -E "profile" "$O/tp2_base.txt" | head -4
 st "TP=1, two runs at a time (GPU 0 | GPU 1)"
-pair() { # NAME0 ENV0 NAME1 ENV1 ARGS: the same args on both GPUs, each with its env
-  local n0=$1 e0=$2 n1=$3 e1=$4; shift 4
-  fb "$n0" CUDA_VISIBLE_DEVICES=0 $e0 -- $F "$@" >"$O/$n0.line" &
-  fb "$n1" CUDA_VISIBLE_DEVICES=1 $e1 -- $F "$@" >"$O/$n1.line"
-  wait; cat "$O/$n0.line" "$O/$n1.line"
-}
-pair tp1_ss_pdl0 WEFT_PDL_PRODUCTS=0 tp1_ss_pdl1 WEFT_PDL_PRODUCTS=1 --batches 1 --small-step-kernel-tokens 1
-pair tp1_ss_pdl1b WEFT_PDL_PRODUCTS=1 tp1_ss_pdl0b WEFT_PDL_PRODUCTS=0 --batches 1 --small-step-kernel-tokens 1
-pair tp1_base WEFT_PDL_PRODUCTS=1 tp1_base_prof WEFT_PDL_PRODUCTS=1 --batches 1 --profile
-grep -E "profile|^ +[a-z_ +-]+ +[0-9.]+ ms" "$O/tp1_base_prof.txt" | head -30
-pair tp1_q4_pdl0 WEFT_PDL_PRODUCTS=0 tp1_q4_pdl1 WEFT_PDL_PRODUCTS=1 --batches 1,2 --quantize q4_b32
-pair tp1_row_pdl0 "WEFT_PDL_PRODUCTS=0 WEFT_ROW_KERNEL_TOKENS=1" tp1_row_pdl1 "WEFT_PDL_PRODUCTS=1 WEFT_ROW_KERNEL_TOKENS=1" --batches 1
+s1="--batches 1 --small-step-kernel-tokens 1"
+pair tp1_ss_pdl0 WEFT_PDL_PRODUCTS=0 "$s1" tp1_ss_pdl1 WEFT_PDL_PRODUCTS=1 "$s1"
+pair tp1_ss_pdl1b WEFT_PDL_PRODUCTS=1 "$s1" tp1_ss_pdl0b WEFT_PDL_PRODUCTS=0 "$s1"
+pair tp1_base WEFT_PDL_PRODUCTS=1 "--batches 1" tp1_base_prof WEFT_PDL_PRODUCTS=1 "--batches 1 --profile"
+grep -E "profile" "$O/tp1_base_prof.txt" | head -4
+q4="--batches 1,2 --quantize q4_b32"
+pair tp1_q4_pdl0 WEFT_PDL_PRODUCTS=0 "$q4" tp1_q4_pdl1 WEFT_PDL_PRODUCTS=1 "$q4"
+pair tp1_row_pdl0 "WEFT_PDL_PRODUCTS=0 WEFT_ROW_KERNEL_TOKENS=1" "--batches 1" \
+  tp1_row_pdl1 "WEFT_PDL_PRODUCTS=1 WEFT_ROW_KERNEL_TOKENS=1" "--batches 1"
 st done

@@ -21,8 +21,9 @@ set -u
 t0=$(date +%s)
 st() { echo "[t+$(($(date +%s) - t0))s] $*"; }
 . bench/device/carry.sh "${CARRY:-sst}"
-mpi2=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 -x LD_LIBRARY_PATH
-  -x WEFT_SPEC_DIR -x WEFT_TEST_SOURCE_DIR -x NCCL_NVLS_ENABLE -x WEFT_PDL_PRODUCTS -x WEFT_GEMV_GATED)
+. bench/device/fwdruns.sh
+MPI_VARS="WEFT_PDL_PRODUCTS WEFT_GEMV_GATED"
+read -ra mpi2 <<<"$(mpi_np 2)"
 if [ "${TESTS:-1}" = 1 ]; then
   st "tests"
   CUDA_VISIBLE_DEVICES=0 timeout 150 $B/kernels_test --gtest_color=no \
@@ -38,51 +39,24 @@ if [ "${TESTS:-1}" = 1 ]; then
   done
   grep -E "measured.*(TP|rank|relative)" "$O/tpt.log" | sort -u | head -12
 fi
-F=$B/cuda_forward_bench
-fb() { # NAME ENV... -- COMMAND ARGS...: one forward bench, its decode rows
-  local name=$1; shift
-  local envs=()
-  while [ "$1" != -- ]; do envs+=("$1"); shift; done
-  shift
-  env "${envs[@]}" timeout 150 "$@" --shape 8b --context 512 --prefill "" --repeats 20 \
-    >"$O/$name.txt" 2>&1
-  echo "$name rc=$?: $(grep -E '^decode' "$O/$name.txt" | tr -s ' ' | head -3 | tr '\n' ';')"
-}
 if [ "${FWD:-1}" = 1 ]; then
   st "TP=2, batch 1 (new defaults and without the gated product, alternating)"
   for k in 1 2; do
-    fb tp2_new$k X=1 -- "${mpi2[@]}" $F --tensor-parallel 2 --batches 1
-    fb tp2_nogated$k WEFT_GEMV_GATED=0 -- "${mpi2[@]}" $F --tensor-parallel 2 --batches 1
+    fb tp2_new$k -- "${mpi2[@]}" "$F" --tensor-parallel 2 --batches 1
+    fb tp2_nogated$k WEFT_GEMV_GATED=0 -- "${mpi2[@]}" "$F" --tensor-parallel 2 --batches 1
   done
-  fb tp2_cublas X=1 -- "${mpi2[@]}" $F --tensor-parallel 2 --batches 1 --small-step-kernel-tokens 0
-  fb tp2_prof X=1 -- "${mpi2[@]}" $F --tensor-parallel 2 --batches 1,64 --profile
+  fb tp2_cublas -- "${mpi2[@]}" "$F" --tensor-parallel 2 --batches 1 --small-step-kernel-tokens 0
+  fb tp2_prof -- "${mpi2[@]}" "$F" --tensor-parallel 2 --batches 1,64 --profile
   grep -E "profile" "$O/tp2_prof.txt" | head -4
   st "TP=1, two runs at a time (GPU 0 | GPU 1)"
-  pair() { # NAME0 ENV0 ARGS0 NAME1 ENV1 ARGS1 (batch 1)
-    fb "$1" CUDA_VISIBLE_DEVICES=0 $2 -- $F --batches 1 $3 >"$O/$1.line" &
-    fb "$4" CUDA_VISIBLE_DEVICES=1 $5 -- $F --batches 1 $6 >"$O/$4.line"
-    wait; cat "$O/$1.line" "$O/$4.line"; rm -f "$O/$1.line" "$O/$4.line"
-  }
-  s1="--small-step-kernel-tokens 1"
-  pair tp1_cublas X=1 "" tp1_ss1 X=1 "$s1"
-  pair tp1_ss1_nogated WEFT_GEMV_GATED=0 "$s1" tp1_ss1_b X=1 "$s1"
-  pair tp1_ss1_c X=1 "$s1" tp1_ss1_nogated_b WEFT_GEMV_GATED=0 "$s1"
-  pair tp1_ss1_d X=1 "$s1" tp1_cublas_b X=1 ""
+  b1="--batches 1" s1="--batches 1 --small-step-kernel-tokens 1"
+  pair tp1_cublas "" "$b1" tp1_ss1 "" "$s1"
+  pair tp1_ss1_nogated WEFT_GEMV_GATED=0 "$s1" tp1_ss1_b "" "$s1"
+  pair tp1_ss1_c "" "$s1" tp1_ss1_nogated_b WEFT_GEMV_GATED=0 "$s1"
+  pair tp1_ss1_d "" "$s1" tp1_cublas_b "" "$b1"
 fi
 if [ "${ENG:-1}" = 1 ]; then
-  . bench/device/model8b.sh
-  st "model made"
-  field() { echo "$2" | grep -o "\"$1\":[^,}]*" | head -1 | cut -d: -f2 | tr -d '"'; }
-  w=(--model $M --device cuda --gpu-memory-fraction 0.85 --seed 1 --num-requests 8 --max-concurrency 1 --input-len 128 --output-len 128)
-  for c in tp1 tp2; do
-    case $c in
-      tp1) l=(); a=() ;;
-      tp2) l=("${mpi2[@]}"); a=(--tensor-parallel 2) ;;
-    esac
-    st "$c"
-    line=$(timeout 150 "${l[@]}" $B/weft bench "${w[@]}" "${a[@]}" 2>"$O/$c.err" | grep -v '^NCCL' | tail -1)
-    echo "$c: tok/s $(field output_tokens_per_s "$line"), TPOT p50 $(field tpot_ms_p50 "$line") p99 $(field tpot_ms_p99 "$line"), TTFT p50 $(field ttft_ms_p50 "$line"), failed $(field failed "$line")"
-    [ -n "$line" ] || tail -3 "$O/$c.err"
-  done
+  st "engine, one request at a time"
+  engine_b1 tp1 tp2
 fi
 st end

@@ -14,57 +14,32 @@ set -u
 t0=$(date +%s)
 st() { echo "[t+$(($(date +%s) - t0))s] $*"; }
 . bench/device/carry.sh "${CARRY:-sst}"
-mpi() {
-  echo mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$1" -x LD_LIBRARY_PATH \
-    -x WEFT_SPEC_DIR -x WEFT_TEST_SOURCE_DIR -x NCCL_NVLS_ENABLE -x WEFT_DECODE_STREAM_SEGMENT_KEYS
-}
-read -ra m2 <<<"$(mpi 2)"
-read -ra m4 <<<"$(mpi 4)"
+. bench/device/fwdruns.sh
+MPI_VARS=WEFT_DECODE_STREAM_SEGMENT_KEYS
+read -ra m2 <<<"$(mpi_np 2)"
+read -ra m4 <<<"$(mpi_np 4)"
 if [ "${TESTS:-1}" = 1 ]; then
   st "tests over four ranks"
   timeout 200 "${m4[@]}" $B/cuda_tensor_parallel_test --gtest_color=no >"$O/tpt4.log" 2>&1
   echo "tpt4 rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' "$O/tpt4.log" | sort -u | tr '\n' ' ')"
   grep -E "^\[  FAILED|Failure" "$O/tpt4.log" | sort -u | head -8
 fi
-F=$B/cuda_forward_bench
-fb() { # NAME ENV... -- COMMAND ARGS...
-  local name=$1; shift
-  local envs=()
-  while [ "$1" != -- ]; do envs+=("$1"); shift; done
-  shift
-  env "${envs[@]}" timeout 150 "$@" --shape 8b --context 512 --prefill "" --repeats 20 --batches 1 \
-    >"$O/$name.txt" 2>&1
-  echo "$name rc=$?: $(grep -E '^decode' "$O/$name.txt" | tr -s ' ' | head -3 | tr '\n' ';')"
-}
 if [ "${FWD:-1}" = 1 ]; then
   st "batch 1"
-  fb tp1 X=1 -- $F
-  fb tp1_ss1 X=1 -- $F --small-step-kernel-tokens 1
-  fb tp2 X=1 -- "${m2[@]}" $F --tensor-parallel 2
-  fb tp4 X=1 -- "${m4[@]}" $F --tensor-parallel 4
-  fb tp4_cublas X=1 -- "${m4[@]}" $F --tensor-parallel 4 --small-step-kernel-tokens 0
-  fb tp1_b X=1 -- $F
+  fb tp1 -- "$F" --batches 1
+  fb tp1_ss1 -- "$F" --batches 1 --small-step-kernel-tokens 1
+  fb tp2 -- "${m2[@]}" "$F" --tensor-parallel 2 --batches 1
+  fb tp4 -- "${m4[@]}" "$F" --tensor-parallel 4 --batches 1
+  fb tp4_cublas -- "${m4[@]}" "$F" --tensor-parallel 4 --batches 1 --small-step-kernel-tokens 0
+  fb tp1_b -- "$F" --batches 1
   for k in 64 128; do
-    fb tp1_ss1_seg$k WEFT_DECODE_STREAM_SEGMENT_KEYS=$k -- $F --small-step-kernel-tokens 1
-    fb tp2_seg$k WEFT_DECODE_STREAM_SEGMENT_KEYS=$k -- "${m2[@]}" $F --tensor-parallel 2
+    fb tp1_ss1_seg$k WEFT_DECODE_STREAM_SEGMENT_KEYS=$k -- "$F" --batches 1 --small-step-kernel-tokens 1
+    fb tp2_seg$k WEFT_DECODE_STREAM_SEGMENT_KEYS=$k -- "${m2[@]}" "$F" --tensor-parallel 2 --batches 1
   done
-  fb tp2_b X=1 -- "${m2[@]}" $F --tensor-parallel 2
+  fb tp2_b -- "${m2[@]}" "$F" --tensor-parallel 2 --batches 1
 fi
 if [ "${ENG:-1}" = 1 ]; then
-  . bench/device/model8b.sh
-  st "model made"
-  field() { echo "$2" | grep -o "\"$1\":[^,}]*" | head -1 | cut -d: -f2 | tr -d '"'; }
-  w=(--model $M --device cuda --gpu-memory-fraction 0.85 --seed 1 --num-requests 8 --max-concurrency 1 --input-len 128 --output-len 128)
-  for c in tp1 tp2 tp4; do
-    case $c in
-      tp1) l=(); a=() ;;
-      tp2) l=("${m2[@]}"); a=(--tensor-parallel 2) ;;
-      tp4) l=("${m4[@]}"); a=(--tensor-parallel 4) ;;
-    esac
-    st "$c"
-    line=$(timeout 150 "${l[@]}" $B/weft bench "${w[@]}" "${a[@]}" 2>"$O/$c.err" | grep -v '^NCCL' | tail -1)
-    echo "$c: tok/s $(field output_tokens_per_s "$line"), TPOT p50 $(field tpot_ms_p50 "$line") p99 $(field tpot_ms_p99 "$line"), TTFT p50 $(field ttft_ms_p50 "$line"), failed $(field failed "$line")"
-    [ -n "$line" ] || tail -3 "$O/$c.err"
-  done
+  st "engine, one request at a time"
+  engine_b1 tp1 tp2 tp4
 fi
 st end

@@ -1,15 +1,43 @@
 #pragma once
 // A pipeline stage with no weights, for tests of the pipeline's messages (what is sent, when a
 // rank may wait) rather than of its arithmetic: a tiny spec cut into two one-layer stages. Its
-// forward() writes zeros of the right size (the next stage's input, or the logits).
+// forward() writes zeros of the right size (the next stage's input, or the logits). Also a
+// world of two ranks that refuses every call a test does not override.
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "runtime/model/layer_pipeline.hpp"
 #include "runtime/model/step_batch.hpp"
+#include "runtime/parallel/communicator.hpp"
 
 namespace weft::test {
+
+// Rank `rank` of two: every collective and message is refused (a test's world overrides the
+// calls it records or replays).
+class RefusingWorld : public parallel::Communicator {
+ public:
+  explicit RefusingWorld(int rank) : rank_(rank) {}
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return 2; }
+  std::string name() const override { return "test world"; }
+  Result<void> all_reduce_sum(std::span<float>) override { return refused(); }
+  Result<void> all_reduce_sum_bf16(std::span<std::uint16_t>) override { return refused(); }
+  Result<void> all_gather(std::span<const float>, std::span<float>) override { return refused(); }
+  Result<void> broadcast(std::span<std::byte>, int) override { return refused(); }
+  Result<void> barrier() override { return refused(); }
+  Result<void> send(std::span<const std::byte>, int) override { return refused(); }
+  Result<void> recv(std::span<std::byte>, int) override { return refused(); }
+  Result<void> wait_sends() override { return {}; }
+  Result<std::unique_ptr<Communicator>> split(int, int) override { return refused(); }
+
+ protected:
+  static Error refused() { return Error(ErrorCode::kUnsupported, "not in the test's world"); }
+
+ private:
+  int rank_;
+};
 
 inline model::ModelSpec two_layer_spec() {
   model::ModelSpec spec;

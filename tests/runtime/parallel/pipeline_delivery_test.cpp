@@ -19,34 +19,20 @@ namespace weft {
 namespace {
 
 // World rank 0 of two; sends are held until wait_sends() delivers them.
-class CountingWorld final : public parallel::Communicator {
+class CountingWorld final : public test::RefusingWorld {
  public:
-  int rank() const noexcept override { return 0; }
-  int size() const noexcept override { return 2; }
-  std::string name() const override { return "counting"; }
-  Result<void> all_reduce_sum(std::span<float>) override { return refused(); }
-  Result<void> all_reduce_sum_bf16(std::span<std::uint16_t>) override { return refused(); }
-  Result<void> all_gather(std::span<const float>, std::span<float>) override { return refused(); }
-  Result<void> broadcast(std::span<std::byte>, int) override { return refused(); }
-  Result<void> barrier() override { return refused(); }
+  CountingWorld() : RefusingWorld(0) {}
   Result<void> send(std::span<const std::byte>, int) override {
     ++sent;
     ++undelivered;
     return {};
   }
-  Result<void> recv(std::span<std::byte>, int) override { return refused(); }
   Result<void> wait_sends() override {
     undelivered = 0;
     return {};
   }
-  Result<std::unique_ptr<Communicator>> split(int, int) override { return refused(); }
 
   int sent = 0, undelivered = 0;
-
- private:
-  static Error refused() {
-    return Error(ErrorCode::kUnsupported, "the counting world only sends (a test's)");
-  }
 };
 
 // World rank 0's links, as the NCCL ones: each step deferred, its logits taken later. Each

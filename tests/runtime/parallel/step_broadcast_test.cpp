@@ -18,24 +18,17 @@ namespace weft {
 namespace {
 
 // Rank `rank` of two over a shared wire: rank 0 only sends, rank 1 only receives.
-class WireWorld final : public parallel::Communicator {
+class WireWorld final : public test::RefusingWorld {
  public:
-  WireWorld(int rank, std::deque<std::vector<std::byte>>& wire) : rank_(rank), wire_(wire) {}
-  int rank() const noexcept override { return rank_; }
-  int size() const noexcept override { return 2; }
-  std::string name() const override { return "wire"; }
-  Result<void> all_reduce_sum(std::span<float>) override { return refused(); }
-  Result<void> all_reduce_sum_bf16(std::span<std::uint16_t>) override { return refused(); }
-  Result<void> all_gather(std::span<const float>, std::span<float>) override { return refused(); }
-  Result<void> broadcast(std::span<std::byte>, int) override { return refused(); }
-  Result<void> barrier() override { return refused(); }
+  WireWorld(int rank, std::deque<std::vector<std::byte>>& wire)
+      : RefusingWorld(rank), wire_(wire) {}
   Result<void> send(std::span<const std::byte> data, int dest) override {
-    if (rank_ != 0 || dest != 1) return refused();
+    if (rank() != 0 || dest != 1) return refused();
     wire_.emplace_back(data.begin(), data.end());
     return {};
   }
   Result<void> recv(std::span<std::byte> data, int source) override {
-    if (rank_ != 1 || source != 0 || wire_.empty()) return refused();
+    if (rank() != 1 || source != 0 || wire_.empty()) return refused();
     if (wire_.front().size() != data.size()) {
       return Error(ErrorCode::kInvalidArgument,
                    "wire: a message of " + std::to_string(wire_.front().size()) + " bytes where " +
@@ -45,12 +38,8 @@ class WireWorld final : public parallel::Communicator {
     wire_.pop_front();
     return {};
   }
-  Result<void> wait_sends() override { return {}; }
-  Result<std::unique_ptr<Communicator>> split(int, int) override { return refused(); }
 
  private:
-  static Error refused() { return Error(ErrorCode::kUnsupported, "not on the test's wire"); }
-  int rank_;
   std::deque<std::vector<std::byte>>& wire_;
 };
 
