@@ -47,6 +47,7 @@
 #include "kernels/cuda/decode_prologue.cuh"
 #include "kernels/cuda/decode_tile.cuh"
 #include "kernels/cuda/decode_tile_quant.cuh"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/env_knob.hpp"
 #include "kernels/cuda/tree_slots.cuh"
 
@@ -96,7 +97,7 @@ template <class T, class KV, int D, int GM>
 __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
     decode_kernel_stream(AttentionArgs a, FlatBatchView b, PagedKvView kv,
                          const std::int32_t* query_tokens, float* workspace, int grid_splits,
-                         int parts, int stages, int seg_min) {
+                         int parts, int stages, int seg_min, bool release) {
   constexpr bool kQuant = kv_scaled<KV>;
   constexpr int kStagesMax = kMaxStagesOf<KV>;
   constexpr int kVec = 8, L = D / kVec;    // 16-byte chunks per 16-bit row
@@ -117,7 +118,7 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
   __shared__ float rope_c[D / 2], rope_s[D / 2];
   __shared__ __align__(16) uint4 own_s[2 * L];  // the token's own key row, then value row
 
-  grid_dependency_wait();
+  grid_dependency_wait_then_release(release);
   const int qi = blockIdx.y;
   const TokenPieces ts = token_pieces(a, b, query_tokens, qi, seg_min);
   const int t = ts.t, pos = ts.pos;
@@ -287,8 +288,8 @@ __global__ void __launch_bounds__(kThreads, D >= 256 ? 1 : 2)
 template <class T>
 __global__ void stream_combine_kernel(AttentionArgs a, FlatBatchView b, int head_dim,
                                       const std::int32_t* query_tokens, const float* workspace,
-                                      int grid_splits, int parts, int seg_min) {
-  grid_dependency_wait();
+                                      int grid_splits, int parts, int seg_min, bool release) {
+  grid_dependency_wait_then_release(release);
   const int h = blockIdx.x, qi = blockIdx.y, D = head_dim;
   const TokenPieces ts = token_pieces(a, b, query_tokens, qi, seg_min);
   if ((ts.used + parts - 1) / parts >= ts.used) return;  // one part: its block wrote the output
@@ -352,7 +353,7 @@ __global__ void __launch_bounds__(kReadThreads, 2)
 }
 
 using StreamKernel = void (*)(AttentionArgs, FlatBatchView, PagedKvView, const std::int32_t*,
-                              float*, int, int, int, int);
+                              float*, int, int, int, int, bool);
 
 template <class T, class KV, int D>
 StreamKernel stream_kernel_for_group(int G) {
@@ -529,8 +530,15 @@ void prepare_decode_stream(int bytes) {
   }
 }
 
+int stream_segment_keys(int asked) {
+  return asked >= kDecodeSplitQuantum && asked <= 4096 && asked % kDecodeSplitQuantum == 0
+             ? asked
+             : stream_min_segment();
+}
+
 DecodeStreamLaunch decode_stream_launch(int num_heads, int num_kv_heads, int head_dim,
-                                        int num_queries, int max_context, KvDtype dtype) {
+                                        int num_queries, int max_context, KvDtype dtype,
+                                        int segment_keys) {
   prepare_attention_kernels();
   DecodeStreamLaunch out;
   const int G = num_heads / std::max(1, num_kv_heads), D = head_dim;
@@ -540,7 +548,7 @@ DecodeStreamLaunch decode_stream_launch(int num_heads, int num_kv_heads, int hea
                         : dtype == KvDtype::kFp8E4M3 ? stream_kernel<__nv_bfloat16, KvFp8>(D, G)
                                                      : stream_kernel<__nv_bfloat16>(D, G);
   if (kernel == nullptr) return out;
-  const int seg_min = stream_min_segment();
+  const int seg_min = stream_segment_keys(segment_keys);
   const int ctx = std::max(max_context, 1);
   out.segment_keys = piece_positions(ctx, seg_min);
   const int segments = std::min(kMaxDecodeSplits, (ctx + seg_min - 1) / seg_min);
@@ -559,18 +567,20 @@ void decode_attention_stream(const AttentionArgs& args, const FlatBatchView& bat
                              int num_queries, int max_context, float* workspace,
                              cudaStream_t stream) {
   const int G = args.num_heads / kv.num_kv_heads, D = kv.head_dim;
-  const DecodeStreamLaunch plan =
-      decode_stream_launch(args.num_heads, kv.num_kv_heads, D, num_queries, max_context, kv.dtype);
+  const DecodeStreamLaunch plan = decode_stream_launch(
+      args.num_heads, kv.num_kv_heads, D, num_queries, max_context, kv.dtype, args.segment_keys);
   const int grid_splits = grid_decode_splits(std::max(max_context, 1));
-  const int seg_min = stream_min_segment();
+  const int seg_min = stream_segment_keys(args.segment_keys);
+  const bool release = release_early(kReleaseAttention);
   const std::size_t shared = stream_shared_bytes(D, G, plan.stages, kv_dtype_scaled(kv.dtype));
   WEFT_DISPATCH_KV(kv, {
     StreamKernel kernel = stream_kernel<T, KV>(D, G);
     launch(kernel, dim3(kv.num_kv_heads, num_queries, plan.parts), kThreads, shared, stream, args,
-           batch, kv, query_tokens, workspace, grid_splits, plan.parts, plan.stages, seg_min);
+           batch, kv, query_tokens, workspace, grid_splits, plan.parts, plan.stages, seg_min,
+           release);
     if (plan.parts > 1) {
       launch(stream_combine_kernel<T>, dim3(args.num_heads, num_queries), 128, 0, stream, args,
-             batch, D, query_tokens, workspace, grid_splits, plan.parts, seg_min);
+             batch, D, query_tokens, workspace, grid_splits, plan.parts, seg_min, release);
     }
   });
 }

@@ -43,7 +43,12 @@ struct DecodeStreamLaunch {
 };
 DecodeStreamLaunch decode_stream_launch(int num_heads, int num_kv_heads, int head_dim,
                                         int num_queries, int max_context,
-                                        KvDtype dtype = KvDtype::kBF16);
+                                        KvDtype dtype = KvDtype::kBF16, int segment_keys = 0);
+
+// The segment a launch asking for `asked` positions (AttentionArgs::segment_keys) uses at
+// least: `asked` when it is a multiple of 64 from 64 to 4096, else the process's
+// (WEFT_DECODE_STREAM_SEGMENT_KEYS, 256 unset).
+int stream_segment_keys(int asked);
 
 // A reference for the benches, not attention: reads every key and value row that
 // decode_attention would read for these tokens (same pages, same page-table lookups, 16-byte

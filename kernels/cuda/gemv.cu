@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/gemv.hpp"
 
 namespace weft::cuda {
@@ -54,7 +55,8 @@ __device__ __forceinline__ void unpack(const uint4& v, float (&f)[8], const __ha
 template <class T, int kTokens, int kRows, int kUnroll, bool kGated>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_kernel(const T* __restrict__ x, int tokens, const T* __restrict__ w, int out, int in,
-                float* __restrict__ y, int ldy, ActivationKind kind, T* __restrict__ act) {
+                float* __restrict__ y, int ldy, ActivationKind kind, T* __restrict__ act,
+                bool release) {
   static_assert(!kGated || kRows == 2);
   const int lane = threadIdx.x & 31;
   const int warp_index = static_cast<int>(blockIdx.x * kWarps + (threadIdx.x >> 5));
@@ -109,7 +111,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int r = 0; r < kRows; ++r)
         first[u][r] = load_stream(wr[r] + c + 32 * u);
   }
-  detail::grid_dependency_wait();
+  detail::grid_dependency_wait_then_release(release);
   if (preloaded) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
@@ -162,10 +164,10 @@ void launch(const void* x, int tokens, const void* w, int out, int in, float* y,
             cudaStream_t stream, ActivationKind kind = ActivationKind::kSilu, void* act = nullptr) {
   const int warps = kGated ? out / 2 : (out + kRows - 1) / kRows;
   const int blocks = (warps + kWarps - 1) / kWarps;
-  detail::launch_with(detail::pdl_products_enabled(),
-                      gemv_kernel<T, kTokens, kRows, kUnroll, kGated>, blocks, kWarps * 32, 0,
-                      stream, static_cast<const T*>(x), tokens, static_cast<const T*>(w), out, in,
-                      y, ldy, kind, static_cast<T*>(act));
+  detail::launch_with(
+      detail::pdl_products_enabled(), gemv_kernel<T, kTokens, kRows, kUnroll, kGated>, blocks,
+      kWarps * 32, 0, stream, static_cast<const T*>(x), tokens, static_cast<const T*>(w), out, in,
+      y, ldy, kind, static_cast<T*>(act), detail::release_early(detail::kReleaseGemv));
 }
 
 }  // namespace

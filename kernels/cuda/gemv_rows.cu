@@ -1,4 +1,5 @@
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/gemv_rows.hpp"
 
 namespace weft::cuda {
@@ -44,7 +45,8 @@ __device__ __forceinline__ void mma(float (&c)[4], unsigned a0, unsigned a1, uns
 template <class T, int kTiles>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_rows_kernel(const T* __restrict__ x, int rows, const std::int32_t* __restrict__ row_index,
-                     const T* __restrict__ w, int out, int in, float* __restrict__ y, int ldy) {
+                     const T* __restrict__ w, int out, int in, float* __restrict__ y, int ldy,
+                     bool release) {
   __shared__ float partial[kWarps][kTiles][32][4];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, q = lane & 3;
@@ -68,7 +70,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       first_b[u] = load_stream(wb + 4 * (c + kWarps * u));
     }
   }
-  detail::grid_dependency_wait();
+  detail::grid_dependency_wait_then_release(release);
   // x row of column g of each tile (a zero column past `rows`).
   const uint4* xr[kTiles];
   bool live[kTiles];
@@ -142,7 +144,8 @@ void launch(const void* x, int rows, const std::int32_t* row_index, const void* 
   const int blocks = (out + kBlockRows - 1) / kBlockRows;
   detail::launch_with(detail::pdl_products_enabled(), gemv_rows_kernel<T, kTiles>, blocks,
                       kWarps * 32, 0, stream, static_cast<const T*>(x), rows, row_index,
-                      static_cast<const T*>(w), out, in, y, ldy);
+                      static_cast<const T*>(w), out, in, y, ldy,
+                      detail::release_early(detail::kReleaseGemv));
 }
 
 }  // namespace

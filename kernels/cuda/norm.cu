@@ -1,6 +1,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/norm.hpp"
 
 namespace weft::cuda {
@@ -23,9 +24,9 @@ __device__ __forceinline__ float delta_at(const AddNormArgs& a, std::size_t at) 
 }
 
 template <class T>
-__global__ void add_norm_kernel(AddNormArgs a) {
+__global__ void add_norm_kernel(AddNormArgs a, bool release) {
   __shared__ float scratch[32];
-  detail::grid_dependency_wait();
+  detail::grid_dependency_wait_then_release(release);
   const std::size_t in_row =
       a.row_index != nullptr ? static_cast<std::size_t>(a.row_index[blockIdx.x]) : blockIdx.x;
   float* x = a.residual + in_row * a.n;
@@ -75,9 +76,9 @@ __global__ void add_norm_kernel(AddNormArgs a) {
 // The same arithmetic as add_norm_kernel (launched with kThreads threads) with every element
 // of the thread held in registers: element k of thread t is t + k * kThreads.
 template <class T>
-__global__ void __launch_bounds__(kThreads) add_norm_regs_kernel(AddNormArgs a) {
+__global__ void __launch_bounds__(kThreads) add_norm_regs_kernel(AddNormArgs a, bool release) {
   __shared__ float scratch[32];
-  detail::grid_dependency_wait();
+  detail::grid_dependency_wait_then_release(release);
   const std::size_t in_row =
       a.row_index != nullptr ? static_cast<std::size_t>(a.row_index[blockIdx.x]) : blockIdx.x;
   float* x = a.residual + in_row * a.n;
@@ -163,12 +164,12 @@ __global__ void __launch_bounds__(kThreads) add_norm_regs_kernel(AddNormArgs a) 
 // elements 4t..4t+3 and sums them in order before the block reduction (a different order
 // from add_norm_kernel's, the same for every row and batch).
 template <class T>
-__global__ void __launch_bounds__(1024) add_norm_vec_kernel(AddNormArgs a) {
+__global__ void __launch_bounds__(1024) add_norm_vec_kernel(AddNormArgs a, bool release) {
   __shared__ float scratch[32];
   const int i = 4 * threadIdx.x;
   // The weight is constant: its load may overlap the previous kernel's tail.
   const float4 w = *reinterpret_cast<const float4*>(a.weight + i);
-  detail::grid_dependency_wait();
+  detail::grid_dependency_wait_then_release(release);
   const std::size_t in_row =
       a.row_index != nullptr ? static_cast<std::size_t>(a.row_index[blockIdx.x]) : blockIdx.x;
   float4* x = reinterpret_cast<float4*>(a.residual + in_row * a.n + i);
@@ -239,22 +240,23 @@ bool aligned8(const void* p) {
 
 void add_norm(const AddNormArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return;
+  const bool release = detail::release_early(detail::kReleaseAddNorm);
   if (args.n % 128 == 0 && args.n <= 4096 && aligned16(args.residual) && aligned16(args.delta) &&
       aligned8(args.delta16) && aligned16(args.delta_bias) && aligned16(args.weight) &&
       aligned16(args.bias) && aligned16(args.out)) {
     WEFT_DISPATCH_PRECISION(args.precision, {
-      detail::launch(add_norm_vec_kernel<T>, args.rows, args.n / 4, 0, stream, args);
+      detail::launch(add_norm_vec_kernel<T>, args.rows, args.n / 4, 0, stream, args, release);
     });
     return;
   }
   if (args.n <= kThreads * kItems) {
     WEFT_DISPATCH_PRECISION(args.precision, {
-      detail::launch(add_norm_regs_kernel<T>, args.rows, kThreads, 0, stream, args);
+      detail::launch(add_norm_regs_kernel<T>, args.rows, kThreads, 0, stream, args, release);
     });
     return;
   }
   WEFT_DISPATCH_PRECISION(args.precision, {
-    detail::launch(add_norm_kernel<T>, args.rows, kThreads, 0, stream, args);
+    detail::launch(add_norm_kernel<T>, args.rows, kThreads, 0, stream, args, release);
   });
 }
 

@@ -72,6 +72,12 @@ struct AttentionArgs {
   // gives (the rotation's arithmetic is shared: rope.cuh); one launch less per layer.
   const float* rope_inv_freq = nullptr;  // [sequences][head_dim / 2]
   const float* rope_factor = nullptr;    // [sequences]
+  // The streaming decode kernel's segment (kStream): positions per segment at least this
+  // many (a multiple of 64 from 64 to 4096); 0: the process's (WEFT_DECODE_STREAM_SEGMENT_KEYS,
+  // 256 unset). It sets the kernel's rounding, so a caller keeps one value for every batch
+  // (a model: CudaModelOptions::decode_segment_keys); smaller segments spread a few tokens'
+  // keys over more blocks.
+  int segment_keys = 0;
 };
 
 // The decode kernel cuts a context of `span` positions into at most kMaxDecodeSplits splits

@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/quant_gemv.cuh"
 #include "kernels/cuda/quant_gemv.hpp"
 
@@ -154,7 +155,7 @@ template <class T, int kBits, int kUnitW, int kBlock, int kTokens, int kRows>
 __global__ void __launch_bounds__(kWarps * 32)
     quant_gemv_kernel(const T* __restrict__ x, int tokens, const unsigned* __restrict__ codes,
                       const unsigned* __restrict__ headers, int out, int in, float* __restrict__ y,
-                      int ldy) {
+                      int ldy, bool release) {
   using G = Geometry<kBits, kUnitW, kBlock>;
   const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
   const int groups = in / G::kGroupWeights;
@@ -194,7 +195,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   float2 first_sm[kRows][G::kSegments];
   const bool preloaded = warp < tiles && lane < min(32, groups - warp * 32);
   if (preloaded) load_tile(warp, min(32, groups - warp * 32), first_w, first_sm);
-  detail::grid_dependency_wait();
+  detail::grid_dependency_wait_then_release(release);
 
   for (int tile = warp; tile < tiles; tile += kWarps) {
     const int n = min(32, groups - tile * 32);
@@ -342,11 +343,12 @@ void launch_gemv(const void* x, int tokens, const QuantMatrixView& w, float* y, 
                                                        static_cast<std::size_t>(w.cols));
   const auto* base = static_cast<const unsigned char*>(w.data);
   const int grid = (w.rows + kRows - 1) / kRows;
-  detail::launch_with(
-      detail::pdl_products_enabled(), quant_gemv_kernel<T, kBits, kUnitW, kBlock, kTokens, kRows>,
-      grid, kWarps * 32, 0, stream, static_cast<const T*>(x), tokens,
-      reinterpret_cast<const unsigned*>(base),
-      reinterpret_cast<const unsigned*>(base + layout.header_offset()), w.rows, w.cols, y, ldy);
+  detail::launch_with(detail::pdl_products_enabled(),
+                      quant_gemv_kernel<T, kBits, kUnitW, kBlock, kTokens, kRows>, grid,
+                      kWarps * 32, 0, stream, static_cast<const T*>(x), tokens,
+                      reinterpret_cast<const unsigned*>(base),
+                      reinterpret_cast<const unsigned*>(base + layout.header_offset()), w.rows,
+                      w.cols, y, ldy, detail::release_early(detail::kReleaseQuantGemv));
 }
 
 template <class T, int kBits, int kUnitW, int kBlock>

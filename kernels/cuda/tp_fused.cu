@@ -16,6 +16,7 @@
 #include <atomic>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/dependent_launch.cuh"
 
 namespace weft::cuda {
 
@@ -40,6 +41,14 @@ struct Params {
   float eps;
   void* out;
   float* sum_out;
+  // The LL exchange (fused_vec_kernel<T, true>): this rank, the byte offset of the receive
+  // area in the window and the rows and width it was sized for, and the epoch counters.
+  int rank;
+  std::size_t ll_offset;
+  int ll_rows;
+  int ll_width;
+  unsigned* ll_epochs;
+  bool release;  // griddepcontrol.launch_dependents after the wait (dependent_launch.cuh)
 };
 
 // Blocks b of every rank meet at barrier b: the release by each rank covers its partial rows
@@ -75,20 +84,105 @@ __device__ __forceinline__ float load_shared(const float* p) {
   return v;
 }
 
+// The LL ("low latency") exchange, NCCL's LL protocol in shape: instead of a barrier and
+// then loads of the peers' rows over NVLink (a round trip after a round trip), every rank
+// stores its own partial row into each peer's receive area in 16-byte lines of two
+// (value, flag) pairs, the flag being this launch's epoch, and spins on its own area until
+// every line it needs carries the epoch. An 8-byte pair lands whole, so a line whose flags
+// match holds this launch's values; one one-way trip over NVLink instead of three.
+//
+// Receive area (TpFusedGroup::ll_offset; tp_fused_ll_bytes): [2 parities][ranks senders]
+// [ll_rows][ll_width / 2] lines of 16 bytes, then ll_rows epoch counters (this rank's own,
+// never read by peers). Block b's launches count in epoch counter b (1, 2, ...; 0 is the
+// zeroed area's flag, so it is skipped when the count wraps); a launch uses the parity of its
+// epoch. A rank cannot get two launches of row b ahead of a peer still reading one: the
+// launch after next needs the peer's push of the next one, made only after the peer finished
+// reading this one. So the other parity's lines are never overwritten while read.
+__device__ __forceinline__ void store_line(uint4* p, uint4 v) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ uint4 load_line(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ std::size_t ll_line(const Params& p, unsigned parity, int sender,
+                                               int row) {
+  return p.ll_offset + ((static_cast<std::size_t>(parity) * p.ranks + sender) * p.ll_rows + row) *
+                           static_cast<std::size_t>(p.ll_width) * 8;
+}
+
+// Elements [i, i + 4) of this block's row summed over the ranks in rank order, by the LL
+// exchange. Every thread of the block calls it once (it holds a block barrier).
+__device__ __forceinline__ float4 ll_sum4(const Params& p, int i) {
+  __shared__ unsigned epoch_s;
+  if (threadIdx.x == 0) {
+    unsigned e = p.ll_epochs[blockIdx.x] + 1;
+    if (e == 0) e = 2;            // wrapped: keep the parity alternating, never the zeroed flag
+    p.ll_epochs[blockIdx.x] = e;  // read again only by a later launch
+    epoch_s = e;
+  }
+  __syncthreads();
+  const unsigned e = epoch_s, parity = e & 1u;
+  const float4 mine = load_shared4(partial(p, p.rank) + i);
+  const uint4 l0 = {__float_as_uint(mine.x), e, __float_as_uint(mine.y), e};
+  const uint4 l1 = {__float_as_uint(mine.z), e, __float_as_uint(mine.w), e};
+  const std::size_t at = ll_line(p, parity, p.rank, blockIdx.x) + static_cast<std::size_t>(i) * 8;
+  for (int r = 0; r < p.ranks; ++r) {
+    if (r == p.rank) continue;
+    uint4* dst = static_cast<uint4*>(ncclGetLsaPointer(p.window, at, r));
+    store_line(dst, l0);
+    store_line(dst + 1, l1);
+  }
+  float4 dv = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int r = 0; r < p.ranks; ++r) {
+    float4 q = mine;
+    if (r != p.rank) {
+      const std::size_t from = ll_line(p, parity, r, blockIdx.x) + static_cast<std::size_t>(i) * 8;
+      const uint4* src = static_cast<const uint4*>(ncclGetLsaPointer(p.window, from, p.rank));
+      uint4 a, b;
+      do {
+        a = load_line(src);
+        b = load_line(src + 1);
+      } while (a.y != e || a.w != e || b.y != e || b.w != e);
+      q = make_float4(__uint_as_float(a.x), __uint_as_float(a.z), __uint_as_float(b.x),
+                      __uint_as_float(b.z));
+    }
+    if (r == 0) {
+      dv = q;
+    } else {
+      dv.x += q.x, dv.y += q.y, dv.z += q.z, dv.w += q.w;
+    }
+  }
+  return dv;
+}
+
 // Rows of n = 4 * blockDim.x (n % 128 == 0, up to 4096), 16-byte aligned: add_norm_vec_kernel's
-// arithmetic, with the delta summed over the ranks in rank order.
-template <class T>
+// arithmetic, with the delta summed over the ranks in rank order, after a barrier and loads of
+// the peers' rows, or by the LL exchange (kLL; the same sums, bit for bit).
+template <class T, bool kLL>
 __global__ void __launch_bounds__(1024) fused_vec_kernel(const ncclDevComm comm, const Params p) {
   __shared__ float scratch[32];
   const int i = 4 * threadIdx.x;
   float4 w = {0.0f, 0.0f, 0.0f, 0.0f};
   if (p.residual != nullptr) w = *reinterpret_cast<const float4*>(p.weight + i);
-  detail::grid_dependency_wait();
-  meet(comm, p);
-  float4 dv = load_shared4(partial(p, 0) + i);
-  for (int r = 1; r < p.ranks; ++r) {
-    const float4 q = load_shared4(partial(p, r) + i);
-    dv.x += q.x, dv.y += q.y, dv.z += q.z, dv.w += q.w;
+  detail::grid_dependency_wait_then_release(p.release);
+  float4 dv;
+  if constexpr (kLL) {
+    (void)comm;
+    dv = ll_sum4(p, i);
+  } else {
+    meet(comm, p);
+    dv = load_shared4(partial(p, 0) + i);
+    for (int r = 1; r < p.ranks; ++r) {
+      const float4 q = load_shared4(partial(p, r) + i);
+      dv.x += q.x, dv.y += q.y, dv.z += q.z, dv.w += q.w;
+    }
   }
   const std::size_t at = static_cast<std::size_t>(blockIdx.x) * p.n + i;
   if (p.residual == nullptr) {
@@ -199,7 +293,7 @@ template <class T>
 __global__ void __launch_bounds__(kThreads) fused_kernel(const ncclDevComm comm, const Params p) {
   __shared__ float scratch[32];
   extern __shared__ float delta_s[];
-  detail::grid_dependency_wait();
+  detail::grid_dependency_wait_then_release(p.release);
   meet(comm, p);
   const float* part[kMaxRanks];
   for (int r = 0; r < p.ranks; ++r)
@@ -311,6 +405,11 @@ bool aligned16(const void* p) {
 bool tp_fused_built() noexcept {
   return true;
 }
+std::size_t tp_fused_ll_bytes(int ranks, int rows, int width) noexcept {
+  if (ranks < 1 || rows < 1 || width < 4) return 0;
+  const std::size_t lines = 2ull * ranks * rows * static_cast<std::size_t>(width) * 8;
+  return lines + (static_cast<std::size_t>(rows) * sizeof(unsigned) + 15) / 16 * 16;
+}
 int tp_fused_header_version() noexcept {
   return NCCL_VERSION_CODE;
 }
@@ -321,7 +420,8 @@ std::size_t tp_fused_dev_comm_bytes() noexcept {
 bool allreduce_add_norm(const AllReduceNormArgs& a, cudaStream_t stream) {
   const TpFusedGroup& g = a.group;
   if (g.dev_comm == nullptr || g.window == nullptr || g.ranks < 1 || g.ranks > 8 || a.rows < 0 ||
-      a.rows > g.barriers || a.n <= 0) {
+      a.rows > g.barriers || a.n <= 0 || g.rank < 0 || g.rank >= g.ranks ||
+      (g.ll_rows > 0 && (g.ll_epochs == nullptr || g.ll_width % 4 != 0 || g.ll_offset % 16 != 0))) {
     return false;
   }
   if (a.residual != nullptr ? a.weight == nullptr || a.out == nullptr : a.sum_out == nullptr) {
@@ -342,14 +442,26 @@ bool allreduce_add_norm(const AllReduceNormArgs& a, cudaStream_t stream) {
   p.eps = a.eps;
   p.out = a.out;
   p.sum_out = a.sum_out;
+  p.rank = g.rank;
+  p.ll_offset = g.ll_offset;
+  p.ll_rows = g.ll_rows;
+  p.ll_width = g.ll_width;
+  p.ll_epochs = g.ll_epochs;
+  p.release = detail::release_early(detail::kReleaseFusedNorm);
   const auto& comm = *static_cast<const ncclDevComm*>(g.dev_comm);
   // add_norm takes its float4 kernel on these conditions; the fused kernel must take the
   // matching one to round alike.
   if (a.n % 128 == 0 && a.n <= 4096 && a.offset % 16 == 0 && aligned16(a.residual) &&
       aligned16(a.delta_bias) && aligned16(a.weight) && aligned16(a.bias) && aligned16(a.out) &&
       aligned16(a.sum_out)) {
-    WEFT_DISPATCH_PRECISION(
-        a.precision, { detail::launch(fused_vec_kernel<T>, a.rows, a.n / 4, 0, stream, comm, p); });
+    const bool ll = g.ll_rows > 0 && a.rows <= g.ll_rows && a.n <= g.ll_width;
+    WEFT_DISPATCH_PRECISION(a.precision, {
+      if (ll) {
+        detail::launch(fused_vec_kernel<T, true>, a.rows, a.n / 4, 0, stream, comm, p);
+      } else {
+        detail::launch(fused_vec_kernel<T, false>, a.rows, a.n / 4, 0, stream, comm, p);
+      }
+    });
   } else {
     bool ok = false;
     WEFT_DISPATCH_PRECISION(a.precision, {
@@ -375,6 +487,9 @@ bool tp_fused_probe(const TpFusedGroup& g, std::size_t offset, std::uint64_t* po
 
 bool tp_fused_built() noexcept {
   return false;
+}
+std::size_t tp_fused_ll_bytes(int, int, int) noexcept {
+  return 0;
 }
 int tp_fused_header_version() noexcept {
   return 0;

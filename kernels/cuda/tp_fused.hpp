@@ -34,6 +34,16 @@ struct TpFusedGroup {
   int barriers = 0;
   int rank = 0;
   int ranks = 0;
+  // The LL exchange (tp_fused.cu): launches of up to ll_rows rows no wider than ll_width
+  // floats (and on the float4 kernel's shapes: n % 128 == 0, n <= 4096) skip the barrier; each
+  // rank stores its partial rows, flagged with the launch's epoch, straight into the peers'
+  // receive areas at byte ll_offset of the window (tp_fused_ll_bytes(ranks, ll_rows, ll_width)
+  // bytes, zeroed before the first launch; its last part holds ll_epochs, this rank's
+  // counters, a device pointer into it). ll_rows 0: every launch meets at the barrier.
+  std::size_t ll_offset = 0;
+  int ll_rows = 0;
+  int ll_width = 0;
+  unsigned* ll_epochs = nullptr;
 };
 
 struct AllReduceNormArgs {
@@ -59,6 +69,11 @@ struct AllReduceNormArgs {
 // header version (NCCL_VERSION_CODE, e.g. 22809; 0 without them).
 bool tp_fused_built() noexcept;
 int tp_fused_header_version() noexcept;
+
+// Bytes of the LL receive area for `ranks` ranks, `rows` rows of `width` floats: the lines,
+// then the epoch counters at byte tp_fused_ll_bytes(...) - round16(rows * 4) of the area. 0
+// without the kernels.
+std::size_t tp_fused_ll_bytes(int ranks, int rows, int width) noexcept;
 
 // sizeof(ncclDevComm) in the headers the kernels were built with (0 without them): the
 // communicator allocates at least this much for ncclDevCommCreate's output.

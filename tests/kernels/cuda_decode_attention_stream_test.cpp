@@ -84,6 +84,32 @@ TEST_P(CudaDecodeAttentionStream, IsBitwiseTheSameForEveryCutAndBatch) {
   }
 }
 
+// A caller's segment (AttentionArgs::segment_keys: a tensor-parallel model's 128 keys, and 64)
+// cuts the contexts finer and so rounds differently, and keeps every property of the
+// default's: close to the CPU reference, the same bits for every cut and batch.
+TEST_P(CudaDecodeAttentionStream, CallersSegmentIsBitwiseTheSameForEveryCutAndBatch) {
+  EXPECT_EQ(detail::decode_stream_launch(32, 8, 128, 1, 512, KvDtype::kBF16, 128).segment_keys,
+            128);
+  EXPECT_EQ(detail::decode_stream_launch(32, 8, 128, 1, 512, KvDtype::kBF16, 0).segment_keys,
+            detail::stream_segment_keys(0));
+  EXPECT_EQ(detail::stream_segment_keys(100), detail::stream_segment_keys(0));  // not 64k
+  for (const int seg : {128, 64}) {
+    SCOPED_TRACE("segment " + std::to_string(seg));
+    std::mt19937 rng(23 + seg);
+    DecodeBatch b(Shape{8, 2, 128, 16}, p(), 0, contexts_for(24, 3000), rng);
+    const auto queries = all_queries(b);
+    const auto plain = b.run(DecodeAttentionKernel::kStream, 0, queries);
+    b.segment_keys = seg;
+    expect_bitwise_for_every_cut_and_batch(DecodeAttentionKernel::kStream, b, {0, 7, 23});
+    expect_matches_cpu_and_split(DecodeAttentionKernel::kStream, b, p(),
+                                 "segment " + std::to_string(seg) + " " + describe(b));
+    if (detail::stream_segment_keys(0) != seg) {
+      EXPECT_FALSE(b.run(DecodeAttentionKernel::kStream, 0, queries) == plain)
+          << "the segment did not reach the kernel (same bits as the default's)";
+    }
+  }
+}
+
 // A decode step's CUDA graph is replayed while the contexts grow as long as
 // decode_split_count stays the same (capped at 32 splits past 1984 positions): a launch
 // captured at shorter contexts must still cover every segment of the longer ones, bitwise as a

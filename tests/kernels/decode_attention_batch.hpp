@@ -91,6 +91,7 @@ struct DecodeBatch {
   Shape shape;
   Precision p;
   int window;
+  int segment_keys = 0;  // AttentionArgs::segment_keys of run()
   std::vector<int> contexts;
   static constexpr int kLayers = 2, kLayer = 1;
 
@@ -150,6 +151,7 @@ struct DecodeBatch {
     a.scale = 1.0f / std::sqrt(static_cast<float>(D));
     a.sliding_window = window;
     a.out = out.get();
+    a.segment_keys = segment_keys;
     int context = 0;
     for (int qi : queries)
       context = std::max(context, contexts[qi]);

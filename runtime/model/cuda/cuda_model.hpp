@@ -48,6 +48,14 @@ struct CudaModelOptions {
   // of two or more, whose large steps all-reduce in bf16 and so do not keep them anyway
   // (batch-1 steps of the 8B shape 12% shorter at TP=2 on H200s, docs/parallel.md).
   int small_step_kernel_tokens = -1;
+  // The streaming decode attention's segment (cuda::AttentionArgs::segment_keys): a multiple
+  // of 64 from 64 to 4096, or 0 for the process's (WEFT_DECODE_STREAM_SEGMENT_KEYS, 256 when
+  // unset). It sets the kernel's rounding, so it is one value for the model's life. -1 (the
+  // default): 0, and 128 once set_tensor_parallel joins a group of two or more (unless
+  // WEFT_DECODE_STREAM_SEGMENT_KEYS is set): a rank holds few kv heads, and at one token the
+  // smaller segment spreads their keys over twice the blocks (8B batch-1 steps 2% shorter at
+  // TP=2, 0.5-0.9% longer at batches 16-256; docs/parallel.md, "One-token steps").
+  int decode_segment_keys = -1;
   // A step's decode rows (single-token slices and speculative verification rows), when it has
   // 1 to this many (at most cuda::kGemvRowsMax, 32), go through the row kernel
   // (kernels/cuda/gemv_rows.hpp) for every 16-bit product instead of cuBLAS: a row's bits then

@@ -311,6 +311,7 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
     aa.sliding_window =
         spec.layer_uses_window(first_layer + static_cast<int>(l)) ? spec.sliding_window : 0;
     aa.out = attn.get();
+    aa.segment_keys = decode_segment_keys;
     if (alibi) {
       cuda::rope_store_kv(ra, fb, kvv, stream);
       mark("rope + kv store");

@@ -166,6 +166,12 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
   if (options.page_size <= 0) {
     return Error(ErrorCode::kInvalidArgument, "CUDA model: page_size must be positive");
   }
+  if (const int k = options.decode_segment_keys;
+      k != -1 && k != 0 && (k < 64 || k > 4096 || k % 64 != 0)) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "CUDA model: decode_segment_keys " + std::to_string(k) +
+                     " is not -1, 0 or a multiple of 64 from 64 to 4096");
+  }
   int count = 0;
   if (auto err = cudaGetDeviceCount(&count);
       err != cudaSuccess || options.device >= count || options.device < 0) {
@@ -220,6 +226,7 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
   s->blas = std::make_unique<cuda::Blas>();
   if (!s->blas->error().empty()) return Error(ErrorCode::kInternal, s->blas->error());
   s->blas->set_gemv_max_tokens(std::max(0, options.small_step_kernel_tokens));
+  s->decode_segment_keys = std::max(0, options.decode_segment_keys);
 
   // Weights: fused qkv and gate_up products, 16-bit matrices, fp32 norms and biases.
   DeviceBuffer staging;

@@ -145,6 +145,12 @@ Result<void> CudaModel::set_tensor_parallel(parallel::Communicator& comm) {
   s.drop_graphs();  // they point at the buffers about to move
   // One-token steps through the small-step kernel unless the options chose (CudaModelOptions).
   if (s.options.small_step_kernel_tokens < 0) s.blas->set_gemv_max_tokens(comm.size() >= 2 ? 1 : 0);
+  // 128-key decode segments in a group unless chosen (CudaModelOptions::decode_segment_keys).
+  // The environment's segment, when set, stays every kernel's (comparisons).
+  if (s.options.decode_segment_keys < 0) {
+    const char* seg = std::getenv("WEFT_DECODE_STREAM_SEGMENT_KEYS");
+    s.decode_segment_keys = comm.size() >= 2 && (seg == nullptr || *seg == '\0') ? 128 : 0;
+  }
   s.tp_fence = false;
   s.tp_buffers = "plain device memory";
   s.head_window_shard = s.head_window_gathered = nullptr;

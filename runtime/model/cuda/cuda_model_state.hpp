@@ -173,6 +173,9 @@ struct CudaModel::State {
   // tp_fence, a cuda::stream_fence goes before each collective on it (CollectiveMemory).
   std::string tp_buffers = "plain device memory";
   bool tp_fence = false;
+  // cuda::AttentionArgs::segment_keys of every decode attention (options.decode_segment_keys
+  // resolved: create, then set_tensor_parallel for -1).
+  int decode_segment_keys = 0;
   float* head_window_shard = nullptr;
   float* head_window_gathered = nullptr;
   int head_window_rows = 0;
@@ -257,6 +260,9 @@ struct CudaModel::State {
     // for two ranks, 64 for more (four H200s: at 256 rows the one-shot gather of three
     // peers' rows lost to NCCL's all-reduce; docs/parallel.md).
     int rows = 0;
+    // Steps of up to this many tokens exchange their partial rows by the LL protocol instead
+    // of meeting at a barrier (TpFusedGroup::ll_rows; WEFT_TP_FUSED_LL_ROWS, 0 turns it off).
+    int ll_rows = 0;
   };
   Result<FusedNormSwitches> fused_norm_switches(parallel::Communicator& comm);
   Result<void> join_fused_norm(parallel::Communicator& comm, const FusedNormSwitches& switches);

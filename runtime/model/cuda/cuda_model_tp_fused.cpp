@@ -23,6 +23,9 @@
 namespace weft::model {
 namespace {
 
+// Steps of up to this many tokens take the LL exchange by default (WEFT_TP_FUSED_LL_ROWS).
+constexpr int kDefaultLlRows = 2;
+
 // A device allocation for the check, freed on every path.
 struct Scratch {
   void* p = nullptr;
@@ -338,18 +341,30 @@ Result<CudaModel::State::FusedNormSwitches> CudaModel::State::fused_norm_switche
     }
     on.rows = static_cast<int>(v);
   }
+  on.ll_rows = std::min(on.rows, kDefaultLlRows);
+  if (const char* r = std::getenv("WEFT_TP_FUSED_LL_ROWS"); r != nullptr && *r != '\0') {
+    char* end = nullptr;
+    const long v = std::strtol(r, &end, 10);
+    if (*end != '\0' || v < 0 || v > 256) {
+      return Error(ErrorCode::kInvalidArgument, "WEFT_TP_FUSED_LL_ROWS: '" + std::string(r) +
+                                                    "' is not a row count in [0, 256]");
+    }
+    on.ll_rows = std::min(on.rows, static_cast<int>(v));
+  }
   // join_fused_norm is collective only if every rank reads the same switches (mpirun -x): the
   // group compares them first, so that a rank without them fails with the reason instead of
   // leaving the others waiting in a collective it never joins.
-  auto same =
-      same_on_every_rank(comm, stream, {on.fused ? 1.0f : 0.0f, static_cast<float>(on.rows)});
+  auto same = same_on_every_rank(
+      comm, stream,
+      {on.fused ? 1.0f : 0.0f, static_cast<float>(on.rows), static_cast<float>(on.ll_rows)});
   if (!same) return same.error();
   if (!*same) {
     return Error(ErrorCode::kInvalidArgument,
-                 "WEFT_TP_FUSED_NORM or WEFT_TP_FUSED_ROWS differ across the tensor-parallel "
-                 "ranks (this rank: '" +
-                     asked + "', " + std::to_string(on.rows) +
-                     " rows): give every rank the same (mpirun -x WEFT_TP_FUSED_NORM)");
+                 "WEFT_TP_FUSED_NORM, WEFT_TP_FUSED_ROWS or WEFT_TP_FUSED_LL_ROWS differ across "
+                 "the tensor-parallel ranks (this rank: '" +
+                     asked + "', " + std::to_string(on.rows) + " rows, " +
+                     std::to_string(on.ll_rows) +
+                     " LL rows): give every rank the same (mpirun -x WEFT_TP_FUSED_NORM ...)");
   }
   return on;
 }
@@ -386,7 +401,11 @@ Result<void> CudaModel::State::join_fused_norm(parallel::Communicator& comm,
   rows = std::min(rows, std::max(1, capacity_tokens));
   const std::size_t slot =
       (static_cast<std::size_t>(rows) * spec.hidden_size * 4 + 4095) / 4096 * 4096;
-  auto window = comm.device_window(2 * slot, rows);
+  // The LL exchange serves the float4 kernel's rows (hidden % 128 == 0, at most 4096).
+  const int H = spec.hidden_size;
+  const int ll_rows = H % 128 == 0 && H <= 4096 ? std::min(rows, switches.ll_rows) : 0;
+  const std::size_t ll_bytes = ll_rows > 0 ? cuda::tp_fused_ll_bytes(comm.size(), ll_rows, H) : 0;
+  auto window = comm.device_window(2 * slot + ll_bytes, rows);
   if (!window) {
     tp_fused_note = std::string("off: ") + window.error().what();
     log_warn("tensor parallel fused norm " + tp_fused_note);
@@ -401,6 +420,28 @@ Result<void> CudaModel::State::join_fused_norm(parallel::Communicator& comm,
   tp_fused_rows = std::min(rows, window->barriers);
   tp_fused_slot_bytes = slot;
   tp_fused_base = static_cast<float*>(window->data);
+  if (ll_bytes > 0) {
+    // Zeroed flags and epochs: no line carries a launch's epoch before that launch stores it.
+    char* area = static_cast<char*>(window->data) + 2 * slot;
+    if (cudaMemset(area, 0, ll_bytes) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess) {
+      tp_fused.ll_offset = 2 * slot;
+      tp_fused.ll_rows = ll_rows;
+      tp_fused.ll_width = H;
+      tp_fused.ll_epochs = reinterpret_cast<unsigned*>(
+          area + ll_bytes - (static_cast<std::size_t>(ll_rows) * sizeof(unsigned) + 15) / 16 * 16);
+    } else {
+      cudaGetLastError();
+    }
+  }
+  // Every rank must take the same path for a launch: a rank whose area failed to clear makes
+  // the whole group keep the barrier.
+  if (ll_bytes > 0) {
+    auto same_ll = same_on_every_rank(comm, stream, {static_cast<float>(tp_fused.ll_rows)});
+    if (!same_ll || !*same_ll) {
+      tp_fused.ll_rows = 0;
+      tp_fused.ll_epochs = nullptr;
+    }
+  }
   // The check, phase by phase, each ending in a vote (FusedNormCheck).
   FusedNormCheck check(*this, comm);
   std::string why = check.write_marker();
@@ -430,7 +471,10 @@ Result<void> CudaModel::State::join_fused_norm(parallel::Communicator& comm,
     return {};
   }
   tp_fused_note =
-      "on for steps of up to " + std::to_string(tp_fused_rows) + " tokens: " + window->description;
+      "on for steps of up to " + std::to_string(tp_fused_rows) + " tokens" +
+      (tp_fused.ll_rows > 0 ? " (the LL exchange up to " + std::to_string(tp_fused.ll_rows) + ")"
+                            : "") +
+      ": " + window->description;
   if (comm.rank() == 0) log_info("tensor parallel fused norm " + tp_fused_note);
   return {};
 }

@@ -549,6 +549,30 @@ TEST(CudaModel, DecodeGraphsGiveTheSameLogitsAsPlainLaunches) {
   }
 }
 
+// CudaModelOptions::decode_segment_keys: -1, 0 or a multiple of 64 from 64 to 4096; anything
+// else is refused by name before any GPU is touched (so this part runs without one).
+TEST(CudaModel, RefusesADecodeSegmentThatIsNotAMultipleOf64) {
+  auto loaded = load_model(kTinyDir);
+  ASSERT_TRUE(loaded) << loaded.error().what();
+  for (const int bad : {100, 32, 8192, -2}) {
+    CudaModelOptions o;
+    o.num_pages = 16;
+    o.decode_segment_keys = bad;
+    auto m = CudaModel::create(loaded->model, o);
+    ASSERT_FALSE(m) << bad;
+    EXPECT_EQ(m.error().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(m.error().what()).find("decode_segment_keys " + std::to_string(bad)),
+              std::string::npos)
+        << m.error().what();
+  }
+  SKIP_WITHOUT_GPU();
+  CudaModelOptions o;
+  o.num_pages = 16;
+  o.decode_segment_keys = 128;
+  auto m = CudaModel::create(loaded->model, o);
+  ASSERT_TRUE(m) << m.error().what();
+}
+
 TEST(CudaModel, RejectsInvalidStepsLikeTheCpuModel) {
   SKIP_WITHOUT_GPU();
   auto loaded = load_model(kTinyDir);

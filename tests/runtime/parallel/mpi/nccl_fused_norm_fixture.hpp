@@ -37,7 +37,8 @@ extern parallel::Communicator* g_world;
 // and may differ in FMA contraction; the test counts how many differ). With more ranks NCCL
 // may add in another order, so the results are within a few ulps (1e-5 relative; 2 ulps for
 // the 16-bit rows); every rank holds bitwise the same residual in both cases (the kernel adds
-// in rank order on every rank).
+// in rank order on every rank). Each case runs through the barrier and through the LL
+// exchange (ll_group_), which must give the same bits.
 class NcclFusedNorm : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -56,7 +57,9 @@ class NcclFusedNorm : public ::testing::Test {
     auto nccl = parallel::make_nccl_communicator(w, w.rank(), stream_);
     ASSERT_TRUE(nccl) << nccl.error().what();
     nccl_ = std::move(*nccl);
-    auto win = nccl_->device_window(2 * kSlotBytes, kRows);
+    const std::size_t ll_bytes = cuda::tp_fused_ll_bytes(w.size(), kRows, 4096);
+    ASSERT_GT(ll_bytes, 0u);
+    auto win = nccl_->device_window(2 * kSlotBytes + ll_bytes, kRows);
     if (!win) {
       // Say why on every rank: the GPU run must show it.
       std::cout << "[ measured ] rank " << w.rank() << ": " << win.error().what() << "\n";
@@ -73,6 +76,18 @@ class NcclFusedNorm : public ::testing::Test {
     group_.barriers = window_.barriers;
     group_.rank = w.rank();
     group_.ranks = w.size();
+    // The same group with the LL exchange for rows of up to 4096 (tp_fused.hpp), its area
+    // after the two slots, zeroed.
+    ASSERT_GE(window_.bytes, 2 * kSlotBytes + ll_bytes);
+    char* area = static_cast<char*>(window_.data) + 2 * kSlotBytes;
+    ASSERT_EQ(cudaMemset(area, 0, ll_bytes), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ll_group_ = group_;
+    ll_group_.ll_offset = 2 * kSlotBytes;
+    ll_group_.ll_rows = kRows;
+    ll_group_.ll_width = 4096;
+    ll_group_.ll_epochs = reinterpret_cast<unsigned*>(area + ll_bytes - kRows * sizeof(unsigned));
+    ASSERT_TRUE(nccl_->barrier());  // every rank's area zeroed before any rank stores into it
   }
   void TearDown() override {
     nccl_.reset();
@@ -150,7 +165,8 @@ class NcclFusedNorm : public ::testing::Test {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<parallel::Communicator> nccl_;
   parallel::DeviceWindow window_;
-  cuda::TpFusedGroup group_;
+  cuda::TpFusedGroup group_;     // every launch meets at the LSA barrier
+  cuda::TpFusedGroup ll_group_;  // launches of up to kRows rows of 4096 take the LL exchange
 };
 
 }  // namespace weft

@@ -46,9 +46,17 @@ TEST_F(NcclFusedNorm, MatchesNcclAllReduceAndAddNorm) {
       {4, 1002, cuda::NormKind::kRms, true, false, false, cuda::Precision::kBF16},
   };
   int launch = 0;
-  for (const Case& c : cases) {
+  // Every case through the barrier, then through the LL exchange (ll_group_), which must give
+  // the barrier's results (residual or sum, then the normalized rows) bit for bit.
+  constexpr std::size_t kCases = sizeof(cases) / sizeof(cases[0]);
+  std::vector<float> barrier_res[kCases];
+  std::vector<std::uint16_t> barrier_out[kCases];
+  for (std::size_t pass = 0; pass < 2 * kCases; ++pass) {
+    const bool ll = pass >= kCases;
+    const std::size_t ci = pass % kCases;
+    const Case& c = cases[ci];
     SCOPED_TRACE("rows " + std::to_string(c.rows) + " n " + std::to_string(c.n) +
-                 (c.sum_only ? " sum only" : ""));
+                 (c.sum_only ? " sum only" : "") + (ll ? ", LL exchange" : ", barrier"));
     const std::size_t n = static_cast<std::size_t>(c.rows) * c.n;
     const auto partial = random_rows(100 + rank, n);
     const auto residual = random_rows(7, n);  // the same on every rank, as in a model
@@ -72,7 +80,7 @@ TEST_F(NcclFusedNorm, MatchesNcclAllReduceAndAddNorm) {
     cudaMemcpy(b, bias.data(), c.n * 4, cudaMemcpyHostToDevice);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the copies landed before peers read
     cuda::AllReduceNormArgs a;
-    a.group = group_;
+    a.group = ll ? ll_group_ : group_;
     a.offset = k * kSlotBytes;
     a.rows = c.rows;
     a.n = c.n;
@@ -114,6 +122,13 @@ TEST_F(NcclFusedNorm, MatchesNcclAllReduceAndAddNorm) {
     cudaMemcpy(want.data(), res_b, n * 4, cudaMemcpyDeviceToHost);
     expect_close(got, want, c.sum_only ? "sum" : "residual");
     expect_same_on_every_rank(res_a, n, "the fused residual");
+    if (!ll) {
+      barrier_res[ci] = got;
+    } else {
+      ASSERT_EQ(std::memcmp(got.data(), barrier_res[ci].data(), n * 4), 0)
+          << "the LL exchange's " << (c.sum_only ? "sum" : "residual")
+          << " differs from the barrier's";
+    }
     if (!c.sum_only) {
       // The normalized 16-bit rows: within one unit in the last place of add_norm's (bitwise
       // inputs; the two kernels are compiled apart, and FMA contraction may differ), counted.
@@ -127,9 +142,16 @@ TEST_F(NcclFusedNorm, MatchesNcclAllReduceAndAddNorm) {
         ASSERT_LE(ulps, most) << "normalized output at " << i;
         off_by_one += ulps != 0 ? 1 : 0;
       }
+      if (!ll) {
+        barrier_out[ci] = out_got;
+      } else {
+        ASSERT_EQ(std::memcmp(out_got.data(), barrier_out[ci].data(), n * 2), 0)
+            << "the LL exchange's normalized rows differ from the barrier's";
+      }
       if (rank == 0) {
-        std::cout << "[ measured ] fused norm, " << c.rows << " x " << c.n << ": " << off_by_one
-                  << " of " << n << " normalized outputs one ulp from add_norm's\n";
+        std::cout << "[ measured ] fused norm" << (ll ? " (LL)" : "") << ", " << c.rows << " x "
+                  << c.n << ": " << off_by_one << " of " << n
+                  << " normalized outputs one ulp from add_norm's\n";
       }
     }
     for (void* p : {static_cast<void*>(plain), static_cast<void*>(res_a), static_cast<void*>(res_b),
@@ -150,16 +172,19 @@ TEST_F(NcclFusedNorm, MatchesNcclAllReduceAndAddNorm) {
   EXPECT_FALSE(cuda::allreduce_add_norm(refused, stream_));
 }
 
-// Decode rows (1, 2 and 16 of 4096) in a CUDA graph: 8 launches, each after a kernel that
-// writes its partial rows (different for every launch, so a slot rewritten before every rank
-// has read it shows in the sums) into the slot it reads (0, 1, 0, ...), the residual carried
-// from one to the next as through a step's layers; replayed with new inputs against the same
-// sequence through NCCL and add_norm launched plainly, then timed against it.
+// Decode rows (1, 2 and 16 of 4096; through the barrier, then the LL exchange) in a CUDA graph: 8
+// launches, each after a kernel that writes its partial rows (different for every launch, so a slot
+// rewritten before every rank has read it shows in the sums) into the slot it reads (0, 1, 0, ...),
+// the residual carried from one to the next as through a step's layers; replayed with new inputs
+// against the same sequence through NCCL and add_norm launched plainly, then timed against it.
 TEST_F(NcclFusedNorm, RunsInsideCudaGraphs) {
   const int rank = g_world->rank();
   constexpr int kN = 4096, kLaunches = 8;
-  for (const int rows : {1, 2, 16}) {
-    SCOPED_TRACE("rows " + std::to_string(rows));
+  constexpr int kRowCounts[] = {1, 2, 16};
+  for (int pass = 0; pass < 6; ++pass) {  // through the barrier, then the LL exchange
+    const bool ll = pass >= 3;
+    const int rows = kRowCounts[pass % 3];
+    SCOPED_TRACE("rows " + std::to_string(rows) + (ll ? ", LL exchange" : ", barrier"));
     const std::size_t n = static_cast<std::size_t>(rows) * kN;
     std::uint16_t* input16 = nullptr;  // this replay's partial rows for each launch, bf16
     float *plain = nullptr, *res_a = nullptr, *res_b = nullptr, *w = nullptr;
@@ -203,7 +228,7 @@ TEST_F(NcclFusedNorm, RunsInsideCudaGraphs) {
       return r;
     };
     cuda::AllReduceNormArgs a;
-    a.group = group_;
+    a.group = ll ? ll_group_ : group_;
     a.rows = rows;
     a.n = kN;
     a.residual = res_a;
@@ -290,7 +315,8 @@ TEST_F(NcclFusedNorm, RunsInsideCudaGraphs) {
     if (rank == 0) {
       std::cout << "[ measured ] " << rows << " rows of " << kN << " over " << g_world->size()
                 << " GPUs in CUDA graphs, per "
-                << "(writer kernel, reduction) pair: fused all-reduce + add + norm " << fused_us
+                << "(writer kernel, reduction) pair: fused all-reduce + add + norm"
+                << (ll ? " (LL exchange) " : " (barrier) ") << fused_us
                 << " us, NCCL all-reduce + add_norm " << nccl_us << " us\n";
     }
     EXPECT_GT(fused_us, 0.0);
