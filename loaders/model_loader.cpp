@@ -111,11 +111,13 @@ Result<LoadedModel> load_model(const std::filesystem::path& dir, const LoadOptio
     out.seq2seq = std::move(seq2seq.value());
     return out;
   }
-  const bool quantize_shard = options.tensor_parallel_size > 1 &&
-                              stored == quant::QuantType::kNone &&
-                              options.quantize != quant::QuantType::kNone;
+  // A tensor-parallel rank or a pipeline stage quantizes only what it binds (its shard of its
+  // stage's layers, and the head), after the split.
+  const bool split = options.tensor_parallel_size > 1 || options.pipeline_parallel_size > 1;
+  const bool quantize_part =
+      split && stored == quant::QuantType::kNone && options.quantize != quant::QuantType::kNone;
   if (stored == quant::QuantType::kNone && options.quantize != quant::QuantType::kNone &&
-      !quantize_shard) {
+      !quantize_part) {
     cpu::ThreadPool pool(options.quantize_threads);
     auto quantized_lookup = model::quantize_weights(lookup, spec.value(), options.quantize, &pool,
                                                     options.on_quantize_progress);
@@ -125,7 +127,7 @@ Result<LoadedModel> load_model(const std::filesystem::path& dir, const LoadOptio
   auto model = model::Model::create(spec.value(), lookup);
   if (!model) return model.error();
   out.full_spec = spec.value();
-  if (options.tensor_parallel_size > 1 || options.pipeline_parallel_size > 1) {
+  if (split) {
     // The whole checkpoint was checked above (binding only maps views), so a bad shape is
     // reported against the model's numbers; now bind this rank's slices and layers.
     if (options.tensor_parallel_rank < 0 ||
@@ -148,24 +150,21 @@ Result<LoadedModel> load_model(const std::filesystem::path& dir, const LoadOptio
         options.pipeline_stage * options.tensor_parallel_size + options.tensor_parallel_rank)];
     const model::LayerRange layers{static_cast<int>(part.layers.begin),
                                    static_cast<int>(part.layers.count)};
-    if (options.tensor_parallel_size > 1) {
-      auto shard = parallel::shard_weights(lookup, part);
-      if (quantize_shard) {  // this rank's matrices only, with their sharded shapes
-        cpu::ThreadPool pool(options.quantize_threads);
-        auto quantized_shard = model::quantize_weights(shard, part.spec, options.quantize, &pool,
-                                                       options.on_quantize_progress);
-        if (!quantized_shard) {
-          return Error(quantized_shard.error().code(),
-                       dir.string() + ": tensor-parallel rank " +
-                           std::to_string(options.tensor_parallel_rank) + ": " +
-                           quantized_shard.error().what());
-        }
-        shard = std::move(quantized_shard.value());
+    model::WeightLookup mine =
+        options.tensor_parallel_size > 1 ? parallel::shard_weights(lookup, part) : lookup;
+    if (quantize_part) {  // this rank's matrices only, with their sharded shapes
+      cpu::ThreadPool pool(options.quantize_threads);
+      auto quantized = model::quantize_weights(mine, part.spec, options.quantize, &pool,
+                                               options.on_quantize_progress, layers);
+      if (!quantized) {
+        return Error(quantized.error().code(),
+                     dir.string() + ": tensor-parallel rank " +
+                         std::to_string(options.tensor_parallel_rank) + ", pipeline stage " +
+                         std::to_string(options.pipeline_stage) + ": " + quantized.error().what());
       }
-      model = model::Model::create(part.spec, shard, layers);
-    } else {
-      model = model::Model::create(part.spec, lookup, layers);
+      mine = std::move(quantized.value());
     }
+    model = model::Model::create(part.spec, mine, layers);
     if (!model) return model.error();
   }
   out.model = std::move(model.value());

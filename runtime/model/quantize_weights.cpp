@@ -1,5 +1,6 @@
 #include "runtime/model/quantize_weights.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <map>
@@ -10,10 +11,13 @@
 
 namespace weft::model {
 
-std::vector<std::string> quantizable_matrix_names(const ModelSpec& spec) {
+std::vector<std::string> quantizable_matrix_names(const ModelSpec& spec, LayerRange layers) {
   const auto& n = spec.tensors;
   std::vector<std::string> names;
-  for (int i = 0; i < spec.num_layers; ++i) {
+  const int first = layers.count < 0 ? 0 : std::max(0, layers.begin);
+  const int end =
+      layers.count < 0 ? spec.num_layers : std::min(spec.num_layers, first + layers.count);
+  for (int i = first; i < end; ++i) {
     auto add = [&](const std::string& pattern) { names.push_back(layer_tensor_name(pattern, i)); };
     if (spec.qkv_layout == QkvLayout::kSeparate) {
       add(n.q);
@@ -85,9 +89,10 @@ Result<TensorView> quantize_matrix(const std::string& name, const TensorView& te
   return out;
 }
 
-Result<WeightLookup> quantize_weights(
-    const WeightLookup& base, const ModelSpec& spec, quant::QuantType type, cpu::ThreadPool* pool,
-    const std::function<void(std::size_t, std::size_t)>& progress) {
+Result<WeightLookup> quantize_weights(const WeightLookup& base, const ModelSpec& spec,
+                                      quant::QuantType type, cpu::ThreadPool* pool,
+                                      const std::function<void(std::size_t, std::size_t)>& progress,
+                                      LayerRange layers) {
   if (base.quantized != quant::QuantType::kNone) {
     return Error(ErrorCode::kInvalidArgument,
                  base.where + " is already quantized (" +
@@ -96,7 +101,7 @@ Result<WeightLookup> quantize_weights(
   }
   std::vector<std::pair<std::string, const TensorView*>> sources;
   std::size_t total = 0;
-  for (const auto& name : quantizable_matrix_names(spec)) {
+  for (const auto& name : quantizable_matrix_names(spec, layers)) {
     // An absent matrix is left for Model::create to report with its block and shape.
     if (const TensorView* t = base.find(name)) {
       sources.emplace_back(name, t);

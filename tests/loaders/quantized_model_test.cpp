@@ -240,5 +240,48 @@ TEST(QuantizedModel, TensorParallelRanksQuantizeTheirShardsAndStoredFoldersAreRe
   fs::remove_all(out);
 }
 
+// A pipeline stage (alone, or in a tensor-parallel group) quantizes only the matrices it binds:
+// its layers (its shard of them) and the head, which every stage binds. The bytes it quantizes
+// (the progress callback's total) say so: each stage less than the whole model, both stages
+// together the whole model plus the head once more; a rank of TP=2 x PP=2 about half its
+// stage's.
+TEST(QuantizedModel, PipelineStagesQuantizeOnlyTheirLayers) {
+  auto total_of = [](int tp, int pp, int stage) -> std::size_t {
+    LoadOptions options;
+    options.quantize = quant::QuantType::kQ4B32;
+    options.tensor_parallel_size = tp;
+    options.pipeline_parallel_size = pp;
+    options.pipeline_stage = stage;
+    std::size_t total = 0, done = 0;
+    options.on_quantize_progress = [&](std::size_t d, std::size_t t) {
+      done = d;
+      total = t;
+    };
+    auto r = load_model(kTiny, options);
+    EXPECT_TRUE(r) << r.error().what();
+    if (!r) return 0;
+    EXPECT_EQ(done, total);
+    EXPECT_EQ(r->model.weight_quantization(), quant::QuantType::kQ4B32);
+    const auto& first = r->model.layers()[static_cast<std::size_t>(r->model.first_layer())];
+    EXPECT_TRUE(first.q.quantized());
+    EXPECT_TRUE(first.down.quantized());
+    return total;
+  };
+  const std::size_t whole = total_of(1, 1, 0);
+  const std::size_t stage0 = total_of(1, 2, 0), stage1 = total_of(1, 2, 1);
+  ASSERT_GT(whole, 0u);
+  EXPECT_LT(stage0, whole);
+  EXPECT_LT(stage1, whole);
+  auto plain = load_model(kTiny);
+  ASSERT_TRUE(plain) << plain.error().what();
+  const auto& spec = plain->model.spec();
+  const std::size_t head =
+      spec.tied_embeddings ? 0 : plain->weights->find(spec.tensors.lm_head)->nbytes();
+  EXPECT_EQ(stage0 + stage1, whole + head);
+  const std::size_t rank_stage0 = total_of(2, 2, 0);
+  EXPECT_LT(rank_stage0, stage0);
+  EXPECT_GE(rank_stage0, stage0 / 2);
+}
+
 }  // namespace
 }  // namespace weft
