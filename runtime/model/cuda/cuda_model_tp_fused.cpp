@@ -26,6 +26,21 @@ namespace {
 // Steps of up to this many tokens take the LL exchange by default (WEFT_TP_FUSED_LL_ROWS).
 constexpr int kDefaultLlRows = 2;
 
+// The row count in environment variable `name` (from `least` to 256), or `fallback` when it is
+// unset or empty; the whole value must be the number (atoi took '8x' as 8).
+Result<int> env_row_count(const char* name, int least, int fallback) {
+  const char* r = std::getenv(name);
+  if (r == nullptr || *r == '\0') return fallback;
+  char* end = nullptr;
+  const long v = std::strtol(r, &end, 10);
+  if (*end != '\0' || v < least || v > 256) {
+    return Error(ErrorCode::kInvalidArgument, std::string(name) + ": '" + r +
+                                                  "' is not a row count in [" +
+                                                  std::to_string(least) + ", 256]");
+  }
+  return static_cast<int>(v);
+}
+
 // A device allocation for the check, freed on every path.
 struct Scratch {
   void* p = nullptr;
@@ -330,27 +345,12 @@ Result<CudaModel::State::FusedNormSwitches> CudaModel::State::fused_norm_switche
   // batch-1 step 3.86 -> 3.36 ms; four H200s: 2.96 -> 2.63 ms; every fixture's tests passing
   // on both), off for other sizes until measured there (docs/parallel.md).
   on.fused = asked == "1" || (asked.empty() && (comm.size() == 2 || comm.size() == 4));
-  on.rows = comm.size() == 2 ? 256 : 64;
-  if (const char* r = std::getenv("WEFT_TP_FUSED_ROWS"); r != nullptr && *r != '\0') {
-    // The whole value a number (atoi took '8x' as 8).
-    char* end = nullptr;
-    const long v = std::strtol(r, &end, 10);
-    if (*end != '\0' || v < 1 || v > 256) {
-      return Error(ErrorCode::kInvalidArgument,
-                   "WEFT_TP_FUSED_ROWS: '" + std::string(r) + "' is not a row count in [1, 256]");
-    }
-    on.rows = static_cast<int>(v);
-  }
-  on.ll_rows = std::min(on.rows, kDefaultLlRows);
-  if (const char* r = std::getenv("WEFT_TP_FUSED_LL_ROWS"); r != nullptr && *r != '\0') {
-    char* end = nullptr;
-    const long v = std::strtol(r, &end, 10);
-    if (*end != '\0' || v < 0 || v > 256) {
-      return Error(ErrorCode::kInvalidArgument, "WEFT_TP_FUSED_LL_ROWS: '" + std::string(r) +
-                                                    "' is not a row count in [0, 256]");
-    }
-    on.ll_rows = std::min(on.rows, static_cast<int>(v));
-  }
+  auto rows = env_row_count("WEFT_TP_FUSED_ROWS", 1, comm.size() == 2 ? 256 : 64);
+  if (!rows) return rows.error();
+  on.rows = *rows;
+  auto ll_rows = env_row_count("WEFT_TP_FUSED_LL_ROWS", 0, kDefaultLlRows);
+  if (!ll_rows) return ll_rows.error();
+  on.ll_rows = std::min(on.rows, *ll_rows);
   // join_fused_norm is collective only if every rank reads the same switches (mpirun -x): the
   // group compares them first, so that a rank without them fails with the reason instead of
   // leaving the others waiting in a collective it never joins.
