@@ -23,7 +23,9 @@
 namespace weft::model {
 namespace {
 
-// Steps of up to this many tokens take the LL exchange by default (WEFT_TP_FUSED_LL_ROWS).
+// Steps of up to this many tokens take the LL exchange by default in groups of two ranks
+// (WEFT_TP_FUSED_LL_ROWS), where it was measured and checked; larger groups keep the barrier
+// until it runs there.
 constexpr int kDefaultLlRows = 2;
 
 // The row count in environment variable `name` (from `least` to 256), or `fallback` when it is
@@ -348,7 +350,7 @@ Result<CudaModel::State::FusedNormSwitches> CudaModel::State::fused_norm_switche
   auto rows = env_row_count("WEFT_TP_FUSED_ROWS", 1, comm.size() == 2 ? 256 : 64);
   if (!rows) return rows.error();
   on.rows = *rows;
-  auto ll_rows = env_row_count("WEFT_TP_FUSED_LL_ROWS", 0, kDefaultLlRows);
+  auto ll_rows = env_row_count("WEFT_TP_FUSED_LL_ROWS", 0, comm.size() == 2 ? kDefaultLlRows : 0);
   if (!ll_rows) return ll_rows.error();
   on.ll_rows = std::min(on.rows, *ll_rows);
   // join_fused_norm is collective only if every rank reads the same switches (mpirun -x): the
