@@ -405,7 +405,7 @@ int stream_min_segment() {
   static const int keys = [] {
     constexpr int kDefault = 256;
     const int v = env_int("WEFT_DECODE_STREAM_SEGMENT_KEYS", kDefault);
-    if (v < kDecodeSplitQuantum || v > 4096 || v % kDecodeSplitQuantum != 0) {
+    if (!decode_segment_keys_valid(v)) {
       std::fprintf(stderr,
                    "weft: ignoring WEFT_DECODE_STREAM_SEGMENT_KEYS=%d (expected a multiple of 64 "
                    "from 64 to 4096)\n",
@@ -531,9 +531,7 @@ void prepare_decode_stream(int bytes) {
 }
 
 int stream_segment_keys(int asked) {
-  return asked >= kDecodeSplitQuantum && asked <= 4096 && asked % kDecodeSplitQuantum == 0
-             ? asked
-             : stream_min_segment();
+  return decode_segment_keys_valid(asked) ? asked : stream_min_segment();
 }
 
 DecodeStreamLaunch decode_stream_launch(int num_heads, int num_kv_heads, int head_dim,

@@ -80,6 +80,12 @@ struct AttentionArgs {
   int segment_keys = 0;
 };
 
+// Whether `keys` is a segment the streaming kernel takes (AttentionArgs::segment_keys,
+// WEFT_DECODE_STREAM_SEGMENT_KEYS): a multiple of 64 from 64 to 4096.
+constexpr bool decode_segment_keys_valid(int keys) {
+  return keys >= 64 && keys <= 4096 && keys % 64 == 0;
+}
+
 // The decode kernel cuts a context of `span` positions into at most kMaxDecodeSplits splits
 // of a multiple of kDecodeSplitQuantum positions each. The cut depends only on the span, so a
 // token's result does not depend on the batch it runs in.

@@ -410,6 +410,22 @@ std::size_t tp_fused_ll_bytes(int ranks, int rows, int width) noexcept {
   const std::size_t lines = 2ull * ranks * rows * static_cast<std::size_t>(width) * 8;
   return lines + (static_cast<std::size_t>(rows) * sizeof(unsigned) + 15) / 16 * 16;
 }
+bool tp_fused_enable_ll(TpFusedGroup& group, void* local, std::size_t offset, int rows, int width) {
+  const std::size_t bytes = tp_fused_ll_bytes(group.ranks, rows, width);
+  if (bytes == 0 || local == nullptr || offset % 16 != 0 || width % 4 != 0) return false;
+  char* area = static_cast<char*>(local) + offset;
+  if (cudaMemset(area, 0, bytes) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  group.ll_offset = offset;
+  group.ll_rows = rows;
+  group.ll_width = width;
+  // The epoch counters end the area (tp_fused_ll_bytes).
+  group.ll_epochs = reinterpret_cast<unsigned*>(
+      area + bytes - (static_cast<std::size_t>(rows) * sizeof(unsigned) + 15) / 16 * 16);
+  return true;
+}
 int tp_fused_header_version() noexcept {
   return NCCL_VERSION_CODE;
 }
@@ -490,6 +506,9 @@ bool tp_fused_built() noexcept {
 }
 std::size_t tp_fused_ll_bytes(int, int, int) noexcept {
   return 0;
+}
+bool tp_fused_enable_ll(TpFusedGroup&, void*, std::size_t, int, int) {
+  return false;
 }
 int tp_fused_header_version() noexcept {
   return 0;

@@ -75,6 +75,13 @@ int tp_fused_header_version() noexcept;
 // without the kernels.
 std::size_t tp_fused_ll_bytes(int ranks, int rows, int width) noexcept;
 
+// Gives `group` the LL exchange for launches of up to `rows` rows of at most `width` floats,
+// its receive area at byte `offset` of this rank's part of the window, `local` (at least
+// tp_fused_ll_bytes(group.ranks, rows, width) bytes from there): zeroes the area, waits for
+// that, and fills the ll_* fields. False, `group` unchanged, without the kernels or where the
+// area could not be cleared. Every rank of the group must end with the same ll_rows.
+bool tp_fused_enable_ll(TpFusedGroup& group, void* local, std::size_t offset, int rows, int width);
+
 // sizeof(ncclDevComm) in the headers the kernels were built with (0 without them): the
 // communicator allocates at least this much for ncclDevCommCreate's output.
 std::size_t tp_fused_dev_comm_bytes() noexcept;

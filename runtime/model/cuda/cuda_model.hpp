@@ -53,8 +53,8 @@ struct CudaModelOptions {
   // unset). It sets the kernel's rounding, so it is one value for the model's life. -1 (the
   // default): 0, and 128 once set_tensor_parallel joins a group of two or more (unless
   // WEFT_DECODE_STREAM_SEGMENT_KEYS is set): a rank holds few kv heads, and at one token the
-  // smaller segment spreads their keys over twice the blocks (8B batch-1 steps 2% shorter at
-  // TP=2, 0.5-0.9% longer at batches 16-256; docs/parallel.md, "One-token steps").
+  // smaller segment spreads their keys over twice the blocks (8B batch-1 steps 2-4% shorter at
+  // TP=2, 0.5-1.7% longer at batches 16-256; docs/parallel.md, "One-token steps").
   int decode_segment_keys = -1;
   // A step's decode rows (single-token slices and speculative verification rows), when it has
   // 1 to this many (at most cuda::kGemvRowsMax, 32), go through the row kernel

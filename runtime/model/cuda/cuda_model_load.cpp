@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cuda/paged_attention.hpp"
 #include "runtime/model/cuda/cuda_model_state.hpp"
 #include "runtime/model/cuda/weight_upload.hpp"
 
@@ -167,7 +168,7 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
     return Error(ErrorCode::kInvalidArgument, "CUDA model: page_size must be positive");
   }
   if (const int k = options.decode_segment_keys;
-      k != -1 && k != 0 && (k < 64 || k > 4096 || k % 64 != 0)) {
+      k != -1 && k != 0 && !cuda::decode_segment_keys_valid(k)) {
     return Error(ErrorCode::kInvalidArgument,
                  "CUDA model: decode_segment_keys " + std::to_string(k) +
                      " is not -1, 0 or a multiple of 64 from 64 to 4096");

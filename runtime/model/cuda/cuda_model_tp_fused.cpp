@@ -423,21 +423,9 @@ Result<void> CudaModel::State::join_fused_norm(parallel::Communicator& comm,
   tp_fused_slot_bytes = slot;
   tp_fused_base = static_cast<float*>(window->data);
   if (ll_bytes > 0) {
-    // Zeroed flags and epochs: no line carries a launch's epoch before that launch stores it.
-    char* area = static_cast<char*>(window->data) + 2 * slot;
-    if (cudaMemset(area, 0, ll_bytes) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess) {
-      tp_fused.ll_offset = 2 * slot;
-      tp_fused.ll_rows = ll_rows;
-      tp_fused.ll_width = H;
-      tp_fused.ll_epochs = reinterpret_cast<unsigned*>(
-          area + ll_bytes - (static_cast<std::size_t>(ll_rows) * sizeof(unsigned) + 15) / 16 * 16);
-    } else {
-      cudaGetLastError();
-    }
-  }
-  // Every rank must take the same path for a launch: a rank whose area failed to clear makes
-  // the whole group keep the barrier.
-  if (ll_bytes > 0) {
+    // The receive area after the two slots, zeroed. Every rank must take the same path for a
+    // launch: a rank whose area failed to clear makes the whole group keep the barrier.
+    cuda::tp_fused_enable_ll(tp_fused, window->data, 2 * slot, ll_rows, H);
     auto same_ll = same_on_every_rank(comm, stream, {static_cast<float>(tp_fused.ll_rows)});
     if (!same_ll || !*same_ll) {
       tp_fused.ll_rows = 0;

@@ -77,16 +77,11 @@ class NcclFusedNorm : public ::testing::Test {
     group_.rank = w.rank();
     group_.ranks = w.size();
     // The same group with the LL exchange for rows of up to 4096 (tp_fused.hpp), its area
-    // after the two slots, zeroed.
+    // after the two slots.
     ASSERT_GE(window_.bytes, 2 * kSlotBytes + ll_bytes);
-    char* area = static_cast<char*>(window_.data) + 2 * kSlotBytes;
-    ASSERT_EQ(cudaMemset(area, 0, ll_bytes), cudaSuccess);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ll_group_ = group_;
-    ll_group_.ll_offset = 2 * kSlotBytes;
-    ll_group_.ll_rows = kRows;
-    ll_group_.ll_width = 4096;
-    ll_group_.ll_epochs = reinterpret_cast<unsigned*>(area + ll_bytes - kRows * sizeof(unsigned));
+    ASSERT_TRUE(cuda::tp_fused_enable_ll(ll_group_, window_.data, 2 * kSlotBytes, kRows, 4096));
+    EXPECT_EQ(ll_group_.ll_rows, kRows);
     ASSERT_TRUE(nccl_->barrier());  // every rank's area zeroed before any rank stores into it
   }
   void TearDown() override {
