@@ -191,14 +191,11 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
   load_options.allow_encoder = group == nullptr;
   load_options.allow_seq2seq = group == nullptr;
   // KV-Compress under tensor parallelism: each rank scores and compacts its own kv heads (the
-  // step broadcast carries the slot offsets and evictions). Checked on CPU ranks (CTest
-  // weft_generate_tensor_parallel_kv_compress); GPU groups and pipelines are refused so far.
-  if (group != nullptr && s.config.kv_compress_rate > 0.0 && (stages > 1 || device->cuda)) {
+  // step broadcast carries the slot offsets and evictions; CTests
+  // weft_generate_tensor_parallel_kv_compress and its _cuda twin); pipelines are refused so far.
+  if (group != nullptr && s.config.kv_compress_rate > 0.0 && stages > 1) {
     throw Error(ErrorCode::kUnsupported,
-                std::string("kv_compress_rate > 0: ") +
-                    (stages > 1 ? "not with pipeline parallelism so far"
-                                : "with tensor parallelism on the CPU only so far (not yet "
-                                  "checked on GPUs)"));
+                "kv_compress_rate > 0: not with pipeline parallelism so far");
   }
   auto loaded = load_model(s.config.model_dir, load_options);
   if (!loaded) throw loaded.error();

@@ -150,6 +150,17 @@ if(WEFT_HAVE_NCCL AND WEFT_MPIEXEC)
            COMMAND sh -c "${tp_two_gpus}; ${tp_launch_text} -np 2 $<TARGET_FILE:weft> bench --model ${CMAKE_SOURCE_DIR}/models/weft-tiny --device cuda --tensor-parallel 2 --num-requests 8 --input-len 16 --output-len 8")
   set_tests_properties(weft_bench_tensor_parallel_cuda PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77
     PASS_REGULAR_EXPRESSION "requests 8 \\(0 failed\\)")
+  # KV-Compress and quantized weights on GPU ranks: one GPU's text (the CPU CTests' twins).
+  set(kvc_cuda "generate --model ${CMAKE_SOURCE_DIR}/models/weft-tiny --device cuda --prompt 'The whale, the sea and the ship were all that the men of the Pequod knew for three long years, and the captain' --max-tokens 12 --ignore-eos --kv-compress-rate 0.5 --kv-compress-window 4 --page-size 4")
+  add_test(NAME weft_generate_tensor_parallel_cuda_kv_compress
+           COMMAND sh -c "${tp_two_gpus}; one=$($<TARGET_FILE:weft> ${kvc_cuda} 2>/dev/null) && two=$(${tp_launch_text} -np 2 $<TARGET_FILE:weft> ${kvc_cuda} --tensor-parallel 2 2>${CMAKE_CURRENT_BINARY_DIR}/tp_cuda_kv_compress.err) && echo \"tp1: $one\" && echo \"tp2: $two\" && grep 'KV pages freed' ${CMAKE_CURRENT_BINARY_DIR}/tp_cuda_kv_compress.err && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]")
+  set_tests_properties(weft_generate_tensor_parallel_cuda_kv_compress PROPERTIES TIMEOUT 180
+    SKIP_RETURN_CODE 77 PASS_REGULAR_EXPRESSION "[1-9][0-9]* KV pages freed")
+  set(q_cuda "generate --model ${CMAKE_SOURCE_DIR}/models/weft-tiny --device cuda --prompt-ids 5,17,42,99,3,201,64 --max-tokens 12 --ignore-eos --quantize q8_b32")
+  add_test(NAME weft_generate_tensor_parallel_cuda_quantized
+           COMMAND sh -c "${tp_two_gpus}; one=$($<TARGET_FILE:weft> ${q_cuda} 2>/dev/null) && two=$(${tp_launch_text} -np 2 $<TARGET_FILE:weft> ${q_cuda} --tensor-parallel 2 2>/dev/null) && echo \"tp1: $one\" && echo \"tp2: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]")
+  set_tests_properties(weft_generate_tensor_parallel_cuda_quantized PROPERTIES TIMEOUT 180
+                       SKIP_RETURN_CODE 77)
   # GPU pipeline stages (nccl_pipeline.hpp): --pipeline-parallel 2 on GPUs 0 and 1, the stages
   # joined over NCCL (WEFT_PP_TRANSPORT=nccl: an error instead of the host path), gives one
   # GPU's greedy tokens on every fixture model; so do two ranks on one GPU (CUDA_VISIBLE_DEVICES

@@ -115,11 +115,6 @@ Result<void> CudaModel::set_tensor_parallel(parallel::Communicator& comm) {
                  "(nccl), not " +
                      comm.name());
   }
-  if (s.quant_format.has_value()) {  // the CPU ranks' path (model_loader quantizes a shard)
-    return Error(ErrorCode::kUnsupported,
-                 "CUDA model: quantized weights under tensor parallelism run on CPU ranks only "
-                 "so far (not yet run on GPUs); run the quantized model on one GPU");
-  }
   if (auto err = cudaSetDevice(s.options.device); err != cudaSuccess) {
     return cuda_error(err, "selecting device " + std::to_string(s.options.device));
   }

@@ -76,7 +76,8 @@ enum Mode {
   kSymmetricBf16 = 4,
   kRegistered = 5,
   kFused = 6,
-  kFusedDecode = 7
+  kFusedDecode = 7,
+  kQuantized = 8  // q8_b32: each rank quantizes its shard, against the whole quantized model
 };
 
 TEST_P(CudaTensorParallel, SplitOverTwoGpusMatchesOneGpu) {
@@ -99,9 +100,11 @@ TEST_P(CudaTensorParallel, SplitOverTwoGpusMatchesOneGpu) {
   const bool fused = mode == kFused || mode == kFusedDecode;
   const int device = local_gpu(w.rank(), gpus);
   const auto dir = source_dir() / "tests/fixtures/models" / name;
-  auto whole = load_model(dir);
+  LoadOptions whole_options;
+  if (mode == kQuantized) whole_options.quantize = quant::QuantType::kQ8B32;
+  auto whole = load_model(dir, whole_options);
   ASSERT_TRUE(whole) << whole.error().what();
-  LoadOptions options;
+  LoadOptions options = whole_options;
   options.tensor_parallel_size = w.size();
   options.tensor_parallel_rank = w.rank();
   auto shard = load_model(dir, options);
@@ -271,6 +274,13 @@ INSTANTIATE_TEST_SUITE_P(FusedNormDecodeOnly, CudaTensorParallel,
                          ::testing::Combine(::testing::Values("llama_gqa_f32", "qwen2_tied_f32"),
                                             ::testing::Values(cuda::Precision::kBF16),
                                             ::testing::Values(kFusedDecode)));
+// Quantized weights (docs/quantization.md): each rank's shard quantized by the loader, against
+// the whole model quantized on one GPU (a shard row shorter than a block ends in a short block,
+// rounded a little differently: within the same tolerance).
+INSTANTIATE_TEST_SUITE_P(
+    Quantized, CudaTensorParallel,
+    ::testing::Combine(::testing::Values("llama_gqa_f32", "qwen2_tied_f32", "mistral_swa_bf16"),
+                       ::testing::Values(cuda::Precision::kBF16), ::testing::Values(kQuantized)));
 INSTANTIATE_TEST_SUITE_P(RegisteredBuffers, CudaTensorParallel,
                          ::testing::Combine(::testing::Values("llama_gqa_f32", "qwen2_tied_f32"),
                                             ::testing::Values(cuda::Precision::kBF16),
