@@ -6,6 +6,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/gemv.hpp"
+#include "kernels/cuda/ll_exchange.cuh"
 
 namespace weft::cuda {
 namespace {
@@ -52,11 +53,14 @@ __device__ __forceinline__ void unpack(const uint4& v, float (&f)[8], const __ha
 // act[t, j] = activation(gate) * up rounded to T instead of the two sums: the arithmetic of
 // mlp_activation (activation.cu) on the same sums, so the bits of the product and then the
 // activation kernel, one launch less.
+//
+// `push` (null in gemv_kernel, so that its parameters stay what they were without pushes):
+// ll_push.hpp; gemv_push_kernel.
 template <class T, int kTokens, int kRows, int kUnroll, bool kGated>
-__global__ void __launch_bounds__(kWarps * 32)
-    gemv_kernel(const T* __restrict__ x, int tokens, const T* __restrict__ w, int out, int in,
-                float* __restrict__ y, int ldy, ActivationKind kind, T* __restrict__ act,
-                bool release) {
+__device__ __forceinline__ void gemv_body(const T* __restrict__ x, int tokens,
+                                          const T* __restrict__ w, int out, int in,
+                                          float* __restrict__ y, int ldy, ActivationKind kind,
+                                          T* __restrict__ act, bool release, const LlPush* push) {
   static_assert(!kGated || kRows == 2);
   const int lane = threadIdx.x & 31;
   const int warp_index = static_cast<int>(blockIdx.x * kWarps + (threadIdx.x >> 5));
@@ -146,44 +150,104 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   } else {
+    float v[kRows][kTokens];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
 #pragma unroll
       for (int t = 0; t < kTokens; ++t) {
-        const float v = detail::warp_sum(acc[r][t]);
+        v[r][t] = detail::warp_sum(acc[r][t]);
         if (lane == 0 && t < tokens && row0 + r < out) {
-          y[static_cast<std::size_t>(t) * static_cast<std::size_t>(ldy) + row0 + r] = v;
+          y[static_cast<std::size_t>(t) * static_cast<std::size_t>(ldy) + row0 + r] = v[r][t];
+        }
+      }
+    }
+    // The pushes (ll_push.hpp): rows (row0 + r, row0 + r + 1) of token t as a line flagged with
+    // the next epoch of counter t, into each peer's area (out % 4 == 0: every row is real).
+    if constexpr (kRows % 2 == 0) {
+      if (push != nullptr && lane < kTokens && lane < tokens) {
+        const int t = lane;
+        const unsigned e = detail::ll_next_epoch(detail::ll_load_counter(push->epochs + t));
+        const std::size_t at =
+            detail::ll_row_bytes(push->ranks, push->rows, push->width, e & 1u, push->rank, t) +
+            static_cast<std::size_t>(row0) * 8;
+        float mine[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+          for (int k = 0; k < kTokens; ++k)
+            if (k == t) mine[r] = v[r][k];
+        }
+        // Unrolled over every possible peer: a constant index keeps `push` in the parameter
+        // space (a variable one copies the array to the stack, in every thread).
+#pragma unroll
+        for (int peer = 0; peer < kLlMaxRanks; ++peer) {
+          if (peer >= push->ranks || peer == push->rank) continue;
+          auto* dst = reinterpret_cast<uint4*>(push->area[peer] + at);
+#pragma unroll
+          for (int r = 0; r < kRows; r += 2)
+            detail::ll_store_line(dst + r / 2, detail::ll_line(mine[r], mine[r + 1], e));
         }
       }
     }
   }
 }
 
+template <class T, int kTokens, int kRows, int kUnroll, bool kGated>
+__global__ void __launch_bounds__(kWarps * 32)
+    gemv_kernel(const T* __restrict__ x, int tokens, const T* __restrict__ w, int out, int in,
+                float* __restrict__ y, int ldy, ActivationKind kind, T* __restrict__ act,
+                bool release) {
+  gemv_body<T, kTokens, kRows, kUnroll, kGated>(x, tokens, w, out, in, y, ldy, kind, act, release,
+                                                nullptr);
+}
+// The product with its pushes (read in place: a __grid_constant__ parameter is not copied).
+template <class T, int kTokens, int kRows, int kUnroll>
+__global__ void __launch_bounds__(kWarps * 32)
+    gemv_push_kernel(const T* __restrict__ x, int tokens, const T* __restrict__ w, int out, int in,
+                     float* __restrict__ y, int ldy, bool release,
+                     const __grid_constant__ LlPush push) {
+  gemv_body<T, kTokens, kRows, kUnroll, false>(x, tokens, w, out, in, y, ldy, ActivationKind::kSilu,
+                                               nullptr, release, &push);
+}
+
 template <class T, int kTokens, int kRows, int kUnroll, bool kGated = false>
 void launch(const void* x, int tokens, const void* w, int out, int in, float* y, int ldy,
-            cudaStream_t stream, ActivationKind kind = ActivationKind::kSilu, void* act = nullptr) {
+            cudaStream_t stream, ActivationKind kind = ActivationKind::kSilu, void* act = nullptr,
+            const LlPush* push = nullptr) {
   const int warps = kGated ? out / 2 : (out + kRows - 1) / kRows;
   const int blocks = (warps + kWarps - 1) / kWarps;
-  detail::launch_with(
-      detail::pdl_products_enabled(), gemv_kernel<T, kTokens, kRows, kUnroll, kGated>, blocks,
-      kWarps * 32, 0, stream, static_cast<const T*>(x), tokens, static_cast<const T*>(w), out, in,
-      y, ldy, kind, static_cast<T*>(act), detail::release_early(detail::kReleaseGemv));
+  const bool release = detail::release_early(detail::kReleaseGemv);
+  if constexpr (!kGated) {
+    if (push != nullptr) {
+      detail::launch_with(detail::pdl_products_enabled(),
+                          gemv_push_kernel<T, kTokens, kRows, kUnroll>, blocks, kWarps * 32, 0,
+                          stream, static_cast<const T*>(x), tokens, static_cast<const T*>(w), out,
+                          in, y, ldy, release, *push);
+      return;
+    }
+  }
+  detail::launch_with(detail::pdl_products_enabled(),
+                      gemv_kernel<T, kTokens, kRows, kUnroll, kGated>, blocks, kWarps * 32, 0,
+                      stream, static_cast<const T*>(x), tokens, static_cast<const T*>(w), out, in,
+                      y, ldy, kind, static_cast<T*>(act), release);
 }
 
 }  // namespace
 
 void gemv(const void* x, int tokens, const void* w, int out_features, int in_features, float* y,
-          int ldy, Precision precision, cudaStream_t stream) {
+          int ldy, Precision precision, cudaStream_t stream, const LlPush* push) {
   if (tokens <= 0 || out_features <= 0) return;
+  const LlPush* p = push != nullptr && push->takes(tokens, out_features) ? push : nullptr;
+  constexpr auto kAct = ActivationKind::kSilu;  // unused by the plain product
   WEFT_DISPATCH_PRECISION(precision, {
     if (tokens == 1) {
-      launch<T, 1, 2, 4>(x, tokens, w, out_features, in_features, y, ldy, stream);
+      launch<T, 1, 2, 4>(x, tokens, w, out_features, in_features, y, ldy, stream, kAct, nullptr, p);
     } else if (tokens == 2) {
-      launch<T, 2, 2, 4>(x, tokens, w, out_features, in_features, y, ldy, stream);
+      launch<T, 2, 2, 4>(x, tokens, w, out_features, in_features, y, ldy, stream, kAct, nullptr, p);
     } else if (tokens <= 4) {
-      launch<T, 4, 4, 2>(x, tokens, w, out_features, in_features, y, ldy, stream);
+      launch<T, 4, 4, 2>(x, tokens, w, out_features, in_features, y, ldy, stream, kAct, nullptr, p);
     } else {
-      launch<T, 8, 4, 2>(x, tokens, w, out_features, in_features, y, ldy, stream);
+      launch<T, 8, 4, 2>(x, tokens, w, out_features, in_features, y, ldy, stream, kAct, nullptr, p);
     }
   });
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/activation.hpp"
+#include "kernels/cuda/ll_push.hpp"
 #include "kernels/cuda/precision.hpp"
 
 namespace weft::cuda {
@@ -25,8 +26,12 @@ inline bool gemv_supported(const void* x, int tokens, const void* w, int in_feat
 
 // x is [tokens, in] and w [out, in] in `precision`; y is [tokens, out] fp32 with row stride
 // ldy. Deterministic: the summation order depends only on in_features and the row.
+// `push` (a row-parallel product under tensor parallelism; ll_push.hpp): where
+// push->takes(tokens, out_features), every output also goes, flagged, into the peers' LL
+// receive areas for the fused all-reduce launched next (AllReduceNormArgs::pushed); else
+// ignored. y gets the same values either way.
 void gemv(const void* x, int tokens, const void* w, int out_features, int in_features, float* y,
-          int ldy, Precision precision, cudaStream_t stream);
+          int ldy, Precision precision, cudaStream_t stream, const LlPush* push = nullptr);
 
 // The gated MLP's gate_up product of one or two tokens ending in its activation: w is
 // [out_features, in] with the gate rows first and the up rows after (out_features / 2 each, as

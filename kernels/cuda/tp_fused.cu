@@ -17,6 +17,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/ll_exchange.cuh"
 
 namespace weft::cuda {
 
@@ -48,6 +49,7 @@ struct Params {
   int ll_rows;
   int ll_width;
   unsigned* ll_epochs;
+  bool pushed;   // the product before stored this rank's lines in the peers' areas
   bool release;  // griddepcontrol.launch_dependents after the wait (dependent_launch.cuh)
 };
 
@@ -91,30 +93,17 @@ __device__ __forceinline__ float load_shared(const float* p) {
 // every line it needs carries the epoch. An 8-byte pair lands whole, so a line whose flags
 // match holds this launch's values; one one-way trip over NVLink instead of three.
 //
-// Receive area (TpFusedGroup::ll_offset; tp_fused_ll_bytes): [2 parities][ranks senders]
-// [ll_rows][ll_width / 2] lines of 16 bytes, then ll_rows epoch counters (this rank's own,
-// never read by peers). Block b's launches count in epoch counter b (1, 2, ...; 0 is the
-// zeroed area's flag, so it is skipped when the count wraps); a launch uses the parity of its
-// epoch. A rank cannot get two launches of row b ahead of a peer still reading one: the
-// launch after next needs the peer's push of the next one, made only after the peer finished
-// reading this one. So the other parity's lines are never overwritten while read.
-__device__ __forceinline__ void store_line(uint4* p, uint4 v) {
-  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
-               "r"(v.z), "r"(v.w)
-               : "memory");
-}
-__device__ __forceinline__ uint4 load_line(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
-}
+// Receive area (TpFusedGroup::ll_offset; tp_fused_ll_bytes; ll_exchange.cuh): [2 parities]
+// [ranks senders][ll_rows][ll_width / 2] lines of 16 bytes, then ll_rows epoch counters (this
+// rank's own, never read by peers). Block b's launches count in epoch counter b; a launch uses
+// the parity of its epoch. A rank cannot get two launches of row b ahead of a peer still
+// reading one: the launch after next needs the peer's push of the next one, made only after
+// the peer finished reading this one (by the fused kernel, or by the product before it, which
+// starts its pushes after the kernels before it, the peer's read among them, completed). So the
+// other parity's lines are never overwritten while read.
 __device__ __forceinline__ std::size_t ll_line(const Params& p, unsigned parity, int sender,
                                                int row) {
-  return p.ll_offset + ((static_cast<std::size_t>(parity) * p.ranks + sender) * p.ll_rows + row) *
-                           static_cast<std::size_t>(p.ll_width) * 8;
+  return p.ll_offset + detail::ll_row_bytes(p.ranks, p.ll_rows, p.ll_width, parity, sender, row);
 }
 
 // Elements [i, i + 4) of this block's row summed over the ranks in rank order, by the LL
@@ -122,22 +111,24 @@ __device__ __forceinline__ std::size_t ll_line(const Params& p, unsigned parity,
 __device__ __forceinline__ float4 ll_sum4(const Params& p, int i) {
   __shared__ unsigned epoch_s;
   if (threadIdx.x == 0) {
-    unsigned e = p.ll_epochs[blockIdx.x] + 1;
-    if (e == 0) e = 2;            // wrapped: keep the parity alternating, never the zeroed flag
-    p.ll_epochs[blockIdx.x] = e;  // read again only by a later launch
+    const unsigned e = detail::ll_next_epoch(p.ll_epochs[blockIdx.x]);
+    p.ll_epochs[blockIdx.x] = e;  // read again only by later launches (and products' pushes)
     epoch_s = e;
   }
   __syncthreads();
   const unsigned e = epoch_s, parity = e & 1u;
   const float4 mine = load_shared4(partial(p, p.rank) + i);
-  const uint4 l0 = {__float_as_uint(mine.x), e, __float_as_uint(mine.y), e};
-  const uint4 l1 = {__float_as_uint(mine.z), e, __float_as_uint(mine.w), e};
-  const std::size_t at = ll_line(p, parity, p.rank, blockIdx.x) + static_cast<std::size_t>(i) * 8;
-  for (int r = 0; r < p.ranks; ++r) {
-    if (r == p.rank) continue;
-    uint4* dst = static_cast<uint4*>(ncclGetLsaPointer(p.window, at, r));
-    store_line(dst, l0);
-    store_line(dst + 1, l1);
+  // Pushed: the product before stored these lines itself (ll_push.hpp).
+  if (!p.pushed) {
+    const uint4 l0 = detail::ll_line(mine.x, mine.y, e);
+    const uint4 l1 = detail::ll_line(mine.z, mine.w, e);
+    const std::size_t at = ll_line(p, parity, p.rank, blockIdx.x) + static_cast<std::size_t>(i) * 8;
+    for (int r = 0; r < p.ranks; ++r) {
+      if (r == p.rank) continue;
+      uint4* dst = static_cast<uint4*>(ncclGetLsaPointer(p.window, at, r));
+      detail::ll_store_line(dst, l0);
+      detail::ll_store_line(dst + 1, l1);
+    }
   }
   float4 dv = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int r = 0; r < p.ranks; ++r) {
@@ -147,8 +138,8 @@ __device__ __forceinline__ float4 ll_sum4(const Params& p, int i) {
       const uint4* src = static_cast<const uint4*>(ncclGetLsaPointer(p.window, from, p.rank));
       uint4 a, b;
       do {
-        a = load_line(src);
-        b = load_line(src + 1);
+        a = detail::ll_load_line(src);
+        b = detail::ll_load_line(src + 1);
       } while (a.y != e || a.w != e || b.y != e || b.w != e);
       q = make_float4(__uint_as_float(a.x), __uint_as_float(a.z), __uint_as_float(b.x),
                       __uint_as_float(b.z));
@@ -389,6 +380,15 @@ __global__ void probe_kernel(const ncclDevComm comm, ncclWindow_t window,
       comm.resourceWindow->stride4G == comm.resourceWindow_inlined.stride4G;
 }
 
+// Every rank's LL receive area (byte `offset` of its part of the window) as this GPU addresses
+// it, into `areas`.
+__global__ void ll_areas_kernel(ncclWindow_t window, std::size_t offset, int ranks,
+                                std::uint64_t* areas) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  for (int r = 0; r < ranks; ++r)
+    areas[r] = reinterpret_cast<std::uint64_t>(ncclGetLsaPointer(window, offset, r));
+}
+
 ncclLsaBarrierHandle barrier_of(const TpFusedGroup& g) {
   ncclLsaBarrierHandle h{};
   h.bufHandle = g.barrier_buffer;
@@ -424,6 +424,35 @@ bool tp_fused_enable_ll(TpFusedGroup& group, void* local, std::size_t offset, in
   // The epoch counters end the area (tp_fused_ll_bytes).
   group.ll_epochs = reinterpret_cast<unsigned*>(
       area + bytes - (static_cast<std::size_t>(rows) * sizeof(unsigned) + 15) / 16 * 16);
+  return true;
+}
+bool tp_fused_enable_push(TpFusedGroup& group, cudaStream_t stream) {
+  if (group.ll_rows <= 0 || group.window == nullptr || group.ranks < 2 ||
+      group.ranks > kLlMaxRanks) {
+    return false;
+  }
+  std::uint64_t* areas = nullptr;
+  if (cudaMalloc(&areas, sizeof(std::uint64_t) * kLlMaxRanks) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  std::uint64_t got[kLlMaxRanks] = {};
+  ll_areas_kernel<<<1, 32, 0, stream>>>(static_cast<ncclWindow_t>(group.window), group.ll_offset,
+                                        group.ranks, areas);
+  const bool ok =
+      cudaGetLastError() == cudaSuccess &&
+      cudaMemcpyAsync(got, areas, sizeof(got), cudaMemcpyDeviceToHost, stream) == cudaSuccess &&
+      cudaStreamSynchronize(stream) == cudaSuccess;
+  cudaFree(areas);
+  if (!ok) {
+    cudaGetLastError();
+    return false;
+  }
+  for (int r = 0; r < group.ranks; ++r) {
+    if (got[r] == 0) return false;
+  }
+  for (int r = 0; r < group.ranks; ++r)
+    group.ll_area[r] = reinterpret_cast<char*>(got[r]);
   return true;
 }
 int tp_fused_header_version() noexcept {
@@ -463,6 +492,7 @@ bool allreduce_add_norm(const AllReduceNormArgs& a, cudaStream_t stream) {
   p.ll_rows = g.ll_rows;
   p.ll_width = g.ll_width;
   p.ll_epochs = g.ll_epochs;
+  p.pushed = a.pushed;
   p.release = detail::release_early(detail::kReleaseFusedNorm);
   const auto& comm = *static_cast<const ncclDevComm*>(g.dev_comm);
   // add_norm takes its float4 kernel on these conditions; the fused kernel must take the
@@ -471,6 +501,7 @@ bool allreduce_add_norm(const AllReduceNormArgs& a, cudaStream_t stream) {
       aligned16(a.delta_bias) && aligned16(a.weight) && aligned16(a.bias) && aligned16(a.out) &&
       aligned16(a.sum_out)) {
     const bool ll = g.ll_rows > 0 && a.rows <= g.ll_rows && a.n <= g.ll_width;
+    if (a.pushed && !ll) return false;  // nobody would have pushed these rows
     WEFT_DISPATCH_PRECISION(a.precision, {
       if (ll) {
         detail::launch(fused_vec_kernel<T, true>, a.rows, a.n / 4, 0, stream, comm, p);
@@ -479,6 +510,7 @@ bool allreduce_add_norm(const AllReduceNormArgs& a, cudaStream_t stream) {
       }
     });
   } else {
+    if (a.pushed) return false;
     bool ok = false;
     WEFT_DISPATCH_PRECISION(a.precision, {
       std::size_t shared = 0;
@@ -510,6 +542,9 @@ std::size_t tp_fused_ll_bytes(int, int, int) noexcept {
 bool tp_fused_enable_ll(TpFusedGroup&, void*, std::size_t, int, int) {
   return false;
 }
+bool tp_fused_enable_push(TpFusedGroup&, cudaStream_t) {
+  return false;
+}
 int tp_fused_header_version() noexcept {
   return 0;
 }
@@ -524,5 +559,23 @@ bool tp_fused_probe(const TpFusedGroup&, std::size_t, std::uint64_t*, float*, cu
 }
 
 #endif
+
+LlPush tp_fused_push(const TpFusedGroup& group) noexcept {
+  LlPush push;
+  if (group.ll_rows <= 0 || group.ll_epochs == nullptr || group.ranks < 2 ||
+      group.ranks > kLlMaxRanks) {
+    return push;
+  }
+  for (int r = 0; r < group.ranks; ++r) {
+    if (r != group.rank && group.ll_area[r] == nullptr) return push;  // not enabled
+    push.area[r] = group.ll_area[r];
+  }
+  push.epochs = group.ll_epochs;
+  push.rank = group.rank;
+  push.ranks = group.ranks;
+  push.rows = group.ll_rows;
+  push.width = group.ll_width;
+  return push;
+}
 
 }  // namespace weft::cuda

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/cuda/ll_push.hpp"
 #include "kernels/cuda/norm.hpp"
 #include "kernels/cuda/precision.hpp"
 
@@ -44,6 +45,9 @@ struct TpFusedGroup {
   int ll_rows = 0;
   int ll_width = 0;
   unsigned* ll_epochs = nullptr;
+  // Every rank's receive area as this GPU addresses it (tp_fused_enable_push), for products
+  // that push their rows themselves (ll_push.hpp); null until then.
+  char* ll_area[kLlMaxRanks] = {};
 };
 
 struct AllReduceNormArgs {
@@ -63,6 +67,11 @@ struct AllReduceNormArgs {
   void* out = nullptr;
   Precision precision = Precision::kBF16;
   float* sum_out = nullptr;
+  // The product before stored this rank's rows into the peers' LL receive areas itself (it
+  // was given tp_fused_push(group)): the kernel only waits for the peers' rows. Only for
+  // launches that take the LL exchange (rows <= group.ll_rows, the float4 kernel's shapes);
+  // others are refused.
+  bool pushed = false;
 };
 
 // Whether this binary has the kernels (built against NCCL's device headers), and their NCCL
@@ -81,6 +90,15 @@ std::size_t tp_fused_ll_bytes(int ranks, int rows, int width) noexcept;
 // that, and fills the ll_* fields. False, `group` unchanged, without the kernels or where the
 // area could not be cleared. Every rank of the group must end with the same ll_rows.
 bool tp_fused_enable_ll(TpFusedGroup& group, void* local, std::size_t offset, int rows, int width);
+
+// Lets products push into the LL exchange of a group that has it (tp_fused_enable_ll): finds
+// every rank's receive area as this GPU addresses it (a kernel on `stream`, waited for) and
+// keeps them in group.ll_area. False, `group` unchanged, without the LL exchange or the kernels.
+bool tp_fused_enable_push(TpFusedGroup& group, cudaStream_t stream);
+
+// The push of a group whose products may push (tp_fused_enable_push), for gemv's `push`
+// argument; an empty one (LlPush::takes nothing) otherwise.
+LlPush tp_fused_push(const TpFusedGroup& group) noexcept;
 
 // sizeof(ncclDevComm) in the headers the kernels were built with (0 without them): the
 // communicator allocates at least this much for ncclDevCommCreate's output.

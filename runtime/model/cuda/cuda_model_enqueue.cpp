@@ -190,6 +190,11 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
   const bool fused = tensor_parallel != nullptr && tp_fused_rows > 0 && T <= tp_fused_rows &&
                      spec.norm_placement != NormPlacement::kPost && !spec.parallel_attention;
   int fused_slot = 0;  // o's products into slot 0, down's into slot 1
+  // Steps through the LL exchange whose o and down go through gemv push their rows into the
+  // peers' receive areas themselves (tp_push; ll_push.hpp); `pushed`: the last product did.
+  const bool push_step =
+      fused && T <= tp_fused.ll_rows && tp_push.takes(T, H) && blas->small_step(T) && !row_kernel;
+  bool pushed = false;
   auto fused_slot_rows = [&] {
     return reinterpret_cast<float*>(reinterpret_cast<char*>(tp_fused_base) +
                                     static_cast<std::size_t>(fused_slot) * tp_fused_slot_bytes);
@@ -216,7 +221,9 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
     } else {
       f.sum_out = delta.as<float>();
     }
+    f.pushed = pushed;
     reduce_ok &= cuda::allreduce_add_norm(f, stream);
+    pushed = false;
     fused_slot ^= 1;
     mark("fused all-reduce + norm");
   };
@@ -231,6 +238,12 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
     if (reduce16 && wq.get() == nullptr) {
       blas_ok &= blas->linear16(in, T, w16.get(), H, in_features, delta16.get(), H, P, stream);
       return true;
+    }
+    if (push_step && wq.get() == nullptr && cuda::gemv_supported(in, T, w16.get(), in_features)) {
+      // What product() runs (Blas::linear's gemv), with the pushes.
+      cuda::gemv(in, T, w16.get(), H, in_features, fused_slot_rows(), H, P, stream, &tp_push);
+      pushed = true;
+      return false;
     }
     blas_ok &=
         product(in, T, w16, wq, H, in_features, fused ? fused_slot_rows() : delta.as<float>(), H);

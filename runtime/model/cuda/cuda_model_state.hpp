@@ -190,6 +190,10 @@ struct CudaModel::State {
   std::size_t tp_fused_slot_bytes = 0;
   float* tp_fused_base = nullptr;     // this rank's window: slot k at k * tp_fused_slot_bytes
   std::string tp_fused_note = "off";  // for tensor_parallel_buffers(): on, or why not
+  // Where o's and down's products of steps through the LL exchange push their rows
+  // themselves (cuda::tp_fused_push; WEFT_TP_FUSED_PUSH=0 leaves the pushes to the fused
+  // kernel). Empty when off.
+  cuda::LlPush tp_push;
 
   // Decode graphs by (tokens, sequences, logit rows, decode splits, whether verification rows
   // are in it, whether a sequence has a KV-Compress slot offset, and a device stage's input
@@ -263,6 +267,9 @@ struct CudaModel::State {
     // Steps of up to this many tokens exchange their partial rows by the LL protocol instead
     // of meeting at a barrier (TpFusedGroup::ll_rows; WEFT_TP_FUSED_LL_ROWS, 0 turns it off).
     int ll_rows = 0;
+    // The products before the LL exchange push their rows themselves (ll_push.hpp;
+    // WEFT_TP_FUSED_PUSH, default on).
+    bool push = true;
   };
   Result<FusedNormSwitches> fused_norm_switches(parallel::Communicator& comm);
   Result<void> join_fused_norm(parallel::Communicator& comm, const FusedNormSwitches& switches);

@@ -23,9 +23,11 @@
 namespace weft::model {
 namespace {
 
-// Steps of up to this many tokens take the LL exchange by default in groups of two ranks
-// (WEFT_TP_FUSED_LL_ROWS), where it was measured and checked; larger groups keep the barrier
-// until it runs there.
+// Steps of up to this many tokens take the LL exchange by default (WEFT_TP_FUSED_LL_ROWS) in
+// groups of two ranks, and of four where the products push (four H200s, 8B batch 1: 1.97 ms
+// with the pushes against 2.09 with the barrier, but 2.18 with the LL exchange and no pushes:
+// the fused kernel's stores to three peers cost more than the barrier saves); other sizes keep
+// the barrier until measured.
 constexpr int kDefaultLlRows = 2;
 
 // The row count in environment variable `name` (from `least` to 256), or `fallback` when it is
@@ -350,19 +352,29 @@ Result<CudaModel::State::FusedNormSwitches> CudaModel::State::fused_norm_switche
   auto rows = env_row_count("WEFT_TP_FUSED_ROWS", 1, comm.size() == 2 ? 256 : 64);
   if (!rows) return rows.error();
   on.rows = *rows;
-  auto ll_rows = env_row_count("WEFT_TP_FUSED_LL_ROWS", 0, comm.size() == 2 ? kDefaultLlRows : 0);
+  const char* push = std::getenv("WEFT_TP_FUSED_PUSH");
+  const std::string push_asked = push != nullptr ? push : "";
+  if (push_asked != "" && push_asked != "0" && push_asked != "1") {
+    return Error(ErrorCode::kInvalidArgument,
+                 "WEFT_TP_FUSED_PUSH: '" + push_asked +
+                     "' is not 0 (the fused kernel pushes) or 1 (the products push)");
+  }
+  on.push = push_asked != "0";
+  const bool ll_default = comm.size() == 2 || (comm.size() == 4 && on.push);
+  auto ll_rows = env_row_count("WEFT_TP_FUSED_LL_ROWS", 0, ll_default ? kDefaultLlRows : 0);
   if (!ll_rows) return ll_rows.error();
   on.ll_rows = std::min(on.rows, *ll_rows);
   // join_fused_norm is collective only if every rank reads the same switches (mpirun -x): the
   // group compares them first, so that a rank without them fails with the reason instead of
   // leaving the others waiting in a collective it never joins.
-  auto same = same_on_every_rank(
-      comm, stream,
-      {on.fused ? 1.0f : 0.0f, static_cast<float>(on.rows), static_cast<float>(on.ll_rows)});
+  auto same = same_on_every_rank(comm, stream,
+                                 {on.fused ? 1.0f : 0.0f, static_cast<float>(on.rows),
+                                  static_cast<float>(on.ll_rows), on.push ? 1.0f : 0.0f});
   if (!same) return same.error();
   if (!*same) {
     return Error(ErrorCode::kInvalidArgument,
-                 "WEFT_TP_FUSED_NORM, WEFT_TP_FUSED_ROWS or WEFT_TP_FUSED_LL_ROWS differ across "
+                 "WEFT_TP_FUSED_NORM, WEFT_TP_FUSED_ROWS, WEFT_TP_FUSED_LL_ROWS or "
+                 "WEFT_TP_FUSED_PUSH differ across "
                  "the tensor-parallel ranks (this rank: '" +
                      asked + "', " + std::to_string(on.rows) + " rows, " +
                      std::to_string(on.ll_rows) +
@@ -374,6 +386,7 @@ Result<CudaModel::State::FusedNormSwitches> CudaModel::State::fused_norm_switche
 Result<void> CudaModel::State::join_fused_norm(parallel::Communicator& comm,
                                                const FusedNormSwitches& switches) {
   tp_fused = {};
+  tp_push = {};
   tp_fused_rows = 0;
   tp_fused_slot_bytes = 0;
   tp_fused_base = nullptr;
@@ -432,6 +445,11 @@ Result<void> CudaModel::State::join_fused_norm(parallel::Communicator& comm,
       tp_fused.ll_epochs = nullptr;
     }
   }
+  // Products push into the LL exchange where this rank found every peer's area (a rank that
+  // did not leaves the pushes to its fused kernel: the peers wait for the same lines).
+  if (tp_fused.ll_rows > 0 && switches.push && cuda::tp_fused_enable_push(tp_fused, stream)) {
+    tp_push = cuda::tp_fused_push(tp_fused);
+  }
   // The check, phase by phase, each ending in a vote (FusedNormCheck).
   FusedNormCheck check(*this, comm);
   std::string why = check.write_marker();
@@ -457,12 +475,14 @@ Result<void> CudaModel::State::join_fused_norm(parallel::Communicator& comm,
                     (why.empty() ? "on another rank" : why) + ")";
     log_error("tensor parallel fused norm " + tp_fused_note + "; " + window->description);
     tp_fused = {};
+    tp_push = {};
     tp_fused_rows = 0;
     return {};
   }
   tp_fused_note =
       "on for steps of up to " + std::to_string(tp_fused_rows) + " tokens" +
-      (tp_fused.ll_rows > 0 ? " (the LL exchange up to " + std::to_string(tp_fused.ll_rows) + ")"
+      (tp_fused.ll_rows > 0 ? " (the LL exchange up to " + std::to_string(tp_fused.ll_rows) +
+                                  (tp_push.ranks > 0 ? ", pushed by the products" : "") + ")"
                             : "") +
       ": " + window->description;
   if (comm.rank() == 0) log_info("tensor parallel fused norm " + tp_fused_note);

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "kernels/cuda/convert.hpp"
+#include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/norm.hpp"
 #include "kernels/cuda/tp_fused.hpp"
 #include "tests/runtime/parallel/mpi/nccl_fused_norm_fixture.hpp"
@@ -332,6 +334,157 @@ TEST_F(NcclFusedNorm, RunsInsideCudaGraphs) {
       cudaFree(p);
     ASSERT_TRUE(nccl_->barrier());  // no rank rewrites a slot another still reads
   }
+}
+
+// A row-parallel product that pushes its own rows into the LL exchange (gemv with
+// tp_fused_push; ll_push.hpp) followed by the fused kernel that only waits for the peers'
+// (AllReduceNormArgs::pushed), against the same product and the fused kernel pushing: 8
+// (product, fused kernel) pairs in a CUDA graph as through a step's layers, each product of
+// different inputs into the slot its fused kernel reads, replayed with new inputs; the
+// residuals and normalized rows must be bitwise the same, at 1, 2 and 8 tokens (gemv's
+// warps of 2 and of 4 rows). Then both graphs timed.
+TEST_F(NcclFusedNorm, ProductsPushIntoTheLlExchange) {
+  const int rank = g_world->rank();
+  cuda::TpFusedGroup push_group = ll_group_;
+  ASSERT_TRUE(cuda::tp_fused_enable_push(push_group, stream_));
+  const cuda::LlPush push = cuda::tp_fused_push(push_group);
+  constexpr int kN = 4096, kIn = 2048, kLaunches = 8;
+  for (int tokens : {1, 2, 8}) {
+    SCOPED_TRACE(std::to_string(tokens) + " tokens");
+    ASSERT_TRUE(push.takes(tokens, kN));
+    const std::size_t n = static_cast<std::size_t>(tokens) * kN;
+    const std::size_t xn = static_cast<std::size_t>(tokens) * kIn;
+    std::uint16_t *x = nullptr, *wt = nullptr, *out_a = nullptr, *out_b = nullptr;
+    float *res_a = nullptr, *res_b = nullptr, *w = nullptr;
+    ASSERT_EQ(cudaMalloc(&x, kLaunches * xn * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&wt, static_cast<std::size_t>(kN) * kIn * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&res_a, n * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&res_b, n * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&w, kN * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&out_a, n * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&out_b, n * 2), cudaSuccess);
+    auto to_bf16 = [](float f) {
+      std::uint32_t u = 0;
+      std::memcpy(&u, &f, 4);
+      return static_cast<std::uint16_t>(u >> 16);
+    };
+    {
+      std::vector<std::uint16_t> h(static_cast<std::size_t>(kN) * kIn);
+      for (std::size_t i = 0; i < h.size(); ++i)
+        h[i] = to_bf16(random_value(300 + rank, i) * 0.05f);
+      cudaMemcpy(wt, h.data(), h.size() * 2, cudaMemcpyHostToDevice);
+      const auto weight = random_rows(8, kN);
+      cudaMemcpy(w, weight.data(), kN * 4, cudaMemcpyHostToDevice);
+    }
+    auto fill = [&](int replay) {
+      std::vector<std::uint16_t> h(kLaunches * xn);
+      for (std::size_t i = 0; i < h.size(); ++i)
+        h[i] = to_bf16(random_value(2000 * replay + rank, i));
+      const auto residual = random_rows(60 + replay, n);
+      cudaMemcpy(x, h.data(), h.size() * 2, cudaMemcpyHostToDevice);
+      cudaMemcpy(res_a, residual.data(), n * 4, cudaMemcpyHostToDevice);
+      cudaMemcpy(res_b, residual.data(), n * 4, cudaMemcpyHostToDevice);
+      return cudaDeviceSynchronize();
+    };
+    // The 8 pairs, the products pushing (`pushing`) or not, captured into a graph.
+    auto capture = [&](bool pushing, cudaGraphExec_t* exec) {
+      cuda::AllReduceNormArgs a;
+      a.group = pushing ? push_group : ll_group_;
+      a.rows = tokens;
+      a.n = kN;
+      a.residual = pushing ? res_a : res_b;
+      a.kind = cuda::NormKind::kRms;
+      a.weight = w;
+      a.eps = 1e-5f;
+      a.out = pushing ? out_a : out_b;
+      a.precision = cuda::Precision::kBF16;
+      a.pushed = pushing;
+      ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      bool launched = true;
+      for (int k = 0; k < kLaunches; ++k) {
+        cuda::gemv(x + k * xn, tokens, wt, kN, kIn, slot(k % 2), kN, cuda::Precision::kBF16,
+                   stream_, pushing ? &push : nullptr);
+        a.offset = (k % 2) * kSlotBytes;
+        launched = cuda::allreduce_add_norm(a, stream_) && launched;
+      }
+      cudaGraph_t graph = nullptr;
+      ASSERT_EQ(cudaStreamEndCapture(stream_, &graph), cudaSuccess);
+      ASSERT_TRUE(launched);
+      ASSERT_EQ(cudaGraphInstantiate(exec, graph, 0), cudaSuccess);
+      cudaGraphDestroy(graph);
+    };
+    cudaGraphExec_t pushing_exec = nullptr, plain_exec = nullptr;
+    capture(true, &pushing_exec);
+    capture(false, &plain_exec);
+    ASSERT_NE(pushing_exec, nullptr);
+    ASSERT_NE(plain_exec, nullptr);
+    std::vector<float> got(n), want(n);
+    std::vector<std::uint16_t> out_got(n), out_want(n);
+    for (int replay = 0; replay < 10; ++replay) {
+      SCOPED_TRACE("replay " + std::to_string(replay));
+      ASSERT_EQ(fill(replay), cudaSuccess);
+      ASSERT_TRUE(nccl_->barrier());
+      // Alternately first, so that either runs on counters the other left.
+      for (cudaGraphExec_t g : replay % 2 == 0 ? std::array{pushing_exec, plain_exec}
+                                               : std::array{plain_exec, pushing_exec}) {
+        ASSERT_EQ(cudaGraphLaunch(g, stream_), cudaSuccess);
+      }
+      ASSERT_EQ(finish_or_abort("the graphs of products and fused kernels"), cudaSuccess);
+      cudaMemcpy(got.data(), res_a, n * 4, cudaMemcpyDeviceToHost);
+      cudaMemcpy(want.data(), res_b, n * 4, cudaMemcpyDeviceToHost);
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), n * 4), 0)
+          << "residuals after the pushed launches differ from the fused kernel's own pushes";
+      cudaMemcpy(out_got.data(), out_a, n * 2, cudaMemcpyDeviceToHost);
+      cudaMemcpy(out_want.data(), out_b, n * 2, cudaMemcpyDeviceToHost);
+      ASSERT_EQ(std::memcmp(out_got.data(), out_want.data(), n * 2), 0)
+          << "normalized rows after the pushed launches differ";
+      expect_same_on_every_rank(res_a, n, "the pushed residual");
+      ASSERT_TRUE(nccl_->barrier());
+    }
+    cudaEvent_t start = nullptr, stop = nullptr;
+    ASSERT_EQ(cudaEventCreate(&start), cudaSuccess);
+    ASSERT_EQ(cudaEventCreate(&stop), cudaSuccess);
+    constexpr int kReplays = 50;
+    auto time_us = [&](cudaGraphExec_t g, const char* what) {
+      EXPECT_TRUE(nccl_->barrier());
+      cudaGraphLaunch(g, stream_);  // warm-up
+      EXPECT_EQ(finish_or_abort(what), cudaSuccess);
+      EXPECT_TRUE(nccl_->barrier());
+      cudaEventRecord(start, stream_);
+      for (int i = 0; i < kReplays; ++i)
+        cudaGraphLaunch(g, stream_);
+      cudaEventRecord(stop, stream_);
+      EXPECT_EQ(finish_or_abort(what), cudaSuccess);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, start, stop);
+      return 1000.0 * ms / (kReplays * kLaunches);
+    };
+    const double pushing_us = time_us(pushing_exec, "the pushing graph");
+    const double plain_us = time_us(plain_exec, "the plain graph");
+    if (rank == 0) {
+      std::cout << "[ measured ] " << tokens << " x " << kIn << " -> " << kN << " products over "
+                << g_world->size() << " GPUs in CUDA graphs, per (gemv, fused kernel) pair: "
+                << "products pushing " << pushing_us << " us, the fused kernel pushing " << plain_us
+                << " us\n";
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cudaGraphExecDestroy(pushing_exec);
+    cudaGraphExecDestroy(plain_exec);
+    for (void* p : {static_cast<void*>(x), static_cast<void*>(wt), static_cast<void*>(res_a),
+                    static_cast<void*>(res_b), static_cast<void*>(w), static_cast<void*>(out_a),
+                    static_cast<void*>(out_b)})
+      cudaFree(p);
+    ASSERT_TRUE(nccl_->barrier());
+  }
+  // A pushed launch that would not take the LL exchange is refused without a launch.
+  cuda::AllReduceNormArgs refused;
+  refused.group = push_group;
+  refused.rows = kRows;
+  refused.n = 1000;  // the generic kernel's width
+  refused.sum_out = slot(0);
+  refused.pushed = true;
+  EXPECT_FALSE(cuda::allreduce_add_norm(refused, stream_));
 }
 
 }  // namespace
