@@ -216,13 +216,14 @@ void launch(const void* x, int tokens, const void* w, int out, int in, float* y,
             const LlPush* push = nullptr) {
   const int warps = kGated ? out / 2 : (out + kRows - 1) / kRows;
   const int blocks = (warps + kWarps - 1) / kWarps;
-  const bool release = detail::release_early(detail::kReleaseGemv);
+  const bool release =
+      detail::release_early(kGated ? detail::kReleaseGemvGated : detail::kReleaseGemv);
   if constexpr (!kGated) {
     if (push != nullptr) {
       detail::launch_with(detail::pdl_products_enabled(),
                           gemv_push_kernel<T, kTokens, kRows, kUnroll>, blocks, kWarps * 32, 0,
                           stream, static_cast<const T*>(x), tokens, static_cast<const T*>(w), out,
-                          in, y, ldy, release, *push);
+                          in, y, ldy, detail::release_early(detail::kReleaseGemvPush), *push);
       return;
     }
   }

@@ -161,6 +161,14 @@ if(WEFT_HAVE_NCCL AND WEFT_MPIEXEC)
            COMMAND sh -c "${tp_two_gpus}; one=$($<TARGET_FILE:weft> ${q_cuda} 2>/dev/null) && two=$(${tp_launch_text} -np 2 $<TARGET_FILE:weft> ${q_cuda} --tensor-parallel 2 2>/dev/null) && echo \"tp1: $one\" && echo \"tp2: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]")
   set_tests_properties(weft_generate_tensor_parallel_cuda_quantized PROPERTIES TIMEOUT 180
                        SKIP_RETURN_CODE 77)
+  # The LL exchange and the products' pushes into it (weft-tiny's 384-wide rows take them in
+  # decode steps): the same tokens as the fused kernel pushing and as the LSA barrier, which
+  # are the same sums bit for bit (one GPU's tokens are the fixtures' CTests' above).
+  set(llp_cuda "generate --model ${CMAKE_SOURCE_DIR}/models/weft-tiny --device cuda --prompt-ids 5,17,42,99,3,201,64 --max-tokens 16 --ignore-eos")
+  add_test(NAME weft_generate_tensor_parallel_cuda_ll_push
+           COMMAND sh -c "${tp_two_gpus}; pushed=$(${tp_launch_text} -np 2 $<TARGET_FILE:weft> ${llp_cuda} --tensor-parallel 2 2>/dev/null) && fused=$(WEFT_TP_FUSED_PUSH=0 ${tp_launch_text} -x WEFT_TP_FUSED_PUSH -np 2 $<TARGET_FILE:weft> ${llp_cuda} --tensor-parallel 2 2>/dev/null) && barrier=$(WEFT_TP_FUSED_LL_ROWS=0 ${tp_launch_text} -x WEFT_TP_FUSED_LL_ROWS -np 2 $<TARGET_FILE:weft> ${llp_cuda} --tensor-parallel 2 2>/dev/null) && echo \"pushed: $pushed\" && echo \"fused kernel: $fused\" && echo \"barrier: $barrier\" && [ -n \"$pushed\" ] && [ \"$pushed\" = \"$fused\" ] && [ \"$pushed\" = \"$barrier\" ]")
+  set_tests_properties(weft_generate_tensor_parallel_cuda_ll_push PROPERTIES TIMEOUT 240
+                       SKIP_RETURN_CODE 77)
   # GPU pipeline stages (nccl_pipeline.hpp): --pipeline-parallel 2 on GPUs 0 and 1, the stages
   # joined over NCCL (WEFT_PP_TRANSPORT=nccl: an error instead of the host path), gives one
   # GPU's greedy tokens on every fixture model; so do two ranks on one GPU (CUDA_VISIBLE_DEVICES
