@@ -122,6 +122,30 @@ class NcclFusedNorm : public ::testing::Test {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
+  // Device µs per launch of graph `g` (holding `launches` pairs): every rank replays it once to
+  // warm up, then 50 times between two events, starting together.
+  double graph_us_per_launch(cudaGraphExec_t g, int launches, const char* what) {
+    constexpr int kReplays = 50;
+    cudaEvent_t start = nullptr, stop = nullptr;
+    if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
+      ADD_FAILURE() << "cudaEventCreate";
+      return 0.0;
+    }
+    EXPECT_TRUE(nccl_->barrier());
+    cudaGraphLaunch(g, stream_);  // warm-up
+    EXPECT_EQ(finish_or_abort(what), cudaSuccess);
+    EXPECT_TRUE(nccl_->barrier());
+    cudaEventRecord(start, stream_);
+    for (int i = 0; i < kReplays; ++i)
+      cudaGraphLaunch(g, stream_);
+    cudaEventRecord(stop, stream_);
+    EXPECT_EQ(finish_or_abort(what), cudaSuccess);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    return 1000.0 * ms / (kReplays * launches);
+  }
   float* slot(int k) const {
     return reinterpret_cast<float*>(static_cast<char*>(window_.data) + k * kSlotBytes);
   }

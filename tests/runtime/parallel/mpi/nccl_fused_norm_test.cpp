@@ -294,26 +294,8 @@ TEST_F(NcclFusedNorm, RunsInsideCudaGraphs) {
     ASSERT_EQ(cudaStreamEndCapture(stream_, &ref_graph), cudaSuccess);
     ASSERT_TRUE(captured);
     ASSERT_EQ(cudaGraphInstantiate(&ref_exec, ref_graph, 0), cudaSuccess);
-    cudaEvent_t start = nullptr, stop = nullptr;
-    ASSERT_EQ(cudaEventCreate(&start), cudaSuccess);
-    ASSERT_EQ(cudaEventCreate(&stop), cudaSuccess);
-    constexpr int kReplays = 50;
-    auto time_us = [&](cudaGraphExec_t g, const char* what) {
-      EXPECT_TRUE(nccl_->barrier());
-      cudaGraphLaunch(g, stream_);  // warm-up
-      EXPECT_EQ(finish_or_abort(what), cudaSuccess);
-      EXPECT_TRUE(nccl_->barrier());
-      cudaEventRecord(start, stream_);
-      for (int i = 0; i < kReplays; ++i)
-        cudaGraphLaunch(g, stream_);
-      cudaEventRecord(stop, stream_);
-      EXPECT_EQ(finish_or_abort(what), cudaSuccess);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, start, stop);
-      return 1000.0 * ms / (kReplays * kLaunches);
-    };
-    const double fused_us = time_us(exec, "the fused graph");
-    const double nccl_us = time_us(ref_exec, "the NCCL graph");
+    const double fused_us = graph_us_per_launch(exec, kLaunches, "the fused graph");
+    const double nccl_us = graph_us_per_launch(ref_exec, kLaunches, "the NCCL graph");
     if (rank == 0) {
       std::cout << "[ measured ] " << rows << " rows of " << kN << " over " << g_world->size()
                 << " GPUs in CUDA graphs, per "
@@ -322,8 +304,6 @@ TEST_F(NcclFusedNorm, RunsInsideCudaGraphs) {
                 << " us, NCCL all-reduce + add_norm " << nccl_us << " us\n";
     }
     EXPECT_GT(fused_us, 0.0);
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
     cudaGraphExecDestroy(ref_exec);
     cudaGraphDestroy(ref_graph);
     cudaGraphExecDestroy(exec);
@@ -441,34 +421,14 @@ TEST_F(NcclFusedNorm, ProductsPushIntoTheLlExchange) {
       expect_same_on_every_rank(res_a, n, "the pushed residual");
       ASSERT_TRUE(nccl_->barrier());
     }
-    cudaEvent_t start = nullptr, stop = nullptr;
-    ASSERT_EQ(cudaEventCreate(&start), cudaSuccess);
-    ASSERT_EQ(cudaEventCreate(&stop), cudaSuccess);
-    constexpr int kReplays = 50;
-    auto time_us = [&](cudaGraphExec_t g, const char* what) {
-      EXPECT_TRUE(nccl_->barrier());
-      cudaGraphLaunch(g, stream_);  // warm-up
-      EXPECT_EQ(finish_or_abort(what), cudaSuccess);
-      EXPECT_TRUE(nccl_->barrier());
-      cudaEventRecord(start, stream_);
-      for (int i = 0; i < kReplays; ++i)
-        cudaGraphLaunch(g, stream_);
-      cudaEventRecord(stop, stream_);
-      EXPECT_EQ(finish_or_abort(what), cudaSuccess);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, start, stop);
-      return 1000.0 * ms / (kReplays * kLaunches);
-    };
-    const double pushing_us = time_us(pushing_exec, "the pushing graph");
-    const double plain_us = time_us(plain_exec, "the plain graph");
+    const double pushing_us = graph_us_per_launch(pushing_exec, kLaunches, "the pushing graph");
+    const double plain_us = graph_us_per_launch(plain_exec, kLaunches, "the plain graph");
     if (rank == 0) {
       std::cout << "[ measured ] " << tokens << " x " << kIn << " -> " << kN << " products over "
                 << g_world->size() << " GPUs in CUDA graphs, per (gemv, fused kernel) pair: "
                 << "products pushing " << pushing_us << " us, the fused kernel pushing " << plain_us
                 << " us\n";
     }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
     cudaGraphExecDestroy(pushing_exec);
     cudaGraphExecDestroy(plain_exec);
     for (void* p : {static_cast<void*>(x), static_cast<void*>(wt), static_cast<void*>(res_a),
