@@ -100,6 +100,18 @@ class NcclFusedNorm : public ::testing::Test {
     x ^= x >> 13;
     return static_cast<float>(x & 0xFFFFFF) / static_cast<float>(0x800000) - 1.0f;
   }
+  // random_value(seed, i) * scale rounded toward zero to bf16 bits.
+  static std::vector<std::uint16_t> random_bf16_rows(std::uint32_t seed, std::size_t n,
+                                                     float scale = 1.0f) {
+    std::vector<std::uint16_t> v(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const float f = random_value(seed, i) * scale;
+      std::uint32_t u = 0;
+      std::memcpy(&u, &f, 4);
+      v[i] = static_cast<std::uint16_t>(u >> 16);
+    }
+    return v;
+  }
   std::vector<float> random_rows(std::uint32_t seed, std::size_t n) const {
     std::vector<float> v(n);
     for (std::size_t i = 0; i < n; ++i)

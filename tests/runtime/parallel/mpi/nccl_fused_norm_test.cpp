@@ -200,15 +200,8 @@ TEST_F(NcclFusedNorm, RunsInsideCudaGraphs) {
     ASSERT_EQ(cudaMalloc(&out_b, n * 2), cudaSuccess);
     const auto weight = random_rows(8, kN);
     cudaMemcpy(w, weight.data(), kN * 4, cudaMemcpyHostToDevice);
-    auto to_bf16 = [](float f) {
-      std::uint32_t u = 0;
-      std::memcpy(&u, &f, 4);
-      return static_cast<std::uint16_t>(u >> 16);
-    };
     auto fill = [&](int replay) {
-      std::vector<std::uint16_t> h(kLaunches * n);
-      for (std::size_t i = 0; i < h.size(); ++i)
-        h[i] = to_bf16(random_value(1000 * replay + rank, i));
+      const auto h = random_bf16_rows(1000 * replay + rank, kLaunches * n);
       const auto residual = random_rows(50 + replay, n);
       cudaMemcpy(input16, h.data(), h.size() * 2, cudaMemcpyHostToDevice);
       cudaMemcpy(res_a, residual.data(), n * 4, cudaMemcpyHostToDevice);
@@ -343,23 +336,14 @@ TEST_F(NcclFusedNorm, ProductsPushIntoTheLlExchange) {
     ASSERT_EQ(cudaMalloc(&w, kN * 4), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&out_a, n * 2), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&out_b, n * 2), cudaSuccess);
-    auto to_bf16 = [](float f) {
-      std::uint32_t u = 0;
-      std::memcpy(&u, &f, 4);
-      return static_cast<std::uint16_t>(u >> 16);
-    };
     {
-      std::vector<std::uint16_t> h(static_cast<std::size_t>(kN) * kIn);
-      for (std::size_t i = 0; i < h.size(); ++i)
-        h[i] = to_bf16(random_value(300 + rank, i) * 0.05f);
+      const auto h = random_bf16_rows(300 + rank, static_cast<std::size_t>(kN) * kIn, 0.05f);
       cudaMemcpy(wt, h.data(), h.size() * 2, cudaMemcpyHostToDevice);
       const auto weight = random_rows(8, kN);
       cudaMemcpy(w, weight.data(), kN * 4, cudaMemcpyHostToDevice);
     }
     auto fill = [&](int replay) {
-      std::vector<std::uint16_t> h(kLaunches * xn);
-      for (std::size_t i = 0; i < h.size(); ++i)
-        h[i] = to_bf16(random_value(2000 * replay + rank, i));
+      const auto h = random_bf16_rows(2000 * replay + rank, kLaunches * xn);
       const auto residual = random_rows(60 + replay, n);
       cudaMemcpy(x, h.data(), h.size() * 2, cudaMemcpyHostToDevice);
       cudaMemcpy(res_a, residual.data(), n * 4, cudaMemcpyHostToDevice);
