@@ -190,32 +190,22 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   };
   // Programmatic dependent launch: the warp's first tile is loaded before waiting on the
-  // kernel before, x only after; the sums are those without it.
-  unsigned first_w[kRows][kBits];
-  float2 first_sm[kRows][G::kSegments];
-  const bool preloaded = warp < tiles && lane < min(32, groups - warp * 32);
-  if (preloaded) load_tile(warp, min(32, groups - warp * 32), first_w, first_sm);
+  // kernel before, x only after; the sums are those without it. The loop's later tiles load
+  // into the same buffer once the tile before is summed: a buffer of its own for the first tile
+  // took q4_b32's one-token kernel from 80 to 107 registers, 6 to 4 blocks an SM, and its batch-1
+  // decode steps 8% longer (docs/PERFORMANCE.md, "One buffer in the lanes product").
+  unsigned w[kRows][kBits];
+  float2 sm[kRows][G::kSegments];
+  if (warp < tiles && lane < min(32, groups - warp * 32)) {
+    load_tile(warp, min(32, groups - warp * 32), w, sm);
+  }
   detail::grid_dependency_wait_then_release(release);
 
   for (int tile = warp; tile < tiles; tile += kWarps) {
     const int n = min(32, groups - tile * 32);
+    if (tile != warp && lane < n) load_tile(tile, n, w, sm);
     if (lane < n) {
       const int g = tile * 32 + lane;
-      unsigned w[kRows][kBits];
-      float2 sm[kRows][G::kSegments];
-      if (tile == warp) {
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-          for (int b = 0; b < kBits; ++b)
-            w[r][b] = first_w[r][b];
-#pragma unroll
-          for (int s = 0; s < G::kSegments; ++s)
-            sm[r][s] = first_sm[r][s];
-        }
-      } else {
-        load_tile(tile, n, w, sm);
-      }
       // Per header segment: sum(q * x) per row and token, sum(x) per token, then
       // acc += scale * sum(q * x) + min * sum(x).
       const T* xg = x + static_cast<std::size_t>(g) * G::kGroupWeights;
