@@ -328,7 +328,12 @@ __global__ void __launch_bounds__(256)
 template <class T, int kBits, int kUnitW, int kBlock, int kTokens>
 void launch_gemv(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
                  cudaStream_t stream) {
-  constexpr int kRows = kTokens <= 4 ? 4 : 2;
+  // Rows per block: 8 for q4_b32 at one token (128 registers, 4 blocks an SM, twice the loads in
+  // flight a thread and x read once for 8 rows: the 8B shape's batch-1 step 3.03-3.09 against
+  // 3.17-3.26 ms with 4 and 3.45 with 2 on an H100; q4_b64's kernel takes 168 registers with 8
+  // rows and was 1% slower: docs/PERFORMANCE.md, "Rows per block"), else 4 up to 4 tokens and 2
+  // above. A row's sums do not depend on it.
+  constexpr int kRows = kTokens == 1 && kBits == 4 && kBlock == 32 ? 8 : kTokens <= 4 ? 4 : 2;
   const QuantMatrixLayout layout = quant_matrix_layout(w.format, static_cast<std::size_t>(w.rows),
                                                        static_cast<std::size_t>(w.cols));
   const auto* base = static_cast<const unsigned char*>(w.data);
