@@ -3,7 +3,7 @@
 // random Llama-shaped model built in memory (nothing to download or commit).
 //
 //   cpu_forward_bench --model models/weft-tiny [--prompt-len 128] [--decode 32] [--threads 0]
-//   cpu_forward_bench --random-100m [--dtype bf16|f16|f32] [--path scalar|avx2]
+//   cpu_forward_bench --random-100m [--dtype bf16|f16|f32] [--path auto|scalar|avx2|avx512]
 //   either with [--quantize q4_b32] (docs/quantization.md)
 
 #include <chrono>
@@ -136,12 +136,22 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: cpu_forward_bench (--model DIR | --random-100m [--dtype bf16|f16|f32])\n"
-                   "  [--prompt-len N] [--decode N] [--threads N] [--path auto|scalar|avx2] "
+                   "  [--prompt-len N] [--decode N] [--threads N] [--path auto|scalar|avx2|avx512] "
                    "[--repeats N] [--quantize FORMAT]\n");
       return 2;
     }
   }
-  const auto path = path_name == "scalar" ? cpu::KernelPath::kScalar : cpu::KernelPath::kAuto;
+  cpu::KernelPath path = cpu::KernelPath::kAuto;
+  if (path_name == "scalar") {
+    path = cpu::KernelPath::kScalar;
+  } else if (path_name == "avx2") {
+    path = cpu::KernelPath::kAvx2;
+  } else if (path_name == "avx512") {
+    path = cpu::KernelPath::kAvx512;
+  } else if (path_name != "auto") {
+    std::fprintf(stderr, "--path: '%s' is not auto, scalar, avx2 or avx512\n", path_name.c_str());
+    return 2;
+  }
   quant::QuantType quantize = quant::QuantType::kNone;
   if (!quantize_name.empty()) {
     auto q = quant::parse_quant_type(quantize_name);
@@ -202,7 +212,7 @@ int main(int argc, char** argv) {
   std::printf("model %s: %.1fM parameters; cpu %s, %u threads, kernels %s\n", name.c_str(),
               static_cast<double>(parameters(m.spec())) / 1e6,
               cpu::describe(cpu::cpu_features()).c_str(), pool.size(),
-              cpu::resolve(path) == cpu::KernelPath::kAvx2 ? "avx2" : "scalar");
+              cpu::kernel_path_name(cpu::resolve(path)));
 
   const int page_size = 16;
   double best_prefill = 0, best_decode = 0;

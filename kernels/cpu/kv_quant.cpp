@@ -207,7 +207,7 @@ void load_kv_row(KvDtype dtype, const void* src, float scale, std::size_t n, flo
 
 float dot_kv_row(const float* q, KvDtype dtype, const void* row, float scale, std::size_t n,
                  KernelPath path) noexcept {
-  if (kv_dtype_scaled(dtype) && resolve(path) == KernelPath::kAvx2) {
+  if (kv_dtype_scaled(dtype) && runs_avx2(resolve(path))) {
     const std::size_t whole = n / 8 * 8;
     float sum = dot8_avx2(q, dtype, row, n / 8);
     for (std::size_t i = whole; i < n; ++i) {
@@ -248,7 +248,7 @@ void axpy_kv_row(float alpha, KvDtype dtype, const void* row, float scale, float
                  std::size_t n, KernelPath path) noexcept {
   const float w = alpha * scale;
   std::size_t done = 0;
-  if (dtype != KvDtype::kF32 && resolve(path) == KernelPath::kAvx2) {
+  if (dtype != KvDtype::kF32 && runs_avx2(resolve(path))) {
     axpy8_avx2(w, dtype, row, out, n / 8);
     done = n / 8 * 8;
     if (done == n) return;

@@ -208,7 +208,7 @@ void matmul_rows(const float* x, std::size_t tokens, const WeightMatrix& w, cons
   if (w.quantized()) {
     return matmul_rows_quantized(x, tokens, w, bias, y, row_begin, row_end, path);
   }
-  if (path == KernelPath::kAvx2) return matmul_rows_avx2(x, tokens, w, bias, y, row_begin, row_end);
+  if (runs_avx2(path)) return matmul_rows_avx2(x, tokens, w, bias, y, row_begin, row_end);
   thread_local std::vector<float> widened;
   const bool needs_widening = w.dtype != DType::kF32 && tokens > 1;
   if (needs_widening) widened.resize(w.cols);

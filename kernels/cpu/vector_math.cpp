@@ -3,6 +3,8 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cpu/cpu_features.hpp"
 
@@ -13,9 +15,21 @@ bool avx2_available() noexcept {
   return f.avx2 && f.fma && f.f16c;
 }
 
+bool avx512_available() noexcept {
+  return avx2_available() && cpu_features().avx512f;
+}
+
 KernelPath resolve(KernelPath path) noexcept {
   if (path == KernelPath::kScalar) return path;
-  return avx2_available() ? KernelPath::kAvx2 : KernelPath::kScalar;
+  if (!avx2_available()) return KernelPath::kScalar;
+  if (path == KernelPath::kAvx2) return path;
+  // kAuto asks the environment once: WEFT_CPU_AVX512=0 keeps the AVX2 kernels (comparisons).
+  static const bool auto_avx512 = [] {
+    const char* v = std::getenv("WEFT_CPU_AVX512");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  const bool avx512 = avx512_available() && (path == KernelPath::kAvx512 || auto_avx512);
+  return avx512 ? KernelPath::kAvx512 : KernelPath::kAvx2;
 }
 
 float f16_to_f32(std::uint16_t h) noexcept {
@@ -150,13 +164,13 @@ __attribute__((target("avx2,fma,f16c"))) void axpy_avx2(float alpha, const float
 }  // namespace
 
 void to_f32(DType dtype, const void* src, float* dst, std::size_t n, KernelPath path) {
-  if (resolve(path) == KernelPath::kAvx2) return to_f32_avx2(dtype, src, dst, n);
+  if (runs_avx2(resolve(path))) return to_f32_avx2(dtype, src, dst, n);
   for (std::size_t i = 0; i < n; ++i)
     dst[i] = load_scalar(dtype, src, i);
 }
 
 float dot(const float* a, DType b_dtype, const void* b, std::size_t n, KernelPath path) {
-  if (resolve(path) == KernelPath::kAvx2) return dot_avx2(a, b_dtype, b, n);
+  if (runs_avx2(resolve(path))) return dot_avx2(a, b_dtype, b, n);
   float sum = 0.0f;
   for (std::size_t i = 0; i < n; ++i)
     sum += a[i] * load_scalar(b_dtype, b, i);
@@ -164,7 +178,7 @@ float dot(const float* a, DType b_dtype, const void* b, std::size_t n, KernelPat
 }
 
 void axpy(float alpha, const float* x, float* y, std::size_t n, KernelPath path) {
-  if (resolve(path) == KernelPath::kAvx2) return axpy_avx2(alpha, x, y, n);
+  if (runs_avx2(resolve(path))) return axpy_avx2(alpha, x, y, n);
   for (std::size_t i = 0; i < n; ++i)
     y[i] += alpha * x[i];
 }

@@ -1,6 +1,6 @@
 // Dequantize-fused CPU products (kernels/cpu/quant/quant_dot.hpp through matmul) against
-// dequantize-then-f32: every format, scalar and AVX2 paths, one token (the fused dot) and
-// several (the widened rows), on sizes with partial blocks.
+// dequantize-then-f32: every format, scalar, AVX2 and AVX-512 paths, one token (the fused dot)
+// and several (the widened rows), on sizes with partial blocks.
 
 #include <gtest/gtest.h>
 
@@ -45,11 +45,14 @@ class QuantMatmulTest : public ::testing::TestWithParam<std::tuple<QuantType, Ke
 TEST_P(QuantMatmulTest, MatchesDequantizeThenF32Matmul) {
   const auto [type, path] = GetParam();
   if (path == KernelPath::kAvx2 && !avx2_available()) GTEST_SKIP() << "no AVX2/FMA/F16C";
+  if (path == KernelPath::kAvx512 && !avx512_available()) GTEST_SKIP() << "no AVX-512F";
   std::mt19937 rng(5);
   ThreadPool pool(3);
   for (auto [tokens, rows, cols] : {std::tuple<std::size_t, std::size_t, std::size_t>{1, 1, 32},
                                     {1, 37, 200},
                                     {1, 9, 7},
+                                    {1, 7, 256},
+                                    {1, 3, 4096},
                                     {2, 13, 64},
                                     {3, 65, 130},
                                     {5, 17, 256},
@@ -80,6 +83,7 @@ TEST_P(QuantMatmulTest, MatchesDequantizeThenF32Matmul) {
 TEST_P(QuantMatmulTest, FastDequantizeMatchesReference) {
   const auto [type, path] = GetParam();
   if (path == KernelPath::kAvx2 && !avx2_available()) GTEST_SKIP() << "no AVX2/FMA/F16C";
+  if (path == KernelPath::kAvx512 && !avx512_available()) GTEST_SKIP() << "no AVX-512F";
   std::mt19937 rng(9);
   for (const std::size_t cols :
        {std::size_t{8}, std::size_t{64}, std::size_t{100}, std::size_t{384}}) {
@@ -98,15 +102,15 @@ TEST_P(QuantMatmulTest, FastDequantizeMatchesReference) {
 
 std::string name_of(const ::testing::TestParamInfo<std::tuple<QuantType, KernelPath>>& info) {
   const auto [type, path] = info.param;
-  return std::string(quant::quant_info(type).name) +
-         (path == KernelPath::kAvx2 ? "_avx2" : "_scalar");
+  return std::string(quant::quant_info(type).name) + "_" + kernel_path_name(path);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFormats, QuantMatmulTest,
                          ::testing::Combine(::testing::ValuesIn(quant::all_quant_types().begin(),
                                                                 quant::all_quant_types().end()),
                                             ::testing::Values(KernelPath::kScalar,
-                                                              KernelPath::kAvx2)),
+                                                              KernelPath::kAvx2,
+                                                              KernelPath::kAvx512)),
                          name_of);
 
 }  // namespace
