@@ -182,19 +182,24 @@ void widen_row(const WeightMatrix& w, std::size_t r, float* dst, KernelPath path
   }
 }
 
-// Block-quantized weights (quant/format.hpp): one token through the fused quant_dot; several
-// by dequantizing each row once into a buffer that stays in L1.
+// Block-quantized weights (quant/format.hpp): one token through the fused quant_dot_rows;
+// several by dequantizing each row once into a buffer that stays in L1.
 void matmul_rows_quantized(const float* x, std::size_t tokens, const WeightMatrix& w,
                            const float* bias, float* y, std::size_t row_begin, std::size_t row_end,
                            KernelPath path) {
+  if (tokens == 1) {
+    quant_dot_rows(x, w.quant, static_cast<const std::byte*>(w.row(row_begin)), w.row_bytes(),
+                   row_end - row_begin, w.cols, y + row_begin, path);
+    if (bias != nullptr) {
+      for (std::size_t o = row_begin; o < row_end; ++o)
+        y[o] += bias[o];
+    }
+    return;
+  }
   thread_local std::vector<float> widened;
-  if (tokens > 1) widened.resize(w.cols);
+  widened.resize(w.cols);
   for (std::size_t o = row_begin; o < row_end; ++o) {
     const float b = bias ? bias[o] : 0.0f;
-    if (tokens == 1) {
-      y[o] = quant_dot(x, w.quant, static_cast<const std::byte*>(w.row(o)), w.cols, path) + b;
-      continue;
-    }
     widen_row(w, o, widened.data(), path);
     for (std::size_t t = 0; t < tokens; ++t)
       y[t * w.rows + o] = dot(x + t * w.cols, DType::kF32, widened.data(), w.cols, path) + b;

@@ -100,6 +100,31 @@ TEST_P(QuantMatmulTest, FastDequantizeMatchesReference) {
   }
 }
 
+// quant_dot_rows (x prepared once for every row on the AVX-512 path) gives each row's
+// quant_dot bit for bit, full blocks and tails.
+TEST_P(QuantMatmulTest, RowsAtOnceAreEachRowsDot) {
+  const auto [type, path] = GetParam();
+  if (path == KernelPath::kAvx2 && !avx2_available()) GTEST_SKIP() << "no AVX2/FMA/F16C";
+  if (path == KernelPath::kAvx512 && !avx512_available()) GTEST_SKIP() << "no AVX-512F";
+  std::mt19937 rng(13);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (const std::size_t cols :
+       {std::size_t{7}, std::size_t{64}, std::size_t{200}, std::size_t{256}, std::size_t{4096}}) {
+    const std::size_t rows = 9;
+    const QuantizedMatrix m = make_matrix(type, rows, cols, rng);
+    std::vector<float> x(cols), y(rows);
+    for (auto& v : x)
+      v = dist(rng);
+    const auto* bytes = m.bytes.data();
+    const std::size_t stride = quant::row_bytes(type, cols);
+    quant_dot_rows(x.data(), type, bytes, stride, rows, cols, y.data(), path);
+    for (std::size_t r = 0; r < rows; ++r) {
+      const float want = quant_dot(x.data(), type, bytes + r * stride, cols, path);
+      ASSERT_EQ(y[r], want) << quant::quant_info(type).name << " cols=" << cols << " r=" << r;
+    }
+  }
+}
+
 std::string name_of(const ::testing::TestParamInfo<std::tuple<QuantType, KernelPath>>& info) {
   const auto [type, path] = info.param;
   return std::string(quant::quant_info(type).name) + "_" + kernel_path_name(path);

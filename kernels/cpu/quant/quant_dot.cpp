@@ -2,8 +2,10 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/quant/codec.hpp"
 
@@ -268,6 +270,48 @@ WEFT_AVX512 float dot_blocks_avx512(const float* x, const std::byte* row, std::s
   return hsum512(total);
 }
 
+// dot_blocks_avx512 for Q4 and Q3H with x prepared once for many rows (quant_dot_rows): each
+// group's 16 even then 16 odd values of x (what the two permutes form), and each block's sum of
+// x as 16 lanes (what sx adds up, in the same order). The same sums bit for bit.
+template <int K, int B, bool kPaired>
+WEFT_AVX512 float dot_blocks_avx512_split(const float* split, const float* sums,
+                                          const std::byte* row, std::size_t blocks, bool row_end) {
+  static_assert(kPaired || K == 4);
+  constexpr std::size_t kBlockBytes = 4 + (kPaired ? B / 2 : B) * K / 8;
+  constexpr int kGroups = B / 32;
+  constexpr int kGroupBytes = K == 4 ? 16 : 2 * K;
+  __m512 total = _mm512_setzero_ps();
+  for (std::size_t b = 0; b < blocks; ++b, row += kBlockBytes, split += B, sums += 16) {
+    std::uint32_t bits;
+    std::memcpy(&bits, row, 4);
+    const __m128 both = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(bits)));
+    const __m512 scale = _mm512_set1_ps(_mm_cvtss_f32(both));
+    const __m512 min = _mm512_set1_ps(_mm_cvtss_f32(_mm_movehdup_ps(both)));
+    const std::byte* codes = row + 4;
+    const bool last_block = row_end && b + 1 == blocks;
+    __m512 qx = _mm512_setzero_ps();
+    for (int g = 0; g < kGroups; ++g) {
+      const bool at_end = last_block && g * kGroupBytes + K + 8 > kGroups * kGroupBytes;
+      const std::byte* p = codes + g * kGroupBytes;
+      __m512i lo, hi;
+      if constexpr (kPaired) {
+        const __m512i pairs = unpack16<K>(p, at_end);
+        lo = _mm512_maskz_srli_epi32(kAll, _mm512_mullo_epi32(pairs, _mm512_set1_epi32(187)), 11);
+        hi = _mm512_sub_epi32(pairs, _mm512_mullo_epi32(lo, _mm512_set1_epi32(11)));
+      } else {
+        const __m512i bytes = widen_bytes(p);
+        lo = _mm512_and_si512(bytes, _mm512_set1_epi32(15));
+        hi = _mm512_maskz_srli_epi32(kAll, bytes, 4);
+      }
+      qx = _mm512_fmadd_ps(to_floats(lo), _mm512_loadu_ps(split + g * 32), qx);
+      qx = _mm512_fmadd_ps(to_floats(hi), _mm512_loadu_ps(split + g * 32 + 16), qx);
+    }
+    total = _mm512_fmadd_ps(scale, qx, total);
+    total = _mm512_fmadd_ps(min, _mm512_loadu_ps(sums), total);
+  }
+  return hsum512(total);
+}
+
 #undef WEFT_AVX512
 
 // A format's vector kernels: the AVX2 dot and dequantization, and the AVX-512 dot.
@@ -275,6 +319,8 @@ struct VectorKernels {
   float (*dot)(const float*, const std::byte*, std::size_t, bool) = nullptr;
   void (*to_f32)(const std::byte*, std::size_t, bool, float*) = nullptr;
   float (*dot512)(const float*, const std::byte*, std::size_t, bool) = nullptr;
+  // Q4 and Q3H: dot512 over x prepared by split_for_avx512 (quant_dot_rows).
+  float (*dot512_split)(const float*, const float*, const std::byte*, std::size_t, bool) = nullptr;
 };
 
 // The AVX-512 dot for Q8, Q4 and Q3H, whose sixteen units a step come from one widening load
@@ -286,6 +332,7 @@ constexpr VectorKernels kernels() {
   VectorKernels k{&dot_blocks_avx2<K, B, kPaired>, &to_f32_blocks_avx2<K, B, kPaired>,
                   &dot_blocks_avx2<K, B, kPaired>};
   if constexpr (K == 8 || K == 4 || kPaired) k.dot512 = &dot_blocks_avx512<K, B, kPaired>;
+  if constexpr (K == 4 || kPaired) k.dot512_split = &dot_blocks_avx512_split<K, B, kPaired>;
   return k;
 }
 
@@ -341,6 +388,57 @@ float quant_dot(const float* x, QuantType type, const std::byte* row, std::size_
     total += dot_scalar(x + full * block, type, row + full * info.block_bytes(), n - full * block);
   }
   return total;
+}
+
+namespace {
+
+// x's full blocks for dot_blocks_avx512_split: per group of 32, the even values then the odd
+// ones; per block, 16 lanes of sum over its groups of (x[i] + x[i + 16]), added in group order.
+void split_for_avx512(const float* x, std::size_t blocks, std::size_t block, float* split,
+                      float* sums) {
+  for (std::size_t b = 0; b < blocks; ++b) {
+    float* s = sums + b * 16;
+    std::fill(s, s + 16, 0.0f);
+    for (std::size_t g = 0; g < block / 32; ++g) {
+      const float* xg = x + b * block + g * 32;
+      float* out = split + b * block + g * 32;
+      for (int i = 0; i < 16; ++i) {
+        out[i] = xg[2 * i];
+        out[16 + i] = xg[2 * i + 1];
+        s[i] = s[i] + (xg[i] + xg[16 + i]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void quant_dot_rows(const float* x, QuantType type, const std::byte* rows, std::size_t stride,
+                    std::size_t count, std::size_t n, float* y, KernelPath path) {
+  path = resolve(path);
+  const VectorKernels k = runs_avx2(path) ? vector_kernels(type) : VectorKernels{};
+  const quant::QuantInfo& info = quant::quant_info(type);
+  const auto block = static_cast<std::size_t>(info.block);
+  const std::size_t full = n / block;
+  if (path != KernelPath::kAvx512 || k.dot512_split == nullptr || full == 0 || count < 2) {
+    for (std::size_t r = 0; r < count; ++r)
+      y[r] = quant_dot(x, type, rows + r * stride, n, path);
+    return;
+  }
+  thread_local std::vector<float> split, sums;
+  split.resize(full * block);
+  sums.resize(full * 16);
+  split_for_avx512(x, full, block, split.data(), sums.data());
+  const bool tail = full * block < n;
+  for (std::size_t r = 0; r < count; ++r) {
+    const std::byte* row = rows + r * stride;
+    float total = k.dot512_split(split.data(), sums.data(), row, full, !tail);
+    if (tail) {
+      total +=
+          dot_scalar(x + full * block, type, row + full * info.block_bytes(), n - full * block);
+    }
+    y[r] = total;
+  }
 }
 
 void quant_to_f32(QuantType type, const std::byte* row, std::size_t n, float* dst,

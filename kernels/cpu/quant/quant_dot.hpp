@@ -18,6 +18,13 @@ namespace weft::cpu {
 float quant_dot(const float* x, quant::QuantType type, const std::byte* row, std::size_t n,
                 KernelPath path);
 
+// y[r] = quant_dot(x, type, rows + r * stride, n, path) for r in [0, count), bit for bit. On the
+// AVX-512 path Q4 and Q3H read x split into each group's even and odd values and each block's
+// sum of x, formed once here for all the rows instead of in every row's loop.
+void quant_dot_rows(const float* x, quant::QuantType type, const std::byte* rows,
+                    std::size_t stride, std::size_t count, std::size_t n, float* y,
+                    KernelPath path);
+
 // dst[i] = w'[i]: quant::dequantize_row, vectorized on the AVX2 path (kAvx512 runs it too).
 void quant_to_f32(quant::QuantType type, const std::byte* row, std::size_t n, float* dst,
                   KernelPath path);
