@@ -270,15 +270,17 @@ WEFT_AVX512 float dot_blocks_avx512(const float* x, const std::byte* row, std::s
   return hsum512(total);
 }
 
-// dot_blocks_avx512 for Q4 and Q3H with x prepared once for many rows (quant_dot_rows): each
-// group's 16 even then 16 odd values of x (what the two permutes form), and each block's sum of
-// x as 16 lanes (what sx adds up, in the same order). The same sums bit for bit.
+// dot_blocks_avx512 for Q8, Q4 and Q3H with x prepared once for many rows (quant_dot_rows): for
+// Q4 and Q3H each group's 16 even then 16 odd values of x (what the two permutes form; Q8 reads
+// x as it is), and for all three each block's sum of x as 16 lanes (what sx adds up, in the same
+// order). The same sums bit for bit.
 template <int K, int B, bool kPaired>
 WEFT_AVX512 float dot_blocks_avx512_split(const float* split, const float* sums,
                                           const std::byte* row, std::size_t blocks, bool row_end) {
-  static_assert(kPaired || K == 4);
+  static_assert(kPaired || K == 4 || K == 8);
   constexpr std::size_t kBlockBytes = 4 + (kPaired ? B / 2 : B) * K / 8;
-  constexpr int kGroups = B / 32;
+  constexpr bool kHalves = kPaired || K == 4;
+  constexpr int kGroups = kHalves ? B / 32 : B / 16;
   constexpr int kGroupBytes = K == 4 ? 16 : 2 * K;
   __m512 total = _mm512_setzero_ps();
   for (std::size_t b = 0; b < blocks; ++b, row += kBlockBytes, split += B, sums += 16) {
@@ -293,18 +295,23 @@ WEFT_AVX512 float dot_blocks_avx512_split(const float* split, const float* sums,
     for (int g = 0; g < kGroups; ++g) {
       const bool at_end = last_block && g * kGroupBytes + K + 8 > kGroups * kGroupBytes;
       const std::byte* p = codes + g * kGroupBytes;
-      __m512i lo, hi;
-      if constexpr (kPaired) {
-        const __m512i pairs = unpack16<K>(p, at_end);
-        lo = _mm512_maskz_srli_epi32(kAll, _mm512_mullo_epi32(pairs, _mm512_set1_epi32(187)), 11);
-        hi = _mm512_sub_epi32(pairs, _mm512_mullo_epi32(lo, _mm512_set1_epi32(11)));
+      if constexpr (kHalves) {
+        __m512i lo, hi;
+        if constexpr (kPaired) {
+          const __m512i pairs = unpack16<K>(p, at_end);
+          lo = _mm512_maskz_srli_epi32(kAll, _mm512_mullo_epi32(pairs, _mm512_set1_epi32(187)), 11);
+          hi = _mm512_sub_epi32(pairs, _mm512_mullo_epi32(lo, _mm512_set1_epi32(11)));
+        } else {
+          const __m512i bytes = widen_bytes(p);
+          lo = _mm512_and_si512(bytes, _mm512_set1_epi32(15));
+          hi = _mm512_maskz_srli_epi32(kAll, bytes, 4);
+        }
+        qx = _mm512_fmadd_ps(to_floats(lo), _mm512_loadu_ps(split + g * 32), qx);
+        qx = _mm512_fmadd_ps(to_floats(hi), _mm512_loadu_ps(split + g * 32 + 16), qx);
       } else {
-        const __m512i bytes = widen_bytes(p);
-        lo = _mm512_and_si512(bytes, _mm512_set1_epi32(15));
-        hi = _mm512_maskz_srli_epi32(kAll, bytes, 4);
+        qx =
+            _mm512_fmadd_ps(to_floats(unpack16<K>(p, at_end)), _mm512_loadu_ps(split + g * 16), qx);
       }
-      qx = _mm512_fmadd_ps(to_floats(lo), _mm512_loadu_ps(split + g * 32), qx);
-      qx = _mm512_fmadd_ps(to_floats(hi), _mm512_loadu_ps(split + g * 32 + 16), qx);
     }
     total = _mm512_fmadd_ps(scale, qx, total);
     total = _mm512_fmadd_ps(min, _mm512_loadu_ps(sums), total);
@@ -319,8 +326,9 @@ struct VectorKernels {
   float (*dot)(const float*, const std::byte*, std::size_t, bool) = nullptr;
   void (*to_f32)(const std::byte*, std::size_t, bool, float*) = nullptr;
   float (*dot512)(const float*, const std::byte*, std::size_t, bool) = nullptr;
-  // Q4 and Q3H: dot512 over x prepared by split_for_avx512 (quant_dot_rows).
+  // Q8, Q4 and Q3H: dot512 over x prepared by split_for_avx512 (quant_dot_rows).
   float (*dot512_split)(const float*, const float*, const std::byte*, std::size_t, bool) = nullptr;
+  bool halves = false;  // dot512_split reads x split into even and odd values (Q4, Q3H)
 };
 
 // The AVX-512 dot for Q8, Q4 and Q3H, whose sixteen units a step come from one widening load
@@ -331,8 +339,11 @@ template <int K, int B, bool kPaired = false>
 constexpr VectorKernels kernels() {
   VectorKernels k{&dot_blocks_avx2<K, B, kPaired>, &to_f32_blocks_avx2<K, B, kPaired>,
                   &dot_blocks_avx2<K, B, kPaired>};
-  if constexpr (K == 8 || K == 4 || kPaired) k.dot512 = &dot_blocks_avx512<K, B, kPaired>;
-  if constexpr (K == 4 || kPaired) k.dot512_split = &dot_blocks_avx512_split<K, B, kPaired>;
+  if constexpr (K == 8 || K == 4 || kPaired) {
+    k.dot512 = &dot_blocks_avx512<K, B, kPaired>;
+    k.dot512_split = &dot_blocks_avx512_split<K, B, kPaired>;
+    k.halves = K == 4 || kPaired;
+  }
   return k;
 }
 
@@ -392,15 +403,22 @@ float quant_dot(const float* x, QuantType type, const std::byte* row, std::size_
 
 namespace {
 
-// x's full blocks for dot_blocks_avx512_split: per group of 32, the even values then the odd
-// ones; per block, 16 lanes of sum over its groups of (x[i] + x[i + 16]), added in group order.
+// x's full blocks for dot_blocks_avx512_split: each block's 16 lanes of sum of x over its
+// groups of 16 (Q8) or 32 (x[i] + x[i + 16]: Q4, Q3H), added in group order; with `split`, per
+// group of 32 the even values then the odd ones.
 void split_for_avx512(const float* x, std::size_t blocks, std::size_t block, float* split,
                       float* sums) {
+  const std::size_t group = split != nullptr ? 32 : 16;
   for (std::size_t b = 0; b < blocks; ++b) {
     float* s = sums + b * 16;
     std::fill(s, s + 16, 0.0f);
-    for (std::size_t g = 0; g < block / 32; ++g) {
-      const float* xg = x + b * block + g * 32;
+    for (std::size_t g = 0; g < block / group; ++g) {
+      const float* xg = x + b * block + g * group;
+      if (split == nullptr) {
+        for (int i = 0; i < 16; ++i)
+          s[i] = s[i] + xg[i];
+        continue;
+      }
       float* out = split + b * block + g * 32;
       for (int i = 0; i < 16; ++i) {
         out[i] = xg[2 * i];
@@ -426,13 +444,14 @@ void quant_dot_rows(const float* x, QuantType type, const std::byte* rows, std::
     return;
   }
   thread_local std::vector<float> split, sums;
-  split.resize(full * block);
+  if (k.halves) split.resize(full * block);
   sums.resize(full * 16);
-  split_for_avx512(x, full, block, split.data(), sums.data());
+  split_for_avx512(x, full, block, k.halves ? split.data() : nullptr, sums.data());
+  const float* xs = k.halves ? split.data() : x;
   const bool tail = full * block < n;
   for (std::size_t r = 0; r < count; ++r) {
     const std::byte* row = rows + r * stride;
-    float total = k.dot512_split(split.data(), sums.data(), row, full, !tail);
+    float total = k.dot512_split(xs, sums.data(), row, full, !tail);
     if (tail) {
       total +=
           dot_scalar(x + full * block, type, row + full * info.block_bytes(), n - full * block);
