@@ -187,8 +187,9 @@ __attribute__((target("avx2,fma,f16c"))) void to_f32_blocks_avx2(const std::byte
 // --- AVX-512 (F) --------------------------------------------------------------------------
 // Sixteen units a step: a group of 32 weights for Q4 (16 bytes) and Q3H (16 pair numbers),
 // else 16 weights. Q4's and Q3H's codes come out as the even and odd weights of the group, so
-// x is split the same way (two permutes) instead of interleaving the codes back; the sums run
-// in another order than AVX2's, so the two paths agree to fp32 rounding, not bit for bit.
+// x is split the same way (once for all the rows of a product) instead of interleaving the codes
+// back; the sums run in another order than AVX2's, so the two paths agree to fp32 rounding, not
+// bit for bit.
 
 #define WEFT_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
 
@@ -220,63 +221,12 @@ WEFT_AVX512 inline __m512i unpack16(const std::byte* p, bool at_end) {
   return _mm512_maskz_inserti64x4(0xff, first, unpack8<K>(p + K, at_end), 1);
 }
 
+// Full blocks of Q8, Q4 and Q3H against x prepared once for all the rows of a product
+// (split_for_avx512): for Q4 and Q3H each group's 16 even then 16 odd values of x (Q8 reads x as
+// it is), and each block's sum of x as 16 lanes. `row_end` as dot_blocks_avx2's.
 template <int K, int B, bool kPaired>
-WEFT_AVX512 float dot_blocks_avx512(const float* x, const std::byte* row, std::size_t blocks,
-                                    bool row_end) {
-  constexpr std::size_t kBlockBytes = 4 + (kPaired ? B / 2 : B) * K / 8;
-  constexpr bool kHalves = kPaired || K == 4;  // codes as even and odd weights
-  constexpr int kGroups = kHalves ? B / 32 : B / 16;
-  constexpr int kGroupBytes = K == 4 ? 16 : 2 * K;
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  __m512 total = _mm512_setzero_ps();
-  for (std::size_t b = 0; b < blocks; ++b, row += kBlockBytes, x += B) {
-    std::uint32_t bits;
-    std::memcpy(&bits, row, 4);
-    const __m128 both = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(bits)));
-    const __m512 scale = _mm512_set1_ps(_mm_cvtss_f32(both));
-    const __m512 min = _mm512_set1_ps(_mm_cvtss_f32(_mm_movehdup_ps(both)));
-    const std::byte* codes = row + 4;
-    const bool last_block = row_end && b + 1 == blocks;
-    __m512 qx = _mm512_setzero_ps(), sx = _mm512_setzero_ps();
-    for (int g = 0; g < kGroups; ++g) {
-      // The second 8-byte read of a group (at K bytes in) must stay inside the row's last block.
-      const bool at_end = last_block && g * kGroupBytes + K + 8 > kGroups * kGroupBytes;
-      const std::byte* p = codes + g * kGroupBytes;
-      if constexpr (kHalves) {
-        __m512i lo, hi;
-        if constexpr (kPaired) {  // p = a * 11 + b: a at the even weight, b at the odd
-          const __m512i pairs = unpack16<K>(p, at_end);
-          lo = _mm512_maskz_srli_epi32(kAll, _mm512_mullo_epi32(pairs, _mm512_set1_epi32(187)), 11);
-          hi = _mm512_sub_epi32(pairs, _mm512_mullo_epi32(lo, _mm512_set1_epi32(11)));
-        } else {  // low nibble the even weight, high the odd
-          const __m512i bytes = widen_bytes(p);
-          lo = _mm512_and_si512(bytes, _mm512_set1_epi32(15));
-          hi = _mm512_maskz_srli_epi32(kAll, bytes, 4);
-        }
-        const __m512 x0 = _mm512_loadu_ps(x + g * 32), x1 = _mm512_loadu_ps(x + g * 32 + 16);
-        qx = _mm512_fmadd_ps(to_floats(lo), _mm512_permutex2var_ps(x0, even, x1), qx);
-        qx = _mm512_fmadd_ps(to_floats(hi), _mm512_permutex2var_ps(x0, odd, x1), qx);
-        sx = _mm512_add_ps(sx, _mm512_add_ps(x0, x1));
-      } else {
-        const __m512 xv = _mm512_loadu_ps(x + g * 16);
-        qx = _mm512_fmadd_ps(to_floats(unpack16<K>(p, at_end)), xv, qx);
-        sx = _mm512_add_ps(sx, xv);
-      }
-    }
-    total = _mm512_fmadd_ps(scale, qx, total);
-    total = _mm512_fmadd_ps(min, sx, total);
-  }
-  return hsum512(total);
-}
-
-// dot_blocks_avx512 for Q8, Q4 and Q3H with x prepared once for many rows (quant_dot_rows): for
-// Q4 and Q3H each group's 16 even then 16 odd values of x (what the two permutes form; Q8 reads
-// x as it is), and for all three each block's sum of x as 16 lanes (what sx adds up, in the same
-// order). The same sums bit for bit.
-template <int K, int B, bool kPaired>
-WEFT_AVX512 float dot_blocks_avx512_split(const float* split, const float* sums,
-                                          const std::byte* row, std::size_t blocks, bool row_end) {
+WEFT_AVX512 float dot_blocks_avx512(const float* split, const float* sums, const std::byte* row,
+                                    std::size_t blocks, bool row_end) {
   static_assert(kPaired || K == 4 || K == 8);
   constexpr std::size_t kBlockBytes = 4 + (kPaired ? B / 2 : B) * K / 8;
   constexpr bool kHalves = kPaired || K == 4;
@@ -321,27 +271,24 @@ WEFT_AVX512 float dot_blocks_avx512_split(const float* split, const float* sums,
 
 #undef WEFT_AVX512
 
-// A format's vector kernels: the AVX2 dot and dequantization, and the AVX-512 dot.
+// A format's vector kernels: the AVX2 dot and dequantization, and the AVX-512 dot (Q8, Q4 and
+// Q3H; over x prepared by split_for_avx512).
 struct VectorKernels {
   float (*dot)(const float*, const std::byte*, std::size_t, bool) = nullptr;
   void (*to_f32)(const std::byte*, std::size_t, bool, float*) = nullptr;
-  float (*dot512)(const float*, const std::byte*, std::size_t, bool) = nullptr;
-  // Q8, Q4 and Q3H: dot512 over x prepared by split_for_avx512 (quant_dot_rows).
-  float (*dot512_split)(const float*, const float*, const std::byte*, std::size_t, bool) = nullptr;
-  bool halves = false;  // dot512_split reads x split into even and odd values (Q4, Q3H)
+  float (*dot512)(const float*, const float*, const std::byte*, std::size_t, bool) = nullptr;
+  bool halves = false;  // dot512 reads x split into even and odd values (Q4, Q3H)
 };
 
 // The AVX-512 dot for Q8, Q4 and Q3H, whose sixteen units a step come from one widening load
 // or the pair split; Q6, Q5, Q3 and Q2 spend their time cutting units out of words, which
 // AVX-512F does no faster (two of AVX2's eight-unit steps measured 0.8-0.96x AVX2's dot on the
-// development VM), so their kAvx512 runs the AVX2 dot.
+// development VM), so they run the AVX2 dot on the kAvx512 path.
 template <int K, int B, bool kPaired = false>
 constexpr VectorKernels kernels() {
-  VectorKernels k{&dot_blocks_avx2<K, B, kPaired>, &to_f32_blocks_avx2<K, B, kPaired>,
-                  &dot_blocks_avx2<K, B, kPaired>};
+  VectorKernels k{&dot_blocks_avx2<K, B, kPaired>, &to_f32_blocks_avx2<K, B, kPaired>};
   if constexpr (K == 8 || K == 4 || kPaired) {
     k.dot512 = &dot_blocks_avx512<K, B, kPaired>;
-    k.dot512_split = &dot_blocks_avx512_split<K, B, kPaired>;
     k.halves = K == 4 || kPaired;
   }
   return k;
@@ -383,27 +330,7 @@ VectorKernels vector_kernels(QuantType type) {
   return {};
 }
 
-}  // namespace
-
-float quant_dot(const float* x, QuantType type, const std::byte* row, std::size_t n,
-                KernelPath path) {
-  path = resolve(path);
-  if (!runs_avx2(path)) return dot_scalar(x, type, row, n);
-  const quant::QuantInfo& info = quant::quant_info(type);
-  const auto block = static_cast<std::size_t>(info.block);
-  const std::size_t full = n / block;
-  const bool tail = full * block < n;
-  const VectorKernels k = vector_kernels(type);
-  float total = (path == KernelPath::kAvx512 ? k.dot512 : k.dot)(x, row, full, !tail);
-  if (tail) {
-    total += dot_scalar(x + full * block, type, row + full * info.block_bytes(), n - full * block);
-  }
-  return total;
-}
-
-namespace {
-
-// x's full blocks for dot_blocks_avx512_split: each block's 16 lanes of sum of x over its
+// x's full blocks for dot_blocks_avx512: each block's 16 lanes of sum of x over its
 // groups of 16 (Q8) or 32 (x[i] + x[i + 16]: Q4, Q3H), added in group order; with `split`, per
 // group of 32 the even values then the odd ones.
 void split_for_avx512(const float* x, std::size_t blocks, std::size_t block, float* split,
@@ -429,35 +356,63 @@ void split_for_avx512(const float* x, std::size_t blocks, std::size_t block, flo
   }
 }
 
-}  // namespace
-
-void quant_dot_rows(const float* x, QuantType type, const std::byte* rows, std::size_t stride,
-                    std::size_t count, std::size_t n, float* y, KernelPath path) {
-  path = resolve(path);
-  const VectorKernels k = runs_avx2(path) ? vector_kernels(type) : VectorKernels{};
+// Rows of a format that has dot512, with x prepared once for all of them; a tail block (n not a
+// multiple of the block) through the scalar code, as on the AVX2 path.
+void dot_rows_avx512(const VectorKernels& k, const float* x, QuantType type, const std::byte* rows,
+                     std::size_t stride, std::size_t count, std::size_t n, float* y) {
   const quant::QuantInfo& info = quant::quant_info(type);
   const auto block = static_cast<std::size_t>(info.block);
   const std::size_t full = n / block;
-  if (path != KernelPath::kAvx512 || k.dot512_split == nullptr || full == 0 || count < 2) {
-    for (std::size_t r = 0; r < count; ++r)
-      y[r] = quant_dot(x, type, rows + r * stride, n, path);
-    return;
-  }
+  const bool tail = full * block < n;
   thread_local std::vector<float> split, sums;
   if (k.halves) split.resize(full * block);
   sums.resize(full * 16);
   split_for_avx512(x, full, block, k.halves ? split.data() : nullptr, sums.data());
   const float* xs = k.halves ? split.data() : x;
-  const bool tail = full * block < n;
   for (std::size_t r = 0; r < count; ++r) {
     const std::byte* row = rows + r * stride;
-    float total = k.dot512_split(xs, sums.data(), row, full, !tail);
+    float total = k.dot512(xs, sums.data(), row, full, !tail);
     if (tail) {
       total +=
           dot_scalar(x + full * block, type, row + full * info.block_bytes(), n - full * block);
     }
     y[r] = total;
   }
+}
+
+}  // namespace
+
+float quant_dot(const float* x, QuantType type, const std::byte* row, std::size_t n,
+                KernelPath path) {
+  path = resolve(path);
+  if (!runs_avx2(path)) return dot_scalar(x, type, row, n);
+  const VectorKernels k = vector_kernels(type);
+  if (path == KernelPath::kAvx512 && k.dot512 != nullptr) {
+    float y = 0.0f;
+    dot_rows_avx512(k, x, type, row, 0, 1, n, &y);
+    return y;
+  }
+  const quant::QuantInfo& info = quant::quant_info(type);
+  const auto block = static_cast<std::size_t>(info.block);
+  const std::size_t full = n / block;
+  const bool tail = full * block < n;
+  float total = k.dot(x, row, full, !tail);
+  if (tail) {
+    total += dot_scalar(x + full * block, type, row + full * info.block_bytes(), n - full * block);
+  }
+  return total;
+}
+
+void quant_dot_rows(const float* x, QuantType type, const std::byte* rows, std::size_t stride,
+                    std::size_t count, std::size_t n, float* y, KernelPath path) {
+  path = resolve(path);
+  if (path == KernelPath::kAvx512) {
+    if (const VectorKernels k = vector_kernels(type); k.dot512 != nullptr) {
+      return dot_rows_avx512(k, x, type, rows, stride, count, n, y);
+    }
+  }
+  for (std::size_t r = 0; r < count; ++r)
+    y[r] = quant_dot(x, type, rows + r * stride, n, path);
 }
 
 void quant_to_f32(QuantType type, const std::byte* row, std::size_t n, float* dst,

@@ -20,7 +20,8 @@ float quant_dot(const float* x, quant::QuantType type, const std::byte* row, std
 
 // y[r] = quant_dot(x, type, rows + r * stride, n, path) for r in [0, count), bit for bit. On the
 // AVX-512 path Q8, Q4 and Q3H read each block's sum of x (and Q4 and Q3H x split into each
-// group's even and odd values), formed once here for all the rows instead of in every row's loop.
+// group's even and odd values), formed here once for all the rows (quant_dot forms them for its
+// one row).
 void quant_dot_rows(const float* x, quant::QuantType type, const std::byte* rows,
                     std::size_t stride, std::size_t count, std::size_t n, float* y,
                     KernelPath path);
