@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -26,7 +27,12 @@ KernelPath resolve(KernelPath path) noexcept {
   // kAuto asks the environment once: WEFT_CPU_AVX512=0 keeps the AVX2 kernels (comparisons).
   static const bool auto_avx512 = [] {
     const char* v = std::getenv("WEFT_CPU_AVX512");
-    return v == nullptr || std::strcmp(v, "0") != 0;
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "1") == 0) return true;
+    if (std::strcmp(v, "0") == 0) return false;
+    std::fprintf(stderr,
+                 "WEFT_CPU_AVX512=%s: not 0 (AVX2) or 1 (AVX-512 where the CPU has it); using 1\n",
+                 v);
+    return true;
   }();
   const bool avx512 = avx512_available() && (path == KernelPath::kAvx512 || auto_avx512);
   return avx512 ? KernelPath::kAvx512 : KernelPath::kAvx2;

@@ -1,6 +1,7 @@
 #include <iostream>
 
 #include "kernels/cpu/cpu_features.hpp"
+#include "kernels/cpu/vector_math.hpp"
 #include "tools/weft/commands.hpp"
 #include "weft/build_info.hpp"
 #ifdef WEFT_HAVE_CUDA
@@ -18,6 +19,12 @@ void print_version() {
   std::cout << ")\n";
   std::cout << "cpu: " << cpu::describe(cpu::cpu_features()) << ", "
             << cpu::cpu_features().logical_cores << " logical cores\n";
+  const cpu::KernelPath path = cpu::resolve(cpu::KernelPath::kAuto);
+  std::cout << "cpu kernels: " << cpu::kernel_path_name(path)
+            << (path == cpu::KernelPath::kAvx512
+                    ? " (the quantized one-token products; AVX2 elsewhere; WEFT_CPU_AVX512=0: avx2)"
+                    : "")
+            << '\n';
 #ifdef WEFT_HAVE_CUDA
   auto list = cuda::visible_devices();
   std::cout << "CUDA: compiled in (runtime " << list.runtime_version / 1000 << '.'
