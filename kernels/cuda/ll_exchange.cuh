@@ -39,6 +39,7 @@ __device__ __forceinline__ uint4 ll_load_line(const uint4* p) {
                : "memory");
   return v;
 }
+// One word, as ll_load_line (the epoch counters; tp_fused.cu's scalar loads of peers' rows).
 __device__ __forceinline__ unsigned ll_load_counter(const unsigned* p) {
   unsigned v;
   asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");

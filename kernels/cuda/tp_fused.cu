@@ -71,19 +71,14 @@ __device__ __forceinline__ const float* partial(const Params& p, int r) {
 
 // Loads of the other ranks' rows: volatile (relaxed at system scope: never the read-only
 // path nor a stale L1 line; the memory is rewritten by other GPUs between launches), after
-// the barrier's acquire.
+// the barrier's acquire: the LL exchange's loads (ll_exchange.cuh), read as floats.
 __device__ __forceinline__ float4 load_shared4(const float* p) {
-  float4 v;
-  asm volatile("ld.volatile.global.v4.f32 {%0, %1, %2, %3}, [%4];"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
+  const uint4 v = detail::ll_load_line(reinterpret_cast<const uint4*>(p));
+  return make_float4(__uint_as_float(v.x), __uint_as_float(v.y), __uint_as_float(v.z),
+                     __uint_as_float(v.w));
 }
 __device__ __forceinline__ float load_shared(const float* p) {
-  float v;
-  asm volatile("ld.volatile.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
-  return v;
+  return __uint_as_float(detail::ll_load_counter(reinterpret_cast<const unsigned*>(p)));
 }
 
 // The LL ("low latency") exchange, NCCL's LL protocol in shape: instead of a barrier and
