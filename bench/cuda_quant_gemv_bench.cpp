@@ -8,18 +8,19 @@
 //    product and the effective bandwidth, the quantized matrix's bytes (codes and headers)
 //    divided by that time, with its percentage of the copy bandwidth. Enough copies of the
 //    matrix rotate that none is read from L2.
-// 1b. With the mma and stream kernels: the fused gate_up product with its SiLU
+// 1b. With the mma, stream and dp4a kernels: the fused gate_up product with its SiLU
 //    (quant_gemv_gated) against the same kernel's product then the activation kernel
 //    (28672x4096).
 // 2. Batch-1 decode's products (every layer's qkv, o, gate_up and down, then the lm head; each
 //    layer its own weights; since 2026-11-26 night, gate_up with its SiLU as the model runs it:
-//    fused for the mma and stream kernels, the activation kernel after it otherwise): time per
-//    token, tokens/s if decode were only these products, the floor (weight bytes / copy bandwidth)
-//    and the ratio to it and to bf16 (cuda::gemv).
+//    fused for the mma, stream and dp4a kernels, the activation kernel after it otherwise): time
+//    per token, tokens/s if decode were only these products, the floor (weight bytes / copy
+//    bandwidth) and the ratio to it and to bf16 (cuda::gemv).
 //
 // Each GPU-layout format runs through each kernel of --kernels (quant_gemv.hpp's
 // QuantGemvKernel: "lanes", the CUDA-core kernel, "mma", the tensor-core one, "stream", the
-// tensor-core one with persistent blocks streaming the weights, "auto", the per-call choice),
+// tensor-core one with persistent blocks streaming the weights, "dp4a", q4 with x rounded to
+// 8-bit integers, "auto", the per-call choice),
 // rows named "q4_b32 lanes", "q4_b32 mma", ... A kernel that does not have the format runs
 // what quant_gemv_resolve gives (stream: lanes). "blocks q4_b32/q8_b32" are the first kernels
 // (quant_gemv_blocks.hpp, reading the CPU layout) for comparison. The copy bandwidth counts
@@ -30,7 +31,7 @@
 // not hide kernels of a few microseconds.
 //
 //   cuda_quant_gemv_bench [--tokens 1] [--iters 20] [--layers 32] [--formats all|q4_b32,...]
-//                         [--kernels lanes,mma,stream,auto] [--no-reference] [--no-graphs]
+//                         [--kernels lanes,mma,stream,dp4a,auto] [--no-reference] [--no-graphs]
 
 #include <cuda_runtime_api.h>
 
@@ -187,11 +188,12 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: cuda_quant_gemv_bench [--tokens N (1-%d)] [--iters N] [--layers N]\n"
-          "         [--formats all|NAME,NAME,...] [--kernels lanes,mma,stream,auto]\n"
+          "         [--formats all|NAME,NAME,...] [--kernels lanes,mma,stream,dp4a,auto]\n"
           "         [--no-reference] [--no-graphs]\n"
           "  --kernels: the quant_gemv kernels to run each format through (lanes: CUDA cores,\n"
           "             mma: tensor cores, stream: tensor cores in persistent blocks that\n"
-          "             stream the weights, auto: the choice by format and token count;\n"
+          "             stream the weights, dp4a: q4 with x rounded to 8-bit integers,\n"
+          "             auto: the choice by format and token count;\n"
           "             default lanes,mma,stream)\n"
           "  --no-reference: leave out the bf16 and 'blocks' (first kernel) rows\n"
           "  --no-graphs: launch the timed calls one by one (default: one CUDA graph)\n",
@@ -325,12 +327,13 @@ int main(int argc, char** argv) {
 
   // Table 1b: the gated MLP's gate_up (28672x4096) with its activation (SiLU), as the model
   // runs it: the kernel's product into fp32 rows then mlp_activation, against quant_gemv_gated
-  // through the same kernel (one kernel, 16-bit out). For the mma and stream kernels.
-  // Kernels with the gated epilogue: mma, and stream (or auto) where it resolves to one.
+  // through the same kernel (one kernel, 16-bit out). For the mma, stream and dp4a kernels.
+  // Kernels with the gated epilogue: mma, and stream, dp4a (or auto) where they resolve to one.
   auto gated_kernel = [tokens](const Format& f) {
     if (f.kind != Format::kLayout) return false;
     const auto k = weft::cuda::quant_gemv_resolve(f.kernel, f.layout, tokens);
-    return k == weft::cuda::QuantGemvKernel::kMma || k == weft::cuda::QuantGemvKernel::kStream;
+    return k == weft::cuda::QuantGemvKernel::kMma || k == weft::cuda::QuantGemvKernel::kStream ||
+           k == weft::cuda::QuantGemvKernel::kDp4a;
   };
   bool any_gated = false;
   for (const Format& f : formats)

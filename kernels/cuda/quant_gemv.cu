@@ -383,8 +383,9 @@ void launch_dequantize(const QuantMatrixView& w, int row_begin, int rows, void* 
   launch_dequantize<T, bits, unit, block>(w, row_begin, rows, out, stream)
 
 bool quant_gemv_kernel_from_name(const char* name, QuantGemvKernel& out) {
-  for (const QuantGemvKernel k : {QuantGemvKernel::kLanes, QuantGemvKernel::kMma,
-                                  QuantGemvKernel::kStream, QuantGemvKernel::kAuto}) {
+  for (const QuantGemvKernel k :
+       {QuantGemvKernel::kLanes, QuantGemvKernel::kMma, QuantGemvKernel::kStream,
+        QuantGemvKernel::kDp4a, QuantGemvKernel::kAuto}) {
     if (std::strcmp(name, quant_gemv_kernel_name(k)) == 0) {
       out = k;
       return true;
@@ -411,10 +412,11 @@ QuantGemvKernel quant_gemv_default_kernel(int tokens) {
     QuantGemvKernel small = QuantGemvKernel::kAuto, large = QuantGemvKernel::kAuto;
     if (v == nullptr || *v == '\0') return std::make_pair(small, large);
     if (quant_gemv_parse_kernels(v, small, large)) return std::make_pair(small, large);
-    std::fprintf(stderr,
-                 "WEFT_QUANT_GEMV=%s: not a kernel (lanes, mma, stream or auto) or a pair of them "
-                 "(K1/K2: K1 at 1-2 tokens, K2 at 3-8); using auto\n",
-                 v);
+    std::fprintf(
+        stderr,
+        "WEFT_QUANT_GEMV=%s: not a kernel (lanes, mma, stream, dp4a or auto) or a pair of them "
+        "(K1/K2: K1 at 1-2 tokens, K2 at 3-8); using auto\n",
+        v);
     return std::make_pair(QuantGemvKernel::kAuto, QuantGemvKernel::kAuto);
   }();
   return tokens <= 2 ? kernels.first : kernels.second;
@@ -429,12 +431,21 @@ QuantGemvKernel quant_gemv_resolve(QuantGemvKernel kernel, QuantGemvFormat forma
   // Measured on an H100 (2026-11-26, PERFORMANCE.md "The stream quantized product"): for the
   // 8B shape's q4_b32 decode, lanes takes 3.11 ms per batch-1 step against stream's 3.26 and
   // mma's 3.70; at 8 tokens stream and mma take 6.12 and 6.11 ms against lanes' 12.09. So
-  // lanes at 1-2 tokens, then stream where the format has it, else mma.
+  // lanes at 1-2 tokens, then stream where the format has it, else mma; and dp4a before lanes
+  // where it has the format (PERFORMANCE.md, "Rounded inputs in the one-token q4 product").
   if (kernel == QuantGemvKernel::kStream) {
     return quant_gemv_stream_supported(format) ? kernel : QuantGemvKernel::kLanes;
   }
+  if (kernel == QuantGemvKernel::kDp4a) {
+    return quant_gemv_dp4a_supported(format, tokens)
+               ? kernel
+               : quant_gemv_resolve(QuantGemvKernel::kAuto, format, tokens);
+  }
   if (kernel != QuantGemvKernel::kAuto) return kernel;
-  if (tokens <= 2) return QuantGemvKernel::kLanes;
+  if (tokens <= 2) {
+    return quant_gemv_dp4a_supported(format, tokens) ? QuantGemvKernel::kDp4a
+                                                     : QuantGemvKernel::kLanes;
+  }
   return quant_gemv_stream_supported(format) ? QuantGemvKernel::kStream : QuantGemvKernel::kMma;
 }
 
@@ -448,6 +459,9 @@ void quant_gemv(QuantGemvKernel kernel, const void* x, int tokens, const QuantMa
     case QuantGemvKernel::kStream:
       quant_gemv_stream(x, tokens, w, y, ldy, -1, nullptr, precision, stream);
       return;
+    case QuantGemvKernel::kDp4a:
+      quant_gemv_dp4a(x, tokens, w, y, ldy, -1, nullptr, precision, stream);
+      return;
     default:
       break;
   }
@@ -460,7 +474,9 @@ bool quant_gemv_gated_supported(const void* x, int tokens, const QuantMatrixView
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
   const QuantGemvKernel k = quant_gemv_resolve(quant_gemv_default_kernel(tokens), w.format, tokens);
-  return on && (k == QuantGemvKernel::kMma || k == QuantGemvKernel::kStream) &&
+  return on &&
+         (k == QuantGemvKernel::kMma || k == QuantGemvKernel::kStream ||
+          k == QuantGemvKernel::kDp4a) &&
          quant_gemv_supported(x, tokens, w) && w.rows % 32 == 0;
 }
 
@@ -468,8 +484,11 @@ void quant_gemv_gated(QuantGemvKernel kernel, ActivationKind kind, const void* x
                       const QuantMatrixView& w, void* out, Precision precision,
                       cudaStream_t stream) {
   if (tokens <= 0 || w.rows <= 0) return;
-  if (quant_gemv_resolve(kernel, w.format, tokens) == QuantGemvKernel::kStream) {
+  const QuantGemvKernel k = quant_gemv_resolve(kernel, w.format, tokens);
+  if (k == QuantGemvKernel::kStream) {
     quant_gemv_stream(x, tokens, w, nullptr, 0, static_cast<int>(kind), out, precision, stream);
+  } else if (k == QuantGemvKernel::kDp4a) {
+    quant_gemv_dp4a(x, tokens, w, nullptr, 0, static_cast<int>(kind), out, precision, stream);
   } else {
     quant_gemv_mma_gated(kind, x, tokens, w, out, precision, stream);
   }

@@ -45,9 +45,14 @@ inline bool quant_gemv_supported(const void* x, int tokens, const QuantMatrixVie
 //   each walking its share of the 16-row tiles) whose warps keep several chunks of code words
 //   in flight while they compute (quant_gemv_stream.cu). The formats of
 //   quant_gemv_stream_supported (q4 and q8); asked for another format, it runs lanes.
-// - kAuto: per call, from the format and the token count (quant_gemv_resolve): stream where
-//   it supports the format, else lanes at 1-2 tokens and mma at 3-8.
-enum class QuantGemvKernel { kLanes, kMma, kStream, kAuto };
+// - kDp4a: q4_b32 and q4_b64 at 1-2 tokens: the lanes schedule with x rounded to 8-bit
+//   integers (one scale per 32 inputs) and the products summed by dp4a (quant_gemv_dp4a.cu).
+//   Not the same sums: a row's error is at most sum |q * scale| * s / 2 over its groups (s:
+//   the group's max |x| / 127). Asked for another format or more tokens, it runs what kAuto
+//   runs there.
+// - kAuto: per call, from the format and the token count (quant_gemv_resolve): dp4a for q4 at
+//   1-2 tokens, else lanes at 1-2 tokens; at 3-8 stream where it supports the format, else mma.
+enum class QuantGemvKernel { kLanes, kMma, kStream, kAuto, kDp4a };
 inline const char* quant_gemv_kernel_name(QuantGemvKernel k) {
   switch (k) {
     case QuantGemvKernel::kLanes:
@@ -58,15 +63,17 @@ inline const char* quant_gemv_kernel_name(QuantGemvKernel k) {
       return "stream";
     case QuantGemvKernel::kAuto:
       return "auto";
+    case QuantGemvKernel::kDp4a:
+      return "dp4a";
   }
   return "?";
 }
 
-// The kernel named `name` (lanes, mma, stream, auto); false if none is.
+// The kernel named `name` (lanes, mma, stream, dp4a, auto); false if none is.
 bool quant_gemv_kernel_from_name(const char* name, QuantGemvKernel& out);
 
 // The kernel quant_gemv runs for a pass of `tokens` tokens: WEFT_QUANT_GEMV=K (K at every
-// token count) or K1/K2 (K1 at 1-2 tokens, K2 at 3-8), each lanes, mma, stream or auto; read
+// token count) or K1/K2 (K1 at 1-2 tokens, K2 at 3-8), each lanes, mma, stream, dp4a or auto; read
 // once (default auto; another value is reported on stderr and the default kept).
 QuantGemvKernel quant_gemv_default_kernel(int tokens = 1);
 // Parses a WEFT_QUANT_GEMV value into the kernels for 1-2 and 3-8 tokens; false if malformed.
@@ -76,7 +83,7 @@ bool quant_gemv_parse_kernels(const char* value, QuantGemvKernel& small, QuantGe
 bool quant_gemv_stream_supported(QuantGemvFormat format);
 
 // The kernel that runs when `kernel` is asked for at this format and token count: kAuto and
-// kStream become a concrete kernel as described above; lanes and mma stay themselves.
+// kStream and kDp4a become a concrete kernel as described above; lanes and mma stay themselves.
 QuantGemvKernel quant_gemv_resolve(QuantGemvKernel kernel, QuantGemvFormat format, int tokens);
 
 // x is [tokens, w.cols] in `precision`, y [tokens, w.rows] fp32 with row stride ldy. Through
@@ -98,16 +105,23 @@ void quant_gemv_mma_gated(ActivationKind kind, const void* x, int tokens, const 
 void quant_gemv_stream(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
                        int act, void* act_out, Precision precision, cudaStream_t stream);
 
+// The dp4a kernel (kDp4a) where quant_gemv_dp4a_supported; in quant_gemv_dp4a.cu. With act >= 0
+// w is a fused gate_up matrix and act_out receives act(gate) * up (as quant_gemv_stream).
+bool quant_gemv_dp4a_supported(QuantGemvFormat format, int tokens);
+void quant_gemv_dp4a(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
+                     int act, void* act_out, Precision precision, cudaStream_t stream);
+
 // A gated MLP's fused gate_up product (w: [2 * width, cols], gate rows first) and its
 // activation in one kernel: out[t, i] = act(gate[t, i]) * up[t, i], 16-bit, [tokens, width],
-// as mlp_activation would write from quant_gemv's fp32 rows. The stream kernel's epilogue where
-// the kernel resolves to stream, else the mma kernel's. Supported for the operands of
-// quant_gemv_supported when w.rows is a multiple of 32, the default kernel resolves to mma or
-// stream at this format and token count, and WEFT_QUANT_GATED is not "0" (read once).
+// as mlp_activation would write from quant_gemv's fp32 rows. The dp4a or stream kernel's
+// epilogue where the kernel resolves to one of them, else the mma kernel's. Supported for the
+// operands of quant_gemv_supported when w.rows is a multiple of 32, the default kernel resolves
+// to mma, stream or dp4a at this format and token count, and WEFT_QUANT_GATED is not "0" (read
+// once).
 bool quant_gemv_gated_supported(const void* x, int tokens, const QuantMatrixView& w);
 void quant_gemv_gated(ActivationKind kind, const void* x, int tokens, const QuantMatrixView& w,
                       void* out, Precision precision, cudaStream_t stream);
-// The same through the kernel named: stream (for its formats; else mma) or any other (mma).
+// The same through the kernel named: stream or dp4a (where they resolve to themselves) or mma.
 void quant_gemv_gated(QuantGemvKernel kernel, ActivationKind kind, const void* x, int tokens,
                       const QuantMatrixView& w, void* out, Precision precision,
                       cudaStream_t stream);

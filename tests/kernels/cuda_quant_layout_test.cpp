@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -159,9 +160,9 @@ TEST(CudaQuantLayout, OnlyMultiplesOf64Columns) {
   EXPECT_FALSE(quant_layout_supported(4100));
 }
 
-// The kernel each request runs (quant_gemv_resolve; no GPU needed): auto takes lanes at 1-2
-// tokens, then stream for q4 and q8 and mma for the others; stream falls back to lanes; lanes
-// and mma stay themselves.
+// The kernel each request runs (quant_gemv_resolve; no GPU needed): auto takes dp4a for q4 and
+// lanes for the others at 1-2 tokens, then stream for q4 and q8 and mma for the others; stream
+// falls back to lanes, dp4a to what auto takes; lanes and mma stay themselves.
 TEST(CudaQuantLayout, KernelChoiceByFormatAndTokens) {
   for (QuantGemvFormat f : all_formats()) {
     const bool stream = f == QuantGemvFormat::kQ4B32 || f == QuantGemvFormat::kQ4B64 ||
@@ -169,8 +170,13 @@ TEST(CudaQuantLayout, KernelChoiceByFormatAndTokens) {
     EXPECT_EQ(quant_gemv_stream_supported(f), stream) << name_of(f);
     for (int tokens = 1; tokens <= kQuantGemvMaxTokens; ++tokens) {
       const QuantGemvKernel wide = stream ? QuantGemvKernel::kStream : QuantGemvKernel::kMma;
-      EXPECT_EQ(quant_gemv_resolve(QuantGemvKernel::kAuto, f, tokens),
-                tokens <= 2 ? QuantGemvKernel::kLanes : wide)
+      const bool q4 = f == QuantGemvFormat::kQ4B32 || f == QuantGemvFormat::kQ4B64;
+      EXPECT_EQ(quant_gemv_dp4a_supported(f, tokens), q4 && tokens <= 2) << name_of(f);
+      const QuantGemvKernel small = q4 ? QuantGemvKernel::kDp4a : QuantGemvKernel::kLanes;
+      EXPECT_EQ(quant_gemv_resolve(QuantGemvKernel::kAuto, f, tokens), tokens <= 2 ? small : wide)
+          << name_of(f) << " tokens=" << tokens;
+      EXPECT_EQ(quant_gemv_resolve(QuantGemvKernel::kDp4a, f, tokens),
+                quant_gemv_resolve(QuantGemvKernel::kAuto, f, tokens))
           << name_of(f) << " tokens=" << tokens;
       EXPECT_EQ(quant_gemv_resolve(QuantGemvKernel::kStream, f, tokens),
                 stream ? QuantGemvKernel::kStream : QuantGemvKernel::kLanes);
@@ -179,7 +185,7 @@ TEST(CudaQuantLayout, KernelChoiceByFormatAndTokens) {
     }
   }
   QuantGemvKernel k = QuantGemvKernel::kLanes;
-  for (const char* name : {"lanes", "mma", "stream", "auto"}) {
+  for (const char* name : {"lanes", "mma", "stream", "dp4a", "auto"}) {
     ASSERT_TRUE(quant_gemv_kernel_from_name(name, k)) << name;
     EXPECT_STREQ(quant_gemv_kernel_name(k), name);
   }
@@ -243,6 +249,31 @@ Weights make_weights(QuantGemvFormat f, int rows, int cols, std::mt19937& rng) {
   return w;
 }
 
+// The most the dp4a kernel's rounding of x can move row `row`'s sum for one token's inputs x
+// (quant_gemv.hpp, kDp4a): per group of 32 inputs, half its step s = max|x| / 127 for each
+// weight's q * scale, which is the dequantized weight minus its block's min (the header's high
+// half). With a little room for the fp32 rounding of 127 / max|x|.
+double rounded_input_bound(QuantGemvFormat format, const Weights& w, int cols, int row,
+                           const float* x) {
+  const QuantMatrixLayout& layout = w.gpu.layout;
+  const int block = quant_gemv_info(format).block;
+  double bound = 0;
+  for (int g = 0; g < cols / 32; ++g) {
+    double amax = 0;
+    for (int k = 32 * g; k < 32 * g + 32; ++k)
+      amax = std::max(amax, static_cast<double>(std::fabs(x[k])));
+    const std::uint32_t header =
+        w.gpu.words[layout.header_offset() / 4 + static_cast<std::size_t>(row) * layout.row_blocks +
+                    static_cast<std::size_t>(32 * g / block)];
+    const double min = cpu::f16_to_f32(static_cast<std::uint16_t>(header >> 16));
+    double qs = 0;
+    for (int k = 32 * g; k < 32 * g + 32; ++k)
+      qs += std::fabs(w.dequantized[static_cast<std::size_t>(row) * cols + k] - min);
+    bound += qs * amax / 254 * (1 + 1e-5);
+  }
+  return bound;
+}
+
 struct ProductCase {
   QuantGemvFormat format;
   Precision precision;
@@ -303,16 +334,20 @@ TEST_P(CudaQuantGemvProduct, MatchesDequantizeThenProduct) {
     cudaFree(dx);
     cudaFree(dw);
     cudaFree(dy);
+    const bool rounded = quant_gemv_resolve(kernel, format, tokens) == QuantGemvKernel::kDp4a;
     for (int t = 0; t < tokens; ++t) {
+      const float* xt = x.data() + static_cast<std::size_t>(t) * cols;
       for (int o = 0; o < rows; ++o) {
         double want = 0, magnitude = 0;
         for (int k = 0; k < cols; ++k) {
-          const double p = static_cast<double>(x[static_cast<std::size_t>(t) * cols + k]) *
-                           w.dequantized[static_cast<std::size_t>(o) * cols + k];
+          const double p =
+              static_cast<double>(xt[k]) * w.dequantized[static_cast<std::size_t>(o) * cols + k];
           want += p;
           magnitude += std::fabs(p);
         }
-        ASSERT_NEAR(y[static_cast<std::size_t>(t) * ldy + o], want, 1e-5 * magnitude + 1e-6)
+        const double rounding = rounded ? rounded_input_bound(format, w, cols, o, xt) : 0.0;
+        ASSERT_NEAR(y[static_cast<std::size_t>(t) * ldy + o], want,
+                    1e-5 * magnitude + 1e-6 + rounding)
             << name_of(format) << " " << quant_gemv_kernel_name(kernel) << " tokens=" << tokens
             << " rows=" << rows << " cols=" << cols << " t=" << t << " o=" << o;
       }
@@ -321,6 +356,55 @@ TEST_P(CudaQuantGemvProduct, MatchesDequantizeThenProduct) {
         std::uint32_t bits = 0;
         std::memcpy(&bits, &y[static_cast<std::size_t>(t) * ldy + o], 4);
         ASSERT_EQ(bits, 0xffffffffu) << name_of(format) << ": wrote past the rows";
+      }
+    }
+  }
+}
+
+// dp4a rounds each group of 32 inputs on its own scale: groups of inputs from 1e-3 to 1e3 and
+// all-zero groups (scale 0) stay within the bound of their own rounding, at 1 and 2 tokens.
+TEST_P(CudaQuantGemv, Dp4aRoundsEachGroupOnItsOwnScale) {
+  const auto [format, precision] = GetParam();
+  if (!quant_gemv_dp4a_supported(format, 1)) GTEST_SKIP() << "dp4a has q4 formats only";
+  std::mt19937 rng(13 + static_cast<int>(format));
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int rows = 45, cols = 4160;  // 130 groups: a last tile of 2
+  const Weights w = make_weights(format, rows, cols, rng);
+  for (int tokens = 1; tokens <= 2; ++tokens) {
+    std::vector<std::uint16_t> x16(static_cast<std::size_t>(tokens) * cols);
+    std::vector<float> x(x16.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const int group = static_cast<int>(i % cols) / 32 + static_cast<int>(i / cols);
+      const float v = group % 9 == 4 ? 0.0f : dist(rng) * std::pow(10.0f, group % 7 - 3.0f);
+      x16[i] = precision == Precision::kBF16 ? cpu::f32_to_bf16(v) : cpu::f32_to_f16(v);
+      x[i] = precision == Precision::kBF16 ? cpu::bf16_to_f32(x16[i]) : cpu::f16_to_f32(x16[i]);
+    }
+    auto* dx = upload(x16);
+    auto* dw = upload(w.gpu.words);
+    void* raw_y = nullptr;
+    ASSERT_EQ(cudaMalloc(&raw_y, sizeof(float) * tokens * rows), cudaSuccess);
+    quant_gemv(QuantGemvKernel::kDp4a, dx, tokens, {dw, format, rows, cols},
+               static_cast<float*>(raw_y), rows, precision, nullptr);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    std::vector<float> y(static_cast<std::size_t>(tokens) * rows);
+    ASSERT_EQ(cudaMemcpy(y.data(), raw_y, sizeof(float) * y.size(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    cudaFree(dx);
+    cudaFree(dw);
+    cudaFree(raw_y);
+    for (int t = 0; t < tokens; ++t) {
+      const float* xt = x.data() + static_cast<std::size_t>(t) * cols;
+      for (int o = 0; o < rows; ++o) {
+        double want = 0, magnitude = 0;
+        for (int k = 0; k < cols; ++k) {
+          const double p =
+              static_cast<double>(xt[k]) * w.dequantized[static_cast<std::size_t>(o) * cols + k];
+          want += p;
+          magnitude += std::fabs(p);
+        }
+        ASSERT_NEAR(y[static_cast<std::size_t>(t) * rows + o], want,
+                    1e-5 * magnitude + rounded_input_bound(format, w, cols, o, xt))
+            << name_of(format) << " tokens=" << tokens << " t=" << t << " o=" << o;
       }
     }
   }
@@ -346,7 +430,8 @@ void check_gated(QuantGemvKernel kernel, QuantGemvFormat format, Precision preci
 
 TEST_P(CudaQuantGemv, GatedProductMatchesTheReference) {
   const auto [format, precision] = GetParam();
-  for (const QuantGemvKernel kernel : {QuantGemvKernel::kMma, QuantGemvKernel::kStream}) {
+  for (const QuantGemvKernel kernel :
+       {QuantGemvKernel::kMma, QuantGemvKernel::kStream, QuantGemvKernel::kDp4a}) {
     SCOPED_TRACE(quant_gemv_kernel_name(kernel));
     check_gated(kernel, format, precision);
   }
@@ -390,10 +475,15 @@ void check_gated(QuantGemvKernel kernel, QuantGemvFormat format, Precision preci
     cudaFree(dw);
     cudaFree(raw);
     const double ulp = precision == Precision::kBF16 ? 1.0 / 128 : 1.0 / 1024;
+    const bool rounded = quant_gemv_resolve(kernel, format, tokens) == QuantGemvKernel::kDp4a;
     for (int t = 0; t < tokens; ++t) {
       for (int i = 0; i < width; ++i) {
-        double sums[2] = {0, 0}, magnitudes[2] = {0, 0};
+        double sums[2] = {0, 0}, magnitudes[2] = {0, 0}, rounding[2] = {0, 0};
         for (int half = 0; half < 2; ++half) {
+          if (rounded) {
+            rounding[half] = rounded_input_bound(format, w, cols, half * width + i,
+                                                 x.data() + static_cast<std::size_t>(t) * cols);
+          }
           const std::size_t row = static_cast<std::size_t>(half * width + i);
           for (int k = 0; k < cols; ++k) {
             const double p = static_cast<double>(x[static_cast<std::size_t>(t) * cols + k]) *
@@ -407,10 +497,13 @@ void check_gated(QuantGemvKernel kernel, QuantGemvFormat format, Precision preci
         const std::uint16_t bits = out[static_cast<std::size_t>(t) * width + i];
         const double got =
             precision == Precision::kBF16 ? cpu::bf16_to_f32(bits) : cpu::f16_to_f32(bits);
-        // One rounding to 16 bits, and the sums' fp32 error through act (slope <= 1.13).
+        // One rounding to 16 bits, and the sums' fp32 error (and dp4a's rounded inputs) through
+        // act (slope <= 1.13).
         const double tolerance =
             ulp * std::fabs(want) +
-            2e-5 * (magnitudes[0] * std::fabs(sums[1]) + std::fabs(a) * magnitudes[1]) + 1e-6;
+            2e-5 * (magnitudes[0] * std::fabs(sums[1]) + std::fabs(a) * magnitudes[1]) +
+            1.13 * rounding[0] * (std::fabs(sums[1]) + rounding[1]) + std::fabs(a) * rounding[1] +
+            1e-6;
         ASSERT_NEAR(got, want, tolerance)
             << name_of(format) << " activation " << static_cast<int>(kind) << " tokens=" << tokens
             << " width=" << width << " cols=" << cols << " t=" << t << " i=" << i;
@@ -462,9 +555,10 @@ std::vector<Case> all_cases() {
 // needs).
 TEST_P(CudaQuantGemvProduct, MmaTokenIsTheSameAtEveryTokenCount) {
   const auto [format, precision, kernel] = GetParam();
-  if (kernel == QuantGemvKernel::kLanes || kernel == QuantGemvKernel::kAuto) {
-    GTEST_SKIP()
-        << "the lanes kernel (and auto, which picks by token count) is not batch invariant";
+  if (kernel == QuantGemvKernel::kLanes || kernel == QuantGemvKernel::kAuto ||
+      kernel == QuantGemvKernel::kDp4a) {
+    GTEST_SKIP() << "the lanes and dp4a kernels (and auto, which picks by token count) are not "
+                    "batch invariant";
   }
   if (kernel == QuantGemvKernel::kStream && !quant_gemv_stream_supported(format)) {
     GTEST_SKIP() << "stream runs lanes for this format";
@@ -508,8 +602,9 @@ std::vector<ProductCase> product_cases() {
   std::vector<ProductCase> out;
   for (QuantGemvFormat f : all_formats()) {
     for (Precision p : {Precision::kBF16, Precision::kF16}) {
-      for (QuantGemvKernel k : {QuantGemvKernel::kLanes, QuantGemvKernel::kMma,
-                                QuantGemvKernel::kStream, QuantGemvKernel::kAuto})
+      for (QuantGemvKernel k :
+           {QuantGemvKernel::kLanes, QuantGemvKernel::kMma, QuantGemvKernel::kStream,
+            QuantGemvKernel::kDp4a, QuantGemvKernel::kAuto})
         out.push_back({f, p, k});
     }
   }

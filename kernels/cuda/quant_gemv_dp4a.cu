@@ -1,0 +1,268 @@
+// The dp4a kernel of quant_gemv.hpp (QuantGemvKernel::kDp4a): q4_b32 and q4_b64 at 1-2 tokens
+// (batch-1 decode) with x rounded to 8-bit integers, one scale per 32 inputs, and the products
+// summed by the integer dot-product instruction (dp4a: four byte products and their sum in one
+// instruction), as llama.cpp's one-token quantized products do.
+//
+// Why: the lanes kernel (quant_gemv.cu) turns every 4-bit code into a float (a mask, a
+// subtraction) and multiplies it in an fp32 fma: about 3.3 instructions a weight at one token,
+// which on an H100 reading 4-bit weights at 3 TB/s is most of what the multiprocessors can
+// issue; its products ran at 50-67% of the copy bandwidth where q8's (half the weights a byte)
+// ran at 90% (docs/PERFORMANCE.md, "One buffer in the lanes product"). Here a code word (8
+// weights) costs two masks and two dp4a: the even codes are its low nibbles, the odd ones its
+// high nibbles (kept in place, 16 times their value: a power of two, scaled back once a group).
+// Rounding x costs about 5 instructions an input, shared by the kRows rows of a block.
+//
+// Layout and schedule as lanes: a thread block of 4 warps takes kRows rows, lane i a tile's
+// group i (32 weights: 4 code words and the group's block header). The lane rounds its 32
+// inputs of each token itself: s = max|x| / 127, xq = round(x / s) (round to nearest even
+// through the 1.5 * 2^23 trick, no conversion instruction), packed as four words of even
+// inputs and four of odd ones. Per row and block header: acc += scale * s * sum(q * xq) +
+// min * sum(x), sum(x) exact in fp32 (only the products see the rounded x: the error of a row
+// is at most sum |q * scale| * s / 2 over its groups). Sums in a fixed order: per lane, then
+// over the warp, then over the warps in warp order.
+//
+// Gated (act >= 0): w is a gated MLP's fused gate_up matrix (gate rows, then as many up rows);
+// a block takes kRows / 2 gate rows and the up rows that match them and writes act(gate) * up
+// as 16-bit values, what mlp_activation makes of the product's rows.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstring>
+
+#include "kernels/cuda/activation.cuh"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/quant_gemv.cuh"
+#include "kernels/cuda/quant_gemv.hpp"
+
+namespace weft::cuda {
+namespace {
+
+using namespace quant_device;
+
+constexpr int kWarps = 4;
+constexpr int kRows = 8;
+
+// Eight 16-bit values (the lower address in the low half of each word) as floats.
+__device__ __forceinline__ void unpack8(const uint4& v, float* f, const __nv_bfloat16*) {
+  const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+__device__ __forceinline__ void unpack8(const uint4& v, float* f, const __half*) {
+  const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    __half2 h;
+    memcpy(&h, &w[i], sizeof(h));
+    const float2 p = __half22float2(h);
+    f[2 * i] = p.x;
+    f[2 * i + 1] = p.y;
+  }
+}
+
+// Bytes 0 of a, b, c and d, in that order, as one word.
+__device__ __forceinline__ unsigned pack_low_bytes(unsigned a, unsigned b, unsigned c, unsigned d) {
+  return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
+}
+
+// sum of the four unsigned bytes of a times the four signed bytes of b, plus c.
+__device__ __forceinline__ int dot4_us(unsigned a, unsigned b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// One token's 32 inputs of a group, rounded: xe[c] holds inputs 8c, 8c+2, 8c+4, 8c+6 as
+// signed bytes, xo[c] inputs 8c+1, 8c+3, 8c+5, 8c+7; s the scale, sum the exact fp32 sum.
+template <class T>
+__device__ __forceinline__ void round_inputs(const T* xg, unsigned (&xe)[4], unsigned (&xo)[4],
+                                             float& s, float& sum) {
+  const T* tag = nullptr;
+  float xf[32];
+#pragma unroll
+  for (int v = 0; v < 4; ++v)
+    unpack8(__ldg(reinterpret_cast<const uint4*>(xg) + v), xf + 8 * v, tag);
+  float amax = 0.0f;
+  sum = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 32; ++e) {
+    amax = fmaxf(amax, fabsf(xf[e]));
+    sum += xf[e];
+  }
+  s = amax * (1.0f / 127.0f);
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    unsigned b[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j)  // 1.5 * 2^23 + round(x / s): the byte is the signed integer
+      b[j] = __float_as_uint(fmaf(xf[8 * c + j], inv, 12582912.0f));
+    xe[c] = pack_low_bytes(b[0], b[2], b[4], b[6]);
+    xo[c] = pack_low_bytes(b[1], b[3], b[5], b[7]);
+  }
+}
+
+template <class T, int kBlock, int kTokens, bool kGated>
+__global__ void __launch_bounds__(kWarps * 32)
+    quant_gemv_dp4a_kernel(const T* __restrict__ x, int tokens, const unsigned* __restrict__ codes,
+                           const unsigned* __restrict__ headers, int out, int in,
+                           float* __restrict__ y, int ldy, int act, T* __restrict__ act_out,
+                           bool release) {
+  const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
+  const int groups = in / 32;
+  const int tiles = (groups + 31) / 32;
+  const std::size_t row_words = (static_cast<std::size_t>(groups) * 4 + 3) / 4 * 4;
+  const int row_blocks = in / kBlock;
+  // Gated: rows r < kRows / 2 are gate rows, the others the up rows that match them.
+  const int width = kGated ? out / 2 : out;
+  const int first = static_cast<int>(blockIdx.x) * (kGated ? kRows / 2 : kRows);
+  auto row_of = [&](int r) {
+    if constexpr (kGated) {
+      const int i = min(first + r % (kRows / 2), width - 1);
+      return static_cast<std::size_t>(r < kRows / 2 ? i : width + i);
+    } else {
+      return static_cast<std::size_t>(min(first + r, out - 1));
+    }
+  };
+
+  float acc[kRows][kTokens];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t)
+      acc[r][t] = 0.0f;
+  }
+  // A tile's group `lane` for the kRows rows: its code words and its block header.
+  unsigned w[kRows][4], head[kRows];
+  auto load_tile = [&](int tile, int n) {
+    const int g = tile * 32 + lane;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const std::size_t row = row_of(r);
+      load_group<4>(codes + row * row_words + static_cast<std::size_t>(tile) * 32 * 4, n, lane,
+                    w[r]);
+      head[r] = __ldg(headers + row * row_blocks + g * 32 / kBlock);
+    }
+  };
+  // Programmatic dependent launch: the first tile's weights before the wait, x after.
+  if (warp < tiles && lane < min(32, groups - warp * 32))
+    load_tile(warp, min(32, groups - warp * 32));
+  detail::grid_dependency_wait_then_release(release);
+
+  for (int tile = warp; tile < tiles; tile += kWarps) {
+    const int n = min(32, groups - tile * 32);
+    if (lane >= n) continue;
+    if (tile != warp) load_tile(tile, n);
+    const T* xg = x + static_cast<std::size_t>(tile * 32 + lane) * 32;
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {
+      if (t >= tokens) continue;
+      unsigned xe[4], xo[4];
+      float s, sum;
+      round_inputs(xg + static_cast<std::size_t>(t) * in, xe, xo, s, sum);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        int even = 0, odd = 0;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          even = dot4_us(w[r][c] & 0x0f0f0f0fu, xe[c], even);
+          odd = dot4_us(w[r][c] & 0xf0f0f0f0u, xo[c], odd);  // 16 q per odd code
+        }
+        const float qx = fmaf(static_cast<float>(odd), 1.0f / 16.0f, static_cast<float>(even));
+        const float2 sm = header_floats(head[r]);
+        acc[r][t] = fmaf(sm.x * s, qx, fmaf(sm.y, sum, acc[r][t]));
+      }
+    }
+  }
+
+  __shared__ float partial[kWarps][kRows][kTokens];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {
+      const float v = detail::warp_sum(acc[r][t]);
+      if (lane == 0) partial[warp][r][t] = v;
+    }
+  }
+  __syncthreads();
+  constexpr int kOut = kGated ? kRows / 2 : kRows;
+  for (int i = static_cast<int>(threadIdx.x); i < kOut * kTokens; i += kWarps * 32) {
+    const int r = i / kTokens, t = i % kTokens;
+    if (first + r >= width || t >= tokens) continue;
+    float v = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kWarps; ++k)
+      v += partial[k][r][t];
+    if constexpr (kGated) {
+      float up = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kWarps; ++k)
+        up += partial[k][r + kRows / 2][t];
+      act_out[static_cast<std::size_t>(t) * width + first + r] =
+          detail::from_float<T>(detail::activate(static_cast<ActivationKind>(act), v) * up);
+    } else {
+      y[static_cast<std::size_t>(t) * ldy + first + r] = v;
+    }
+  }
+}
+
+template <class T, int kBlock, int kTokens>
+void launch_dp4a(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy, int act,
+                 void* act_out, cudaStream_t stream) {
+  const QuantMatrixLayout layout = quant_matrix_layout(w.format, static_cast<std::size_t>(w.rows),
+                                                       static_cast<std::size_t>(w.cols));
+  const auto* base = static_cast<const unsigned char*>(w.data);
+  const auto* codes = reinterpret_cast<const unsigned*>(base);
+  const auto* headers = reinterpret_cast<const unsigned*>(base + layout.header_offset());
+  const bool release = detail::release_early(detail::kReleaseQuantGemv);
+  if (act >= 0) {
+    const int grid = (w.rows / 2 + kRows / 2 - 1) / (kRows / 2);
+    detail::launch_with(detail::pdl_products_enabled(),
+                        quant_gemv_dp4a_kernel<T, kBlock, kTokens, true>, grid, kWarps * 32, 0,
+                        stream, static_cast<const T*>(x), tokens, codes, headers, w.rows, w.cols, y,
+                        ldy, act, static_cast<T*>(act_out), release);
+  } else {
+    const int grid = (w.rows + kRows - 1) / kRows;
+    detail::launch_with(detail::pdl_products_enabled(),
+                        quant_gemv_dp4a_kernel<T, kBlock, kTokens, false>, grid, kWarps * 32, 0,
+                        stream, static_cast<const T*>(x), tokens, codes, headers, w.rows, w.cols, y,
+                        ldy, act, static_cast<T*>(act_out), release);
+  }
+}
+
+template <class T, int kBlock>
+void dispatch_tokens(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
+                     int act, void* act_out, cudaStream_t stream) {
+  if (tokens == 1) {
+    launch_dp4a<T, kBlock, 1>(x, tokens, w, y, ldy, act, act_out, stream);
+  } else {
+    launch_dp4a<T, kBlock, 2>(x, tokens, w, y, ldy, act, act_out, stream);
+  }
+}
+
+}  // namespace
+
+bool quant_gemv_dp4a_supported(QuantGemvFormat format, int tokens) {
+  return (format == QuantGemvFormat::kQ4B32 || format == QuantGemvFormat::kQ4B64) && tokens >= 1 &&
+         tokens <= 2;
+}
+
+void quant_gemv_dp4a(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
+                     int act, void* act_out, Precision precision, cudaStream_t stream) {
+  if (tokens <= 0 || w.rows <= 0) return;
+  WEFT_DISPATCH_PRECISION(precision, {
+    if (w.format == QuantGemvFormat::kQ4B32) {
+      dispatch_tokens<T, 32>(x, tokens, w, y, ldy, act, act_out, stream);
+    } else {
+      dispatch_tokens<T, 64>(x, tokens, w, y, ldy, act, act_out, stream);
+    }
+  });
+}
+
+}  // namespace weft::cuda
