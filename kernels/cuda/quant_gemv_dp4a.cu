@@ -21,6 +21,12 @@
 // is at most sum |q * scale| * s / 2 over its groups). Sums in a fixed order: per lane, then
 // over the warp, then over the warps in warp order.
 //
+// Remainders (kFine, WEFT_QUANT_DP4A_FINE=1): the rounding's remainders x - s * xq are rounded
+// too, on the scale s / 254, and summed by two more dp4a a code word, which carries x to within
+// s / 508: weft-tiny's q4 logits then stay as close to the CPU's as with fp32 inputs (worst
+// relative error 0.006-0.007 against 0.021), at 5-10% of an 8B batch-1 step on an H100
+// (docs/PERFORMANCE.md, "Rounded inputs in the one-token q4 product"). Off by default.
+//
 // Gated (act >= 0): w is a gated MLP's fused gate_up matrix (gate rows, then as many up rows);
 // a block takes kRows / 2 gate rows and the up rows that match them and writes act(gate) * up
 // as 16-bit values, what mlp_activation makes of the product's rows.
@@ -29,6 +35,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/cuda/activation.cuh"
@@ -43,6 +50,8 @@ namespace {
 using namespace quant_device;
 
 constexpr int kWarps = 4;
+// Rows a block: 8 (4 for the products of up to 8192 rows made the 8B q4_b64 batch-1 step 6%
+// slower on an H100: docs/PERFORMANCE.md, "Rounded inputs in the one-token q4 product").
 constexpr int kRows = 8;
 
 // Eight 16-bit values (the lower address in the low half of each word) as floats.
@@ -80,9 +89,12 @@ __device__ __forceinline__ int dot4_us(unsigned a, unsigned b, int c) {
 
 // One token's 32 inputs of a group, rounded: xe[c] holds inputs 8c, 8c+2, 8c+4, 8c+6 as
 // signed bytes, xo[c] inputs 8c+1, 8c+3, 8c+5, 8c+7; s the scale, sum the exact fp32 sum.
-template <class T>
+// kFine: also the rounding's remainders x - s * xq (at most s / 2), rounded on the scale
+// s / 254 into re and ro the same way: x = s * xq + s / 254 * rq to within s / 508.
+template <class T, bool kFine>
 __device__ __forceinline__ void round_inputs(const T* xg, unsigned (&xe)[4], unsigned (&xo)[4],
-                                             float& s, float& sum) {
+                                             unsigned (&re)[4], unsigned (&ro)[4], float& s,
+                                             float& sum) {
   const T* tag = nullptr;
   float xf[32];
 #pragma unroll
@@ -97,18 +109,31 @@ __device__ __forceinline__ void round_inputs(const T* xg, unsigned (&xe)[4], uns
   }
   s = amax * (1.0f / 127.0f);
   const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: v + kMagic has v in its low bits
 #pragma unroll
   for (int c = 0; c < 4; ++c) {
-    unsigned b[8];
+    unsigned b[8], r[8];
 #pragma unroll
-    for (int j = 0; j < 8; ++j)  // 1.5 * 2^23 + round(x / s): the byte is the signed integer
-      b[j] = __float_as_uint(fmaf(xf[8 * c + j], inv, 12582912.0f));
+    for (int j = 0; j < 8; ++j) {
+      if constexpr (kFine) {
+        const float t = xf[8 * c + j] * inv;
+        const float q = t + kMagic;  // round(t), ties to even, in the low byte
+        b[j] = __float_as_uint(q);
+        r[j] = __float_as_uint(fmaf(t - (q - kMagic), 254.0f, kMagic));
+      } else {
+        b[j] = __float_as_uint(fmaf(xf[8 * c + j], inv, kMagic));
+      }
+    }
     xe[c] = pack_low_bytes(b[0], b[2], b[4], b[6]);
     xo[c] = pack_low_bytes(b[1], b[3], b[5], b[7]);
+    if constexpr (kFine) {
+      re[c] = pack_low_bytes(r[0], r[2], r[4], r[6]);
+      ro[c] = pack_low_bytes(r[1], r[3], r[5], r[7]);
+    }
   }
 }
 
-template <class T, int kBlock, int kTokens, bool kGated>
+template <class T, int kBlock, int kTokens, bool kGated, bool kFine>
 __global__ void __launch_bounds__(kWarps * 32)
     quant_gemv_dp4a_kernel(const T* __restrict__ x, int tokens, const unsigned* __restrict__ codes,
                            const unsigned* __restrict__ headers, int out, int in,
@@ -163,9 +188,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int t = 0; t < kTokens; ++t) {
       if (t >= tokens) continue;
-      unsigned xe[4], xo[4];
+      unsigned xe[4], xo[4], re[4], ro[4];
       float s, sum;
-      round_inputs(xg + static_cast<std::size_t>(t) * in, xe, xo, s, sum);
+      round_inputs<T, kFine>(xg + static_cast<std::size_t>(t) * in, xe, xo, re, ro, s, sum);
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         int even = 0, odd = 0;
@@ -174,7 +199,17 @@ __global__ void __launch_bounds__(kWarps * 32)
           even = dot4_us(w[r][c] & 0x0f0f0f0fu, xe[c], even);
           odd = dot4_us(w[r][c] & 0xf0f0f0f0u, xo[c], odd);  // 16 q per odd code
         }
-        const float qx = fmaf(static_cast<float>(odd), 1.0f / 16.0f, static_cast<float>(even));
+        float qx = fmaf(static_cast<float>(odd), 1.0f / 16.0f, static_cast<float>(even));
+        if constexpr (kFine) {
+          int even2 = 0, odd2 = 0;
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            even2 = dot4_us(w[r][c] & 0x0f0f0f0fu, re[c], even2);
+            odd2 = dot4_us(w[r][c] & 0xf0f0f0f0u, ro[c], odd2);
+          }
+          qx = fmaf(fmaf(static_cast<float>(odd2), 1.0f / 16.0f, static_cast<float>(even2)),
+                    1.0f / 254.0f, qx);
+        }
         const float2 sm = header_floats(head[r]);
         acc[r][t] = fmaf(sm.x * s, qx, fmaf(sm.y, sum, acc[r][t]));
       }
@@ -212,7 +247,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-template <class T, int kBlock, int kTokens>
+template <class T, int kBlock, int kTokens, bool kFine>
 void launch_dp4a(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy, int act,
                  void* act_out, cudaStream_t stream) {
   const QuantMatrixLayout layout = quant_matrix_layout(w.format, static_cast<std::size_t>(w.rows),
@@ -224,29 +259,44 @@ void launch_dp4a(const void* x, int tokens, const QuantMatrixView& w, float* y, 
   if (act >= 0) {
     const int grid = (w.rows / 2 + kRows / 2 - 1) / (kRows / 2);
     detail::launch_with(detail::pdl_products_enabled(),
-                        quant_gemv_dp4a_kernel<T, kBlock, kTokens, true>, grid, kWarps * 32, 0,
-                        stream, static_cast<const T*>(x), tokens, codes, headers, w.rows, w.cols, y,
-                        ldy, act, static_cast<T*>(act_out), release);
+                        quant_gemv_dp4a_kernel<T, kBlock, kTokens, true, kFine>, grid, kWarps * 32,
+                        0, stream, static_cast<const T*>(x), tokens, codes, headers, w.rows, w.cols,
+                        y, ldy, act, static_cast<T*>(act_out), release);
   } else {
     const int grid = (w.rows + kRows - 1) / kRows;
     detail::launch_with(detail::pdl_products_enabled(),
-                        quant_gemv_dp4a_kernel<T, kBlock, kTokens, false>, grid, kWarps * 32, 0,
-                        stream, static_cast<const T*>(x), tokens, codes, headers, w.rows, w.cols, y,
-                        ldy, act, static_cast<T*>(act_out), release);
+                        quant_gemv_dp4a_kernel<T, kBlock, kTokens, false, kFine>, grid, kWarps * 32,
+                        0, stream, static_cast<const T*>(x), tokens, codes, headers, w.rows, w.cols,
+                        y, ldy, act, static_cast<T*>(act_out), release);
   }
 }
 
 template <class T, int kBlock>
 void dispatch_tokens(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
                      int act, void* act_out, cudaStream_t stream) {
+  const bool fine = quant_gemv_dp4a_fine();
   if (tokens == 1) {
-    launch_dp4a<T, kBlock, 1>(x, tokens, w, y, ldy, act, act_out, stream);
+    if (fine) {
+      launch_dp4a<T, kBlock, 1, true>(x, tokens, w, y, ldy, act, act_out, stream);
+    } else {
+      launch_dp4a<T, kBlock, 1, false>(x, tokens, w, y, ldy, act, act_out, stream);
+    }
+  } else if (fine) {
+    launch_dp4a<T, kBlock, 2, true>(x, tokens, w, y, ldy, act, act_out, stream);
   } else {
-    launch_dp4a<T, kBlock, 2>(x, tokens, w, y, ldy, act, act_out, stream);
+    launch_dp4a<T, kBlock, 2, false>(x, tokens, w, y, ldy, act, act_out, stream);
   }
 }
 
 }  // namespace
+
+bool quant_gemv_dp4a_fine() {
+  static const bool on = [] {
+    const char* v = std::getenv("WEFT_QUANT_DP4A_FINE");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
 
 bool quant_gemv_dp4a_supported(QuantGemvFormat format, int tokens) {
   return (format == QuantGemvFormat::kQ4B32 || format == QuantGemvFormat::kQ4B64) && tokens >= 1 &&

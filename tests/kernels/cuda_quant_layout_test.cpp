@@ -250,9 +250,10 @@ Weights make_weights(QuantGemvFormat f, int rows, int cols, std::mt19937& rng) {
 }
 
 // The most the dp4a kernel's rounding of x can move row `row`'s sum for one token's inputs x
-// (quant_gemv.hpp, kDp4a): per group of 32 inputs, half its step s = max|x| / 127 for each
-// weight's q * scale, which is the dequantized weight minus its block's min (the header's high
-// half). With a little room for the fp32 rounding of 127 / max|x|.
+// (quant_gemv.hpp, kDp4a): per group of 32 inputs, half its step s = max|x| / 127 (s / 508 with
+// the remainders, quant_gemv_dp4a_fine) for each weight's q * scale, which is the dequantized
+// weight minus its block's min (the header's high half). With room for the fp32 roundings of
+// x * 127 / max|x| (a few units of 2^-24 of each |q * scale * x|).
 double rounded_input_bound(QuantGemvFormat format, const Weights& w, int cols, int row,
                            const float* x) {
   const QuantMatrixLayout& layout = w.gpu.layout;
@@ -266,10 +267,11 @@ double rounded_input_bound(QuantGemvFormat format, const Weights& w, int cols, i
         w.gpu.words[layout.header_offset() / 4 + static_cast<std::size_t>(row) * layout.row_blocks +
                     static_cast<std::size_t>(32 * g / block)];
     const double min = cpu::f16_to_f32(static_cast<std::uint16_t>(header >> 16));
-    double qs = 0;
-    for (int k = 32 * g; k < 32 * g + 32; ++k)
-      qs += std::fabs(w.dequantized[static_cast<std::size_t>(row) * cols + k] - min);
-    bound += qs * amax / 254 * (1 + 1e-5);
+    const double half_step = quant_gemv_dp4a_fine() ? amax / 127 / 508 : amax / 254;
+    for (int k = 32 * g; k < 32 * g + 32; ++k) {
+      const double qs = std::fabs(w.dequantized[static_cast<std::size_t>(row) * cols + k] - min);
+      bound += qs * (half_step * (1 + 1e-5) + 4e-7 * std::fabs(x[k]));
+    }
   }
   return bound;
 }
