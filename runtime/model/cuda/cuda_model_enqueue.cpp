@@ -52,6 +52,7 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
   const PrefetchSwitches& switches = PrefetchSwitches::get();
   const auto& prefetch_cap = switches.cap;
   const std::size_t tp_prefetch_cap = switches.tp_cap;
+  const std::size_t quant_prefetch_cap = switches.quant_cap;
   const bool tp_overlap = switches.tp_overlap;
   const int prefetch_tokens = switches.tokens;
 
@@ -263,8 +264,9 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
   auto prefetch_matrix = [&](PrefetchRange which, const DeviceBuffer& w16, const DeviceBuffer& wq,
                              std::size_t out_rows, std::size_t cols, bool beside_reduce = false) {
     if (!uses_quant(wq)) return prefetch(which, w16, out_rows * cols, beside_reduce);
-    prefetch(which, wq, cuda::quant_matrix_layout(*quant_format, out_rows, cols).code_bytes() / 2,
-             beside_reduce);
+    if (quant_prefetch_cap == 0) return;  // PrefetchSwitches: not for quantized matrices
+    const std::size_t bytes = cuda::quant_matrix_layout(*quant_format, out_rows, cols).code_bytes();
+    prefetch(which, wq, std::min(bytes, quant_prefetch_cap) / 2, beside_reduce);
   };
   // Vocab-parallel head (set_tensor_parallel): this rank multiplies rows [r * Vs, r * Vs + mine)
   // of the (replicated) head into head_shard; an all-gather and a 2D copy per rank put every

@@ -6,6 +6,11 @@
 // (kernels/cuda/l2_prefetch.hpp; 8 MB measured best on the H100, docs/cuda.md). For
 // comparisons, WEFT_L2_PREFETCH_MB sets the MB per range (0: off): one number, or four (qkv
 // and lm_head, o, gate_up, down); WEFT_L2_PREFETCH_TOKENS the largest step that prefetches.
+// Quantized matrices read by the few-token products are not prefetched (WEFT_L2_PREFETCH_QUANT_MB,
+// default 0, MB per range for them): their kernels read HBM at 85-97% of its copy rate at one
+// token, and a side stream reading the next matrix meanwhile made the 8B q4 batch-1 step slower
+// (2.26 ms without, 2.40-2.42 with 8 MB, 2.60 with 16 MB on an H100; docs/PERFORMANCE.md,
+// "Rounded inputs in the one-token q4 product").
 //
 // Tensor parallel (docs/parallel.md): the prefetches that run beside an all-reduce (gate_up's
 // beside o's, the next layer's qkv or the head's beside down's) have the all-reduce's latency
@@ -26,6 +31,7 @@ struct PrefetchSwitches {
   enum Range { kQkvOrHead, kO, kGateUp, kDown };
   std::array<std::size_t, 4> cap{};  // bytes per range
   std::size_t tp_cap = 0;            // bytes, beside an all-reduce
+  std::size_t quant_cap = 0;         // bytes per range of a quantized matrix
   bool tp_overlap = true;
   int tokens = 64;  // the largest step that prefetches
 
@@ -50,6 +56,9 @@ struct PrefetchSwitches {
     s.tp_cap = static_cast<std::size_t>(std::max(0, tp != nullptr ? std::atoi(tp) : 16)) << 20;
     const char* overlap = std::getenv("WEFT_TP_OVERLAP");
     s.tp_overlap = overlap == nullptr || std::strcmp(overlap, "0") != 0;
+    const char* quant = std::getenv("WEFT_L2_PREFETCH_QUANT_MB");
+    s.quant_cap = static_cast<std::size_t>(std::max(0, quant != nullptr ? std::atoi(quant) : 0))
+                  << 20;
     const char* tokens = std::getenv("WEFT_L2_PREFETCH_TOKENS");
     s.tokens = tokens != nullptr ? std::atoi(tokens) : 64;
     return s;
