@@ -108,6 +108,32 @@ void quant_gemv_stream(const void* x, int tokens, const QuantMatrixView& w, floa
 // The dp4a kernel (kDp4a) where quant_gemv_dp4a_supported; in quant_gemv_dp4a.cu. With act >= 0
 // w is a fused gate_up matrix and act_out receives act(gate) * up (as quant_gemv_stream).
 bool quant_gemv_dp4a_supported(QuantGemvFormat format, int tokens);
+// A residual add and RMS norm fused into two dp4a products (pre-norm decode at 1-2 tokens on one
+// GPU; docs/quantization.md, "Norms inside the products"): the producer (o, down:
+// quant_gemv_dp4a_norm_out, w.rows == the hidden size) adds its rows into the residual stream,
+// writes residual * weight as 16 bits into `scaled` and each thread block's sum of the squared
+// residual rows into out_squares ([tokens][quant_norm_squares(w.rows)]); the consumer (qkv,
+// gate_up: quant_gemv_dp4a_norm_in) reads `scaled` as its x and multiplies its sums by
+// 1 / sqrt(sum of squares / n + eps), the producer's sums added in a fixed order: what add_norm
+// and the product did, without the add_norm kernel (its h, (x / rms) * weight rounded to 16
+// bits, becomes x * weight rounded, then scaled by 1 / rms in fp32).
+struct QuantNormArgs {
+  float* residual = nullptr;          // producer: [tokens][w.rows] fp32, updated in place
+  const float* weight = nullptr;      // producer: [w.rows], the next norm's weight
+  void* scaled = nullptr;             // producer: [tokens][w.rows] 16-bit, residual * weight
+  float* out_squares = nullptr;       // producer: [tokens][quant_norm_squares(w.rows)]
+  const float* in_squares = nullptr;  // consumer: the producer's out_squares
+  int count = 0;                      // consumer: quant_norm_squares(n)
+  int n = 0;                          // consumer: the hidden size
+  float eps = 0.0f;                   // consumer: the norm's epsilon
+};
+// Thread blocks (sums of squares per token) of a norm-out product of `rows` rows.
+int quant_norm_squares(int rows);
+void quant_gemv_dp4a_norm_out(const void* x, int tokens, const QuantMatrixView& w,
+                              const QuantNormArgs& norm, Precision precision, cudaStream_t stream);
+void quant_gemv_dp4a_norm_in(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
+                             int act, void* act_out, const QuantNormArgs& norm, Precision precision,
+                             cudaStream_t stream);
 // Whether it also rounds the inputs' remainders x - s * xq on the scale s / 254 and sums them
 // (two more dp4a a code word): x is then carried to within s / 508 instead of s / 2.
 // WEFT_QUANT_DP4A_FINE=1 turns it on (read once; off by default: 5-10% slower 8B steps).

@@ -133,12 +133,20 @@ __device__ __forceinline__ void round_inputs(const T* xg, unsigned (&xe)[4], uns
   }
 }
 
-template <class T, int kBlock, int kTokens, bool kGated, bool kFine>
-__global__ void __launch_bounds__(kWarps * 32)
+// kNorm: kNormNone; kNormIn: x is the rows a producer wrote (residual * weight) and each row
+// and token is scaled by 1 / rms from the producer's sums of squares; kNormOut (not gated): the
+// rows are added into the residual stream, which is written back with residual * weight (16
+// bits) and each block's sums of squares (quant_gemv.hpp, QuantNormArgs).
+constexpr int kNormNone = 0, kNormIn = 1, kNormOut = 2;
+
+// Four blocks an SM (128 registers): ptxas otherwise took 137-167 for some q4_b64 and remainder
+// variants (3 blocks an SM) where 128 fit without spills.
+template <class T, int kBlock, int kTokens, bool kGated, bool kFine, int kNorm>
+__global__ void __launch_bounds__(kWarps * 32, 4)
     quant_gemv_dp4a_kernel(const T* __restrict__ x, int tokens, const unsigned* __restrict__ codes,
                            const unsigned* __restrict__ headers, int out, int in,
                            float* __restrict__ y, int ldy, int act, T* __restrict__ act_out,
-                           bool release) {
+                           QuantNormArgs norm, bool release) {
   const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
   const int groups = in / 32;
   const int tiles = (groups + 31) / 32;
@@ -179,6 +187,23 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (warp < tiles && lane < min(32, groups - warp * 32))
     load_tile(warp, min(32, groups - warp * 32));
   detail::grid_dependency_wait_then_release(release);
+  // kNormIn: this thread's share of the producer's sums of squares (up to kPre each token, the
+  // hidden sizes to 4096), loaded now and added at the end, so their latency overlaps the
+  // product; more come in at the end.
+  constexpr int kPre = 4;
+  float pre[kTokens][kPre];
+  if constexpr (kNorm == kNormIn) {
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {
+#pragma unroll
+      for (int j = 0; j < kPre; ++j) {
+        const int i = static_cast<int>(threadIdx.x) + j * kWarps * 32;
+        pre[t][j] = t < tokens && i < norm.count
+                        ? norm.in_squares[static_cast<std::size_t>(t) * norm.count + i]
+                        : 0.0f;
+      }
+    }
+  }
 
   for (int tile = warp; tile < tiles; tile += kWarps) {
     const int n = min(32, groups - tile * 32);
@@ -225,31 +250,81 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (lane == 0) partial[warp][r][t] = v;
     }
   }
+  // kNormIn: 1 / rms per token, the producer's sums added in a fixed order.
+  __shared__ float inv_rms[kTokens], warp_squares[kWarps][kTokens];
+  if constexpr (kNorm == kNormIn) {
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {
+      float squares = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kPre; ++j)
+        squares += pre[t][j];
+      if (t < tokens) {
+        for (int i = static_cast<int>(threadIdx.x) + kPre * kWarps * 32; i < norm.count;
+             i += kWarps * 32)
+          squares += norm.in_squares[static_cast<std::size_t>(t) * norm.count + i];
+      }
+      const float v = detail::warp_sum(squares);
+      if (lane == 0) warp_squares[warp][t] = v;
+    }
+  }
   __syncthreads();
+  if constexpr (kNorm == kNormIn) {
+    if (threadIdx.x < kTokens) {
+      float total = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kWarps; ++k)
+        total += warp_squares[k][threadIdx.x];
+      inv_rms[threadIdx.x] = rsqrtf(total / static_cast<float>(norm.n) + norm.eps);
+    }
+    __syncthreads();
+  }
   constexpr int kOut = kGated ? kRows / 2 : kRows;
+  __shared__ float out_squares[kOut][kTokens];
   for (int i = static_cast<int>(threadIdx.x); i < kOut * kTokens; i += kWarps * 32) {
     const int r = i / kTokens, t = i % kTokens;
-    if (first + r >= width || t >= tokens) continue;
+    if (first + r >= width || t >= tokens) {
+      if constexpr (kNorm == kNormOut) out_squares[r][t] = 0.0f;
+      continue;
+    }
     float v = 0.0f;
 #pragma unroll
     for (int k = 0; k < kWarps; ++k)
       v += partial[k][r][t];
+    if constexpr (kNorm == kNormIn) v *= inv_rms[t];
     if constexpr (kGated) {
       float up = 0.0f;
 #pragma unroll
       for (int k = 0; k < kWarps; ++k)
         up += partial[k][r + kRows / 2][t];
+      if constexpr (kNorm == kNormIn) up *= inv_rms[t];
       act_out[static_cast<std::size_t>(t) * width + first + r] =
           detail::from_float<T>(detail::activate(static_cast<ActivationKind>(act), v) * up);
+    } else if constexpr (kNorm == kNormOut) {
+      const std::size_t at = static_cast<std::size_t>(t) * out + first + r;
+      const float sum = norm.residual[at] + v;
+      norm.residual[at] = sum;
+      static_cast<T*>(norm.scaled)[at] = detail::from_float<T>(sum * norm.weight[first + r]);
+      out_squares[r][t] = sum * sum;
     } else {
       y[static_cast<std::size_t>(t) * ldy + first + r] = v;
     }
   }
+  if constexpr (kNorm == kNormOut) {
+    __syncthreads();
+    if (static_cast<int>(threadIdx.x) < tokens) {
+      float total = 0.0f;
+#pragma unroll
+      for (int r = 0; r < kOut; ++r)
+        total += out_squares[r][threadIdx.x];
+      norm.out_squares[static_cast<std::size_t>(threadIdx.x) * gridDim.x + blockIdx.x] = total;
+    }
+  }
 }
 
-template <class T, int kBlock, int kTokens, bool kFine>
+template <class T, int kBlock, int kTokens, bool kFine, int kNorm>
 void launch_dp4a(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy, int act,
-                 void* act_out, cudaStream_t stream) {
+                 void* act_out, const QuantNormArgs& norm, cudaStream_t stream) {
   const QuantMatrixLayout layout = quant_matrix_layout(w.format, static_cast<std::size_t>(w.rows),
                                                        static_cast<std::size_t>(w.cols));
   const auto* base = static_cast<const unsigned char*>(w.data);
@@ -257,35 +332,52 @@ void launch_dp4a(const void* x, int tokens, const QuantMatrixView& w, float* y, 
   const auto* headers = reinterpret_cast<const unsigned*>(base + layout.header_offset());
   const bool release = detail::release_early(detail::kReleaseQuantGemv);
   if (act >= 0) {
-    const int grid = (w.rows / 2 + kRows / 2 - 1) / (kRows / 2);
-    detail::launch_with(detail::pdl_products_enabled(),
-                        quant_gemv_dp4a_kernel<T, kBlock, kTokens, true, kFine>, grid, kWarps * 32,
-                        0, stream, static_cast<const T*>(x), tokens, codes, headers, w.rows, w.cols,
-                        y, ldy, act, static_cast<T*>(act_out), release);
+    if constexpr (kNorm != kNormOut) {
+      const int grid = (w.rows / 2 + kRows / 2 - 1) / (kRows / 2);
+      detail::launch_with(detail::pdl_products_enabled(),
+                          quant_gemv_dp4a_kernel<T, kBlock, kTokens, true, kFine, kNorm>, grid,
+                          kWarps * 32, 0, stream, static_cast<const T*>(x), tokens, codes, headers,
+                          w.rows, w.cols, y, ldy, act, static_cast<T*>(act_out), norm, release);
+    }
   } else {
     const int grid = (w.rows + kRows - 1) / kRows;
     detail::launch_with(detail::pdl_products_enabled(),
-                        quant_gemv_dp4a_kernel<T, kBlock, kTokens, false, kFine>, grid, kWarps * 32,
-                        0, stream, static_cast<const T*>(x), tokens, codes, headers, w.rows, w.cols,
-                        y, ldy, act, static_cast<T*>(act_out), release);
+                        quant_gemv_dp4a_kernel<T, kBlock, kTokens, false, kFine, kNorm>, grid,
+                        kWarps * 32, 0, stream, static_cast<const T*>(x), tokens, codes, headers,
+                        w.rows, w.cols, y, ldy, act, static_cast<T*>(act_out), norm, release);
   }
 }
 
-template <class T, int kBlock>
-void dispatch_tokens(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
-                     int act, void* act_out, cudaStream_t stream) {
-  const bool fine = quant_gemv_dp4a_fine();
-  if (tokens == 1) {
-    if (fine) {
-      launch_dp4a<T, kBlock, 1, true>(x, tokens, w, y, ldy, act, act_out, stream);
-    } else {
-      launch_dp4a<T, kBlock, 1, false>(x, tokens, w, y, ldy, act, act_out, stream);
-    }
-  } else if (fine) {
-    launch_dp4a<T, kBlock, 2, true>(x, tokens, w, y, ldy, act, act_out, stream);
+template <class T, int kBlock, int kTokens, int kNorm>
+void launch_fine(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy, int act,
+                 void* act_out, const QuantNormArgs& norm, cudaStream_t stream) {
+  if (quant_gemv_dp4a_fine()) {
+    launch_dp4a<T, kBlock, kTokens, true, kNorm>(x, tokens, w, y, ldy, act, act_out, norm, stream);
   } else {
-    launch_dp4a<T, kBlock, 2, false>(x, tokens, w, y, ldy, act, act_out, stream);
+    launch_dp4a<T, kBlock, kTokens, false, kNorm>(x, tokens, w, y, ldy, act, act_out, norm, stream);
   }
+}
+
+template <class T, int kBlock, int kNorm>
+void dispatch_tokens(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
+                     int act, void* act_out, const QuantNormArgs& norm, cudaStream_t stream) {
+  if (tokens == 1) {
+    launch_fine<T, kBlock, 1, kNorm>(x, tokens, w, y, ldy, act, act_out, norm, stream);
+  } else {
+    launch_fine<T, kBlock, 2, kNorm>(x, tokens, w, y, ldy, act, act_out, norm, stream);
+  }
+}
+
+template <int kNorm>
+void dispatch(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy, int act,
+              void* act_out, const QuantNormArgs& norm, Precision precision, cudaStream_t stream) {
+  WEFT_DISPATCH_PRECISION(precision, {
+    if (w.format == QuantGemvFormat::kQ4B32) {
+      dispatch_tokens<T, 32, kNorm>(x, tokens, w, y, ldy, act, act_out, norm, stream);
+    } else {
+      dispatch_tokens<T, 64, kNorm>(x, tokens, w, y, ldy, act, act_out, norm, stream);
+    }
+  });
 }
 
 }  // namespace
@@ -306,13 +398,24 @@ bool quant_gemv_dp4a_supported(QuantGemvFormat format, int tokens) {
 void quant_gemv_dp4a(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
                      int act, void* act_out, Precision precision, cudaStream_t stream) {
   if (tokens <= 0 || w.rows <= 0) return;
-  WEFT_DISPATCH_PRECISION(precision, {
-    if (w.format == QuantGemvFormat::kQ4B32) {
-      dispatch_tokens<T, 32>(x, tokens, w, y, ldy, act, act_out, stream);
-    } else {
-      dispatch_tokens<T, 64>(x, tokens, w, y, ldy, act, act_out, stream);
-    }
-  });
+  dispatch<kNormNone>(x, tokens, w, y, ldy, act, act_out, {}, precision, stream);
+}
+
+int quant_norm_squares(int rows) {
+  return (rows + kRows - 1) / kRows;
+}
+
+void quant_gemv_dp4a_norm_out(const void* x, int tokens, const QuantMatrixView& w,
+                              const QuantNormArgs& norm, Precision precision, cudaStream_t stream) {
+  if (tokens <= 0 || w.rows <= 0) return;
+  dispatch<kNormOut>(x, tokens, w, nullptr, 0, -1, nullptr, norm, precision, stream);
+}
+
+void quant_gemv_dp4a_norm_in(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
+                             int act, void* act_out, const QuantNormArgs& norm, Precision precision,
+                             cudaStream_t stream) {
+  if (tokens <= 0 || w.rows <= 0) return;
+  dispatch<kNormIn>(x, tokens, w, y, ldy, act, act_out, norm, precision, stream);
 }
 
 }  // namespace weft::cuda
