@@ -304,6 +304,13 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
   // Falcon) finish their residual within the layer instead (residual_norm.hpp).
   const bool post_norm = spec.norm_placement == NormPlacement::kPost;
   const bool deferred_residual = !post_norm && !spec.parallel_attention;
+  // Norms inside the dp4a products (norm_fusable): o and down (but the last layer's) add into
+  // `x` and write x * the next norm's weight into `h`; qkv (but layer 0's) and gate_up read it.
+  const bool norm_fused = quant_step && T <= 2 && norm_fusable(T);
+  const cuda::QuantNormArgs norm_in = norm_in_args();
+  auto view_of = [&](const DeviceBuffer& wq, int rows, int cols) {
+    return cuda::QuantMatrixView{wq.get(), *quant_format, rows, cols};
+  };
   const bool alibi = alibi_slopes.get() != nullptr;
 
   // One layer's attention: bias, rope and KV store, then the attention kernels, into `attn`.
@@ -386,9 +393,15 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
                spec.gated_mlp && W.up_bias.get() == nullptr && uses_quant(W.up_q) &&
                T <= cuda::kQuantGemvMaxTokens && cuda::quant_gemv_gated_supported(in, T, up_view)) {
       // Quantized decode: the gate_up product applies the activation itself
-      // (quant_gemv_gated; WEFT_QUANT_GATED=0 turns it off).
-      cuda::quant_gemv_gated(kernel_activation(spec.activation), in, T, up_view, act.get(), P,
-                             stream);
+      // (quant_gemv_gated; WEFT_QUANT_GATED=0 turns it off), and with norm_fused the norm.
+      if (norm_fused) {
+        cuda::quant_gemv_dp4a_norm_in(in, T, up_view, nullptr, 0,
+                                      static_cast<int>(kernel_activation(spec.activation)),
+                                      act.get(), norm_in, P, stream);
+      } else {
+        cuda::quant_gemv_gated(kernel_activation(spec.activation), in, T, up_view, act.get(), P,
+                               stream);
+      }
       mark("gate_up product");
       prefetch_matrix(kDown, W.down, W.down_q, H, I);
     } else if (gated_up(W, in)) {
@@ -404,7 +417,13 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
                            or_null(W.up_bias), T, I, act.get(), P, stream);
     }
     mark("activation");
-    const bool down16 = row_parallel_product(act.get(), W.down, W.down_q, I);
+    bool down16 = false;
+    if (norm_fused && l + 1 < layers.size()) {
+      cuda::quant_gemv_dp4a_norm_out(act.get(), T, view_of(W.down_q, H, I),
+                                     norm_out_args(layers[l + 1].attn_norm), P, stream);
+    } else {
+      down16 = row_parallel_product(act.get(), W.down, W.down_q, I);
+    }
     mark("down product");
     if (early_next_prefetch) prefetch_next(l, true);  // beside the all-reduce
     if (!fused) {
@@ -475,7 +494,8 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
     an.eps = eps;
     an.out = h.get();
     an.precision = P;
-    if (!post_norm && !(fused && l > 0)) {  // fused: done by the last layer's down
+    // fused: done by the last layer's down; norm_fused: by its product
+    if (!post_norm && !(fused && l > 0) && !(norm_fused && l > 0)) {
       cuda::add_norm(an, stream);
       mark("norm");
     }
@@ -488,11 +508,22 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
       cuda::add_norm(mn, stream);
       mark("norm");
     }
-    blas_ok &= product(h.get(), T, W.qkv, W.qkv_q, qkv_width, H, qkv_out.as<float>(), qkv_width);
+    if (norm_fused && l > 0) {
+      cuda::quant_gemv_dp4a_norm_in(h.get(), T, view_of(W.qkv_q, qkv_width, H), qkv_out.as<float>(),
+                                    qkv_width, -1, nullptr, norm_in, P, stream);
+    } else {
+      blas_ok &= product(h.get(), T, W.qkv, W.qkv_q, qkv_width, H, qkv_out.as<float>(), qkv_width);
+    }
     mark("qkv product");
     prefetch_matrix(kO, W.o, W.o_q, H, QD);
     attend(l, W);
-    const bool o16 = row_parallel_product(attn.get(), W.o, W.o_q, QD);
+    bool o16 = false;
+    if (norm_fused) {
+      cuda::quant_gemv_dp4a_norm_out(attn.get(), T, view_of(W.o_q, H, QD),
+                                     norm_out_args(W.mlp_norm), P, stream);
+    } else {
+      o16 = row_parallel_product(attn.get(), W.o, W.o_q, QD);
+    }
     mark("o product");
     prefetch_matrix(kGateUp, W.up, W.up_q, static_cast<std::size_t>(mlp_width), H, true);
     if (!fused) all_reduce_delta(o16);  // while the side stream prefetches gate_up
@@ -508,6 +539,8 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
     if (fused) {
       fused_reduce(or_null(W.o_bias), &W.mlp_norm, &W.mlp_norm_bias);
       mlp_block(l, W, h.get());
+    } else if (norm_fused) {
+      mlp_block(l, W, h.get());  // o's product did the add and gate_up does the norm
     } else if (deferred_residual) {
       norm_delta(an);
       an.delta_bias = or_null(W.o_bias);

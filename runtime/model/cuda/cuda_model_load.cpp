@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kernels/cuda/paged_attention.hpp"
+#include "kernels/cuda/quant_gemv.hpp"
 #include "runtime/model/cuda/cuda_model_state.hpp"
 #include "runtime/model/cuda/weight_upload.hpp"
 
@@ -138,14 +139,17 @@ Result<void> CudaModel::State::reserve_step(int tokens) {
     DeviceBuffer* buffer;
     std::size_t bytes;
   };
-  const Want wants[] = {{&x, T * H * 4},
-                        {&h, T * H * half},
-                        {&qkv_out, T * (QD + 2 * KVD) * 4},
-                        {&attn, T * QD * half},
-                        {&delta, T * H * 4},
-                        {&mlp, T * mlp_width * 4},
-                        {&act, T * I * half},
-                        {&h_mlp, spec.parallel_attention ? T * H * half : 0}};
+  const Want wants[] = {
+      {&x, T * H * 4},
+      {&h, T * H * half},
+      {&qkv_out, T * (QD + 2 * KVD) * 4},
+      {&attn, T * QD * half},
+      {&delta, T * H * 4},
+      {&mlp, T * mlp_width * 4},
+      {&act, T * I * half},
+      {&h_mlp, spec.parallel_attention ? T * H * half : 0},
+      {&norm_squares,
+       2 * static_cast<std::size_t>(cuda::quant_norm_squares(static_cast<int>(H))) * 4}};
   for (const auto& w : wants) {
     if (auto err = w.buffer->reserve(w.bytes); err != cudaSuccess) {
       return cuda_error(err, "allocating step buffers for " + std::to_string(tokens) + " tokens");

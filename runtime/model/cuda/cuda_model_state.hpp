@@ -139,6 +139,9 @@ struct CudaModel::State {
   int capacity_tokens = 0;
   DeviceBuffer x, h, qkv_out, attn, delta, mlp, act, logits, split_workspace, meta;
   DeviceBuffer h_mlp;  // parallel attention with its own MLP norm: the MLP's 16-bit input
+  // The sums of squares a dp4a product hands the next one when the step's norms run inside
+  // the products (norm_fusable; cuda::QuantNormArgs): 2 tokens x quant_norm_squares(hidden).
+  DeviceBuffer norm_squares;
   PinnedBuffer meta_host, logits_host;
   // The GPU sampler's buffers: its inputs (rows, edits, bitmasks) and outputs (results,
   // candidates, top entries) each travel in one copy; `work` holds the rows being sampled.
@@ -296,6 +299,15 @@ struct CudaModel::State {
   // `stream`, plainly or into the graph run() captures (cuda_model_enqueue.cpp).
   Result<void> prepare_step(const StepBatch& batch, bool copy_logits, PreparedStep& step);
   void enqueue_step(PreparedStep& step);
+  // Whether a step of T tokens runs its residual adds and norms inside its layer products
+  // (cuda::QuantNormArgs; cuda_model_norm_fused.cpp): one GPU, pre-norm RMS layers with a gated
+  // MLP and no biases on the norms, o or down, every layer matrix quantized and read through
+  // the dp4a kernel at T tokens; WEFT_QUANT_NORM_FUSED=0 turns it off.
+  bool norm_fusable(int T) const;
+  // Their arguments: a consumer's (qkv, gate_up), a producer's (o, down) whose rows go into `x`
+  // and, times `weight` (the next norm's), into `h`.
+  cuda::QuantNormArgs norm_in_args() const;
+  cuda::QuantNormArgs norm_out_args(const DeviceBuffer& weight);
   Result<void> sample(const DeviceSamplingInput& input, DeviceSamplingOutput& output);
   Result<void> greedy_chain(const StepBatch& first, int steps, std::vector<std::int32_t>& tokens);
 };
