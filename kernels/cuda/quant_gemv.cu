@@ -66,27 +66,6 @@ __device__ __forceinline__ void dequantize_chunk(const unsigned (&w)[kBits], int
     out[e] = fmaf(out[e], sm.x, sm.y);
 }
 
-// Eight 16-bit values (the lower address in the low half of each word) as floats.
-__device__ __forceinline__ void unpack(const uint4& v, float* f, const __nv_bfloat16*) {
-  const unsigned w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-__device__ __forceinline__ void unpack(const uint4& v, float* f, const __half*) {
-  const unsigned w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    __half2 h;
-    memcpy(&h, &w[i], sizeof(h));
-    const float2 p = __half22float2(h);
-    f[2 * i] = p.x;
-    f[2 * i + 1] = p.y;
-  }
-}
-
 // q4 at 1 or 2 tokens (batch-1 decode), a group's sums with fewer integer operations: nibble
 // j of a code word is masked where it lies, so 2^23 + q * 16^j is a float at the cost of one
 // LOP3 (nibbles 4-7 the same from the word shifted down by 16: one shift per 8 codes instead
@@ -262,14 +241,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 
   __shared__ float partial[kWarps][kRows][kTokens];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-    for (int t = 0; t < kTokens; ++t) {
-      const float v = detail::warp_sum(acc[r][t]);
-      if (lane == 0) partial[warp][r][t] = v;
-    }
-  }
+  warp_partials(acc, partial[warp], lane);
   __syncthreads();
   for (int i = static_cast<int>(threadIdx.x); i < kRows * kTokens; i += kWarps * 32) {
     const int r = i / kTokens, t = i % kTokens;

@@ -1,12 +1,16 @@
 #pragma once
-// Device helpers of the quantized products (quant_gemv.cu, quant_gemv_mma.cu): reading a
-// group's code words in the GPU layout of quant_layout.hpp, a unit's code, a block header.
+// Device helpers of the quantized products (quant_gemv.cu, quant_gemv_mma.cu,
+// quant_gemv_dp4a.cu, quant_gemv_blocks.cu): reading a group's code words in the GPU layout of
+// quant_layout.hpp, a unit's code, a block header, 16-bit inputs as floats, a warp's sums.
 // Included by .cu files only.
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstddef>
+#include <cstring>
 
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/quant_layout.hpp"
 
 namespace weft::cuda::quant_device {
@@ -69,6 +73,43 @@ __device__ __forceinline__ unsigned unit_code(const unsigned (&w)[kBits], int u)
 // A small unsigned integer as a float, exactly: 2^23 + v has v in its mantissa.
 __device__ __forceinline__ float code_float(unsigned v) {
   return __uint_as_float(v | 0x4b000000u) - 8388608.0f;
+}
+
+// Eight 16-bit values (the lower address in the low half of each word) as floats; the tag's
+// type says which.
+__device__ __forceinline__ void unpack(const uint4& v, float* f, const __nv_bfloat16*) {
+  const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+__device__ __forceinline__ void unpack(const uint4& v, float* f, const __half*) {
+  const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    __half2 h;
+    memcpy(&h, &w[i], sizeof(h));
+    const float2 p = __half22float2(h);
+    f[2 * i] = p.x;
+    f[2 * i + 1] = p.y;
+  }
+}
+
+// A warp's sums per row and token, added over its lanes, into its slot of a block's shared
+// partial sums (lane 0 writes).
+template <int kRows, int kTokens>
+__device__ __forceinline__ void warp_partials(const float (&acc)[kRows][kTokens],
+                                              float (&partial)[kRows][kTokens], int lane) {
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {
+      const float v = detail::warp_sum(acc[r][t]);
+      if (lane == 0) partial[r][t] = v;
+    }
+  }
 }
 
 // A block header's (scale, min) fp16 pair as floats.

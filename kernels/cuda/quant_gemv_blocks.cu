@@ -1,6 +1,7 @@
 #include <cuda_fp16.h>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/quant_gemv.cuh"
 #include "kernels/cuda/quant_gemv_blocks.hpp"
 
 namespace weft::cuda {
@@ -9,27 +10,6 @@ namespace blocks {
 
 constexpr int kWarps = 4;   // per thread block, one output row each
 constexpr int kBlock = 32;  // weights per quantization block
-
-// Eight 16-bit values as floats (the lower address in the low half of each word).
-__device__ __forceinline__ void to_floats(const uint4& v, float* f, const __nv_bfloat16*) {
-  const unsigned w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-__device__ __forceinline__ void to_floats(const uint4& v, float* f, const __half*) {
-  const unsigned w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    __half2 h;
-    memcpy(&h, &w[i], sizeof(h));
-    const float2 p = __half22float2(h);
-    f[2 * i] = p.x;
-    f[2 * i + 1] = p.y;
-  }
-}
 
 // Code j of a block whose code bytes are the words c[] (least significant bits first).
 template <int kBits>
@@ -72,7 +52,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int chunk = 0; chunk < kBlock / 8; ++chunk) {
         float xf[8];
-        to_floats(__ldg(xb + chunk), xf, tag);
+        quant_device::unpack(__ldg(xb + chunk), xf, tag);
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           qx = fmaf(code<kBits>(words + 1, chunk * 8 + j), xf[j], qx);

@@ -54,27 +54,6 @@ constexpr int kWarps = 4;
 // slower on an H100: docs/PERFORMANCE.md, "Rounded inputs in the one-token q4 product").
 constexpr int kRows = 8;
 
-// Eight 16-bit values (the lower address in the low half of each word) as floats.
-__device__ __forceinline__ void unpack8(const uint4& v, float* f, const __nv_bfloat16*) {
-  const unsigned w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-__device__ __forceinline__ void unpack8(const uint4& v, float* f, const __half*) {
-  const unsigned w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    __half2 h;
-    memcpy(&h, &w[i], sizeof(h));
-    const float2 p = __half22float2(h);
-    f[2 * i] = p.x;
-    f[2 * i + 1] = p.y;
-  }
-}
-
 // Bytes 0 of a, b, c and d, in that order, as one word.
 __device__ __forceinline__ unsigned pack_low_bytes(unsigned a, unsigned b, unsigned c, unsigned d) {
   return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
@@ -99,7 +78,7 @@ __device__ __forceinline__ void round_inputs(const T* xg, unsigned (&xe)[4], uns
   float xf[32];
 #pragma unroll
   for (int v = 0; v < 4; ++v)
-    unpack8(__ldg(reinterpret_cast<const uint4*>(xg) + v), xf + 8 * v, tag);
+    unpack(__ldg(reinterpret_cast<const uint4*>(xg) + v), xf + 8 * v, tag);
   float amax = 0.0f;
   sum = 0.0f;
 #pragma unroll
@@ -242,14 +221,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   }
 
   __shared__ float partial[kWarps][kRows][kTokens];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-    for (int t = 0; t < kTokens; ++t) {
-      const float v = detail::warp_sum(acc[r][t]);
-      if (lane == 0) partial[warp][r][t] = v;
-    }
-  }
+  warp_partials(acc, partial[warp], lane);
   // kNormIn: 1 / rms per token, the producer's sums added in a fixed order.
   __shared__ float inv_rms[kTokens], warp_squares[kWarps][kTokens];
   if constexpr (kNorm == kNormIn) {

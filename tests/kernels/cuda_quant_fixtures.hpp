@@ -117,4 +117,18 @@ inline double rounded_input_bound(QuantGemvFormat format, const Weights& w, int 
   return bound;
 }
 
+// Row o of w times the inputs x (cols of them) in fp64; `magnitude`: the sum of the products'
+// magnitudes.
+inline double reference_dot(const Weights& w, int cols, int o, const float* x, double& magnitude) {
+  double sum = 0;
+  magnitude = 0;
+  for (int k = 0; k < cols; ++k) {
+    const double p =
+        static_cast<double>(x[k]) * w.dequantized[static_cast<std::size_t>(o) * cols + k];
+    sum += p;
+    magnitude += std::fabs(p);
+  }
+  return sum;
+}
+
 }  // namespace weft::cuda::quant_test

@@ -16,6 +16,7 @@
 #include "kernels/cpu/vector_math.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/quant_gemv_blocks.hpp"
+#include "tests/kernels/cuda_quant_fixtures.hpp"
 #include "tests/kernels/cuda_test_buffer.hpp"
 
 namespace weft::cuda {
@@ -28,14 +29,7 @@ struct Case {
 
 class CudaQuantGemvBlocks : public test_support::GpuTest<Case> {};
 
-template <class T>
-T* upload(const std::vector<T>& host) {
-  void* p = nullptr;
-  EXPECT_EQ(cudaMalloc(&p, host.size() * sizeof(T)), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
-            cudaSuccess);
-  return static_cast<T*>(p);
-}
+using quant_test::upload;
 
 TEST_P(CudaQuantGemvBlocks, MatchesDequantizeThenProduct) {
   const auto [format, precision] = GetParam();

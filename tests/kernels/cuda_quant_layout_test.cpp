@@ -246,13 +246,8 @@ TEST_P(CudaQuantGemvProduct, MatchesDequantizeThenProduct) {
     for (int t = 0; t < tokens; ++t) {
       const float* xt = x.data() + static_cast<std::size_t>(t) * cols;
       for (int o = 0; o < rows; ++o) {
-        double want = 0, magnitude = 0;
-        for (int k = 0; k < cols; ++k) {
-          const double p =
-              static_cast<double>(xt[k]) * w.dequantized[static_cast<std::size_t>(o) * cols + k];
-          want += p;
-          magnitude += std::fabs(p);
-        }
+        double magnitude = 0;
+        const double want = reference_dot(w, cols, o, xt, magnitude);
         const double rounding = rounded ? rounded_input_bound(format, w, cols, o, xt) : 0.0;
         ASSERT_NEAR(y[static_cast<std::size_t>(t) * ldy + o], want,
                     1e-5 * magnitude + 1e-6 + rounding)
@@ -303,13 +298,8 @@ TEST_P(CudaQuantGemv, Dp4aRoundsEachGroupOnItsOwnScale) {
     for (int t = 0; t < tokens; ++t) {
       const float* xt = x.data() + static_cast<std::size_t>(t) * cols;
       for (int o = 0; o < rows; ++o) {
-        double want = 0, magnitude = 0;
-        for (int k = 0; k < cols; ++k) {
-          const double p =
-              static_cast<double>(xt[k]) * w.dequantized[static_cast<std::size_t>(o) * cols + k];
-          want += p;
-          magnitude += std::fabs(p);
-        }
+        double magnitude = 0;
+        const double want = reference_dot(w, cols, o, xt, magnitude);
         ASSERT_NEAR(y[static_cast<std::size_t>(t) * rows + o], want,
                     1e-5 * magnitude + rounded_input_bound(format, w, cols, o, xt))
             << name_of(format) << " tokens=" << tokens << " t=" << t << " o=" << o;

@@ -116,13 +116,8 @@ TEST_P(CudaQuantNorm, ProducerAddsAndConsumerNormalizes) {
       for (int o = 0; o < H; ++o) {
         const std::size_t i = static_cast<std::size_t>(t) * H + o;
         // The producer: residual + its row, within its product's bound.
-        double want = residual[i], magnitude = 0;
-        for (int k = 0; k < K; ++k) {
-          const double p =
-              static_cast<double>(at[k]) * wo.dequantized[static_cast<std::size_t>(o) * K + k];
-          want += p;
-          magnitude += std::fabs(p);
-        }
+        double magnitude = 0;
+        const double want = residual[i] + reference_dot(wo, K, o, at, magnitude);
         ASSERT_NEAR(
             res[i], want,
             1e-5 * (magnitude + std::fabs(residual[i])) + rounded_input_bound(format, wo, K, o, at))
