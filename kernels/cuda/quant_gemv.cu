@@ -144,13 +144,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int row0 = static_cast<int>(blockIdx.x) * kRows;
   const T* tag = nullptr;
 
-  float acc[kRows][kTokens];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-    for (int t = 0; t < kTokens; ++t)
-      acc[r][t] = 0.0f;
-  }
+  float acc[kRows][kTokens] = {};
 
   // The codes and headers of a tile's group `lane` for the kRows rows (constant weights).
   auto load_tile = [&](int tile, int n, unsigned(&w)[kRows][kBits],

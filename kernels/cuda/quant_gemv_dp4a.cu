@@ -143,13 +143,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
     }
   };
 
-  float acc[kRows][kTokens];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-    for (int t = 0; t < kTokens; ++t)
-      acc[r][t] = 0.0f;
-  }
+  float acc[kRows][kTokens] = {};
   // A tile's group `lane` for the kRows rows: its code words and its block header.
   unsigned w[kRows][4], head[kRows];
   auto load_tile = [&](int tile, int n) {
