@@ -117,6 +117,29 @@ inline double rounded_input_bound(QuantGemvFormat format, const Weights& w, int 
   return bound;
 }
 
+// v as a 16-bit number in precision p (round to nearest), and such a number as a float.
+inline std::uint16_t to16(Precision p, float v) {
+  return p == Precision::kBF16 ? cpu::f32_to_bf16(v) : cpu::f32_to_f16(v);
+}
+inline float from16(Precision p, std::uint16_t bits) {
+  return p == Precision::kBF16 ? cpu::bf16_to_f32(bits) : cpu::f16_to_f32(bits);
+}
+
+// n inputs drawn from dist, as 16-bit numbers in precision p (bits) and as the floats they are.
+struct Inputs {
+  std::vector<std::uint16_t> bits;
+  std::vector<float> values;
+};
+inline Inputs random_inputs(std::size_t n, Precision p, std::mt19937& rng,
+                            std::normal_distribution<float>& dist) {
+  Inputs in{std::vector<std::uint16_t>(n), std::vector<float>(n)};
+  for (std::size_t i = 0; i < n; ++i) {
+    in.bits[i] = to16(p, dist(rng));
+    in.values[i] = from16(p, in.bits[i]);
+  }
+  return in;
+}
+
 // Row o of w times the inputs x (cols of them) in fp64; `magnitude`: the sum of the products'
 // magnitudes.
 inline double reference_dot(const Weights& w, int cols, int o, const float* x, double& magnitude) {

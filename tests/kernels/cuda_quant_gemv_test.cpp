@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "kernels/cpu/quant/codec.hpp"
-#include "kernels/cpu/vector_math.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/quant_gemv_blocks.hpp"
 #include "tests/kernels/cuda_quant_fixtures.hpp"
@@ -29,6 +28,7 @@ struct Case {
 
 class CudaQuantGemvBlocks : public test_support::GpuTest<Case> {};
 
+using quant_test::random_inputs;
 using quant_test::upload;
 
 TEST_P(CudaQuantGemvBlocks, MatchesDequantizeThenProduct) {
@@ -55,13 +55,8 @@ TEST_P(CudaQuantGemvBlocks, MatchesDequantizeThenProduct) {
       quant::dequantize_row(type, at, cols,
                             dequantized.data() + static_cast<std::size_t>(r) * cols);
     }
-    std::vector<std::uint16_t> x16(static_cast<std::size_t>(tokens) * cols);
-    std::vector<float> x(x16.size());
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      const float v = dist(rng);
-      x16[i] = precision == Precision::kBF16 ? cpu::f32_to_bf16(v) : cpu::f32_to_f16(v);
-      x[i] = precision == Precision::kBF16 ? cpu::bf16_to_f32(x16[i]) : cpu::f16_to_f32(x16[i]);
-    }
+    const auto [x16, x] =
+        random_inputs(static_cast<std::size_t>(tokens) * cols, precision, rng, dist);
     auto* dx = upload(x16);
     auto* dw = upload(bytes);
     void* raw_y = nullptr;

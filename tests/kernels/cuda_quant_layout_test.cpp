@@ -217,13 +217,8 @@ TEST_P(CudaQuantGemvProduct, MatchesDequantizeThenProduct) {
       continue;
     }
     const Weights w = make_weights(format, rows, cols, rng);
-    std::vector<std::uint16_t> x16(static_cast<std::size_t>(tokens) * cols);
-    std::vector<float> x(x16.size());
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      const float v = dist(rng);
-      x16[i] = precision == Precision::kBF16 ? cpu::f32_to_bf16(v) : cpu::f32_to_f16(v);
-      x[i] = precision == Precision::kBF16 ? cpu::bf16_to_f32(x16[i]) : cpu::f16_to_f32(x16[i]);
-    }
+    const auto [x16, x] =
+        random_inputs(static_cast<std::size_t>(tokens) * cols, precision, rng, dist);
     auto* dx = upload(x16);
     auto* dw = upload(w.gpu.words);
     void* raw_y = nullptr;
@@ -279,8 +274,8 @@ TEST_P(CudaQuantGemv, Dp4aRoundsEachGroupOnItsOwnScale) {
     for (std::size_t i = 0; i < x.size(); ++i) {
       const int group = static_cast<int>(i % cols) / 32 + static_cast<int>(i / cols);
       const float v = group % 9 == 4 ? 0.0f : dist(rng) * std::pow(10.0f, group % 7 - 3.0f);
-      x16[i] = precision == Precision::kBF16 ? cpu::f32_to_bf16(v) : cpu::f32_to_f16(v);
-      x[i] = precision == Precision::kBF16 ? cpu::bf16_to_f32(x16[i]) : cpu::f16_to_f32(x16[i]);
+      x16[i] = to16(precision, v);
+      x[i] = from16(precision, x16[i]);
     }
     auto* dx = upload(x16);
     auto* dw = upload(w.gpu.words);
@@ -353,13 +348,8 @@ void check_gated(QuantGemvKernel kernel, QuantGemvFormat format, Precision preci
     const auto kind = static_cast<ActivationKind>(case_index++ % 4);
     const int rows = 2 * width;
     const Weights w = make_weights(format, rows, cols, rng);
-    std::vector<std::uint16_t> x16(static_cast<std::size_t>(tokens) * cols);
-    std::vector<float> x(x16.size());
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      const float v = dist(rng);
-      x16[i] = precision == Precision::kBF16 ? cpu::f32_to_bf16(v) : cpu::f32_to_f16(v);
-      x[i] = precision == Precision::kBF16 ? cpu::bf16_to_f32(x16[i]) : cpu::f16_to_f32(x16[i]);
-    }
+    const auto [x16, x] =
+        random_inputs(static_cast<std::size_t>(tokens) * cols, precision, rng, dist);
     auto* dx = upload(x16);
     auto* dw = upload(w.gpu.words);
     void* raw = nullptr;
@@ -393,8 +383,7 @@ void check_gated(QuantGemvKernel kernel, QuantGemvFormat format, Precision preci
         const double a = activate(kind, sums[0]);
         const double want = a * sums[1];
         const std::uint16_t bits = out[static_cast<std::size_t>(t) * width + i];
-        const double got =
-            precision == Precision::kBF16 ? cpu::bf16_to_f32(bits) : cpu::f16_to_f32(bits);
+        const double got = from16(precision, bits);
         // One rounding to 16 bits, and the sums' fp32 error (and dp4a's rounded inputs) through
         // act (slope <= 1.13).
         const double tolerance =
@@ -431,8 +420,7 @@ TEST_P(CudaQuantGemv, DequantizeMatchesTheCpuReference) {
     const double ulp = precision == Precision::kBF16 ? 1.0 / 128 : 1.0 / 1024;
     for (std::size_t i = 0; i < n; ++i) {
       const float want = w.dequantized[static_cast<std::size_t>(begin) * cols + i];
-      const float got =
-          precision == Precision::kBF16 ? cpu::bf16_to_f32(out[i]) : cpu::f16_to_f32(out[i]);
+      const float got = from16(precision, out[i]);
       ASSERT_LE(std::fabs(got - want), ulp * std::fabs(want) + 1e-7)
           << name_of(format) << " rows=" << rows << " cols=" << cols << " element " << i;
     }
@@ -470,7 +458,7 @@ TEST_P(CudaQuantGemvProduct, MmaTokenIsTheSameAtEveryTokenCount) {
   std::vector<std::uint16_t> x16(static_cast<std::size_t>(tokens) * cols);
   for (auto& v : x16) {
     const float f = dist(rng);
-    v = precision == Precision::kBF16 ? cpu::f32_to_bf16(f) : cpu::f32_to_f16(f);
+    v = to16(precision, f);
   }
   auto* dx = upload(x16);
   auto* dw = upload(w.gpu.words);

@@ -15,7 +15,6 @@
 #include <tuple>
 #include <vector>
 
-#include "kernels/cpu/vector_math.hpp"
 #include "kernels/cuda/quant_gemv.hpp"
 #include "tests/kernels/cuda_quant_fixtures.hpp"
 #include "tests/kernels/cuda_test_buffer.hpp"
@@ -42,11 +41,6 @@ std::vector<T> download(const T* device, std::size_t n) {
 TEST_P(CudaQuantNorm, ProducerAddsAndConsumerNormalizes) {
   const auto [format, precision] = GetParam();
   const bool bf16 = precision == Precision::kBF16;
-  auto round16 = [&](float v) {
-    return bf16 ? cpu::bf16_to_f32(cpu::f32_to_bf16(v)) : cpu::f16_to_f32(cpu::f32_to_f16(v));
-  };
-  auto to16 = [&](float v) { return bf16 ? cpu::f32_to_bf16(v) : cpu::f32_to_f16(v); };
-  auto from16 = [&](std::uint16_t b) { return bf16 ? cpu::bf16_to_f32(b) : cpu::f16_to_f32(b); };
   std::mt19937 rng(17 + static_cast<int>(format));
   std::normal_distribution<float> dist(0.0f, 1.0f);
   // hidden 1088 (a last tile of 2 groups), attention width 512, qkv 200 rows, MLP 2 x 96.
@@ -57,12 +51,8 @@ TEST_P(CudaQuantNorm, ProducerAddsAndConsumerNormalizes) {
   const Weights wu = make_weights(format, 2 * I, H, rng);
   for (int tokens = 1; tokens <= 2; ++tokens) {
     SCOPED_TRACE(name_of(format) + " tokens=" + std::to_string(tokens));
-    std::vector<std::uint16_t> a16(static_cast<std::size_t>(tokens) * K);
-    std::vector<float> a(a16.size()), residual(static_cast<std::size_t>(tokens) * H), weight(H);
-    for (std::size_t i = 0; i < a.size(); ++i) {
-      a16[i] = to16(dist(rng));
-      a[i] = from16(a16[i]);
-    }
+    const auto [a16, a] = random_inputs(static_cast<std::size_t>(tokens) * K, precision, rng, dist);
+    std::vector<float> residual(static_cast<std::size_t>(tokens) * H), weight(H);
     for (auto& v : residual)
       v = 3.0f * dist(rng);
     for (auto& v : weight)
@@ -123,7 +113,7 @@ TEST_P(CudaQuantNorm, ProducerAddsAndConsumerNormalizes) {
             1e-5 * (magnitude + std::fabs(residual[i])) + rounded_input_bound(format, wo, K, o, at))
             << "residual row " << o;
         // `scaled`: the new residual times the weight, rounded once.
-        ASSERT_EQ(from16(scaled[i]), round16(res[i] * weight[o])) << "scaled row " << o;
+        ASSERT_EQ(scaled[i], to16(precision, res[i] * weight[o])) << "scaled row " << o;
         total += static_cast<double>(res[i]) * res[i];
       }
       double got_total = 0;
@@ -135,7 +125,7 @@ TEST_P(CudaQuantNorm, ProducerAddsAndConsumerNormalizes) {
       const double inv = 1.0 / std::sqrt(total / H + eps);
       std::vector<float> xs(H);
       for (int k = 0; k < H; ++k)
-        xs[k] = from16(scaled[static_cast<std::size_t>(t) * H + k]);
+        xs[k] = from16(precision, scaled[static_cast<std::size_t>(t) * H + k]);
       auto row = [&](const Weights& w, int r, double& magnitude) {
         double sum = 0;
         magnitude = 0;
@@ -160,7 +150,7 @@ TEST_P(CudaQuantNorm, ProducerAddsAndConsumerNormalizes) {
         const double eg = 1e-5 * mg + inv * rounded_input_bound(format, wu, H, i, xs.data());
         const double eu = 1e-5 * mu + inv * rounded_input_bound(format, wu, H, I + i, xs.data());
         const double want = silu(g) * u;
-        ASSERT_NEAR(from16(act[static_cast<std::size_t>(t) * I + i]), want,
+        ASSERT_NEAR(from16(precision, act[static_cast<std::size_t>(t) * I + i]), want,
                     ulp * std::fabs(want) + 1.13 * eg * (std::fabs(u) + eu) +
                         std::fabs(silu(g)) * eu + 1e-6)
             << "gate_up row " << i;
