@@ -268,6 +268,27 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
     const std::size_t bytes = cuda::quant_matrix_layout(*quant_format, out_rows, cols).code_bytes();
     prefetch(which, wq, std::min(bytes, quant_prefetch_cap) / 2, beside_reduce);
   };
+  // The first rows of a quantized gated gate_up (gate rows [0, n) and up rows [width, width + n),
+  // codes and block headers: what its first blocks read), about switches.quant_ahead bytes,
+  // forked before the attention of a step the dp4a products run with their norms
+  // (prefetch_switches.hpp).
+  auto prefetch_gate_up_ahead = [&](const DeviceBuffer& wq) {
+    if (!prefetching || switches.quant_ahead == 0 || !uses_quant(wq) || !spec.gated_mlp) return;
+    const cuda::QuantMatrixLayout lay = cuda::quant_matrix_layout(
+        *quant_format, static_cast<std::size_t>(mlp_width), static_cast<std::size_t>(H));
+    const std::size_t code_row = lay.row_code_words * 4, head_row = lay.row_blocks * 4;
+    const std::size_t width = lay.rows / 2;
+    const std::size_t n = std::min(width, switches.quant_ahead / (2 * (code_row + head_row)));
+    if (n == 0) return;
+    cudaEventRecord(fork_event, stream);
+    cudaStreamWaitEvent(side_stream, fork_event, 0);
+    const auto* base = static_cast<const std::byte*>(wq.get());
+    for (const std::size_t first : {std::size_t{0}, width}) {
+      cuda::l2_prefetch(base + first * code_row, n * code_row, side_stream);
+      cuda::l2_prefetch(base + lay.header_offset() + first * head_row, n * head_row, side_stream);
+    }
+    forked = true;
+  };
   // Vocab-parallel head (set_tensor_parallel): this rank multiplies rows [r * Vs, r * Vs + mine)
   // of the (replicated) head into head_shard; an all-gather and a 2D copy per rank put every
   // rank's columns into `logits`. Only for a 16-bit head.
@@ -516,6 +537,7 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
     }
     mark("qkv product");
     prefetch_matrix(kO, W.o, W.o_q, H, QD);
+    if (norm_fused) prefetch_gate_up_ahead(W.up_q);
     attend(l, W);
     bool o16 = false;
     if (norm_fused) {

@@ -11,6 +11,13 @@
 // token, and a side stream reading the next matrix meanwhile made the 8B q4 batch-1 step slower
 // (2.26 ms without, 2.40-2.42 with 8 MB, 2.60 with 16 MB on an H100; docs/PERFORMANCE.md,
 // "Rounded inputs in the one-token q4 product").
+// One exception, WEFT_L2_AHEAD_QUANT_MB (MB, default 16; 0: off): while a step whose norms run
+// inside the dp4a products (1-2 tokens on one GPU) runs its attention (a few dozen blocks;
+// memory otherwise idle but for the o product's first tiles), the side stream fetches the
+// first rows of the gated gate_up matrix, gate and up rows alike, which the product after o
+// then finds in L2: 8B q4_b64 batch-1 step 2.167-2.170 -> 2.140-2.144 ms on an H100 (8 MB:
+// 2.148-2.182, 24 MB: 2.164-2.172), 2.195 -> 2.126-2.135 in another call (docs/PERFORMANCE.md,
+// "Where a q4 batch-1 step's time goes").
 //
 // Tensor parallel (docs/parallel.md): the prefetches that run beside an all-reduce (gate_up's
 // beside o's, the next layer's qkv or the head's beside down's) have the all-reduce's latency
@@ -32,6 +39,7 @@ struct PrefetchSwitches {
   std::array<std::size_t, 4> cap{};  // bytes per range
   std::size_t tp_cap = 0;            // bytes, beside an all-reduce
   std::size_t quant_cap = 0;         // bytes per range of a quantized matrix
+  std::size_t quant_ahead = 0;       // bytes of gate_up fetched during the attention
   bool tp_overlap = true;
   int tokens = 64;  // the largest step that prefetches
 
@@ -59,6 +67,9 @@ struct PrefetchSwitches {
     const char* quant = std::getenv("WEFT_L2_PREFETCH_QUANT_MB");
     s.quant_cap = static_cast<std::size_t>(std::max(0, quant != nullptr ? std::atoi(quant) : 0))
                   << 20;
+    const char* ahead = std::getenv("WEFT_L2_AHEAD_QUANT_MB");
+    s.quant_ahead = static_cast<std::size_t>(std::max(0, ahead != nullptr ? std::atoi(ahead) : 16))
+                    << 20;
     const char* tokens = std::getenv("WEFT_L2_PREFETCH_TOKENS");
     s.tokens = tokens != nullptr ? std::atoi(tokens) : 64;
     return s;
