@@ -19,7 +19,6 @@
 #include "kernels/cuda/embedding.hpp"
 #include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/gemv_rows.hpp"
-#include "kernels/cuda/l2_prefetch.hpp"
 #include "kernels/cuda/learned_positions.hpp"
 #include "kernels/cuda/norm.hpp"
 #include "kernels/cuda/paged_attention.hpp"
@@ -28,13 +27,14 @@
 #include "kernels/cuda/stream_fence.hpp"
 #include "runtime/model/cuda/cuda_model_state.hpp"
 #include "runtime/model/cuda/prefetch_switches.hpp"
+#include "runtime/model/cuda/step_prefetch.hpp"
 
 namespace weft::model {
 
 void CudaModel::State::enqueue_step(PreparedStep& step) {
   const int T = step.T, V = spec.vocab_size, R = step.R, rows = step.rows;
   const int decode_count = step.decode_count, tile_count = step.tile_count;
-  const int decode_context = step.decode_context, head_decode_rows = step.head_decode_rows;
+  const int decode_context = step.decode_context;
   const bool fused_rope = step.fused_rope, has_tree = step.has_tree, has_verify = step.has_verify;
   const bool has_offsets = step.has_offsets, compressing = step.compressing;
   const bool head_in_window = step.head_in_window;
@@ -50,11 +50,7 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
   using PrefetchRange = PrefetchSwitches::Range;
   using enum PrefetchSwitches::Range;
   const PrefetchSwitches& switches = PrefetchSwitches::get();
-  const auto& prefetch_cap = switches.cap;
-  const std::size_t tp_prefetch_cap = switches.tp_cap;
-  const std::size_t quant_prefetch_cap = switches.quant_cap;
   const bool tp_overlap = switches.tp_overlap;
-  const int prefetch_tokens = switches.tokens;
 
   const cuda::Precision P = options.precision;
   const int H = spec.hidden_size, I = spec.intermediate_size;
@@ -106,81 +102,33 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
     a.delta16 = delta_in16 ? delta16.get() : nullptr;
   };
 
-  // L2 prefetch of the next product's weights on the side stream, forked from `stream` here
-  // (see prefetch_cap); joined back at the end of the step.
-  const bool prefetching = tile_count == 0 && T <= prefetch_tokens && side_stream != nullptr;
-  bool forked = false;
-  // `beside_reduce`: the prefetch runs beside a tensor-parallel all-reduce (tp_prefetch_cap).
-  auto prefetch_at = [&](PrefetchRange which, const void* w, std::size_t elements,
-                         bool beside_reduce = false) {
-    std::size_t cap = prefetch_cap[which];
-    if (beside_reduce && tensor_parallel != nullptr && tp_prefetch_cap > 0 && cap > 0) {
-      cap = tp_prefetch_cap;  // WEFT_L2_PREFETCH_MB=0 still turns it off
-    }
-    if (!prefetching || w == nullptr || cap == 0) return;
-    cudaEventRecord(fork_event, stream);
-    cudaStreamWaitEvent(side_stream, fork_event, 0);
-    cuda::l2_prefetch(w, std::min(elements * 2, cap), side_stream);  // 16-bit
-    forked = true;
-  };
-  auto prefetch = [&](PrefetchRange which, const DeviceBuffer& w, std::size_t elements,
-                      bool beside_reduce = false) {
-    prefetch_at(which, w.get(), elements, beside_reduce);
-  };
-
-  // Quantized weights (docs/quantization.md): steps of up to kQuantChunkedTokens tokens read
-  // them through cuda::quant_gemv, 8 tokens per pass (reading the weights once per 8 tokens
-  // costs less than dequantizing them, by the count of bytes moved, to about 24 tokens); larger
-  // ones dequantize the matrix (in row chunks that fit the scratch buffer) and multiply the 16-bit
-  // rows through cuBLAS.
-  constexpr int kQuantChunkedTokens = 3 * cuda::kQuantGemvMaxTokens;  // 24
+  // Steps of up to kQuantChunkedTokens tokens read the quantized matrices as such
+  // (cuda_model_product.cpp).
   const bool quant_step = quant_format.has_value() && T <= kQuantChunkedTokens;
   auto uses_quant = [&](const DeviceBuffer& wq) { return quant_step && wq.get() != nullptr; };
+  // L2 prefetches of the next product's weights on the side stream (step_prefetch.hpp), joined
+  // back at the end of the step. A matrix's prefetch reads its quantized codes when the step
+  // reads them (counted in 16-bit elements, as a range's).
+  StepPrefetch pf(stream, side_stream, fork_event, join_event,
+                  tile_count == 0 && T <= switches.tokens && side_stream != nullptr,
+                  tensor_parallel != nullptr, quant_step ? quant_format : std::nullopt);
+  auto prefetch = [&](PrefetchRange which, const DeviceBuffer& w, std::size_t elements,
+                      bool beside_reduce = false) {
+    pf.range(which, w.get(), elements, beside_reduce);
+  };
+  auto prefetch_matrix = [&](PrefetchRange which, const DeviceBuffer& w16, const DeviceBuffer& wq,
+                             std::size_t out_rows, std::size_t cols, bool beside_reduce = false) {
+    pf.matrix(which, w16.get(), wq.get(), out_rows, cols, beside_reduce);
+  };
   // The decode rows' products through the row kernel (CudaModelOptions::row_kernel_tokens):
   // alone when the step has nothing else, else after cuBLAS has computed every row.
   const int row_limit = row_kernel_limit(options);
   const bool row_kernel = decode_count >= 1 && decode_count <= row_limit;
+  // A product of the step (cuda_model_product.cpp).
   auto product = [&](const void* in_x, int tokens, const DeviceBuffer& w16, const DeviceBuffer& wq,
                      int out_features, int in_features, float* y, int ldy,
                      bool head = false) -> bool {
-    if (wq.get() != nullptr && quant_format) {
-      const cuda::QuantMatrixView view{wq.get(), *quant_format, out_features, in_features};
-      if (tokens <= kQuantChunkedTokens && cuda::quant_gemv_supported(in_x, 1, view)) {
-        for (int t0 = 0; t0 < tokens; t0 += cuda::kQuantGemvMaxTokens) {
-          const int n = std::min(cuda::kQuantGemvMaxTokens, tokens - t0);
-          cuda::quant_gemv(static_cast<const std::byte*>(in_x) +
-                               static_cast<std::size_t>(t0) * in_features * cuda::kHalfBytes,
-                           n, view, y + static_cast<std::size_t>(t0) * ldy, ldy, P, stream);
-        }
-        return true;
-      }
-      const int chunk = static_cast<int>(std::min<std::size_t>(
-          dequant_scratch.bytes() / (static_cast<std::size_t>(in_features) * cuda::kHalfBytes),
-          static_cast<std::size_t>(out_features)));
-      bool ok = chunk > 0;
-      for (int r0 = 0; ok && r0 < out_features; r0 += chunk) {
-        const int n = std::min(chunk, out_features - r0);
-        cuda::quant_dequantize(view, r0, n, dequant_scratch.get(), P, stream);
-        ok = blas->linear(in_x, tokens, dequant_scratch.get(), n, in_features, y + r0, ldy, P,
-                          stream);
-      }
-      return ok;
-    }
-    const int decode_rows = head ? head_decode_rows : decode_count;
-    if (row_kernel && decode_rows > 0 && w16.get() != nullptr &&
-        cuda::gemv_rows_supported(in_x, decode_rows, w16.get(), in_features)) {
-      if (decode_rows == tokens) {
-        cuda::gemv_rows(in_x, tokens, nullptr, w16.get(), out_features, in_features, y, ldy, P,
-                        stream);
-        return true;
-      }
-      const bool ok =
-          blas->linear(in_x, tokens, w16.get(), out_features, in_features, y, ldy, P, stream);
-      cuda::gemv_rows(in_x, decode_rows, dev + (head ? L.head_rows : L.row_list), w16.get(),
-                      out_features, in_features, y, ldy, P, stream);
-      return ok;
-    }
-    return blas->linear(in_x, tokens, w16.get(), out_features, in_features, y, ldy, P, stream);
+    return step_product(step, in_x, tokens, w16, wq, out_features, in_features, y, ldy, head);
   };
   // o's and down's products (H outputs), all-reduced next under tensor parallelism: into
   // `delta`, or with a bf16 all-reduce (set_tensor_parallel, WEFT_TP_BF16_REDUCE_TOKENS) for
@@ -259,36 +207,6 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
                            dequant_scratch.get(), P, stream);
     return dequant_scratch.get();
   };
-  // An L2 prefetch of a matrix reads its quantized codes when the step uses them (counted in
-  // 16-bit elements, as prefetch takes them).
-  auto prefetch_matrix = [&](PrefetchRange which, const DeviceBuffer& w16, const DeviceBuffer& wq,
-                             std::size_t out_rows, std::size_t cols, bool beside_reduce = false) {
-    if (!uses_quant(wq)) return prefetch(which, w16, out_rows * cols, beside_reduce);
-    if (quant_prefetch_cap == 0) return;  // PrefetchSwitches: not for quantized matrices
-    const std::size_t bytes = cuda::quant_matrix_layout(*quant_format, out_rows, cols).code_bytes();
-    prefetch(which, wq, std::min(bytes, quant_prefetch_cap) / 2, beside_reduce);
-  };
-  // The first rows of a quantized gated gate_up (gate rows [0, n) and up rows [width, width + n),
-  // codes and block headers: what its first blocks read), about switches.quant_ahead bytes,
-  // forked before the attention of a step the dp4a products run with their norms
-  // (prefetch_switches.hpp).
-  auto prefetch_gate_up_ahead = [&](const DeviceBuffer& wq) {
-    if (!prefetching || switches.quant_ahead == 0 || !uses_quant(wq) || !spec.gated_mlp) return;
-    const cuda::QuantMatrixLayout lay = cuda::quant_matrix_layout(
-        *quant_format, static_cast<std::size_t>(mlp_width), static_cast<std::size_t>(H));
-    const std::size_t code_row = lay.row_code_words * 4, head_row = lay.row_blocks * 4;
-    const std::size_t width = lay.rows / 2;
-    const std::size_t n = std::min(width, switches.quant_ahead / (2 * (code_row + head_row)));
-    if (n == 0) return;
-    cudaEventRecord(fork_event, stream);
-    cudaStreamWaitEvent(side_stream, fork_event, 0);
-    const auto* base = static_cast<const std::byte*>(wq.get());
-    for (const std::size_t first : {std::size_t{0}, width}) {
-      cuda::l2_prefetch(base + first * code_row, n * code_row, side_stream);
-      cuda::l2_prefetch(base + lay.header_offset() + first * head_row, n * head_row, side_stream);
-    }
-    forked = true;
-  };
   // Vocab-parallel head (set_tensor_parallel): this rank multiplies rows [r * Vs, r * Vs + mine)
   // of the (replicated) head into head_shard; an all-gather and a 2D copy per rank put every
   // rank's columns into `logits`. Only for a 16-bit head.
@@ -312,7 +230,7 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
       prefetch_matrix(kQkvOrHead, layers[l + 1].qkv, layers[l + 1].qkv_q,
                       static_cast<std::size_t>(qkv_width), H, beside_reduce);
     } else if (vocab_split) {
-      prefetch_at(kQkvOrHead, head_rows, static_cast<std::size_t>(head_mine) * H, beside_reduce);
+      pf.range(kQkvOrHead, head_rows, static_cast<std::size_t>(head_mine) * H, beside_reduce);
     } else {
       prefetch_matrix(kQkvOrHead, head, lm_head_q, static_cast<std::size_t>(V), H, beside_reduce);
     }
@@ -537,7 +455,8 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
     }
     mark("qkv product");
     prefetch_matrix(kO, W.o, W.o_q, H, QD);
-    if (norm_fused) prefetch_gate_up_ahead(W.up_q);
+    // gate_up's first rows stream while the attention runs (prefetch_switches.hpp).
+    if (norm_fused && spec.gated_mlp) pf.gate_up_ahead(W.up_q.get(), mlp_width, H);
     attend(l, W);
     bool o16 = false;
     if (norm_fused) {
@@ -602,10 +521,7 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
       cuda::add_residual(x.as<float>(), delta.as<float>(), or_null(layers.back().down_bias), T, H,
                          stream);
     }
-    if (forked) {
-      cudaEventRecord(join_event, side_stream);
-      cudaStreamWaitEvent(stream, join_event, 0);
-    }
+    pf.join();
     if (stage_out_device != nullptr) {
       cudaMemcpyAsync(stage_out_device, x.get(), static_cast<std::size_t>(T) * H * 4,
                       cudaMemcpyDeviceToDevice, stream);
@@ -664,10 +580,7 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
     cudaMemcpyAsync(stage_out_device, logits.as<float>(), static_cast<std::size_t>(rows) * V * 4,
                     cudaMemcpyDeviceToDevice, stream);
   }
-  if (forked) {
-    cudaEventRecord(join_event, side_stream);
-    cudaStreamWaitEvent(stream, join_event, 0);
-  }
+  pf.join();
 }
 
 }  // namespace weft::model

@@ -70,6 +70,13 @@ struct PreparedStep {
   bool blas_ok = true, reduce_ok = true;
 };
 
+// Quantized weights (docs/quantization.md): steps of up to this many tokens read them through
+// cuda::quant_gemv, 8 tokens per pass (reading the weights once per 8 tokens costs less than
+// dequantizing them, by the count of bytes moved, to about 24 tokens); larger ones dequantize
+// the matrix (in row chunks that fit the scratch buffer) and multiply the 16-bit rows through
+// cuBLAS (CudaModel::State::step_product).
+inline constexpr int kQuantChunkedTokens = 3 * cuda::kQuantGemvMaxTokens;  // 24
+
 // CudaModelOptions::row_kernel_tokens, or WEFT_ROW_KERNEL_TOKENS where set; at most
 // cuda::kGemvRowsMax (cuda_model.cpp).
 int row_kernel_limit(const CudaModelOptions& options);
@@ -299,6 +306,14 @@ struct CudaModel::State {
   // `stream`, plainly or into the graph run() captures (cuda_model_enqueue.cpp).
   Result<void> prepare_step(const StepBatch& batch, bool copy_logits, PreparedStep& step);
   void enqueue_step(PreparedStep& step);
+  // One of the step's products, y[tokens, out] (leading dimension ldy) = x[tokens, in] * w^T
+  // (cuda_model_product.cpp): the quantized matrix wq where the model has one (quant_gemv up to
+  // kQuantChunkedTokens tokens, else dequantized row chunks through cuBLAS), else the 16-bit w16
+  // through cuBLAS and, for the step's decode rows (`head`: its logit rows), the row kernel.
+  // False where cuBLAS failed.
+  bool step_product(const PreparedStep& step, const void* x, int tokens, const DeviceBuffer& w16,
+                    const DeviceBuffer& wq, int out_features, int in_features, float* y, int ldy,
+                    bool head = false);
   // Whether a step of T tokens runs its residual adds and norms inside its layer products
   // (cuda::QuantNormArgs; cuda_model_norm_fused.cpp): one GPU, pre-norm RMS layers with a gated
   // MLP and no biases on the norms, o or down, every layer matrix quantized and read through
