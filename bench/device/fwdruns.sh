@@ -15,7 +15,7 @@ fb() {
   shift
   env "${envs[@]}" timeout "${FB_TIMEOUT:-150}" "$@" --shape 8b --context 512 --prefill "" \
     --repeats 20 >"$O/$name.txt" 2>&1
-  echo "$name rc=$?: $(grep -E '^decode' "$O/$name.txt" | tr -s ' ' | head -3 | tr '\n' ';')"
+  echo "$name rc=$?: $(grep -E '^decode' "$O/$name.txt" | tr -s ' ' | head -4 | tr '\n' ';')"
 }
 pair() {
   # shellcheck disable=SC2086  # ENV and ARGS are word lists
