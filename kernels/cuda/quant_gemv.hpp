@@ -140,6 +140,17 @@ void quant_gemv_dp4a_norm_in(const void* x, int tokens, const QuantMatrixView& w
 bool quant_gemv_dp4a_fine();
 void quant_gemv_dp4a(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
                      int act, void* act_out, Precision precision, cudaStream_t stream);
+// The dp4a product at 3-8 tokens (q4 formats): x rounded once into a buffer of
+// quant_rounded_inputs_bytes(tokens, cols) bytes by quant_round_inputs (per token and group of
+// 32 inputs what the 1-2 token kernels compute in every block: 8-bit codes on the group's own
+// scale, the scale and the exact sum), then every block of quant_gemv_dp4a_rounded reads it.
+// A token's rows are bitwise its 1-token product's. With act >= 0, gated as quant_gemv_dp4a.
+std::size_t quant_rounded_inputs_bytes(int tokens, int cols);
+void quant_round_inputs(const void* x, int tokens, int cols, void* rounded, Precision precision,
+                        cudaStream_t stream);
+void quant_gemv_dp4a_rounded(const void* rounded, int tokens, const QuantMatrixView& w, float* y,
+                             int ldy, int act, void* act_out, Precision precision,
+                             cudaStream_t stream);
 
 // A gated MLP's fused gate_up product (w: [2 * width, cols], gate rows first) and its
 // activation in one kernel: out[t, i] = act(gate[t, i]) * up[t, i], 16-bit, [tokens, width],

@@ -35,6 +35,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -120,8 +121,12 @@ constexpr int kNormNone = 0, kNormIn = 1, kNormOut = 2;
 
 // Four blocks an SM (128 registers): ptxas otherwise took 137-167 for some q4_b64 and remainder
 // variants (3 blocks an SM) where 128 fit without spills.
+// kTokens > 2: x is read already rounded (`pre`, quant_round_inputs' layout: per token and group
+// 8 code words, even inputs then odd, and the (scale, sum) pairs after all the words), the
+// same values each block would compute (round_inputs), computed once a step instead of once a
+// block: at 8 tokens rounding in every block cost more than the products (PERFORMANCE.md).
 template <class T, int kBlock, int kTokens, bool kGated, bool kFine, int kNorm>
-__global__ void __launch_bounds__(kWarps * 32, 4)
+__global__ void __launch_bounds__(kWarps * 32, kTokens <= 2 ? 4 : 3)
     quant_gemv_dp4a_kernel(const T* __restrict__ x, int tokens, const unsigned* __restrict__ codes,
                            const unsigned* __restrict__ headers, int out, int in,
                            float* __restrict__ y, int ldy, int act, T* __restrict__ act_out,
@@ -188,7 +193,20 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
       if (t >= tokens) continue;
       unsigned xe[4], xo[4], re[4], ro[4];
       float s, sum;
-      round_inputs<T, kFine>(xg + static_cast<std::size_t>(t) * in, xe, xo, re, ro, s, sum);
+      if constexpr (kTokens > 2) {
+        const std::size_t at = static_cast<std::size_t>(t) * groups + tile * 32 + lane;
+        const auto* words = reinterpret_cast<const uint4*>(x);
+        const uint4 e = __ldg(words + 2 * at), o = __ldg(words + 2 * at + 1);
+        const float2 ss = __ldg(
+            reinterpret_cast<const float2*>(words + 2 * static_cast<std::size_t>(tokens) * groups) +
+            at);
+        xe[0] = e.x, xe[1] = e.y, xe[2] = e.z, xe[3] = e.w;
+        xo[0] = o.x, xo[1] = o.y, xo[2] = o.z, xo[3] = o.w;
+        s = ss.x;
+        sum = ss.y;
+      } else {
+        round_inputs<T, kFine>(xg + static_cast<std::size_t>(t) * in, xe, xo, re, ro, s, sum);
+      }
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         int even = 0, odd = 0;
@@ -288,6 +306,22 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   }
 }
 
+// quant_round_inputs' kernel: a thread per (token, group of 32 inputs).
+template <class T>
+__global__ void round_inputs_kernel(const T* __restrict__ x, int tokens, int groups,
+                                    uint4* __restrict__ words) {
+  detail::grid_dependency_wait();
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= tokens * groups) return;
+  unsigned xe[4], xo[4], re[4], ro[4];
+  float s, sum;
+  round_inputs<T, false>(x + static_cast<std::size_t>(i) * 32, xe, xo, re, ro, s, sum);
+  words[2 * i] = make_uint4(xe[0], xe[1], xe[2], xe[3]);
+  words[2 * i + 1] = make_uint4(xo[0], xo[1], xo[2], xo[3]);
+  reinterpret_cast<float2*>(words + 2 * static_cast<std::size_t>(tokens) * groups)[i] =
+      make_float2(s, sum);
+}
+
 template <class T, int kBlock, int kTokens, bool kFine, int kNorm>
 void launch_dp4a(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy, int act,
                  void* act_out, const QuantNormArgs& norm, cudaStream_t stream) {
@@ -324,13 +358,19 @@ void launch_fine(const void* x, int tokens, const QuantMatrixView& w, float* y, 
   }
 }
 
+// 1 and 2 tokens round x in the kernel; 3-8 (`x`: quant_round_inputs' buffer) go through the
+// 8-token kernel, which reads it rounded (tokens past `tokens` skipped; no remainders). The
+// norms (kNorm) only at 1-2 tokens (QuantNormArgs).
 template <class T, int kBlock, int kNorm>
 void dispatch_tokens(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
                      int act, void* act_out, const QuantNormArgs& norm, cudaStream_t stream) {
   if (tokens == 1) {
     launch_fine<T, kBlock, 1, kNorm>(x, tokens, w, y, ldy, act, act_out, norm, stream);
-  } else {
+  } else if (tokens == 2 || kNorm != kNormNone) {
     launch_fine<T, kBlock, 2, kNorm>(x, tokens, w, y, ldy, act, act_out, norm, stream);
+  } else if constexpr (kNorm == kNormNone) {
+    launch_dp4a<T, kBlock, kQuantGemvMaxTokens, false, kNorm>(x, tokens, w, y, ldy, act, act_out,
+                                                              norm, stream);
   }
 }
 
@@ -364,7 +404,29 @@ bool quant_gemv_dp4a_supported(QuantGemvFormat format, int tokens) {
 void quant_gemv_dp4a(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
                      int act, void* act_out, Precision precision, cudaStream_t stream) {
   if (tokens <= 0 || w.rows <= 0) return;
-  dispatch<kNormNone>(x, tokens, w, y, ldy, act, act_out, {}, precision, stream);
+  dispatch<kNormNone>(x, std::min(tokens, 2), w, y, ldy, act, act_out, {}, precision, stream);
+}
+
+std::size_t quant_rounded_inputs_bytes(int tokens, int cols) {
+  return static_cast<std::size_t>(std::max(tokens, 0)) * (cols / 32) * (32 + 8);
+}
+
+void quant_round_inputs(const void* x, int tokens, int cols, void* rounded, Precision precision,
+                        cudaStream_t stream) {
+  const int groups = cols / 32, n = tokens * groups;
+  if (n <= 0) return;
+  WEFT_DISPATCH_PRECISION(precision, {
+    detail::launch_with(detail::pdl_products_enabled(), round_inputs_kernel<T>, (n + 127) / 128,
+                        128, 0, stream, static_cast<const T*>(x), tokens, groups,
+                        static_cast<uint4*>(rounded));
+  });
+}
+
+void quant_gemv_dp4a_rounded(const void* rounded, int tokens, const QuantMatrixView& w, float* y,
+                             int ldy, int act, void* act_out, Precision precision,
+                             cudaStream_t stream) {
+  if (tokens <= 2 || tokens > kQuantGemvMaxTokens || w.rows <= 0) return;
+  dispatch<kNormNone>(rounded, tokens, w, y, ldy, act, act_out, {}, precision, stream);
 }
 
 int quant_norm_squares(int rows) {

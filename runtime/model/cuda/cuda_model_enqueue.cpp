@@ -337,6 +337,11 @@ void CudaModel::State::enqueue_step(PreparedStep& step) {
         cuda::quant_gemv_dp4a_norm_in(in, T, up_view, nullptr, 0,
                                       static_cast<int>(kernel_activation(spec.activation)),
                                       act.get(), norm_in, P, stream);
+      } else if (rounded_dp4a(T)) {
+        cuda::quant_round_inputs(in, T, H, rounded_inputs.get(), P, stream);
+        cuda::quant_gemv_dp4a_rounded(rounded_inputs.get(), T, up_view, nullptr, 0,
+                                      static_cast<int>(kernel_activation(spec.activation)),
+                                      act.get(), P, stream);
       } else {
         cuda::quant_gemv_gated(kernel_activation(spec.activation), in, T, up_view, act.get(), P,
                                stream);

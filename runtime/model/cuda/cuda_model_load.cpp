@@ -362,6 +362,12 @@ Result<CudaModel> CudaModel::create(const Model& model, const CudaModelOptions& 
     if (auto err = s->dequant_scratch.reserve(largest * cuda::kHalfBytes); err != cudaSuccess) {
       return cuda_error(err, "allocating the dequantization buffer");
     }
+    const int widest = static_cast<int>(std::max({H, QD, I}));
+    if (auto err = s->rounded_inputs.reserve(
+            cuda::quant_rounded_inputs_bytes(cuda::kQuantGemvMaxTokens, widest));
+        err != cudaSuccess) {
+      return cuda_error(err, "allocating the rounded inputs' buffer");
+    }
   }
   for (int b = 0; b < 2; ++b) {
     s->upload_chunks[b].reset();

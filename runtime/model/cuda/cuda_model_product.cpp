@@ -6,12 +6,27 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/gemv_rows.hpp"
 #include "kernels/cuda/quant_gemv.hpp"
 #include "runtime/model/cuda/cuda_model_state.hpp"
 
 namespace weft::model {
+
+bool CudaModel::State::rounded_dp4a(int tokens) const {
+  static const bool on = [] {
+    const char* v = std::getenv("WEFT_QUANT_DP4A_ROUNDED");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  // From 5 tokens: at 8 it took an 8B q4 step from 5.66-5.69 to 5.12-5.14 ms on an H100, at 4
+  // it was level with the stream kernel or 2% slower (docs/PERFORMANCE.md, "Where a q4
+  // batch-1 step's time goes").
+  return on && quant_format && tokens >= 5 && tokens <= cuda::kQuantGemvMaxTokens &&
+         rounded_inputs.get() != nullptr && cuda::quant_gemv_dp4a_supported(*quant_format, 1) &&
+         cuda::quant_gemv_default_kernel(tokens) == cuda::QuantGemvKernel::kAuto;
+}
 
 bool CudaModel::State::step_product(const PreparedStep& step, const void* in_x, int tokens,
                                     const DeviceBuffer& w16, const DeviceBuffer& wq,
@@ -23,9 +38,16 @@ bool CudaModel::State::step_product(const PreparedStep& step, const void* in_x, 
     if (tokens <= kQuantChunkedTokens && cuda::quant_gemv_supported(in_x, 1, view)) {
       for (int t0 = 0; t0 < tokens; t0 += cuda::kQuantGemvMaxTokens) {
         const int n = std::min(cuda::kQuantGemvMaxTokens, tokens - t0);
-        cuda::quant_gemv(static_cast<const std::byte*>(in_x) +
-                             static_cast<std::size_t>(t0) * in_features * cuda::kHalfBytes,
-                         n, view, y + static_cast<std::size_t>(t0) * ldy, ldy, P, stream);
+        const void* xt = static_cast<const std::byte*>(in_x) +
+                         static_cast<std::size_t>(t0) * in_features * cuda::kHalfBytes;
+        float* yt = y + static_cast<std::size_t>(t0) * ldy;
+        if (rounded_dp4a(n)) {
+          cuda::quant_round_inputs(xt, n, in_features, rounded_inputs.get(), P, stream);
+          cuda::quant_gemv_dp4a_rounded(rounded_inputs.get(), n, view, yt, ldy, -1, nullptr, P,
+                                        stream);
+        } else {
+          cuda::quant_gemv(xt, n, view, yt, ldy, P, stream);
+        }
       }
       return true;
     }

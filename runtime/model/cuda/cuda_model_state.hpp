@@ -136,6 +136,9 @@ struct CudaModel::State {
   // The 16-bit matrix a large step's product dequantizes into: the largest layer matrix (an
   // lm head larger than that goes through it in row chunks).
   DeviceBuffer dequant_scratch;
+  // Steps of 3-8 tokens through the dp4a product: each product's x rounded once
+  // (cuda::quant_round_inputs; rounded_dp4a).
+  DeviceBuffer rounded_inputs;
   std::vector<Layer> layers;
   DeviceBuffer kv;  // the page pool
 
@@ -311,6 +314,10 @@ struct CudaModel::State {
   // kQuantChunkedTokens tokens, else dequantized row chunks through cuBLAS), else the 16-bit w16
   // through cuBLAS and, for the step's decode rows (`head`: its logit rows), the row kernel.
   // False where cuBLAS failed.
+  // Whether a product of `tokens` tokens goes through the dp4a product on x rounded once
+  // (cuda::quant_gemv_dp4a_rounded): 5-8 tokens, q4 formats, the quantized kernel left to auto
+  // (WEFT_QUANT_GEMV), WEFT_QUANT_DP4A_ROUNDED not 0.
+  bool rounded_dp4a(int tokens) const;
   bool step_product(const PreparedStep& step, const void* x, int tokens, const DeviceBuffer& w16,
                     const DeviceBuffer& wq, int out_features, int in_features, float* y, int ldy,
                     bool head = false);
