@@ -119,12 +119,13 @@ __device__ __forceinline__ void round_inputs(const T* xg, unsigned (&xe)[4], uns
 // bits) and each block's sums of squares (quant_gemv.hpp, QuantNormArgs).
 constexpr int kNormNone = 0, kNormIn = 1, kNormOut = 2;
 
-// Four blocks an SM (128 registers): ptxas otherwise took 137-167 for some q4_b64 and remainder
-// variants (3 blocks an SM) where 128 fit without spills.
-// kTokens > 2: x is read already rounded (`pre`, quant_round_inputs' layout: per token and group
-// 8 code words, even inputs then odd, and the (scale, sum) pairs after all the words), the
-// same values each block would compute (round_inputs), computed once a step instead of once a
-// block: at 8 tokens rounding in every block cost more than the products (PERFORMANCE.md).
+// Four blocks an SM (128 registers) at 1-2 tokens: ptxas otherwise took 137-167 for some q4_b64
+// and remainder variants (3 blocks an SM) where 128 fit without spills. kTokens > 2 (the
+// 8-token kernel, 152-164 registers, 3 blocks an SM): x is quant_round_inputs' buffer (per
+// token and group 8 code words, even inputs then odd, and after all the words the (scale, sum)
+// pairs), the values each block would compute with round_inputs, computed once a product
+// instead of once a block: at 8 tokens rounding in every block cost more than the products
+// (docs/PERFORMANCE.md, "Where a q4 batch-1 step's time goes").
 template <class T, int kBlock, int kTokens, bool kGated, bool kFine, int kNorm>
 __global__ void __launch_bounds__(kWarps * 32, kTokens <= 2 ? 4 : 3)
     quant_gemv_dp4a_kernel(const T* __restrict__ x, int tokens, const unsigned* __restrict__ codes,
