@@ -405,6 +405,8 @@ bool quant_gemv_dp4a_supported(QuantGemvFormat format, int tokens) {
 void quant_gemv_dp4a(const void* x, int tokens, const QuantMatrixView& w, float* y, int ldy,
                      int act, void* act_out, Precision precision, cudaStream_t stream) {
   if (tokens <= 0 || w.rows <= 0) return;
+  // Raw x never reaches the 8-token kernel, which reads quant_round_inputs' buffer; callers come
+  // through quant_gemv_resolve, which gives dp4a 1-2 tokens only (quant_gemv_dp4a_supported).
   dispatch<kNormNone>(x, std::min(tokens, 2), w, y, ldy, act, act_out, {}, precision, stream);
 }
 

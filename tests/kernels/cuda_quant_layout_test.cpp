@@ -308,47 +308,38 @@ TEST_P(CudaQuantGemv, Dp4aRoundsEachGroupOnItsOwnScale) {
 // 1-token dp4a product (which rounds x itself), so they keep its proven bound; q4_b32 and q4_b64
 // at 3, 5 and 8 tokens over 130 groups (a last tile of 2).
 TEST_P(CudaQuantGemv, Dp4aOnRoundedInputsIsBitwiseTheOneTokenProduct) {
+  using test_support::DeviceArray;
   const auto [format, precision] = GetParam();
   if (!quant_gemv_dp4a_supported(format, 1)) GTEST_SKIP() << "dp4a has q4 formats only";
   std::mt19937 rng(29 + static_cast<int>(format));
   std::normal_distribution<float> dist(0.0f, 1.0f);
   const int rows = 96, cols = 4160;
   const Weights w = make_weights(format, rows, cols, rng);
-  auto* dw = upload(w.gpu.words);
-  const QuantMatrixView view{dw, format, rows, cols};
+  const DeviceArray<std::uint32_t> dw(w.gpu.words);
+  const QuantMatrixView view{dw.get(), format, rows, cols};
+  const auto silu = ActivationKind::kSilu;
   for (int tokens : {3, 5, 8}) {
     const Inputs in = random_inputs(static_cast<std::size_t>(tokens) * cols, precision, rng, dist);
-    auto* dx = upload(in.bits);
-    void* dy = nullptr;
-    void* dact = nullptr;
-    void* rounded = nullptr;
-    ASSERT_EQ(cudaMalloc(&dy, sizeof(float) * tokens * rows), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(&dact, 2 * tokens * rows / 2), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(&rounded, quant_rounded_inputs_bytes(tokens, cols)), cudaSuccess);
-    quant_round_inputs(dx, tokens, cols, rounded, precision, nullptr);
-    quant_gemv_dp4a_rounded(rounded, tokens, view, static_cast<float*>(dy), rows, -1, nullptr,
-                            precision, nullptr);
-    quant_gemv_dp4a_rounded(rounded, tokens, view, nullptr, 0,
-                            static_cast<int>(ActivationKind::kSilu), dact, precision, nullptr);
+    const DeviceArray<std::uint16_t> dx(in.bits);
+    DeviceArray<float> y(static_cast<std::size_t>(tokens) * rows);
+    DeviceArray<std::uint16_t> act(static_cast<std::size_t>(tokens) * rows / 2);
+    DeviceArray<std::uint8_t> rounded(quant_rounded_inputs_bytes(tokens, cols));
+    quant_round_inputs(dx.get(), tokens, cols, rounded.get(), precision, nullptr);
+    quant_gemv_dp4a_rounded(rounded.get(), tokens, view, y.get(), rows, -1, nullptr, precision,
+                            nullptr);
+    quant_gemv_dp4a_rounded(rounded.get(), tokens, view, nullptr, 0, static_cast<int>(silu),
+                            act.get(), precision, nullptr);
     ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-    std::vector<float> all(static_cast<std::size_t>(tokens) * rows);
-    std::vector<std::uint16_t> all_act(static_cast<std::size_t>(tokens) * rows / 2);
-    ASSERT_EQ(cudaMemcpy(all.data(), dy, sizeof(float) * all.size(), cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(all_act.data(), dact, 2 * all_act.size(), cudaMemcpyDeviceToHost),
-              cudaSuccess);
+    const std::vector<float> all = y.download();
+    const std::vector<std::uint16_t> all_act = act.download();
     for (int t = 0; t < tokens; ++t) {
-      const void* xt =
-          reinterpret_cast<const std::uint16_t*>(dx) + static_cast<std::size_t>(t) * cols;
-      quant_gemv(QuantGemvKernel::kDp4a, xt, 1, view, static_cast<float*>(dy), rows, precision,
-                 nullptr);
-      quant_gemv_gated(QuantGemvKernel::kDp4a, ActivationKind::kSilu, xt, 1, view, dact, precision,
-                       nullptr);
-      std::vector<float> one(rows);
-      std::vector<std::uint16_t> one_act(rows / 2);
-      ASSERT_EQ(cudaMemcpy(one.data(), dy, sizeof(float) * rows, cudaMemcpyDeviceToHost),
-                cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(one_act.data(), dact, rows, cudaMemcpyDeviceToHost), cudaSuccess);
+      const std::uint16_t* xt = dx.get() + static_cast<std::size_t>(t) * cols;
+      DeviceArray<float> y1(rows);
+      DeviceArray<std::uint16_t> act1(rows / 2);
+      quant_gemv(QuantGemvKernel::kDp4a, xt, 1, view, y1.get(), rows, precision, nullptr);
+      quant_gemv_gated(QuantGemvKernel::kDp4a, silu, xt, 1, view, act1.get(), precision, nullptr);
+      const std::vector<float> one = y1.download();
+      const std::vector<std::uint16_t> one_act = act1.download();
       for (int o = 0; o < rows; ++o) {
         ASSERT_EQ(std::memcmp(&one[o], &all[static_cast<std::size_t>(t) * rows + o], 4), 0)
             << name_of(format) << " tokens=" << tokens << " t=" << t << " o=" << o;
@@ -358,12 +349,7 @@ TEST_P(CudaQuantGemv, Dp4aOnRoundedInputsIsBitwiseTheOneTokenProduct) {
             << name_of(format) << " gated, tokens=" << tokens << " t=" << t << " o=" << o;
       }
     }
-    cudaFree(dx);
-    cudaFree(dy);
-    cudaFree(dact);
-    cudaFree(rounded);
   }
-  cudaFree(dw);
 }
 
 double activate(ActivationKind kind, double v) {
