@@ -197,6 +197,22 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
     throw Error(ErrorCode::kUnsupported,
                 "kv_compress_rate > 0: not with pipeline parallelism so far");
   }
+  // Variable per-head budgets: the CPU forward pass reads each head's cells
+  // (docs/kv-compress.md); the CUDA kernels read one slot offset per sequence, and under
+  // tensor parallelism each rank would share its layer's budget among its own heads only.
+  if (s.config.kv_compress_rate > 0.0 && s.config.kv_compress_heads == "variable") {
+    if (device->cuda) {
+      throw Error(ErrorCode::kUnsupported,
+                  "kv_compress_heads \"variable\": the CPU backend only so far (the CUDA "
+                  "attention kernels read one slot offset per sequence); use \"uniform\" on "
+                  "the GPU");
+    }
+    if (group != nullptr) {
+      throw Error(ErrorCode::kUnsupported,
+                  "kv_compress_heads \"variable\": not with tensor or pipeline parallelism so "
+                  "far (use \"uniform\")");
+    }
+  }
   auto loaded = load_model(s.config.model_dir, load_options);
   if (!loaded) throw loaded.error();
   if (loaded->encoder) {
@@ -371,7 +387,9 @@ Engine::Engine(const asio::any_io_executor& executor, EngineConfig config)
                                                   : sched::SchedulePolicy::kFirstCome;
   // An encoder-decoder sequence's decoder KV depends on its source, not only its tokens.
   sc.prefix_cache = s.config.prefix_cache && !seq2seq;
-  sc.kv_compress = {s.config.kv_compress_rate, s.config.kv_compress_window};
+  sc.kv_compress = {s.config.kv_compress_rate, s.config.kv_compress_window,
+                    s.config.kv_compress_heads == "variable" ? kv::KvCompressHeads::kVariable
+                                                             : kv::KvCompressHeads::kUniform};
   s.kv_allocator = std::make_unique<actors::KvAllocatorActor>(executor, sc.num_pages, sc.page_size);
   s.scheduler = std::make_unique<actors::SchedulerActor>(
       *s.kv_allocator, sc, *s.executor_actor, *s.sampler, *s.detokenizer, *s.constraint, eos);

@@ -83,6 +83,8 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
       }
     } else if (key == "kv_compress_window") {
       ok = as_int(c.kv_compress_window);
+    } else if (key == "kv_compress_heads") {
+      ok = as_string(c.kv_compress_heads);
     } else if (key == "cpu_threads") {
       ok = as_int(c.cpu_threads);
     } else if (key == "cpu_layers") {
@@ -138,7 +140,7 @@ Result<EngineConfig> EngineConfig::from_file(const std::filesystem::path& path) 
               "cpu_layers, "
               "gpu_memory_budget_mb, micro_batches, pp_groups, "
               "jump_forward, prefix_cache, overlap_steps, kv_cache_dtype, kv_compress_rate, "
-              "kv_compress_window, speculate, "
+              "kv_compress_window, kv_compress_heads, speculate, "
               "draft_model_dir, spec_tokens, spec_width, "
               "spec_step_budget, draft_kv_budget_bytes, draft_device)");
     }
@@ -244,6 +246,9 @@ Result<void> EngineConfig::validate() const {
   }
   if (auto ok = kv::check(kv::KvCompressConfig{kv_compress_rate, kv_compress_window}); !ok) {
     return bad(ok.error().what());
+  }
+  if (auto heads = kv::parse_kv_compress_heads(kv_compress_heads); !heads) {
+    return bad(heads.error().what());
   }
   if (kv_compress_rate > 0.0 && !speculate.empty()) {
     return bad("kv_compress_rate > 0 and speculate \"" + speculate + "\" do not mix");

@@ -79,6 +79,7 @@ asio::awaitable<void> SchedulerActor::loop(int group) {
       batch.sequences.back().slot_offset = s.slot_offset;
       batch.sequences.back().compress_evict = s.compress_evict;
       batch.sequences.back().compress_window = s.compress_window;
+      batch.sequences.back().compress_heads_vary = s.compress_heads_vary;
       batch.sequences.back().cross_page_table = s.cross_page_table;
       batch.sequences.back().cross_length = s.cross_length;
       batch.sequences.back().encoder_tokens = s.encoder_tokens;

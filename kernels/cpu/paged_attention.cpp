@@ -13,10 +13,11 @@ void paged_attention(const float* q, std::size_t num_heads, const PagedKv& kv,
                      float* scratch, KernelPath path, const float* alibi_slopes) {
   path = resolve(path);
   const std::size_t group = num_heads / kv.num_kv_heads;
-  const std::size_t span = last_pos - first_pos + 1;
   for (std::size_t h = 0; h < num_heads; ++h) {
     const float* qh = q + h * kv.head_dim;
     const std::size_t kv_head = h / group;
+    const std::size_t last = last_pos + kv.shift(kv_head);
+    const std::size_t span = last - first_pos + 1;
     for (std::size_t j = 0; j < span; ++j) {
       const std::size_t pos = first_pos + j;
       scratch[j] = dot_kv_row(qh, kv.dtype, kv.key(pos, kv_head), kv.key_scale(pos, kv_head),
@@ -25,7 +26,7 @@ void paged_attention(const float* q, std::size_t num_heads, const PagedKv& kv,
     }
     if (alibi_slopes != nullptr) {
       for (std::size_t j = 0; j < span; ++j) {
-        const auto distance = static_cast<float>(first_pos + j) - static_cast<float>(last_pos);
+        const auto distance = static_cast<float>(first_pos + j) - static_cast<float>(last);
         scratch[j] += alibi_slopes[h] * distance;
       }
     }

@@ -181,6 +181,13 @@ Result<void> Model::forward_layers(const StepBatch& batch, KvCache& kv, LayerRan
     KvLayout whole = kv.layout();
     whole.num_layers = spec_.num_layers;
     if (auto ok = check_step_batch(spec_, batch, whole, kv.num_pages()); !ok) return ok;
+    for (std::size_t s = 0; s < batch.sequences.size(); ++s) {
+      if (auto ok = check_head_cells(batch.sequences[s], batch.positions, kv,
+                                     "sequence " + std::to_string(s) + ": ");
+          !ok) {
+        return ok;
+      }
+    }
   }
   const bool embeds = layers.begin == 0;
   const bool ends = layers.begin + layers.count == spec_.num_layers;
@@ -279,6 +286,8 @@ Result<void> Model::forward_layers(const StepBatch& batch, KvCache& kv, LayerRan
     return tensor_parallel->all_reduce_sum(std::span<float>(partial.data(), T * H));
   };
 
+  // Variable KV-Compress: each compressing sequence's scores, every layer's, until the last.
+  std::vector<std::vector<float>> unit_scores(batch.sequences.size());
   const auto layer_end = static_cast<std::size_t>(layers.begin + layers.count);
   for (auto l = static_cast<std::size_t>(layers.begin); l < layer_end; ++l) {
     const Layer& L = layers_[l];
@@ -313,6 +322,11 @@ Result<void> Model::forward_layers(const StepBatch& batch, KvCache& kv, LayerRan
                         sin_table.data() + t * (R / 2), pairing);
       }
       const auto& seq = batch.sequences[seq_of[t]];
+      if (reads_head_cells(seq)) {
+        store_token_in_head_cells(seq, batch.positions[t], kv_layer, k.data() + t * KVD,
+                                  v.data() + t * KVD, kv);
+        continue;
+      }
       const auto pos = static_cast<std::size_t>(
           seq.kv_slot(static_cast<int>(t) - seq.token_begin, batch.positions[t]));
       kv.store_token(seq.page_table[pos / page_size], kv_layer, static_cast<int>(pos % page_size),
@@ -321,15 +335,20 @@ Result<void> Model::forward_layers(const StepBatch& batch, KvCache& kv, LayerRan
     const bool windowed = spec_.layer_uses_window(static_cast<int>(l));
     pool.parallel_for(T, [&](std::size_t begin, std::size_t end) {
       std::vector<float> scratch(max_context);
-      std::vector<const void*> pages;
+      std::vector<const void*> pages, head_blocks;
+      std::vector<int> head_rows, head_shift;
       std::vector<std::size_t> slots;
       for (std::size_t t = begin; t < end; ++t) {
         const auto& seq = batch.sequences[seq_of[t]];
         pages.clear();
         for (auto page : seq.page_table)
           pages.push_back(kv.layer_bytes(page, kv_layer));
-        const cpu::PagedKv view{
+        cpu::PagedKv view{
             pages.data(), page_size, NKV, D, kv.layout().dtype, kv.layout().scales_offset()};
+        if (reads_head_cells(seq)) {
+          view_head_cells(seq, batch.positions[t], kv_layer, kv, head_blocks, head_rows, head_shift,
+                          view);
+        }
         // The token's own slot: positions and slots differ after a KV-Compress eviction.
         const auto pos = static_cast<std::size_t>(batch.positions[t] - seq.slot_offset);
         const std::size_t window = static_cast<std::size_t>(spec_.sliding_window);
@@ -344,9 +363,10 @@ Result<void> Model::forward_layers(const StepBatch& batch, KvCache& kv, LayerRan
                              scratch.data(), path, alibi);
       }
     });
-    for (const auto& seq : batch.sequences) {
-      if (seq.compress_evict > 0) {
-        compress_layer_kv(seq, batch.positions, q.data(), NH, scale, kv_layer, kv, path);
+    for (std::size_t s = 0; s < batch.sequences.size(); ++s) {
+      if (batch.sequences[s].compress_evict > 0) {
+        compress_layer_kv(batch.sequences[s], batch.positions, q.data(), NH, scale, kv_layer, kv,
+                          path, &unit_scores[s]);
       }
     }
     cpu::matmul(attn.data(), T, L.o, bias_or_null(L.o_bias), attn_out.data(), &pool, path);
@@ -400,6 +420,12 @@ Result<void> Model::forward_layers(const StepBatch& batch, KvCache& kv, LayerRan
     }
   }
 
+  for (std::size_t s = 0; s < batch.sequences.size(); ++s) {
+    const auto& seq = batch.sequences[s];
+    if (seq.compress_evict > 0 && seq.compress_heads_vary) {
+      compress_kv_across_heads(seq, batch.positions, unit_scores[s], kv);
+    }
+  }
   if (!ends) {
     logits = std::move(x);  // the residual stream, for the next stage
     return {};

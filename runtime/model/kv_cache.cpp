@@ -57,4 +57,32 @@ void KvCache::store_token(int page, int layer, int slot, const float* k, const f
   }
 }
 
+void KvCache::store_head(int page, int layer, int head_row, int slot, const float* k,
+                         const float* v) noexcept {
+  unsigned char* block = layer_bytes(page, layer);
+  const auto heads = static_cast<std::size_t>(layout_.num_kv_heads);
+  const auto page_size = static_cast<std::size_t>(layout_.page_size);
+  const auto dim = static_cast<std::size_t>(layout_.head_dim);
+  const std::size_t element = kv_element_bytes(layout_.dtype);
+  auto* scales = reinterpret_cast<float*>(block + layout_.scales_offset());
+  const auto kh = static_cast<std::size_t>(head_row);
+  const std::size_t k_row = kh * page_size + static_cast<std::size_t>(slot);
+  const std::size_t v_row = (heads + kh) * page_size + static_cast<std::size_t>(slot);
+  const float k_scale = cpu::store_kv_row(layout_.dtype, k, dim, block + k_row * dim * element);
+  const float v_scale = cpu::store_kv_row(layout_.dtype, v, dim, block + v_row * dim * element);
+  if (kv_dtype_scaled(layout_.dtype)) {
+    scales[k_row] = k_scale;
+    scales[v_row] = v_scale;
+  }
+}
+
+void KvCache::set_head_cells(int first_page, kv::HeadCells cells) {
+  head_cells_[first_page] = std::move(cells);
+}
+
+const kv::HeadCells* KvCache::head_cells(int first_page) const noexcept {
+  const auto it = head_cells_.find(first_page);
+  return it == head_cells_.end() ? nullptr : &it->second;
+}
+
 }  // namespace weft::model

@@ -6,9 +6,11 @@
 
 #include <cstddef>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/kv_dtype.hpp"
+#include "runtime/kv/kv_compress.hpp"
 
 namespace weft::model {
 
@@ -74,10 +76,25 @@ class KvCache {
   // Stores one token's keys and values (k and v: [num_kv_heads][head_dim] floats) into slot
   // `slot` of a page's layer block, converted to (quantized into) the layout's dtype.
   void store_token(int page, int layer, int slot, const float* k, const float* v) noexcept;
+  // The same for one kv head's row: k and v are head_dim floats, stored in kv head
+  // `head_row`'s rows of the block (a variable KV-Compress cell, kv::HeadCells).
+  void store_head(int page, int layer, int head_row, int slot, const float* k,
+                  const float* v) noexcept;
+
+  // Variable KV-Compress (runtime/kv/kv_compress.hpp): where each (layer, kv head) of a
+  // compressed sequence keeps its slots, recorded by the step that compressed it and keyed by
+  // the sequence's first page. A compressed sequence holds that page until it ends (its pages
+  // are released from the back, and compressed pages never join the prefix cache), and the
+  // next sequence to start on that page and compress replaces the record; slices that are not
+  // variably compressed never read it.
+  void set_head_cells(int first_page, kv::HeadCells cells);
+  // nullptr when no record holds that page.
+  const kv::HeadCells* head_cells(int first_page) const noexcept;
 
  private:
   KvLayout layout_;
   int num_pages_;
+  std::unordered_map<int, kv::HeadCells> head_cells_;
   std::vector<float> data_;  // floats for their alignment; bytes_per_page() each page
   std::vector<int> free_;    // a stack, so the most recently freed (cache-warm) page goes first
 };

@@ -87,6 +87,7 @@ Result<PerplexityResult> sliding_window_perplexity(const Model& model,
       step.sequences.push_back({0, static_cast<int>(c_end - c), page_table, score});
       SequenceSlice& slice = step.sequences.back();
       slice.slot_offset = evicted;
+      slice.compress_heads_vary = o.kv_compress.heads == kv::KvCompressHeads::kVariable;
       // The context's last chunk: compress what the window's scored tokens will read.
       const int evict =
           !score && c_end == to

@@ -32,6 +32,12 @@ struct SequenceSlice {
   // queries, and never from the last compress_window slots.
   int compress_evict = 0;
   int compress_window = 0;
+  // Variable per-head KV-Compress (kv::KvCompressHeads::kVariable): the eviction above is
+  // shared unevenly among each layer's kv heads, and once compressed, slot_offset is their
+  // mean while each (layer, kv head) reads and writes its own slots through the record the
+  // compressing step left in the backend's cache (KvCache::head_cells, keyed by
+  // page_table[0]). The CPU backend runs these.
+  bool compress_heads_vary = false;
   // Speculative verification rows (a chain or a tree of draft tokens after the sequence's last
   // token): a backend computes each of them as it computes a decode token (the CUDA model: the
   // decode attention kernel and the decode products), so that a verified token's logits are

@@ -36,8 +36,8 @@ Result<void> send_header(Communicator& comm, Header& h, bool point_to_point) {
 }
 
 // The batch as int32s: tokens, positions, then per sequence kSequenceInts (begin, count,
-// flags: all_logits 1 and verify 2, pages, and KV-Compress's slot offset, evicted slots and
-// window), then every sequence's page ids.
+// flags: all_logits 1, verify 2, compress_heads_vary 4, pages, and KV-Compress's slot offset,
+// evicted slots and window), then every sequence's page ids.
 constexpr std::int64_t kSequenceInts = 7;
 
 std::vector<std::int32_t> pack(const model::StepBatch& b) {
@@ -45,7 +45,8 @@ std::vector<std::int32_t> pack(const model::StepBatch& b) {
   out.insert(out.end(), b.positions.begin(), b.positions.end());
   for (const auto& s : b.sequences) {
     out.insert(out.end(),
-               {s.token_begin, s.token_count, (s.all_logits ? 1 : 0) | (s.verify ? 2 : 0),
+               {s.token_begin, s.token_count,
+                (s.all_logits ? 1 : 0) | (s.verify ? 2 : 0) | (s.compress_heads_vary ? 4 : 0),
                 static_cast<std::int32_t>(s.page_table.size()), s.slot_offset, s.compress_evict,
                 s.compress_window});
   }
@@ -67,6 +68,7 @@ Result<model::StepBatch> unpack(const Header& h, const std::vector<std::int32_t>
     b.sequences.push_back({at[0], at[1], {}, (at[2] & 1) != 0});
     auto& slice = b.sequences.back();
     slice.verify = (at[2] & 2) != 0;
+    slice.compress_heads_vary = (at[2] & 4) != 0;
     pages[s] = at[3];
     slice.slot_offset = at[4];
     slice.compress_evict = at[5];

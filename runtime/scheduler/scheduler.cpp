@@ -421,6 +421,8 @@ StepPlan Scheduler::plan_step(int group) {
     slice.slot_offset = s.evicted;
     slice.compress_evict = compress_evict(s, c.count);
     if (slice.compress_evict > 0) slice.compress_window = config_.kv_compress.window;
+    slice.compress_heads_vary = config_.kv_compress.heads == kv::KvCompressHeads::kVariable &&
+                                (slice.compress_evict > 0 || slice.slot_offset > 0);
     if (!s.source.empty()) {
       slice.cross_page_table = s.cross_pages;
       slice.cross_length = static_cast<int>(s.source.size());

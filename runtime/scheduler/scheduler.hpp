@@ -95,6 +95,9 @@ struct ScheduledSlice {
   int slot_offset = 0;
   int compress_evict = 0;
   int compress_window = 0;
+  // KvCompressHeads::kVariable: the eviction is shared unevenly among each layer's kv heads
+  // and slot_offset is their mean (model::SequenceSlice::compress_heads_vary).
+  bool compress_heads_vary = false;
   // Encoder-decoder sequences (Scheduler::add_seq2seq): the pages of the encoder output's
   // cross-attention keys and values and the encoder input's length; encoder_tokens is not
   // empty in the step that runs the sequence's encoder pass (before its decoder tokens).

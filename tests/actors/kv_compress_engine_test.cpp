@@ -42,6 +42,12 @@ TEST(KvCompressConfig, ValidatesRateWindowAndSpeculation) {
   c.device = "cuda:0";  // the CUDA backend compresses too (kernels/cuda/kv_compress.hpp)
   EXPECT_TRUE(c.validate().ok()) << message_of(c.validate());
   c.device = "cpu";
+  c.kv_compress_heads = "variable";
+  EXPECT_TRUE(c.validate().ok()) << message_of(c.validate());
+  c.kv_compress_heads = "some";
+  EXPECT_EQ(message_of(c.validate()),
+            "kv_compress_heads: \"some\" is not one of uniform, variable");
+  c.kv_compress_heads = "uniform";
   c.speculate = "prompt-lookup";
   EXPECT_NE(message_of(c.validate()).find("do not mix"), std::string::npos);
 }
@@ -49,11 +55,13 @@ TEST(KvCompressConfig, ValidatesRateWindowAndSpeculation) {
 TEST(KvCompressConfig, FromFileReadsTheFields) {
   const auto path = std::filesystem::temp_directory_path() /
                     ("weft_kv_compress_" + std::to_string(::getpid()) + ".json");
-  std::ofstream(path) << R"({"model_dir": "/m", "kv_compress_rate": 0.5, "kv_compress_window": 8})";
+  std::ofstream(path) << R"({"model_dir": "/m", "kv_compress_rate": 0.5, "kv_compress_window": 8,
+                            "kv_compress_heads": "variable"})";
   auto read = EngineConfig::from_file(path);
   ASSERT_TRUE(read.ok()) << read.error().what();
   EXPECT_EQ(read->kv_compress_rate, 0.5);
   EXPECT_EQ(read->kv_compress_window, 8);
+  EXPECT_EQ(read->kv_compress_heads, "variable");
   std::ofstream(path) << R"({"model_dir": "/m", "kv_compress_rate": 2})";
   auto wrong = EngineConfig::from_file(path);
   std::filesystem::remove(path);
@@ -73,8 +81,9 @@ GenerateRequest greedy(const std::vector<std::int32_t>& prompt, int max_tokens) 
 }
 
 // 12 requests of 150-200 prompt tokens through a pool of 48 pages (768 tokens): uncompressed,
-// about three fit at once; at rate 0.5 each gives back 4-6 pages after its prefill.
-TEST(KvCompressEngine, CompressesFreesPagesAndReturnsEveryPage) {
+// about three fit at once; at rate 0.5 each gives back 4-6 pages after its prefill. `heads`:
+// kv_compress_heads (the variable split frees the same pages).
+void compresses_frees_pages_and_returns_every_page(const std::string& heads) {
   Runtime runtime{RuntimeOptions{.worker_threads = 2}};
   EngineConfig c = tiny_config();
   c.kv_budget_bytes = 48ll * 131072;
@@ -97,6 +106,7 @@ TEST(KvCompressEngine, CompressesFreesPagesAndReturnsEveryPage) {
     plain.shutdown(asio::use_future).get();
   }
   c.kv_compress_rate = 0.5;
+  c.kv_compress_heads = heads;
   Engine engine(runtime.executor(), c);
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (const auto& p : prompts)
@@ -119,6 +129,14 @@ TEST(KvCompressEngine, CompressesFreesPagesAndReturnsEveryPage) {
   EXPECT_LE(m.kv_pages_cached, 12);
   EXPECT_EQ(m.preemptions, 0u);
   engine.shutdown(asio::use_future).get();
+}
+
+TEST(KvCompressEngine, CompressesFreesPagesAndReturnsEveryPage) {
+  compresses_frees_pages_and_returns_every_page("uniform");
+}
+
+TEST(KvCompressEngine, VariableHeadsFreePagesAndReturnEveryPage) {
+  compresses_frees_pages_and_returns_every_page("variable");
 }
 
 }  // namespace

@@ -175,5 +175,56 @@ TEST(KvCompressKernels, AttentionOverCompactedSurvivorsEqualsDenseAttentionOverE
   }
 }
 
+// Per-head cells (variable KV-Compress): each kv head reads its slots from its own list of
+// (block, head rows) cells, as many slots as its shift allows. Here kv head 0 reads kv head
+// 1's rows of pages 2, 0, 1 (11 slots), and kv head 1 reads kv head 0's rows of every page
+// (19 slots, 8 past the query's last slot): attention must equal dense attention over exactly
+// those rows, scales included.
+TEST(KvCompressKernels, AttentionThroughHeadCellsEqualsDenseAttentionOverEachHeadsCells) {
+  std::mt19937 rng(11);
+  const std::size_t heads = 4, kv_heads = 2, dim = 8, page = 4, len = 19;
+  const float scale = 0.31f;
+  for (auto dtype : {KvDtype::kF32, KvDtype::kInt8, KvDtype::kFp8E4M3}) {
+    Pages p(page, kv_heads, dim, dtype, len, rng);
+    const std::size_t per_head = 5;
+    std::vector<const void*> blocks(kv_heads * per_head, nullptr);
+    std::vector<int> rows(kv_heads * per_head, 0);
+    const int order[] = {2, 0, 1};
+    for (std::size_t j = 0; j < 3; ++j) {
+      blocks[j] = p.table[static_cast<std::size_t>(order[j])];
+      rows[j] = 1;
+    }
+    for (std::size_t j = 0; j < per_head; ++j) {
+      blocks[per_head + j] = p.table[j];
+      rows[per_head + j] = 0;
+    }
+    const std::vector<int> shift{0, 8};
+    PagedKv view = p.mutable_kv().view();
+    view.head_blocks = blocks.data();
+    view.head_rows = rows.data();
+    view.cells_per_head = per_head;
+    view.head_shift = shift.data();
+    std::vector<int> rows_of_0, rows_of_1;  // the rows each kv head's slots hold
+    for (int slot = 0; slot <= 10; ++slot)
+      rows_of_0.push_back(order[slot / 4] * 4 + slot % 4);
+    for (int slot = 0; slot < 19; ++slot)
+      rows_of_1.push_back(slot);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> q(heads * dim);
+    for (auto& x : q)
+      x = dist(rng);
+    std::vector<float> out(heads * dim), scratch(len);
+    paged_attention(q.data(), heads, view, 0, 10, scale, out.data(), scratch.data());
+    for (std::size_t h = 0; h < heads; ++h) {
+      const std::size_t g = h / (heads / kv_heads);
+      // kv head 0's cells hold kv head 1's rows and the other way round.
+      const auto want =
+          dense_attention(q.data() + h * dim, p, 1 - g, g == 0 ? rows_of_0 : rows_of_1, scale);
+      for (std::size_t d = 0; d < dim; ++d)
+        EXPECT_NEAR(out[h * dim + d], want[d], 1e-5) << kv_dtype_name(dtype) << " head " << h;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace weft::cpu

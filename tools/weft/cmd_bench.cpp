@@ -135,6 +135,7 @@ int run_bench(const BenchOptions& o) {
   config.step_trace_path = o.step_trace;
   config.kv_compress_rate = o.kv_compress.rate;
   config.kv_compress_window = o.kv_compress.window;
+  config.kv_compress_heads = o.kv_compress.heads;
   apply_speculative_options(o.speculative, config);
   Runtime runtime(RuntimeOptions{.worker_threads = 2});
   std::optional<Engine> engine;

@@ -128,6 +128,7 @@ int run_compressed_generate(const GenerateOptions& o) {
   config.kv_cache_dtype = o.kv_cache_dtype;
   config.kv_compress_rate = o.kv_compress.rate;
   config.kv_compress_window = o.kv_compress.window;
+  config.kv_compress_heads = o.kv_compress.heads;
   // --tensor-parallel N: rank 0 runs the engine leading the group, the others follow its steps
   // (start_tensor_parallel returns their exit code when the leader stops).
   auto tp = start_tensor_parallel("generate", o.tensor_parallel, config);

@@ -92,7 +92,9 @@ int run_perplexity(const PerplexityOptions& o) {
 
   cpu::ThreadPool pool(o.threads);
   model::PerplexityOptions options{o.window, o.stride, o.chunk, o.page_size, *kv_dtype};
-  options.kv_compress = {o.kv_compress.rate, o.kv_compress.window};
+  options.kv_compress = {o.kv_compress.rate, o.kv_compress.window,
+                         o.kv_compress.heads == "variable" ? kv::KvCompressHeads::kVariable
+                                                           : kv::KvCompressHeads::kUniform};
   Progress progress;
   auto result = model::sliding_window_perplexity(
       model, ids, options, pool,
@@ -110,6 +112,7 @@ int run_perplexity(const PerplexityOptions& o) {
                             {"kv_cache_dtype", kv_dtype_name(*kv_dtype)},
                             {"kv_compress_rate", o.kv_compress.rate},
                             {"kv_compress_window", o.kv_compress.window},
+                            {"kv_compress_heads", o.kv_compress.heads},
                             {"file", o.file},
                             {"model", o.model_dir}};
     std::cout << boost::json::serialize(out) << '\n';

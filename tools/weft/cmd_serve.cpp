@@ -134,6 +134,7 @@ int run_serve(const ServeOptions& opts) {
     config.prefix_cache = opts.prefix_cache == "on";
     config.kv_compress_rate = opts.kv_compress.rate;
     config.kv_compress_window = opts.kv_compress.window;
+    config.kv_compress_heads = opts.kv_compress.heads;
     apply_speculative_options(opts.speculative, config);
     auto engine_owner = std::make_unique<Engine>(engine_io.get_executor(), config);
     Engine& engine = *engine_owner;

@@ -45,6 +45,12 @@ void add_kv_compress_options(CLI::App* cmd, KvCompressOptions& options) {
             return ok ? std::string() : value + " is outside [1, 4096]";
           },
           "TOKENS"));
+  cmd->add_option("--kv-compress-heads", options.heads,
+                  "KV-Compress: how a layer's kv heads share the eviction: uniform (each evicts "
+                  "the same count) or variable (per-head budgets: the least-attended pages' "
+                  "worth go first, whichever head holds them; same pages freed; CPU backend)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"uniform", "variable"}));
 }
 
 }  // namespace weft::cli

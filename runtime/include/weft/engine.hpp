@@ -100,6 +100,11 @@ struct EngineConfig {
   // 0 (the default) turns it off. In [0, 1); the CPU only; not with speculate.
   double kv_compress_rate = 0.0;
   int kv_compress_window = 16;
+  // How a layer's kv heads share the eviction: "uniform" (each evicts the same count, the
+  // default) or "variable" (KV-Compress's per-head budgets: the least-attended pages' worth
+  // first, whichever head holds them; the CPU backend, not with tensor or pipeline
+  // parallelism so far).
+  std::string kv_compress_heads = "uniform";
   // Speculative decoding (docs/speculative.md): "" (off), "prompt-lookup" (n-gram lookup in
   // the request's own tokens) or "draft" (draft_model_dir, a model with the same tokenizer,
   // run where draft_device says). spec_tokens: the draft's depth (tokens of one path); spec_width:

@@ -17,6 +17,7 @@
 #include "kernels/cuda/gemv_rows.hpp"
 #include "kernels/cuda/paged_attention.hpp"
 #include "runtime/model/cuda/cuda_model_state.hpp"
+#include "runtime/model/kv_compress_forward.hpp"
 
 namespace weft::model {
 
@@ -26,6 +27,7 @@ namespace {
 Result<void> check_stage_batch(const CudaModel::State& s, const StepBatch& batch) {
   KvLayout whole = s.layout;
   whole.num_layers = s.spec.num_layers;
+  if (auto ok = refuse_head_cells(batch, "CUDA model"); !ok) return ok;
   return check_step_batch(s.spec, batch, whole, s.num_pages);
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "runtime/model/cuda/cuda_model_state.hpp"
+#include "runtime/model/kv_compress_forward.hpp"
 #include "runtime/parallel/communicator.hpp"
 
 namespace weft::model {
@@ -87,6 +88,7 @@ Result<void> CudaModel::enqueue_layers(const StepBatch& batch, const float* hidd
   }
   KvLayout whole = s.layout;
   whole.num_layers = s.spec.num_layers;
+  if (auto ok = refuse_head_cells(batch, "CUDA model"); !ok) return ok;
   if (auto ok = check_step_batch(s.spec, batch, whole, s.num_pages); !ok) return ok;
   if (!s.embeds && hidden_in == nullptr) {
     return Error(ErrorCode::kInvalidArgument,
