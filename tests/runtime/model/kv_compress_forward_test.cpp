@@ -41,7 +41,8 @@ struct GreedyRun {
 // choices along one path).
 GreedyRun run_greedy(const model::Model& m, const std::vector<int>& prompt, int steps, double rate,
                      int window, int page_size, KvCache* keep_cache = nullptr,
-                     const std::vector<int>& forced = {}) {
+                     const std::vector<int>& forced = {},
+                     kv::KvCompressHeads heads = kv::KvCompressHeads::kUniform) {
   cpu::ThreadPool pool(2);
   const int len = static_cast<int>(prompt.size());
   KvCache own(m.kv_layout(page_size), (len + steps + page_size - 1) / page_size);
@@ -57,6 +58,7 @@ GreedyRun run_greedy(const model::Model& m, const std::vector<int>& prompt, int 
   run.evicted = kv::evicted_slots(len, kv::KvCompressConfig{rate, window}, page_size);
   seq.compress_evict = run.evicted;
   seq.compress_window = run.evicted > 0 ? window : 0;
+  seq.compress_heads_vary = heads == kv::KvCompressHeads::kVariable;
   step.sequences.push_back(seq);
   std::vector<float> logits;
   const int vocab = m.spec().vocab_size;
@@ -196,31 +198,43 @@ TEST(KvCompressWeftTiny, GreedyAgreementAndHeldOutPerplexityPerRate) {
   ASSERT_TRUE(text.ok());
   const std::string_view all = text->text();
   const double rates[] = {0.25, 0.5, 0.75};
-  int agreed[3] = {0, 0, 0}, top1[3] = {0, 0, 0}, total = 0;
+  // [heads][rate]: the uniform split (bounded) and the variable one (measured).
+  int agreed[2][3] = {}, top1[2][3] = {}, total = 0;
+  const kv::KvCompressHeads splits[] = {kv::KvCompressHeads::kUniform,
+                                        kv::KvCompressHeads::kVariable};
   for (std::size_t start : {0u, 3000u, 9000u}) {
     auto ids = tokenizer->tokenizer->encode(all.substr(start, 1200), true);
     ASSERT_TRUE(ids.ok());
     const std::vector<int> prompt(ids->begin(), ids->end());
     const GreedyRun base = run_greedy(loaded->model, prompt, 32, 0.0, 16, 16);
     total += 32;
-    for (int r = 0; r < 3; ++r) {
-      const GreedyRun got = run_greedy(loaded->model, prompt, 32, rates[r], 16, 16);
-      EXPECT_GT(got.evicted, 0);
-      EXPECT_EQ(got.tokens[0], base.tokens[0]);
-      agreed[r] += agreement(base.tokens, got.tokens);
-      const GreedyRun along =
-          run_greedy(loaded->model, prompt, 32, rates[r], 16, 16, nullptr, base.tokens);
-      for (std::size_t k = 0; k < along.tokens.size(); ++k)
-        top1[r] += along.tokens[k] == base.tokens[k];
+    for (int v = 0; v < 2; ++v) {
+      for (int r = 0; r < 3; ++r) {
+        const GreedyRun got =
+            run_greedy(loaded->model, prompt, 32, rates[r], 16, 16, nullptr, {}, splits[v]);
+        EXPECT_GT(got.evicted, 0);
+        EXPECT_EQ(got.tokens[0], base.tokens[0]);
+        agreed[v][r] += agreement(base.tokens, got.tokens);
+        const GreedyRun along = run_greedy(loaded->model, prompt, 32, rates[r], 16, 16, nullptr,
+                                           base.tokens, splits[v]);
+        for (std::size_t k = 0; k < along.tokens.size(); ++k)
+          top1[v][r] += along.tokens[k] == base.tokens[k];
+      }
     }
   }
-  std::cout << "[ measured ] weft-tiny top-1 equal to rate 0's along its greedy path, of " << total
-            << ": rate 0.25 " << top1[0] << ", 0.5 " << top1[1] << ", 0.75 " << top1[2] << "\n";
-  EXPECT_GE(top1[0], total * 3 / 4) << "a quarter of the prompt evicted keeps most choices";
-  std::cout << "[ measured ] weft-tiny greedy tokens equal to rate 0's before the first "
-            << "difference, of " << total << ": rate 0.25 " << agreed[0] << ", 0.5 " << agreed[1]
-            << ", 0.75 " << agreed[2] << "\n";
-  EXPECT_GE(agreed[0], agreed[2]) << "evicting less agrees at least as long";
+  for (int v = 0; v < 2; ++v) {
+    const char* split = v == 0 ? "uniform" : "variable";
+    std::cout << "[ measured ] weft-tiny (" << split
+              << " heads) top-1 equal to rate 0's along its greedy path, of " << total
+              << ": rate 0.25 " << top1[v][0] << ", 0.5 " << top1[v][1] << ", 0.75 " << top1[v][2]
+              << "\n";
+    std::cout << "[ measured ] weft-tiny (" << split
+              << " heads) greedy tokens equal to rate 0's before the first difference, of " << total
+              << ": rate 0.25 " << agreed[v][0] << ", 0.5 " << agreed[v][1] << ", 0.75 "
+              << agreed[v][2] << "\n";
+  }
+  EXPECT_GE(top1[0][0], total * 3 / 4) << "a quarter of the prompt evicted keeps most choices";
+  EXPECT_GE(agreed[0][0], agreed[0][2]) << "evicting less agrees at least as long";
 
   auto ids = tokenizer->tokenizer->encode(all.substr(0, 4000), true);
   ASSERT_TRUE(ids.ok());
