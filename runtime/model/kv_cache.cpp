@@ -35,25 +35,10 @@ void KvCache::release_page(int page) {
 }
 
 void KvCache::store_token(int page, int layer, int slot, const float* k, const float* v) noexcept {
-  unsigned char* block = layer_bytes(page, layer);
-  const auto heads = static_cast<std::size_t>(layout_.num_kv_heads);
-  const auto page_size = static_cast<std::size_t>(layout_.page_size);
   const auto dim = static_cast<std::size_t>(layout_.head_dim);
-  const std::size_t element = kv_element_bytes(layout_.dtype);
-  auto* scales = reinterpret_cast<float*>(block + layout_.scales_offset());
-  const bool scaled = kv_dtype_scaled(layout_.dtype);
-  for (std::size_t kh = 0; kh < heads; ++kh) {
-    // Row indices in the block: K's rows, then V's.
-    const std::size_t k_row = kh * page_size + static_cast<std::size_t>(slot);
-    const std::size_t v_row = (heads + kh) * page_size + static_cast<std::size_t>(slot);
-    const float k_scale =
-        cpu::store_kv_row(layout_.dtype, k + kh * dim, dim, block + k_row * dim * element);
-    const float v_scale =
-        cpu::store_kv_row(layout_.dtype, v + kh * dim, dim, block + v_row * dim * element);
-    if (scaled) {
-      scales[k_row] = k_scale;
-      scales[v_row] = v_scale;
-    }
+  for (int kh = 0; kh < layout_.num_kv_heads; ++kh) {
+    store_head(page, layer, kh, slot, k + static_cast<std::size_t>(kh) * dim,
+               v + static_cast<std::size_t>(kh) * dim);
   }
 }
 
